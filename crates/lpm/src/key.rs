@@ -1,0 +1,151 @@
+//! Keys: the unsigned integers that IPv4 (`u32`) and IPv6 (`u128`) addresses are.
+//!
+//! The engine is written once, against the [`Key`] trait. Everything it needs from an
+//! address is here: its width, masking to a prefix length, and reading or writing a run
+//! of bits counted from the most significant end. Bits beyond the key's width read as
+//! zero, which lets the last level of the trie run past the end of the key.
+
+use std::fmt::{Debug, Display};
+use std::hash::Hash;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// An address family's key: the address as an unsigned integer, most significant bit first.
+pub trait Key:
+    Copy + Eq + Ord + Hash + Debug + Default + Send + Sync + 'static + sealed::Sealed
+{
+    /// The standard library's address type of this family.
+    type Addr: Copy + Eq + Debug + Display + FromStr + Into<Self> + From<Self>;
+    /// Width of the key in bits (32 or 128).
+    const BITS: u8;
+    /// IP version (4 or 6), for reports.
+    const FAMILY: u8;
+    /// Bits resolved by the direct-pointing top level of a small table.
+    const SMALL_DIRECT_BITS: u8;
+    /// Bits resolved by the direct-pointing top level of a large table.
+    const LARGE_DIRECT_BITS: u8;
+
+    /// `len` bits starting `offset` bits below the most significant bit, as an integer.
+    /// Bits past the end of the key read as zero. Requires `offset < BITS`, `1 <= len <= 24`.
+    fn bits(self, offset: u32, len: u32) -> u32;
+    /// The key with all but its `len` most significant bits cleared (`len <= BITS`).
+    fn mask(self, len: u8) -> Self;
+    /// The key with `value` written into the `len` bits starting at `offset`
+    /// (`offset + len <= BITS`); those bits must be zero before.
+    fn deposit(self, offset: u32, len: u32, value: u32) -> Self;
+    /// The key from the low `BITS` bits of a `u128` (used by generators and tests).
+    fn from_u128(v: u128) -> Self;
+    /// The key widened to a `u128`.
+    fn to_u128(self) -> u128;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u128 {}
+}
+
+impl Key for u32 {
+    type Addr = Ipv4Addr;
+    const BITS: u8 = 32;
+    const FAMILY: u8 = 4;
+    const SMALL_DIRECT_BITS: u8 = 8;
+    const LARGE_DIRECT_BITS: u8 = 18;
+
+    #[inline(always)]
+    fn bits(self, offset: u32, len: u32) -> u32 {
+        let wide = (self as u64) << 32;
+        ((wide << offset) >> (64 - len)) as u32
+    }
+    #[inline]
+    fn mask(self, len: u8) -> Self {
+        if len == 0 {
+            0
+        } else {
+            self & (u32::MAX << (32 - u32::from(len)))
+        }
+    }
+    #[inline]
+    fn deposit(self, offset: u32, len: u32, value: u32) -> Self {
+        debug_assert!(offset + len <= 32);
+        if len == 0 {
+            return self;
+        }
+        self | (value << (32 - offset - len))
+    }
+    fn from_u128(v: u128) -> Self {
+        v as u32
+    }
+    fn to_u128(self) -> u128 {
+        u128::from(self)
+    }
+}
+
+impl Key for u128 {
+    type Addr = Ipv6Addr;
+    const BITS: u8 = 128;
+    const FAMILY: u8 = 6;
+    const SMALL_DIRECT_BITS: u8 = 8;
+    const LARGE_DIRECT_BITS: u8 = 16;
+
+    #[inline(always)]
+    fn bits(self, offset: u32, len: u32) -> u32 {
+        ((self << offset) >> (128 - len)) as u32
+    }
+    #[inline]
+    fn mask(self, len: u8) -> Self {
+        if len == 0 {
+            0
+        } else {
+            self & (u128::MAX << (128 - u32::from(len)))
+        }
+    }
+    #[inline]
+    fn deposit(self, offset: u32, len: u32, value: u32) -> Self {
+        debug_assert!(offset + len <= 128);
+        if len == 0 {
+            return self;
+        }
+        self | (u128::from(value) << (128 - offset - len))
+    }
+    fn from_u128(v: u128) -> Self {
+        v
+    }
+    fn to_u128(self) -> u128 {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_reads_from_the_top_and_pads_with_zeros() {
+        let k: u32 = 0xC0A8_0102; // 192.168.1.2
+        assert_eq!(k.bits(0, 8), 192);
+        assert_eq!(k.bits(8, 8), 168);
+        assert_eq!(k.bits(0, 18), 0xC0A8_0102 >> 14);
+        assert_eq!(
+            k.bits(30, 6),
+            0b10_0000,
+            "two real bits, four zero bits past the end"
+        );
+        let v6: u128 = 0x2001_0db8 << 96;
+        assert_eq!(v6.bits(0, 16), 0x2001);
+        assert_eq!(v6.bits(16, 16), 0x0db8);
+        assert_eq!((u128::MAX).bits(124, 6), 0b11_1100);
+    }
+
+    #[test]
+    fn mask_and_deposit_are_inverse() {
+        assert_eq!(0xFFFF_FFFFu32.mask(0), 0);
+        assert_eq!(0xFFFF_FFFFu32.mask(32), 0xFFFF_FFFF);
+        assert_eq!(0xFFFF_FFFFu32.mask(9), 0xFF80_0000);
+        assert_eq!(u128::MAX.mask(128), u128::MAX);
+        assert_eq!(u128::MAX.mask(1), 1 << 127);
+        let k = 0u32.deposit(18, 6, 0b101101);
+        assert_eq!(k.bits(18, 6), 0b101101);
+        assert_eq!(0u128.deposit(122, 6, 0x3F), 0x3F);
+    }
+}

@@ -1,0 +1,135 @@
+//! The lookup structure's memory: nodes, leaves, their encodings, and a block allocator.
+//!
+//! A node's children are stored side by side in one block of the node array, and its
+//! distinct leaves side by side in one block of the leaf array; the node holds only the
+//! base index of each block and two 64-bit maps saying which slots are children and where
+//! each run of equal leaves begins. A block grows or shrinks by moving to a block of the
+//! new size; freed blocks go to a free list per size and are reused first.
+
+/// Set in a direct-pointing entry that refers to a node (the rest of the entry is its index).
+pub(crate) const NODE_FLAG: u32 = 1 << 31;
+/// The stored form of "no route".
+pub(crate) const NO_ROUTE: u32 = 0;
+
+/// The largest value a prefix can map to: `2^31 - 2` (values are stored plus one, and the
+/// top bit marks node references).
+pub const MAX_VALUE: u32 = NODE_FLAG - 2;
+
+/// The stored form of a value.
+#[inline(always)]
+pub(crate) fn encode(value: u32) -> u32 {
+    value + 1
+}
+
+/// The value of a stored leaf, `None` for no route.
+#[inline(always)]
+pub(crate) fn decode(stored: u32) -> Option<u32> {
+    stored.checked_sub(1)
+}
+
+/// A node of the trie: 64 slots, one for each value of the next six bits of the key.
+///
+/// Slot `s` is a child if bit `s` of `children` is set; the child is then node
+/// `child_base + (number of children below s)`. Otherwise slot `s` is a leaf, whose stored
+/// value is leaf `leaf_base + (number of bits of leafvec at or below s) - 1`: `leafvec` has
+/// a bit where a run of leaf slots with equal values begins (child slots do not break a run).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Node {
+    pub children: u64,
+    pub leafvec: u64,
+    pub child_base: u32,
+    pub leaf_base: u32,
+}
+
+/// Update-side data of a node, kept beside it (same index) and never read by lookups.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct NodeAux {
+    /// Stored value every slot has unless a prefix of this node says otherwise: the
+    /// longest prefix above this node that covers it.
+    pub default: u32,
+    /// The prefixes that end in this node (lengths depth+1 ..= depth+6), as
+    /// (ART index `1 << rel_len | rel_bits`, stored value), sorted by index so shorter
+    /// prefixes come first.
+    pub prefixes: Vec<(u8, u32)>,
+}
+
+/// Free lists of blocks by size (1..=64) within one array.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockAlloc {
+    free: Vec<Vec<u32>>,
+    free_slots: usize,
+}
+
+impl Default for BlockAlloc {
+    fn default() -> Self {
+        BlockAlloc {
+            free: vec![Vec::new(); 65],
+            free_slots: 0,
+        }
+    }
+}
+
+impl BlockAlloc {
+    /// A block of `size` elements of `arena`, reusing a freed one if there is one.
+    pub fn alloc<T: Default + Clone>(&mut self, arena: &mut Vec<T>, size: u32) -> u32 {
+        debug_assert!((1..=64).contains(&size));
+        if let Some(base) = self.free[size as usize].pop() {
+            self.free_slots -= size as usize;
+            return base;
+        }
+        let base = arena.len();
+        arena.resize(base + size as usize, T::default());
+        u32::try_from(base).expect("trie arrays are limited to 2^31 elements")
+    }
+
+    /// Returns a block for reuse.
+    pub fn free(&mut self, base: u32, size: u32) {
+        debug_assert!((1..=64).contains(&size));
+        self.free[size as usize].push(base);
+        self.free_slots += size as usize;
+    }
+
+    /// Elements sitting in free blocks.
+    pub fn free_slots(&self) -> usize {
+        self.free_slots
+    }
+
+    /// Bytes of the free lists themselves.
+    pub fn bytes(&self) -> usize {
+        self.free.iter().map(|v| v.capacity() * 4).sum::<usize>()
+            + self.free.capacity() * std::mem::size_of::<Vec<u32>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_round_trips_and_reserves_the_node_flag() {
+        assert_eq!(decode(NO_ROUTE), None);
+        assert_eq!(decode(encode(0)), Some(0));
+        assert_eq!(decode(encode(MAX_VALUE)), Some(MAX_VALUE));
+        assert_eq!(encode(MAX_VALUE) & NODE_FLAG, 0);
+        assert_eq!(std::mem::size_of::<Node>(), 24);
+    }
+
+    #[test]
+    fn freed_blocks_are_reused_by_size() {
+        let mut arena: Vec<u32> = Vec::new();
+        let mut a = BlockAlloc::default();
+        let b1 = a.alloc(&mut arena, 3);
+        let b2 = a.alloc(&mut arena, 5);
+        assert_eq!((b1, b2, arena.len()), (0, 3, 8));
+        a.free(b1, 3);
+        assert_eq!(a.free_slots(), 3);
+        assert_eq!(
+            a.alloc(&mut arena, 5),
+            8,
+            "a block of another size is not reused"
+        );
+        assert_eq!(a.alloc(&mut arena, 3), 0);
+        assert_eq!(a.free_slots(), 0);
+    }
+}

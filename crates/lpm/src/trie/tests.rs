@@ -1,0 +1,303 @@
+//! Tests of the engine against the reference, plus a structural invariant check.
+
+use super::node::{decode, NODE_FLAG};
+use super::*;
+use crate::reference::ReferenceLpm;
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+impl<K: Key> Lpm<K> {
+    /// Checks the structure: reachable nodes, inherited values, minimal leaf runs, no empty
+    /// nodes, and that reachable plus free slots account for every array element.
+    pub(crate) fn check_invariants(&self) {
+        let mut reachable_nodes = 0;
+        let mut reachable_leaves = 0;
+        for (e, &entry) in self.direct.iter().enumerate() {
+            if entry & NODE_FLAG != 0 {
+                let n = entry & !NODE_FLAG;
+                reachable_nodes += 1;
+                self.check_node(n, &mut reachable_nodes, &mut reachable_leaves);
+                let _ = e;
+            }
+        }
+        assert_eq!(
+            reachable_nodes
+                + reachable_leaves
+                + self.node_alloc.free_slots()
+                + self.leaf_alloc.free_slots(),
+            self.nodes.len() + self.leaves.len(),
+            "every node and leaf is either reachable or free"
+        );
+        assert_eq!(self.count_by_len.iter().sum::<usize>(), self.len);
+    }
+
+    fn check_node(&self, n: u32, nodes: &mut usize, leaves: &mut usize) {
+        let node = self.nodes[n as usize];
+        let aux = &self.aux[n as usize];
+        assert!(
+            !aux.prefixes.is_empty() || node.children != 0,
+            "node {n} holds nothing and should have been removed"
+        );
+        assert!(aux.prefixes.windows(2).all(|w| w[0].0 < w[1].0));
+        let values = self.slot_values(n);
+        let mut previous = None;
+        for (slot, &v) in values.iter().enumerate() {
+            if node.children >> slot & 1 == 1 {
+                continue;
+            }
+            let bit = 1u64 << slot;
+            let rank = (node.leafvec & (bit | (bit - 1))).count_ones();
+            assert_eq!(self.leaves[(node.leaf_base + rank - 1) as usize], v);
+            assert_eq!(
+                node.leafvec & bit != 0,
+                previous != Some(v),
+                "leaf runs are minimal"
+            );
+            previous = Some(v);
+        }
+        *leaves += node.leafvec.count_ones() as usize;
+        let mut children = node.children;
+        let mut child = node.child_base;
+        while children != 0 {
+            let slot = children.trailing_zeros() as usize;
+            assert_eq!(
+                self.aux[child as usize].default, values[slot],
+                "inherited value"
+            );
+            *nodes += 1;
+            self.check_node(child, nodes, leaves);
+            child += 1;
+            children &= children - 1;
+        }
+    }
+}
+
+fn p4(s: &str) -> Prefix<u32> {
+    s.parse().unwrap()
+}
+
+fn ip4(s: &str) -> u32 {
+    s.parse::<std::net::Ipv4Addr>().unwrap().into()
+}
+
+#[test]
+fn empty_table_is_small_and_finds_nothing() {
+    let t: Lpm<u128> = Lpm::new();
+    assert_eq!(t.lookup(0), None);
+    assert_eq!(t.lookup(u128::MAX), None);
+    let m = t.memory();
+    assert!(m.lookup_bytes + m.update_bytes < 8192, "{m:?}");
+}
+
+#[test]
+fn longest_prefix_wins_and_removal_falls_back() {
+    let mut t = Lpm::new();
+    assert_eq!(t.insert(p4("0.0.0.0/0"), 0), None);
+    assert_eq!(t.insert(p4("10.0.0.0/8"), 1), None);
+    assert_eq!(t.insert(p4("10.1.0.0/16"), 2), None);
+    assert_eq!(t.insert(p4("10.1.2.0/24"), 3), None);
+    assert_eq!(t.insert(p4("10.1.2.3/32"), 4), None);
+    assert_eq!(t.lookup(ip4("10.1.2.3")), Some(4));
+    assert_eq!(t.lookup(ip4("10.1.2.4")), Some(3));
+    assert_eq!(t.lookup(ip4("10.1.3.4")), Some(2));
+    assert_eq!(t.lookup(ip4("10.2.3.4")), Some(1));
+    assert_eq!(t.lookup(ip4("11.2.3.4")), Some(0));
+    assert_eq!(
+        t.insert(p4("10.1.2.0/24"), 9),
+        Some(3),
+        "replace returns the old value"
+    );
+    assert_eq!(t.lookup(ip4("10.1.2.4")), Some(9));
+    assert_eq!(t.remove(&p4("10.1.0.0/16")), Some(2));
+    assert_eq!(t.lookup(ip4("10.1.3.4")), Some(1));
+    assert_eq!(t.lookup(ip4("10.1.2.4")), Some(9));
+    assert_eq!(t.remove(&p4("10.1.0.0/16")), None);
+    assert_eq!(t.remove(&p4("0.0.0.0/0")), Some(0));
+    assert_eq!(t.lookup(ip4("11.2.3.4")), None);
+    assert_eq!(t.get(&p4("10.1.2.3/32")), Some(4));
+    assert_eq!(t.get(&p4("10.1.2.2/32")), None);
+    assert_eq!(t.len(), 3);
+    assert_eq!(t.count_by_len()[8], 1);
+    assert_eq!(t.count_by_len()[32], 1);
+    t.check_invariants();
+    for p in ["10.1.2.3/32", "10.1.2.0/24", "10.0.0.0/8"] {
+        t.remove(&p4(p)).unwrap();
+    }
+    assert!(t.is_empty());
+    let m = t.memory();
+    assert_eq!(
+        m.free_slots,
+        m.nodes + m.leaves,
+        "an empty table holds only free blocks"
+    );
+    t.check_invariants();
+}
+
+#[test]
+fn host_routes_and_default_in_ipv6() {
+    let mut t: Lpm<u128> = Lpm::new();
+    t.insert("::/0".parse().unwrap(), 1);
+    t.insert("2001:db8::1/128".parse().unwrap(), 2);
+    t.insert(
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"
+            .parse()
+            .unwrap(),
+        3,
+    );
+    assert_eq!(t.lookup(0x2001_0db8 << 96 | 1), Some(2));
+    assert_eq!(t.lookup(0x2001_0db8 << 96 | 2), Some(1));
+    assert_eq!(t.lookup(u128::MAX), Some(3));
+    assert_eq!(t.lookup(u128::MAX - 1), Some(1));
+    t.check_invariants();
+    assert_eq!(t.to_vec().len(), 3);
+}
+
+/// Random prefixes clustered around a few base addresses so that they overlap.
+fn random_prefix<K: Key>(rng: &mut SmallRng, bases: &[u128]) -> Prefix<K> {
+    let base = bases[rng.gen_range(0..bases.len())];
+    let noise: u128 = rng.gen::<u128>() >> rng.gen_range(0..128);
+    let addr = K::from_u128(base ^ noise);
+    let len = match rng.gen_range(0..10) {
+        0 => 0,
+        1 => K::BITS,
+        _ => rng.gen_range(0..=K::BITS),
+    };
+    Prefix::new_clamped(addr, len)
+}
+
+fn check_against_reference<K: Key>(t: &Lpm<K>, r: &ReferenceLpm<K>, probes: &[K]) {
+    let mut batch = vec![None; probes.len()];
+    t.lookup_batch(probes, &mut batch);
+    for (i, &k) in probes.iter().enumerate() {
+        let want = r.lookup(k).map(|x| x.1);
+        assert_eq!(t.lookup(k), want, "lookup {k:?}");
+        assert_eq!(batch[i], want, "batched lookup {k:?}");
+    }
+}
+
+fn probes_for<K: Key>(routes: &[(Prefix<K>, u32)], rng: &mut SmallRng) -> Vec<K> {
+    let mut probes = Vec::new();
+    for (p, _) in routes {
+        let span = if p.len() == K::BITS {
+            0
+        } else {
+            u128::MAX >> (128 - u32::from(K::BITS) + u32::from(p.len()))
+        };
+        let a = p.addr().to_u128();
+        probes.push(p.addr());
+        probes.push(K::from_u128(a | span));
+        probes.push(K::from_u128(a.wrapping_sub(1)));
+        probes.push(K::from_u128((a | span).wrapping_add(1)));
+        probes.push(K::from_u128(a | (rng.gen::<u128>() & span)));
+    }
+    probes.extend((0..64).map(|_| K::from_u128(rng.gen())));
+    probes
+}
+
+fn random_ops_match_reference<K: Key>(seed: u64, ops: usize) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let bases: Vec<u128> = (0..4).map(|_| rng.gen()).collect();
+    let mut t = Lpm::<K>::new();
+    let mut r = ReferenceLpm::<K>::new();
+    let mut live = Vec::new();
+    for step in 0..ops {
+        if rng.gen_bool(0.65) || live.is_empty() {
+            let p = random_prefix::<K>(&mut rng, &bases);
+            let v = rng.gen_range(0..1 << 20);
+            assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
+            live.push(p);
+        } else {
+            let p = live.swap_remove(rng.gen_range(0..live.len()));
+            assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
+        }
+        if step % 16 == 0 {
+            t.check_invariants();
+            let routes = r.to_sorted_vec();
+            check_against_reference(&t, &r, &probes_for(&routes, &mut rng));
+        }
+    }
+    t.check_invariants();
+    assert_eq!(t.to_vec(), r.to_sorted_vec());
+    assert_eq!(t.len(), r.len());
+    assert_eq!(t.count_by_len(), r.count_by_len());
+    for (p, v) in r.to_sorted_vec() {
+        assert_eq!(t.get(&p), Some(v));
+    }
+    let built = Lpm::build(r.to_sorted_vec());
+    built.check_invariants();
+    check_against_reference(&built, &r, &probes_for(&r.to_sorted_vec(), &mut rng));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn ipv4_random_operations_match_reference(seed in any::<u64>()) {
+        random_ops_match_reference::<u32>(seed, 300);
+    }
+
+    #[test]
+    fn ipv6_random_operations_match_reference(seed in any::<u64>()) {
+        random_ops_match_reference::<u128>(seed, 300);
+    }
+
+    #[test]
+    fn explicit_prefixes_match_reference(
+        routes in proptest::collection::vec((any::<u32>(), 0u8..=32, 0u32..1000), 0..200),
+        probes in proptest::collection::vec(any::<u32>(), 0..100),
+    ) {
+        let mut t = Lpm::<u32>::new();
+        let mut r = ReferenceLpm::<u32>::new();
+        for &(a, l, v) in &routes {
+            let p = Prefix::new_clamped(a, l);
+            prop_assert_eq!(t.insert(p, v), r.insert(p, v));
+        }
+        for &k in probes.iter().chain(routes.iter().map(|x| &x.0)) {
+            prop_assert_eq!(t.lookup(k), r.lookup(k).map(|x| x.1));
+        }
+        for &(a, l, _) in routes.iter().step_by(2) {
+            let p = Prefix::new_clamped(a, l);
+            prop_assert_eq!(t.remove(&p), r.remove(&p));
+        }
+        for &k in probes.iter().chain(routes.iter().map(|x| &x.0)) {
+            prop_assert_eq!(t.lookup(k), r.lookup(k).map(|x| x.1));
+        }
+        t.check_invariants();
+    }
+}
+
+#[test]
+fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
+    fn run<K: Key>() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let bases: Vec<u128> = (0..64).map(|_| rng.gen()).collect();
+        let mut t = Lpm::<K>::new();
+        let mut r = ReferenceLpm::<K>::new();
+        let mut live = Vec::new();
+        while r.len() <= GROW_AT + 100 {
+            let p = random_prefix::<K>(&mut rng, &bases);
+            t.insert(p, r.len() as u32);
+            r.insert(p, r.len() as u32);
+            live.push(p);
+        }
+        assert_eq!(t.direct_bits(), K::LARGE_DIRECT_BITS);
+        t.check_invariants();
+        let probes = probes_for(&r.to_sorted_vec()[..2000], &mut rng);
+        check_against_reference(&t, &r, &probes);
+        for p in live {
+            assert_eq!(t.remove(&p), r.remove(&p));
+        }
+        assert!(t.is_empty());
+        assert_eq!(t.direct_bits(), K::SMALL_DIRECT_BITS);
+        t.check_invariants();
+        assert!(t.memory().lookup_bytes < 64 * 1024, "{:?}", t.memory());
+    }
+    run::<u32>();
+    run::<u128>();
+}
+
+#[test]
+fn decode_of_direct_entries_is_consistent() {
+    let t: Lpm<u32> = [(p4("1.0.0.0/8"), 5)].into_iter().collect();
+    assert_eq!(decode(t.direct[1]), Some(5));
+}

@@ -1,0 +1,378 @@
+//! Incremental updates: insert, replace and remove one prefix, touching only the part of
+//! the trie under it.
+//!
+//! Invariants kept here (and checked by `Lpm::check_invariants` in tests):
+//! - a node exists only if a prefix ends in it or below it;
+//! - every node's `default` is the value its parent's slot would have as a leaf;
+//! - every leaf is the longest covering prefix (leaf pushing).
+
+use super::node::{encode, Node, NodeAux, NODE_FLAG, NO_ROUTE};
+use super::{art_index, Lpm, GROW_AT, MAX_VALUE, SHRINK_AT};
+use crate::key::Key;
+use crate::prefix::Prefix;
+
+/// Deepest possible path: (128 - 8) / 6 + 1 nodes.
+const MAX_DEPTH: usize = 21;
+
+impl<K: Key> Lpm<K> {
+    /// Sets the value of `prefix`, returning the value it had.
+    ///
+    /// # Panics
+    /// If `value` exceeds [`MAX_VALUE`].
+    pub fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+        assert!(value <= MAX_VALUE, "value {value} exceeds MAX_VALUE");
+        let old = if prefix.len() <= self.direct_bits {
+            self.insert_direct(prefix, value)
+        } else {
+            self.insert_deep(prefix, value)
+        };
+        if old.is_none() {
+            self.count_by_len[usize::from(prefix.len())] += 1;
+            self.len += 1;
+            if self.direct_bits == K::SMALL_DIRECT_BITS && self.len > GROW_AT {
+                self.rebuild_with_direct_bits(K::LARGE_DIRECT_BITS);
+            }
+        }
+        old
+    }
+
+    /// Removes `prefix`, returning its value.
+    pub fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32> {
+        let old = if prefix.len() <= self.direct_bits {
+            self.remove_direct(prefix)
+        } else {
+            self.remove_deep(prefix)
+        };
+        if old.is_some() {
+            self.count_by_len[usize::from(prefix.len())] -= 1;
+            self.len -= 1;
+            if self.direct_bits == K::LARGE_DIRECT_BITS && self.len < SHRINK_AT {
+                self.rebuild_with_direct_bits(K::SMALL_DIRECT_BITS);
+            } else if self.mostly_free() {
+                self.compact();
+            }
+        }
+        old
+    }
+
+    /// True when free blocks outnumber used elements two to one (and are worth the
+    /// rebuild): compacting then costs no more than the removals that led here.
+    fn mostly_free(&self) -> bool {
+        let free = self.node_alloc.free_slots() + self.leaf_alloc.free_slots();
+        let total = self.nodes.len() + self.leaves.len();
+        free > 4096 && free > 2 * (total - free)
+    }
+
+    fn rebuild_with_direct_bits(&mut self, bits: u8) {
+        if bits != self.direct_bits {
+            *self = Self::build_with_direct_bits(self.to_vec(), bits);
+        }
+    }
+
+    // ---- prefixes no longer than the direct bits: painted onto the direct array ----
+
+    fn insert_direct(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+        let old = self.direct_prefixes.insert(prefix, value);
+        if old == Some(value) {
+            return old;
+        }
+        let owner = prefix.len() + 1;
+        for e in self.direct_range(&prefix) {
+            if self.direct_owner[e] <= owner {
+                self.direct_owner[e] = owner;
+                self.set_direct_value(e, encode(value));
+            }
+        }
+        old
+    }
+
+    fn remove_direct(&mut self, prefix: &Prefix<K>) -> Option<u32> {
+        let old = self.direct_prefixes.remove(prefix)?;
+        // Entries owned by this prefix fall back to the longest shorter prefix covering it.
+        let (owner, stored) = (0..prefix.len())
+            .rev()
+            .find_map(|len| {
+                let q = Prefix::new_clamped(prefix.addr(), len);
+                self.direct_prefixes.get(&q).map(|&v| (len + 1, encode(v)))
+            })
+            .unwrap_or((0, NO_ROUTE));
+        let mine = prefix.len() + 1;
+        for e in self.direct_range(prefix) {
+            if self.direct_owner[e] == mine {
+                self.direct_owner[e] = owner;
+                self.set_direct_value(e, stored);
+            }
+        }
+        Some(old)
+    }
+
+    pub(super) fn direct_range(&self, prefix: &Prefix<K>) -> std::ops::Range<usize> {
+        let d = u32::from(self.direct_bits);
+        let start = prefix.addr().bits(0, d) as usize;
+        start..start + (1usize << (d - u32::from(prefix.len())))
+    }
+
+    fn set_direct_value(&mut self, e: usize, stored: u32) {
+        let entry = self.direct[e];
+        if entry & NODE_FLAG == 0 {
+            self.direct[e] = stored;
+        } else {
+            let n = entry & !NODE_FLAG;
+            if self.aux[n as usize].default != stored {
+                self.aux[n as usize].default = stored;
+                self.recompile(n);
+            }
+        }
+    }
+
+    // ---- longer prefixes: kept in the node where they end ----
+
+    fn insert_deep(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+        let d = u32::from(self.direct_bits);
+        let len = u32::from(prefix.len());
+        let key = prefix.addr();
+        let e = key.bits(0, d) as usize;
+        let mut n = match self.direct[e] {
+            entry if entry & NODE_FLAG != 0 => entry & !NODE_FLAG,
+            leaf => {
+                let n = self.node_alloc.alloc(&mut self.nodes, 1);
+                self.aux.resize_with(self.nodes.len(), NodeAux::default);
+                self.init_leaf_node(n, leaf);
+                self.direct[e] = NODE_FLAG | n;
+                n
+            }
+        };
+        let mut depth = d;
+        while len > depth + 6 {
+            n = self.child_or_new(n, key.bits(depth, 6));
+            depth += 6;
+        }
+        let art = art_index(key, depth, len);
+        let stored = encode(value);
+        let prefixes = &mut self.aux[n as usize].prefixes;
+        let old = match prefixes.binary_search_by_key(&art, |e| e.0) {
+            Ok(i) => {
+                let old = prefixes[i].1;
+                if old == stored {
+                    return Some(value);
+                }
+                prefixes[i].1 = stored;
+                Some(old - 1)
+            }
+            Err(i) => {
+                prefixes.insert(i, (art, stored));
+                None
+            }
+        };
+        self.recompile(n);
+        old
+    }
+
+    fn remove_deep(&mut self, prefix: &Prefix<K>) -> Option<u32> {
+        let d = u32::from(self.direct_bits);
+        let len = u32::from(prefix.len());
+        let key = prefix.addr();
+        let e = key.bits(0, d) as usize;
+        let entry = self.direct[e];
+        if entry & NODE_FLAG == 0 {
+            return None;
+        }
+        let mut path = [(0u32, 0u32); MAX_DEPTH];
+        let mut path_len = 0;
+        let mut n = entry & !NODE_FLAG;
+        let mut depth = d;
+        while len > depth + 6 {
+            let node = self.nodes[n as usize];
+            let slot = key.bits(depth, 6);
+            let bit = 1u64 << slot;
+            if node.children & bit == 0 {
+                return None;
+            }
+            path[path_len] = (n, slot);
+            path_len += 1;
+            n = node.child_base + (node.children & (bit - 1)).count_ones();
+            depth += 6;
+        }
+        let art = art_index(key, depth, len);
+        let prefixes = &mut self.aux[n as usize].prefixes;
+        let i = prefixes.binary_search_by_key(&art, |e| e.0).ok()?;
+        let (_, stored) = prefixes.remove(i);
+        if prefixes.is_empty() {
+            prefixes.shrink_to_fit();
+        }
+        self.recompile(n);
+        // Remove nodes that no longer hold anything, bottom up.
+        while self.aux[n as usize].prefixes.is_empty() && self.nodes[n as usize].children == 0 {
+            if path_len == 0 {
+                let default = self.aux[n as usize].default;
+                self.free_node_leaves(n);
+                self.aux[n as usize] = NodeAux::default();
+                self.nodes[n as usize] = Node::default();
+                self.node_alloc.free(n, 1);
+                self.direct[e] = default;
+                break;
+            }
+            path_len -= 1;
+            let (parent, slot) = path[path_len];
+            self.remove_child(parent, slot);
+            n = parent;
+        }
+        Some(stored - 1)
+    }
+
+    /// Makes node `n` a fresh node with no prefixes and no children, all slots `default`.
+    fn init_leaf_node(&mut self, n: u32, default: u32) {
+        let leaf = self.leaf_alloc.alloc(&mut self.leaves, 1);
+        self.leaves[leaf as usize] = default;
+        self.nodes[n as usize] = Node {
+            children: 0,
+            leafvec: 1,
+            child_base: 0,
+            leaf_base: leaf,
+        };
+        self.aux[n as usize] = NodeAux {
+            default,
+            prefixes: Vec::new(),
+        };
+    }
+
+    /// The child of `parent` at `slot`, created (holding the slot's value) if missing.
+    fn child_or_new(&mut self, parent: u32, slot: u32) -> u32 {
+        let node = self.nodes[parent as usize];
+        let bit = 1u64 << slot;
+        let rank = (node.children & (bit - 1)).count_ones();
+        if node.children & bit != 0 {
+            return node.child_base + rank;
+        }
+        let default = self.slot_values(parent)[slot as usize];
+        let count = node.children.count_ones();
+        let base = self.node_alloc.alloc(&mut self.nodes, count + 1);
+        self.aux.resize_with(self.nodes.len(), NodeAux::default);
+        for j in 0..count {
+            let dst = base + j + u32::from(j >= rank);
+            self.move_node(node.child_base + j, dst);
+        }
+        if count > 0 {
+            self.node_alloc.free(node.child_base, count);
+        }
+        let child = base + rank;
+        self.init_leaf_node(child, default);
+        let p = &mut self.nodes[parent as usize];
+        p.children |= bit;
+        p.child_base = base;
+        self.recompile(parent);
+        child
+    }
+
+    /// Deletes the (empty) child of `parent` at `slot`.
+    fn remove_child(&mut self, parent: u32, slot: u32) {
+        let node = self.nodes[parent as usize];
+        let bit = 1u64 << slot;
+        let rank = (node.children & (bit - 1)).count_ones();
+        let count = node.children.count_ones();
+        let child = node.child_base + rank;
+        self.free_node_leaves(child);
+        self.aux[child as usize] = NodeAux::default();
+        let base = if count == 1 {
+            0
+        } else {
+            let base = self.node_alloc.alloc(&mut self.nodes, count - 1);
+            self.aux.resize_with(self.nodes.len(), NodeAux::default);
+            for j in (0..count).filter(|&j| j != rank) {
+                let dst = base + j - u32::from(j > rank);
+                self.move_node(node.child_base + j, dst);
+            }
+            base
+        };
+        for j in 0..count {
+            self.nodes[(node.child_base + j) as usize] = Node::default();
+        }
+        self.node_alloc.free(node.child_base, count);
+        let p = &mut self.nodes[parent as usize];
+        p.children &= !bit;
+        p.child_base = base;
+        self.recompile(parent);
+    }
+
+    fn move_node(&mut self, from: u32, to: u32) {
+        self.nodes[to as usize] = self.nodes[from as usize];
+        self.aux[to as usize] = std::mem::take(&mut self.aux[from as usize]);
+    }
+
+    fn free_node_leaves(&mut self, n: u32) {
+        let node = self.nodes[n as usize];
+        let count = node.leafvec.count_ones();
+        if count > 0 {
+            self.leaf_alloc.free(node.leaf_base, count);
+        }
+    }
+
+    /// The stored value of each of node `n`'s 64 slots as a leaf.
+    pub(super) fn slot_values(&self, n: u32) -> [u32; 64] {
+        let aux = &self.aux[n as usize];
+        let mut values = [aux.default; 64];
+        for &(art, stored) in &aux.prefixes {
+            let rel = 7 - art.leading_zeros();
+            let bits = (u32::from(art) ^ (1 << rel)) as usize;
+            let span = 64usize >> rel;
+            values[bits * span..(bits + 1) * span].fill(stored);
+        }
+        values
+    }
+
+    /// Recomputes node `n`'s leaves from its prefixes and default, and pushes changed
+    /// inherited values down into its children.
+    pub(super) fn recompile(&mut self, n: u32) {
+        let values = self.slot_values(n);
+        let node = self.nodes[n as usize];
+        let mut children = node.children;
+        let mut child = node.child_base;
+        while children != 0 {
+            let slot = children.trailing_zeros() as usize;
+            if self.aux[child as usize].default != values[slot] {
+                self.aux[child as usize].default = values[slot];
+                self.recompile(child);
+            }
+            child += 1;
+            children &= children - 1;
+        }
+        self.compile_leaves(n, &values);
+    }
+
+    /// Writes node `n`'s leaf runs for the given slot values.
+    pub(super) fn compile_leaves(&mut self, n: u32, values: &[u32; 64]) {
+        let node = self.nodes[n as usize];
+        let mut leafvec = 0u64;
+        let mut runs = [0u32; 64];
+        let mut count = 0u32;
+        let mut previous = None;
+        for (slot, &v) in values.iter().enumerate() {
+            if node.children >> slot & 1 == 1 {
+                continue;
+            }
+            if previous != Some(v) {
+                leafvec |= 1 << slot;
+                runs[count as usize] = v;
+                count += 1;
+                previous = Some(v);
+            }
+        }
+        let old_count = node.leafvec.count_ones();
+        let mut base = node.leaf_base;
+        if count != old_count {
+            if old_count > 0 {
+                self.leaf_alloc.free(base, old_count);
+            }
+            base = if count > 0 {
+                self.leaf_alloc.alloc(&mut self.leaves, count)
+            } else {
+                0
+            };
+        }
+        self.leaves[base as usize..(base + count) as usize]
+            .copy_from_slice(&runs[..count as usize]);
+        let node = &mut self.nodes[n as usize];
+        node.leafvec = leafvec;
+        node.leaf_base = base;
+    }
+}
