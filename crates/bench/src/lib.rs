@@ -1,1 +1,11 @@
-//! placeholder
+//! # fibre-bench: what fibre measures with, and what it reads routes from
+//!
+//! - [`source`]: route files (prefix lists, update streams, gzip) with precise errors.
+//! - [`addresses`]: matched and uniform address generators.
+//! - [`method`]: the seeds' kbench method (repetitions, trimmed mean, dry run, threads).
+//! - [`lookups`]: the `fibre bench lookup` measurements of the engine.
+
+pub mod addresses;
+pub mod lookups;
+pub mod method;
+pub mod source;

@@ -1,1 +1,54 @@
-fn main() {}
+//! `fibre`: a userspace IPv4/IPv6 forwarding plane. This binary is thin: each subcommand
+//! lives in its own file and calls into the library crates.
+
+mod bench;
+mod lookup;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "fibre", version, about = "Userspace IPv4/IPv6 forwarding plane: route lookups and their measurement")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Look up addresses in a route file: prints `ADDR PREFIX` (or `ADDR -`) per address.
+    Lookup(lookup::Args),
+    /// Measure fibre.
+    #[command(subcommand)]
+    Bench(bench::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Lookup(args) => lookup::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fibre: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads a route file, reporting skipped lines on stderr.
+fn load_routes(
+    path: &std::path::Path,
+    skip_bad: bool,
+) -> Result<fibre_bench::source::RouteFile, Box<dyn std::error::Error>> {
+    let file = fibre_bench::source::read_route_file(path, skip_bad)?;
+    if file.skipped > 0 {
+        eprintln!("fibre: skipped {} bad line(s) of {}", file.skipped, path.display());
+        for e in &file.skipped_examples {
+            eprintln!("  {e}");
+        }
+    }
+    Ok(file)
+}

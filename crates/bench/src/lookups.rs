@@ -1,0 +1,354 @@
+//! `fibre bench lookup`: the engine's figures for one route table, family by family.
+//!
+//! For each family present it measures, in this order: the bulk build; memory; inserting
+//! every route one at a time into an empty table and removing them again; the real update
+//! stream if one is given (on the engine, and through the shared writer, which applies
+//! every change to both copies); lookups, scalar and batched, on each address set, for
+//! 1 up to N threads; and, with an update stream, lookups while a writer thread applies it
+//! flat out. Lookups go through the shared table's readers, a read guard taken per 256
+//! addresses, as a forwarding thread would take one per burst of packets.
+//!
+//! Every figure is emitted as one JSON object (see [`Figure`]); the caller prints them.
+
+use crate::addresses;
+use crate::method::{measure, Method, Stat, Timing};
+use crate::source::RouteOp;
+use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix};
+use serde_json::{json, Value};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// One measured figure, as a JSON object with at least `engine`, `family`, `routes` and
+/// `metric`.
+pub type Figure = Value;
+
+/// Addresses looked up per read guard.
+const GUARD_SPAN: usize = 256;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct LookupConfig {
+    /// Highest thread count (every count from 1 up to it is measured).
+    pub threads: usize,
+    /// Repetitions per measurement.
+    pub repetitions: usize,
+    /// Addresses generated per address set.
+    pub count: usize,
+    /// Keys per batched call.
+    pub batch: usize,
+    /// Seed of the address generators.
+    pub seed: u64,
+    /// Operations the writer applies between two publishes.
+    pub publish_every: usize,
+}
+
+impl Default for LookupConfig {
+    fn default() -> Self {
+        LookupConfig {
+            threads: 1,
+            repetitions: 12,
+            count: addresses::DEFAULT_COUNT,
+            batch: 64,
+            seed: 1,
+            publish_every: 64,
+        }
+    }
+}
+
+/// A named set of addresses to look up.
+pub struct AddressSet<K> {
+    /// `matched`, `uniform` or a file name.
+    pub name: String,
+    /// The addresses.
+    pub keys: Vec<K>,
+}
+
+/// How lookups are issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A loop of single-key lookups.
+    Scalar,
+    /// Batched calls.
+    Batch,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Scalar => "scalar",
+            Mode::Batch => "batch",
+        }
+    }
+}
+
+/// Runs every measurement for one family, passing each figure to `emit` as it is made.
+/// `on_step` is called with a short description before each step (for progress display).
+pub fn bench_family<K: Key>(
+    prefixes: &[Prefix<K>],
+    updates: Option<&[(RouteOp, Prefix<K>)]>,
+    sets: &[AddressSet<K>],
+    cfg: &LookupConfig,
+    emit: &mut dyn FnMut(Figure),
+    on_step: &mut dyn FnMut(&str),
+) {
+    let base = |metric: &str| {
+        json!({"engine": "fibre", "family": K::FAMILY, "routes": prefixes.len(), "metric": metric})
+    };
+    let with = |mut v: Value, extra: Value| {
+        if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        v
+    };
+    let routes: Vec<(Prefix<K>, u32)> = prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
+
+    on_step(&format!("IPv{}: bulk build", K::FAMILY));
+    let mut build_secs = Vec::new();
+    let mut table = Lpm::new();
+    for _ in 0..3 {
+        let input = routes.clone();
+        let start = Instant::now();
+        table = Lpm::build(input);
+        build_secs.push(start.elapsed().as_secs_f64());
+    }
+    let build = Stat::trimmed(&build_secs);
+    emit(with(base("build"), json!({"seconds": build.mean, "routes_per_sec": prefixes.len() as f64 / build.mean})));
+
+    let m = table.memory();
+    emit(with(
+        base("memory"),
+        json!({
+            "lookup_bytes": m.lookup_bytes,
+            "update_bytes": m.update_bytes,
+            "bytes_per_route": m.lookup_bytes as f64 / prefixes.len().max(1) as f64,
+            "nodes": m.nodes,
+            "leaves": m.leaves,
+            "direct_bits": table.direct_bits(),
+        }),
+    ));
+
+    on_step(&format!("IPv{}: incremental inserts and removals", K::FAMILY));
+    let mut t = Lpm::new();
+    let start = Instant::now();
+    for &(p, v) in &routes {
+        t.insert(p, v);
+    }
+    let insert_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for (p, _) in &routes {
+        t.remove(p);
+    }
+    let remove_secs = start.elapsed().as_secs_f64();
+    emit(with(base("insert"), json!({"ops": routes.len(), "seconds": insert_secs, "ops_per_sec": routes.len() as f64 / insert_secs})));
+    emit(with(base("remove"), json!({"ops": routes.len(), "seconds": remove_secs, "ops_per_sec": routes.len() as f64 / remove_secs})));
+
+    if let Some(updates) = updates {
+        on_step(&format!("IPv{}: applying the update stream", K::FAMILY));
+        let mut t = table.clone();
+        let start = Instant::now();
+        apply_updates(&mut t, updates);
+        let secs = start.elapsed().as_secs_f64();
+        emit(with(base("updates"), json!({"path": "engine", "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs})));
+        let (mut writer, _reader) = shared(table.clone());
+        let start = Instant::now();
+        for (i, &(op, p)) in updates.iter().enumerate() {
+            match op {
+                RouteOp::Announce => writer.insert(p, i as u32),
+                RouteOp::Withdraw => writer.remove(p),
+            }
+            if i % cfg.publish_every == cfg.publish_every - 1 {
+                writer.publish();
+            }
+        }
+        writer.publish();
+        let secs = start.elapsed().as_secs_f64();
+        emit(with(base("updates"), json!({"path": "shared", "publish_every": cfg.publish_every, "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs})));
+    }
+
+    let interference_table = updates.map(|_| table.clone());
+    let (writer, reader) = shared(table);
+    let factory = reader.factory();
+    for set in sets {
+        for threads in 1..=cfg.threads.max(1) {
+            for mode in [Mode::Scalar, Mode::Batch] {
+                on_step(&format!(
+                    "IPv{}: {} {} lookups, {} thread(s)",
+                    K::FAMILY,
+                    set.name,
+                    mode.name(),
+                    threads
+                ));
+                let method = Method {
+                    repetitions: cfg.repetitions,
+                    threads,
+                };
+                let timing = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+                emit(with(base("lookup"), lookup_fields(mode, threads, &set.name, timing, false)));
+            }
+        }
+    }
+    drop((writer, reader));
+
+    // Readers while a writer applies the real update stream flat out, against the same
+    // readers with the writer idle. Readers take the cores the writer leaves.
+    if let (Some(updates), Some(table)) = (updates, interference_table) {
+        let readers = cfg.threads.max(2) - 1;
+        let set = &sets[0];
+        let (writer, reader) = shared(table);
+        let factory = reader.factory();
+        let method = Method {
+            repetitions: cfg.repetitions,
+            threads: readers,
+        };
+        for mode in [Mode::Scalar, Mode::Batch] {
+            on_step(&format!(
+                "IPv{}: {} lookups while a writer applies updates",
+                K::FAMILY,
+                mode.name()
+            ));
+            let alone = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+            emit(with(base("lookup"), lookup_fields(mode, readers, &set.name, alone, false)));
+        }
+        let stop = AtomicBool::new(false);
+        let applied = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let (stop, applied) = (&stop, &applied);
+            let mut writer = writer;
+            let publish_every = cfg.publish_every;
+            let handle = s.spawn(move || {
+                let start = Instant::now();
+                'outer: loop {
+                    for (i, &(op, p)) in updates.iter().enumerate() {
+                        if stop.load(Ordering::Relaxed) {
+                            break 'outer;
+                        }
+                        match op {
+                            RouteOp::Announce => writer.insert(p, i as u32),
+                            RouteOp::Withdraw => writer.remove(p),
+                        }
+                        if i % publish_every == publish_every - 1 {
+                            writer.publish();
+                        }
+                        applied.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                writer.publish();
+                start.elapsed()
+            });
+            for mode in [Mode::Scalar, Mode::Batch] {
+                let t = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+                emit(with(base("lookup"), lookup_fields(mode, readers, &set.name, t, true)));
+            }
+            stop.store(true, Ordering::Relaxed);
+            let elapsed = handle.join().expect("writer thread panicked");
+            let ops = applied.load(Ordering::Relaxed);
+            emit(with(
+                base("updates"),
+                json!({"path": "shared-under-load", "publish_every": publish_every, "ops": ops,
+                       "seconds": elapsed.as_secs_f64(), "ops_per_sec": ops as f64 / elapsed.as_secs_f64()}),
+            ));
+        });
+    }
+}
+
+fn lookup_fields(mode: Mode, threads: usize, addresses: &str, t: Timing, writer: bool) -> Value {
+    json!({
+        "mode": mode.name(),
+        "threads": threads,
+        "addresses": addresses,
+        "ns_per_lookup": t.per_op.mean,
+        "mean_dev": t.per_op.mean_dev,
+        "throughput_ns": t.throughput.mean,
+        "throughput_mean_dev": t.throughput.mean_dev,
+        "lookups_per_sec": 1e9 / t.throughput.mean,
+        "writer": writer,
+    })
+}
+
+/// Applies an update stream to a table: announcements insert (value = position in the
+/// stream), withdrawals remove.
+pub fn apply_updates<K: Key>(t: &mut Lpm<K>, updates: &[(RouteOp, Prefix<K>)]) {
+    for (i, &(op, p)) in updates.iter().enumerate() {
+        match op {
+            RouteOp::Announce => {
+                t.insert(p, i as u32);
+            }
+            RouteOp::Withdraw => {
+                t.remove(&p);
+            }
+        }
+    }
+}
+
+/// Measures lookups of `keys` (dry run subtracted), each thread starting at its own
+/// offset in the address list.
+fn lookups<K: Key>(
+    method: Method,
+    reader: &(dyn Fn() -> LpmReader<K> + Sync),
+    keys: &[K],
+    mode: Mode,
+    batch: usize,
+) -> Timing {
+    let chunks = keys.len().div_ceil(GUARD_SPAN);
+    let start_of = |thread: usize| thread * chunks / method.threads.max(1);
+    let real = measure(
+        method,
+        |thread| (reader(), vec![None; batch], start_of(thread)),
+        |(r, out, first), _| run(r, keys, *first, mode, out, true),
+    );
+    let dry = measure(
+        method,
+        |thread| (reader(), vec![None; batch], start_of(thread)),
+        |(r, out, first), _| run(r, keys, *first, mode, out, false),
+    );
+    real.minus(dry)
+}
+
+/// One pass over all keys starting at chunk `first`; with `real == false`, everything but
+/// the lookups (the dry run).
+#[inline(never)]
+fn run<K: Key>(
+    reader: &LpmReader<K>,
+    keys: &[K],
+    first: usize,
+    mode: Mode,
+    out: &mut [Option<u32>],
+    real: bool,
+) -> u64 {
+    let mut acc = 0u32;
+    let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
+    for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
+        let guard = reader.read().expect("the writer outlives the benchmark");
+        let table: &Lpm<K> = &guard;
+        match (mode, real) {
+            (Mode::Scalar, true) => {
+                for &k in chunk {
+                    acc = acc.wrapping_add(table.lookup(k).unwrap_or(0));
+                }
+            }
+            (Mode::Scalar, false) => {
+                for &k in chunk {
+                    acc = acc.wrapping_add(black_box(k).to_u128() as u32);
+                }
+            }
+            (Mode::Batch, _) => {
+                for sub in chunk.chunks(out.len()) {
+                    let out = &mut out[..sub.len()];
+                    if real {
+                        table.lookup_batch(sub, out);
+                    } else {
+                        for (o, &k) in out.iter_mut().zip(black_box(sub)) {
+                            *o = Some(k.to_u128() as u32);
+                        }
+                    }
+                    for o in out.iter() {
+                        acc = acc.wrapping_add(o.unwrap_or(0));
+                    }
+                }
+            }
+        }
+    }
+    black_box(acc);
+    keys.len() as u64
+}

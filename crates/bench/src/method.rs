@@ -1,0 +1,174 @@
+//! The measurement method of the seeds' `kbench_mod`, as DESIGN.md states it.
+//!
+//! N threads each run the same work; the run is repeated (12 times by default); the
+//! highest and lowest repetitions are dropped; the rest give a mean and a mean absolute
+//! deviation. A dry run that does everything but the measured operation is measured the
+//! same way and subtracted. Two figures come out of every run:
+//!
+//! - *latency-style*: each thread's elapsed time divided by its own operations, averaged
+//!   over threads (the time of one operation as a thread sees it);
+//! - *throughput-style*: wall-clock time from the first thread's start to the last
+//!   thread's end, divided by all operations of all threads.
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// Repetitions and threads of a measurement.
+#[derive(Clone, Copy, Debug)]
+pub struct Method {
+    /// Repetitions (the highest and lowest are dropped).
+    pub repetitions: usize,
+    /// Threads running the work at once.
+    pub threads: usize,
+}
+
+impl Default for Method {
+    fn default() -> Self {
+        Method {
+            repetitions: 12,
+            threads: 1,
+        }
+    }
+}
+
+/// A mean and its mean absolute deviation, over the repetitions kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stat {
+    /// Mean.
+    pub mean: f64,
+    /// Mean absolute deviation from the mean.
+    pub mean_dev: f64,
+}
+
+impl Stat {
+    /// The mean and mean deviation of `samples` with the highest and lowest dropped
+    /// (when there are at least three).
+    pub fn trimmed(samples: &[f64]) -> Stat {
+        let mut s: Vec<f64> = samples.to_vec();
+        s.sort_by(f64::total_cmp);
+        let kept = if s.len() >= 3 { &s[1..s.len() - 1] } else { &s[..] };
+        if kept.is_empty() {
+            return Stat::default();
+        }
+        let mean = kept.iter().sum::<f64>() / kept.len() as f64;
+        let mean_dev = kept.iter().map(|x| (x - mean).abs()).sum::<f64>() / kept.len() as f64;
+        Stat { mean, mean_dev }
+    }
+
+    /// `self - other`: means subtract, deviations add.
+    pub fn minus(self, other: Stat) -> Stat {
+        Stat {
+            mean: self.mean - other.mean,
+            mean_dev: self.mean_dev + other.mean_dev,
+        }
+    }
+}
+
+/// The result of measuring one operation: ns per operation, both ways.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Each thread's time per operation (averaged over threads).
+    pub per_op: Stat,
+    /// Wall time divided by all operations of all threads.
+    pub throughput: Stat,
+}
+
+impl Timing {
+    /// This timing with a dry run's subtracted.
+    pub fn minus(self, dry: Timing) -> Timing {
+        Timing {
+            per_op: self.per_op.minus(dry.per_op),
+            throughput: self.throughput.minus(dry.throughput),
+        }
+    }
+}
+
+/// Runs `work(thread, repetition)` on `method.threads` threads, each repetition started
+/// together behind a barrier; `work` returns how many operations it did. Returns ns per
+/// operation. `setup(thread)` builds each thread's state once, outside the timing.
+pub fn measure<S, Setup, Work>(method: Method, setup: Setup, work: Work) -> Timing
+where
+    Setup: Fn(usize) -> S + Sync,
+    Work: Fn(&mut S, usize) -> u64 + Sync,
+{
+    let threads = method.threads.max(1);
+    let reps = method.repetitions.max(1);
+    let barrier = Barrier::new(threads);
+    // Per thread, per repetition: (start, end, operations).
+    let runs: Vec<Vec<(Instant, Instant, u64)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, setup, work) = (&barrier, &setup, &work);
+                scope.spawn(move || {
+                    let mut state = setup(t);
+                    (0..reps)
+                        .map(|rep| {
+                            barrier.wait();
+                            let start = Instant::now();
+                            let ops = work(&mut state, rep);
+                            (start, Instant::now(), ops)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .collect()
+    });
+    let ns = |d: Duration| d.as_secs_f64() * 1e9;
+    let mut per_op = Vec::with_capacity(reps);
+    let mut throughput = Vec::with_capacity(reps);
+    for rep in 0..reps {
+        let this: Vec<_> = runs.iter().map(|r| r[rep]).collect();
+        let per_thread: f64 = this
+            .iter()
+            .map(|&(s, e, ops)| ns(e - s) / ops.max(1) as f64)
+            .sum::<f64>()
+            / threads as f64;
+        let first = this.iter().map(|r| r.0).min().expect("one thread at least");
+        let last = this.iter().map(|r| r.1).max().expect("one thread at least");
+        let all_ops: u64 = this.iter().map(|r| r.2).sum();
+        per_op.push(per_thread);
+        throughput.push(ns(last - first) / all_ops.max(1) as f64);
+    }
+    Timing {
+        per_op: Stat::trimmed(&per_op),
+        throughput: Stat::trimmed(&throughput),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimmed_drops_the_extremes() {
+        let s = Stat::trimmed(&[100.0, 1.0, 2.0, 3.0, -50.0]);
+        assert_eq!(s.mean, 2.0);
+        assert!((s.mean_dev - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(Stat::trimmed(&[4.0]).mean, 4.0);
+        let d = Stat { mean: 10.0, mean_dev: 1.0 }.minus(Stat { mean: 3.0, mean_dev: 0.5 });
+        assert_eq!(d, Stat { mean: 7.0, mean_dev: 1.5 });
+    }
+
+    #[test]
+    fn measure_runs_every_thread_every_repetition() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let calls = AtomicU64::new(0);
+        let t = measure(
+            Method { repetitions: 5, threads: 2 },
+            |thread| thread as u64,
+            |_, _| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+                1000
+            },
+        );
+        assert_eq!(calls.load(Ordering::Relaxed), 10);
+        // 2 ms for 1000 operations is at least 2,000 ns each.
+        assert!(t.per_op.mean >= 2000.0, "{t:?}");
+        assert!(t.throughput.mean >= 1000.0 && t.throughput.mean < t.per_op.mean, "{t:?}");
+    }
+}

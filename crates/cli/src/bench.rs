@@ -1,0 +1,229 @@
+//! `fibre bench`: measurements. `fibre bench lookup` measures the engine on a route file.
+
+use fibre_bench::addresses;
+use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};
+use fibre_bench::source::{final_prefixes, RouteOp};
+use fibre_lpm::{Key, Prefix};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Subcommands of `fibre bench`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Lookups, builds, updates and memory of the LPM engine on one route table.
+    Lookup(LookupArgs),
+}
+
+/// Arguments of `fibre bench lookup`.
+#[derive(clap::Args)]
+pub struct LookupArgs {
+    /// Route file (prefix list; A/W lines are applied in order).
+    #[arg(long)]
+    routes: PathBuf,
+    /// Addresses to look up, one per line; without it, matched and uniform random ones.
+    #[arg(long)]
+    addresses: Option<PathBuf>,
+    /// An update stream (A/W lines) to apply, alone and under concurrent lookups.
+    #[arg(long)]
+    updates: Option<PathBuf>,
+    /// Measure 1 up to this many threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Repetitions per measurement (the highest and lowest are dropped).
+    #[arg(long, default_value_t = 12)]
+    repetitions: usize,
+    /// Random addresses generated per set.
+    #[arg(long, default_value_t = addresses::DEFAULT_COUNT)]
+    count: usize,
+    /// Keys per batched lookup call.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Updates the writer applies between two publishes.
+    #[arg(long, default_value_t = 64)]
+    publish_every: usize,
+    /// Seed of the address generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Count and skip malformed lines instead of stopping at the first.
+    #[arg(long)]
+    skip_bad: bool,
+}
+
+pub fn run(cmd: Command) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cmd {
+        Command::Lookup(args) => lookup(args),
+    }
+}
+
+fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if args.threads == 0 || args.repetitions == 0 || args.count == 0 || args.batch == 0 || args.publish_every == 0 {
+        return Err("--threads, --repetitions, --count, --batch and --publish-every must be at least 1".into());
+    }
+    let routes = crate::load_routes(&args.routes, args.skip_bad)?;
+    let updates = match &args.updates {
+        Some(p) => Some(crate::load_routes(p, args.skip_bad)?),
+        None => None,
+    };
+    let given = match &args.addresses {
+        Some(p) => Some(read_addresses(p)?),
+        None => None,
+    };
+    let cfg = LookupConfig {
+        threads: args.threads,
+        repetitions: args.repetitions,
+        count: args.count,
+        batch: args.batch,
+        seed: args.seed,
+        publish_every: args.publish_every,
+    };
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"));
+    progress.enable_steady_tick(std::time::Duration::from_millis(200));
+    let json = args.json;
+    let name = args.addresses.as_deref().map(file_name);
+    let mut emit = |f: Figure| progress.suspend(|| print_figure(&f, json));
+    let mut step = |s: &str| progress.set_message(s.to_string());
+    let mut families = 0;
+    if !routes.v4.is_empty() {
+        families += 1;
+        run_family(
+            &final_prefixes(&routes.v4),
+            updates.as_ref().map(|u| &u.v4[..]),
+            given.as_ref().map(|g| (name.clone().unwrap_or_default(), g.0.clone())),
+            &cfg,
+            &mut emit,
+            &mut step,
+        );
+    }
+    if !routes.v6.is_empty() {
+        families += 1;
+        run_family(
+            &final_prefixes(&routes.v6),
+            updates.as_ref().map(|u| &u.v6[..]),
+            given.as_ref().map(|g| (name.clone().unwrap_or_default(), g.1.clone())),
+            &cfg,
+            &mut emit,
+            &mut step,
+        );
+    }
+    progress.finish_and_clear();
+    if families == 0 {
+        return Err(format!("{}: no routes", args.routes.display()).into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_family<K: Key>(
+    prefixes: &[Prefix<K>],
+    updates: Option<&[(RouteOp, Prefix<K>)]>,
+    given: Option<(String, Vec<K>)>,
+    cfg: &LookupConfig,
+    emit: &mut dyn FnMut(Figure),
+    step: &mut dyn FnMut(&str),
+) {
+    let sets = match given {
+        Some((name, keys)) if !keys.is_empty() => vec![AddressSet { name, keys }],
+        Some(_) => return, // the address file has none of this family
+        None => vec![
+            AddressSet {
+                name: "matched".into(),
+                keys: addresses::matched(prefixes, cfg.count, cfg.seed),
+            },
+            AddressSet {
+                name: "uniform".into(),
+                keys: addresses::uniform(cfg.count, cfg.seed),
+            },
+        ],
+    };
+    let updates = updates.filter(|u| !u.is_empty());
+    bench_family(prefixes, updates, &sets, cfg, emit, step);
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string())
+}
+
+/// Reads one address per line (blank lines and `#` comments allowed), split by family.
+fn read_addresses(path: &Path) -> Result<(Vec<u32>, Vec<u128>), Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    let reader = fibre_bench::source::open_maybe_gz(path)?;
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| format!("{}: read failed after line {n}: {e}", path.display()))?;
+        let text = line.split('#').next().unwrap_or("").trim();
+        if text.is_empty() {
+            continue;
+        }
+        match text.parse::<IpAddr>() {
+            Ok(IpAddr::V4(a)) => v4.push(a.into()),
+            Ok(IpAddr::V6(a)) => v6.push(a.into()),
+            Err(_) => {
+                return Err(format!("{}:{}: {text:?} is not an IPv4 or IPv6 address", path.display(), n + 1).into())
+            }
+        }
+    }
+    Ok((v4, v6))
+}
+
+/// Prints a figure as JSON or as a line of text.
+fn print_figure(f: &Figure, json: bool) {
+    if json {
+        println!("{f}");
+        return;
+    }
+    let num = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
+    let family = format!("IPv{} {} routes", f["family"], group(num("routes") as u64));
+    match f["metric"].as_str().unwrap_or("") {
+        "build" => println!("{family}: bulk build {:.3} s ({:.2} M routes/s)", num("seconds"), num("routes_per_sec") / 1e6),
+        "memory" => println!(
+            "{family}: lookup structure {:.2} MiB ({:.2} bytes/route), update side {:.2} MiB, direct bits {}",
+            num("lookup_bytes") / 1048576.0,
+            num("bytes_per_route"),
+            num("update_bytes") / 1048576.0,
+            f["direct_bits"]
+        ),
+        "insert" | "remove" => println!(
+            "{family}: incremental {} of every route {:.3} s ({:.2} M/s)",
+            f["metric"].as_str().unwrap_or(""),
+            num("seconds"),
+            num("ops_per_sec") / 1e6
+        ),
+        "updates" => println!(
+            "{family}: update stream via {}: {} ops in {:.3} s ({:.2} M/s)",
+            f["path"].as_str().unwrap_or(""),
+            group(num("ops") as u64),
+            num("seconds"),
+            num("ops_per_sec") / 1e6
+        ),
+        "lookup" => println!(
+            "{family}: {:<8} {:<6} {} thread(s){}: {:7.2} ns/lookup ±{:.2}, throughput {:7.2} ns ({:.1} M lookups/s)",
+            f["addresses"].as_str().unwrap_or(""),
+            f["mode"].as_str().unwrap_or(""),
+            f["threads"],
+            if f["writer"].as_bool() == Some(true) { " + writer" } else { "" },
+            num("ns_per_lookup"),
+            num("mean_dev"),
+            num("throughput_ns"),
+            num("lookups_per_sec") / 1e6
+        ),
+        _ => println!("{f}"),
+    }
+}
+
+/// 1234567 -> "1,234,567".
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
