@@ -17,7 +17,10 @@ pub const DEFAULT_COUNT: usize = 1 << 20;
 
 /// `count` addresses inside randomly chosen prefixes of `prefixes` (which must not be empty).
 pub fn matched<K: Key>(prefixes: &[Prefix<K>], count: usize, seed: u64) -> Vec<K> {
-    assert!(!prefixes.is_empty(), "matched addresses need at least one prefix");
+    assert!(
+        !prefixes.is_empty(),
+        "matched addresses need at least one prefix"
+    );
     let mut rng = SmallRng::seed_from_u64(seed);
     let width = u32::from(K::BITS);
     (0..count)

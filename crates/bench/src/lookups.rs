@@ -92,16 +92,18 @@ pub fn bench_family<K: Key>(
     emit: &mut dyn FnMut(Figure),
     on_step: &mut dyn FnMut(&str),
 ) {
-    let base = |metric: &str| {
-        json!({"engine": "fibre", "family": K::FAMILY, "routes": prefixes.len(), "metric": metric})
-    };
+    let base = |metric: &str| json!({"engine": "fibre", "family": K::FAMILY, "routes": prefixes.len(), "metric": metric});
     let with = |mut v: Value, extra: Value| {
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
         }
         v
     };
-    let routes: Vec<(Prefix<K>, u32)> = prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
+    let routes: Vec<(Prefix<K>, u32)> = prefixes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (*p, i as u32))
+        .collect();
 
     on_step(&format!("IPv{}: bulk build", K::FAMILY));
     let mut build_secs = Vec::new();
@@ -113,7 +115,10 @@ pub fn bench_family<K: Key>(
         build_secs.push(start.elapsed().as_secs_f64());
     }
     let build = Stat::trimmed(&build_secs);
-    emit(with(base("build"), json!({"seconds": build.mean, "routes_per_sec": prefixes.len() as f64 / build.mean})));
+    emit(with(
+        base("build"),
+        json!({"seconds": build.mean, "routes_per_sec": prefixes.len() as f64 / build.mean}),
+    ));
 
     let m = table.memory();
     emit(with(
@@ -128,7 +133,10 @@ pub fn bench_family<K: Key>(
         }),
     ));
 
-    on_step(&format!("IPv{}: incremental inserts and removals", K::FAMILY));
+    on_step(&format!(
+        "IPv{}: incremental inserts and removals",
+        K::FAMILY
+    ));
     let mut t = Lpm::new();
     let start = Instant::now();
     for &(p, v) in &routes {
@@ -140,8 +148,14 @@ pub fn bench_family<K: Key>(
         t.remove(p);
     }
     let remove_secs = start.elapsed().as_secs_f64();
-    emit(with(base("insert"), json!({"ops": routes.len(), "seconds": insert_secs, "ops_per_sec": routes.len() as f64 / insert_secs})));
-    emit(with(base("remove"), json!({"ops": routes.len(), "seconds": remove_secs, "ops_per_sec": routes.len() as f64 / remove_secs})));
+    emit(with(
+        base("insert"),
+        json!({"ops": routes.len(), "seconds": insert_secs, "ops_per_sec": routes.len() as f64 / insert_secs}),
+    ));
+    emit(with(
+        base("remove"),
+        json!({"ops": routes.len(), "seconds": remove_secs, "ops_per_sec": routes.len() as f64 / remove_secs}),
+    ));
 
     if let Some(updates) = updates {
         on_step(&format!("IPv{}: applying the update stream", K::FAMILY));
@@ -149,7 +163,10 @@ pub fn bench_family<K: Key>(
         let start = Instant::now();
         apply_updates(&mut t, updates);
         let secs = start.elapsed().as_secs_f64();
-        emit(with(base("updates"), json!({"path": "engine", "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs})));
+        emit(with(
+            base("updates"),
+            json!({"path": "engine", "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs}),
+        ));
         let (mut writer, _reader) = shared(table.clone());
         let start = Instant::now();
         for (i, &(op, p)) in updates.iter().enumerate() {
@@ -163,7 +180,10 @@ pub fn bench_family<K: Key>(
         }
         writer.publish();
         let secs = start.elapsed().as_secs_f64();
-        emit(with(base("updates"), json!({"path": "shared", "publish_every": cfg.publish_every, "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs})));
+        emit(with(
+            base("updates"),
+            json!({"path": "shared", "publish_every": cfg.publish_every, "ops": updates.len(), "seconds": secs, "ops_per_sec": updates.len() as f64 / secs}),
+        ));
     }
 
     let interference_table = updates.map(|_| table.clone());
@@ -184,7 +204,10 @@ pub fn bench_family<K: Key>(
                     threads,
                 };
                 let timing = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-                emit(with(base("lookup"), lookup_fields(mode, threads, &set.name, timing, false)));
+                emit(with(
+                    base("lookup"),
+                    lookup_fields(mode, threads, &set.name, timing, false),
+                ));
             }
         }
     }
@@ -208,7 +231,10 @@ pub fn bench_family<K: Key>(
                 mode.name()
             ));
             let alone = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-            emit(with(base("lookup"), lookup_fields(mode, readers, &set.name, alone, false)));
+            emit(with(
+                base("lookup"),
+                lookup_fields(mode, readers, &set.name, alone, false),
+            ));
         }
         let stop = AtomicBool::new(false);
         let applied = AtomicU64::new(0);
@@ -238,7 +264,10 @@ pub fn bench_family<K: Key>(
             });
             for mode in [Mode::Scalar, Mode::Batch] {
                 let t = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-                emit(with(base("lookup"), lookup_fields(mode, readers, &set.name, t, true)));
+                emit(with(
+                    base("lookup"),
+                    lookup_fields(mode, readers, &set.name, t, true),
+                ));
             }
             stop.store(true, Ordering::Relaxed);
             let elapsed = handle.join().expect("writer thread panicked");

@@ -46,7 +46,11 @@ impl Stat {
     pub fn trimmed(samples: &[f64]) -> Stat {
         let mut s: Vec<f64> = samples.to_vec();
         s.sort_by(f64::total_cmp);
-        let kept = if s.len() >= 3 { &s[1..s.len() - 1] } else { &s[..] };
+        let kept = if s.len() >= 3 {
+            &s[1..s.len() - 1]
+        } else {
+            &s[..]
+        };
         if kept.is_empty() {
             return Stat::default();
         }
@@ -149,8 +153,21 @@ mod tests {
         assert_eq!(s.mean, 2.0);
         assert!((s.mean_dev - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(Stat::trimmed(&[4.0]).mean, 4.0);
-        let d = Stat { mean: 10.0, mean_dev: 1.0 }.minus(Stat { mean: 3.0, mean_dev: 0.5 });
-        assert_eq!(d, Stat { mean: 7.0, mean_dev: 1.5 });
+        let d = Stat {
+            mean: 10.0,
+            mean_dev: 1.0,
+        }
+        .minus(Stat {
+            mean: 3.0,
+            mean_dev: 0.5,
+        });
+        assert_eq!(
+            d,
+            Stat {
+                mean: 7.0,
+                mean_dev: 1.5
+            }
+        );
     }
 
     #[test]
@@ -158,7 +175,10 @@ mod tests {
         use std::sync::atomic::{AtomicU64, Ordering};
         let calls = AtomicU64::new(0);
         let t = measure(
-            Method { repetitions: 5, threads: 2 },
+            Method {
+                repetitions: 5,
+                threads: 2,
+            },
             |thread| thread as u64,
             |_, _| {
                 calls.fetch_add(1, Ordering::Relaxed);
@@ -169,6 +189,9 @@ mod tests {
         assert_eq!(calls.load(Ordering::Relaxed), 10);
         // 2 ms for 1000 operations is at least 2,000 ns each.
         assert!(t.per_op.mean >= 2000.0, "{t:?}");
-        assert!(t.throughput.mean >= 1000.0 && t.throughput.mean < t.per_op.mean, "{t:?}");
+        assert!(
+            t.throughput.mean >= 1000.0 && t.throughput.mean < t.per_op.mean,
+            "{t:?}"
+        );
     }
 }

@@ -128,7 +128,12 @@ pub fn parse_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, String> {
     let (op, prefix) = match first {
         "A" | "a" => (RouteOp::Announce, fields.next()),
         "W" | "w" => (RouteOp::Withdraw, fields.next()),
-        _ => (RouteOp::Announce, Some(first)),
+        _ => {
+            if fields.clone().next().is_some() {
+                return Err(format!("unknown operation {first:?} (expected A or W)"));
+            }
+            (RouteOp::Announce, Some(first))
+        }
     };
     let prefix = prefix.ok_or_else(|| format!("{first:?} is not followed by a prefix"))?;
     if let Some(extra) = fields.next() {
@@ -154,11 +159,13 @@ pub fn read_routes(
     let mut number = 0;
     loop {
         buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(|e| SourceError {
-            path: path.to_path_buf(),
-            line: None,
-            reason: format!("read failed after line {number}: {e}"),
-        })?;
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| SourceError {
+                path: path.to_path_buf(),
+                line: None,
+                reason: format!("read failed after line {number}: {e}"),
+            })?;
         if n == 0 {
             return Ok(out);
         }
@@ -229,13 +236,17 @@ mod tests {
         assert_eq!(e.to_string(), "t.txt:2: prefix length 40 is longer than 32");
         let e = read("1.2.3.4/8\nX 1.0.0.0/8\n", false).unwrap_err();
         assert_eq!(e.line, Some(2));
-        assert!(e.reason.contains("\"X\""), "{e}");
+        assert_eq!(e.reason, "unknown operation \"X\" (expected A or W)");
         let e = read("A\n", false).unwrap_err();
         assert!(e.to_string().contains("not followed by a prefix"), "{e}");
         let e = read("A 1.0.0.0/8 extra\n", false).unwrap_err();
         assert!(e.to_string().contains("unexpected \"extra\""), "{e}");
-        let e = read_routes(Cursor::new(b"1.0.0.0/8\n\xff\xfe\n".to_vec()), Path::new("t"), false)
-            .unwrap_err();
+        let e = read_routes(
+            Cursor::new(b"1.0.0.0/8\n\xff\xfe\n".to_vec()),
+            Path::new("t"),
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.to_string(), "t:2: line is not valid UTF-8");
     }
 

@@ -61,8 +61,16 @@ pub fn run(cmd: Command) -> Result<ExitCode, Box<dyn std::error::Error>> {
 }
 
 fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    if args.threads == 0 || args.repetitions == 0 || args.count == 0 || args.batch == 0 || args.publish_every == 0 {
-        return Err("--threads, --repetitions, --count, --batch and --publish-every must be at least 1".into());
+    if args.threads == 0
+        || args.repetitions == 0
+        || args.count == 0
+        || args.batch == 0
+        || args.publish_every == 0
+    {
+        return Err(
+            "--threads, --repetitions, --count, --batch and --publish-every must be at least 1"
+                .into(),
+        );
     }
     let routes = crate::load_routes(&args.routes, args.skip_bad)?;
     let updates = match &args.updates {
@@ -82,7 +90,9 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         publish_every: args.publish_every,
     };
     let progress = ProgressBar::new_spinner();
-    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"));
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
+    );
     progress.enable_steady_tick(std::time::Duration::from_millis(200));
     let json = args.json;
     let name = args.addresses.as_deref().map(file_name);
@@ -94,7 +104,9 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         run_family(
             &final_prefixes(&routes.v4),
             updates.as_ref().map(|u| &u.v4[..]),
-            given.as_ref().map(|g| (name.clone().unwrap_or_default(), g.0.clone())),
+            given
+                .as_ref()
+                .map(|g| (name.clone().unwrap_or_default(), g.0.clone())),
             &cfg,
             &mut emit,
             &mut step,
@@ -105,7 +117,9 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         run_family(
             &final_prefixes(&routes.v6),
             updates.as_ref().map(|u| &u.v6[..]),
-            given.as_ref().map(|g| (name.clone().unwrap_or_default(), g.1.clone())),
+            given
+                .as_ref()
+                .map(|g| (name.clone().unwrap_or_default(), g.1.clone())),
             &cfg,
             &mut emit,
             &mut step,
@@ -145,7 +159,9 @@ fn run_family<K: Key>(
 }
 
 fn file_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string())
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
 }
 
 /// Reads one address per line (blank lines and `#` comments allowed), split by family.
@@ -154,7 +170,8 @@ fn read_addresses(path: &Path) -> Result<(Vec<u32>, Vec<u128>), Box<dyn std::err
     let reader = fibre_bench::source::open_maybe_gz(path)?;
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
     for (n, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| format!("{}: read failed after line {n}: {e}", path.display()))?;
+        let line =
+            line.map_err(|e| format!("{}: read failed after line {n}: {e}", path.display()))?;
         let text = line.split('#').next().unwrap_or("").trim();
         if text.is_empty() {
             continue;
@@ -163,7 +180,12 @@ fn read_addresses(path: &Path) -> Result<(Vec<u32>, Vec<u128>), Box<dyn std::err
             Ok(IpAddr::V4(a)) => v4.push(a.into()),
             Ok(IpAddr::V6(a)) => v6.push(a.into()),
             Err(_) => {
-                return Err(format!("{}:{}: {text:?} is not an IPv4 or IPv6 address", path.display(), n + 1).into())
+                return Err(format!(
+                    "{}:{}: {text:?} is not an IPv4 or IPv6 address",
+                    path.display(),
+                    n + 1
+                )
+                .into())
             }
         }
     }

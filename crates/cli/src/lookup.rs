@@ -72,5 +72,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
     out.flush()?;
-    Ok(if bad > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

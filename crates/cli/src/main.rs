@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "fibre", version, about = "Userspace IPv4/IPv6 forwarding plane: route lookups and their measurement")]
+#[command(
+    name = "fibre",
+    version,
+    about = "Userspace IPv4/IPv6 forwarding plane: route lookups and their measurement"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,7 +49,11 @@ fn load_routes(
 ) -> Result<fibre_bench::source::RouteFile, Box<dyn std::error::Error>> {
     let file = fibre_bench::source::read_route_file(path, skip_bad)?;
     if file.skipped > 0 {
-        eprintln!("fibre: skipped {} bad line(s) of {}", file.skipped, path.display());
+        eprintln!(
+            "fibre: skipped {} bad line(s) of {}",
+            file.skipped,
+            path.display()
+        );
         for e in &file.skipped_examples {
             eprintln!("  {e}");
         }

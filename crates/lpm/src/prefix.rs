@@ -85,6 +85,7 @@ impl<K: Key> Prefix<K> {
     }
 
     /// The prefix length.
+    #[allow(clippy::len_without_is_empty)] // a prefix length, not a container size
     pub fn len(&self) -> u8 {
         self.len
     }

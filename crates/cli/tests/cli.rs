@@ -1,0 +1,239 @@
+//! The `fibre` command run as a user runs it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn fibre(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fibre"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fibre runs");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fibre-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+const ROUTES: &str = "# test routes\n0.0.0.0/0\n10.0.0.0/8\n10.1.0.0/16\nA 10.1.2.0/24\n2001:db8::/32\n2001:db8:1::/48\nW 10.1.0.0/16\n192.0.2.7\n";
+
+#[test]
+fn lookup_prints_the_longest_prefix_of_each_address() {
+    let routes = temp_file("routes.txt", ROUTES);
+    let o = fibre(
+        &[
+            "lookup",
+            "--routes",
+            routes.to_str().unwrap(),
+            "10.1.2.3",
+            "10.1.3.3",
+            "11.0.0.1",
+            "192.0.2.7",
+            "2001:db8:1::5",
+            "2001:db8:2::5",
+            "2001:db9::",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        stdout(&o),
+        "10.1.2.3 10.1.2.0/24\n10.1.3.3 10.0.0.0/8\n11.0.0.1 0.0.0.0/0\n192.0.2.7 192.0.2.7/32\n\
+         2001:db8:1::5 2001:db8:1::/48\n2001:db8:2::5 2001:db8::/32\n2001:db9:: -\n"
+    );
+}
+
+#[test]
+fn lookup_reads_addresses_from_stdin_and_reports_bad_ones() {
+    let routes = temp_file("routes2.txt", ROUTES);
+    let o = fibre(
+        &["lookup", "--routes", routes.to_str().unwrap()],
+        Some("10.9.9.9\n\nnot-an-address\n2001:db8::1\n"),
+    );
+    assert_eq!(
+        stdout(&o),
+        "10.9.9.9 10.0.0.0/8\n2001:db8::1 2001:db8::/32\n"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("standard input, line 3: \"not-an-address\" is not an IPv4 or IPv6 address"),
+        "{err}"
+    );
+    assert!(
+        !o.status.success(),
+        "a bad address makes the exit status non-zero"
+    );
+}
+
+#[test]
+fn a_bad_route_line_names_file_line_and_reason_unless_skipped() {
+    let routes = temp_file("bad.txt", "10.0.0.0/8\n10.0.0.0/99\n11.0.0.0/8\n");
+    let o = fibre(
+        &["lookup", "--routes", routes.to_str().unwrap(), "11.1.1.1"],
+        None,
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.txt:2: prefix length 99 is longer than 32"),
+        "{err}"
+    );
+    assert_eq!(stdout(&o), "");
+    let o = fibre(
+        &[
+            "lookup",
+            "--skip-bad",
+            "--routes",
+            routes.to_str().unwrap(),
+            "11.1.1.1",
+        ],
+        None,
+    );
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), "11.1.1.1 11.0.0.0/8\n");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skipped 1 bad line(s)"));
+    let o = fibre(
+        &["lookup", "--routes", "/nonexistent/routes.txt", "1.1.1.1"],
+        None,
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/routes.txt: cannot open"));
+}
+
+#[test]
+fn lookup_on_the_shipped_full_table() {
+    let rib =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11/rib-v4.txt.gz");
+    let o = fibre(
+        &[
+            "lookup",
+            "--routes",
+            rib.to_str().unwrap(),
+            "1.1.1.1",
+            "8.8.8.8",
+            "10.1.1.1",
+        ],
+        None,
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        stdout(&o),
+        "1.1.1.1 1.1.1.0/24\n8.8.8.8 8.8.8.0/24\n10.1.1.1 -\n"
+    );
+}
+
+#[test]
+fn bench_lookup_json_has_the_documented_keys() {
+    let routes = temp_file("bench.txt", ROUTES);
+    let updates = temp_file(
+        "updates.txt",
+        "A 10.2.0.0/16\nW 10.2.0.0/16\nA 2001:db8:5::/48\n",
+    );
+    let o = fibre(
+        &[
+            "bench",
+            "lookup",
+            "--routes",
+            routes.to_str().unwrap(),
+            "--updates",
+            updates.to_str().unwrap(),
+            "--threads",
+            "2",
+            "--json",
+            "--count",
+            "4096",
+            "--repetitions",
+            "3",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let figures: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lookups: Vec<_> = figures.iter().filter(|f| f["metric"] == "lookup").collect();
+    // 2 families x 2 address sets x 2 thread counts x 2 modes, plus 2 x 2 x 2 writer runs.
+    assert_eq!(lookups.len(), 16 + 8);
+    for f in &lookups {
+        for key in [
+            "engine",
+            "family",
+            "routes",
+            "mode",
+            "threads",
+            "addresses",
+            "ns_per_lookup",
+            "mean_dev",
+        ] {
+            assert!(!f[key].is_null(), "{key} missing in {f}");
+        }
+        assert_eq!(f["engine"], "fibre");
+        assert!(f["family"] == 4 || f["family"] == 6);
+        assert!(f["mode"] == "scalar" || f["mode"] == "batch");
+        assert!(f["ns_per_lookup"].as_f64().unwrap().is_finite());
+    }
+    assert_eq!(
+        figures
+            .iter()
+            .find(|f| f["family"] == 4 && f["metric"] == "lookup")
+            .unwrap()["routes"],
+        4,
+        "10.1.0.0/16 is withdrawn"
+    );
+    for metric in ["build", "memory", "insert", "remove", "updates"] {
+        assert!(
+            figures.iter().any(|f| f["metric"] == metric),
+            "no {metric} figure"
+        );
+    }
+}
+
+#[test]
+fn bench_lookup_with_an_address_file_uses_its_name() {
+    let routes = temp_file("bench2.txt", ROUTES);
+    let addrs = temp_file("addrs.txt", "10.1.2.3\n# comment\n10.0.0.1\n");
+    let o = fibre(
+        &[
+            "bench",
+            "lookup",
+            "--routes",
+            routes.to_str().unwrap(),
+            "--addresses",
+            addrs.to_str().unwrap(),
+            "--json",
+            "--repetitions",
+            "3",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lookups: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|f| f["metric"] == "lookup")
+        .collect();
+    assert_eq!(
+        lookups.len(),
+        2,
+        "IPv4 only (the file has no IPv6 address): scalar and batch"
+    );
+    assert!(lookups
+        .iter()
+        .all(|f| f["addresses"] == "addrs.txt" && f["family"] == 4));
+}
