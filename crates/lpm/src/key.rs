@@ -28,6 +28,12 @@ pub trait Key:
     /// `len` bits starting `offset` bits below the most significant bit, as an integer.
     /// Bits past the end of the key read as zero. Requires `offset < BITS`, `1 <= len <= 24`.
     fn bits(self, offset: u32, len: u32) -> u32;
+    /// The `n` most significant bits (`1 <= n <= 24`), as an integer.
+    fn top(self, n: u32) -> u32;
+    /// The six most significant bits (a node's slot, when the key is shifted to the node).
+    fn top6(self) -> u32;
+    /// The key shifted left by `n < BITS` bits (consumed bits drop off the top).
+    fn shl(self, n: u32) -> Self;
     /// The key with all but its `len` most significant bits cleared (`len <= BITS`).
     fn mask(self, len: u8) -> Self;
     /// The key with `value` written into the `len` bits starting at `offset`
@@ -52,6 +58,18 @@ impl Key for u32 {
     const SMALL_DIRECT_BITS: u8 = 8;
     const LARGE_DIRECT_BITS: u8 = 18;
 
+    #[inline(always)]
+    fn top(self, n: u32) -> u32 {
+        self >> (32 - n)
+    }
+    #[inline(always)]
+    fn top6(self) -> u32 {
+        self >> 26
+    }
+    #[inline(always)]
+    fn shl(self, n: u32) -> Self {
+        self << n
+    }
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         let wide = (self as u64) << 32;
@@ -86,8 +104,21 @@ impl Key for u128 {
     const BITS: u8 = 128;
     const FAMILY: u8 = 6;
     const SMALL_DIRECT_BITS: u8 = 8;
-    const LARGE_DIRECT_BITS: u8 = 16;
+    const LARGE_DIRECT_BITS: u8 = 18;
 
+    #[inline(always)]
+    fn top(self, n: u32) -> u32 {
+        // Only the high half matters for n <= 24: a 64-bit shift instead of a 128-bit one.
+        (((self >> 64) as u64) >> (64 - n)) as u32
+    }
+    #[inline(always)]
+    fn top6(self) -> u32 {
+        (self >> 122) as u32
+    }
+    #[inline(always)]
+    fn shl(self, n: u32) -> Self {
+        self << n
+    }
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         ((self << offset) >> (128 - len)) as u32
@@ -135,6 +166,10 @@ mod tests {
         assert_eq!(v6.bits(0, 16), 0x2001);
         assert_eq!(v6.bits(16, 16), 0x0db8);
         assert_eq!((u128::MAX).bits(124, 6), 0b11_1100);
+        assert_eq!(v6.top(16), 0x2001);
+        assert_eq!(v6.shl(16).top6(), 0x0db8 >> 10);
+        assert_eq!(k.top(18), k.bits(0, 18));
+        assert_eq!(k.shl(18).top6(), k.bits(18, 6));
     }
 
     #[test]

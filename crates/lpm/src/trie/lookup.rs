@@ -79,10 +79,13 @@ impl<K: Key> Lpm<K> {
         let d = u32::from(self.direct_bits);
         let n = keys.len();
         debug_assert!(n <= BATCH_GROUP);
-        // Per key: the index of its next read (direct entry, node or leaf).
+        // Per key: the index of its next read (direct entry, node or leaf), and the key
+        // with the bits resolved so far shifted out.
         let mut next = [0u32; BATCH_GROUP];
+        let mut rest = [K::default(); BATCH_GROUP];
         for i in 0..n {
-            next[i] = keys[i].bits(0, d);
+            next[i] = keys[i].top(d);
+            rest[i] = keys[i].shl(d);
             prefetch(&self.direct[next[i] as usize]);
         }
         // Keys still descending through nodes, and keys whose leaf is known.
@@ -101,13 +104,13 @@ impl<K: Key> Lpm<K> {
                 walking_len += 1;
             }
         }
-        let mut depth = d;
         while walking_len > 0 {
             let mut still = 0;
             for w in 0..walking_len {
                 let i = walking[w] as usize;
                 let node = self.nodes[next[i] as usize];
-                let bit = 1u64 << keys[i].bits(depth, 6);
+                let bit = 1u64 << rest[i].top6();
+                rest[i] = rest[i].shl(6);
                 if node.children & bit != 0 {
                     next[i] = node.child_base + (node.children & (bit - 1)).count_ones();
                     prefetch(&self.nodes[next[i] as usize]);
@@ -122,7 +125,6 @@ impl<K: Key> Lpm<K> {
                 }
             }
             walking_len = still;
-            depth += 6;
         }
         for &i in &at_leaf[..at_leaf_len] {
             let i = i as usize;
