@@ -19,15 +19,16 @@ pub enum Command {
 /// Arguments of `fibre bench lookup`.
 #[derive(clap::Args)]
 pub struct LookupArgs {
-    /// Route file (prefix list; A/W lines are applied in order).
-    #[arg(long)]
-    routes: PathBuf,
+    /// Route file (prefix list; A/W lines are applied in order). Repeat to add files.
+    #[arg(long, required = true)]
+    routes: Vec<PathBuf>,
     /// Addresses to look up, one per line; without it, matched and uniform random ones.
     #[arg(long)]
     addresses: Option<PathBuf>,
     /// An update stream (A/W lines) to apply, alone and under concurrent lookups.
+    /// Repeat to add files.
     #[arg(long)]
-    updates: Option<PathBuf>,
+    updates: Vec<PathBuf>,
     /// Measure 1 up to this many threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -72,10 +73,11 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 .into(),
         );
     }
-    let routes = crate::load_routes(&args.routes, args.skip_bad)?;
-    let updates = match &args.updates {
-        Some(p) => Some(crate::load_routes(p, args.skip_bad)?),
-        None => None,
+    let routes = crate::load_all_routes(&args.routes, args.skip_bad)?;
+    let updates = if args.updates.is_empty() {
+        None
+    } else {
+        Some(crate::load_all_routes(&args.updates, args.skip_bad)?)
     };
     let given = match &args.addresses {
         Some(p) => Some(read_addresses(p)?),
@@ -127,7 +129,7 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     progress.finish_and_clear();
     if families == 0 {
-        return Err(format!("{}: no routes", args.routes.display()).into());
+        return Err("the route files hold no routes".into());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,8 +11,9 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// Route file: one prefix per line, optional A/W column, `#` comments, gzip allowed.
-    #[arg(long)]
-    routes: PathBuf,
+    /// Repeat to add files (applied in order).
+    #[arg(long, required = true)]
+    routes: Vec<PathBuf>,
     /// Count and skip malformed route lines instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
@@ -41,7 +42,7 @@ impl<K: Key> Table<K> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let file = crate::load_routes(&args.routes, args.skip_bad)?;
+    let file = crate::load_all_routes(&args.routes, args.skip_bad)?;
     let v4 = Table::new(final_prefixes(&file.v4));
     let v6 = Table::new(final_prefixes(&file.v6));
     let stdout = std::io::stdout();

@@ -60,3 +60,18 @@ fn load_routes(
     }
     Ok(file)
 }
+
+/// Reads several route files as one, in order.
+fn load_all_routes(
+    paths: &[std::path::PathBuf],
+    skip_bad: bool,
+) -> Result<fibre_bench::source::RouteFile, Box<dyn std::error::Error>> {
+    let mut all = fibre_bench::source::RouteFile::default();
+    for p in paths {
+        let f = load_routes(p, skip_bad)?;
+        all.v4.extend(f.v4);
+        all.v6.extend(f.v6);
+        all.skipped += f.skipped;
+    }
+    Ok(all)
+}

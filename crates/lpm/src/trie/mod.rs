@@ -289,4 +289,3 @@ fn art_index<K: Key>(key: K, depth: u32, len: u32) -> u8 {
 
 #[cfg(test)]
 mod tests;
-

@@ -42,6 +42,19 @@ pub(crate) struct Node {
     pub leaf_base: u32,
 }
 
+impl Node {
+    /// One step of a lookup at `slot`: whether the slot is a child, the child's index,
+    /// and the leaf's index (meaningless when the slot is a child).
+    #[inline(always)]
+    pub fn step(&self, slot: u32) -> (bool, u32, u32) {
+        let bit = 1u64 << slot;
+        let below = bit - 1;
+        let child = self.child_base + (self.children & below).count_ones();
+        let leaf = (self.leaf_base + (self.leafvec & (bit | below)).count_ones()).wrapping_sub(1);
+        (self.children & bit != 0, child, leaf)
+    }
+}
+
 /// Update-side data of a node, kept beside it (same index) and never read by lookups.
 #[derive(Clone, Default, Debug)]
 pub(crate) struct NodeAux {
