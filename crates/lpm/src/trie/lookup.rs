@@ -16,19 +16,19 @@ use super::Lpm;
 use crate::key::Key;
 
 /// Keys walked together by [`Lpm::lookup_batch`].
-pub const BATCH_GROUP: usize = 32;
+pub const BATCH_GROUP: usize = 64;
 
 /// Asks the CPU to start loading the cache line of `r`.
 #[inline(always)]
 fn prefetch<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetching has no architectural effect and never faults; the pointer comes
     // from a live reference.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         _mm_prefetch::<_MM_HINT_T0>((r as *const T).cast::<i8>());
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = r;
 }
 
