@@ -4,7 +4,7 @@
 //! contiguous run, and within the run of one slot the prefixes ending in the node come
 //! before the longer ones. Each node is built once, its children allocated as one block.
 
-use super::node::{encode, NodeAux, NODE_FLAG};
+use super::node::{encode, NodeAux};
 use super::{art_index, Lpm, GROW_AT, MAX_VALUE};
 use crate::key::Key;
 use crate::prefix::Prefix;
@@ -65,8 +65,9 @@ impl<K: Key> Lpm<K> {
             let n = t.node_alloc.alloc(&mut t.nodes, 1);
             t.aux.resize_with(t.nodes.len(), NodeAux::default);
             t.aux[n as usize].default = t.direct[e as usize];
+            t.aux[n as usize].root = true;
             t.build_node(n, d, &deep[i..j]);
-            t.direct[e as usize] = NODE_FLAG | n;
+            t.refresh_direct(e as usize, n);
             i = j;
         }
         t
@@ -118,7 +119,7 @@ impl<K: Key> Lpm<K> {
             self.aux[child as usize].default = values[slot];
             self.build_node(child, depth + 6, &items[start..end]);
         }
-        self.compile_leaves(n, &values);
+        self.compile_leaves(n, &values, false);
     }
 }
 

@@ -55,7 +55,7 @@ pub use node::MAX_VALUE;
 
 use crate::key::Key;
 use crate::prefix::Prefix;
-use node::{decode, BlockAlloc, Node, NodeAux, NODE_FLAG};
+use node::{decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
 use std::collections::HashMap;
 
 /// Grow the direct array when the table holds more routes than this.
@@ -80,7 +80,8 @@ const SHRINK_AT: usize = 4 * 1024;
 #[derive(Clone, Debug)]
 pub struct Lpm<K: Key> {
     direct_bits: u8,
-    /// Per entry: a stored leaf value, or `NODE_FLAG | node index`.
+    /// Per entry: a stored leaf value, `NODE_FLAG | node index`, or, for a node without
+    /// children, `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
     direct: Vec<u32>,
     nodes: Vec<Node>,
     leaves: Vec<u32>,
@@ -182,10 +183,10 @@ impl<K: Key> Lpm<K> {
         let mut out = Vec::with_capacity(self.len);
         out.extend(self.direct_prefixes.iter().map(|(p, v)| (*p, *v)));
         let d = u32::from(self.direct_bits);
-        for (e, &entry) in self.direct.iter().enumerate() {
-            if entry & NODE_FLAG != 0 {
+        for e in 0..self.direct.len() {
+            if let Some(n) = self.root_node(e) {
                 let key = K::default().deposit(0, d, e as u32);
-                self.collect(entry & !NODE_FLAG, key, d, &mut out);
+                self.collect(n, key, d, &mut out);
             }
         }
         out.sort_unstable();
@@ -221,11 +222,7 @@ impl<K: Key> Lpm<K> {
         let d = u32::from(self.direct_bits);
         let len = u32::from(prefix.len());
         let key = prefix.addr();
-        let entry = self.direct[key.bits(0, d) as usize];
-        if entry & NODE_FLAG == 0 {
-            return None;
-        }
-        let mut n = entry & !NODE_FLAG;
+        let mut n = self.root_node(key.bits(0, d) as usize)?;
         let mut depth = d;
         while len > depth + 6 {
             let node = self.nodes[n as usize];
@@ -275,6 +272,30 @@ impl<K: Key> Lpm<K> {
     /// Removes every prefix.
     pub fn clear(&mut self) {
         *self = Self::new();
+    }
+}
+
+impl<K: Key> Lpm<K> {
+    /// The node hanging from direct entry `e`, if any.
+    fn root_node(&self, e: usize) -> Option<u32> {
+        let entry = self.direct[e];
+        if entry & NODE_FLAG == 0 {
+            None
+        } else if entry & RECORD_FLAG != 0 {
+            Some(self.leaves[(entry & ENTRY_INDEX) as usize + 2])
+        } else {
+            Some(entry & ENTRY_INDEX)
+        }
+    }
+
+    /// Points direct entry `e` at root `n`: at its leaf record when it has no children.
+    fn refresh_direct(&mut self, e: usize, n: u32) {
+        let node = self.nodes[n as usize];
+        self.direct[e] = if node.children == 0 {
+            NODE_FLAG | RECORD_FLAG | (node.leaf_base - RECORD_HEADER)
+        } else {
+            NODE_FLAG | n
+        };
     }
 }
 

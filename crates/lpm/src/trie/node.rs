@@ -8,6 +8,16 @@
 
 /// Set in a direct-pointing entry that refers to a node (the rest of the entry is its index).
 pub(crate) const NODE_FLAG: u32 = 1 << 31;
+/// Set, with `NODE_FLAG`, in a direct-pointing entry that refers to the *leaf record* of a
+/// node without children: the rest of the entry is the record's offset in the leaf array.
+pub(crate) const RECORD_FLAG: u32 = 1 << 30;
+/// The index or offset part of a direct-pointing entry that refers to a node or record.
+pub(crate) const ENTRY_INDEX: u32 = RECORD_FLAG - 1;
+/// Words before the leaves of a node that hangs from the direct array (a *root*): the two
+/// halves of its `leafvec`, then its node index. So a lookup that reaches a root without
+/// children reads the record alone, usually one or two adjacent cache lines, not the
+/// node and then a leaf elsewhere.
+pub(crate) const RECORD_HEADER: u32 = 3;
 /// The stored form of "no route".
 pub(crate) const NO_ROUTE: u32 = 0;
 
@@ -65,9 +75,14 @@ pub(crate) struct NodeAux {
     /// (ART index `1 << rel_len | rel_bits`, stored value), sorted by index so shorter
     /// prefixes come first.
     pub prefixes: Vec<(u8, u32)>,
+    /// Hangs from the direct array: its leaf block starts with a record header.
+    pub root: bool,
 }
 
-/// Free lists of blocks by size (1..=64) within one array.
+/// Largest block: 64 leaves and a record header.
+const MAX_BLOCK: u32 = 64 + RECORD_HEADER;
+
+/// Free lists of blocks by size (1..=64 nodes, 1..=67 leaf words) within one array.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockAlloc {
     free: Vec<Vec<u32>>,
@@ -77,7 +92,7 @@ pub(crate) struct BlockAlloc {
 impl Default for BlockAlloc {
     fn default() -> Self {
         BlockAlloc {
-            free: vec![Vec::new(); 65],
+            free: vec![Vec::new(); MAX_BLOCK as usize + 1],
             free_slots: 0,
         }
     }
@@ -86,7 +101,7 @@ impl Default for BlockAlloc {
 impl BlockAlloc {
     /// A block of `size` elements of `arena`, reusing a freed one if there is one.
     pub fn alloc<T: Default + Clone>(&mut self, arena: &mut Vec<T>, size: u32) -> u32 {
-        debug_assert!((1..=64).contains(&size));
+        debug_assert!((1..=MAX_BLOCK).contains(&size));
         if let Some(base) = self.free[size as usize].pop() {
             self.free_slots -= size as usize;
             return base;
@@ -98,7 +113,7 @@ impl BlockAlloc {
 
     /// Returns a block for reuse.
     pub fn free(&mut self, base: u32, size: u32) {
-        debug_assert!((1..=64).contains(&size));
+        debug_assert!((1..=MAX_BLOCK).contains(&size));
         self.free[size as usize].push(base);
         self.free_slots += size as usize;
     }

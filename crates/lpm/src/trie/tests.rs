@@ -1,6 +1,6 @@
 //! Tests of the engine against the reference, plus a structural invariant check.
 
-use super::node::{decode, NODE_FLAG};
+use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
 use super::*;
 use crate::reference::ReferenceLpm;
 use proptest::prelude::*;
@@ -14,11 +14,30 @@ impl<K: Key> Lpm<K> {
         let mut reachable_nodes = 0;
         let mut reachable_leaves = 0;
         for (e, &entry) in self.direct.iter().enumerate() {
-            if entry & NODE_FLAG != 0 {
-                let n = entry & !NODE_FLAG;
+            if let Some(n) = self.root_node(e) {
+                let node = self.nodes[n as usize];
+                assert!(
+                    self.aux[n as usize].root,
+                    "node {n} hangs from the direct array"
+                );
+                assert_eq!(
+                    entry & RECORD_FLAG != 0,
+                    node.children == 0,
+                    "records exactly for roots without children"
+                );
+                let record = (node.leaf_base - RECORD_HEADER) as usize;
+                let leafvec =
+                    u64::from(self.leaves[record]) | u64::from(self.leaves[record + 1]) << 32;
+                assert_eq!(
+                    (leafvec, self.leaves[record + 2]),
+                    (node.leafvec, n),
+                    "record header"
+                );
                 reachable_nodes += 1;
+                reachable_leaves += RECORD_HEADER as usize;
                 self.check_node(n, &mut reachable_nodes, &mut reachable_leaves);
-                let _ = e;
+            } else {
+                assert_eq!(entry & NODE_FLAG, 0);
             }
         }
         assert_eq!(
@@ -64,6 +83,10 @@ impl<K: Key> Lpm<K> {
             assert_eq!(
                 self.aux[child as usize].default, values[slot],
                 "inherited value"
+            );
+            assert!(
+                !self.aux[child as usize].root,
+                "only direct-array nodes are roots"
             );
             *nodes += 1;
             self.check_node(child, nodes, leaves);
@@ -300,4 +323,5 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
 fn decode_of_direct_entries_is_consistent() {
     let t: Lpm<u32> = [(p4("1.0.0.0/8"), 5)].into_iter().collect();
     assert_eq!(decode(t.direct[1]), Some(5));
+    assert_eq!(t.direct[1] & NODE_FLAG, 0);
 }

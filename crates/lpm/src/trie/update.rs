@@ -6,7 +6,7 @@
 //! - every node's `default` is the value its parent's slot would have as a leaf;
 //! - every leaf is the longest covering prefix (leaf pushing).
 
-use super::node::{encode, Node, NodeAux, NODE_FLAG, NO_ROUTE};
+use super::node::{encode, Node, NodeAux, NO_ROUTE, RECORD_HEADER};
 use super::{art_index, Lpm, GROW_AT, MAX_VALUE, SHRINK_AT};
 use crate::key::Key;
 use crate::prefix::Prefix;
@@ -113,14 +113,14 @@ impl<K: Key> Lpm<K> {
     }
 
     fn set_direct_value(&mut self, e: usize, stored: u32) {
-        let entry = self.direct[e];
-        if entry & NODE_FLAG == 0 {
-            self.direct[e] = stored;
-        } else {
-            let n = entry & !NODE_FLAG;
-            if self.aux[n as usize].default != stored {
-                self.aux[n as usize].default = stored;
-                self.recompile(n);
+        match self.root_node(e) {
+            None => self.direct[e] = stored,
+            Some(n) => {
+                if self.aux[n as usize].default != stored {
+                    self.aux[n as usize].default = stored;
+                    self.recompile(n);
+                    self.refresh_direct(e, n);
+                }
             }
         }
     }
@@ -132,16 +132,16 @@ impl<K: Key> Lpm<K> {
         let len = u32::from(prefix.len());
         let key = prefix.addr();
         let e = key.bits(0, d) as usize;
-        let mut n = match self.direct[e] {
-            entry if entry & NODE_FLAG != 0 => entry & !NODE_FLAG,
-            leaf => {
+        let root = match self.root_node(e) {
+            Some(n) => n,
+            None => {
                 let n = self.node_alloc.alloc(&mut self.nodes, 1);
                 self.aux.resize_with(self.nodes.len(), NodeAux::default);
-                self.init_leaf_node(n, leaf);
-                self.direct[e] = NODE_FLAG | n;
+                self.init_leaf_node(n, self.direct[e], true);
                 n
             }
         };
+        let mut n = root;
         let mut depth = d;
         while len > depth + 6 {
             n = self.child_or_new(n, key.bits(depth, 6));
@@ -165,6 +165,7 @@ impl<K: Key> Lpm<K> {
             }
         };
         self.recompile(n);
+        self.refresh_direct(e, root);
         old
     }
 
@@ -173,13 +174,10 @@ impl<K: Key> Lpm<K> {
         let len = u32::from(prefix.len());
         let key = prefix.addr();
         let e = key.bits(0, d) as usize;
-        let entry = self.direct[e];
-        if entry & NODE_FLAG == 0 {
-            return None;
-        }
+        let root = self.root_node(e)?;
         let mut path = [(0u32, 0u32); MAX_DEPTH];
         let mut path_len = 0;
-        let mut n = entry & !NODE_FLAG;
+        let mut n = root;
         let mut depth = d;
         while len > depth + 6 {
             let node = self.nodes[n as usize];
@@ -202,6 +200,7 @@ impl<K: Key> Lpm<K> {
         }
         self.recompile(n);
         // Remove nodes that no longer hold anything, bottom up.
+        let mut root_removed = false;
         while self.aux[n as usize].prefixes.is_empty() && self.nodes[n as usize].children == 0 {
             if path_len == 0 {
                 let default = self.aux[n as usize].default;
@@ -210,6 +209,7 @@ impl<K: Key> Lpm<K> {
                 self.nodes[n as usize] = Node::default();
                 self.node_alloc.free(n, 1);
                 self.direct[e] = default;
+                root_removed = true;
                 break;
             }
             path_len -= 1;
@@ -217,23 +217,22 @@ impl<K: Key> Lpm<K> {
             self.remove_child(parent, slot);
             n = parent;
         }
+        if !root_removed {
+            self.refresh_direct(e, root);
+        }
         Some(stored - 1)
     }
 
-    /// Makes node `n` a fresh node with no prefixes and no children, all slots `default`.
-    fn init_leaf_node(&mut self, n: u32, default: u32) {
-        let leaf = self.leaf_alloc.alloc(&mut self.leaves, 1);
-        self.leaves[leaf as usize] = default;
-        self.nodes[n as usize] = Node {
-            children: 0,
-            leafvec: 1,
-            child_base: 0,
-            leaf_base: leaf,
-        };
+    /// Makes node `n` a fresh node with no prefixes and no children, all slots `default`;
+    /// `root` if it hangs from the direct array.
+    fn init_leaf_node(&mut self, n: u32, default: u32, root: bool) {
+        self.nodes[n as usize] = Node::default();
         self.aux[n as usize] = NodeAux {
             default,
             prefixes: Vec::new(),
+            root,
         };
+        self.compile_leaves(n, &[default; 64], false);
     }
 
     /// The child of `parent` at `slot`, created (holding the slot's value) if missing.
@@ -256,7 +255,7 @@ impl<K: Key> Lpm<K> {
             self.node_alloc.free(node.child_base, count);
         }
         let child = base + rank;
-        self.init_leaf_node(child, default);
+        self.init_leaf_node(child, default, false);
         let p = &mut self.nodes[parent as usize];
         p.children |= bit;
         p.child_base = base;
@@ -301,9 +300,19 @@ impl<K: Key> Lpm<K> {
 
     fn free_node_leaves(&mut self, n: u32) {
         let node = self.nodes[n as usize];
-        let count = node.leafvec.count_ones();
-        if count > 0 {
-            self.leaf_alloc.free(node.leaf_base, count);
+        let header = self.header(n);
+        let size = node.leafvec.count_ones() + header;
+        if size > 0 {
+            self.leaf_alloc.free(node.leaf_base - header, size);
+        }
+    }
+
+    /// Words of record header before node `n`'s leaves.
+    fn header(&self, n: u32) -> u32 {
+        if self.aux[n as usize].root {
+            RECORD_HEADER
+        } else {
+            0
         }
     }
 
@@ -336,11 +345,12 @@ impl<K: Key> Lpm<K> {
             child += 1;
             children &= children - 1;
         }
-        self.compile_leaves(n, &values);
+        self.compile_leaves(n, &values, true);
     }
 
-    /// Writes node `n`'s leaf runs for the given slot values.
-    pub(super) fn compile_leaves(&mut self, n: u32, values: &[u32; 64]) {
+    /// Writes node `n`'s leaf runs (and record header, for a root) for the given slot
+    /// values; `had_block` says whether the node already owns a leaf block.
+    pub(super) fn compile_leaves(&mut self, n: u32, values: &[u32; 64], had_block: bool) {
         let node = self.nodes[n as usize];
         let mut leafvec = 0u64;
         let mut runs = [0u32; 64];
@@ -357,17 +367,30 @@ impl<K: Key> Lpm<K> {
                 previous = Some(v);
             }
         }
-        let old_count = node.leafvec.count_ones();
-        let mut base = node.leaf_base;
-        if count != old_count {
-            if old_count > 0 {
-                self.leaf_alloc.free(base, old_count);
+        let header = self.header(n);
+        let old_size = if had_block {
+            node.leafvec.count_ones() + header
+        } else {
+            0
+        };
+        let size = count + header;
+        let mut block = node.leaf_base.wrapping_sub(header);
+        if size != old_size {
+            if old_size > 0 {
+                self.leaf_alloc.free(block, old_size);
             }
-            base = if count > 0 {
-                self.leaf_alloc.alloc(&mut self.leaves, count)
+            block = if size > 0 {
+                self.leaf_alloc.alloc(&mut self.leaves, size)
             } else {
                 0
             };
+        }
+        let base = block + header;
+        if header > 0 {
+            let b = block as usize;
+            self.leaves[b] = leafvec as u32;
+            self.leaves[b + 1] = (leafvec >> 32) as u32;
+            self.leaves[b + 2] = n;
         }
         self.leaves[base as usize..(base + count) as usize]
             .copy_from_slice(&runs[..count as usize]);
