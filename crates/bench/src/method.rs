@@ -9,6 +9,9 @@
 //!   over threads (the time of one operation as a thread sees it);
 //! - *throughput-style*: wall-clock time from the first thread's start to the last
 //!   thread's end, divided by all operations of all threads.
+//!
+//! Thread `t` is pinned to CPU `t mod CPUs`, so threads do not migrate mid-run and, past
+//! the CPU count, share CPUs in a known way.
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -98,12 +101,17 @@ where
     let threads = method.threads.max(1);
     let reps = method.repetitions.max(1);
     let barrier = Barrier::new(threads);
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
     // Per thread, per repetition: (start, end, operations).
     let runs: Vec<Vec<(Instant, Instant, u64)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (barrier, setup, work) = (&barrier, &setup, &work);
+                let cpus = &cpus;
                 scope.spawn(move || {
+                    if !cpus.is_empty() {
+                        core_affinity::set_for_current(cpus[t % cpus.len()]);
+                    }
                     let mut state = setup(t);
                     (0..reps)
                         .map(|rep| {
