@@ -1,0 +1,416 @@
+//! Just enough eBPF to run a program in the kernel: instruction encoding, array maps,
+//! program loading and `BPF_PROG_TEST_RUN`, through the `bpf(2)` system call.
+//!
+//! The program fibre runs is assembled here, instruction by instruction, so building
+//! fibre needs cargo alone: no clang, no libbpf, no object file. Each `unsafe` block below
+//! is a system call given a pointer to a properly initialised, correctly sized attribute
+//! structure that lives across the call.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// One eBPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    code: u8,
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// eBPF registers: `R0` return value, `R1`-`R5` arguments, `R6`-`R9` callee-saved,
+/// `R10` frame pointer.
+pub type Reg = u8;
+/// Return value / helper result.
+pub const R0: Reg = 0;
+/// First argument (the context on entry).
+pub const R1: Reg = 1;
+/// Second argument.
+pub const R2: Reg = 2;
+/// Third argument.
+pub const R3: Reg = 3;
+/// Fourth argument.
+pub const R4: Reg = 4;
+/// Callee-saved.
+pub const R6: Reg = 6;
+/// Callee-saved.
+pub const R7: Reg = 7;
+/// Callee-saved.
+pub const R8: Reg = 8;
+/// Callee-saved.
+pub const R9: Reg = 9;
+/// Read-only frame pointer.
+pub const R10: Reg = 10;
+
+/// Width of a memory access.
+#[derive(Clone, Copy, Debug)]
+pub enum Size {
+    /// 1 byte.
+    B = 0x10,
+    /// 4 bytes.
+    W = 0x00,
+    /// 8 bytes.
+    DW = 0x18,
+}
+
+const fn insn(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        regs: (src << 4) | (dst & 0x0f),
+        off,
+        imm,
+    }
+}
+
+/// `dst = imm` (64-bit).
+pub const fn mov_imm(dst: Reg, imm: i32) -> Insn {
+    insn(0xb7, dst, 0, 0, imm)
+}
+/// `dst = src` (64-bit).
+pub const fn mov_reg(dst: Reg, src: Reg) -> Insn {
+    insn(0xbf, dst, src, 0, 0)
+}
+/// `dst += imm` (64-bit).
+pub const fn add_imm(dst: Reg, imm: i32) -> Insn {
+    insn(0x07, dst, 0, 0, imm)
+}
+/// `dst = *(size *)(src + off)`.
+pub const fn load(size: Size, dst: Reg, src: Reg, off: i16) -> Insn {
+    insn(0x61 | size as u8, dst, src, off, 0)
+}
+/// `*(size *)(dst + off) = src`.
+pub const fn store_reg(size: Size, dst: Reg, off: i16, src: Reg) -> Insn {
+    insn(0x63 | size as u8, dst, src, off, 0)
+}
+/// `*(size *)(dst + off) = imm`.
+pub const fn store_imm(size: Size, dst: Reg, off: i16, imm: i32) -> Insn {
+    insn(0x62 | size as u8, dst, 0, off, imm)
+}
+/// `if dst == imm goto +off`.
+pub const fn jeq_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(0x15, dst, 0, off, imm)
+}
+/// `if dst < imm goto +off` (unsigned).
+pub const fn jlt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(0xa5, dst, 0, off, imm)
+}
+/// Calls kernel helper number `helper`.
+pub const fn call(helper: i32) -> Insn {
+    insn(0x85, 0, 0, 0, helper)
+}
+/// Returns `R0`.
+pub const fn exit() -> Insn {
+    insn(0x95, 0, 0, 0, 0)
+}
+/// `dst = map` (two instructions: a 64-bit immediate holding a map file descriptor).
+pub fn load_map(dst: Reg, map: &Map) -> [Insn; 2] {
+    [
+        insn(0x18, dst, 1, 0, map.fd.as_raw_fd()),
+        insn(0, 0, 0, 0, 0),
+    ]
+}
+
+/// Helper `bpf_map_lookup_elem`.
+pub const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+/// Helper `bpf_fib_lookup`.
+pub const HELPER_FIB_LOOKUP: i32 = 69;
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a live, initialised `#[repr(C)]` attribute structure of the
+    // layout `cmd` expects, and its size is passed with it; the kernel reads and writes
+    // only within that size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut libc::c_void,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn take_fd(r: libc::c_long) -> OwnedFd {
+    // SAFETY: the kernel just returned this descriptor to us, so we own it alone.
+    unsafe { OwnedFd::from_raw_fd(r as RawFd) }
+}
+
+/// Kinds of map used here.
+#[derive(Clone, Copy, Debug)]
+pub enum MapType {
+    /// `BPF_MAP_TYPE_ARRAY`.
+    Array = 2,
+    /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
+    PerCpuArray = 6,
+}
+
+/// An array map: keys are `u32` indices.
+#[derive(Debug)]
+pub struct Map {
+    fd: OwnedFd,
+    value_size: u32,
+    entries: u32,
+    map_type: MapType,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+impl Map {
+    /// A new array map of `entries` values of `value_size` bytes.
+    pub fn new(map_type: MapType, value_size: u32, entries: u32, name: &str) -> io::Result<Map> {
+        let mut attr = MapCreateAttr {
+            map_type: map_type as u32,
+            key_size: 4,
+            value_size,
+            max_entries: entries,
+            ..Default::default()
+        };
+        for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s;
+        }
+        let fd = take_fd(sys_bpf(BPF_MAP_CREATE, &mut attr)?);
+        Ok(Map {
+            fd,
+            value_size,
+            entries,
+            map_type,
+        })
+    }
+
+    /// Bytes of one element as the kernel exchanges it (per-CPU maps: one slot per
+    /// possible CPU, each rounded up to 8 bytes).
+    pub fn element_bytes(&self) -> io::Result<usize> {
+        Ok(match self.map_type {
+            MapType::Array => self.value_size as usize,
+            MapType::PerCpuArray => {
+                possible_cpus()? * (self.value_size as usize).next_multiple_of(8)
+            }
+        })
+    }
+
+    /// Writes element `index` (`value` must be `element_bytes()` long).
+    pub fn set(&self, index: u32, value: &[u8]) -> io::Result<()> {
+        if index >= self.entries || value.len() != self.element_bytes()? {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "map index or value size out of range",
+            ));
+        }
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: &index as *const u32 as u64,
+            value: value.as_ptr() as u64,
+            ..Default::default()
+        };
+        sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+    }
+
+    /// Reads element `index`.
+    pub fn get(&self, index: u32) -> io::Result<Vec<u8>> {
+        let mut value = vec![0u8; self.element_bytes()?];
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: &index as *const u32 as u64,
+            value: value.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)?;
+        Ok(value)
+    }
+}
+
+/// Number of possible CPUs (the size of per-CPU map values), from sysfs.
+pub fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut n = 0;
+    for range in text.trim().split(',') {
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        let parse = |s: &str| {
+            s.parse::<usize>()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        };
+        n = n.max(parse(b)? + 1);
+        let _ = parse(a)?;
+    }
+    Ok(n)
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+}
+
+/// The XDP program type.
+pub const PROG_TYPE_XDP: u32 = 6;
+
+/// A loaded program.
+#[derive(Debug)]
+pub struct Program {
+    fd: OwnedFd,
+}
+
+/// The result of one `BPF_PROG_TEST_RUN`.
+#[derive(Clone, Copy, Debug)]
+pub struct TestRun {
+    /// The program's return value on the last run.
+    pub retval: u32,
+    /// Mean nanoseconds per run, as the kernel timed it.
+    pub duration_ns: u32,
+}
+
+impl Program {
+    /// Loads `insns` as a program of `prog_type` under the GPL (which `bpf_fib_lookup`
+    /// requires). On rejection, the error carries the verifier's log.
+    pub fn load(prog_type: u32, insns: &[Insn], name: &str) -> io::Result<Program> {
+        let license = CString::new("GPL").expect("no NUL");
+        let mut log = vec![0u8; 1 << 16];
+        let mut attr = ProgLoadAttr {
+            prog_type,
+            insn_cnt: insns.len() as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: 1,
+            log_size: log.len() as u32,
+            log_buf: log.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        for (d, s) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
+            *d = s;
+        }
+        match sys_bpf(BPF_PROG_LOAD, &mut attr) {
+            Ok(fd) => Ok(Program { fd: take_fd(fd) }),
+            Err(e) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("program rejected ({e}): {text}"),
+                ))
+            }
+        }
+    }
+
+    /// Runs the program `repeat` times on `data` with context `ctx` (in the calling
+    /// thread's network namespace).
+    pub fn test_run(&self, data: &[u8], ctx: &[u8], repeat: u32) -> io::Result<TestRun> {
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: data.len() as u32,
+            data_in: data.as_ptr() as u64,
+            repeat,
+            ctx_size_in: ctx.len() as u32,
+            ctx_in: ctx.as_ptr() as u64,
+            ..Default::default()
+        };
+        sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
+        Ok(TestRun {
+            retval: attr.retval,
+            duration_ns: attr.duration,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_encode_as_the_kernel_expects() {
+        // Reference encodings from the kernel's filter.h macros.
+        let bytes = |i: Insn| -> [u8; 8] {
+            let mut b = [0u8; 8];
+            b[0] = i.code;
+            b[1] = i.regs;
+            b[2..4].copy_from_slice(&i.off.to_le_bytes());
+            b[4..8].copy_from_slice(&i.imm.to_le_bytes());
+            b
+        };
+        assert_eq!(bytes(mov_imm(R0, 2)), [0xb7, 0x00, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(bytes(mov_reg(R6, R1)), [0xbf, 0x16, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            bytes(load(Size::W, R1, R6, 12)),
+            [0x61, 0x61, 12, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(store_imm(Size::DW, R10, -8, 0)),
+            [0x7a, 0x0a, 0xf8, 0xff, 0, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(store_reg(Size::W, R10, -4, R8)),
+            [0x63, 0x8a, 0xfc, 0xff, 0, 0, 0, 0]
+        );
+        assert_eq!(bytes(jeq_imm(R0, 0, 3)), [0x15, 0x00, 3, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes(call(HELPER_FIB_LOOKUP)), [0x85, 0, 0, 0, 69, 0, 0, 0]);
+        assert_eq!(bytes(exit()), [0x95, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(std::mem::size_of::<Insn>(), 8);
+        assert_eq!(std::mem::size_of::<TestRunAttr>(), 80);
+    }
+
+    #[test]
+    fn possible_cpus_is_at_least_the_online_count() {
+        assert!(possible_cpus().unwrap() >= std::thread::available_parallelism().unwrap().get());
+    }
+}

@@ -1,0 +1,226 @@
+//! A private network namespace set up as a router, so the kernel's FIB can be filled and
+//! measured without touching the machine's own routing.
+//!
+//! The namespace holds a veth pair: packets "arrive" on `fin` (the XDP program runs as if
+//! on it, with forwarding enabled), and routes point at gateways on `fout`'s subnets,
+//! 10.200.0.0/16 and fd00:200::/64, each gateway with a permanent neighbour entry so that
+//! a lookup completes the way forwarding would. Configuration goes through `ip` (iproute2),
+//! as an administrator would do it; the namespace is deleted when dropped.
+
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The interface packets arrive on.
+pub const INPUT_DEV: &str = "fin";
+/// The interface routes leave through.
+pub const OUTPUT_DEV: &str = "fout";
+
+/// A network namespace of this process's own, deleted on drop.
+#[derive(Debug)]
+pub struct Namespace {
+    name: String,
+}
+
+/// Why the kernel side cannot run here, said plainly.
+pub fn unavailable_reason() -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("measuring the kernel needs root (network namespaces and BPF)".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("measuring the kernel needs the `ip` command (iproute2)".into()),
+    }
+}
+
+impl Namespace {
+    /// Creates a fresh namespace (its name includes the process id).
+    pub fn create(tag: &str) -> io::Result<Namespace> {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "fibre-{tag}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        run(Command::new("ip").args(["netns", "add", &name]))?;
+        Ok(Namespace { name })
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n NAME ARGS...` and returns its standard output.
+    pub fn ip(&self, args: &[&str]) -> io::Result<String> {
+        run(Command::new("ip").args(["-n", &self.name]).args(args))
+    }
+
+    /// Runs `ip -n NAME -batch -` on `commands` (one command per line).
+    pub fn batch(&self, commands: &str) -> io::Result<()> {
+        let mut child = Command::new("ip")
+            .args(["-n", &self.name, "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(commands.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "ip -batch in {}: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets a sysctl inside the namespace.
+    pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
+        run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.name,
+            "sysctl",
+            "-qw",
+            &format!("{key}={value}"),
+        ]))
+        .map(|_| ())
+    }
+
+    /// Moves the calling thread into the namespace (other threads are unaffected).
+    pub fn enter(&self) -> io::Result<()> {
+        let file = std::fs::File::open(format!("/run/netns/{}", self.name))?;
+        // SAFETY: setns takes a valid open descriptor of a namespace file and a namespace
+        // type; it changes only the calling thread's namespace.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The interface index of `dev` in the namespace.
+    pub fn ifindex(&self, dev: &str) -> io::Result<u32> {
+        let out = self.ip(&["-o", "link", "show", "dev", dev])?;
+        out.split(':')
+            .next()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| io::Error::other(format!("cannot read the index of {dev}: {out:?}")))
+    }
+
+    /// Makes the namespace a router: veth pair `fin`/`fout`, output subnets, forwarding
+    /// on, and `gateways` on-link gateways per family with permanent neighbour entries.
+    pub fn setup_router(&self, gateways: usize) -> io::Result<()> {
+        let mut cmds = String::new();
+        cmds.push_str("link set lo up\n");
+        cmds.push_str(&format!(
+            "link add {INPUT_DEV} type veth peer name {OUTPUT_DEV}\n"
+        ));
+        cmds.push_str(&format!(
+            "link set {INPUT_DEV} up\nlink set {OUTPUT_DEV} up\n"
+        ));
+        cmds.push_str(&format!("addr add 10.199.0.1/24 dev {INPUT_DEV}\n"));
+        cmds.push_str(&format!("addr add 10.200.0.1/16 dev {OUTPUT_DEV}\n"));
+        cmds.push_str(&format!("addr add fd00:200::1/64 dev {OUTPUT_DEV} nodad\n"));
+        for i in 0..gateways {
+            let mac = format!("02:00:00:00:{:02x}:{:02x}", i >> 8 & 0xff, i & 0xff);
+            cmds.push_str(&format!(
+                "neigh add {} lladdr {mac} dev {OUTPUT_DEV} nud permanent\n",
+                gateway(4, i)
+            ));
+            cmds.push_str(&format!(
+                "neigh add {} lladdr {mac} dev {OUTPUT_DEV} nud permanent\n",
+                gateway(6, i)
+            ));
+        }
+        self.batch(&cmds)?;
+        self.sysctl("net.ipv4.conf.all.forwarding", "1")?;
+        self.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        Ok(())
+    }
+
+    /// The kernel's answer to `ip route get ADDR` as forwarding sees it: the gateway,
+    /// `Some(None)` for a forwarding route without one, `None` when the address is not
+    /// forwarded (no route, or a local, broadcast, multicast or blocking route).
+    pub fn route_get(&self, addr: IpAddr) -> io::Result<Option<Option<IpAddr>>> {
+        let out = Command::new("ip")
+            .args(["-n", &self.name, "route", "get", &addr.to_string()])
+            .output()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            if err.contains("unreachable") {
+                return Ok(None);
+            }
+            return Err(io::Error::other(format!(
+                "ip route get {addr}: {}",
+                err.trim()
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut words = text.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if matches!(
+            first,
+            "unreachable"
+                | "blackhole"
+                | "prohibit"
+                | "throw"
+                | "local"
+                | "broadcast"
+                | "multicast"
+        ) {
+            return Ok(None);
+        }
+        while let Some(w) = words.next() {
+            if w == "via" {
+                let gw = words.next().and_then(|g| g.parse().ok());
+                return Ok(Some(gw));
+            }
+        }
+        Ok(Some(None))
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// Gateway number `i` (of at most 65,000) of a family, on `fout`'s subnet.
+pub fn gateway(family: u8, i: usize) -> IpAddr {
+    let i = i % 65_000;
+    if family == 4 {
+        IpAddr::V4(std::net::Ipv4Addr::new(
+            10,
+            200,
+            (1 + i / 250) as u8,
+            (1 + i % 250) as u8,
+        ))
+    } else {
+        let base: u128 = 0xfd00_0200_0000_0000_0000_0000_0000_0000;
+        IpAddr::V6(std::net::Ipv6Addr::from(base + 2 + i as u128))
+    }
+}
+
+fn run(cmd: &mut Command) -> io::Result<String> {
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{:?} failed: {}",
+            cmd,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
