@@ -6,6 +6,7 @@
 //! - [`lookups`]: the `fibre bench lookup` measurements of the engine.
 
 pub mod addresses;
+pub mod kernel;
 pub mod lookups;
 pub mod method;
 pub mod source;

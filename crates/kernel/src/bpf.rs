@@ -301,6 +301,9 @@ struct TestRunAttr {
     flags: u32,
     cpu: u32,
     batch_size: u32,
+    /// Explicit, so that it is zero: the kernel rejects an attribute whose bytes past the
+    /// last field it knows are not all zero, and implicit padding is uninitialised.
+    _tail: u32,
 }
 
 /// The XDP program type.
@@ -362,7 +365,12 @@ impl Program {
             data_in: data.as_ptr() as u64,
             repeat,
             ctx_size_in: ctx.len() as u32,
-            ctx_in: ctx.as_ptr() as u64,
+            // An empty context must be a null pointer, not a dangling one.
+            ctx_in: if ctx.is_empty() {
+                0
+            } else {
+                ctx.as_ptr() as u64
+            },
             ..Default::default()
         };
         sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
@@ -406,7 +414,11 @@ mod tests {
         assert_eq!(bytes(call(HELPER_FIB_LOOKUP)), [0x85, 0, 0, 0, 69, 0, 0, 0]);
         assert_eq!(bytes(exit()), [0x95, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(std::mem::size_of::<Insn>(), 8);
+        // No implicit padding anywhere: every byte the kernel reads is one we set.
         assert_eq!(std::mem::size_of::<TestRunAttr>(), 80);
+        assert_eq!(std::mem::size_of::<MapCreateAttr>(), 7 * 4 + 16);
+        assert_eq!(std::mem::size_of::<MapElemAttr>(), 32);
+        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 64);
     }
 
     #[test]

@@ -144,8 +144,9 @@ impl FibProbe {
         let mut ctx = [0u8; 24];
         ctx[4..8].copy_from_slice(&(packet.len() as u32).to_ne_bytes()); // data_end
         ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes()); // ingress_ifindex
+        let ctx: &[u8] = if ifindex == 0 { &[] } else { &ctx };
         let prog = if lookup { &self.lookup } else { &self.dry };
-        let r = prog.test_run(&packet, &ctx, repeat)?;
+        let r = prog.test_run(&packet, ctx, repeat)?;
         if r.retval != XDP_PASS as u32 {
             return Err(io::Error::other(format!(
                 "probe returned {} instead of XDP_PASS",
