@@ -7,9 +7,9 @@
 //! `ip -batch`, the way an administrator would load a table; its speed and the growth of
 //! the kernel's slab memory are reported.
 
-use crate::method::{measure, Method, Timing};
+use crate::method::{measure_self_timed, Method, Timing};
 use fibre_kernel::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
-use fibre_kernel::probe::FibProbe;
+use fibre_kernel::probe::{ret, FibProbe};
 use fibre_lpm::{Key, Prefix};
 use std::io;
 use std::net::IpAddr;
@@ -80,7 +80,9 @@ impl KernelFib {
     }
 
     /// Measures the kernel's lookups of `addrs` (one family, at least one): `per_rep`
-    /// lookups per thread per repetition, dry run subtracted.
+    /// lookups per thread per repetition, dry run subtracted, timed by the kernel's own
+    /// clock around its loop. Fails if the lookups did not all complete (so that the
+    /// figures are lookups, not an early error path).
     pub fn lookups(
         &self,
         family: u8,
@@ -100,18 +102,31 @@ impl KernelFib {
             .expect("probe thread")
         })?;
         let timed = |lookup: bool| {
-            measure(
+            measure_self_timed(
                 method,
                 |_| self.ns.enter().expect("the namespace was entered before"),
                 |_, _| {
-                    probe
-                        .run(lookup, self.input, per_rep)
-                        .expect("the probe ran before");
-                    u64::from(per_rep)
+                    f64::from(
+                        probe
+                            .run(lookup, self.input, per_rep)
+                            .expect("the probe ran before"),
+                    )
                 },
             )
         };
         let real = timed(true);
+        // Every answer of the last run must be a lookup that ran to its end: a route and
+        // its neighbour, or no route at all.
+        let n = probe.len().min(per_rep);
+        for i in 0..n {
+            let a = probe.answer(i)?;
+            if a.code != ret::SUCCESS && a.code != ret::NOT_FWDED {
+                return Err(io::Error::other(format!(
+                    "the kernel answered {} for {}: not a completed lookup",
+                    a.code, addrs[i as usize]
+                )));
+            }
+        }
         let dry = timed(false);
         Ok(real.minus(dry))
     }

@@ -9,4 +9,7 @@ pub mod addresses;
 pub mod kernel;
 pub mod lookups;
 pub mod method;
+pub mod peers;
+pub mod report;
 pub mod source;
+pub mod studies;

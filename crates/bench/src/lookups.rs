@@ -74,7 +74,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    /// `scalar` or `batch`.
+    pub fn name(self) -> &'static str {
         match self {
             Mode::Scalar => "scalar",
             Mode::Batch => "batch",
@@ -308,6 +309,27 @@ pub fn apply_updates<K: Key>(t: &mut Lpm<K>, updates: &[(RouteOp, Prefix<K>)]) {
             }
         }
     }
+}
+
+/// Measures fibre's lookups of `keys` in `table` through the shared table's readers, as
+/// `fibre bench lookup` does (dry run subtracted).
+pub fn measure_fibre<K: Key>(
+    table: Lpm<K>,
+    keys: &[K],
+    mode: Mode,
+    method: Method,
+    batch: usize,
+) -> Timing {
+    let (writer, reader) = shared(table);
+    let factory = reader.factory();
+    let t = lookups(method, &|| factory.reader(), keys, mode, batch);
+    drop(writer);
+    t
+}
+
+/// The JSON fields of a lookup figure.
+pub fn lookup_figure(mode: Mode, threads: usize, addresses: &str, t: Timing) -> Value {
+    lookup_fields(mode, threads, addresses, t, false)
 }
 
 /// Measures lookups of `keys` (dry run subtracted), each thread starting at its own

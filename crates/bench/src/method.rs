@@ -90,6 +90,81 @@ impl Timing {
     }
 }
 
+/// Like [`measure`], for work that times itself: `work` returns its operations and the
+/// nanoseconds per operation its own clock measured (the kernel times
+/// `BPF_PROG_TEST_RUN` loops itself; the wall time around the system call includes the
+/// kernel swapping its XDP dispatcher, milliseconds of noise). The per-operation figure
+/// is that clock's; the throughput figure is it divided by the threads that can run at
+/// once (at most the CPUs), which start their repetitions together behind a barrier.
+pub fn measure_self_timed<S, Setup, Work>(method: Method, setup: Setup, work: Work) -> Timing
+where
+    Setup: Fn(usize) -> S + Sync,
+    Work: Fn(&mut S, usize) -> f64 + Sync,
+{
+    let threads = method.threads.max(1);
+    let samples: Vec<Vec<f64>> = run_threads(method, setup, |s, rep| work(s, rep))
+        .into_iter()
+        .map(|runs| runs.into_iter().map(|(_, _, ns)| ns).collect())
+        .collect();
+    let reps = method.repetitions.max(1);
+    let per_op: Vec<f64> = (0..reps)
+        .map(|rep| samples.iter().map(|s| s[rep]).sum::<f64>() / threads as f64)
+        .collect();
+    let per_op = Stat::trimmed(&per_op);
+    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
+    let at_once = threads.min(cpus) as f64;
+    Timing {
+        per_op,
+        throughput: Stat {
+            mean: per_op.mean / at_once,
+            mean_dev: per_op.mean_dev / at_once,
+        },
+    }
+}
+
+/// Runs `work(state, repetition)` on pinned threads, each repetition started together
+/// behind a barrier; per thread, per repetition: start, end and what `work` returned.
+fn run_threads<S, R, Setup, Work>(
+    method: Method,
+    setup: Setup,
+    work: Work,
+) -> Vec<Vec<(Instant, Instant, R)>>
+where
+    Setup: Fn(usize) -> S + Sync,
+    Work: Fn(&mut S, usize) -> R + Sync,
+    R: Send,
+{
+    let threads = method.threads.max(1);
+    let reps = method.repetitions.max(1);
+    let barrier = Barrier::new(threads);
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, setup, work, cpus) = (&barrier, &setup, &work, &cpus);
+                scope.spawn(move || {
+                    if !cpus.is_empty() {
+                        core_affinity::set_for_current(cpus[t % cpus.len()]);
+                    }
+                    let mut state = setup(t);
+                    (0..reps)
+                        .map(|rep| {
+                            barrier.wait();
+                            let start = Instant::now();
+                            let r = work(&mut state, rep);
+                            (start, Instant::now(), r)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .collect()
+    })
+}
+
 /// Runs `work(thread, repetition)` on `method.threads` threads, each repetition started
 /// together behind a barrier; `work` returns how many operations it did. Returns ns per
 /// operation. `setup(thread)` builds each thread's state once, outside the timing.
@@ -100,35 +175,8 @@ where
 {
     let threads = method.threads.max(1);
     let reps = method.repetitions.max(1);
-    let barrier = Barrier::new(threads);
-    let cpus = core_affinity::get_core_ids().unwrap_or_default();
     // Per thread, per repetition: (start, end, operations).
-    let runs: Vec<Vec<(Instant, Instant, u64)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (barrier, setup, work) = (&barrier, &setup, &work);
-                let cpus = &cpus;
-                scope.spawn(move || {
-                    if !cpus.is_empty() {
-                        core_affinity::set_for_current(cpus[t % cpus.len()]);
-                    }
-                    let mut state = setup(t);
-                    (0..reps)
-                        .map(|rep| {
-                            barrier.wait();
-                            let start = Instant::now();
-                            let ops = work(&mut state, rep);
-                            (start, Instant::now(), ops)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("benchmark thread panicked"))
-            .collect()
-    });
+    let runs = run_threads(method, setup, work);
     let ns = |d: Duration| d.as_secs_f64() * 1e9;
     let mut per_op = Vec::with_capacity(reps);
     let mut throughput = Vec::with_capacity(reps);

@@ -1,4 +1,6 @@
-//! `fibre bench`: measurements. `fibre bench lookup` measures the engine on a route file.
+//! `fibre bench`: measurements. Alone, it reruns the seeds' studies with fibre, a peer
+//! library and the Linux kernel side by side (see `fibre_bench::studies`); `fibre bench
+//! lookup` measures the engine alone on a route file.
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};
@@ -8,6 +10,61 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Arguments of `fibre bench`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    studies: StudyArgs,
+}
+
+/// Arguments of the studies (`fibre bench` without a subcommand).
+#[derive(clap::Args)]
+pub struct StudyArgs {
+    /// Run every study: also many-48, many-128 and lookups during the day of updates.
+    #[arg(long)]
+    full: bool,
+    /// Route files (default: the shipped full tables). Repeat to add files.
+    #[arg(long)]
+    routes: Vec<PathBuf>,
+    /// Update stream for --full (default: the shipped day of updates). Repeatable.
+    #[arg(long)]
+    updates: Vec<PathBuf>,
+    /// Folder for the report, plots and figures (default: bench-out/<UTC time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also print every figure as a JSON line on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Highest thread count of the threads study (default: CPUs + 1).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Repetitions per measurement (the highest and lowest are dropped).
+    #[arg(long, default_value_t = 12)]
+    repetitions: usize,
+    /// Addresses per set for fibre and the peers.
+    #[arg(long, default_value_t = 1 << 20)]
+    count: usize,
+    /// Lookups per repetition and thread for the kernel.
+    #[arg(long, default_value_t = 1 << 16)]
+    kernel_count: u32,
+    /// Table sizes sampled from the real table, comma-separated (the whole table is
+    /// always added).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<usize>>,
+    /// Leave the kernel out.
+    #[arg(long)]
+    no_kernel: bool,
+    /// Seed of samples and addresses.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Count and skip malformed route lines.
+    #[arg(long)]
+    skip_bad: bool,
+}
 
 /// Subcommands of `fibre bench`.
 #[derive(clap::Subcommand)]
@@ -55,10 +112,185 @@ pub struct LookupArgs {
     skip_bad: bool,
 }
 
-pub fn run(cmd: Command) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    match cmd {
-        Command::Lookup(args) => lookup(args),
+pub fn run(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match args.command {
+        Some(Command::Lookup(args)) => lookup(args),
+        None => studies(args.studies),
     }
+}
+
+/// The shipped data folder: under the current directory, or beside the sources.
+fn shipped(name: &str) -> PathBuf {
+    let here = Path::new("data/ris-2026-05-11").join(name);
+    if here.exists() {
+        return here;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/ris-2026-05-11")
+        .join(name)
+}
+
+fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use fibre_bench::studies::{run_studies, step_count, Sink, StudyConfig};
+    use std::io::Write;
+    let routes = if args.routes.is_empty() {
+        vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
+    } else {
+        args.routes.clone()
+    };
+    let updates = if !args.full {
+        Vec::new()
+    } else if args.updates.is_empty() {
+        vec![shipped("updates-v4.txt.gz"), shipped("updates-v6.txt.gz")]
+    } else {
+        args.updates.clone()
+    };
+    if args.repetitions == 0 || args.count == 0 || args.kernel_count == 0 || args.threads == Some(0)
+    {
+        return Err(
+            "--repetitions, --count, --kernel-count and --threads must be at least 1".into(),
+        );
+    }
+    let file = crate::load_all_routes(&routes, args.skip_bad)?;
+    let upd = crate::load_all_routes(&updates, args.skip_bad)?;
+    let (v4, v6) = (final_prefixes(&file.v4), final_prefixes(&file.v6));
+    if v4.is_empty() && v6.is_empty() {
+        return Err("the route files hold no routes".into());
+    }
+    let mut cfg = StudyConfig {
+        full: args.full,
+        repetitions: args.repetitions,
+        count: args.count,
+        kernel_count: args.kernel_count,
+        seed: args.seed,
+        kernel: !args.no_kernel,
+        ..StudyConfig::default()
+    };
+    if let Some(t) = args.threads {
+        cfg.max_threads = t;
+    }
+    if let Some(s) = args.sizes.clone() {
+        cfg.sizes = s;
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-out").join(utc_stamp()));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("fibre bench: writing to {}", out.display());
+    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
+    let families = usize::from(!v4.is_empty()) + usize::from(!v6.is_empty());
+    let progress = ProgressBar::new(step_count(&cfg, families));
+    progress.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed:>4} {msg}")
+            .expect("valid template"),
+    );
+    let mut figures = Vec::new();
+    let json = args.json;
+    let mut emit = |f: Figure| {
+        let _ = writeln!(jsonl, "{f}");
+        if json {
+            progress.suspend(|| println!("{f}"));
+        }
+        figures.push(f);
+    };
+    let mut started = false;
+    let mut step = |s: &str| {
+        if started {
+            progress.inc(1);
+        }
+        started = true;
+        progress.set_message(s.to_string());
+    };
+    let missing = run_studies(
+        &v4,
+        &v6,
+        &upd.v4,
+        &cfg,
+        &mut Sink {
+            emit: &mut emit,
+            step: &mut step,
+        },
+    );
+    progress.finish_and_clear();
+    jsonl.flush()?;
+    if let Some(why) = &missing {
+        eprintln!("fibre bench: the kernel's side is missing: {why}");
+    }
+    let header = format!(
+        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}.",
+        std::env::args()
+            .skip(2)
+            .map(|a| format!(" {a}"))
+            .collect::<String>(),
+        cpu_model(),
+        kernel_release(),
+        utc_stamp(),
+        routes
+            .iter()
+            .map(|p| file_name(p))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let md = fibre_bench::report::markdown(&figures, missing.as_deref(), &header);
+    std::fs::write(out.join("report.md"), &md)?;
+    let plots = fibre_bench::report::plots(&figures, &out)?;
+    if !json {
+        println!("{md}");
+    }
+    eprintln!(
+        "fibre bench: wrote {} (report.md, figures.jsonl, {} plot(s))",
+        out.display(),
+        plots.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The current UTC time as `YYYYMMDD-HHMMSS`.
+fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .map(|m| {
+            format!(
+                "{m}, {} CPUs",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            )
+        })
+        .unwrap_or_else(|| "an unknown CPU".into())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "?".into(), |s| s.trim().to_string())
 }
 
 fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {

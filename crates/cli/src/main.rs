@@ -22,16 +22,16 @@ struct Cli {
 enum Command {
     /// Look up addresses in a route file: prints `ADDR PREFIX` (or `ADDR -`) per address.
     Lookup(lookup::Args),
-    /// Measure fibre.
-    #[command(subcommand)]
-    Bench(bench::Command),
+    /// Measure fibre against the Linux kernel and a peer library (the seeds' studies),
+    /// or, with `lookup`, the engine alone on a route file.
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lookup(args) => lookup::run(args),
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(args) => bench::run(*args),
     };
     match result {
         Ok(code) => code,

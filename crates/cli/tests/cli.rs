@@ -237,3 +237,212 @@ fn bench_lookup_with_an_address_file_uses_its_name() {
         .iter()
         .all(|f| f["addresses"] == "addrs.txt" && f["family"] == 4));
 }
+
+/// A small route file of both families for `fibre bench` runs.
+fn bench_routes() -> PathBuf {
+    let mut text = String::new();
+    for i in 0..300 {
+        text.push_str(&format!(
+            "{}.{}.0.0/16\n{}.{}.{}.0/24\n",
+            20 + i % 50,
+            i / 50,
+            20 + i % 50,
+            i / 50,
+            i % 200
+        ));
+        text.push_str(&format!(
+            "2a0{}:{:x}::/32\n2a0{}:{:x}:{:x}::/48\n",
+            i % 8,
+            i,
+            i % 8,
+            i,
+            i % 100
+        ));
+    }
+    temp_file("bench-routes.txt", &text)
+}
+
+fn run_bench(extra: &[&str], out: &std::path::Path) -> Output {
+    let routes = bench_routes();
+    let mut args = vec![
+        "bench",
+        "--routes",
+        routes.to_str().unwrap(),
+        "--sizes",
+        "10,100",
+        "--count",
+        "4096",
+        "--repetitions",
+        "3",
+        "--threads",
+        "2",
+        "--kernel-count",
+        "2048",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    fibre(&args, None)
+}
+
+fn figures(out: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("figures.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn bench_without_the_kernel_writes_report_plots_and_figures() {
+    let out = std::env::temp_dir().join(format!("fibre-bench-nk-{}", std::process::id()));
+    let o = run_bench(&["--no-kernel"], &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(
+        stdout(&o),
+        format!("{report}\n"),
+        "the report is printed too"
+    );
+    assert!(report
+        .contains("The kernel's side is missing: the kernel side was turned off (--no-kernel)"));
+    assert!(
+        report.contains("| engine | IPv | 10 | 100 | 600 |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| fibre scalar | 4 |") && report.contains("| prefix-trie | 6 |"),
+        "{report}"
+    );
+    assert!(!report.contains("| kernel |"));
+    for plot in [
+        "table-size-ipv4.svg",
+        "table-size-ipv6.svg",
+        "threads-ipv4.svg",
+        "threads-ipv6.svg",
+    ] {
+        assert!(
+            std::fs::read_to_string(out.join(plot))
+                .unwrap()
+                .starts_with("<svg"),
+            "{plot}"
+        );
+    }
+    let figs = figures(&out);
+    let lookups: Vec<_> = figs.iter().filter(|f| f["metric"] == "lookup").collect();
+    // Per family: 3 sizes + 2 thread counts + uniform = 6 runs, each fibre x2 and the peer.
+    assert_eq!(lookups.len(), 2 * 6 * 3);
+    assert!(lookups
+        .iter()
+        .all(|f| f["engine"] == "fibre" || f["engine"] == "prefix-trie"));
+    assert!(lookups
+        .iter()
+        .all(|f| f["ns_per_lookup"].as_f64().unwrap().is_finite()));
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn bench_as_root_measures_the_kernel_beside_fibre() {
+    if fibre_kernel_unavailable() {
+        eprintln!("skipped: measuring the kernel needs root and iproute2");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("fibre-bench-k-{}", std::process::id()));
+    let o = run_bench(&[], &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(!report.contains("missing"), "{report}");
+    for family in ["4", "6"] {
+        assert!(
+            report.contains(&format!("| kernel | {family} |")),
+            "{report}"
+        );
+        assert!(
+            report.contains(&format!("| **kernel / fibre scalar** | {family} |")),
+            "{report}"
+        );
+        assert!(
+            report.contains(&format!("| kernel (table-size) | {family} | 600 |")),
+            "{report}"
+        );
+    }
+    let kernel: Vec<_> = figures(&out)
+        .into_iter()
+        .filter(|f| f["engine"] == "kernel" && f["metric"] == "lookup")
+        .collect();
+    assert_eq!(
+        kernel.len(),
+        2 * 6,
+        "every study measured the kernel: {kernel:?}"
+    );
+    // A kernel lookup costs tens of nanoseconds at least (DESIGN.md: 55 ns almost empty).
+    assert!(
+        kernel
+            .iter()
+            .all(|f| f["ns_per_lookup"].as_f64().unwrap() > 10.0),
+        "{kernel:?}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn bench_as_an_ordinary_user_says_why_the_kernel_is_missing() {
+    // Runs fibre as the unprivileged user `nobody` (needs root to switch, and setpriv).
+    if fibre_kernel_unavailable() || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to run as an ordinary user");
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("fibre-bench-u-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    Command::new("chmod")
+        .args(["777", out.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let routes = bench_routes();
+    Command::new("chmod")
+        .args(["-R", "a+rX", routes.parent().unwrap().to_str().unwrap()])
+        .status()
+        .unwrap();
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_fibre"),
+        ])
+        .args([
+            "bench",
+            "--routes",
+            routes.to_str().unwrap(),
+            "--sizes",
+            "10",
+            "--count",
+            "2048",
+            "--repetitions",
+            "3",
+            "--threads",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the kernel's side is missing: measuring the kernel needs root"),
+        "{err}"
+    );
+    assert!(stdout(&o).contains("| fibre scalar | 4 |"));
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// True unless this test runs as root with iproute2 (what the kernel side needs).
+fn fibre_kernel_unavailable() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    !root || Command::new("ip").arg("-V").output().is_err()
+}

@@ -83,6 +83,24 @@ impl Namespace {
         Ok(())
     }
 
+    /// Like [`Namespace::batch`], but carries on past failing commands (`ip -force`), as
+    /// a stream of updates needs (a withdrawal of a route that is not there fails).
+    pub fn batch_force(&self, commands: &str) -> io::Result<()> {
+        let mut child = Command::new("ip")
+            .args(["-n", &self.name, "-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(commands.as_bytes())?;
+        child.wait()?;
+        Ok(())
+    }
+
     /// Sets a sysctl inside the namespace.
     pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
         run(Command::new("ip").args([
