@@ -403,12 +403,19 @@ fn bench_as_an_ordinary_user_says_why_the_kernel_is_missing() {
         .args(["-R", "a+rX", routes.parent().unwrap().to_str().unwrap()])
         .status()
         .unwrap();
+    // A copy of the binary the unprivileged user can reach wherever the build lives.
+    let exe = out.join("fibre");
+    std::fs::copy(env!("CARGO_BIN_EXE_fibre"), &exe).unwrap();
+    Command::new("chmod")
+        .args(["755", exe.to_str().unwrap()])
+        .status()
+        .unwrap();
     let o = Command::new("setpriv")
         .args([
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            env!("CARGO_BIN_EXE_fibre"),
+            exe.to_str().unwrap(),
         ])
         .args([
             "bench",
