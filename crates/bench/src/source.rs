@@ -1,9 +1,18 @@
-//! Route sources: plain prefix lists and update streams, optionally gzip-compressed.
+//! Route sources: prefix lists, update streams, `ip -batch` files and MRT dumps, plain or
+//! compressed.
 //!
-//! One prefix per line, IPv4 and IPv6 mixed freely. An optional first column says what
-//! the line does: `A` announces (adds or replaces) the prefix, `W` withdraws it; a line
-//! without it announces. `#` starts a comment; blank lines are ignored. A gzip file
-//! (recognised by its magic bytes, whatever its name) is decompressed on the fly.
+//! Text: one prefix per line, IPv4 and IPv6 mixed freely. An optional first column says
+//! what the line does: `A` announces (adds or replaces) the prefix, `W` withdraws it; a
+//! line without it announces. `#` starts a comment; blank lines are ignored. Lines of an
+//! `ip -batch` file (`route add PREFIX via ...`, `route del PREFIX`) are read too.
+//!
+//! MRT (RFC 6396, decoded by `bgpkit-parser`): a TABLE_DUMP / TABLE_DUMP_V2 RIB gives
+//! one announcement per RIB entry; BGP4MP update files give announcements and
+//! withdrawals in order. A file that breaks off (truncated, or a malformed record) keeps
+//! everything read before the break, and says where it broke.
+//!
+//! gzip and bzip2 are recognised by their magic bytes, whatever the file's name; MRT is
+//! told from text by its record header.
 //!
 //! A bad line is reported as `FILE:LINE: reason`. By default it stops the read; with
 //! `skip_bad` it is counted, remembered (the first few) and skipped.
@@ -90,12 +99,14 @@ pub struct RouteFile {
     pub skipped: usize,
     /// The first few of them.
     pub skipped_examples: Vec<SourceError>,
+    /// Where an MRT file broke off, if it did (the routes before it are kept).
+    pub broken: Option<SourceError>,
 }
 
 /// How many skipped lines are kept as examples.
 const EXAMPLES: usize = 5;
 
-/// A reader that decompresses gzip if the stream starts with gzip's magic bytes.
+/// A reader that decompresses gzip or bzip2 if the stream starts with their magic bytes.
 pub fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead + Send>, SourceError> {
     let err = |reason: String| SourceError {
         path: path.to_path_buf(),
@@ -112,6 +123,11 @@ pub fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead + Send>, SourceError
             1 << 16,
             MultiGzDecoder::new(reader),
         )))
+    } else if magic.starts_with(b"BZh") {
+        Ok(Box::new(BufReader::with_capacity(
+            1 << 16,
+            bzip2::read::MultiBzDecoder::new(reader),
+        )))
     } else {
         Ok(Box::new(reader))
     }
@@ -125,6 +141,9 @@ pub fn parse_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, String> {
     }
     let mut fields = line.split_whitespace();
     let first = fields.next().unwrap_or("");
+    if matches!(first, "route" | "ip" | "-4" | "-6") {
+        return parse_ip_batch_line(line);
+    }
     let (op, prefix) = match first {
         "A" | "a" => (RouteOp::Announce, fields.next()),
         "W" | "w" => (RouteOp::Withdraw, fields.next()),
@@ -142,10 +161,200 @@ pub fn parse_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, String> {
     prefix.parse().map(|p| Some((op, p)))
 }
 
-/// Reads a route file (see the module documentation for the format).
+/// Parses an `ip -batch` line: `[ip] [-4|-6] route add|replace|append|change|prepend
+/// [TYPE] PREFIX ...` announces, `route del|delete [TYPE] PREFIX ...` withdraws; the
+/// rest of the line (via, dev, metric...) is not needed for the prefix.
+fn parse_ip_batch_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, String> {
+    let mut v6 = false;
+    let mut words = line.split_whitespace().peekable();
+    while let Some(&w) = words.peek() {
+        match w {
+            "ip" | "-4" => {}
+            "-6" => v6 = true,
+            _ => break,
+        }
+        words.next();
+    }
+    if !matches!(words.next(), Some("route" | "r" | "ro" | "rou")) {
+        return Err("an ip -batch line must be a route command".into());
+    }
+    let op = match words.next() {
+        Some("add" | "replace" | "append" | "change" | "prepend") => RouteOp::Announce,
+        Some("del" | "delete") => RouteOp::Withdraw,
+        Some(v) => {
+            return Err(format!(
+                "route {v:?} is not add, replace, append, change, prepend or del"
+            ))
+        }
+        None => return Err("\"route\" is not followed by a command".into()),
+    };
+    let mut words = words.skip_while(|w| {
+        matches!(
+            *w,
+            "unicast"
+                | "local"
+                | "broadcast"
+                | "multicast"
+                | "throw"
+                | "unreachable"
+                | "prohibit"
+                | "blackhole"
+                | "nat"
+                | "to"
+        )
+    });
+    let prefix = match words.next() {
+        Some("default") if v6 => "::/0",
+        Some("default") => "0.0.0.0/0",
+        Some(p) => p,
+        None => return Err("the route command has no prefix".into()),
+    };
+    prefix.parse().map(|p| Some((op, p)))
+}
+
+/// True if `head` starts like an MRT record: a known type in bytes 4-5 (text never has
+/// a NUL byte there).
+fn looks_like_mrt(head: &[u8]) -> bool {
+    head.len() >= 12
+        && head[4] == 0
+        && matches!(head[5], 11 | 12 | 13 | 16 | 17 | 32 | 33 | 48 | 49)
+}
+
+/// Reads a route file: text, `ip -batch` or MRT (see the module documentation).
 pub fn read_route_file(path: &Path, skip_bad: bool) -> Result<RouteFile, SourceError> {
-    let reader = open_maybe_gz(path)?;
+    let mut reader = open_maybe_gz(path)?;
+    let head = reader.fill_buf().map_err(|e| SourceError {
+        path: path.to_path_buf(),
+        line: None,
+        reason: format!("cannot read: {e}"),
+    })?;
+    if looks_like_mrt(head) {
+        let mut out = RouteFile::default();
+        let summary = read_mrt(reader, path, |e| match e.prefix {
+            AnyPrefix::V4(p) => out.v4.push((e.op, p)),
+            AnyPrefix::V6(p) => out.v6.push((e.op, p)),
+        })?;
+        out.broken = summary.broken;
+        out.skipped = summary.skipped;
+        out.skipped_examples = summary.skipped_examples;
+        return Ok(out);
+    }
     read_routes(reader, path, skip_bad)
+}
+
+/// One route of an MRT file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrtRoute {
+    /// Announcement (RIB entry or update) or withdrawal.
+    pub op: RouteOp,
+    /// The prefix.
+    pub prefix: AnyPrefix,
+    /// The peer that sent or held it.
+    pub peer: std::net::IpAddr,
+    /// Its next hop, when it has one.
+    pub next_hop: Option<std::net::IpAddr>,
+}
+
+/// What reading an MRT file gave.
+#[derive(Clone, Debug, Default)]
+pub struct MrtSummary {
+    /// Routes read.
+    pub routes: usize,
+    /// Records skipped (unsupported or malformed, the stream intact around them).
+    pub skipped: usize,
+    /// The first few of them.
+    pub skipped_examples: Vec<SourceError>,
+    /// Where the file broke off, if it did.
+    pub broken: Option<SourceError>,
+}
+
+/// Counts the bytes read through it.
+struct Counting<R> {
+    inner: R,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Reads MRT records from `reader` (already decompressed), passing every route to
+/// `each`. A record that cannot be decoded while the stream around it is intact
+/// (unsupported type, malformed attributes) is skipped and counted; a break of the stream
+/// itself (truncation, read error) ends the read without losing what came before, and is
+/// returned in the summary with the byte offset where reading stopped.
+pub fn read_mrt(
+    reader: impl std::io::Read,
+    path: &Path,
+    mut each: impl FnMut(MrtRoute),
+) -> Result<MrtSummary, SourceError> {
+    use bgpkit_parser::models::ElemType;
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counting = Counting {
+        inner: reader,
+        count: count.clone(),
+    };
+    let parser = bgpkit_parser::BgpkitParser::from_reader(counting);
+    let mut summary = MrtSummary::default();
+    for item in parser.into_fallible_elem_iter() {
+        match item {
+            Ok(elem) => {
+                let (addr, len) = (elem.prefix.prefix.addr(), elem.prefix.prefix.prefix_len());
+                let prefix = match addr {
+                    std::net::IpAddr::V4(a) => AnyPrefix::V4(Prefix::new_clamped(a.into(), len)),
+                    std::net::IpAddr::V6(a) => AnyPrefix::V6(Prefix::new_clamped(a.into(), len)),
+                };
+                let op = match elem.elem_type {
+                    ElemType::ANNOUNCE => RouteOp::Announce,
+                    ElemType::WITHDRAW => RouteOp::Withdraw,
+                };
+                each(MrtRoute {
+                    op,
+                    prefix,
+                    peer: elem.peer_ip,
+                    next_hop: elem.next_hop,
+                });
+                summary.routes += 1;
+            }
+            Err(e) => {
+                use bgpkit_parser::ParserError as P;
+                let at = count.load(std::sync::atomic::Ordering::Relaxed);
+                let stream_broken = matches!(
+                    e.error,
+                    P::IoError(_)
+                        | P::EofError(_)
+                        | P::EofExpected
+                        | P::TruncatedMsg(_)
+                        | P::OversizedRecord { .. }
+                );
+                if stream_broken {
+                    summary.broken = Some(SourceError {
+                        path: path.to_path_buf(),
+                        line: None,
+                        reason: format!(
+                            "MRT data breaks off near byte {at} after {} routes ({}); the routes before it are kept",
+                            summary.routes, e.error
+                        ),
+                    });
+                    break;
+                }
+                summary.skipped += 1;
+                if summary.skipped_examples.len() < EXAMPLES {
+                    summary.skipped_examples.push(SourceError {
+                        path: path.to_path_buf(),
+                        line: None,
+                        reason: format!("MRT record near byte {at} skipped: {}", e.error),
+                    });
+                }
+            }
+        }
+    }
+    Ok(summary)
 }
 
 /// Reads route lines from any reader; `path` names it in errors.
@@ -248,6 +457,21 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.to_string(), "t:2: line is not valid UTF-8");
+    }
+
+    #[test]
+    fn ip_batch_lines_are_route_sources() {
+        let f = read(
+            "route add 10.0.0.0/8 via 192.0.2.1 dev eth0\n-6 route replace 2001:db8::/32 dev eth0 metric 5\n\
+             route add blackhole 198.51.100.0/24\nroute del 10.0.0.0/8\n-6 route add default via fe80::1 dev eth0\n",
+            false,
+        )
+        .unwrap();
+        assert_eq!(f.v4.len(), 3);
+        assert_eq!(f.v4[2], (RouteOp::Withdraw, "10.0.0.0/8".parse().unwrap()));
+        assert_eq!(f.v6[1].1.to_string(), "::/0");
+        let e = read("route flush 10.0.0.0/8\n", false).unwrap_err();
+        assert!(e.reason.contains("\"flush\" is not add"), "{e}");
     }
 
     #[test]

@@ -50,13 +50,16 @@ fn load_routes(
     let file = fibre_bench::source::read_route_file(path, skip_bad)?;
     if file.skipped > 0 {
         eprintln!(
-            "fibre: skipped {} bad line(s) of {}",
+            "fibre: skipped {} bad line(s) or record(s) of {}",
             file.skipped,
             path.display()
         );
         for e in &file.skipped_examples {
             eprintln!("  {e}");
         }
+    }
+    if let Some(e) = &file.broken {
+        eprintln!("fibre: {e}");
     }
     Ok(file)
 }
