@@ -200,19 +200,33 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "## Loading the table\n\nfibre: bulk build and incremental inserts, bytes of lookup and update structures per route. Kernel: `ip -batch` of `route add` lines, and the growth of the kernel's slab memory (machine-wide, so approximate).\n");
-    let _ = writeln!(out, "| engine | IPv | routes | routes/s (bulk or ip -batch) | inserts/s | bytes/route |\n|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(out, "| engine | IPv | routes | routes/s (bulk or ip -batch) | inserts/s | removals/s | bytes/route |\n|---|---|---:|---:|---:|---:|---:|");
     for f in figures.iter().filter(|f| f["metric"] == "load") {
         let num = |k: &str| f[k].as_f64();
+        // The kernel's deletion of the same table, when measured (--full).
+        let removals = num("remove_per_sec").or_else(|| {
+            figures
+                .iter()
+                .find(|d| {
+                    d["metric"] == "delete"
+                        && d["engine"] == f["engine"]
+                        && d["family"] == f["family"]
+                        && d["routes"] == f["routes"]
+                })
+                .and_then(|d| d["routes_per_sec"].as_f64())
+        });
+        let rate = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
         let _ = writeln!(
             out,
-            "| {} ({}) | {} | {} | {} | {} | {} |",
+            "| {} ({}) | {} | {} | {} | {} | {} | {} |",
             f["engine"].as_str().unwrap_or(""),
             f["study"].as_str().unwrap_or(""),
             f["family"],
             f["routes"],
-            num("routes_per_sec").map_or("–".into(), |v| format!("{:.0}", v)),
-            num("insert_per_sec").map_or("–".into(), |v| format!("{:.0}", v)),
-            num("bytes_per_route").map_or("–".into(), |v| format!("{:.0}", v)),
+            rate(num("routes_per_sec")),
+            rate(num("insert_per_sec")),
+            rate(removals),
+            rate(num("bytes_per_route")),
         );
     }
     let _ = writeln!(out);
@@ -422,6 +436,8 @@ mod tests {
         v.push(fig("fibre", "scalar", 6, 100_000, 1, 3.0, "from-bgp"));
         v.push(json!({"engine": "kernel", "family": 6, "routes": 100_000, "metric": "load", "study": "table-size",
                       "seconds": 2.0, "routes_per_sec": 50_000.0, "bytes_per_route": 700.0}));
+        v.push(json!({"engine": "kernel", "family": 6, "routes": 100_000, "metric": "delete", "study": "table-size",
+                      "seconds": 4.0, "routes_per_sec": 25_000.0}));
         v
     }
 
@@ -447,7 +463,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| kernel (table-size) | 6 | 100000 | 50000 | – | 700 |"),
+            md.contains("| kernel (table-size) | 6 | 100000 | 50000 | – | 25000 | 700 |"),
             "{md}"
         );
         let missing = markdown(&sample(), Some("measuring the kernel needs root"), "x");

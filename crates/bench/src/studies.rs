@@ -77,7 +77,7 @@ pub struct Sink<'a> {
 
 /// Number of progress steps [`run_studies`] will announce.
 pub fn step_count(cfg: &StudyConfig, families: usize) -> u64 {
-    let per_family = cfg.sizes.len() + 1 + cfg.max_threads + 1;
+    let per_family = cfg.sizes.len() + 1 + cfg.max_threads + 1 + usize::from(cfg.full);
     let full = if cfg.full { 3 + 3 + 1 } else { 0 };
     (families * per_family + full) as u64
 }
@@ -227,11 +227,17 @@ fn fibre_load<K: Key>(study: &str, routes: &[Prefix<K>], sink: &mut Sink<'_>) {
         inc.insert(*p, i as u32);
     }
     let inc_secs = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for p in routes {
+        inc.remove(p);
+    }
+    let remove_secs = start.elapsed().as_secs_f64();
     let m = t.memory();
     (sink.emit)(merge(
         base::<K>(study, "fibre", routes.len(), "load"),
         json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs,
                "insert_per_sec": routes.len() as f64 / inc_secs,
+               "remove_per_sec": routes.len() as f64 / remove_secs,
                "lookup_bytes": m.lookup_bytes, "update_bytes": m.update_bytes,
                "bytes_per_route": (m.lookup_bytes + m.update_bytes) as f64 / routes.len().max(1) as f64}),
     ));
@@ -303,6 +309,23 @@ fn family_studies<K: Key + PeerKey>(
                 kernel.as_ref(),
                 sink,
             );
+            if let (true, Some(k)) = (cfg.full, &kernel) {
+                (sink.step)(&format!(
+                    "IPv{}: deleting the whole table from the kernel",
+                    K::FAMILY
+                ));
+                let figure = match k.unload(&routes) {
+                    Ok(secs) => merge(
+                        base::<K>("table-size", "kernel", routes.len(), "delete"),
+                        json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs}),
+                    ),
+                    Err(e) => merge(
+                        base::<K>("table-size", "kernel", routes.len(), "error"),
+                        json!({"error": e.to_string()}),
+                    ),
+                };
+                (sink.emit)(figure);
+            }
         }
     }
 }

@@ -362,6 +362,10 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
             "{report}"
         );
         assert!(
+            report.contains(&format!("| fibre (table-size) | {family} | 600 |")),
+            "{report}"
+        );
+        assert!(
             report.contains(&format!("| kernel (table-size) | {family} | 600 |")),
             "{report}"
         );

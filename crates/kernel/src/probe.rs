@@ -69,8 +69,15 @@ pub struct FibProbe {
 }
 
 impl FibProbe {
-    /// Loads the programs and the addresses (all of one family, at least one).
+    /// Loads the programs and the addresses (all of one family, at least one); the
+    /// lookup passes no flags, so it resolves the neighbour as forwarding would.
     pub fn new(family: u8, addrs: &[IpAddr]) -> io::Result<FibProbe> {
+        Self::with_flags(family, addrs, 0)
+    }
+
+    /// Like [`FibProbe::new`] with `bpf_fib_lookup` flags (for example
+    /// [`SKIP_NEIGH`]: the route only, no neighbour resolution).
+    pub fn with_flags(family: u8, addrs: &[IpAddr], flags: i32) -> io::Result<FibProbe> {
         let count = u32::try_from(addrs.len())
             .ok()
             .filter(|&n| n > 0 && n < i32::MAX as u32)
@@ -96,12 +103,12 @@ impl FibProbe {
         }
         let lookup = Program::load(
             PROG_TYPE_XDP,
-            &program(family, &cursor, &addr_map, &results, count, true),
+            &program(family, &cursor, &addr_map, &results, count, Some(flags)),
             "fibre_fib",
         )?;
         let dry = Program::load(
             PROG_TYPE_XDP,
-            &program(family, &cursor, &addr_map, &results, count, false),
+            &program(family, &cursor, &addr_map, &results, count, None),
             "fibre_fib_dry",
         )?;
         Ok(FibProbe {
@@ -173,14 +180,18 @@ impl FibProbe {
     }
 }
 
-/// Assembles the probe program (see the module documentation).
+/// `bpf_fib_lookup` flag: find the route only, without resolving the neighbour.
+pub const SKIP_NEIGH: i32 = 1 << 2;
+
+/// Assembles the probe program (see the module documentation): with `lookup` the
+/// helper's flags, without it the dry run.
 fn program(
     family: u8,
     cursor: &Map,
     addrs: &Map,
     results: &Map,
     count: u32,
-    lookup: bool,
+    lookup: Option<i32>,
 ) -> Vec<Insn> {
     let mut p: Vec<Insn> = Vec::new();
     let mut to_out: Vec<usize> = Vec::new();
@@ -229,12 +240,12 @@ fn program(
         p.push(store_reg(Size::W, R10, P + P_DST + 4 * w, R1));
     }
     // r7 = bpf_fib_lookup(ctx, &params, 64, 0), or 0 in the dry run
-    if lookup {
+    if let Some(flags) = lookup {
         p.push(mov_reg(R1, R6));
         p.push(mov_reg(R2, R10));
         p.push(add_imm(R2, P.into()));
         p.push(mov_imm(R3, PARAMS.into()));
-        p.push(mov_imm(R4, 0));
+        p.push(mov_imm(R4, flags));
         p.push(call(HELPER_FIB_LOOKUP));
     } else {
         // The same number of instructions as the call sequence, doing nothing useful.
@@ -284,8 +295,8 @@ mod tests {
             return;
         };
         for family in [4, 6] {
-            let a = program(family, &m, &m, &m, 4, true);
-            let b = program(family, &m, &m, &m, 4, false);
+            let a = program(family, &m, &m, &m, 4, Some(0));
+            let b = program(family, &m, &m, &m, 4, None);
             assert_eq!(a.len(), b.len());
             let diff: Vec<_> = a
                 .iter()
