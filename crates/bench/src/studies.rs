@@ -243,6 +243,35 @@ fn fibre_load<K: Key>(study: &str, routes: &[Prefix<K>], sink: &mut Sink<'_>) {
     ));
 }
 
+/// Loads `routes` into every engine (timing it) and measures matched lookups on one
+/// thread; returns the loaded kernel and the addresses, for more studies of the table.
+fn load_and_measure<K: Key + PeerKey>(
+    study: &str,
+    routes: &[Prefix<K>],
+    cfg: &StudyConfig,
+    with_kernel: bool,
+    sink: &mut Sink<'_>,
+) -> (Option<KernelFib>, Vec<K>) {
+    fibre_load(study, routes, sink);
+    let kernel = if with_kernel {
+        load_kernel(study, routes, sink)
+    } else {
+        None
+    };
+    let keys = addresses::matched(routes, cfg.count, cfg.seed);
+    measure_engines(
+        study,
+        routes,
+        &keys,
+        "matched",
+        1,
+        cfg,
+        kernel.as_ref(),
+        sink,
+    );
+    (kernel, keys)
+}
+
 fn family_studies<K: Key + PeerKey>(
     full: &[Prefix<K>],
     cfg: &StudyConfig,
@@ -263,23 +292,7 @@ fn family_studies<K: Key + PeerKey>(
         } else {
             sample(full, size, cfg.seed ^ size as u64)
         };
-        fibre_load("table-size", &routes, sink);
-        let kernel = if with_kernel {
-            load_kernel("table-size", &routes, sink)
-        } else {
-            None
-        };
-        let keys = addresses::matched(&routes, cfg.count, cfg.seed);
-        measure_engines(
-            "table-size",
-            &routes,
-            &keys,
-            "matched",
-            1,
-            cfg,
-            kernel.as_ref(),
-            sink,
-        );
+        let (kernel, keys) = load_and_measure("table-size", &routes, cfg, with_kernel, sink);
         if size == full.len() {
             for threads in 1..=cfg.max_threads {
                 (sink.step)(&format!(
@@ -341,23 +354,7 @@ fn many_study(len: u8, cfg: &StudyConfig, with_kernel: bool, sink: &mut Sink<'_>
             .collect();
         routes.sort_unstable();
         routes.dedup();
-        fibre_load(&study, &routes, sink);
-        let kernel = if with_kernel {
-            load_kernel(&study, &routes, sink)
-        } else {
-            None
-        };
-        let keys = addresses::matched(&routes, cfg.count, cfg.seed);
-        measure_engines(
-            &study,
-            &routes,
-            &keys,
-            "matched",
-            1,
-            cfg,
-            kernel.as_ref(),
-            sink,
-        );
+        load_and_measure(&study, &routes, cfg, with_kernel, sink);
     }
 }
 

@@ -59,10 +59,23 @@ impl Namespace {
         run(Command::new("ip").args(["-n", &self.name]).args(args))
     }
 
-    /// Runs `ip -n NAME -batch -` on `commands` (one command per line).
+    /// Runs `ip -n NAME -batch -` on `commands` (one command per line); fails at the
+    /// first command that fails, with ip's message.
     pub fn batch(&self, commands: &str) -> io::Result<()> {
+        self.run_batch(commands, false)
+    }
+
+    /// Like [`Namespace::batch`], but carries on past failing commands (`ip -force`), as
+    /// a stream of updates needs (a withdrawal of a route that is not there fails).
+    pub fn batch_force(&self, commands: &str) -> io::Result<()> {
+        self.run_batch(commands, true)
+    }
+
+    fn run_batch(&self, commands: &str, force: bool) -> io::Result<()> {
         let mut child = Command::new("ip")
-            .args(["-n", &self.name, "-batch", "-"])
+            .args(["-n", &self.name])
+            .args(force.then_some("-force"))
+            .args(["-batch", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -73,31 +86,13 @@ impl Namespace {
             .expect("stdin is piped")
             .write_all(commands.as_bytes())?;
         let out = child.wait_with_output()?;
-        if !out.status.success() {
+        if !force && !out.status.success() {
             return Err(io::Error::other(format!(
                 "ip -batch in {}: {}",
                 self.name,
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        Ok(())
-    }
-
-    /// Like [`Namespace::batch`], but carries on past failing commands (`ip -force`), as
-    /// a stream of updates needs (a withdrawal of a route that is not there fails).
-    pub fn batch_force(&self, commands: &str) -> io::Result<()> {
-        let mut child = Command::new("ip")
-            .args(["-n", &self.name, "-force", "-batch", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(commands.as_bytes())?;
-        child.wait()?;
         Ok(())
     }
 

@@ -196,15 +196,22 @@ fn program(
     let mut p: Vec<Insn> = Vec::new();
     let mut to_out: Vec<usize> = Vec::new();
     let key = -4i16;
+    // r0 = map[key] with the key 0 or in a register; on a miss, jump out (patched below).
+    let mut lookup_elem = |p: &mut Vec<Insn>, map: &Map, key_reg: Option<Reg>| {
+        p.push(match key_reg {
+            Some(r) => store_reg(Size::W, R10, key, r),
+            None => store_imm(Size::W, R10, key, 0),
+        });
+        p.extend(load_map(R1, map));
+        p.push(mov_reg(R2, R10));
+        p.push(add_imm(R2, key.into()));
+        p.push(call(HELPER_MAP_LOOKUP_ELEM));
+        to_out.push(p.len());
+        p.push(jeq_imm(R0, 0, 0));
+    };
     // i = cursor[0]
     p.push(mov_reg(R6, R1));
-    p.push(store_imm(Size::W, R10, key, 0));
-    p.extend(load_map(R1, cursor));
-    p.push(mov_reg(R2, R10));
-    p.push(add_imm(R2, key.into()));
-    p.push(call(HELPER_MAP_LOOKUP_ELEM));
-    to_out.push(p.len());
-    p.push(jeq_imm(R0, 0, 0));
+    lookup_elem(&mut p, cursor, None);
     p.push(mov_reg(R7, R0));
     p.push(load(Size::W, R8, R7, 0));
     // cursor[0] = i + 1 < N ? i + 1 : 0
@@ -214,13 +221,7 @@ fn program(
     p.push(mov_imm(R1, 0));
     p.push(store_reg(Size::W, R7, 0, R1));
     // a = addrs[i]
-    p.push(store_reg(Size::W, R10, key, R8));
-    p.extend(load_map(R1, addrs));
-    p.push(mov_reg(R2, R10));
-    p.push(add_imm(R2, key.into()));
-    p.push(call(HELPER_MAP_LOOKUP_ELEM));
-    to_out.push(p.len());
-    p.push(jeq_imm(R0, 0, 0));
+    lookup_elem(&mut p, addrs, Some(R8));
     p.push(mov_reg(R9, R0));
     // params = { family, ifindex, dst }
     for off in (0..PARAMS).step_by(8) {
@@ -240,31 +241,19 @@ fn program(
         p.push(store_reg(Size::W, R10, P + P_DST + 4 * w, R1));
     }
     // r7 = bpf_fib_lookup(ctx, &params, 64, 0), or 0 in the dry run
-    if let Some(flags) = lookup {
-        p.push(mov_reg(R1, R6));
-        p.push(mov_reg(R2, R10));
-        p.push(add_imm(R2, P.into()));
-        p.push(mov_imm(R3, PARAMS.into()));
-        p.push(mov_imm(R4, flags));
-        p.push(call(HELPER_FIB_LOOKUP));
-    } else {
-        // The same number of instructions as the call sequence, doing nothing useful.
-        p.push(mov_reg(R1, R6));
-        p.push(mov_reg(R2, R10));
-        p.push(add_imm(R2, P.into()));
-        p.push(mov_imm(R3, PARAMS.into()));
-        p.push(mov_imm(R4, 0));
-        p.push(mov_imm(R0, 0));
-    }
+    // The arguments are set up in the dry run too; only the call itself differs.
+    p.push(mov_reg(R1, R6));
+    p.push(mov_reg(R2, R10));
+    p.push(add_imm(R2, P.into()));
+    p.push(mov_imm(R3, PARAMS.into()));
+    p.push(mov_imm(R4, lookup.unwrap_or(0)));
+    p.push(match lookup {
+        Some(_) => call(HELPER_FIB_LOOKUP),
+        None => mov_imm(R0, 0),
+    });
     p.push(mov_reg(R7, R0));
     // results[i] = { r7, ifindex, dst }
-    p.push(store_reg(Size::W, R10, key, R8));
-    p.extend(load_map(R1, results));
-    p.push(mov_reg(R2, R10));
-    p.push(add_imm(R2, key.into()));
-    p.push(call(HELPER_MAP_LOOKUP_ELEM));
-    to_out.push(p.len());
-    p.push(jeq_imm(R0, 0, 0));
+    lookup_elem(&mut p, results, Some(R8));
     p.push(store_reg(Size::W, R0, 0, R7));
     p.push(load(Size::W, R1, R10, P + P_IFINDEX));
     p.push(store_reg(Size::W, R0, 4, R1));
