@@ -349,9 +349,8 @@ fn plot(path: &Path, title: &str, x_desc: &str, g: &Grid, log_x: bool) -> Result
                 .y_label_formatter(&|y| format!("{y:.0}"))
                 .draw()
                 .map_err(|e| err(&e))?;
-            for (i, (row, pts)) in points.iter().enumerate() {
+            for (row, pts) in &points {
                 let color = COLORS[(row.order as usize).min(COLORS.len() - 1)];
-                let _ = i;
                 chart
                     .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
                     .map_err(|e| err(&e))?
