@@ -232,10 +232,13 @@ pub fn bench_family<K: Key>(
                 mode.name()
             ));
             let alone = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-            emit(with(
+            let mut figure = with(
                 base("lookup"),
                 lookup_fields(mode, readers, &set.name, alone, false),
-            ));
+            );
+            // The same readers with the writer idle: the baseline of the interference pair.
+            figure["baseline"] = json!(true);
+            emit(figure);
         }
         let stop = AtomicBool::new(false);
         let applied = AtomicU64::new(0);

@@ -381,7 +381,13 @@ fn updates_study(
         name: "matched".into(),
         keys,
     }];
-    let mut emit = |f: Figure| (sink.emit)(merge(f, json!({"study": "updates"})));
+    // Of the lookups, only the pair this study is about: the baseline with the writer idle,
+    // and the same readers while it applies the stream.
+    let mut emit = |f: Figure| {
+        if f["metric"] != "lookup" || f["writer"] == true || f["baseline"] == true {
+            (sink.emit)(merge(f, json!({"study": "updates"})));
+        }
+    };
     crate::lookups::bench_family(
         rib,
         Some(updates),
