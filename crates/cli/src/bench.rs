@@ -33,7 +33,7 @@ pub struct StudyArgs {
     /// Update stream for --full (default: the shipped day of updates). Repeatable.
     #[arg(long)]
     updates: Vec<PathBuf>,
-    /// Folder for the report, plots and figures (default: bench-out/<UTC time>).
+    /// Folder for the report, plots and figures (default: `bench-out/<UTC time>`).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Also print every figure as a JSON line on standard output.

@@ -7,7 +7,7 @@
 //!
 //! - [`Lpm`]: insert, replace, remove, exact [`Lpm::get`], [`Lpm::lookup`],
 //!   [`Lpm::lookup_batch`], iteration, counts per length, [`Lpm::memory`], bulk [`Lpm::build`].
-//! - [`shared`]: lock-free readers and one writer, versions published atomically.
+//! - [`mod@shared`]: lock-free readers and one writer, versions published atomically.
 //! - [`ReferenceLpm`]: the simple oracle the engine is tested against.
 //!
 //! No I/O happens here; route files and measurement live in `fibre-bench`.
