@@ -271,33 +271,39 @@ const COLORS: [RGBColor; 4] = [
     RGBColor(213, 94, 0),
 ];
 
+/// The plots of a run: (study, column on x, figure on y, file stem, title, x label, log x).
+const PLOTS: [(&str, &str, &str, &str, &str, &str, bool); 2] = [
+    (
+        "table-size",
+        "routes",
+        "ns_per_lookup",
+        "table-size",
+        "lookup cost against table size",
+        "routes (log)",
+        true,
+    ),
+    (
+        "threads",
+        "threads",
+        "throughput_ns",
+        "threads",
+        "lookup cost against threads (throughput)",
+        "threads",
+        false,
+    ),
+];
+
 /// Writes the plots of a run into `dir`; returns their paths.
 pub fn plots(figures: &[Value], dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
     for fam in [4u64, 6] {
-        let g = grid(figures, "table-size", fam, "routes", "ns_per_lookup");
-        if !g.is_empty() {
-            let path = dir.join(format!("table-size-ipv{fam}.svg"));
-            plot(
-                &path,
-                &format!("IPv{fam}: lookup cost against table size"),
-                "routes (log)",
-                &g,
-                true,
-            )?;
-            written.push(path);
-        }
-        let g = grid(figures, "threads", fam, "threads", "throughput_ns");
-        if !g.is_empty() {
-            let path = dir.join(format!("threads-ipv{fam}.svg"));
-            plot(
-                &path,
-                &format!("IPv{fam}: lookup cost against threads (throughput)"),
-                "threads",
-                &g,
-                false,
-            )?;
-            written.push(path);
+        for (study, column, value, stem, title, x_desc, log_x) in PLOTS {
+            let g = grid(figures, study, fam, column, value);
+            if !g.is_empty() {
+                let path = dir.join(format!("{stem}-ipv{fam}.svg"));
+                plot(&path, &format!("IPv{fam}: {title}"), x_desc, &g, log_x)?;
+                written.push(path);
+            }
         }
     }
     Ok(written)
