@@ -13,7 +13,7 @@
 use crate::addresses;
 use crate::method::{measure, Method, Stat, Timing};
 use crate::source::RouteOp;
-use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix};
+use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix, Snapshot};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -174,7 +174,7 @@ pub fn bench_family<K: Key>(
             match op {
                 RouteOp::Announce => writer.insert(p, i as u32),
                 RouteOp::Withdraw => writer.remove(p),
-            }
+            };
             if i % cfg.publish_every == cfg.publish_every - 1 {
                 writer.publish();
             }
@@ -256,7 +256,7 @@ pub fn bench_family<K: Key>(
                         match op {
                             RouteOp::Announce => writer.insert(p, i as u32),
                             RouteOp::Withdraw => writer.remove(p),
-                        }
+                        };
                         if i % publish_every == publish_every - 1 {
                             writer.publish();
                         }
@@ -374,7 +374,7 @@ fn run<K: Key>(
     let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
     for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
         let guard = reader.read().expect("the writer outlives the benchmark");
-        let table: &Lpm<K> = &guard;
+        let table: &Snapshot<K> = &guard;
         match (mode, real) {
             (Mode::Scalar, true) => {
                 for &k in chunk {

@@ -21,8 +21,8 @@ mod trie;
 pub use key::Key;
 pub use prefix::{Ipv4Prefix, Ipv6Prefix, Prefix, PrefixError};
 pub use reference::ReferenceLpm;
-pub use shared::{shared, LpmReader, LpmReaderFactory, LpmWriter, Op};
-pub use trie::{Lpm, MemoryUsage, BATCH_GROUP, MAX_VALUE};
+pub use shared::{shared, LpmReader, LpmReaderFactory, LpmWriter, Op, ReadGuard};
+pub use trie::{Lpm, MemoryUsage, Snapshot, BATCH_GROUP, MAX_VALUE};
 
 /// An IPv4 table.
 pub type Ipv4Lpm = Lpm<u32>;

@@ -1,25 +1,31 @@
 //! Lock-free readers: any number of threads look up while one writer updates.
 //!
-//! The table is kept twice (left-right concurrency). Readers always read the copy that is
-//! published; the writer applies its operations to the other copy, publishes it with one
-//! atomic pointer swap, waits until no reader is still inside the old copy, then replays
-//! the same operations there. So:
+//! Read-copy-update on one copy of the table. The writer applies each operation to its
+//! table at once, and the table copies, rather than writes, whatever the published
+//! [`Snapshot`] can reach (the trie documentation says how: the path from the direct
+//! array to the change, each block at most once per publish). [`LpmWriter::publish`]
+//! makes the current state a new snapshot and swaps it in with one atomic pointer store.
+//! So:
 //!
-//! - a reader never waits, never takes a lock and never sees a half-applied change: every
-//!   read guard shows one published version, whole;
-//! - operations queued between two [`LpmWriter::publish`] calls become visible together;
-//! - memory is never freed under a reader: the retired copy is reused only after every
-//!   reader has left it.
+//! - a reader never waits, never takes a lock and never sees a half-applied change: a
+//!   read guard holds one published snapshot, whole, for as long as it lives;
+//! - operations applied between two publishes become visible together;
+//! - readers and the writer share every part of the table that did not change, so the
+//!   readers' caches stay warm while routes change, and the table exists once in memory;
+//! - memory is reused only when no reader can reach it: the blocks an update replaced
+//!   are kept, with the snapshot they belong to, until no guard holds that snapshot or
+//!   any older one; the writer checks at each publish and never waits for readers.
 //!
-//! The price is two copies of the table and each update applied twice. Readers announce
-//! themselves once per [`LpmReader::read`] guard (an atomic increment on a cache line of
-//! their own), so a thread that looks up many keys should take one guard for a batch of
+//! A guard costs a few atomic operations (the snapshot pointer is read through
+//! `arc-swap`), so a thread that looks up many keys should take one guard for a batch of
 //! them, the way a kernel takes `rcu_read_lock` once around a burst of packets.
 
 use crate::key::Key;
 use crate::prefix::Prefix;
-use crate::trie::Lpm;
-use left_right::{Absorb, ReadGuard, ReadHandle, ReadHandleFactory, WriteHandle};
+use crate::trie::{Lpm, Released, Snapshot};
+use arc_swap::{ArcSwap, Guard};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An update to a shared table.
@@ -30,106 +36,174 @@ pub enum Op<K: Key> {
     /// Remove a prefix.
     Remove(Prefix<K>),
     /// Replace the whole table (for example with one built in bulk).
-    Replace(Arc<Lpm<K>>),
+    Replace(Box<Lpm<K>>),
 }
 
-impl<K: Key> Absorb<Op<K>> for Lpm<K> {
-    fn absorb_first(&mut self, op: &mut Op<K>, _other: &Self) {
-        match op {
-            Op::Insert(p, v) => {
-                self.insert(*p, *v);
-            }
-            Op::Remove(p) => {
-                self.remove(p);
-            }
-            Op::Replace(t) => *self = Lpm::clone(t),
-        }
-    }
-
-    fn sync_with(&mut self, first: &Self) {
-        *self = first.clone();
-    }
+/// What the writer and the readers share.
+struct Published<K: Key> {
+    current: ArcSwap<Snapshot<K>>,
+    /// Set when the writer is dropped: no new guards after that.
+    closed: AtomicBool,
 }
 
 /// The single writer of a shared table.
 pub struct LpmWriter<K: Key> {
-    handle: WriteHandle<Lpm<K>, Op<K>>,
+    table: Lpm<K>,
+    published: Arc<Published<K>>,
+    /// Snapshots replaced by a publish, oldest first, each with the blocks released while
+    /// its successor was built (blocks it, or an older snapshot, may still reach).
+    retired: VecDeque<(Arc<Snapshot<K>>, Released)>,
+    changed: bool,
 }
 
-/// A reader of a shared table; clone it (or use [`LpmReaderFactory`]) for each thread.
+/// A reader of a shared table. It is cheap to clone; each thread may have its own.
+#[derive(Clone)]
 pub struct LpmReader<K: Key> {
-    handle: ReadHandle<Lpm<K>>,
+    published: Arc<Published<K>>,
 }
 
 /// Makes readers from any thread (`Send + Sync`).
 #[derive(Clone)]
 pub struct LpmReaderFactory<K: Key> {
-    factory: ReadHandleFactory<Lpm<K>>,
+    published: Arc<Published<K>>,
 }
 
-/// A shared table starting with `table`: its writer and a first reader.
-pub fn shared<K: Key>(table: Lpm<K>) -> (LpmWriter<K>, LpmReader<K>) {
-    let (mut w, r) = left_right::new_from_empty::<Lpm<K>, Op<K>>(table);
-    w.publish();
-    (LpmWriter { handle: w }, LpmReader { handle: r })
+/// A published snapshot held by a reader: all lookups through it see one version.
+pub struct ReadGuard<K: Key> {
+    snapshot: Guard<Arc<Snapshot<K>>>,
+}
+
+impl<K: Key> std::ops::Deref for ReadGuard<K> {
+    type Target = Snapshot<K>;
+    fn deref(&self) -> &Snapshot<K> {
+        &self.snapshot
+    }
+}
+
+/// A shared table starting with `table` (published at once): its writer and a first reader.
+pub fn shared<K: Key>(mut table: Lpm<K>) -> (LpmWriter<K>, LpmReader<K>) {
+    let (snapshot, released) = table.publish();
+    table.reclaim(released);
+    let published = Arc::new(Published {
+        current: ArcSwap::from_pointee(snapshot),
+        closed: AtomicBool::new(false),
+    });
+    let reader = LpmReader {
+        published: published.clone(),
+    };
+    let writer = LpmWriter {
+        table,
+        published,
+        retired: VecDeque::new(),
+        changed: false,
+    };
+    (writer, reader)
 }
 
 impl<K: Key> LpmWriter<K> {
-    /// Queues setting `prefix` to `value` (visible after [`LpmWriter::publish`]).
-    pub fn insert(&mut self, prefix: Prefix<K>, value: u32) {
-        assert!(value <= crate::MAX_VALUE, "value {value} exceeds MAX_VALUE");
-        self.handle.append(Op::Insert(prefix, value));
+    /// Sets `prefix` to `value` (visible after [`LpmWriter::publish`]); returns the value
+    /// it had.
+    ///
+    /// # Panics
+    /// If `value` exceeds [`crate::MAX_VALUE`].
+    pub fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+        self.changed = true;
+        self.table.insert(prefix, value)
     }
 
-    /// Queues removing `prefix`.
-    pub fn remove(&mut self, prefix: Prefix<K>) {
-        self.handle.append(Op::Remove(prefix));
+    /// Removes `prefix` (visible after [`LpmWriter::publish`]); returns its value.
+    pub fn remove(&mut self, prefix: Prefix<K>) -> Option<u32> {
+        self.changed = true;
+        self.table.remove(&prefix)
     }
 
-    /// Queues replacing the whole table.
+    /// Replaces the whole table (visible after [`LpmWriter::publish`]).
     pub fn replace(&mut self, table: Lpm<K>) {
-        self.handle.append(Op::Replace(Arc::new(table)));
+        self.changed = true;
+        self.table = table;
     }
 
-    /// Queues any operation.
+    /// Applies any operation.
     pub fn apply(&mut self, op: Op<K>) {
-        if let Op::Insert(_, v) = op {
-            assert!(v <= crate::MAX_VALUE, "value {v} exceeds MAX_VALUE");
+        match op {
+            Op::Insert(p, v) => {
+                self.insert(p, v);
+            }
+            Op::Remove(p) => {
+                self.remove(p);
+            }
+            Op::Replace(t) => self.replace(*t),
         }
-        self.handle.append(op);
     }
 
-    /// Makes every queued operation visible to readers at once. Waits for readers still
-    /// inside the copy published before the last one (never for new readers).
+    /// Makes every operation applied since the last publish visible to readers at once,
+    /// then reuses the memory that no reader can reach any more. Never waits.
     pub fn publish(&mut self) {
-        self.handle.publish();
+        if self.changed {
+            self.changed = false;
+            let (snapshot, released) = self.table.publish();
+            let old = self.published.current.swap(Arc::new(snapshot));
+            self.retired.push_back((old, released));
+        }
+        // A snapshot no guard holds (only this queue does), and no older one held either:
+        // nothing can reach the blocks released while its successor was built.
+        while self
+            .retired
+            .front()
+            .is_some_and(|(s, _)| Arc::strong_count(s) == 1)
+        {
+            let (_, released) = self.retired.pop_front().expect("checked above");
+            self.table.reclaim(released);
+        }
     }
 
-    /// True if operations are queued and not yet published.
+    /// True if operations were applied and not yet published.
     pub fn has_pending(&self) -> bool {
-        self.handle.has_pending_operations()
+        self.changed
+    }
+
+    /// The writer's table: every operation applied so far, published or not.
+    pub fn table(&self) -> &Lpm<K> {
+        &self.table
     }
 
     /// The published table, as readers see it.
-    pub fn published(&self) -> ReadGuard<'_, Lpm<K>> {
-        self.handle
-            .enter()
-            .expect("the writer is alive while it is borrowed")
+    pub fn published(&self) -> ReadGuard<K> {
+        ReadGuard {
+            snapshot: self.published.current.load(),
+        }
+    }
+
+    /// Published snapshots still held by a reader (or not yet found free), whose memory
+    /// cannot be reused yet.
+    pub fn retired_snapshots(&self) -> usize {
+        self.retired.len()
     }
 
     /// A new reader.
     pub fn reader(&self) -> LpmReader<K> {
         LpmReader {
-            handle: self.handle.clone(),
+            published: self.published.clone(),
         }
+    }
+}
+
+impl<K: Key> Drop for LpmWriter<K> {
+    fn drop(&mut self) {
+        self.published.closed.store(true, Ordering::Release);
     }
 }
 
 impl<K: Key> LpmReader<K> {
     /// A guard on the published table: all lookups through it see one version. Returns
     /// `None` once the writer is gone.
-    pub fn read(&self) -> Option<ReadGuard<'_, Lpm<K>>> {
-        self.handle.enter()
+    pub fn read(&self) -> Option<ReadGuard<K>> {
+        if self.published.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(ReadGuard {
+            snapshot: self.published.current.load(),
+        })
     }
 
     /// One lookup in the published table (takes and releases a guard).
@@ -140,15 +214,7 @@ impl<K: Key> LpmReader<K> {
     /// A factory to make readers on other threads.
     pub fn factory(&self) -> LpmReaderFactory<K> {
         LpmReaderFactory {
-            factory: self.handle.factory(),
-        }
-    }
-}
-
-impl<K: Key> Clone for LpmReader<K> {
-    fn clone(&self) -> Self {
-        LpmReader {
-            handle: self.handle.clone(),
+            published: self.published.clone(),
         }
     }
 }
@@ -157,7 +223,7 @@ impl<K: Key> LpmReaderFactory<K> {
     /// A new reader.
     pub fn reader(&self) -> LpmReader<K> {
         LpmReader {
-            handle: self.factory.handle(),
+            published: self.published.clone(),
         }
     }
 }
@@ -165,13 +231,16 @@ impl<K: Key> LpmReaderFactory<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::ReferenceLpm;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
 
     fn p(s: &str) -> Prefix<u32> {
         s.parse().unwrap()
     }
 
     #[test]
-    fn queued_operations_become_visible_together_on_publish() {
+    fn operations_become_visible_together_on_publish() {
         let (mut w, r) = shared(Lpm::<u32>::new());
         w.insert(p("10.0.0.0/8"), 1);
         w.insert(p("10.1.0.0/16"), 2);
@@ -180,12 +249,15 @@ mod tests {
             None,
             "nothing is visible before publish"
         );
+        assert!(w.has_pending());
         w.publish();
         assert_eq!(r.lookup(0x0A01_0000), Some(2));
-        w.remove(p("10.1.0.0/16"));
-        w.publish();
-        assert_eq!(r.lookup(0x0A01_0000), Some(1));
-        // Both copies converge: a second publish replays onto the other copy.
+        assert_eq!(w.remove(p("10.1.0.0/16")), Some(2));
+        assert_eq!(
+            r.lookup(0x0A01_0000),
+            Some(2),
+            "still the published version"
+        );
         w.publish();
         assert_eq!(r.lookup(0x0A01_0000), Some(1));
         assert_eq!(w.published().len(), 1);
@@ -198,16 +270,136 @@ mod tests {
         w.replace(t);
         w.publish();
         assert_eq!(r.lookup(0x2001_0db8 << 96), Some(7));
-        w.publish();
         assert_eq!(r.read().unwrap().len(), 1);
     }
 
     #[test]
     fn readers_end_when_the_writer_is_dropped() {
-        let (w, r) = shared(Lpm::<u32>::new());
+        let (mut w, r) = shared(Lpm::<u32>::new());
+        w.insert(p("10.0.0.0/8"), 1);
+        w.publish();
+        let held = r.read().unwrap();
         let r2 = r.factory().reader();
         drop(w);
         assert!(r.read().is_none());
         assert!(r2.lookup(1).is_none());
+        assert_eq!(
+            held.lookup(0x0A00_0001),
+            Some(1),
+            "a held guard stays valid"
+        );
+    }
+
+    /// Random updates published at random points, while old snapshots are held: every
+    /// held snapshot keeps answering exactly as its version did, the table stays sound,
+    /// and memory released by updates is reused once its snapshots are dropped.
+    fn held_snapshots_keep_their_version<K: Key>(seed: u64, universe: &[Prefix<K>]) {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let (mut w, r) = shared(Lpm::<K>::new());
+        let mut reference = ReferenceLpm::new();
+        let probes: Vec<K> = (0..400)
+            .map(|i| {
+                let q = universe[i % universe.len()];
+                let host_bits = u32::from(K::BITS - q.len());
+                let host = if host_bits == 0 {
+                    0
+                } else {
+                    rng.gen::<u128>() >> (128 - host_bits)
+                };
+                K::from_u128(q.addr().to_u128() | host)
+            })
+            .collect();
+        let answers = |reference: &ReferenceLpm<K>| -> Vec<Option<u32>> {
+            probes
+                .iter()
+                .map(|&k| reference.lookup(k).map(|x| x.1))
+                .collect()
+        };
+        let mut held: Vec<(ReadGuard<K>, Vec<Option<u32>>)> = Vec::new();
+        for round in 0..300 {
+            for _ in 0..rng.gen_range(1..40) {
+                let q = universe[rng.gen_range(0..universe.len())];
+                if rng.gen_bool(0.6) {
+                    let v = rng.gen_range(0..1000);
+                    assert_eq!(w.insert(q, v), reference.insert(q, v));
+                } else {
+                    assert_eq!(w.remove(q), reference.remove(&q));
+                }
+            }
+            w.publish();
+            if rng.gen_bool(0.3) {
+                held.push((r.read().unwrap(), answers(&reference)));
+            }
+            if !held.is_empty() && rng.gen_bool(0.25) {
+                held.remove(rng.gen_range(0..held.len()));
+            }
+            for (guard, expected) in &held {
+                let got: Vec<_> = probes.iter().map(|&k| guard.lookup(k)).collect();
+                assert_eq!(&got, expected, "a held snapshot changed (round {round})");
+                let mut batch = vec![None; probes.len()];
+                guard.lookup_batch(&probes, &mut batch);
+                assert_eq!(&batch, expected, "batched, held snapshot (round {round})");
+            }
+            let now: Vec<_> = probes.iter().map(|&k| r.lookup(k)).collect();
+            assert_eq!(now, answers(&reference), "the published version");
+            if round % 50 == 0 {
+                let retired: usize = w.retired.iter().map(|(_, r)| w.table.slots_of(r)).sum();
+                w.table.check_invariants_with(retired);
+            }
+        }
+        drop(held);
+        w.publish();
+        assert_eq!(
+            w.retired_snapshots(),
+            0,
+            "nothing held: everything reclaimed"
+        );
+        w.table.check_invariants_with(0);
+        // With nobody holding snapshots, released blocks are reused one publish later:
+        // the arrays stop growing.
+        let before = w.table().memory();
+        for _ in 0..200 {
+            for _ in 0..20 {
+                let q = universe[rng.gen_range(0..universe.len())];
+                if rng.gen_bool(0.5) {
+                    w.insert(q, rng.gen_range(0..1000));
+                } else {
+                    w.remove(q);
+                }
+            }
+            w.publish();
+        }
+        let after = w.table().memory();
+        assert!(
+            after.nodes + after.leaves <= (before.nodes + before.leaves) * 3 / 2 + 2048,
+            "released memory is reused: {before:?} then {after:?}"
+        );
+    }
+
+    fn universe<K: Key>(seed: u64, n: usize) -> Vec<Prefix<K>> {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut out = vec![Prefix::new_clamped(K::default(), 0)];
+        while out.len() < n {
+            // Clusters under a few roots, so paths share nodes and blocks get copied.
+            let base = (rng.gen_range(0..4u128) << (u32::from(K::BITS) - 10))
+                | (rng.gen::<u128>() >> 110 << (u32::from(K::BITS) - 30));
+            let len = rng.gen_range(1..=K::BITS);
+            out.push(Prefix::new_clamped(K::from_u128(base), len));
+        }
+        out
+    }
+
+    #[test]
+    fn ipv4_held_snapshots_keep_their_version() {
+        for seed in 0..4 {
+            held_snapshots_keep_their_version::<u32>(seed, &universe(seed, 300));
+        }
+    }
+
+    #[test]
+    fn ipv6_held_snapshots_keep_their_version() {
+        for seed in 0..4 {
+            held_snapshots_keep_their_version::<u128>(seed, &universe(seed, 300));
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! contiguous run, and within the run of one slot the prefixes ending in the node come
 //! before the longer ones. Each node is built once, its children allocated as one block.
 
-use super::node::{encode, NodeAux};
+use super::node::{encode, Node};
 use super::{art_index, Lpm, GROW_AT, MAX_VALUE};
 use crate::key::Key;
 use crate::prefix::Prefix;
@@ -47,7 +47,7 @@ impl<K: Key> Lpm<K> {
         for &&(p, v) in &shallow {
             t.direct_prefixes.insert(p, v);
             for e in t.direct_range(&p) {
-                t.direct[e] = encode(v);
+                t.set_entry(e, encode(v));
                 t.direct_owner[e] = p.len() + 1;
             }
         }
@@ -62,9 +62,8 @@ impl<K: Key> Lpm<K> {
                 .iter()
                 .position(|(p, _)| p.addr().bits(0, d) != e)
                 .unwrap_or(deep.len() - i);
-            let n = t.node_alloc.alloc(&mut t.nodes, 1);
-            t.aux.resize_with(t.nodes.len(), NodeAux::default);
-            t.aux[n as usize].default = t.direct[e as usize];
+            let n = t.alloc_nodes(1);
+            t.aux[n as usize].default = t.entry(e as usize);
             t.aux[n as usize].root = true;
             t.build_node(n, d, &deep[i..j]);
             t.refresh_direct(e as usize, n);
@@ -105,14 +104,18 @@ impl<K: Key> Lpm<K> {
         self.aux[n as usize].prefixes = prefixes;
         let count = children.count_ones();
         let base = if count > 0 {
-            let base = self.node_alloc.alloc(&mut self.nodes, count);
-            self.aux.resize_with(self.nodes.len(), NodeAux::default);
-            base
+            self.alloc_nodes(count)
         } else {
             0
         };
-        self.nodes[n as usize].children = children;
-        self.nodes[n as usize].child_base = base;
+        self.set_node(
+            n,
+            Node {
+                children,
+                child_base: base,
+                ..self.node(n)
+            },
+        );
         let values = self.slot_values(n);
         for (rank, &(slot, start, end)) in runs.iter().enumerate() {
             let child = base + rank as u32;

@@ -11,8 +11,9 @@
 //! next lookups; a select must wait for its data); the mask beats a compacted list of
 //! walking keys by about 10% for IPv6.
 
+use super::arena::Cell;
 use super::node::{decode, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG};
-use super::Lpm;
+use super::{Lpm, Snapshot, View};
 use crate::key::Key;
 
 /// Keys walked together by [`Lpm::lookup_batch`].
@@ -32,38 +33,71 @@ fn prefetch<T>(r: &T) {
     let _ = r;
 }
 
-impl<K: Key> Lpm<K> {
-    /// The value of the longest prefix containing `key`, or `None` if no prefix does.
-    #[inline]
-    pub fn lookup(&self, key: K) -> Option<u32> {
-        decode(self.lookup_stored(key))
-    }
+/// The same lookup methods on a table and on a published snapshot of one.
+macro_rules! lookup_methods {
+    ($ty:ident) => {
+        impl<K: Key> $ty<K> {
+            /// The value of the longest prefix containing `key`, or `None` if no prefix does.
+            #[inline]
+            pub fn lookup(&self, key: K) -> Option<u32> {
+                decode(self.view().lookup_stored(key))
+            }
 
-    /// Like [`Lpm::lookup`] for a standard library address.
-    #[inline]
-    pub fn lookup_addr(&self, addr: K::Addr) -> Option<u32> {
-        self.lookup(addr.into())
+            /// Like `lookup` for a standard library address.
+            #[inline]
+            pub fn lookup_addr(&self, addr: K::Addr) -> Option<u32> {
+                self.lookup(addr.into())
+            }
+
+            /// Looks up every key of `keys`, writing the answers to the same positions of
+            /// `out`.
+            ///
+            /// Keys are walked [`BATCH_GROUP`] at a time with their memory reads
+            /// overlapped; use batches of that size or more for full speed.
+            ///
+            /// # Panics
+            /// If `out` is shorter than `keys`.
+            pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
+                assert!(out.len() >= keys.len(), "output shorter than input");
+                let view = self.view();
+                for (k, o) in keys.chunks(BATCH_GROUP).zip(out.chunks_mut(BATCH_GROUP)) {
+                    view.lookup_group(k, o);
+                }
+            }
+        }
+    };
+}
+
+lookup_methods!(Lpm);
+lookup_methods!(Snapshot);
+
+impl View<'_> {
+    #[inline(always)]
+    fn entry_ref(&self, e: u32) -> &std::sync::atomic::AtomicU32 {
+        let e = e as usize;
+        &self.pages[e >> self.page_bits][e & ((1 << self.page_bits) - 1)]
     }
 
     #[inline(always)]
-    fn lookup_stored(&self, key: K) -> u32 {
-        let d = u32::from(self.direct_bits);
-        let entry = self.direct[key.top(d) as usize];
+    fn lookup_stored<K: Key>(&self, key: K) -> u32 {
+        let d = self.direct_bits;
+        let entry = self.entry_ref(key.top(d)).read();
         if entry & NODE_FLAG == 0 {
             return entry;
         }
         // The key with the bits already resolved shifted out: a node's slot is its top six.
         let mut rest = key.shl(d);
         if entry & RECORD_FLAG != 0 {
-            return self.leaves[self.record_leaf_index(entry & ENTRY_INDEX, rest.top6()) as usize];
+            return self.leaves[self.record_leaf_index(entry & ENTRY_INDEX, rest.top6()) as usize]
+                .read();
         }
-        let mut node = self.nodes[(entry & ENTRY_INDEX) as usize];
+        let mut node = self.nodes[(entry & ENTRY_INDEX) as usize].read();
         loop {
             let (has_child, child, leaf) = node.step(rest.top6());
             if !has_child {
-                return self.leaves[leaf as usize];
+                return self.leaves[leaf as usize].read();
             }
-            node = self.nodes[child as usize];
+            node = self.nodes[child as usize].read();
             rest = rest.shl(6);
         }
     }
@@ -72,28 +106,14 @@ impl<K: Key> Lpm<K> {
     #[inline(always)]
     fn record_leaf_index(&self, offset: u32, slot: u32) -> u32 {
         let o = offset as usize;
-        let leafvec = u64::from(self.leaves[o]) | u64::from(self.leaves[o + 1]) << 32;
+        let leafvec = u64::from(self.leaves[o].read()) | u64::from(self.leaves[o + 1].read()) << 32;
         let bit = 1u64 << slot;
         offset + 2 + (leafvec & (bit | (bit - 1))).count_ones()
     }
 
-    /// Looks up every key of `keys`, writing the answers to the same positions of `out`.
-    ///
-    /// Keys are walked [`BATCH_GROUP`] at a time with their memory reads overlapped; use
-    /// batches of that size or more for full speed.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `keys`.
-    pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
-        assert!(out.len() >= keys.len(), "output shorter than input");
-        for (k, o) in keys.chunks(BATCH_GROUP).zip(out.chunks_mut(BATCH_GROUP)) {
-            self.lookup_group(k, o);
-        }
-    }
-
     #[inline(always)]
-    fn lookup_group(&self, keys: &[K], out: &mut [Option<u32>]) {
-        let d = u32::from(self.direct_bits);
+    fn lookup_group<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
+        let d = self.direct_bits;
         let n = keys.len().min(BATCH_GROUP).min(out.len());
         let (keys, out) = (&keys[..n], &mut out[..n]);
         let mut next = [0u32; BATCH_GROUP];
@@ -102,13 +122,13 @@ impl<K: Key> Lpm<K> {
         for i in 0..n {
             next[i] = keys[i].top(d);
             rest[i] = keys[i].shl(d);
-            prefetch(&self.direct[next[i] as usize]);
+            prefetch(self.entry_ref(next[i]));
         }
         // Keys walking nodes, and keys whose next read is a root's leaf record.
         let mut walking = 0u64;
         let mut at_record = 0u64;
         for i in 0..n {
-            let entry = self.direct[next[i] as usize];
+            let entry = self.entry_ref(next[i]).read();
             next[i] = entry & ENTRY_INDEX;
             if entry & NODE_FLAG == 0 {
                 out[i] = decode(entry);
@@ -133,7 +153,7 @@ impl<K: Key> Lpm<K> {
             while lanes != 0 {
                 let i = lanes.trailing_zeros() as usize;
                 lanes &= lanes - 1;
-                let node = &self.nodes[next[i] as usize];
+                let node = self.nodes[next[i] as usize].read();
                 let (has_child, child, leaf) = node.step(rest[i].top6());
                 rest[i] = rest[i].shl(6);
                 if has_child {
@@ -150,7 +170,7 @@ impl<K: Key> Lpm<K> {
         while at_leaf != 0 {
             let i = at_leaf.trailing_zeros() as usize;
             at_leaf &= at_leaf - 1;
-            out[i] = decode(self.leaves[next[i] as usize]);
+            out[i] = decode(self.leaves[next[i] as usize].read());
         }
     }
 }

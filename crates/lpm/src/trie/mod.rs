@@ -43,8 +43,18 @@
 //! The table switches between small and large direct arrays as it grows and shrinks, so
 //! an empty table costs about a kilobyte and a full one gets a wide first level.
 //!
-//! The engine itself is single-threaded; [`crate::shared`] gives it lock-free readers.
+//! # Sharing with readers
+//!
+//! The lookup arrays live in buffers that a published [`Snapshot`] shares with the
+//! table (see `arena.rs`). Once a table has been published, an update never writes what
+//! the snapshot can reach: it copies the path from the direct array down to what it
+//! changes (each block at most once between two publishes), writes the copies, and
+//! releases the old blocks, which [`crate::shared`] reuses only when no reader can still
+//! hold a snapshot that reaches them. The direct array is kept in pages, copied on their
+//! first write after a publish. So readers and the writer share one copy of everything
+//! that did not change. A table that was never published is changed in place.
 
+mod arena;
 mod build;
 mod lookup;
 pub(crate) mod node;
@@ -55,8 +65,12 @@ pub use node::MAX_VALUE;
 
 use crate::key::Key;
 use crate::prefix::Prefix;
+use arena::{copy_page, Arena, Fresh, NodeCell, Page};
 use node::{decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
 use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Grow the direct array when the table holds more routes than this.
 const GROW_AT: usize = 16 * 1024;
@@ -77,14 +91,15 @@ const SHRINK_AT: usize = 4 * 1024;
 /// assert_eq!(t.lookup(0x0A02_0000), Some(1)); // 10.2.0.0
 /// assert_eq!(t.lookup(0x0B00_0000), None);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Lpm<K: Key> {
     direct_bits: u8,
-    /// Per entry: a stored leaf value, `NODE_FLAG | node index`, or, for a node without
-    /// children, `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
-    direct: Vec<u32>,
-    nodes: Vec<Node>,
-    leaves: Vec<u32>,
+    /// The direct-pointing array in pages of `1 << page_bits` entries. Per entry: a stored
+    /// leaf value, `NODE_FLAG | node index`, or, for a node without children,
+    /// `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
+    pages: Box<[Page]>,
+    nodes: Arena<NodeCell>,
+    leaves: Arena<AtomicU32>,
     // ---- update side: never read by lookups ----
     /// Per direct entry: 1 + length of the prefix that owns it, 0 if none.
     direct_owner: Vec<u8>,
@@ -96,6 +111,122 @@ pub struct Lpm<K: Key> {
     leaf_alloc: BlockAlloc,
     count_by_len: Vec<usize>,
     len: usize,
+    /// Nodes and leaves allocated since the last publish (all of them before the first).
+    fresh_nodes: Fresh,
+    fresh_leaves: Fresh,
+    /// Blocks released since the last publish that a published snapshot may still reach.
+    released: Vec<Block>,
+    /// Names these arrays, so blocks released from others are never freed into them.
+    generation: u64,
+    _key: PhantomData<fn() -> K>,
+}
+
+/// A block of one of the arrays: `(is a leaf block, base, size)`.
+type Block = (bool, u32, u32);
+
+/// Blocks a table released before a publish, to be freed into it once no reader can
+/// reach them (see [`crate::shared`]).
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    generation: u64,
+    blocks: Vec<Block>,
+}
+
+/// Entries per page of the direct array (at most).
+const PAGE_BITS: u8 = 12;
+
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What lookups read, borrowed from a table or a snapshot.
+#[derive(Clone, Copy)]
+pub(crate) struct View<'a> {
+    direct_bits: u32,
+    page_bits: u32,
+    pages: &'a [Page],
+    nodes: &'a [NodeCell],
+    leaves: &'a [AtomicU32],
+}
+
+/// One published version of a table: everything lookups need, nothing updates need.
+///
+/// Readers get one from [`crate::LpmReader::read`]; it shares every part that has not
+/// changed since with the writer's table and with other snapshots.
+pub struct Snapshot<K: Key> {
+    direct_bits: u8,
+    pages: Box<[Page]>,
+    nodes: Arc<[NodeCell]>,
+    leaves: Arc<[AtomicU32]>,
+    len: usize,
+    _key: PhantomData<fn() -> K>,
+}
+
+impl<K: Key> Snapshot<K> {
+    #[inline(always)]
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            direct_bits: u32::from(self.direct_bits),
+            page_bits: u32::from(self.direct_bits.min(PAGE_BITS)),
+            pages: &self.pages,
+            nodes: &self.nodes,
+            leaves: &self.leaves,
+        }
+    }
+
+    /// Number of prefixes in this version.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if this version holds no prefix.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<K: Key> std::fmt::Debug for Snapshot<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("family", &K::FAMILY)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Key> Clone for Lpm<K> {
+    /// A private copy: its own arrays, never published.
+    fn clone(&self) -> Self {
+        let mut node_alloc = self.node_alloc.clone();
+        let mut leaf_alloc = self.leaf_alloc.clone();
+        // Blocks waiting for readers of the original are simply free in the copy.
+        for &(leaf, base, size) in &self.released {
+            if leaf {
+                leaf_alloc.free(base, size);
+            } else {
+                node_alloc.free(base, size);
+            }
+        }
+        Lpm {
+            direct_bits: self.direct_bits,
+            pages: self.pages.iter().map(|p| copy_page(p)).collect(),
+            nodes: self.nodes.deep_clone(),
+            leaves: self.leaves.deep_clone(),
+            direct_owner: self.direct_owner.clone(),
+            direct_prefixes: self.direct_prefixes.clone(),
+            aux: self.aux.clone(),
+            node_alloc,
+            leaf_alloc,
+            count_by_len: self.count_by_len.clone(),
+            len: self.len,
+            fresh_nodes: Fresh::default(),
+            fresh_leaves: Fresh::default(),
+            released: Vec::new(),
+            generation: next_generation(),
+            _key: PhantomData,
+        }
+    }
 }
 
 /// Bytes used by a table, by purpose.
@@ -127,11 +258,14 @@ impl<K: Key> Lpm<K> {
 
     fn with_direct_bits(direct_bits: u8) -> Self {
         let entries = 1usize << direct_bits;
+        let page = 1usize << direct_bits.min(PAGE_BITS);
         Lpm {
             direct_bits,
-            direct: vec![node::NO_ROUTE; entries],
-            nodes: Vec::new(),
-            leaves: Vec::new(),
+            pages: (0..entries / page)
+                .map(|_| (0..page).map(|_| AtomicU32::new(node::NO_ROUTE)).collect())
+                .collect(),
+            nodes: Arena::default(),
+            leaves: Arena::default(),
             direct_owner: vec![0; entries],
             direct_prefixes: HashMap::new(),
             aux: Vec::new(),
@@ -139,6 +273,140 @@ impl<K: Key> Lpm<K> {
             leaf_alloc: BlockAlloc::default(),
             count_by_len: vec![0; usize::from(K::BITS) + 1],
             len: 0,
+            fresh_nodes: Fresh::default(),
+            fresh_leaves: Fresh::default(),
+            released: Vec::new(),
+            generation: next_generation(),
+            _key: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            direct_bits: u32::from(self.direct_bits),
+            page_bits: u32::from(self.direct_bits.min(PAGE_BITS)),
+            pages: &self.pages,
+            nodes: self.nodes.buffer(),
+            leaves: self.leaves.buffer(),
+        }
+    }
+
+    /// This table as readers will see it: a snapshot sharing its arrays. The table copies
+    /// what it changes from now on.
+    pub(crate) fn publish(&mut self) -> (Snapshot<K>, Released) {
+        self.fresh_nodes.clear();
+        self.fresh_leaves.clear();
+        let snapshot = Snapshot {
+            direct_bits: self.direct_bits,
+            pages: self.pages.clone(),
+            nodes: self.nodes.buffer().clone(),
+            leaves: self.leaves.buffer().clone(),
+            len: self.len,
+            _key: PhantomData,
+        };
+        let released = Released {
+            generation: self.generation,
+            blocks: std::mem::take(&mut self.released),
+        };
+        (snapshot, released)
+    }
+
+    /// Nodes and leaves in blocks released from this table's arrays (tests).
+    #[cfg(test)]
+    pub(crate) fn slots_of(&self, released: &Released) -> usize {
+        if released.generation != self.generation {
+            return 0;
+        }
+        released.blocks.iter().map(|b| b.2 as usize).sum()
+    }
+
+    /// Frees blocks released before a publish, once no reader can reach them.
+    pub(crate) fn reclaim(&mut self, released: Released) {
+        if released.generation != self.generation {
+            return; // released from arrays this table has since replaced
+        }
+        for (leaf, base, size) in released.blocks {
+            if leaf {
+                self.leaf_alloc.free(base, size);
+            } else {
+                self.node_alloc.free(base, size);
+            }
+        }
+    }
+
+    /// Direct entry `e`.
+    #[inline]
+    fn entry(&self, e: usize) -> u32 {
+        let bits = self.direct_bits.min(PAGE_BITS);
+        self.pages[e >> bits][e & ((1 << bits) - 1)].load(Ordering::Relaxed)
+    }
+
+    /// Sets direct entry `e`, first copying its page if a snapshot holds it.
+    fn set_entry(&mut self, e: usize, value: u32) {
+        let bits = self.direct_bits.min(PAGE_BITS);
+        let page = &mut self.pages[e >> bits];
+        if Arc::strong_count(page) > 1 {
+            *page = copy_page(page);
+        }
+        page[e & ((1 << bits) - 1)].store(value, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn node(&self, n: u32) -> Node {
+        self.nodes.get(n)
+    }
+
+    /// Writes node `n` (fresh: see the module documentation).
+    fn set_node(&mut self, n: u32, node: Node) {
+        debug_assert!(self.fresh_nodes.contains(n), "node {n} is published");
+        self.nodes.set(n, node);
+    }
+
+    #[inline]
+    fn leaf(&self, i: u32) -> u32 {
+        self.leaves.get(i)
+    }
+
+    /// A block of `size` nodes, fresh.
+    fn alloc_nodes(&mut self, size: u32) -> u32 {
+        let base = match self.node_alloc.reuse(size) {
+            Some(b) => b,
+            None => {
+                let b = self.nodes.extend(size);
+                self.aux.resize_with(self.nodes.len(), NodeAux::default);
+                b
+            }
+        };
+        self.fresh_nodes.mark(base, size);
+        base
+    }
+
+    /// A block of `size` leaves, fresh.
+    fn alloc_leaves(&mut self, size: u32) -> u32 {
+        let base = self
+            .leaf_alloc
+            .reuse(size)
+            .unwrap_or_else(|| self.leaves.extend(size));
+        self.fresh_leaves.mark(base, size);
+        base
+    }
+
+    /// Gives back a block of nodes: free now if no snapshot has seen it, later otherwise.
+    fn release_nodes(&mut self, base: u32, size: u32) {
+        if self.fresh_nodes.contains(base) {
+            self.node_alloc.free(base, size);
+        } else {
+            self.released.push((false, base, size));
+        }
+    }
+
+    /// Gives back a block of leaves, as [`Lpm::release_nodes`] does.
+    fn release_leaves(&mut self, base: u32, size: u32) {
+        if self.fresh_leaves.contains(base) {
+            self.leaf_alloc.free(base, size);
+        } else {
+            self.released.push((true, base, size));
         }
     }
 
@@ -183,7 +451,7 @@ impl<K: Key> Lpm<K> {
         let mut out = Vec::with_capacity(self.len);
         out.extend(self.direct_prefixes.iter().map(|(p, v)| (*p, *v)));
         let d = u32::from(self.direct_bits);
-        for e in 0..self.direct.len() {
+        for e in 0..1usize << self.direct_bits {
             if let Some(n) = self.root_node(e) {
                 let key = K::default().deposit(0, d, e as u32);
                 self.collect(n, key, d, &mut out);
@@ -206,7 +474,7 @@ impl<K: Key> Lpm<K> {
             let p = Prefix::new_clamped(key.deposit(depth, rel, bits), (depth + rel) as u8);
             out.push((p, decode(stored).expect("stored prefixes have values")));
         }
-        let node = self.nodes[n as usize];
+        let node = self.node(n);
         let mut children = node.children;
         let mut child = node.child_base;
         while children != 0 {
@@ -225,7 +493,7 @@ impl<K: Key> Lpm<K> {
         let mut n = self.root_node(key.bits(0, d) as usize)?;
         let mut depth = d;
         while len > depth + 6 {
-            let node = self.nodes[n as usize];
+            let node = self.node(n);
             let bit = 1u64 << key.bits(depth, 6);
             if node.children & bit == 0 {
                 return None;
@@ -239,8 +507,10 @@ impl<K: Key> Lpm<K> {
     /// Bytes used, by purpose.
     pub fn memory(&self) -> MemoryUsage {
         use std::mem::size_of;
-        let lookup_bytes =
-            self.direct.len() * 4 + self.nodes.len() * size_of::<Node>() + self.leaves.len() * 4;
+        let lookup_bytes = (4usize << self.direct_bits)
+            + self.pages.len() * size_of::<Page>()
+            + self.nodes.len() * size_of::<NodeCell>()
+            + self.leaves.len() * 4;
         let prefix_bytes: usize = self
             .aux
             .iter()
@@ -254,6 +524,9 @@ impl<K: Key> Lpm<K> {
             + map_bytes
             + self.node_alloc.bytes()
             + self.leaf_alloc.bytes()
+            + self.fresh_nodes.bytes()
+            + self.fresh_leaves.bytes()
+            + self.released.capacity() * size_of::<Block>()
             + self.count_by_len.len() * size_of::<usize>();
         MemoryUsage {
             lookup_bytes,
@@ -278,11 +551,11 @@ impl<K: Key> Lpm<K> {
 impl<K: Key> Lpm<K> {
     /// The node hanging from direct entry `e`, if any.
     fn root_node(&self, e: usize) -> Option<u32> {
-        let entry = self.direct[e];
+        let entry = self.entry(e);
         if entry & NODE_FLAG == 0 {
             None
         } else if entry & RECORD_FLAG != 0 {
-            Some(self.leaves[(entry & ENTRY_INDEX) as usize + 2])
+            Some(self.leaf((entry & ENTRY_INDEX) + 2))
         } else {
             Some(entry & ENTRY_INDEX)
         }
@@ -290,12 +563,15 @@ impl<K: Key> Lpm<K> {
 
     /// Points direct entry `e` at root `n`: at its leaf record when it has no children.
     fn refresh_direct(&mut self, e: usize, n: u32) {
-        let node = self.nodes[n as usize];
-        self.direct[e] = if node.children == 0 {
+        let node = self.node(n);
+        let entry = if node.children == 0 {
             NODE_FLAG | RECORD_FLAG | (node.leaf_base - RECORD_HEADER)
         } else {
             NODE_FLAG | n
         };
+        if self.entry(e) != entry {
+            self.set_entry(e, entry);
+        }
     }
 }
 

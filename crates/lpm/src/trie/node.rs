@@ -99,16 +99,12 @@ impl Default for BlockAlloc {
 }
 
 impl BlockAlloc {
-    /// A block of `size` elements of `arena`, reusing a freed one if there is one.
-    pub fn alloc<T: Default + Clone>(&mut self, arena: &mut Vec<T>, size: u32) -> u32 {
+    /// A freed block of `size` elements, if there is one.
+    pub fn reuse(&mut self, size: u32) -> Option<u32> {
         debug_assert!((1..=MAX_BLOCK).contains(&size));
-        if let Some(base) = self.free[size as usize].pop() {
-            self.free_slots -= size as usize;
-            return base;
-        }
-        let base = arena.len();
-        arena.resize(base + size as usize, T::default());
-        u32::try_from(base).expect("trie arrays are limited to 2^31 elements")
+        let base = self.free[size as usize].pop()?;
+        self.free_slots -= size as usize;
+        Some(base)
     }
 
     /// Returns a block for reuse.
@@ -145,19 +141,13 @@ mod tests {
 
     #[test]
     fn freed_blocks_are_reused_by_size() {
-        let mut arena: Vec<u32> = Vec::new();
         let mut a = BlockAlloc::default();
-        let b1 = a.alloc(&mut arena, 3);
-        let b2 = a.alloc(&mut arena, 5);
-        assert_eq!((b1, b2, arena.len()), (0, 3, 8));
-        a.free(b1, 3);
-        assert_eq!(a.free_slots(), 3);
-        assert_eq!(
-            a.alloc(&mut arena, 5),
-            8,
-            "a block of another size is not reused"
-        );
-        assert_eq!(a.alloc(&mut arena, 3), 0);
-        assert_eq!(a.free_slots(), 0);
+        assert_eq!(a.reuse(3), None);
+        a.free(0, 3);
+        a.free(8, 5);
+        assert_eq!(a.free_slots(), 8);
+        assert_eq!(a.reuse(4), None, "a block of another size is not reused");
+        assert_eq!(a.reuse(3), Some(0));
+        assert_eq!(a.free_slots(), 5);
     }
 }

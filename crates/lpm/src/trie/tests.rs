@@ -11,11 +11,18 @@ impl<K: Key> Lpm<K> {
     /// Checks the structure: reachable nodes, inherited values, minimal leaf runs, no empty
     /// nodes, and that reachable plus free slots account for every array element.
     pub(crate) fn check_invariants(&self) {
+        self.check_invariants_with(0);
+    }
+
+    /// [`Lpm::check_invariants`] when `retired` more slots sit in blocks released before a
+    /// publish and still waiting for readers.
+    pub(crate) fn check_invariants_with(&self, retired: usize) {
         let mut reachable_nodes = 0;
         let mut reachable_leaves = 0;
-        for (e, &entry) in self.direct.iter().enumerate() {
+        for e in 0..1usize << self.direct_bits {
+            let entry = self.entry(e);
             if let Some(n) = self.root_node(e) {
-                let node = self.nodes[n as usize];
+                let node = self.node(n);
                 assert!(
                     self.aux[n as usize].root,
                     "node {n} hangs from the direct array"
@@ -25,11 +32,10 @@ impl<K: Key> Lpm<K> {
                     node.children == 0,
                     "records exactly for roots without children"
                 );
-                let record = (node.leaf_base - RECORD_HEADER) as usize;
-                let leafvec =
-                    u64::from(self.leaves[record]) | u64::from(self.leaves[record + 1]) << 32;
+                let record = node.leaf_base - RECORD_HEADER;
+                let leafvec = u64::from(self.leaf(record)) | u64::from(self.leaf(record + 1)) << 32;
                 assert_eq!(
-                    (leafvec, self.leaves[record + 2]),
+                    (leafvec, self.leaf(record + 2)),
                     (node.leafvec, n),
                     "record header"
                 );
@@ -40,11 +46,14 @@ impl<K: Key> Lpm<K> {
                 assert_eq!(entry & NODE_FLAG, 0);
             }
         }
+        let released: usize = self.released.iter().map(|b| b.2 as usize).sum();
         assert_eq!(
             reachable_nodes
                 + reachable_leaves
                 + self.node_alloc.free_slots()
-                + self.leaf_alloc.free_slots(),
+                + self.leaf_alloc.free_slots()
+                + released
+                + retired,
             self.nodes.len() + self.leaves.len(),
             "every node and leaf is either reachable or free"
         );
@@ -52,7 +61,7 @@ impl<K: Key> Lpm<K> {
     }
 
     fn check_node(&self, n: u32, nodes: &mut usize, leaves: &mut usize) {
-        let node = self.nodes[n as usize];
+        let node = self.node(n);
         let aux = &self.aux[n as usize];
         assert!(
             !aux.prefixes.is_empty() || node.children != 0,
@@ -67,7 +76,7 @@ impl<K: Key> Lpm<K> {
             }
             let bit = 1u64 << slot;
             let rank = (node.leafvec & (bit | (bit - 1))).count_ones();
-            assert_eq!(self.leaves[(node.leaf_base + rank - 1) as usize], v);
+            assert_eq!(self.leaf(node.leaf_base + rank - 1), v);
             assert_eq!(
                 node.leafvec & bit != 0,
                 previous != Some(v),
@@ -322,6 +331,6 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
 #[test]
 fn decode_of_direct_entries_is_consistent() {
     let t: Lpm<u32> = [(p4("1.0.0.0/8"), 5)].into_iter().collect();
-    assert_eq!(decode(t.direct[1]), Some(5));
-    assert_eq!(t.direct[1] & NODE_FLAG, 0);
+    assert_eq!(decode(t.entry(1)), Some(5));
+    assert_eq!(t.entry(1) & NODE_FLAG, 0);
 }

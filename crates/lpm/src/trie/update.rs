@@ -1,6 +1,12 @@
 //! Incremental updates: insert, replace and remove one prefix, touching only the part of
 //! the trie under it.
 //!
+//! Once the table has been published, nothing a snapshot can reach is written: a node is
+//! changed only after [`Lpm::writable_root`] and `fresh_children` have copied the path
+//! down to it, and leaves always go to a fresh block. Blocks allocated since the last
+//! publish are fresh and are written in place, so a batch of updates copies each block at
+//! most once. (Before the first publish everything is fresh: a private table pays nothing.)
+//!
 //! Invariants kept here (and checked by `Lpm::check_invariants` in tests):
 //! - a node exists only if a prefix ends in it or below it;
 //! - every node's `default` is the value its parent's slot would have as a leaf;
@@ -114,9 +120,10 @@ impl<K: Key> Lpm<K> {
 
     fn set_direct_value(&mut self, e: usize, stored: u32) {
         match self.root_node(e) {
-            None => self.direct[e] = stored,
+            None => self.set_entry(e, stored),
             Some(n) => {
                 if self.aux[n as usize].default != stored {
+                    let n = self.writable_root(e);
                     self.aux[n as usize].default = stored;
                     self.recompile(n);
                     self.refresh_direct(e, n);
@@ -125,19 +132,54 @@ impl<K: Key> Lpm<K> {
         }
     }
 
+    /// The root node hanging from direct entry `e`, made fresh: copied (with its leaves,
+    /// whose record names it) if a snapshot can reach it, and the entry pointed at the copy.
+    pub(super) fn writable_root(&mut self, e: usize) -> u32 {
+        let n = self.root_node(e).expect("a root hangs from the entry");
+        if self.fresh_nodes.contains(n) {
+            return n;
+        }
+        let m = self.alloc_nodes(1);
+        self.move_node(n, m);
+        self.release_nodes(n, 1);
+        let values = self.slot_values(m);
+        self.compile_leaves(m, &values, true);
+        self.refresh_direct(e, m);
+        m
+    }
+
+    /// Makes node `n`'s children fresh (`n` itself must be): copies their block if a
+    /// snapshot can reach it.
+    fn fresh_children(&mut self, n: u32) {
+        let mut node = self.node(n);
+        let count = node.children.count_ones();
+        if count == 0 || self.fresh_nodes.contains(node.child_base) {
+            return;
+        }
+        let base = self.alloc_nodes(count);
+        for j in 0..count {
+            self.move_node(node.child_base + j, base + j);
+        }
+        self.release_nodes(node.child_base, count);
+        node.child_base = base;
+        self.set_node(n, node);
+    }
+
     // ---- longer prefixes: kept in the node where they end ----
 
     fn insert_deep(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+        if self.get(&prefix) == Some(value) {
+            return Some(value);
+        }
         let d = u32::from(self.direct_bits);
         let len = u32::from(prefix.len());
         let key = prefix.addr();
         let e = key.bits(0, d) as usize;
         let root = match self.root_node(e) {
-            Some(n) => n,
+            Some(_) => self.writable_root(e),
             None => {
-                let n = self.node_alloc.alloc(&mut self.nodes, 1);
-                self.aux.resize_with(self.nodes.len(), NodeAux::default);
-                self.init_leaf_node(n, self.direct[e], true);
+                let n = self.alloc_nodes(1);
+                self.init_leaf_node(n, self.entry(e), true);
                 n
             }
         };
@@ -153,9 +195,6 @@ impl<K: Key> Lpm<K> {
         let old = match prefixes.binary_search_by_key(&art, |e| e.0) {
             Ok(i) => {
                 let old = prefixes[i].1;
-                if old == stored {
-                    return Some(value);
-                }
                 prefixes[i].1 = stored;
                 Some(old - 1)
             }
@@ -174,18 +213,17 @@ impl<K: Key> Lpm<K> {
         let len = u32::from(prefix.len());
         let key = prefix.addr();
         let e = key.bits(0, d) as usize;
-        let root = self.root_node(e)?;
+        self.get(prefix)?;
+        let root = self.writable_root(e);
         let mut path = [(0u32, 0u32); MAX_DEPTH];
         let mut path_len = 0;
         let mut n = root;
         let mut depth = d;
         while len > depth + 6 {
-            let node = self.nodes[n as usize];
+            self.fresh_children(n);
+            let node = self.node(n);
             let slot = key.bits(depth, 6);
             let bit = 1u64 << slot;
-            if node.children & bit == 0 {
-                return None;
-            }
             path[path_len] = (n, slot);
             path_len += 1;
             n = node.child_base + (node.children & (bit - 1)).count_ones();
@@ -193,7 +231,9 @@ impl<K: Key> Lpm<K> {
         }
         let art = art_index(key, depth, len);
         let prefixes = &mut self.aux[n as usize].prefixes;
-        let i = prefixes.binary_search_by_key(&art, |e| e.0).ok()?;
+        let i = prefixes
+            .binary_search_by_key(&art, |e| e.0)
+            .expect("the prefix was found above");
         let (_, stored) = prefixes.remove(i);
         if prefixes.is_empty() {
             prefixes.shrink_to_fit();
@@ -201,14 +241,14 @@ impl<K: Key> Lpm<K> {
         self.recompile(n);
         // Remove nodes that no longer hold anything, bottom up.
         let mut root_removed = false;
-        while self.aux[n as usize].prefixes.is_empty() && self.nodes[n as usize].children == 0 {
+        while self.aux[n as usize].prefixes.is_empty() && self.node(n).children == 0 {
             if path_len == 0 {
                 let default = self.aux[n as usize].default;
                 self.free_node_leaves(n);
                 self.aux[n as usize] = NodeAux::default();
-                self.nodes[n as usize] = Node::default();
-                self.node_alloc.free(n, 1);
-                self.direct[e] = default;
+                self.set_node(n, Node::default());
+                self.release_nodes(n, 1);
+                self.set_entry(e, default);
                 root_removed = true;
                 break;
             }
@@ -226,7 +266,7 @@ impl<K: Key> Lpm<K> {
     /// Makes node `n` a fresh node with no prefixes and no children, all slots `default`;
     /// `root` if it hangs from the direct array.
     fn init_leaf_node(&mut self, n: u32, default: u32, root: bool) {
-        self.nodes[n as usize] = Node::default();
+        self.set_node(n, Node::default());
         self.aux[n as usize] = NodeAux {
             default,
             prefixes: Vec::new(),
@@ -235,37 +275,39 @@ impl<K: Key> Lpm<K> {
         self.compile_leaves(n, &[default; 64], false);
     }
 
-    /// The child of `parent` at `slot`, created (holding the slot's value) if missing.
+    /// The child of `parent` (fresh) at `slot`, fresh, created (holding the slot's value)
+    /// if missing.
     fn child_or_new(&mut self, parent: u32, slot: u32) -> u32 {
-        let node = self.nodes[parent as usize];
         let bit = 1u64 << slot;
-        let rank = (node.children & (bit - 1)).count_ones();
-        if node.children & bit != 0 {
-            return node.child_base + rank;
+        if self.node(parent).children & bit != 0 {
+            self.fresh_children(parent);
+            let node = self.node(parent);
+            return node.child_base + (node.children & (bit - 1)).count_ones();
         }
+        let mut node = self.node(parent);
+        let rank = (node.children & (bit - 1)).count_ones();
         let default = self.slot_values(parent)[slot as usize];
         let count = node.children.count_ones();
-        let base = self.node_alloc.alloc(&mut self.nodes, count + 1);
-        self.aux.resize_with(self.nodes.len(), NodeAux::default);
+        let base = self.alloc_nodes(count + 1);
         for j in 0..count {
             let dst = base + j + u32::from(j >= rank);
             self.move_node(node.child_base + j, dst);
         }
         if count > 0 {
-            self.node_alloc.free(node.child_base, count);
+            self.release_nodes(node.child_base, count);
         }
         let child = base + rank;
         self.init_leaf_node(child, default, false);
-        let p = &mut self.nodes[parent as usize];
-        p.children |= bit;
-        p.child_base = base;
+        node.children |= bit;
+        node.child_base = base;
+        self.set_node(parent, node);
         self.recompile(parent);
         child
     }
 
     /// Deletes the (empty) child of `parent` at `slot`.
     fn remove_child(&mut self, parent: u32, slot: u32) {
-        let node = self.nodes[parent as usize];
+        let mut node = self.node(parent);
         let bit = 1u64 << slot;
         let rank = (node.children & (bit - 1)).count_ones();
         let count = node.children.count_ones();
@@ -275,35 +317,37 @@ impl<K: Key> Lpm<K> {
         let base = if count == 1 {
             0
         } else {
-            let base = self.node_alloc.alloc(&mut self.nodes, count - 1);
-            self.aux.resize_with(self.nodes.len(), NodeAux::default);
+            let base = self.alloc_nodes(count - 1);
             for j in (0..count).filter(|&j| j != rank) {
                 let dst = base + j - u32::from(j > rank);
                 self.move_node(node.child_base + j, dst);
             }
             base
         };
-        for j in 0..count {
-            self.nodes[(node.child_base + j) as usize] = Node::default();
+        if self.fresh_nodes.contains(node.child_base) {
+            for j in 0..count {
+                self.set_node(node.child_base + j, Node::default());
+            }
         }
-        self.node_alloc.free(node.child_base, count);
-        let p = &mut self.nodes[parent as usize];
-        p.children &= !bit;
-        p.child_base = base;
+        self.release_nodes(node.child_base, count);
+        node.children &= !bit;
+        node.child_base = base;
+        self.set_node(parent, node);
         self.recompile(parent);
     }
 
+    /// Copies node `from` to the fresh `to`, moving its update-side data.
     fn move_node(&mut self, from: u32, to: u32) {
-        self.nodes[to as usize] = self.nodes[from as usize];
+        self.set_node(to, self.node(from));
         self.aux[to as usize] = std::mem::take(&mut self.aux[from as usize]);
     }
 
     fn free_node_leaves(&mut self, n: u32) {
-        let node = self.nodes[n as usize];
+        let node = self.node(n);
         let header = self.header(n);
         let size = node.leafvec.count_ones() + header;
         if size > 0 {
-            self.leaf_alloc.free(node.leaf_base - header, size);
+            self.release_leaves(node.leaf_base - header, size);
         }
     }
 
@@ -329,11 +373,27 @@ impl<K: Key> Lpm<K> {
         values
     }
 
-    /// Recomputes node `n`'s leaves from its prefixes and default, and pushes changed
-    /// inherited values down into its children.
+    /// Recomputes node `n`'s (fresh) leaves from its prefixes and default, and pushes
+    /// changed inherited values down into its children.
     pub(super) fn recompile(&mut self, n: u32) {
         let values = self.slot_values(n);
-        let node = self.nodes[n as usize];
+        let changes = |t: &Self| {
+            let node = t.node(n);
+            let mut children = node.children;
+            let mut child = node.child_base;
+            while children != 0 {
+                if t.aux[child as usize].default != values[children.trailing_zeros() as usize] {
+                    return true;
+                }
+                child += 1;
+                children &= children - 1;
+            }
+            false
+        };
+        if changes(self) {
+            self.fresh_children(n);
+        }
+        let node = self.node(n);
         let mut children = node.children;
         let mut child = node.child_base;
         while children != 0 {
@@ -351,7 +411,7 @@ impl<K: Key> Lpm<K> {
     /// Writes node `n`'s leaf runs (and record header, for a root) for the given slot
     /// values; `had_block` says whether the node already owns a leaf block.
     pub(super) fn compile_leaves(&mut self, n: u32, values: &[u32; 64], had_block: bool) {
-        let node = self.nodes[n as usize];
+        let node = self.node(n);
         let mut leafvec = 0u64;
         let mut runs = [0u32; 64];
         let mut count = 0u32;
@@ -375,27 +435,28 @@ impl<K: Key> Lpm<K> {
         };
         let size = count + header;
         let mut block = node.leaf_base.wrapping_sub(header);
-        if size != old_size {
+        if size != old_size || (old_size > 0 && !self.fresh_leaves.contains(block)) {
             if old_size > 0 {
-                self.leaf_alloc.free(block, old_size);
+                self.release_leaves(block, old_size);
             }
-            block = if size > 0 {
-                self.leaf_alloc.alloc(&mut self.leaves, size)
-            } else {
-                0
-            };
+            block = if size > 0 { self.alloc_leaves(size) } else { 0 };
         }
         let base = block + header;
         if header > 0 {
-            let b = block as usize;
-            self.leaves[b] = leafvec as u32;
-            self.leaves[b + 1] = (leafvec >> 32) as u32;
-            self.leaves[b + 2] = n;
+            self.leaves.set(block, leafvec as u32);
+            self.leaves.set(block + 1, (leafvec >> 32) as u32);
+            self.leaves.set(block + 2, n);
         }
-        self.leaves[base as usize..(base + count) as usize]
-            .copy_from_slice(&runs[..count as usize]);
-        let node = &mut self.nodes[n as usize];
-        node.leafvec = leafvec;
-        node.leaf_base = base;
+        for (i, &run) in runs[..count as usize].iter().enumerate() {
+            self.leaves.set(base + i as u32, run);
+        }
+        self.set_node(
+            n,
+            Node {
+                leafvec,
+                leaf_base: base,
+                ..node
+            },
+        );
     }
 }
