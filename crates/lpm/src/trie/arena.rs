@@ -146,14 +146,23 @@ impl<C: Cell> Arena<C> {
     }
 }
 
-/// A page of the direct array (see [`super::Snapshot`]).
-pub(crate) type Page = Arc<[AtomicU32]>;
+/// Entries in a page of the direct array.
+pub(crate) const PAGE_BITS: u32 = 8;
+
+/// A page of the direct array. A fixed size keeps the page table one thin pointer per
+/// page, and the index within a page needs no bounds check.
+pub(crate) type Page = Arc<[AtomicU32; 1 << PAGE_BITS]>;
+
+/// A page with every entry `value`.
+pub(crate) fn new_page(value: u32) -> Page {
+    Arc::new(std::array::from_fn(|_| AtomicU32::new(value)))
+}
 
 /// A private copy of a page.
-pub(crate) fn copy_page(page: &[AtomicU32]) -> Page {
-    page.iter()
-        .map(|c| AtomicU32::new(c.load(Relaxed)))
-        .collect()
+pub(crate) fn copy_page(page: &Page) -> Page {
+    Arc::new(std::array::from_fn(|i| {
+        AtomicU32::new(page[i].load(Relaxed))
+    }))
 }
 
 /// Which array elements were allocated since the last publish: those the writer may

@@ -65,7 +65,7 @@ pub use node::MAX_VALUE;
 
 use crate::key::Key;
 use crate::prefix::Prefix;
-use arena::{copy_page, Arena, Fresh, NodeCell, Page};
+use arena::{copy_page, new_page, Arena, Fresh, NodeCell, Page, PAGE_BITS};
 use node::{decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -94,7 +94,7 @@ const SHRINK_AT: usize = 4 * 1024;
 #[derive(Debug)]
 pub struct Lpm<K: Key> {
     direct_bits: u8,
-    /// The direct-pointing array in pages of `1 << page_bits` entries. Per entry: a stored
+    /// The direct-pointing array in pages of 256 entries. Per entry: a stored
     /// leaf value, `NODE_FLAG | node index`, or, for a node without children,
     /// `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
     pages: Box<[Page]>,
@@ -132,9 +132,6 @@ pub(crate) struct Released {
     blocks: Vec<Block>,
 }
 
-/// Entries per page of the direct array (at most).
-const PAGE_BITS: u8 = 12;
-
 fn next_generation() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -144,7 +141,6 @@ fn next_generation() -> u64 {
 #[derive(Clone, Copy)]
 pub(crate) struct View<'a> {
     direct_bits: u32,
-    page_bits: u32,
     pages: &'a [Page],
     nodes: &'a [NodeCell],
     leaves: &'a [AtomicU32],
@@ -168,7 +164,6 @@ impl<K: Key> Snapshot<K> {
     pub(crate) fn view(&self) -> View<'_> {
         View {
             direct_bits: u32::from(self.direct_bits),
-            page_bits: u32::from(self.direct_bits.min(PAGE_BITS)),
             pages: &self.pages,
             nodes: &self.nodes,
             leaves: &self.leaves,
@@ -210,7 +205,7 @@ impl<K: Key> Clone for Lpm<K> {
         }
         Lpm {
             direct_bits: self.direct_bits,
-            pages: self.pages.iter().map(|p| copy_page(p)).collect(),
+            pages: self.pages.iter().map(copy_page).collect(),
             nodes: self.nodes.deep_clone(),
             leaves: self.leaves.deep_clone(),
             direct_owner: self.direct_owner.clone(),
@@ -258,11 +253,10 @@ impl<K: Key> Lpm<K> {
 
     fn with_direct_bits(direct_bits: u8) -> Self {
         let entries = 1usize << direct_bits;
-        let page = 1usize << direct_bits.min(PAGE_BITS);
         Lpm {
             direct_bits,
-            pages: (0..entries / page)
-                .map(|_| (0..page).map(|_| AtomicU32::new(node::NO_ROUTE)).collect())
+            pages: (0..entries >> PAGE_BITS)
+                .map(|_| new_page(node::NO_ROUTE))
                 .collect(),
             nodes: Arena::default(),
             leaves: Arena::default(),
@@ -285,7 +279,6 @@ impl<K: Key> Lpm<K> {
     pub(crate) fn view(&self) -> View<'_> {
         View {
             direct_bits: u32::from(self.direct_bits),
-            page_bits: u32::from(self.direct_bits.min(PAGE_BITS)),
             pages: &self.pages,
             nodes: self.nodes.buffer(),
             leaves: self.leaves.buffer(),
@@ -338,18 +331,16 @@ impl<K: Key> Lpm<K> {
     /// Direct entry `e`.
     #[inline]
     fn entry(&self, e: usize) -> u32 {
-        let bits = self.direct_bits.min(PAGE_BITS);
-        self.pages[e >> bits][e & ((1 << bits) - 1)].load(Ordering::Relaxed)
+        self.pages[e >> PAGE_BITS][e & ((1 << PAGE_BITS) - 1)].load(Ordering::Relaxed)
     }
 
     /// Sets direct entry `e`, first copying its page if a snapshot holds it.
     fn set_entry(&mut self, e: usize, value: u32) {
-        let bits = self.direct_bits.min(PAGE_BITS);
-        let page = &mut self.pages[e >> bits];
+        let page = &mut self.pages[e >> PAGE_BITS];
         if Arc::strong_count(page) > 1 {
             *page = copy_page(page);
         }
-        page[e & ((1 << bits) - 1)].store(value, Ordering::Relaxed);
+        page[e & ((1 << PAGE_BITS) - 1)].store(value, Ordering::Relaxed);
     }
 
     #[inline]
