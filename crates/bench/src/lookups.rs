@@ -2,8 +2,8 @@
 //!
 //! For each family present it measures, in this order: the bulk build; memory; inserting
 //! every route one at a time into an empty table and removing them again; the real update
-//! stream if one is given (on the engine, and through the shared writer, which applies
-//! every change to both copies); lookups, scalar and batched, on each address set, for
+//! stream if one is given (on the engine, and through the shared writer, which copies
+//! what published snapshots can reach instead of writing it); lookups, scalar and batched, on each address set, for
 //! 1 up to N threads; and, with an update stream, lookups while a writer thread applies it
 //! flat out. Lookups go through the shared table's readers, a read guard taken per 256
 //! addresses, as a forwarding thread would take one per burst of packets.
