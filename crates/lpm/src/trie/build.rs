@@ -66,6 +66,7 @@ impl<K: Key> Lpm<K> {
             t.aux[n as usize].default = t.entry(e as usize);
             t.aux[n as usize].root = true;
             t.build_node(n, d, &deep[i..j]);
+            t.adjust_width(n);
             t.refresh_direct(e as usize, n);
             i = j;
         }

@@ -12,7 +12,7 @@
 //! walking keys by about 10% for IPv6.
 
 use super::arena::{Cell, PAGE_BITS};
-use super::node::{decode, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG};
+use super::node::{decode, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
 use super::{Lpm, Snapshot, View};
 use crate::key::Key;
 use std::sync::atomic::AtomicU32;
@@ -92,7 +92,12 @@ impl View<'_> {
             return self.leaves[self.record_leaf_index(entry & ENTRY_INDEX, rest.top6()) as usize]
                 .read();
         }
-        let mut node = self.nodes[(entry & ENTRY_INDEX) as usize].read();
+        let mut index = entry & ENTRY_INDEX;
+        if entry & WIDE_FLAG != 0 {
+            index += rest.top6();
+            rest = rest.shl(6);
+        }
+        let mut node = self.nodes[index as usize].read();
         loop {
             let (has_child, child, leaf) = node.step(rest.top6());
             if !has_child {
@@ -139,6 +144,10 @@ impl View<'_> {
                 prefetch(&self.leaves[next[i] as usize]);
                 at_record |= 1 << i;
             } else {
+                if entry & WIDE_FLAG != 0 {
+                    next[i] += rest[i].top6();
+                    rest[i] = rest[i].shl(6);
+                }
                 prefetch(&self.nodes[next[i] as usize]);
                 walking |= 1 << i;
             }

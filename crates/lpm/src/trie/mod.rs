@@ -66,7 +66,10 @@ pub use node::MAX_VALUE;
 use crate::key::Key;
 use crate::prefix::Prefix;
 use arena::{copy_page, new_page, Arena, Fresh, NodeCell, Page, PAGE_BITS};
-use node::{decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
+use node::{
+    decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER,
+    WIDE_FLAG,
+};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -105,6 +108,8 @@ pub struct Lpm<K: Key> {
     direct_owner: Vec<u8>,
     /// Prefixes of at most `direct_bits` bits.
     direct_prefixes: HashMap<Prefix<K>, u32>,
+    /// The root node of each direct entry that refers to a wide root's children.
+    wide_roots: HashMap<usize, u32>,
     /// Beside `nodes`, index for index.
     aux: Vec<NodeAux>,
     node_alloc: BlockAlloc,
@@ -210,6 +215,7 @@ impl<K: Key> Clone for Lpm<K> {
             leaves: self.leaves.deep_clone(),
             direct_owner: self.direct_owner.clone(),
             direct_prefixes: self.direct_prefixes.clone(),
+            wide_roots: self.wide_roots.clone(),
             aux: self.aux.clone(),
             node_alloc,
             leaf_alloc,
@@ -262,6 +268,7 @@ impl<K: Key> Lpm<K> {
             leaves: Arena::default(),
             direct_owner: vec![0; entries],
             direct_prefixes: HashMap::new(),
+            wide_roots: HashMap::new(),
             aux: Vec::new(),
             node_alloc: BlockAlloc::default(),
             leaf_alloc: BlockAlloc::default(),
@@ -508,7 +515,8 @@ impl<K: Key> Lpm<K> {
             .map(|a| a.prefixes.capacity() * size_of::<(u8, u32)>())
             .sum();
         // A hash map entry costs its key and value plus one control byte.
-        let map_bytes = self.direct_prefixes.capacity() * (size_of::<(Prefix<K>, u32)>() + 1);
+        let map_bytes = self.direct_prefixes.capacity() * (size_of::<(Prefix<K>, u32)>() + 1)
+            + self.wide_roots.capacity() * (size_of::<(usize, u32)>() + 1);
         let update_bytes = self.direct_owner.len()
             + self.aux.len() * size_of::<NodeAux>()
             + prefix_bytes
@@ -547,19 +555,34 @@ impl<K: Key> Lpm<K> {
             None
         } else if entry & RECORD_FLAG != 0 {
             Some(self.leaf((entry & ENTRY_INDEX) + 2))
+        } else if entry & WIDE_FLAG != 0 {
+            Some(self.wide_roots[&e])
         } else {
             Some(entry & ENTRY_INDEX)
         }
     }
 
-    /// Points direct entry `e` at root `n`: at its leaf record when it has no children.
+    /// True if node `n` is a root whose 64 slots are all children.
+    fn is_wide(&self, n: u32) -> bool {
+        self.aux[n as usize].root && self.node(n).children == u64::MAX
+    }
+
+    /// Points direct entry `e` at root `n`: at its leaf record when it has no children, at
+    /// its children when it is wide.
     fn refresh_direct(&mut self, e: usize, n: u32) {
         let node = self.node(n);
         let entry = if node.children == 0 {
             NODE_FLAG | RECORD_FLAG | (node.leaf_base - RECORD_HEADER)
+        } else if node.children == u64::MAX {
+            NODE_FLAG | WIDE_FLAG | node.child_base
         } else {
             NODE_FLAG | n
         };
+        if node.children == u64::MAX {
+            self.wide_roots.insert(e, n);
+        } else {
+            self.wide_roots.remove(&e);
+        }
         if self.entry(e) != entry {
             self.set_entry(e, entry);
         }

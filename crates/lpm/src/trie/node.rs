@@ -11,8 +11,13 @@ pub(crate) const NODE_FLAG: u32 = 1 << 31;
 /// Set, with `NODE_FLAG`, in a direct-pointing entry that refers to the *leaf record* of a
 /// node without children: the rest of the entry is the record's offset in the leaf array.
 pub(crate) const RECORD_FLAG: u32 = 1 << 30;
+/// Set, with `NODE_FLAG`, in a direct-pointing entry that refers to a *wide root*: a root
+/// all of whose 64 slots are children. The rest of the entry is the index of its children
+/// block, which the next six bits of the key index directly, so a lookup skips reading the
+/// root itself: under a dense root, one level fewer.
+pub(crate) const WIDE_FLAG: u32 = 1 << 29;
 /// The index or offset part of a direct-pointing entry that refers to a node or record.
-pub(crate) const ENTRY_INDEX: u32 = RECORD_FLAG - 1;
+pub(crate) const ENTRY_INDEX: u32 = WIDE_FLAG - 1;
 /// Words before the leaves of a node that hangs from the direct array (a *root*): the two
 /// halves of its `leafvec`, then its node index. So a lookup that reaches a root without
 /// children reads the record alone, usually one or two adjacent cache lines, not the
@@ -22,7 +27,7 @@ pub(crate) const RECORD_HEADER: u32 = 3;
 pub(crate) const NO_ROUTE: u32 = 0;
 
 /// The largest value a prefix can map to: `2^31 - 2` (values are stored plus one, and the
-/// top bit marks node references).
+/// top bit marks node references; the flags below it count only with the top bit).
 pub const MAX_VALUE: u32 = NODE_FLAG - 2;
 
 /// The stored form of a value.

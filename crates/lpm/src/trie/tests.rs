@@ -1,6 +1,6 @@
 //! Tests of the engine against the reference, plus a structural invariant check.
 
-use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER};
+use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG};
 use super::*;
 use crate::reference::ReferenceLpm;
 use proptest::prelude::*;
@@ -32,6 +32,22 @@ impl<K: Key> Lpm<K> {
                     node.children == 0,
                     "records exactly for roots without children"
                 );
+                assert_eq!(
+                    entry & WIDE_FLAG != 0,
+                    node.children == u64::MAX,
+                    "wide entries exactly for roots with every child"
+                );
+                if entry & WIDE_FLAG != 0 {
+                    assert_eq!(entry & ENTRY_INDEX, node.child_base, "wide entry");
+                }
+                let used = (0..node.children.count_ones())
+                    .filter(|&j| !self.holds_nothing(node.child_base + j))
+                    .count();
+                if node.children == u64::MAX {
+                    assert!(used >= 4, "a wide root with {used} used children");
+                } else {
+                    assert!(used < 8, "a narrow root with {used} used children");
+                }
                 let record = node.leaf_base - RECORD_HEADER;
                 let leafvec = u64::from(self.leaf(record)) | u64::from(self.leaf(record + 1)) << 32;
                 assert_eq!(
@@ -41,7 +57,7 @@ impl<K: Key> Lpm<K> {
                 );
                 reachable_nodes += 1;
                 reachable_leaves += RECORD_HEADER as usize;
-                self.check_node(n, &mut reachable_nodes, &mut reachable_leaves);
+                self.check_node(n, false, &mut reachable_nodes, &mut reachable_leaves);
             } else {
                 assert_eq!(entry & NODE_FLAG, 0);
             }
@@ -60,13 +76,15 @@ impl<K: Key> Lpm<K> {
         assert_eq!(self.count_by_len.iter().sum::<usize>(), self.len);
     }
 
-    fn check_node(&self, n: u32, nodes: &mut usize, leaves: &mut usize) {
+    /// Checks node `n` and its subtree; `under_wide` if its parent is a wide root.
+    fn check_node(&self, n: u32, under_wide: bool, nodes: &mut usize, leaves: &mut usize) {
         let node = self.node(n);
         let aux = &self.aux[n as usize];
         assert!(
-            !aux.prefixes.is_empty() || node.children != 0,
+            under_wide || !aux.prefixes.is_empty() || node.children != 0,
             "node {n} holds nothing and should have been removed"
         );
+        let wide = aux.root && node.children == u64::MAX;
         assert!(aux.prefixes.windows(2).all(|w| w[0].0 < w[1].0));
         let values = self.slot_values(n);
         let mut previous = None;
@@ -98,7 +116,7 @@ impl<K: Key> Lpm<K> {
                 "only direct-array nodes are roots"
             );
             *nodes += 1;
-            self.check_node(child, nodes, leaves);
+            self.check_node(child, wide, nodes, leaves);
             child += 1;
             children &= children - 1;
         }
@@ -333,4 +351,50 @@ fn decode_of_direct_entries_is_consistent() {
     let t: Lpm<u32> = [(p4("1.0.0.0/8"), 5)].into_iter().collect();
     assert_eq!(decode(t.entry(1)), Some(5));
     assert_eq!(t.entry(1) & NODE_FLAG, 0);
+}
+
+#[test]
+fn a_dense_root_widens_and_narrows_again() {
+    let mut t: Lpm<u32> = Lpm::new();
+    let mut reference = ReferenceLpm::new();
+    t.insert(p4("10.0.0.0/8"), 99);
+    reference.insert(p4("10.0.0.0/8"), 99);
+    // Ten /16s under 10/8, each in its own slot of the root (bits 8..14).
+    let subs: Vec<_> = (0..10u32)
+        .map(|i| Prefix::new_clamped(0x0A00_0000 | (i * 4) << 16, 16))
+        .collect();
+    let probe = |t: &Lpm<u32>, r: &ReferenceLpm<u32>| {
+        for x in 0..64u32 {
+            let k = 0x0A00_0000 | x << 18 | 0x1234;
+            assert_eq!(t.lookup(k), r.lookup(k).map(|v| v.1), "key {k:#x}");
+            let mut out = [None];
+            t.lookup_batch(&[k], &mut out);
+            assert_eq!(out[0], r.lookup(k).map(|v| v.1), "batched, key {k:#x}");
+        }
+    };
+    for (i, &p) in subs.iter().enumerate() {
+        t.insert(p, i as u32);
+        reference.insert(p, i as u32);
+        t.check_invariants();
+        probe(&t, &reference);
+        let wide = t.entry(10) & WIDE_FLAG != 0;
+        assert_eq!(wide, i + 1 >= 8, "wide once 8 children hold something");
+    }
+    for (i, p) in subs.iter().enumerate() {
+        t.remove(p);
+        reference.remove(p);
+        t.check_invariants();
+        probe(&t, &reference);
+        let wide = t.entry(10) & WIDE_FLAG != 0;
+        assert_eq!(wide, 10 - (i + 1) >= 4, "narrow again below 4");
+    }
+    // A shorter prefix's new value reaches the empty children of a wide root.
+    for &p in &subs[..9] {
+        t.insert(p, 1);
+        reference.insert(p, 1);
+    }
+    t.insert(p4("10.0.0.0/8"), 7);
+    reference.insert(p4("10.0.0.0/8"), 7);
+    t.check_invariants();
+    probe(&t, &reference);
 }

@@ -8,7 +8,9 @@
 //! most once. (Before the first publish everything is fresh: a private table pays nothing.)
 //!
 //! Invariants kept here (and checked by `Lpm::check_invariants` in tests):
-//! - a node exists only if a prefix ends in it or below it;
+//! - a node exists only if a prefix ends in it or below it, except the children of a
+//!   wide root (a root gets all 64 children once 8 of them hold something, and goes back
+//!   to only those when fewer than 4 do: see `adjust_width`);
 //! - every node's `default` is the value its parent's slot would have as a leaf;
 //! - every leaf is the longest covering prefix (leaf pushing).
 
@@ -19,6 +21,10 @@ use crate::prefix::Prefix;
 
 /// Deepest possible path: (128 - 8) / 6 + 1 nodes.
 const MAX_DEPTH: usize = 21;
+/// A root becomes wide when this many of its children hold something...
+const WIDEN_AT: u32 = 8;
+/// ...and stops being wide when fewer than this many do.
+const NARROW_BELOW: u32 = 4;
 
 impl<K: Key> Lpm<K> {
     /// Sets the value of `prefix`, returning the value it had.
@@ -204,6 +210,7 @@ impl<K: Key> Lpm<K> {
             }
         };
         self.recompile(n);
+        self.adjust_width(root);
         self.refresh_direct(e, root);
         old
     }
@@ -239,28 +246,103 @@ impl<K: Key> Lpm<K> {
             prefixes.shrink_to_fit();
         }
         self.recompile(n);
-        // Remove nodes that no longer hold anything, bottom up.
-        let mut root_removed = false;
-        while self.aux[n as usize].prefixes.is_empty() && self.node(n).children == 0 {
-            if path_len == 0 {
-                let default = self.aux[n as usize].default;
-                self.free_node_leaves(n);
-                self.aux[n as usize] = NodeAux::default();
-                self.set_node(n, Node::default());
-                self.release_nodes(n, 1);
-                self.set_entry(e, default);
-                root_removed = true;
-                break;
-            }
+        // Remove nodes that no longer hold anything, bottom up (a wide root keeps its
+        // children; it may narrow below).
+        while path_len > 0 && self.holds_nothing(n) {
             path_len -= 1;
             let (parent, slot) = path[path_len];
+            if path_len == 0 && self.is_wide(parent) {
+                break;
+            }
             self.remove_child(parent, slot);
             n = parent;
         }
-        if !root_removed {
+        self.adjust_width(root);
+        if self.holds_nothing(root) {
+            let default = self.aux[root as usize].default;
+            self.free_node_leaves(root);
+            self.aux[root as usize] = NodeAux::default();
+            self.set_node(root, Node::default());
+            self.release_nodes(root, 1);
+            self.set_entry(e, default);
+            self.wide_roots.remove(&e);
+        } else {
             self.refresh_direct(e, root);
         }
         Some(stored - 1)
+    }
+
+    /// True if node `n` has no prefixes and no children.
+    pub(super) fn holds_nothing(&self, n: u32) -> bool {
+        self.aux[n as usize].prefixes.is_empty() && self.node(n).children == 0
+    }
+
+    /// Widens or narrows root `r` (fresh) by how many of its children hold something.
+    pub(super) fn adjust_width(&mut self, r: u32) {
+        let node = self.node(r);
+        let count = node.children.count_ones();
+        let used = (0..count)
+            .filter(|&j| !self.holds_nothing(node.child_base + j))
+            .count() as u32;
+        if node.children != u64::MAX && used >= WIDEN_AT {
+            self.widen(r);
+        } else if node.children == u64::MAX && used < NARROW_BELOW {
+            self.narrow(r);
+        }
+    }
+
+    /// Gives root `r` (fresh) all 64 children, new ones holding their slot's value.
+    fn widen(&mut self, r: u32) {
+        let mut node = self.node(r);
+        let values = self.slot_values(r);
+        let base = self.alloc_nodes(64);
+        let mut child = node.child_base;
+        for slot in 0..64 {
+            if node.children >> slot & 1 == 1 {
+                self.move_node(child, base + slot);
+                child += 1;
+            } else {
+                self.init_leaf_node(base + slot, values[slot as usize], false);
+            }
+        }
+        let count = node.children.count_ones();
+        if count > 0 {
+            self.release_nodes(node.child_base, count);
+        }
+        node.children = u64::MAX;
+        node.child_base = base;
+        self.set_node(r, node);
+        self.recompile(r);
+    }
+
+    /// Keeps only the children of wide root `r` (fresh) that hold something.
+    fn narrow(&mut self, r: u32) {
+        let mut node = self.node(r);
+        let keep = (0..64u32)
+            .filter(|&s| !self.holds_nothing(node.child_base + s))
+            .fold(0u64, |m, s| m | 1 << s);
+        let count = keep.count_ones();
+        let base = if count > 0 {
+            self.alloc_nodes(count)
+        } else {
+            0
+        };
+        let mut j = 0;
+        for slot in 0..64 {
+            let child = node.child_base + slot;
+            if keep >> slot & 1 == 1 {
+                self.move_node(child, base + j);
+                j += 1;
+            } else {
+                self.free_node_leaves(child);
+                self.aux[child as usize] = NodeAux::default();
+            }
+        }
+        self.release_nodes(node.child_base, 64);
+        node.children = keep;
+        node.child_base = base;
+        self.set_node(r, node);
+        self.recompile(r);
     }
 
     /// Makes node `n` a fresh node with no prefixes and no children, all slots `default`;
