@@ -3,7 +3,7 @@
 //! # The structure
 //!
 //! A key is read from its most significant bit. The first `D` bits (the *direct bits*:
-//! 18 for a large IPv4 table, 16 for a large IPv6 one, 8 for small tables) index the
+//! 18 for a large table of either family, 8 for small tables) index the
 //! *direct-pointing array*: each entry either holds the answer for every key that starts
 //! with those bits (a leaf), or refers to a node.
 //!
@@ -27,6 +27,14 @@
 //!                        |                       |
 //!                 nodes[child_base + rank]   leaves[leaf_base + rank - 1]
 //! ```
+//!
+//! Two shortcuts save reads where the first level leads. A node hanging from the direct
+//! array (a *root*) without children keeps its maps in a *leaf record* just before its
+//! leaves, and the direct entry points at the record: one read instead of two. A root
+//! most of whose slots lead deeper (8 or more children holding something) is *wide*: it
+//! gets all 64 children, so child `s` is simply `child_base + s`, and the direct entry
+//! points at the children; a lookup never reads the root. Dense regions thus get a
+//! 24-bit first level: IPv6 /48s under busy /18s take four node reads instead of five.
 //!
 //! # Updates
 //!
