@@ -215,10 +215,14 @@ pub fn bench_family<K: Key>(
     drop((writer, reader));
 
     // Readers while a writer applies the real update stream flat out, against the same
-    // readers with the writer idle. Readers take the cores the writer leaves.
+    // readers with the writer idle. Readers take the cores the writer leaves. A control
+    // in between: a writer applying the stream to a table of its own, which no reader
+    // reads. What it costs the readers (the writer's memory traffic, the machine) any
+    // design pays; what the shared writer costs beyond it is the sharing's.
     if let (Some(updates), Some(table)) = (updates, interference_table) {
         let readers = cfg.threads.max(2) - 1;
         let set = &sets[0];
+        let mut private = table.clone();
         let (writer, reader) = shared(table);
         let factory = reader.factory();
         let method = Method {
@@ -227,7 +231,7 @@ pub fn bench_family<K: Key>(
         };
         for mode in [Mode::Scalar, Mode::Batch] {
             on_step(&format!(
-                "IPv{}: {} lookups while a writer applies updates",
+                "IPv{}: {} lookups, writer idle",
                 K::FAMILY,
                 mode.name()
             ));
@@ -240,48 +244,70 @@ pub fn bench_family<K: Key>(
             figure["baseline"] = json!(true);
             emit(figure);
         }
-        let stop = AtomicBool::new(false);
-        let applied = AtomicU64::new(0);
-        std::thread::scope(|s| {
-            let (stop, applied) = (&stop, &applied);
-            let mut writer = writer;
-            let publish_every = cfg.publish_every;
-            let handle = s.spawn(move || {
-                let start = Instant::now();
-                'outer: loop {
-                    for (i, &(op, p)) in updates.iter().enumerate() {
-                        if stop.load(Ordering::Relaxed) {
-                            break 'outer;
+        let publish_every = cfg.publish_every;
+        let mut writer = writer;
+        for target in ["private", "shared"] {
+            let stop = AtomicBool::new(false);
+            let applied = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                let (stop, applied) = (&stop, &applied);
+                let (writer, private) = (&mut writer, &mut private);
+                let handle = s.spawn(move || {
+                    let start = Instant::now();
+                    'outer: loop {
+                        for (i, &(op, p)) in updates.iter().enumerate() {
+                            if stop.load(Ordering::Relaxed) {
+                                break 'outer;
+                            }
+                            match (target, op) {
+                                ("private", RouteOp::Announce) => private.insert(p, i as u32),
+                                ("private", RouteOp::Withdraw) => private.remove(&p),
+                                (_, RouteOp::Announce) => writer.insert(p, i as u32),
+                                (_, RouteOp::Withdraw) => writer.remove(p),
+                            };
+                            if target == "shared" && i % publish_every == publish_every - 1 {
+                                writer.publish();
+                            }
+                            applied.fetch_add(1, Ordering::Relaxed);
                         }
-                        match op {
-                            RouteOp::Announce => writer.insert(p, i as u32),
-                            RouteOp::Withdraw => writer.remove(p),
-                        };
-                        if i % publish_every == publish_every - 1 {
-                            writer.publish();
-                        }
-                        applied.fetch_add(1, Ordering::Relaxed);
                     }
+                    writer.publish();
+                    start.elapsed()
+                });
+                for mode in [Mode::Scalar, Mode::Batch] {
+                    on_step(&format!(
+                        "IPv{}: {} lookups while a writer applies updates to {} table",
+                        K::FAMILY,
+                        mode.name(),
+                        if target == "private" {
+                            "its own"
+                        } else {
+                            "the shared"
+                        }
+                    ));
+                    let t = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+                    let mut figure = with(
+                        base("lookup"),
+                        lookup_fields(mode, readers, &set.name, t, true),
+                    );
+                    figure["writer_table"] = json!(target);
+                    emit(figure);
                 }
-                writer.publish();
-                start.elapsed()
-            });
-            for mode in [Mode::Scalar, Mode::Batch] {
-                let t = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+                stop.store(true, Ordering::Relaxed);
+                let elapsed = handle.join().expect("writer thread panicked");
+                let ops = applied.load(Ordering::Relaxed);
+                let path = if target == "private" {
+                    "private-under-load"
+                } else {
+                    "shared-under-load"
+                };
                 emit(with(
-                    base("lookup"),
-                    lookup_fields(mode, readers, &set.name, t, true),
+                    base("updates"),
+                    json!({"path": path, "publish_every": publish_every, "ops": ops,
+                           "seconds": elapsed.as_secs_f64(), "ops_per_sec": ops as f64 / elapsed.as_secs_f64()}),
                 ));
-            }
-            stop.store(true, Ordering::Relaxed);
-            let elapsed = handle.join().expect("writer thread panicked");
-            let ops = applied.load(Ordering::Relaxed);
-            emit(with(
-                base("updates"),
-                json!({"path": "shared-under-load", "publish_every": publish_every, "ops": ops,
-                       "seconds": elapsed.as_secs_f64(), "ops_per_sec": ops as f64 / elapsed.as_secs_f64()}),
-            ));
-        });
+            });
+        }
     }
 }
 

@@ -250,10 +250,10 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
                 f["engine"].as_str().unwrap_or(""),
                 f["mode"].as_str().unwrap_or(""),
                 f["threads"],
-                if f["writer"] == true {
-                    "applying updates"
-                } else {
-                    "idle"
+                match (f["writer"] == true, f["writer_table"].as_str()) {
+                    (true, Some("private")) => "applying updates to its own table (control)",
+                    (true, _) => "applying updates",
+                    _ => "idle",
                 },
                 ns(f["ns_per_lookup"].as_f64().unwrap_or(f64::NAN)),
                 ns(f["mean_dev"].as_f64().unwrap_or(f64::NAN))

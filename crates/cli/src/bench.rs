@@ -461,7 +461,11 @@ fn print_figure(f: &Figure, json: bool) {
             f["addresses"].as_str().unwrap_or(""),
             f["mode"].as_str().unwrap_or(""),
             f["threads"],
-            if f["writer"].as_bool() == Some(true) { " + writer" } else { "" },
+            match (f["writer"].as_bool(), f["writer_table"].as_str()) {
+                (Some(true), Some("private")) => " + writer on its own table",
+                (Some(true), _) => " + writer",
+                _ => "",
+            },
             num("ns_per_lookup"),
             num("mean_dev"),
             num("throughput_ns"),
