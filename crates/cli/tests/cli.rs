@@ -168,8 +168,16 @@ fn bench_lookup_json_has_the_documented_keys() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let lookups: Vec<_> = figures.iter().filter(|f| f["metric"] == "lookup").collect();
-    // 2 families x 2 address sets x 2 thread counts x 2 modes, plus 2 x 2 x 2 writer runs.
-    assert_eq!(lookups.len(), 16 + 8);
+    // 2 families x 2 address sets x 2 thread counts x 2 modes, plus, per family and mode,
+    // the readers with the writer idle, on its own table, and on the shared one.
+    assert_eq!(lookups.len(), 16 + 12);
+    let under = |table: &str| {
+        lookups
+            .iter()
+            .filter(|f| f["writer"] == true && f["writer_table"] == table)
+            .count()
+    };
+    assert_eq!((under("private"), under("shared")), (4, 4));
     for f in &lookups {
         for key in [
             "engine",

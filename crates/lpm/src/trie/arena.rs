@@ -3,8 +3,7 @@
 //!
 //! A reader of a published snapshot and the writer use the same buffers at the same time.
 //! The writer writes only cells that no published snapshot can reach: blocks allocated
-//! since the last publish (see [`Fresh`]), and pages of the direct array that no snapshot
-//! holds. So no reader ever sees a cell change under it, and the writer never copies the
+//! since the last publish (see [`Fresh`]), which includes pages of the direct array. So no reader ever sees a cell change under it, and the writer never copies the
 //! table. Cells are atomics used with relaxed ordering, which on x86-64 are the plain
 //! loads and stores a `Vec` would use; they make the sharing sound without `unsafe`. The
 //! publish itself (a release store of the snapshot, read with acquire) orders the
@@ -146,24 +145,8 @@ impl<C: Cell> Arena<C> {
     }
 }
 
-/// Entries in a page of the direct array.
+/// Entries in a page of the direct array: `1 << PAGE_BITS`.
 pub(crate) const PAGE_BITS: u32 = 8;
-
-/// A page of the direct array. A fixed size keeps the page table one thin pointer per
-/// page, and the index within a page needs no bounds check.
-pub(crate) type Page = Arc<[AtomicU32; 1 << PAGE_BITS]>;
-
-/// A page with every entry `value`.
-pub(crate) fn new_page(value: u32) -> Page {
-    Arc::new(std::array::from_fn(|_| AtomicU32::new(value)))
-}
-
-/// A private copy of a page.
-pub(crate) fn copy_page(page: &Page) -> Page {
-    Arc::new(std::array::from_fn(|i| {
-        AtomicU32::new(page[i].load(Relaxed))
-    }))
-}
 
 /// Which array elements were allocated since the last publish: those the writer may
 /// change in place. Until a table is first published, all of it is.

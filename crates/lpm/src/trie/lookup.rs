@@ -76,7 +76,8 @@ impl View<'_> {
     #[inline(always)]
     fn entry_ref(&self, e: u32) -> &AtomicU32 {
         let e = e as usize;
-        &self.pages[e >> PAGE_BITS][e & ((1 << PAGE_BITS) - 1)]
+        &self.direct
+            [(self.page_table[e >> PAGE_BITS] as usize) << PAGE_BITS | (e & ((1 << PAGE_BITS) - 1))]
     }
 
     #[inline(always)]

@@ -73,7 +73,7 @@ pub use node::MAX_VALUE;
 
 use crate::key::Key;
 use crate::prefix::Prefix;
-use arena::{copy_page, new_page, Arena, Fresh, NodeCell, Page, PAGE_BITS};
+use arena::{Arena, Fresh, NodeCell, PAGE_BITS};
 use node::{
     decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER,
     WIDE_FLAG,
@@ -105,13 +105,18 @@ const SHRINK_AT: usize = 4 * 1024;
 #[derive(Debug)]
 pub struct Lpm<K: Key> {
     direct_bits: u8,
-    /// The direct-pointing array in pages of 256 entries. Per entry: a stored
+    /// The direct-pointing array, in pages of 256 entries: page `p` of the array is block
+    /// `page_table[p]` of `direct`. Per entry: a stored
     /// leaf value, `NODE_FLAG | node index`, or, for a node without children,
     /// `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
-    pages: Box<[Page]>,
+    page_table: Vec<u32>,
+    direct: Arena<AtomicU32>,
     nodes: Arena<NodeCell>,
     leaves: Arena<AtomicU32>,
     // ---- update side: never read by lookups ----
+    /// Pages of `direct` free for reuse.
+    free_pages: Vec<u32>,
+    fresh_pages: Fresh,
     /// Per direct entry: 1 + length of the prefix that owns it, 0 if none.
     direct_owner: Vec<u8>,
     /// Prefixes of at most `direct_bits` bits.
@@ -135,7 +140,16 @@ pub struct Lpm<K: Key> {
 }
 
 /// A block of one of the arrays: `(is a leaf block, base, size)`.
-type Block = (bool, u32, u32);
+type Block = (Array, u32, u32);
+
+/// The arrays blocks are released from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Array {
+    Nodes,
+    Leaves,
+    /// A page of the direct array (base: its page number; size: 1).
+    Pages,
+}
 
 /// Blocks a table released before a publish, to be freed into it once no reader can
 /// reach them (see [`crate::shared`]).
@@ -154,7 +168,8 @@ fn next_generation() -> u64 {
 #[derive(Clone, Copy)]
 pub(crate) struct View<'a> {
     direct_bits: u32,
-    pages: &'a [Page],
+    page_table: &'a [u32],
+    direct: &'a [AtomicU32],
     nodes: &'a [NodeCell],
     leaves: &'a [AtomicU32],
 }
@@ -165,7 +180,8 @@ pub(crate) struct View<'a> {
 /// changed since with the writer's table and with other snapshots.
 pub struct Snapshot<K: Key> {
     direct_bits: u8,
-    pages: Box<[Page]>,
+    page_table: Box<[u32]>,
+    direct: Arc<[AtomicU32]>,
     nodes: Arc<[NodeCell]>,
     leaves: Arc<[AtomicU32]>,
     len: usize,
@@ -177,7 +193,8 @@ impl<K: Key> Snapshot<K> {
     pub(crate) fn view(&self) -> View<'_> {
         View {
             direct_bits: u32::from(self.direct_bits),
-            pages: &self.pages,
+            page_table: &self.page_table,
+            direct: &self.direct,
             nodes: &self.nodes,
             leaves: &self.leaves,
         }
@@ -208,17 +225,21 @@ impl<K: Key> Clone for Lpm<K> {
     fn clone(&self) -> Self {
         let mut node_alloc = self.node_alloc.clone();
         let mut leaf_alloc = self.leaf_alloc.clone();
+        let mut free_pages = self.free_pages.clone();
         // Blocks waiting for readers of the original are simply free in the copy.
-        for &(leaf, base, size) in &self.released {
-            if leaf {
-                leaf_alloc.free(base, size);
-            } else {
-                node_alloc.free(base, size);
+        for &(array, base, size) in &self.released {
+            match array {
+                Array::Nodes => node_alloc.free(base, size),
+                Array::Leaves => leaf_alloc.free(base, size),
+                Array::Pages => free_pages.push(base),
             }
         }
         Lpm {
             direct_bits: self.direct_bits,
-            pages: self.pages.iter().map(copy_page).collect(),
+            page_table: self.page_table.clone(),
+            direct: self.direct.deep_clone(),
+            free_pages,
+            fresh_pages: Fresh::default(),
             nodes: self.nodes.deep_clone(),
             leaves: self.leaves.deep_clone(),
             direct_owner: self.direct_owner.clone(),
@@ -267,11 +288,15 @@ impl<K: Key> Lpm<K> {
 
     fn with_direct_bits(direct_bits: u8) -> Self {
         let entries = 1usize << direct_bits;
+        let pages = (entries >> PAGE_BITS) as u32;
+        let mut direct = Arena::default();
+        direct.extend(pages << PAGE_BITS); // new cells hold 0, which is NO_ROUTE
         Lpm {
             direct_bits,
-            pages: (0..entries >> PAGE_BITS)
-                .map(|_| new_page(node::NO_ROUTE))
-                .collect(),
+            page_table: (0..pages).collect(),
+            direct,
+            free_pages: Vec::new(),
+            fresh_pages: Fresh::default(),
             nodes: Arena::default(),
             leaves: Arena::default(),
             direct_owner: vec![0; entries],
@@ -294,7 +319,8 @@ impl<K: Key> Lpm<K> {
     pub(crate) fn view(&self) -> View<'_> {
         View {
             direct_bits: u32::from(self.direct_bits),
-            pages: &self.pages,
+            page_table: &self.page_table,
+            direct: self.direct.buffer(),
             nodes: self.nodes.buffer(),
             leaves: self.leaves.buffer(),
         }
@@ -305,9 +331,11 @@ impl<K: Key> Lpm<K> {
     pub(crate) fn publish(&mut self) -> (Snapshot<K>, Released) {
         self.fresh_nodes.clear();
         self.fresh_leaves.clear();
+        self.fresh_pages.clear();
         let snapshot = Snapshot {
             direct_bits: self.direct_bits,
-            pages: self.pages.clone(),
+            page_table: self.page_table.as_slice().into(),
+            direct: self.direct.buffer().clone(),
             nodes: self.nodes.buffer().clone(),
             leaves: self.leaves.buffer().clone(),
             len: self.len,
@@ -320,13 +348,15 @@ impl<K: Key> Lpm<K> {
         (snapshot, released)
     }
 
-    /// Nodes and leaves in blocks released from this table's arrays (tests).
+    /// Nodes and leaves, and pages, in blocks released from this table's arrays (tests).
     #[cfg(test)]
-    pub(crate) fn slots_of(&self, released: &Released) -> usize {
+    pub(crate) fn slots_of(&self, released: &Released) -> (usize, usize) {
         if released.generation != self.generation {
-            return 0;
+            return (0, 0);
         }
-        released.blocks.iter().map(|b| b.2 as usize).sum()
+        let pages = released.blocks.iter().filter(|b| b.0 == Array::Pages);
+        let slots = released.blocks.iter().filter(|b| b.0 != Array::Pages);
+        (slots.map(|b| b.2 as usize).sum(), pages.count())
     }
 
     /// Frees blocks released before a publish, once no reader can reach them.
@@ -334,28 +364,44 @@ impl<K: Key> Lpm<K> {
         if released.generation != self.generation {
             return; // released from arrays this table has since replaced
         }
-        for (leaf, base, size) in released.blocks {
-            if leaf {
-                self.leaf_alloc.free(base, size);
-            } else {
-                self.node_alloc.free(base, size);
+        for (array, base, size) in released.blocks {
+            match array {
+                Array::Nodes => self.node_alloc.free(base, size),
+                Array::Leaves => self.leaf_alloc.free(base, size),
+                Array::Pages => self.free_pages.push(base),
             }
         }
+    }
+
+    /// Where direct entry `e` is in `direct`.
+    #[inline]
+    fn entry_index(&self, e: usize) -> u32 {
+        self.page_table[e >> PAGE_BITS] << PAGE_BITS | (e as u32 & ((1 << PAGE_BITS) - 1))
     }
 
     /// Direct entry `e`.
     #[inline]
     fn entry(&self, e: usize) -> u32 {
-        self.pages[e >> PAGE_BITS][e & ((1 << PAGE_BITS) - 1)].load(Ordering::Relaxed)
+        self.direct.get(self.entry_index(e))
     }
 
-    /// Sets direct entry `e`, first copying its page if a snapshot holds it.
+    /// Sets direct entry `e`, first copying its page if a snapshot may hold it.
     fn set_entry(&mut self, e: usize, value: u32) {
-        let page = &mut self.pages[e >> PAGE_BITS];
-        if Arc::strong_count(page) > 1 {
-            *page = copy_page(page);
+        let page = self.page_table[e >> PAGE_BITS];
+        if !self.fresh_pages.contains(page) {
+            let copy = match self.free_pages.pop() {
+                Some(p) => p,
+                None => self.direct.extend(1 << PAGE_BITS) >> PAGE_BITS,
+            };
+            for i in 0..1 << PAGE_BITS {
+                let v = self.direct.get(page << PAGE_BITS | i);
+                self.direct.set(copy << PAGE_BITS | i, v);
+            }
+            self.fresh_pages.mark(copy, 1);
+            self.page_table[e >> PAGE_BITS] = copy;
+            self.released.push((Array::Pages, page, 1));
         }
-        page[e & ((1 << PAGE_BITS) - 1)].store(value, Ordering::Relaxed);
+        self.direct.set(self.entry_index(e), value);
     }
 
     #[inline]
@@ -403,7 +449,7 @@ impl<K: Key> Lpm<K> {
         if self.fresh_nodes.contains(base) {
             self.node_alloc.free(base, size);
         } else {
-            self.released.push((false, base, size));
+            self.released.push((Array::Nodes, base, size));
         }
     }
 
@@ -412,7 +458,7 @@ impl<K: Key> Lpm<K> {
         if self.fresh_leaves.contains(base) {
             self.leaf_alloc.free(base, size);
         } else {
-            self.released.push((true, base, size));
+            self.released.push((Array::Leaves, base, size));
         }
     }
 
@@ -513,8 +559,8 @@ impl<K: Key> Lpm<K> {
     /// Bytes used, by purpose.
     pub fn memory(&self) -> MemoryUsage {
         use std::mem::size_of;
-        let lookup_bytes = (4usize << self.direct_bits)
-            + self.pages.len() * size_of::<Page>()
+        let lookup_bytes = self.page_table.len() * 4
+            + self.direct.len() * 4
             + self.nodes.len() * size_of::<NodeCell>()
             + self.leaves.len() * 4;
         let prefix_bytes: usize = self
@@ -534,6 +580,8 @@ impl<K: Key> Lpm<K> {
             + self.fresh_nodes.bytes()
             + self.fresh_leaves.bytes()
             + self.released.capacity() * size_of::<Block>()
+            + self.free_pages.capacity() * 4
+            + self.fresh_pages.bytes()
             + self.count_by_len.len() * size_of::<usize>();
         MemoryUsage {
             lookup_bytes,

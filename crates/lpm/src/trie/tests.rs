@@ -11,12 +11,28 @@ impl<K: Key> Lpm<K> {
     /// Checks the structure: reachable nodes, inherited values, minimal leaf runs, no empty
     /// nodes, and that reachable plus free slots account for every array element.
     pub(crate) fn check_invariants(&self) {
-        self.check_invariants_with(0);
+        self.check_invariants_with((0, 0));
     }
 
-    /// [`Lpm::check_invariants`] when `retired` more slots sit in blocks released before a
-    /// publish and still waiting for readers.
-    pub(crate) fn check_invariants_with(&self, retired: usize) {
+    /// [`Lpm::check_invariants`] when `retired` more slots and pages sit in blocks released
+    /// before a publish and still waiting for readers.
+    pub(crate) fn check_invariants_with(&self, retired: (usize, usize)) {
+        let mut pages: Vec<u32> = self.page_table.clone();
+        pages.extend(&self.free_pages);
+        pages.extend(
+            self.released
+                .iter()
+                .filter(|b| b.0 == Array::Pages)
+                .map(|b| b.1),
+        );
+        pages.sort_unstable();
+        pages.dedup();
+        assert_eq!(
+            pages.len() + retired.1,
+            self.direct.len() >> PAGE_BITS,
+            "every page is in the table, free or released, once"
+        );
+        let retired = retired.0;
         let mut reachable_nodes = 0;
         let mut reachable_leaves = 0;
         for e in 0..1usize << self.direct_bits {
@@ -62,7 +78,12 @@ impl<K: Key> Lpm<K> {
                 assert_eq!(entry & NODE_FLAG, 0);
             }
         }
-        let released: usize = self.released.iter().map(|b| b.2 as usize).sum();
+        let released: usize = self
+            .released
+            .iter()
+            .filter(|b| b.0 != Array::Pages)
+            .map(|b| b.2 as usize)
+            .sum();
         assert_eq!(
             reachable_nodes
                 + reachable_leaves
