@@ -1,14 +1,30 @@
-//! Fuzzes the engine: bytes become inserts, removes and lookups on both families, each
-//! checked against the reference; the whole table is compared at the end.
+//! Fuzzes the engine: bytes become inserts, removes, lookups and publishes on both
+//! families, through the shared writer, each checked against the reference. Published
+//! snapshots are held while later updates copy around them, and must still answer as the
+//! reference did when they were published; the whole table is compared at the end.
 #![no_main]
 
-use fibre_lpm::{Key, Lpm, Prefix, ReferenceLpm};
+use fibre_lpm::{shared, Key, Lpm, Prefix, ReadGuard, ReferenceLpm};
 use libfuzzer_sys::fuzz_target;
 
+/// A held snapshot and the reference as it was when the snapshot was published.
+type Held<K> = (ReadGuard<K>, ReferenceLpm<K>);
+
+fn check<K: Key>(guard: &ReadGuard<K>, r: &ReferenceLpm<K>, keys: &[K]) {
+    let mut out = vec![None; keys.len()];
+    guard.lookup_batch(keys, &mut out);
+    for (i, &k) in keys.iter().enumerate() {
+        let want = r.lookup(k).map(|x| x.1);
+        assert_eq!(out[i], want, "batched lookup in a held snapshot");
+        assert_eq!(guard.lookup(k), want, "lookup in a held snapshot");
+    }
+}
+
 fn run<K: Key>(data: &[u8], key_bytes: usize) {
-    let mut t = Lpm::<K>::new();
+    let (mut w, reader) = shared(Lpm::<K>::new());
     let mut r = ReferenceLpm::<K>::new();
     let mut keys = Vec::new();
+    let mut held: Vec<Held<K>> = Vec::new();
     for op in data.chunks(key_bytes + 2) {
         if op.len() < key_bytes + 2 {
             break;
@@ -26,18 +42,27 @@ fn run<K: Key>(data: &[u8], key_bytes: usize) {
         keys.push(key);
         let len = op[1] % (K::BITS + 1);
         let p = Prefix::new_clamped(key, len);
-        match op[0] % 4 {
-            0 | 1 => assert_eq!(t.insert(p, u32::from(op[0])), r.insert(p, u32::from(op[0]))),
-            2 => assert_eq!(t.remove(&p), r.remove(&p)),
-            _ => assert_eq!(t.lookup(key), r.lookup(key).map(|x| x.1)),
+        match op[0] % 5 {
+            0 | 1 => assert_eq!(w.insert(p, u32::from(op[0])), r.insert(p, u32::from(op[0]))),
+            2 => assert_eq!(w.remove(p), r.remove(&p)),
+            3 => assert_eq!(w.table().lookup(key), r.lookup(key).map(|x| x.1)),
+            _ => {
+                w.publish();
+                if held.len() == 4 {
+                    held.remove(usize::from(op[1]) % 4);
+                }
+                held.push((reader.read().expect("the writer is alive"), r.clone()));
+            }
         }
     }
-    let mut out = vec![None; keys.len()];
-    t.lookup_batch(&keys, &mut out);
-    for (i, &k) in keys.iter().enumerate() {
-        assert_eq!(out[i], r.lookup(k).map(|x| x.1));
+    for (guard, reference) in &held {
+        check(guard, reference, &keys);
     }
-    assert_eq!(t.to_vec(), r.to_sorted_vec());
+    drop(held);
+    w.publish();
+    check(&reader.read().expect("the writer is alive"), &r, &keys);
+    assert_eq!(w.retired_snapshots(), 0, "nothing held, everything reclaimed");
+    assert_eq!(w.table().to_vec(), r.to_sorted_vec());
 }
 
 fuzz_target!(|data: &[u8]| {
