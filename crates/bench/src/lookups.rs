@@ -16,8 +16,8 @@ use crate::source::RouteOp;
 use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix, Snapshot};
 use serde_json::{json, Value};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 /// One measured figure, as a JSON object with at least `engine`, `family`, `routes` and
 /// `metric`.
@@ -215,100 +215,140 @@ pub fn bench_family<K: Key>(
     drop((writer, reader));
 
     // Readers while a writer applies the real update stream flat out, against the same
-    // readers with the writer idle. Readers take the cores the writer leaves. A control
-    // in between: a writer applying the stream to a table of its own, which no reader
-    // reads. What it costs the readers (the writer's memory traffic, the machine) any
-    // design pays; what the shared writer costs beyond it is the sharing's.
+    // readers with the writer idle. A control in between: the same writer applying the
+    // stream to a table of its own, which no reader reads. What that costs the readers
+    // (the writer's memory traffic, the machine) any design pays; what the shared writer
+    // costs beyond it is the sharing's. The three conditions take turns, one pass each
+    // per repetition, so the machine's drift hits all three alike.
     if let (Some(updates), Some(table)) = (updates, interference_table) {
-        let readers = cfg.threads.max(2) - 1;
-        let set = &sets[0];
-        let mut private = table.clone();
-        let (writer, reader) = shared(table);
-        let factory = reader.factory();
-        let method = Method {
-            repetitions: cfg.repetitions,
-            threads: readers,
-        };
-        for mode in [Mode::Scalar, Mode::Batch] {
-            on_step(&format!(
-                "IPv{}: {} lookups, writer idle",
-                K::FAMILY,
-                mode.name()
-            ));
-            let alone = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-            let mut figure = with(
-                base("lookup"),
-                lookup_fields(mode, readers, &set.name, alone, false),
-            );
-            // The same readers with the writer idle: the baseline of the interference pair.
-            figure["baseline"] = json!(true);
-            emit(figure);
-        }
-        let publish_every = cfg.publish_every;
-        let mut writer = writer;
-        for target in ["private", "shared"] {
-            let stop = AtomicBool::new(false);
-            let applied = AtomicU64::new(0);
-            std::thread::scope(|s| {
-                let (stop, applied) = (&stop, &applied);
-                let (writer, private) = (&mut writer, &mut private);
-                let handle = s.spawn(move || {
-                    let start = Instant::now();
-                    'outer: loop {
-                        for (i, &(op, p)) in updates.iter().enumerate() {
-                            if stop.load(Ordering::Relaxed) {
-                                break 'outer;
-                            }
-                            match (target, op) {
-                                ("private", RouteOp::Announce) => private.insert(p, i as u32),
-                                ("private", RouteOp::Withdraw) => private.remove(&p),
-                                (_, RouteOp::Announce) => writer.insert(p, i as u32),
-                                (_, RouteOp::Withdraw) => writer.remove(p),
-                            };
-                            if target == "shared" && i % publish_every == publish_every - 1 {
-                                writer.publish();
-                            }
-                            applied.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    writer.publish();
-                    start.elapsed()
-                });
-                for mode in [Mode::Scalar, Mode::Batch] {
-                    on_step(&format!(
-                        "IPv{}: {} lookups while a writer applies updates to {} table",
-                        K::FAMILY,
-                        mode.name(),
-                        if target == "private" {
-                            "its own"
-                        } else {
-                            "the shared"
-                        }
-                    ));
-                    let t = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
-                    let mut figure = with(
-                        base("lookup"),
-                        lookup_fields(mode, readers, &set.name, t, true),
-                    );
-                    figure["writer_table"] = json!(target);
-                    emit(figure);
-                }
-                stop.store(true, Ordering::Relaxed);
-                let elapsed = handle.join().expect("writer thread panicked");
-                let ops = applied.load(Ordering::Relaxed);
-                let path = if target == "private" {
-                    "private-under-load"
-                } else {
-                    "shared-under-load"
+        on_step(&format!(
+            "IPv{}: lookups with the writer idle, on its own table, on the shared one",
+            K::FAMILY
+        ));
+        let (samples, rates) = interference(table, updates, &sets[0].keys, cfg);
+        for (m, mode) in [Mode::Scalar, Mode::Batch].into_iter().enumerate() {
+            for (c, target) in [None, Some("private"), Some("shared")]
+                .into_iter()
+                .enumerate()
+            {
+                let [real, dry] = &samples[m][c];
+                let per_op = Stat::trimmed(real).minus(Stat::trimmed(dry));
+                let t = Timing {
+                    per_op,
+                    throughput: per_op,
                 };
-                emit(with(
-                    base("updates"),
-                    json!({"path": path, "publish_every": publish_every, "ops": ops,
-                           "seconds": elapsed.as_secs_f64(), "ops_per_sec": ops as f64 / elapsed.as_secs_f64()}),
-                ));
-            });
+                let mut figure = with(
+                    base("lookup"),
+                    lookup_fields(mode, 1, &sets[0].name, t, target.is_some()),
+                );
+                match target {
+                    None => figure["baseline"] = json!(true),
+                    Some(table) => figure["writer_table"] = json!(table),
+                }
+                emit(figure);
+            }
+        }
+        for (path, (ops, secs)) in ["private-under-load", "shared-under-load"]
+            .iter()
+            .zip(rates)
+        {
+            emit(with(
+                base("updates"),
+                json!({"path": path, "publish_every": cfg.publish_every, "ops": ops,
+                       "seconds": secs, "ops_per_sec": ops as f64 / secs}),
+            ));
         }
     }
+}
+
+/// Lookup passes per mode (scalar, batch), condition (writer idle, on its own table, on
+/// the shared one) and kind (real, dry), in ns per lookup; and the writer's operations
+/// and busy seconds on each table.
+type Interference = ([[[Vec<f64>; 2]; 3]; 2], [(u64, f64); 2]);
+
+/// Measures one reader (on the first CPU) while a writer thread (on the last) is idle,
+/// applies `updates` to a table of its own, or applies them to the shared table the
+/// reader reads, publishing every `cfg.publish_every` operations.
+fn interference<K: Key>(
+    table: Lpm<K>,
+    updates: &[(RouteOp, Prefix<K>)],
+    keys: &[K],
+    cfg: &LookupConfig,
+) -> Interference {
+    const IDLE: u8 = 0;
+    const STOP: u8 = 3;
+    let mut private = table.clone();
+    let (mut writer, reader) = shared(table);
+    let state = AtomicU8::new(IDLE);
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
+    let every = cfg.publish_every.max(1);
+    std::thread::scope(|s| {
+        let (state, cpus) = (&state, &cpus);
+        let writer_thread = s.spawn(move || {
+            if let Some(&cpu) = cpus.last() {
+                core_affinity::set_for_current(cpu);
+            }
+            let mut pos = [0usize; 2];
+            let mut rates = [(0u64, 0f64); 2];
+            loop {
+                let target = match state.load(Ordering::Acquire) {
+                    STOP => break,
+                    IDLE => {
+                        std::thread::sleep(Duration::from_micros(200));
+                        continue;
+                    }
+                    c => usize::from(c - 1),
+                };
+                let start = Instant::now();
+                for _ in 0..256 {
+                    let i = pos[target];
+                    let (op, p) = updates[i];
+                    match (target, op) {
+                        (0, RouteOp::Announce) => private.insert(p, i as u32),
+                        (0, RouteOp::Withdraw) => private.remove(&p),
+                        (_, RouteOp::Announce) => writer.insert(p, i as u32),
+                        (_, RouteOp::Withdraw) => writer.remove(p),
+                    };
+                    if target == 1 && i % every == every - 1 {
+                        writer.publish();
+                    }
+                    pos[target] = (i + 1) % updates.len();
+                }
+                rates[target].0 += 256;
+                rates[target].1 += start.elapsed().as_secs_f64();
+            }
+            writer.publish();
+            rates
+        });
+        let reader_thread = s.spawn(move || {
+            if let Some(&cpu) = cpus.first() {
+                core_affinity::set_for_current(cpu);
+            }
+            let mut samples: [[[Vec<f64>; 2]; 3]; 2] = Default::default();
+            let mut out = vec![None; cfg.batch];
+            for _ in 0..cfg.repetitions.max(1) {
+                for (m, mode) in [Mode::Scalar, Mode::Batch].into_iter().enumerate() {
+                    for (c, sample) in samples[m].iter_mut().enumerate() {
+                        state.store(c as u8, Ordering::Release);
+                        if c != usize::from(IDLE) {
+                            // Let the writer get going.
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        for (kind, real) in [true, false].into_iter().enumerate() {
+                            let start = Instant::now();
+                            let n = run(&reader, keys, 0, mode, &mut out, real);
+                            sample[kind].push(start.elapsed().as_nanos() as f64 / n as f64);
+                        }
+                    }
+                }
+            }
+            state.store(STOP, Ordering::Release);
+            samples
+        });
+        let samples = reader_thread.join().expect("reader thread panicked");
+        let rates = writer_thread.join().expect("writer thread panicked");
+        (samples, rates)
+    })
 }
 
 fn lookup_fields(mode: Mode, threads: usize, addresses: &str, t: Timing, writer: bool) -> Value {
