@@ -11,7 +11,7 @@
 //! Every figure is emitted as one JSON object (see [`Figure`]); the caller prints them.
 
 use crate::addresses;
-use crate::method::{measure, Method, Stat, Timing};
+use crate::method::{interleaved, measure, Method, Stat, Timing};
 use crate::source::RouteOp;
 use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix, Snapshot};
 use serde_json::{json, Value};
@@ -190,21 +190,25 @@ pub fn bench_family<K: Key>(
     let interference_table = updates.map(|_| table.clone());
     let (writer, reader) = shared(table);
     let factory = reader.factory();
+    // Thread counts take turns, one repetition each, so their figures compare.
+    let counts: Vec<usize> = (1..=cfg.threads.max(1)).collect();
     for set in sets {
-        for threads in 1..=cfg.threads.max(1) {
-            for mode in [Mode::Scalar, Mode::Batch] {
-                on_step(&format!(
-                    "IPv{}: {} {} lookups, {} thread(s)",
-                    K::FAMILY,
-                    set.name,
-                    mode.name(),
-                    threads
-                ));
+        for mode in [Mode::Scalar, Mode::Batch] {
+            on_step(&format!(
+                "IPv{}: {} {} lookups, 1 to {} thread(s)",
+                K::FAMILY,
+                set.name,
+                mode.name(),
+                counts.len()
+            ));
+            let timings = interleaved(cfg.repetitions, counts.len(), |v| {
                 let method = Method {
-                    repetitions: cfg.repetitions,
-                    threads,
+                    repetitions: 1,
+                    threads: counts[v],
                 };
-                let timing = lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch);
+                lookups(method, &|| factory.reader(), &set.keys, mode, cfg.batch)
+            });
+            for (&threads, timing) in counts.iter().zip(timings) {
                 emit(with(
                     base("lookup"),
                     lookup_fields(mode, threads, &set.name, timing, false),

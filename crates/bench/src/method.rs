@@ -90,6 +90,32 @@ impl Timing {
     }
 }
 
+/// Measures several variants of a measurement in turn, one repetition of each at a time,
+/// so that the machine's drift during the run hits them alike (the figures of a study
+/// across thread counts, say, are then comparable with each other). `once(variant)`
+/// measures one repetition; each variant's repetitions are then trimmed as usual.
+pub fn interleaved(
+    repetitions: usize,
+    variants: usize,
+    mut once: impl FnMut(usize) -> Timing,
+) -> Vec<Timing> {
+    let mut per_op = vec![Vec::new(); variants];
+    let mut throughput = vec![Vec::new(); variants];
+    for _ in 0..repetitions.max(1) {
+        for v in 0..variants {
+            let t = once(v);
+            per_op[v].push(t.per_op.mean);
+            throughput[v].push(t.throughput.mean);
+        }
+    }
+    (0..variants)
+        .map(|v| Timing {
+            per_op: Stat::trimmed(&per_op[v]),
+            throughput: Stat::trimmed(&throughput[v]),
+        })
+        .collect()
+}
+
 /// Like [`measure`], for work that times itself: `work` returns its operations and the
 /// nanoseconds per operation its own clock measured (the kernel times
 /// `BPF_PROG_TEST_RUN` loops itself; the wall time around the system call includes the
