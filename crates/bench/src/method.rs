@@ -230,6 +230,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn interleaved_variants_take_turns_and_are_trimmed_apart() {
+        let mut calls = Vec::new();
+        let mut rep = [0.0f64; 2];
+        let t = interleaved(4, 2, |v| {
+            calls.push(v);
+            rep[v] += 1.0;
+            // Variant 1 has one outlier, which trimming drops.
+            let x = if v == 1 && rep[v] == 2.0 {
+                1000.0
+            } else {
+                10.0 * v as f64 + rep[v]
+            };
+            Timing {
+                per_op: Stat {
+                    mean: x,
+                    mean_dev: 0.0,
+                },
+                throughput: Stat {
+                    mean: x / 2.0,
+                    mean_dev: 0.0,
+                },
+            }
+        });
+        assert_eq!(
+            calls,
+            [0, 1, 0, 1, 0, 1, 0, 1],
+            "one repetition of each in turn"
+        );
+        assert_eq!(t[0].per_op.mean, 2.5, "1..4 without 1 and 4");
+        assert_eq!(
+            t[1].per_op.mean, 12.0,
+            "11, 13, 14 and 1000 without 11 and 1000"
+        );
+        assert_eq!(t[1].throughput.mean, 6.75);
+    }
+
+    #[test]
     fn trimmed_drops_the_extremes() {
         let s = Stat::trimmed(&[100.0, 1.0, 2.0, 3.0, -50.0]);
         assert_eq!(s.mean, 2.0);
