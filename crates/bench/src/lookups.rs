@@ -13,7 +13,7 @@
 use crate::addresses;
 use crate::method::{interleaved, measure, Method, Stat, Timing};
 use crate::source::RouteOp;
-use fibre_lpm::{shared, Key, Lpm, LpmReader, Prefix, Snapshot};
+use fibre_lpm::{shared, Key, Lpm, LpmReader, LpmReaderFactory, Prefix, Snapshot};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -394,10 +394,20 @@ pub fn measure_fibre<K: Key>(
     batch: usize,
 ) -> Timing {
     let (writer, reader) = shared(table);
-    let factory = reader.factory();
-    let t = lookups(method, &|| factory.reader(), keys, mode, batch);
+    let t = measure_readers(&reader.factory(), keys, mode, method, batch);
     drop(writer);
     t
+}
+
+/// Like [`measure_fibre`], through readers of an existing shared table.
+pub fn measure_readers<K: Key>(
+    readers: &LpmReaderFactory<K>,
+    keys: &[K],
+    mode: Mode,
+    method: Method,
+    batch: usize,
+) -> Timing {
+    lookups(method, &|| readers.reader(), keys, mode, batch)
 }
 
 /// The JSON fields of a lookup figure.

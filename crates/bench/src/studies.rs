@@ -16,8 +16,8 @@
 
 use crate::addresses;
 use crate::kernel::KernelFib;
-use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
-use crate::method::{Method, Timing};
+use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode};
+use crate::method::{interleaved, Method, Timing};
 use crate::peers::{build_peers, measure_peer, PeerKey};
 use crate::source::RouteOp;
 use fibre_lpm::{Key, Lpm, Prefix};
@@ -77,7 +77,9 @@ pub struct Sink<'a> {
 
 /// Number of progress steps [`run_studies`] will announce.
 pub fn step_count(cfg: &StudyConfig, families: usize) -> u64 {
-    let per_family = cfg.sizes.len() + 1 + cfg.max_threads + 1 + usize::from(cfg.full);
+    // Table sizes and the whole table, the threads study, uniform addresses, and with
+    // --full the kernel's delete.
+    let per_family = cfg.sizes.len() + 1 + 1 + 1 + usize::from(cfg.full);
     let full = if cfg.full { 3 + 3 + 1 } else { 0 };
     (families * per_family + full) as u64
 }
@@ -191,6 +193,68 @@ fn measure_engines<K: Key + PeerKey>(
     }
 }
 
+/// The threads study: every engine on the whole table with 1 up to `cfg.max_threads`
+/// threads. fibre's and the peers' thread counts take turns repetition by repetition, so
+/// the machine's drift hits them alike; the kernel's are measured one after another (each
+/// of its measurements loads a probe program).
+fn measure_threads<K: Key + PeerKey>(
+    routes: &[Prefix<K>],
+    keys: &[K],
+    cfg: &StudyConfig,
+    kernel: Option<&KernelFib>,
+    sink: &mut Sink<'_>,
+) {
+    let counts: Vec<usize> = (1..=cfg.max_threads.max(1)).collect();
+    let one = |threads| Method {
+        repetitions: 1,
+        threads,
+    };
+    let emit_all = |sink: &mut Sink<'_>, engine: &str, mode: Mode, timings: Vec<Timing>| {
+        for (&threads, t) in counts.iter().zip(timings) {
+            (sink.emit)(merge(
+                base::<K>("threads", engine, routes.len(), "lookup"),
+                lookup_figure(mode, threads, "matched", t),
+            ));
+        }
+    };
+    let table = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let (writer, reader) = fibre_lpm::shared(table);
+    let readers = reader.factory();
+    for mode in [Mode::Scalar, Mode::Batch] {
+        let timings = interleaved(cfg.repetitions, counts.len(), |v| {
+            measure_readers(&readers, keys, mode, one(counts[v]), cfg.batch)
+        });
+        emit_all(sink, "fibre", mode, timings);
+    }
+    drop(writer);
+    for peer in build_peers(routes) {
+        let timings = interleaved(cfg.repetitions, counts.len(), |v| {
+            measure_peer(peer.as_ref(), keys, one(counts[v]))
+        });
+        emit_all(sink, peer.name(), Mode::Scalar, timings);
+    }
+    if let Some(k) = kernel {
+        let n = keys.len().min(cfg.kernel_count as usize);
+        let ips: Vec<IpAddr> = keys[..n].iter().map(|&k| to_ip(k)).collect();
+        for &threads in &counts {
+            let method = Method {
+                repetitions: cfg.repetitions,
+                threads,
+            };
+            match k.lookups(K::FAMILY, &ips, method, cfg.kernel_count) {
+                Ok(t) => (sink.emit)(merge(
+                    base::<K>("threads", "kernel", routes.len(), "lookup"),
+                    lookup_figure(Mode::Scalar, threads, "matched", t),
+                )),
+                Err(e) => (sink.emit)(merge(
+                    base::<K>("threads", "kernel", routes.len(), "error"),
+                    json!({"error": e.to_string()}),
+                )),
+            }
+        }
+    }
+}
+
 /// Loads `routes` into a fresh kernel namespace, emitting the cost.
 fn load_kernel<K: Key>(
     study: &str,
@@ -294,22 +358,12 @@ fn family_studies<K: Key + PeerKey>(
         };
         let (kernel, keys) = load_and_measure("table-size", &routes, cfg, with_kernel, sink);
         if size == full.len() {
-            for threads in 1..=cfg.max_threads {
-                (sink.step)(&format!(
-                    "IPv{}: full table, {threads} thread(s)",
-                    K::FAMILY
-                ));
-                measure_engines(
-                    "threads",
-                    &routes,
-                    &keys,
-                    "matched",
-                    threads,
-                    cfg,
-                    kernel.as_ref(),
-                    sink,
-                );
-            }
+            (sink.step)(&format!(
+                "IPv{}: full table, 1 to {} threads",
+                K::FAMILY,
+                cfg.max_threads
+            ));
+            measure_threads(&routes, &keys, cfg, kernel.as_ref(), sink);
             (sink.step)(&format!("IPv{}: full table, uniform addresses", K::FAMILY));
             let uniform = addresses::uniform::<K>(cfg.count, cfg.seed);
             measure_engines(

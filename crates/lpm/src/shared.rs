@@ -392,7 +392,7 @@ mod tests {
         let marker = p("255.255.255.255/32");
         let probes: Vec<u32> = universe
             .iter()
-            .map(|q| q.addr() | (!0u32).checked_shr(u32::from(q.len())).unwrap_or(0) / 3)
+            .map(|q| q.addr() | ((!0u32).checked_shr(u32::from(q.len())).unwrap_or(0) / 3))
             .collect();
         // The ops of each round, and the answers after it.
         let mut rng = SmallRng::seed_from_u64(11);
