@@ -278,15 +278,25 @@ impl<K: Key> Lpm<K> {
     }
 
     /// Widens or narrows root `r` (fresh) by how many of its children hold something.
+    ///
+    /// Runs on every deep update, so it counts only as far as the decision needs: a
+    /// narrow root with fewer than `WIDEN_AT` children cannot widen, and a wide root stays
+    /// wide as soon as `NARROW_BELOW` of its children are found in use.
     pub(super) fn adjust_width(&mut self, r: u32) {
         let node = self.node(r);
         let count = node.children.count_ones();
+        let wide = node.children == u64::MAX;
+        let enough = if wide { NARROW_BELOW } else { WIDEN_AT };
+        if count < enough {
+            return;
+        }
         let used = (0..count)
             .filter(|&j| !self.holds_nothing(node.child_base + j))
+            .take(enough as usize)
             .count() as u32;
-        if node.children != u64::MAX && used >= WIDEN_AT {
+        if !wide && used >= WIDEN_AT {
             self.widen(r);
-        } else if node.children == u64::MAX && used < NARROW_BELOW {
+        } else if wide && used < NARROW_BELOW {
             self.narrow(r);
         }
     }
