@@ -34,6 +34,13 @@ pub trait Key:
     fn top6(self) -> u32;
     /// The key shifted left by `n < BITS` bits (consumed bits drop off the top).
     fn shl(self, n: u32) -> Self;
+    /// The 64 bits starting `offset < BITS` bits below the most significant bit, bits past
+    /// the end of the key reading as zero. The batched walk keeps a window per key, not
+    /// the key: one 64-bit shift per level for either family.
+    fn window(self, offset: u32) -> u64;
+    /// Six-bit levels a window serves before it runs out of key bits and must be taken
+    /// again further on; `u32::MAX` when it holds all of the key there is.
+    const WINDOW_LEVELS: u32;
     /// The key with all but its `len` most significant bits cleared (`len <= BITS`).
     fn mask(self, len: u8) -> Self;
     /// The key with `value` written into the `len` bits starting at `offset`
@@ -70,6 +77,11 @@ impl Key for u32 {
     fn shl(self, n: u32) -> Self {
         self << n
     }
+    #[inline(always)]
+    fn window(self, offset: u32) -> u64 {
+        (u64::from(self) << 32) << offset
+    }
+    const WINDOW_LEVELS: u32 = u32::MAX;
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         let wide = (self as u64) << 32;
@@ -119,6 +131,11 @@ impl Key for u128 {
     fn shl(self, n: u32) -> Self {
         self << n
     }
+    #[inline(always)]
+    fn window(self, offset: u32) -> u64 {
+        ((self << offset) >> 64) as u64
+    }
+    const WINDOW_LEVELS: u32 = 10;
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         ((self << offset) >> (128 - len)) as u32
@@ -170,6 +187,24 @@ mod tests {
         assert_eq!(v6.shl(16).top6(), 0x0db8 >> 10);
         assert_eq!(k.top(18), k.bits(0, 18));
         assert_eq!(k.shl(18).top6(), k.bits(18, 6));
+    }
+
+    #[test]
+    fn windows_hold_the_next_levels_of_the_key() {
+        let k: u32 = 0xC0A8_0102;
+        assert_eq!(k.window(0), 0xC0A8_0102 << 32);
+        assert_eq!(k.window(18) >> 58, u64::from(k.bits(18, 6)));
+        assert_eq!(k.window(30) >> 58, 0b10_0000, "zeros past the end");
+        let v6: u128 = (0x2001_0db8 << 96) | 0xABCD;
+        assert_eq!(v6.window(0), 0x2001_0db8_0000_0000);
+        assert_eq!(v6.window(112), 0xABCD << 48);
+        for level in 0..u128::WINDOW_LEVELS {
+            assert_eq!(
+                (v6.window(18) << (6 * level)) >> 58,
+                u64::from(v6.bits(18 + 6 * level, 6)),
+                "level {level} of a window is the key's own bits"
+            );
+        }
     }
 
     #[test]

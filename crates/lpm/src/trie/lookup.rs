@@ -4,7 +4,10 @@
 //! miss the cache. The batched lookup walks a group of keys level by level: it issues a
 //! prefetch for every key's next read, then comes back to use them, so the reads of the
 //! whole group are in flight together instead of one after another. The keys still
-//! walking are a 64-bit mask, visited lowest first.
+//! walking are a 64-bit mask, visited lowest first. Each key walks a 64-bit window of
+//! itself, not the whole key, so an IPv6 step shifts one word, not two (taken again every
+//! ten levels); this and prefetches without bounds checks cut the batched IPv6 lookup on
+//! the real table from 219 to 173 instructions (IPv4: 80 to 76).
 //!
 //! Measured here and kept: branches on "child or leaf" beat branch-free selects, in both
 //! the scalar and the batched walk (the core speculates past predicted branches into the
@@ -32,6 +35,22 @@ fn prefetch<T>(r: &T) {
     }
     #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = r;
+}
+
+/// Asks the CPU to start loading the cache line of `slice[index]`, without checking that
+/// `index` is in bounds: a bounds check per prefetch costs more than the prefetch.
+#[inline(always)]
+fn prefetch_at<T>(slice: &[T], index: u32) {
+    let p = slice.as_ptr().wrapping_add(index as usize);
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: prefetching has no architectural effect and never faults, whatever the
+    // address; `wrapping_add` computes the address without any access.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
+    }
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
+    let _ = p;
 }
 
 /// The same lookup methods on a table and on a published snapshot of one.
@@ -126,15 +145,16 @@ impl View<'_> {
         static UNUSED: AtomicU32 = AtomicU32::new(0);
         let mut entries = [&UNUSED; BATCH_GROUP];
         let mut next = [0u32; BATCH_GROUP];
-        let mut rest = [K::default(); BATCH_GROUP];
-        let (entries, next, rest) = (&mut entries[..n], &mut next[..n], &mut rest[..n]);
+        let mut window = [0u64; BATCH_GROUP];
+        let (entries, next, window) = (&mut entries[..n], &mut next[..n], &mut window[..n]);
         for i in 0..n {
             entries[i] = self.entry_ref(keys[i].top(d));
-            rest[i] = keys[i].shl(d);
             prefetch(entries[i]);
         }
-        // Keys walking nodes, and keys whose next read is a root's leaf record.
+        // Keys walking nodes, those of them whose window starts a level further on (below
+        // a wide root), and keys whose next read is a root's leaf record.
         let mut walking = 0u64;
+        let mut below_wide = 0u64;
         let mut at_record = 0u64;
         for i in 0..n {
             let entry = entries[i].read();
@@ -142,14 +162,17 @@ impl View<'_> {
             if entry & NODE_FLAG == 0 {
                 out[i] = decode(entry);
             } else if entry & RECORD_FLAG != 0 {
-                prefetch(&self.leaves[next[i] as usize]);
+                prefetch_at(self.leaves, next[i]);
                 at_record |= 1 << i;
             } else {
+                let mut offset = d;
                 if entry & WIDE_FLAG != 0 {
-                    next[i] += rest[i].top6();
-                    rest[i] = rest[i].shl(6);
+                    next[i] += keys[i].bits(d, 6);
+                    offset += 6;
+                    below_wide |= 1 << i;
                 }
-                prefetch(&self.nodes[next[i] as usize]);
+                window[i] = keys[i].window(offset);
+                prefetch_at(self.nodes, next[i]);
                 walking |= 1 << i;
             }
         }
@@ -157,28 +180,41 @@ impl View<'_> {
         while at_record != 0 {
             let i = at_record.trailing_zeros() as usize;
             at_record &= at_record - 1;
-            next[i] = self.record_leaf_index(next[i], rest[i].top6());
-            prefetch(&self.leaves[next[i] as usize]);
+            next[i] = self.record_leaf_index(next[i], keys[i].bits(d, 6));
+            prefetch_at(self.leaves, next[i]);
             at_leaf |= 1 << i;
         }
+        // Level by level: every key still walking takes one step per pass. Its window
+        // starts at its first node, so all run out together and are taken again then.
+        let mut level = 0;
         while walking != 0 {
+            if K::WINDOW_LEVELS != u32::MAX && level > 0 && level % K::WINDOW_LEVELS == 0 {
+                let mut lanes = walking;
+                while lanes != 0 {
+                    let i = lanes.trailing_zeros() as usize;
+                    lanes &= lanes - 1;
+                    let wide = (below_wide >> i & 1) as u32;
+                    window[i] = keys[i].window(d + 6 * (level + wide));
+                }
+            }
             let mut lanes = walking;
             while lanes != 0 {
                 let i = lanes.trailing_zeros() as usize;
                 lanes &= lanes - 1;
                 let node = self.nodes[next[i] as usize].read();
-                let (has_child, child, leaf) = node.step(rest[i].top6());
-                rest[i] = rest[i].shl(6);
+                let (has_child, child, leaf) = node.step((window[i] >> 58) as u32);
+                window[i] <<= 6;
                 if has_child {
                     next[i] = child;
-                    prefetch(&self.nodes[child as usize]);
+                    prefetch_at(self.nodes, child);
                 } else {
                     next[i] = leaf;
-                    prefetch(&self.leaves[leaf as usize]);
+                    prefetch_at(self.leaves, leaf);
                     walking &= !(1 << i);
                     at_leaf |= 1 << i;
                 }
             }
+            level += 1;
         }
         while at_leaf != 0 {
             let i = at_leaf.trailing_zeros() as usize;

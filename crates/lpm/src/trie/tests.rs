@@ -224,6 +224,47 @@ fn host_routes_and_default_in_ipv6() {
     assert_eq!(t.to_vec().len(), 3);
 }
 
+/// Batched lookups step through a 64-bit window of the key and take it again every ten
+/// levels: a chain of nested prefixes down to /128 walks past several windows, in a small
+/// table (8 direct bits) and a large one (18, with wide roots), with a neighbour of every
+/// prefix so each level's answer differs.
+#[test]
+fn batched_lookups_walk_past_the_key_window() {
+    let base: u128 = 0x2001_0db8_85a3_0000_0000_8a2e_0370_7334;
+    let mut routes: Vec<(Prefix<u128>, u32)> = Vec::new();
+    for len in 0..=128u8 {
+        routes.push((Prefix::new_clamped(base, len), u32::from(len)));
+        if len > 0 {
+            let sibling = base ^ (1u128 << (128 - u32::from(len)));
+            routes.push((Prefix::new_clamped(sibling, len), 1000 + u32::from(len)));
+        }
+    }
+    let mut rng = SmallRng::seed_from_u64(7);
+    for extra in [0usize, 2 * GROW_AT] {
+        let mut all = routes.clone();
+        let chain: std::collections::HashSet<Prefix<u128>> = routes.iter().map(|r| r.0).collect();
+        all.extend(
+            (0..extra)
+                .map(|i| {
+                    let p = random_prefix::<u128>(&mut rng, &[base, 0x2a00 << 112, 0x2600 << 112]);
+                    (p, 5000 + i as u32)
+                })
+                .filter(|(p, _)| !chain.contains(p)),
+        );
+        let t = Lpm::build(all.iter().copied());
+        let mut r = ReferenceLpm::new();
+        for &(p, v) in &all {
+            r.insert(p, v);
+        }
+        assert_eq!(t.len(), r.len());
+        assert!(extra == 0 || t.direct_bits() == u128::LARGE_DIRECT_BITS);
+        let mut probes = probes_for(&routes, &mut rng);
+        probes.extend((0..128).map(|b| base ^ (1u128 << b)));
+        check_against_reference(&t, &r, &probes);
+        assert_eq!(t.lookup(base), Some(128));
+    }
+}
+
 /// Random prefixes clustered around a few base addresses so that they overlap.
 fn random_prefix<K: Key>(rng: &mut SmallRng, bases: &[u128]) -> Prefix<K> {
     let base = bases[rng.gen_range(0..bases.len())];
