@@ -1,0 +1,109 @@
+//! Microbenchmarks of the engine's hot paths, with criterion's statistics: lookups (one
+//! key, and batches of 64) on the shipped full tables and on a one-route table, and an
+//! insert and remove pair on a full table.
+//!
+//! `cargo bench -p fibre-lpm` runs them. The figures the project reports come from
+//! `fibre bench lookup` (the seeds' method, against the kernel and peers in the same run);
+//! these are for comparing two builds of the engine's code on one machine.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use fibre_lpm::{Key, Lpm, Prefix};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::hint::black_box;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+/// The prefixes of a shipped route file (one prefix per line, `#` comments).
+fn shipped<K: Key>(name: &str) -> Vec<Prefix<K>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/ris-2026-05-11")
+        .join(name);
+    let file = std::fs::File::open(&path)
+        .unwrap_or_else(|e| panic!("{}: cannot open: {e}", path.display()));
+    let mut prefixes: Vec<Prefix<K>> = BufReader::new(flate2::read::MultiGzDecoder::new(file))
+        .lines()
+        .map(|l| l.expect("readable route file"))
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            l.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{}: {l}: {e:?}", path.display()))
+        })
+        .collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    prefixes
+}
+
+/// Addresses inside randomly chosen prefixes ("matched", as DESIGN.md defines them).
+fn matched<K: Key>(prefixes: &[Prefix<K>], count: usize) -> Vec<K> {
+    let mut rng = SmallRng::seed_from_u64(1);
+    let width = u32::from(K::BITS);
+    (0..count)
+        .map(|_| {
+            let p = prefixes[rng.gen_range(0..prefixes.len())];
+            let host_bits = width - u32::from(p.len());
+            let host = if host_bits == 0 {
+                0
+            } else {
+                rng.gen::<u128>() >> (128 - host_bits)
+            };
+            K::from_u128(p.addr().to_u128() | host)
+        })
+        .collect()
+}
+
+fn lookups<K: Key>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
+    let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let keys = matched(prefixes, 1 << 20);
+    let mut group = c.benchmark_group(format!("ipv{}/{name}", K::FAMILY));
+    group.throughput(Throughput::Elements(1));
+    let mut next = 0;
+    group.bench_function("scalar", |b| {
+        b.iter(|| {
+            next = (next + 1) & (keys.len() - 1);
+            black_box(table.lookup(keys[next]))
+        })
+    });
+    group.throughput(Throughput::Elements(64));
+    let mut out = [None; 64];
+    let mut at = 0;
+    group.bench_function("batch64", |b| {
+        b.iter(|| {
+            at = (at + 64) & (keys.len() - 1);
+            table.lookup_batch(&keys[at..at + 64], &mut out);
+            black_box(&out);
+        })
+    });
+    group.finish();
+}
+
+fn updates<K: Key>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
+    let mut table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let mut rng = SmallRng::seed_from_u64(2);
+    c.bench_function(&format!("ipv{}/full/remove_insert", K::FAMILY), |b| {
+        b.iter_batched(
+            || prefixes[rng.gen_range(0..prefixes.len())],
+            |p| {
+                let v = table.remove(&p);
+                table.insert(p, v.unwrap_or(0));
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+fn benches(c: &mut Criterion) {
+    let v4: Vec<Prefix<u32>> = shipped("rib-v4.txt.gz");
+    let v6: Vec<Prefix<u128>> = shipped("rib-v6.txt.gz");
+    lookups(c, "full", &v4);
+    lookups(c, "full", &v6);
+    lookups(c, "one-route", &v4[..1]);
+    lookups(c, "one-route", &v6[..1]);
+    updates(c, &v4);
+    updates(c, &v6);
+}
+
+criterion_group!(engine, benches);
+criterion_main!(engine);
