@@ -18,7 +18,11 @@
 //! L1); masking indices into power-of-two arrays instead of checking them (fewer
 //! instructions, but the AND sits on the chain of dependent reads, where a predicted bounds
 //! check does not: no faster, scalar lookups slower). Unchecked indexing would save 10-16%
-//! in L1 but make memory safety rest on every index the writer stores; not taken.
+//! in L1 but make memory safety rest on every index the writer stores; not taken. A hash
+//! table of the IPv6 /48s (with no longer prefix under them) probed beside the direct
+//! array answered 46% of matched lookups in one probe, yet made batched lookups slower
+//! (23 against 18 ns): the trie's upper levels stay in cache, so a /48 lookup misses the
+//! cache only about twice, and the probe's own line misses for every lookup, hit or not.
 
 use super::arena::{Cell, PAGE_BITS};
 use super::node::{decode, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
