@@ -30,13 +30,9 @@ pub trait Key:
     fn bits(self, offset: u32, len: u32) -> u32;
     /// The `n` most significant bits (`1 <= n <= 24`), as an integer.
     fn top(self, n: u32) -> u32;
-    /// The six most significant bits (a node's slot, when the key is shifted to the node).
-    fn top6(self) -> u32;
-    /// The key shifted left by `n < BITS` bits (consumed bits drop off the top).
-    fn shl(self, n: u32) -> Self;
     /// The 64 bits starting `offset < BITS` bits below the most significant bit, bits past
-    /// the end of the key reading as zero. The batched walk keeps a window per key, not
-    /// the key: one 64-bit shift per level for either family.
+    /// the end of the key reading as zero. Lookups walk a window of the key, not the key:
+    /// one 64-bit shift per level for either family.
     fn window(self, offset: u32) -> u64;
     /// Six-bit levels a window serves before it runs out of key bits and must be taken
     /// again further on; `u32::MAX` when it holds all of the key there is.
@@ -68,14 +64,6 @@ impl Key for u32 {
     #[inline(always)]
     fn top(self, n: u32) -> u32 {
         self >> (32 - n)
-    }
-    #[inline(always)]
-    fn top6(self) -> u32 {
-        self >> 26
-    }
-    #[inline(always)]
-    fn shl(self, n: u32) -> Self {
-        self << n
     }
     #[inline(always)]
     fn window(self, offset: u32) -> u64 {
@@ -122,14 +110,6 @@ impl Key for u128 {
     fn top(self, n: u32) -> u32 {
         // Only the high half matters for n <= 24: a 64-bit shift instead of a 128-bit one.
         (((self >> 64) as u64) >> (64 - n)) as u32
-    }
-    #[inline(always)]
-    fn top6(self) -> u32 {
-        (self >> 122) as u32
-    }
-    #[inline(always)]
-    fn shl(self, n: u32) -> Self {
-        self << n
     }
     #[inline(always)]
     fn window(self, offset: u32) -> u64 {
@@ -184,9 +164,9 @@ mod tests {
         assert_eq!(v6.bits(16, 16), 0x0db8);
         assert_eq!((u128::MAX).bits(124, 6), 0b11_1100);
         assert_eq!(v6.top(16), 0x2001);
-        assert_eq!(v6.shl(16).top6(), 0x0db8 >> 10);
+        assert_eq!(v6.window(16) >> 58, 0x0db8 >> 10);
         assert_eq!(k.top(18), k.bits(0, 18));
-        assert_eq!(k.shl(18).top6(), k.bits(18, 6));
+        assert_eq!(k.window(18) >> 58, u64::from(k.bits(18, 6)));
     }
 
     #[test]
