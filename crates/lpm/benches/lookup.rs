@@ -7,56 +7,26 @@
 //! these are for comparing two builds of the engine's code on one machine.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use fibre_bench::addresses::matched;
+use fibre_bench::source::{final_prefixes, read_route_file};
 use fibre_lpm::{Key, Lpm, Prefix};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
-/// The prefixes of a shipped route file (one prefix per line, `#` comments).
-fn shipped<K: Key>(name: &str) -> Vec<Prefix<K>> {
+/// The prefixes of a shipped route file, both families.
+fn shipped(name: &str) -> (Vec<Prefix<u32>>, Vec<Prefix<u128>>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../data/ris-2026-05-11")
         .join(name);
-    let file = std::fs::File::open(&path)
-        .unwrap_or_else(|e| panic!("{}: cannot open: {e}", path.display()));
-    let mut prefixes: Vec<Prefix<K>> = BufReader::new(flate2::read::MultiGzDecoder::new(file))
-        .lines()
-        .map(|l| l.expect("readable route file"))
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            l.trim()
-                .parse()
-                .unwrap_or_else(|e| panic!("{}: {l}: {e:?}", path.display()))
-        })
-        .collect();
-    prefixes.sort_unstable();
-    prefixes.dedup();
-    prefixes
-}
-
-/// Addresses inside randomly chosen prefixes ("matched", as DESIGN.md defines them).
-fn matched<K: Key>(prefixes: &[Prefix<K>], count: usize) -> Vec<K> {
-    let mut rng = SmallRng::seed_from_u64(1);
-    let width = u32::from(K::BITS);
-    (0..count)
-        .map(|_| {
-            let p = prefixes[rng.gen_range(0..prefixes.len())];
-            let host_bits = width - u32::from(p.len());
-            let host = if host_bits == 0 {
-                0
-            } else {
-                rng.gen::<u128>() >> (128 - host_bits)
-            };
-            K::from_u128(p.addr().to_u128() | host)
-        })
-        .collect()
+    let routes = read_route_file(&path, false).unwrap_or_else(|e| panic!("{e}"));
+    (final_prefixes(&routes.v4), final_prefixes(&routes.v6))
 }
 
 fn lookups<K: Key>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
     let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
-    let keys = matched(prefixes, 1 << 20);
+    let keys = matched(prefixes, 1 << 20, 1);
     let mut group = c.benchmark_group(format!("ipv{}/{name}", K::FAMILY));
     group.throughput(Throughput::Elements(1));
     let mut next = 0;
@@ -95,8 +65,8 @@ fn updates<K: Key>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
 }
 
 fn benches(c: &mut Criterion) {
-    let v4: Vec<Prefix<u32>> = shipped("rib-v4.txt.gz");
-    let v6: Vec<Prefix<u128>> = shipped("rib-v6.txt.gz");
+    let (v4, _) = shipped("rib-v4.txt.gz");
+    let (_, v6) = shipped("rib-v6.txt.gz");
     lookups(c, "full", &v4);
     lookups(c, "full", &v6);
     lookups(c, "one-route", &v4[..1]);
