@@ -27,7 +27,7 @@
 //! cache only about twice, and the probe's own line misses for every lookup, hit or not.
 
 use super::arena::{Cell, PAGE_BITS};
-use super::node::{decode, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
+use super::node::{decode, ENTRY_INDEX, NODE_FLAG, NO_ROUTE, RECORD_FLAG, WIDE_FLAG};
 use super::{Lpm, Snapshot, View};
 use crate::key::Key;
 use std::sync::atomic::AtomicU32;
@@ -182,10 +182,15 @@ impl View<'_> {
         let n = keys.len().min(BATCH_GROUP).min(out.len());
         let (keys, out) = (&keys[..n], &mut out[..n]);
         static UNUSED: AtomicU32 = AtomicU32::new(0);
+        // Per lane: its direct entry, the index it reads next, its window of the key (for
+        // a key at a leaf record: its slot there), and its answer (stored form). Lanes are
+        // found through 64-bit masks and indexed through `lane`, which is provably in
+        // bounds of these arrays: no bounds checks.
         let mut entries = [&UNUSED; BATCH_GROUP];
         let mut next = [0u32; BATCH_GROUP];
         let mut window = [0u64; BATCH_GROUP];
-        let (entries, next, window) = (&mut entries[..n], &mut next[..n], &mut window[..n]);
+        let mut answer = [NO_ROUTE; BATCH_GROUP];
+        let lane = |mask: u64| mask.trailing_zeros() as usize & (BATCH_GROUP - 1);
         for i in 0..n {
             entries[i] = self.entry_ref(keys[i].top(d));
             prefetch(entries[i]);
@@ -199,9 +204,10 @@ impl View<'_> {
             let entry = entries[i].read();
             next[i] = entry & ENTRY_INDEX;
             if entry & NODE_FLAG == 0 {
-                out[i] = decode(entry);
+                answer[i] = entry;
             } else if entry & RECORD_FLAG != 0 {
                 prefetch_at(self.leaves, next[i]);
+                window[i] = u64::from(keys[i].bits(d, 6));
                 at_record |= 1 << i;
             } else {
                 let mut offset = d;
@@ -217,9 +223,9 @@ impl View<'_> {
         }
         let mut at_leaf = 0u64;
         while at_record != 0 {
-            let i = at_record.trailing_zeros() as usize;
+            let i = lane(at_record);
             at_record &= at_record - 1;
-            next[i] = self.record_leaf_index(next[i], keys[i].bits(d, 6));
+            next[i] = self.record_leaf_index(next[i], window[i] as u32);
             prefetch_at(self.leaves, next[i]);
             at_leaf |= 1 << i;
         }
@@ -230,7 +236,7 @@ impl View<'_> {
             if K::WINDOW_LEVELS != u32::MAX && level > 0 && level % K::WINDOW_LEVELS == 0 {
                 let mut lanes = walking;
                 while lanes != 0 {
-                    let i = lanes.trailing_zeros() as usize;
+                    let i = lane(lanes);
                     lanes &= lanes - 1;
                     let wide = (below_wide >> i & 1) as u32;
                     window[i] = keys[i].window(d + 6 * (level + wide));
@@ -238,7 +244,7 @@ impl View<'_> {
             }
             let mut lanes = walking;
             while lanes != 0 {
-                let i = lanes.trailing_zeros() as usize;
+                let i = lane(lanes);
                 lanes &= lanes - 1;
                 let node = self.nodes[next[i] as usize].read();
                 let (has_child, child, leaf) = node.step((window[i] >> 58) as u32);
@@ -256,9 +262,12 @@ impl View<'_> {
             level += 1;
         }
         while at_leaf != 0 {
-            let i = at_leaf.trailing_zeros() as usize;
+            let i = lane(at_leaf);
             at_leaf &= at_leaf - 1;
-            out[i] = decode(self.leaves[next[i] as usize].read());
+            answer[i] = self.leaves[next[i] as usize].read();
+        }
+        for (o, &a) in out.iter_mut().zip(&answer) {
+            *o = decode(a);
         }
     }
 }
