@@ -9,16 +9,20 @@
 //! of the real table).
 //!
 //! The structure: the sorted boundaries of the ranges (the top 64 bits of the address),
-//! each range's value, and above them a static search tree whose nodes hold 8 keys (one
-//! cache line) and have 9 children found by arithmetic, not pointers. Every lookup takes
-//! the same number of levels, so a batch walks in lockstep with no branches on the data
-//! (256 keys at a time: with less work per key than the trie's walk, a pass over 64 keys
-//! is shorter than a cache miss and the prefetches arrive late).
+//! each range's value, and above them a static search tree whose nodes hold 16 keys (two
+//! cache lines, aligned) and have 17 children found by arithmetic, not pointers. Every
+//! lookup takes the same number of levels, so a batch walks in lockstep with no branches
+//! on the data (256 keys at a time: with less work per key than the trie's walk, a pass
+//! over 64 keys is shorter than a cache miss and the prefetches arrive late).
 //!
-//! Measured here (one run, best of 7): 333,704 ranges in 4.14 MiB, six levels; ranges
-//! 22.6 ns batched and 55 ns scalar against the trie's 17.8 and 29 ns. The compares are
-//! cheap (one AVX-512 compare a level), but the bottom levels miss the cache as the
-//! trie's do and there are more of them: not a win as it stands.
+//! Measured here (best of 7, trie in the same run): 333,712 ranges in 3.98 MiB, five
+//! levels; ranges 24.6 ns batched against the trie's 17.7 (8-key nodes of one line: 30.1
+//! against 18.6; before the nodes were aligned to cache lines: 22.6 against 17.8 with
+//! 8-key nodes, the machine being quicker then). The compares are cheap (one or two
+//! AVX-512 compares a level), but a lookup touches three cold lines at the bottom (two of
+//! keys, one of values) where the trie's walk touches about two: not a win as it stands.
+//! A range search that wins here would need one cold line per lookup (keys and values of
+//! a leaf in one line: compressed keys).
 //!
 //! `cargo run --release -p fibre-bench --example ipv6_ranges`
 
@@ -28,18 +32,28 @@ use fibre_lpm::{Lpm, Prefix};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Keys per node: one 64-byte cache line of `u64`.
-const B: usize = 8;
+/// Keys per node: two 64-byte cache lines of `u64`.
+const B: usize = 16;
+
+/// `B` keys, aligned to cache lines.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Node([u64; B]);
+
+/// `B` values, aligned to a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Values([u32; B]);
 
 /// Boundaries and values, with a static B-ary search tree above them.
 struct Ranges {
     /// Sorted boundaries, padded with `u64::MAX` to whole nodes: range `i` starts at
     /// `bounds[i]`.
-    bounds: Vec<u64>,
+    bounds: Vec<Node>,
     /// The value of range `i` (`u32::MAX`: no route).
-    values: Vec<u32>,
+    values: Vec<Values>,
     /// Internal levels, root first; node `j` of a level has children `(B + 1) * j + c`.
-    levels: Vec<Vec<u64>>,
+    levels: Vec<Vec<Node>>,
 }
 
 impl Ranges {
@@ -91,10 +105,18 @@ impl Ranges {
             below_nodes = nodes;
         }
         levels.reverse();
+        let nodes = |flat: &[u64]| -> Vec<Node> {
+            flat.chunks(B)
+                .map(|c| Node(c.try_into().expect("whole nodes")))
+                .collect()
+        };
         Ranges {
-            bounds,
-            values,
-            levels,
+            bounds: nodes(&bounds),
+            values: values
+                .chunks(B)
+                .map(|c| Values(c.try_into().expect("whole nodes")))
+                .collect(),
+            levels: levels.iter().map(|l| nodes(l)).collect(),
         }
     }
 
@@ -110,8 +132,14 @@ impl Ranges {
 
     /// Node `j` of a level.
     #[inline(always)]
-    fn node(level: &[u64], j: usize) -> &[u64; B] {
-        level[j * B..j * B + B].try_into().expect("whole nodes")
+    fn node(level: &[Node], j: usize) -> &[u64; B] {
+        &level[j].0
+    }
+
+    /// The value of range `i`.
+    #[inline(always)]
+    fn value(&self, i: usize) -> u32 {
+        self.values[i / B].0[i % B]
     }
 
     fn lookup(&self, key: u64) -> Option<u32> {
@@ -123,7 +151,7 @@ impl Ranges {
         // Keys below the node's first boundary belong to the last range of the node
         // before; boundary 0 makes that impossible for node 0.
         let i = j * B + slot - 1;
-        let v = self.values[i];
+        let v = self.value(i);
         (v != u32::MAX).then_some(v)
     }
 
@@ -136,13 +164,18 @@ impl Ranges {
                     *jj = (B + 1) * *jj + Self::rank(Self::node(level, *jj), k);
                 }
                 let next = self.levels.get(l + 1).unwrap_or(&self.bounds);
+                let last = l + 1 == self.levels.len();
                 for &jj in &j[..ks.len()] {
-                    prefetch(next, jj * B);
+                    prefetch(next.as_ptr().wrapping_add(jj).cast());
+                    prefetch(next.as_ptr().wrapping_add(jj).cast::<u8>().wrapping_add(64));
+                    if last {
+                        prefetch(self.values.as_ptr().wrapping_add(jj).cast());
+                    }
                 }
             }
             for ((o, &jj), &k) in os.iter_mut().zip(&j).zip(ks) {
                 let i = jj * B + Self::rank(Self::node(&self.bounds, jj), k) - 1;
-                let v = self.values[i];
+                let v = self.value(i);
                 *o = (v != u32::MAX).then_some(v);
             }
         }
@@ -155,10 +188,9 @@ impl Ranges {
     }
 }
 
-/// Asks the CPU to start loading `slice[i]`'s cache line.
+/// Asks the CPU to start loading the cache line at `p`.
 #[inline(always)]
-fn prefetch(slice: &[u64], i: usize) {
-    let p = slice.as_ptr().wrapping_add(i);
+fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch has no architectural effect and never faults.
     unsafe {
@@ -198,7 +230,7 @@ fn main() {
         "IPv6 {} routes: trie {:.2} MiB, ranges {} in {:.2} MiB ({} levels above the boundaries)",
         prefixes.len(),
         table.memory().lookup_bytes as f64 / 1048576.0,
-        ranges.values.len(),
+        ranges.values.len() * B,
         ranges.bytes() as f64 / 1048576.0,
         ranges.levels.len()
     );
