@@ -146,22 +146,46 @@ impl Packed {
         Packed { leaves, levels }
     }
 
+    /// How many of the node's keys are at most `key`: one AVX-512 compare where the CPU
+    /// has it (the compiler makes a poor job of the plain loop).
     #[inline(always)]
-    fn rank8(node: &[u64; 8], key: u64) -> usize {
-        let mut mask = 0u32;
-        for (s, &k) in node.iter().enumerate() {
-            mask |= u32::from(k <= key) << s;
+    fn rank8(node: &Node8, key: u64) -> usize {
+        #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+        // SAFETY: the CPU has AVX-512F (checked at compile time); the load reads the 64
+        // bytes of `node`, a live reference.
+        unsafe {
+            use std::arch::x86_64::{_mm512_cmple_epu64_mask, _mm512_loadu_si512, _mm512_set1_epi64};
+            let keys = _mm512_loadu_si512(node.0.as_ptr().cast());
+            let mask = _mm512_cmple_epu64_mask(keys, _mm512_set1_epi64(key as i64));
+            mask.count_ones() as usize
         }
-        mask.count_ones() as usize
+        #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+        {
+            let mut mask = 0u32;
+            for (s, &k) in node.0.iter().enumerate() {
+                mask |= u32::from(k <= key) << s;
+            }
+            mask.count_ones() as usize
+        }
     }
 
     #[inline(always)]
     fn in_leaf(leaf: &Leaf, key: u64) -> Option<u32> {
         let d = (key - leaf.base) >> leaf.shift;
-        let mut rank = 0;
-        for k in 0..L {
-            rank += usize::from(k < leaf.count as usize && u64::from(leaf.keys[k]) <= d);
-        }
+        #[cfg(all(target_arch = "x86_64", target_feature = "avx512vl"))]
+        // SAFETY: the CPU has AVX-512VL (checked at compile time); the load reads 32 bytes
+        // of `leaf` (its keys and the first values, masked off below), a live reference.
+        let rank = unsafe {
+            use std::arch::x86_64::{_mm256_cmple_epu32_mask, _mm256_loadu_si256, _mm256_set1_epi32};
+            let keys = _mm256_loadu_si256(leaf.keys.as_ptr().cast());
+            let d32 = d.min(u64::from(u32::MAX)) as u32;
+            let mask = _mm256_cmple_epu32_mask(keys, _mm256_set1_epi32(d32 as i32));
+            (u32::from(mask) & ((1 << leaf.count) - 1)).count_ones() as usize
+        };
+        #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
+        let rank = (0..L)
+            .filter(|&k| k < leaf.count as usize && u64::from(leaf.keys[k]) <= d)
+            .count();
         let v = leaf.values[rank - 1];
         (v != u32::MAX).then_some(v)
     }
@@ -169,7 +193,7 @@ impl Packed {
     fn lookup(&self, key: u64) -> Option<u32> {
         let mut j = 0;
         for level in &self.levels {
-            j = 9 * j + Self::rank8(&level[j].0, key);
+            j = 9 * j + Self::rank8(&level[j], key);
         }
         Self::in_leaf(&self.leaves[j], key)
     }
@@ -180,7 +204,7 @@ impl Packed {
             let mut j = [0usize; G];
             for (l, level) in self.levels.iter().enumerate() {
                 for (jj, &k) in j.iter_mut().zip(ks) {
-                    *jj = 9 * *jj + Self::rank8(&level[*jj].0, k);
+                    *jj = 9 * *jj + Self::rank8(&level[*jj], k);
                 }
                 for &jj in &j[..ks.len()] {
                     match self.levels.get(l + 1) {
