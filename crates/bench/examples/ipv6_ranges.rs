@@ -38,11 +38,10 @@
 //!
 //! `cargo run --release -p fibre-bench --example ipv6_ranges`
 
-use fibre_bench::addresses;
-use fibre_bench::source::{final_prefixes, read_route_file};
+mod experiment;
+
+use experiment::{prefetch, Candidate};
 use fibre_lpm::{Lpm, Prefix};
-use std::path::PathBuf;
-use std::time::Instant;
 
 /// Keys per node: two 64-byte cache lines of `u64`.
 const B: usize = 16;
@@ -386,44 +385,31 @@ impl Ranges {
     }
 }
 
-/// Asks the CPU to start loading the cache line at `p`.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect and never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+impl Candidate for Ranges {
+    type Key = u64;
+    fn lookup(&self, key: u64) -> Option<u32> {
+        Ranges::lookup(self, key)
+    }
+    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
+        Ranges::lookup_batch(self, keys, out)
     }
 }
 
-fn best_of(mut f: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::MAX, f64::min)
+impl Candidate for Packed {
+    type Key = u64;
+    fn lookup(&self, key: u64) -> Option<u32> {
+        Packed::lookup(self, key)
+    }
+    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
+        Packed::lookup_batch(self, keys, out)
+    }
 }
 
 fn main() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11/rib-v6.txt.gz");
-    let routes = read_route_file(&path, false).expect("shipped table");
-    let prefixes = final_prefixes(&routes.v6);
-    let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
-    let ranges = Ranges::build(&table, &prefixes);
-    let keys = addresses::matched(&prefixes, 1 << 20, 1);
+    let (prefixes, table, keys) = experiment::shipped_ipv6();
+    // The structures search the top 64 bits of the address.
     let top: Vec<u64> = keys.iter().map(|&k| (k >> 64) as u64).collect();
-    let mut a = vec![None; keys.len()];
-    let mut b = vec![None; keys.len()];
-    table.lookup_batch(&keys, &mut a);
-    ranges.lookup_batch(&top, &mut b);
-    assert_eq!(a, b, "the ranges answer as the trie does");
-    for (&k, &want) in top.iter().zip(&a).take(10_000) {
-        assert_eq!(ranges.lookup(k), want);
-    }
-    let n = keys.len() as f64;
+    let ranges = Ranges::build(&table, &prefixes);
     println!(
         "IPv6 {} routes: trie {:.2} MiB, ranges {} in {:.2} MiB ({} levels above the boundaries)",
         prefixes.len(),
@@ -432,48 +418,13 @@ fn main() {
         ranges.bytes() as f64 / 1048576.0,
         ranges.levels.len()
     );
-    let trie_batch = best_of(|| table.lookup_batch(&keys, &mut a)) / n * 1e9;
-    let range_batch = best_of(|| ranges.lookup_batch(&top, &mut b)) / n * 1e9;
-    let trie_scalar = best_of(|| {
-        for (o, &k) in a.iter_mut().zip(&keys) {
-            *o = table.lookup(k);
-        }
-    }) / n
-        * 1e9;
-    let range_scalar = best_of(|| {
-        for (o, &k) in b.iter_mut().zip(&top) {
-            *o = ranges.lookup(k);
-        }
-    }) / n
-        * 1e9;
-    std::hint::black_box((&a, &b));
-    println!(
-        "matched, ns per lookup (best of 7): trie batch {trie_batch:.2} scalar {trie_scalar:.2} | ranges batch {range_batch:.2} scalar {range_scalar:.2}"
-    );
+    experiment::compare("ranges", &ranges, &table, &keys, &top, 1);
     let packed = Packed::build(&table, &prefixes);
-    packed.lookup_batch(&top, &mut b);
-    assert_eq!(a, b, "the packed ranges answer as the trie does");
-    for (&k, &want) in top.iter().zip(&a).take(10_000) {
-        assert_eq!(packed.lookup(k), want);
-    }
     println!(
         "packed ranges: {} leaves of up to {L} ranges, {:.2} MiB, {} levels above them",
         packed.leaves.len(),
         packed.bytes() as f64 / 1048576.0,
         packed.levels.len()
     );
-    for _ in 0..3 {
-        let trie_batch = best_of(|| table.lookup_batch(&keys, &mut a)) / n * 1e9;
-        let packed_batch = best_of(|| packed.lookup_batch(&top, &mut b)) / n * 1e9;
-        let packed_scalar = best_of(|| {
-            for (o, &k) in b.iter_mut().zip(&top) {
-                *o = packed.lookup(k);
-            }
-        }) / n
-            * 1e9;
-        std::hint::black_box(&b);
-        println!(
-            "matched, ns per lookup (best of 7): trie batch {trie_batch:.2} | packed ranges batch {packed_batch:.2} scalar {packed_scalar:.2}"
-        );
-    }
+    experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
 }

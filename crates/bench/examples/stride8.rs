@@ -15,11 +15,10 @@
 //!
 //! `cargo run --release -p fibre-bench --example stride8`
 
-use fibre_bench::addresses;
-use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Lpm, Prefix};
-use std::path::PathBuf;
-use std::time::Instant;
+mod experiment;
+
+use experiment::{prefetch, Candidate};
+use fibre_lpm::Prefix;
 
 const DIRECT: u32 = 16;
 const NODE: u32 = 1 << 31;
@@ -239,7 +238,7 @@ impl Stride8 {
             let mut answer = [0u32; 64];
             let (mut walking, mut at_leaf) = (0u64, 0u64);
             for &k in keys {
-                prefetch(&self.direct[(k >> (128 - DIRECT)) as usize]);
+                prefetch((&self.direct[(k >> (128 - DIRECT)) as usize] as *const u32).cast());
             }
             for (i, &k) in keys.iter().enumerate() {
                 let e = self.direct[(k >> (128 - DIRECT)) as usize];
@@ -254,7 +253,7 @@ impl Stride8 {
                 }
                 next[i] = n;
                 window[i] = ((k << depth) >> 64) as u64;
-                prefetch(&self.nodes[n as usize]);
+                prefetch((&self.nodes[n as usize] as *const Node8).cast());
                 walking |= 1 << i;
             }
             while walking != 0 {
@@ -268,12 +267,12 @@ impl Stride8 {
                     match Self::step(node, slot) {
                         Ok(child) => {
                             next[i] = child;
-                            prefetch(&self.nodes[child as usize]);
-                            prefetch(&self.nodes[child as usize].leafvec);
+                            prefetch((&self.nodes[child as usize] as *const Node8).cast());
+                            prefetch(self.nodes[child as usize].leafvec.as_ptr().cast());
                         }
                         Err(leaf) => {
                             next[i] = leaf;
-                            prefetch(&self.leaves[leaf as usize]);
+                            prefetch((&self.leaves[leaf as usize] as *const u32).cast());
                             walking &= !(1 << i);
                             at_leaf |= 1 << i;
                         }
@@ -298,51 +297,25 @@ impl Stride8 {
     }
 }
 
-/// Asks the CPU to start loading `r`'s cache line.
-#[inline(always)]
-fn prefetch<T>(r: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch has no architectural effect and never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (r as *const T).cast(),
-        );
+impl Candidate for Stride8 {
+    type Key = u128;
+    fn lookup(&self, key: u128) -> Option<u32> {
+        Stride8::lookup(self, key)
+    }
+    fn lookup_batch(&self, keys: &[u128], out: &mut [Option<u32>]) {
+        Stride8::lookup_batch(self, keys, out)
     }
 }
 
-fn best_of(mut f: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::MAX, f64::min)
-}
-
 fn main() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11/rib-v6.txt.gz");
-    let routes = read_route_file(&path, false).expect("shipped table");
-    let prefixes = final_prefixes(&routes.v6);
-    let items: Vec<(Prefix<u128>, u32)> = prefixes
+    let (prefixes, table, keys) = experiment::shipped_ipv6();
+    let mut sorted: Routes = prefixes
         .iter()
         .enumerate()
         .map(|(i, p)| (*p, i as u32))
         .collect();
-    let table = Lpm::build(items.iter().copied());
-    let mut sorted = items.clone();
     sorted.sort_by_key(|(p, _)| (p.addr(), p.len()));
     let s8 = Stride8::build(&sorted);
-    let keys = addresses::matched(&prefixes, 1 << 20, 1);
-    let mut a = vec![None; keys.len()];
-    let mut b = vec![None; keys.len()];
-    table.lookup_batch(&keys, &mut a);
-    s8.lookup_batch(&keys, &mut b);
-    assert_eq!(a, b, "8-bit strides answer as the trie does");
-    for (&k, &want) in keys.iter().zip(&a).take(100_000) {
-        assert_eq!(s8.lookup(k), want);
-    }
     println!(
         "IPv6 {} routes: trie {:.2} MiB; 8-bit strides {:.2} MiB ({} nodes of {} bytes)",
         prefixes.len(),
@@ -351,25 +324,5 @@ fn main() {
         s8.nodes.len(),
         std::mem::size_of::<Node8>()
     );
-    let n = keys.len() as f64;
-    for _ in 0..3 {
-        let trie = best_of(|| table.lookup_batch(&keys, &mut a)) / n * 1e9;
-        let s8b = best_of(|| s8.lookup_batch(&keys, &mut b)) / n * 1e9;
-        let trie_s = best_of(|| {
-            for (o, &k) in a.iter_mut().zip(&keys) {
-                *o = table.lookup(k);
-            }
-        }) / n
-            * 1e9;
-        let s8s = best_of(|| {
-            for (o, &k) in b.iter_mut().zip(&keys) {
-                *o = s8.lookup(k);
-            }
-        }) / n
-            * 1e9;
-        std::hint::black_box((&a, &b));
-        println!(
-            "matched, ns per lookup (best of 7): trie batch {trie:.2} scalar {trie_s:.2} | 8-bit strides batch {s8b:.2} scalar {s8s:.2}"
-        );
-    }
+    experiment::compare("8-bit strides", &s8, &table, &keys, &keys, 3);
 }
