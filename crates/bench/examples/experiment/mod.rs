@@ -3,17 +3,32 @@
 
 use fibre_bench::addresses;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Lpm, Prefix};
+use fibre_lpm::{Key, Lpm, Prefix};
 use std::path::PathBuf;
 use std::time::Instant;
 
 /// The shipped IPv6 table: its prefixes (sorted), the trie of them (each prefix's value
 /// is its position), and 2^20 matched addresses.
+#[allow(dead_code)] // not every experiment looks at IPv4
 pub fn shipped_ipv6() -> (Vec<Prefix<u128>>, Lpm<u128>, Vec<u128>) {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11/rib-v6.txt.gz");
+    shipped(|r| final_prefixes(&r.v6), "rib-v6.txt.gz")
+}
+
+/// The same for the shipped IPv4 table.
+#[allow(dead_code)]
+pub fn shipped_ipv4() -> (Vec<Prefix<u32>>, Lpm<u32>, Vec<u32>) {
+    shipped(|r| final_prefixes(&r.v4), "rib-v4.txt.gz")
+}
+
+fn shipped<K: Key>(
+    family: impl Fn(&fibre_bench::source::RouteFile) -> Vec<Prefix<K>>,
+    file: &str,
+) -> (Vec<Prefix<K>>, Lpm<K>, Vec<K>) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/ris-2026-05-11")
+        .join(file);
     let routes = read_route_file(&path, false).expect("shipped table");
-    let prefixes = final_prefixes(&routes.v6);
+    let prefixes = family(&routes);
     let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let keys = addresses::matched(&prefixes, 1 << 20, 1);
     (prefixes, table, keys)
@@ -42,11 +57,11 @@ fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
 
 /// Checks that `candidate` answers as the trie does (batched for every address, scalar
 /// for the first 100,000), then times both `rounds` times, one line a round.
-pub fn compare<C: Candidate>(
+pub fn compare<K: Key, C: Candidate>(
     name: &str,
     candidate: &C,
-    table: &Lpm<u128>,
-    keys: &[u128],
+    table: &Lpm<K>,
+    keys: &[K],
     own: &[C::Key],
     rounds: usize,
 ) {
