@@ -511,9 +511,9 @@ impl Chunked {
                 count: (end - i) as u32,
                 ..Leaf::default()
             };
-            for k in i..end {
-                leaf.keys[k - i] = ((chunk[k].0 - base) >> shift) as u32;
-                leaf.values[k - i] = chunk[k].1;
+            for (k, &(start, value)) in chunk[i..end].iter().enumerate() {
+                leaf.keys[k] = ((start - base) >> shift) as u32;
+                leaf.values[k] = value;
             }
             self.leaves.push(leaf);
             i = end;
