@@ -130,38 +130,78 @@ struct Packed {
 #[repr(C, align(64))]
 struct Node8([u64; 8]);
 
+/// Packs consecutive `(start, value)` ranges into leaves, as many to a leaf (up to `L`)
+/// as keep their offsets from the leaf's first start within 32 bits once shifted.
+fn pack_leaves(ranges: &[(u64, u32)]) -> Vec<Leaf> {
+    let mut leaves = Vec::new();
+    let mut i = 0;
+    while i < ranges.len() {
+        let base = ranges[i].0;
+        let (mut end, mut shift) = (i + 1, 64);
+        while end < ranges.len() && end - i < L {
+            let delta = ranges[end].0 - base;
+            let s = shift.min(delta.trailing_zeros());
+            if (delta >> s) > u64::from(u32::MAX) {
+                break;
+            }
+            shift = s;
+            end += 1;
+        }
+        let shift = if shift == 64 { 0 } else { shift };
+        let mut leaf = Leaf {
+            base,
+            shift,
+            count: (end - i) as u32,
+            ..Leaf::default()
+        };
+        for (k, &(start, value)) in ranges[i..end].iter().enumerate() {
+            leaf.keys[k] = ((start - base) >> shift) as u32;
+            leaf.values[k] = value;
+        }
+        leaves.push(leaf);
+        i = end;
+    }
+    leaves
+}
+
+/// Builds levels of [`TreeNode`]s above `children` (`(first key, index)` of each, leaves
+/// when `leaf_children`), appending them to `nodes`; returns the root's index and the
+/// number of levels.
+fn build_tree(
+    nodes: &mut Vec<TreeNode>,
+    mut children: Vec<(u64, usize)>,
+    mut leaf_children: u32,
+) -> (usize, usize) {
+    let mut height = 0;
+    while children.len() > 1 || height == 0 {
+        let level_base = nodes.len();
+        for group in children.chunks(8) {
+            let mut node = TreeNode {
+                keys: [u64::MAX; 7],
+                child_base: group[0].1 as u32,
+                leaf_children,
+            };
+            for (k, child) in group.iter().enumerate().skip(1) {
+                node.keys[k - 1] = child.0;
+            }
+            nodes.push(node);
+        }
+        children = children
+            .chunks(8)
+            .enumerate()
+            .map(|(j, g)| (g[0].0, level_base + j))
+            .collect();
+        leaf_children = 0;
+        height += 1;
+    }
+    (children[0].1, height)
+}
+
 impl Packed {
     fn build<K: Key>(table: &Lpm<K>, prefixes: &[Prefix<K>]) -> Packed {
         let (bounds, values) = ranges_of(table, prefixes);
-        let mut leaves = Vec::new();
-        let mut i = 0;
-        while i < bounds.len() {
-            let base = bounds[i];
-            let mut end = i + 1;
-            let mut shift = 64;
-            while end < bounds.len() && end - i < L {
-                let delta = bounds[end] - base;
-                let s = shift.min(delta.trailing_zeros());
-                if (delta >> s) > u64::from(u32::MAX) {
-                    break;
-                }
-                shift = s;
-                end += 1;
-            }
-            let shift = if shift == 64 { 0 } else { shift };
-            let mut leaf = Leaf {
-                base,
-                shift,
-                count: (end - i) as u32,
-                ..Leaf::default()
-            };
-            for k in i..end {
-                leaf.keys[k - i] = ((bounds[k] - base) >> shift) as u32;
-                leaf.values[k - i] = values[k];
-            }
-            leaves.push(leaf);
-            i = end;
-        }
+        let ranges: Vec<(u64, u32)> = bounds.into_iter().zip(values).collect();
+        let leaves = pack_leaves(&ranges);
         let mut levels: Vec<Vec<Node8>> = Vec::new();
         let mut firsts: Vec<u64> = leaves.iter().map(|l| l.base).collect();
         while firsts.len() > 1 {
@@ -496,64 +536,15 @@ impl Chunked {
             return if v == u32::MAX { 0 } else { v + 1 };
         }
         let leaf_base = self.leaves.len();
-        let mut i = 0;
-        while i < chunk.len() {
-            let base = chunk[i].0;
-            let (mut end, mut shift) = (i + 1, 64);
-            while end < chunk.len() && end - i < L {
-                let delta = chunk[end].0 - base;
-                let s = shift.min(delta.trailing_zeros());
-                if (delta >> s) > u64::from(u32::MAX) {
-                    break;
-                }
-                shift = s;
-                end += 1;
-            }
-            let shift = if shift == 64 { 0 } else { shift };
-            let mut leaf = Leaf {
-                base,
-                shift,
-                count: (end - i) as u32,
-                ..Leaf::default()
-            };
-            for (k, &(start, value)) in chunk[i..end].iter().enumerate() {
-                leaf.keys[k] = ((start - base) >> shift) as u32;
-                leaf.values[k] = value;
-            }
-            self.leaves.push(leaf);
-            i = end;
-        }
+        self.leaves.extend(pack_leaves(chunk));
         if self.leaves.len() - leaf_base == 1 {
             return LEAF_ENTRY | leaf_base as u32;
         }
-        // Levels of 8-way nodes, bottom up: (first key, index) of each child.
-        let mut children: Vec<(u64, usize)> = (leaf_base..self.leaves.len())
+        let children = (leaf_base..self.leaves.len())
             .map(|l| (self.leaves[l].base, l))
             .collect();
-        let mut leaf_children = 1;
-        loop {
-            let level_base = self.nodes.len();
-            for group in children.chunks(8) {
-                let mut node = TreeNode {
-                    keys: [u64::MAX; 7],
-                    child_base: group[0].1 as u32,
-                    leaf_children,
-                };
-                for (k, child) in group.iter().enumerate().skip(1) {
-                    node.keys[k - 1] = child.0;
-                }
-                self.nodes.push(node);
-            }
-            children = children
-                .chunks(8)
-                .enumerate()
-                .map(|(j, g)| (g[0].0, level_base + j))
-                .collect();
-            leaf_children = 0;
-            if children.len() == 1 {
-                return TREE_ENTRY | children[0].1 as u32;
-            }
-        }
+        let (root, _) = build_tree(&mut self.nodes, children, 1);
+        TREE_ENTRY | root as u32
     }
 
     /// How many of the node's 7 keys are at most `key`.
@@ -672,39 +663,17 @@ struct BTree {
 impl BTree {
     fn build(packed: &Packed) -> BTree {
         let leaves = packed.leaves.clone();
-        let mut nodes: Vec<TreeNode> = Vec::new();
-        let mut children: Vec<(u64, usize)> = leaves
+        let mut nodes = Vec::new();
+        let children = leaves
             .iter()
             .enumerate()
             .map(|(i, l)| (l.base, i))
             .collect();
-        let mut height = 0;
-        let mut leaf_children = 1;
-        while children.len() > 1 || height == 0 {
-            let level_base = nodes.len();
-            for group in children.chunks(8) {
-                let mut node = TreeNode {
-                    keys: [u64::MAX; 7],
-                    child_base: group[0].1 as u32,
-                    leaf_children,
-                };
-                for (k, child) in group.iter().enumerate().skip(1) {
-                    node.keys[k - 1] = child.0;
-                }
-                nodes.push(node);
-            }
-            children = children
-                .chunks(8)
-                .enumerate()
-                .map(|(j, g)| (g[0].0, level_base + j))
-                .collect();
-            leaf_children = 0;
-            height += 1;
-        }
+        let (root, height) = build_tree(&mut nodes, children, 1);
         BTree {
             leaves,
             nodes,
-            root: children[0].1,
+            root,
             height,
         }
     }
