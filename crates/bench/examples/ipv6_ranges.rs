@@ -44,9 +44,10 @@
 //! levels, no branch on the data) as much as from its compares.
 //!
 //! A fourth, `BTree`, keeps `Packed`'s leaves and lockstep walk but finds children through
-//! explicit indices (7-key nodes, 8 children, height 6), the layout a B+-tree that splits
-//! and merges under updates would have: 12.2-15.6 ns batched against the trie's 18.5-18.7
-//! (and `Packed`'s 10.4-10.5 in the same run).
+//! explicit indices, the layout a B+-tree that splits and merges under updates would
+//! have. With 7-key nodes of one line (height 6): 11.9-12.3 ns batched against the trie's
+//! 17.9-18.1, scalar 34-57; with 15-key nodes of two lines (height 4): 12.2-12.4 batched,
+//! scalar 24-30 against the trie's 36 (`Packed`: 10.3-10.4 in the same run).
 //!
 //! So a global range search, as a B+-tree of uniform height walked in lockstep, is the way
 //! forward for IPv6 lookups that the measurements point to, and the trie stays the better
@@ -167,17 +168,17 @@ fn pack_leaves(ranges: &[(u64, u32)]) -> Vec<Leaf> {
 /// Builds levels of [`TreeNode`]s above `children` (`(first key, index)` of each, leaves
 /// when `leaf_children`), appending them to `nodes`; returns the root's index and the
 /// number of levels.
-fn build_tree(
-    nodes: &mut Vec<TreeNode>,
+fn build_tree<const K: usize>(
+    nodes: &mut Vec<TreeNode<K>>,
     mut children: Vec<(u64, usize)>,
     mut leaf_children: u32,
 ) -> (usize, usize) {
     let mut height = 0;
     while children.len() > 1 || height == 0 {
         let level_base = nodes.len();
-        for group in children.chunks(8) {
+        for group in children.chunks(K + 1) {
             let mut node = TreeNode {
-                keys: [u64::MAX; 7],
+                keys: [u64::MAX; K],
                 child_base: group[0].1 as u32,
                 leaf_children,
             };
@@ -187,7 +188,7 @@ fn build_tree(
             nodes.push(node);
         }
         children = children
-            .chunks(8)
+            .chunks(K + 1)
             .enumerate()
             .map(|(j, g)| (g[0].0, level_base + j))
             .collect();
@@ -483,14 +484,43 @@ const LEAF_ENTRY: u32 = 1 << 31;
 const TREE_ENTRY: u32 = 1 << 30;
 const ENTRY: u32 = TREE_ENTRY - 1;
 
-/// An internal node of a chunk's tree: 7 keys and where its 8 children start.
-#[derive(Clone, Copy, Default)]
+/// An internal node of a search tree: `K` keys and where its `K + 1` children start
+/// (`K` = 7: one cache line; 15: two).
+#[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct TreeNode {
-    keys: [u64; 7],
+struct TreeNode<const K: usize> {
+    keys: [u64; K],
     child_base: u32,
     /// 1 if the children are leaves.
     leaf_children: u32,
+}
+
+impl<const K: usize> TreeNode<K> {
+    /// How many of the node's keys are at most `key`.
+    #[inline(always)]
+    fn rank(&self, key: u64) -> u32 {
+        #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+        // SAFETY: the CPU has AVX-512F (checked at compile time); `K + 1` is a multiple of
+        // 8, so the loads read exactly the node's `8 * (K + 1)` bytes, a live reference;
+        // the last lane (the child index and flag) is masked off.
+        unsafe {
+            use std::arch::x86_64::{
+                _mm512_cmple_epu64_mask, _mm512_loadu_si512, _mm512_set1_epi64,
+            };
+            let k = _mm512_set1_epi64(key as i64);
+            let base = (self as *const Self).cast::<u64>();
+            let mut mask = 0u64;
+            for c in 0..(K + 1) / 8 {
+                let lanes = _mm512_loadu_si512(base.add(8 * c).cast());
+                mask |= u64::from(_mm512_cmple_epu64_mask(lanes, k)) << (8 * c);
+            }
+            (mask & ((1 << K) - 1)).count_ones()
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+        {
+            self.keys.iter().filter(|&&k| k <= key).count() as u32
+        }
+    }
 }
 
 /// The ranges below a direct-pointing array, as DXR arranges them: the top `D` bits of
@@ -499,7 +529,7 @@ struct TreeNode {
 /// indices, so chunks of any size pack together).
 struct Chunked {
     direct: Vec<u32>,
-    nodes: Vec<TreeNode>,
+    nodes: Vec<TreeNode<7>>,
     leaves: Vec<Leaf>,
 }
 
@@ -547,26 +577,6 @@ impl Chunked {
         TREE_ENTRY | root as u32
     }
 
-    /// How many of the node's 7 keys are at most `key`.
-    #[inline(always)]
-    fn rank7(node: &TreeNode, key: u64) -> u32 {
-        #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
-        // SAFETY: the CPU has AVX-512F (checked at compile time); the load reads the
-        // node's 64 bytes, a live reference; the eighth lane (the child index and flag)
-        // is masked off.
-        unsafe {
-            use std::arch::x86_64::{
-                _mm512_cmple_epu64_mask, _mm512_loadu_si512, _mm512_set1_epi64,
-            };
-            let lanes = _mm512_loadu_si512((node as *const TreeNode).cast());
-            (_mm512_cmple_epu64_mask(lanes, _mm512_set1_epi64(key as i64)) & 0x7F).count_ones()
-        }
-        #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-        {
-            node.keys.iter().filter(|&&k| k <= key).count() as u32
-        }
-    }
-
     fn lookup(&self, key: u64) -> Option<u32> {
         let e = self.direct[(key >> (64 - D)) as usize];
         if e & LEAF_ENTRY != 0 {
@@ -578,7 +588,7 @@ impl Chunked {
         let mut n = (e & ENTRY) as usize;
         loop {
             let node = &self.nodes[n];
-            let child = (node.child_base + Self::rank7(node, key)) as usize;
+            let child = (node.child_base + node.rank(key)) as usize;
             if node.leaf_children != 0 {
                 return Packed::in_leaf(&self.leaves[child], key);
             }
@@ -617,7 +627,7 @@ impl Chunked {
                     let i = lanes.trailing_zeros() as usize & 63;
                     lanes &= lanes - 1;
                     let node = &self.nodes[next[i]];
-                    next[i] = (node.child_base + Self::rank7(node, ks[i])) as usize;
+                    next[i] = (node.child_base + node.rank(ks[i])) as usize;
                     if node.leaf_children != 0 {
                         prefetch(self.leaves.as_ptr().wrapping_add(next[i]).cast());
                         walking &= !(1 << i);
@@ -653,15 +663,15 @@ impl Candidate for Chunked {
 /// `Packed`'s leaves under a B+-tree of [`TreeNode`]s with explicit child indices, which
 /// updates could split and merge: every key still descends the same number of levels, so
 /// a batch walks in lockstep as in `Packed`.
-struct BTree {
+struct BTree<const K: usize> {
     leaves: Vec<Leaf>,
-    nodes: Vec<TreeNode>,
+    nodes: Vec<TreeNode<K>>,
     root: usize,
     height: usize,
 }
 
-impl BTree {
-    fn build(packed: &Packed) -> BTree {
+impl<const K: usize> BTree<K> {
+    fn build(packed: &Packed) -> Self {
         let leaves = packed.leaves.clone();
         let mut nodes = Vec::new();
         let children = leaves
@@ -682,10 +692,10 @@ impl BTree {
         let mut n = self.root;
         for _ in 1..self.height {
             let node = &self.nodes[n];
-            n = (node.child_base + Chunked::rank7(node, key)) as usize;
+            n = (node.child_base + node.rank(key)) as usize;
         }
         let node = &self.nodes[n];
-        let leaf = (node.child_base + Chunked::rank7(node, key)) as usize;
+        let leaf = (node.child_base + node.rank(key)) as usize;
         Packed::in_leaf(&self.leaves[leaf], key)
     }
 
@@ -696,14 +706,18 @@ impl BTree {
             for level in 0..self.height {
                 for (jj, &k) in j.iter_mut().zip(ks) {
                     let node = &self.nodes[*jj];
-                    *jj = (node.child_base + Chunked::rank7(node, k)) as usize;
+                    *jj = (node.child_base + node.rank(k)) as usize;
                 }
                 let last = level + 1 == self.height;
                 for &jj in &j[..ks.len()] {
                     if last {
                         prefetch(self.leaves.as_ptr().wrapping_add(jj).cast());
                     } else {
-                        prefetch(self.nodes.as_ptr().wrapping_add(jj).cast());
+                        let node = self.nodes.as_ptr().wrapping_add(jj).cast::<u8>();
+                        prefetch(node);
+                        if K > 7 {
+                            prefetch(node.wrapping_add(64));
+                        }
                     }
                 }
             }
@@ -714,13 +728,13 @@ impl BTree {
     }
 }
 
-impl Candidate for BTree {
+impl<const K: usize> Candidate for BTree<K> {
     type Key = u64;
     fn lookup(&self, key: u64) -> Option<u32> {
-        BTree::lookup(self, key)
+        BTree::<K>::lookup(self, key)
     }
     fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
-        BTree::lookup_batch(self, keys, out)
+        BTree::<K>::lookup_batch(self, keys, out)
     }
 }
 
@@ -746,13 +760,20 @@ fn main() {
         packed.levels.len()
     );
     experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
-    let btree = BTree::build(&packed);
+    let btree = BTree::<7>::build(&packed);
     println!(
-        "B+-tree over the same leaves: {} nodes, height {}",
+        "B+-tree over the same leaves, 7-key nodes: {} nodes, height {}",
         btree.nodes.len(),
         btree.height
     );
     experiment::compare("B+-tree ranges", &btree, &table, &keys, &top, 3);
+    let btree = BTree::<15>::build(&packed);
+    println!(
+        "B+-tree over the same leaves, 15-key nodes: {} nodes, height {}",
+        btree.nodes.len(),
+        btree.height
+    );
+    experiment::compare("B+-tree ranges (15 keys)", &btree, &table, &keys, &top, 3);
     let chunked = Chunked::build(&table, &prefixes);
     println!(
         "chunked ranges below {D} direct bits: {} tree nodes, {} leaves, {:.2} MiB",
