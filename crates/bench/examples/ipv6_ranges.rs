@@ -496,13 +496,17 @@ struct TreeNode<const K: usize> {
 }
 
 impl<const K: usize> TreeNode<K> {
+    /// Whole 8-lane vectors: checked when a node size is first used.
+    const WHOLE_VECTORS: () = assert!((K + 1) % 8 == 0 && K < 64);
+
     /// How many of the node's keys are at most `key`.
     #[inline(always)]
     fn rank(&self, key: u64) -> u32 {
+        let () = Self::WHOLE_VECTORS;
         #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
         // SAFETY: the CPU has AVX-512F (checked at compile time); `K + 1` is a multiple of
-        // 8, so the loads read exactly the node's `8 * (K + 1)` bytes, a live reference;
-        // the last lane (the child index and flag) is masked off.
+        // 8 (`WHOLE_VECTORS`), so the loads read exactly the node's `8 * (K + 1)` bytes, a
+        // live reference; the last lane (the child index and flag) is masked off.
         unsafe {
             use std::arch::x86_64::{
                 _mm512_cmple_epu64_mask, _mm512_loadu_si512, _mm512_set1_epi64,
