@@ -497,7 +497,7 @@ struct TreeNode<const K: usize> {
 
 impl<const K: usize> TreeNode<K> {
     /// Whole 8-lane vectors: checked when a node size is first used.
-    const WHOLE_VECTORS: () = assert!((K + 1) % 8 == 0 && K < 64);
+    const WHOLE_VECTORS: () = assert!((K + 1).is_multiple_of(8) && K < 64);
 
     /// How many of the node's keys are at most `key`.
     #[inline(always)]
