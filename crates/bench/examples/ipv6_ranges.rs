@@ -104,6 +104,11 @@ fn from_top64<K: Key>(top: u64) -> K {
     K::from_u128((u128::from(top) << 64) >> (128 - u32::from(K::BITS)))
 }
 
+/// Bytes in MiB.
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
 /// Ranges in a leaf of [`Packed`].
 const L: usize = 6;
 
@@ -299,8 +304,15 @@ impl Packed {
         }
     }
 
-    fn bytes(&self) -> usize {
-        self.leaves.len() * 64 + self.levels.iter().map(|l| l.len() * 64).sum::<usize>()
+    fn describe(&self) -> String {
+        let bytes =
+            self.leaves.len() * 64 + self.levels.iter().map(|l| l.len() * 64).sum::<usize>();
+        format!(
+            "{} leaves of up to {L} ranges, {} levels above them, {:.2} MiB",
+            self.leaves.len(),
+            self.levels.len(),
+            mib(bytes)
+        )
     }
 }
 
@@ -443,35 +455,21 @@ impl Ranges {
         }
     }
 
-    fn bytes(&self) -> usize {
+    fn describe(&self) -> String {
         use std::mem::size_of;
-        self.bounds.len() * size_of::<Node>()
+        let bytes = self.bounds.len() * size_of::<Node>()
             + self.values.len() * size_of::<Values>()
             + self
                 .levels
                 .iter()
                 .map(|l| l.len() * size_of::<Node>())
-                .sum::<usize>()
-    }
-}
-
-impl Candidate for Ranges {
-    type Key = u64;
-    fn lookup(&self, key: u64) -> Option<u32> {
-        Ranges::lookup(self, key)
-    }
-    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
-        Ranges::lookup_batch(self, keys, out)
-    }
-}
-
-impl Candidate for Packed {
-    type Key = u64;
-    fn lookup(&self, key: u64) -> Option<u32> {
-        Packed::lookup(self, key)
-    }
-    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
-        Packed::lookup_batch(self, keys, out)
+                .sum::<usize>();
+        format!(
+            "{} ranges in nodes of {B}, {} levels above them, {:.2} MiB",
+            self.bounds.len() * B,
+            self.levels.len(),
+            mib(bytes)
+        )
     }
 }
 
@@ -649,18 +647,14 @@ impl Chunked {
         }
     }
 
-    fn bytes(&self) -> usize {
-        self.direct.len() * 4 + self.nodes.len() * 64 + self.leaves.len() * 64
-    }
-}
-
-impl Candidate for Chunked {
-    type Key = u64;
-    fn lookup(&self, key: u64) -> Option<u32> {
-        Chunked::lookup(self, key)
-    }
-    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
-        Chunked::lookup_batch(self, keys, out)
+    fn describe(&self) -> String {
+        let bytes = self.direct.len() * 4 + self.nodes.len() * 64 + self.leaves.len() * 64;
+        format!(
+            "below {D} direct bits: {} tree nodes, {} leaves, {:.2} MiB",
+            self.nodes.len(),
+            self.leaves.len(),
+            mib(bytes)
+        )
     }
 }
 
@@ -675,6 +669,15 @@ struct BTree<const K: usize> {
 }
 
 impl<const K: usize> BTree<K> {
+    fn describe(&self) -> String {
+        format!(
+            "{}-key nodes, {} of them, height {}",
+            K,
+            self.nodes.len(),
+            self.height
+        )
+    }
+
     fn build(packed: &Packed) -> Self {
         let leaves = packed.leaves.clone();
         let mut nodes = Vec::new();
@@ -732,79 +735,67 @@ impl<const K: usize> BTree<K> {
     }
 }
 
-impl<const K: usize> Candidate for BTree<K> {
-    type Key = u64;
-    fn lookup(&self, key: u64) -> Option<u32> {
-        BTree::<K>::lookup(self, key)
-    }
-    fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
-        BTree::<K>::lookup_batch(self, keys, out)
-    }
+/// `Candidate` for a structure whose own `lookup`, `lookup_batch` and `describe` serve.
+macro_rules! candidate {
+    ($($ty:ty),*) => {$(
+        impl Candidate for $ty {
+            type Key = u64;
+            fn lookup(&self, key: u64) -> Option<u32> {
+                <$ty>::lookup(self, key)
+            }
+            fn lookup_batch(&self, keys: &[u64], out: &mut [Option<u32>]) {
+                <$ty>::lookup_batch(self, keys, out)
+            }
+            fn describe(&self) -> String {
+                <$ty>::describe(self)
+            }
+        }
+    )*};
 }
+
+candidate!(Ranges, Packed, Chunked, BTree<7>, BTree<15>);
 
 fn main() {
     let (prefixes, table, keys) = experiment::shipped_ipv6();
+    experiment::announce(&prefixes, &table);
     // The structures search the top 64 bits of the address.
-    let top: Vec<u64> = keys.iter().map(|&k| (k >> 64) as u64).collect();
-    let ranges = Ranges::build(&table, &prefixes);
-    println!(
-        "IPv6 {} routes: trie {:.2} MiB, ranges {} in {:.2} MiB ({} levels above the boundaries)",
-        prefixes.len(),
-        table.memory().lookup_bytes as f64 / 1048576.0,
-        ranges.values.len() * B,
-        ranges.bytes() as f64 / 1048576.0,
-        ranges.levels.len()
+    let top: Vec<u64> = keys.iter().map(|&k| top64(k)).collect();
+    experiment::compare(
+        "ranges",
+        &Ranges::build(&table, &prefixes),
+        &table,
+        &keys,
+        &top,
+        1,
     );
-    experiment::compare("ranges", &ranges, &table, &keys, &top, 1);
     let packed = Packed::build(&table, &prefixes);
-    println!(
-        "packed ranges: {} leaves of up to {L} ranges, {:.2} MiB, {} levels above them",
-        packed.leaves.len(),
-        packed.bytes() as f64 / 1048576.0,
-        packed.levels.len()
-    );
     experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
     let btree = BTree::<7>::build(&packed);
-    println!(
-        "B+-tree over the same leaves, 7-key nodes: {} nodes, height {}",
-        btree.nodes.len(),
-        btree.height
+    experiment::compare(
+        "B+-tree ranges, 7-key nodes",
+        &btree,
+        &table,
+        &keys,
+        &top,
+        3,
     );
-    experiment::compare("B+-tree ranges", &btree, &table, &keys, &top, 3);
     let btree = BTree::<15>::build(&packed);
-    println!(
-        "B+-tree over the same leaves, 15-key nodes: {} nodes, height {}",
-        btree.nodes.len(),
-        btree.height
+    experiment::compare(
+        "B+-tree ranges, 15-key nodes",
+        &btree,
+        &table,
+        &keys,
+        &top,
+        3,
     );
-    experiment::compare("B+-tree ranges (15 keys)", &btree, &table, &keys, &top, 3);
     let chunked = Chunked::build(&table, &prefixes);
-    println!(
-        "chunked ranges below {D} direct bits: {} tree nodes, {} leaves, {:.2} MiB",
-        chunked.nodes.len(),
-        chunked.leaves.len(),
-        chunked.bytes() as f64 / 1048576.0
-    );
     experiment::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
     // The same for IPv4, the address in the top half of the 64-bit key.
     let (prefixes, table, keys) = experiment::shipped_ipv4();
+    experiment::announce(&prefixes, &table);
     let top: Vec<u64> = keys.iter().map(|&k| top64(k)).collect();
     let packed = Packed::build(&table, &prefixes);
-    println!(
-        "IPv4 {} routes: trie {:.2} MiB; packed ranges: {} leaves, {:.2} MiB, {} levels above them",
-        prefixes.len(),
-        table.memory().lookup_bytes as f64 / 1048576.0,
-        packed.leaves.len(),
-        packed.bytes() as f64 / 1048576.0,
-        packed.levels.len()
-    );
     experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
     let chunked = Chunked::build(&table, &prefixes);
-    println!(
-        "chunked ranges below {D} direct bits: {} tree nodes, {} leaves, {:.2} MiB",
-        chunked.nodes.len(),
-        chunked.leaves.len(),
-        chunked.bytes() as f64 / 1048576.0
-    );
     experiment::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
 }

@@ -289,12 +289,6 @@ impl Stride8 {
             }
         }
     }
-
-    fn bytes(&self) -> usize {
-        self.direct.len() * 4
-            + self.nodes.len() * std::mem::size_of::<Node8>()
-            + self.leaves.len() * 4
-    }
 }
 
 impl Candidate for Stride8 {
@@ -304,6 +298,15 @@ impl Candidate for Stride8 {
     }
     fn lookup_batch(&self, keys: &[u128], out: &mut [Option<u32>]) {
         Stride8::lookup_batch(self, keys, out)
+    }
+    fn describe(&self) -> String {
+        let node = std::mem::size_of::<Node8>();
+        let bytes = self.direct.len() * 4 + self.nodes.len() * node + self.leaves.len() * 4;
+        format!(
+            "{} nodes of {node} bytes, {:.2} MiB",
+            self.nodes.len(),
+            bytes as f64 / 1048576.0
+        )
     }
 }
 
@@ -316,13 +319,6 @@ fn main() {
         .collect();
     sorted.sort_by_key(|(p, _)| (p.addr(), p.len()));
     let s8 = Stride8::build(&sorted);
-    println!(
-        "IPv6 {} routes: trie {:.2} MiB; 8-bit strides {:.2} MiB ({} nodes of {} bytes)",
-        prefixes.len(),
-        table.memory().lookup_bytes as f64 / 1048576.0,
-        s8.bytes() as f64 / 1048576.0,
-        s8.nodes.len(),
-        std::mem::size_of::<Node8>()
-    );
+    experiment::announce(&prefixes, &table);
     experiment::compare("8-bit strides", &s8, &table, &keys, &keys, 3);
 }

@@ -40,6 +40,18 @@ pub trait Candidate {
     type Key: Copy;
     fn lookup(&self, key: Self::Key) -> Option<u32>;
     fn lookup_batch(&self, keys: &[Self::Key], out: &mut [Option<u32>]);
+    /// Its size and shape, for the report.
+    fn describe(&self) -> String;
+}
+
+/// Prints the family's table and trie, the line every comparison of it follows.
+pub fn announce<K: Key>(prefixes: &[Prefix<K>], table: &Lpm<K>) {
+    println!(
+        "IPv{} {} routes: trie {:.2} MiB",
+        K::FAMILY,
+        prefixes.len(),
+        table.memory().lookup_bytes as f64 / 1048576.0
+    );
 }
 
 /// Best of 7 passes of `f` over `n` lookups, in ns per lookup.
@@ -73,6 +85,7 @@ pub fn compare<K: Key, C: Candidate>(
     for (&k, &want) in own.iter().zip(&a).take(100_000) {
         assert_eq!(candidate.lookup(k), want, "{name}, scalar");
     }
+    println!("{name}: {}", candidate.describe());
     for _ in 0..rounds {
         let trie_batch = best_of(keys.len(), || table.lookup_batch(keys, &mut a));
         let batch = best_of(keys.len(), || candidate.lookup_batch(own, &mut b));
