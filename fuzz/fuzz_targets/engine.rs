@@ -1,16 +1,17 @@
-//! Fuzzes the engine: bytes become inserts, removes, lookups and publishes on both
-//! families, through the shared writer, each checked against the reference. Published
+//! Fuzzes both engines: bytes become inserts, removes, lookups and publishes on both
+//! families and both engines (trie and range tree), through the shared writer, each
+//! checked against the reference. Published
 //! snapshots are held while later updates copy around them, and must still answer as the
 //! reference did when they were published; the whole table is compared at the end.
 #![no_main]
 
-use fibre_lpm::{shared, Key, Lpm, Prefix, ReadGuard, ReferenceLpm};
+use fibre_lpm::{shared, Engine, Key, Lookups, Lpm, Prefix, RangeLpm, ReadGuard, ReferenceLpm};
 use libfuzzer_sys::fuzz_target;
 
 /// A held snapshot and the reference as it was when the snapshot was published.
-type Held<K> = (ReadGuard<K>, ReferenceLpm<K>);
+type Held<K, E> = (ReadGuard<K, E>, ReferenceLpm<K>);
 
-fn check<K: Key>(guard: &ReadGuard<K>, r: &ReferenceLpm<K>, keys: &[K]) {
+fn check<K: Key, E: Engine<K>>(guard: &ReadGuard<K, E>, r: &ReferenceLpm<K>, keys: &[K]) {
     let mut out = vec![None; keys.len()];
     guard.lookup_batch(keys, &mut out);
     for (i, &k) in keys.iter().enumerate() {
@@ -20,11 +21,11 @@ fn check<K: Key>(guard: &ReadGuard<K>, r: &ReferenceLpm<K>, keys: &[K]) {
     }
 }
 
-fn run<K: Key>(data: &[u8], key_bytes: usize) {
-    let (mut w, reader) = shared(Lpm::<K>::new());
+fn run<K: Key, E: Engine<K>>(data: &[u8], key_bytes: usize) {
+    let (mut w, reader) = shared::<K, E>(E::default());
     let mut r = ReferenceLpm::<K>::new();
     let mut keys = Vec::new();
-    let mut held: Vec<Held<K>> = Vec::new();
+    let mut held: Vec<Held<K, E>> = Vec::new();
     for op in data.chunks(key_bytes + 2) {
         if op.len() < key_bytes + 2 {
             break;
@@ -61,16 +62,21 @@ fn run<K: Key>(data: &[u8], key_bytes: usize) {
     drop(held);
     w.publish();
     check(&reader.read().expect("the writer is alive"), &r, &keys);
-    assert_eq!(w.retired_snapshots(), 0, "nothing held, everything reclaimed");
+    assert_eq!(
+        w.retired_snapshots(),
+        0,
+        "nothing held, everything reclaimed"
+    );
     assert_eq!(w.table().to_vec(), r.to_sorted_vec());
 }
 
 fuzz_target!(|data: &[u8]| {
     if let Some((&family, rest)) = data.split_first() {
-        if family & 1 == 0 {
-            run::<u32>(rest, 4);
-        } else {
-            run::<u128>(rest, 16);
+        match family & 3 {
+            0 => run::<u32, Lpm<u32>>(rest, 4),
+            1 => run::<u128, Lpm<u128>>(rest, 16),
+            2 => run::<u32, RangeLpm<u32>>(rest, 4),
+            _ => run::<u128, RangeLpm<u128>>(rest, 16),
         }
     }
 });

@@ -8,7 +8,8 @@ use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
     let mut seen = 0;
-    let summary = read_mrt(data, Path::new("fuzz.mrt"), |_| seen += 1).expect("reading memory cannot fail");
+    let summary =
+        read_mrt(data, Path::new("fuzz.mrt"), |_| seen += 1).expect("reading memory cannot fail");
     assert_eq!(summary.routes, seen);
     if let Some(e) = summary.broken {
         assert!(e.reason.contains("breaks off near byte"));

@@ -21,7 +21,12 @@ fuzz_target!(|data: &[u8]| {
             assert!(e.to_string().starts_with("fuzz:"));
         }
     }
-    for (op, p) in lenient.v4.iter().map(|(o, p)| (*o, AnyPrefix::V4(*p))).chain(lenient.v6.iter().map(|(o, p)| (*o, AnyPrefix::V6(*p)))) {
+    for (op, p) in lenient
+        .v4
+        .iter()
+        .map(|(o, p)| (*o, AnyPrefix::V4(*p)))
+        .chain(lenient.v6.iter().map(|(o, p)| (*o, AnyPrefix::V6(*p))))
+    {
         let text = match op {
             RouteOp::Announce => format!("A {p}"),
             RouteOp::Withdraw => format!("W {p}"),

@@ -13,7 +13,9 @@
 use crate::addresses;
 use crate::method::{interleaved, measure, Method, Stat, Timing};
 use crate::source::RouteOp;
-use fibre_lpm::{shared, Key, Lpm, LpmReader, LpmReaderFactory, Prefix, Snapshot};
+use fibre_lpm::{
+    shared, Engine, Key, Lookups, LpmReader, LpmReaderFactory, Prefix, Table, TableSnapshot,
+};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -108,11 +110,11 @@ pub fn bench_family<K: Key>(
 
     on_step(&format!("IPv{}: bulk build", K::FAMILY));
     let mut build_secs = Vec::new();
-    let mut table = Lpm::new();
+    let mut table = Table::<K>::default();
     for _ in 0..3 {
         let input = routes.clone();
         let start = Instant::now();
-        table = Lpm::build(input);
+        table = Table::<K>::build(input);
         build_secs.push(start.elapsed().as_secs_f64());
     }
     let build = Stat::trimmed(&build_secs);
@@ -130,7 +132,7 @@ pub fn bench_family<K: Key>(
             "bytes_per_route": m.lookup_bytes as f64 / prefixes.len().max(1) as f64,
             "nodes": m.nodes,
             "leaves": m.leaves,
-            "direct_bits": table.direct_bits(),
+            "structure": <Table<K> as Engine<K>>::STRUCTURE,
         }),
     ));
 
@@ -138,7 +140,7 @@ pub fn bench_family<K: Key>(
         "IPv{}: incremental inserts and removals",
         K::FAMILY
     ));
-    let mut t = Lpm::new();
+    let mut t = Table::<K>::default();
     let start = Instant::now();
     for &(p, v) in &routes {
         t.insert(p, v);
@@ -274,7 +276,7 @@ type Interference = ([[[Vec<f64>; 2]; 3]; 2], [(u64, f64); 2]);
 /// applies `updates` to a table of its own, or applies them to the shared table the
 /// reader reads, publishing every `cfg.publish_every` operations.
 fn interference<K: Key>(
-    table: Lpm<K>,
+    table: Table<K>,
     updates: &[(RouteOp, Prefix<K>)],
     keys: &[K],
     cfg: &LookupConfig,
@@ -371,7 +373,7 @@ fn lookup_fields(mode: Mode, threads: usize, addresses: &str, t: Timing, writer:
 
 /// Applies an update stream to a table: announcements insert (value = position in the
 /// stream), withdrawals remove.
-pub fn apply_updates<K: Key>(t: &mut Lpm<K>, updates: &[(RouteOp, Prefix<K>)]) {
+pub fn apply_updates<K: Key, E: Engine<K>>(t: &mut E, updates: &[(RouteOp, Prefix<K>)]) {
     for (i, &(op, p)) in updates.iter().enumerate() {
         match op {
             RouteOp::Announce => {
@@ -387,7 +389,7 @@ pub fn apply_updates<K: Key>(t: &mut Lpm<K>, updates: &[(RouteOp, Prefix<K>)]) {
 /// Measures fibre's lookups of `keys` in `table` through the shared table's readers, as
 /// `fibre bench lookup` does (dry run subtracted).
 pub fn measure_fibre<K: Key>(
-    table: Lpm<K>,
+    table: Table<K>,
     keys: &[K],
     mode: Mode,
     method: Method,
@@ -454,7 +456,7 @@ fn run<K: Key>(
     let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
     for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
         let guard = reader.read().expect("the writer outlives the benchmark");
-        let table: &Snapshot<K> = &guard;
+        let table: &TableSnapshot<K> = &guard;
         match (mode, real) {
             (Mode::Scalar, true) => {
                 for &k in chunk {

@@ -20,7 +20,7 @@ use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode
 use crate::method::{interleaved, Method, Timing};
 use crate::peers::{build_peers, measure_peer, PeerKey};
 use crate::source::RouteOp;
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Engine, Key, Prefix, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -162,7 +162,7 @@ fn measure_engines<K: Key + PeerKey>(
         repetitions: cfg.repetitions,
         threads,
     };
-    let table = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let table = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     for mode in [Mode::Scalar, Mode::Batch] {
         let t = measure_fibre(table.clone(), keys, mode, method, cfg.batch);
         (sink.emit)(merge(
@@ -217,7 +217,7 @@ fn measure_threads<K: Key + PeerKey>(
             ));
         }
     };
-    let table = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let table = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let (writer, reader) = fibre_lpm::shared(table);
     let readers = reader.factory();
     for mode in [Mode::Scalar, Mode::Batch] {
@@ -283,9 +283,9 @@ fn load_kernel<K: Key>(
 
 fn fibre_load<K: Key>(study: &str, routes: &[Prefix<K>], sink: &mut Sink<'_>) {
     let start = Instant::now();
-    let t = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let t = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let secs = start.elapsed().as_secs_f64();
-    let mut inc = Lpm::new();
+    let mut inc = Table::<K>::default();
     let start = Instant::now();
     for (i, p) in routes.iter().enumerate() {
         inc.insert(*p, i as u32);

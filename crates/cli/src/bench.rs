@@ -437,11 +437,11 @@ fn print_figure(f: &Figure, json: bool) {
     match f["metric"].as_str().unwrap_or("") {
         "build" => println!("{family}: bulk build {:.3} s ({:.2} M routes/s)", num("seconds"), num("routes_per_sec") / 1e6),
         "memory" => println!(
-            "{family}: lookup structure {:.2} MiB ({:.2} bytes/route), update side {:.2} MiB, direct bits {}",
+            "{family}: lookup structure ({}) {:.2} MiB ({:.2} bytes/route), update side {:.2} MiB",
+            f["structure"].as_str().unwrap_or("?"),
             num("lookup_bytes") / 1048576.0,
             num("bytes_per_route"),
             num("update_bytes") / 1048576.0,
-            f["direct_bits"]
         ),
         "insert" | "remove" => println!(
             "{family}: incremental {} of every route {:.3} s ({:.2} M/s)",

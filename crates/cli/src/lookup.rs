@@ -1,7 +1,7 @@
 //! `fibre lookup`: longest-prefix match of addresses against a route file.
 
 use fibre_bench::source::final_prefixes;
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Engine, Key, Lookups, Prefix, Table};
 use std::io::{BufRead, BufWriter, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -22,15 +22,15 @@ pub struct Args {
 }
 
 /// A table of one family whose values index its sorted prefix list.
-struct Table<K: Key> {
+struct Routes<K: Key> {
     prefixes: Vec<Prefix<K>>,
-    lpm: Lpm<K>,
+    lpm: Table<K>,
 }
 
-impl<K: Key> Table<K> {
+impl<K: Key> Routes<K> {
     fn new(prefixes: Vec<Prefix<K>>) -> Self {
-        let lpm = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
-        Table { prefixes, lpm }
+        let lpm = Table::<K>::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+        Routes { prefixes, lpm }
     }
 
     fn answer(&self, addr: K) -> String {
@@ -43,8 +43,8 @@ impl<K: Key> Table<K> {
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let file = crate::load_all_routes(&args.routes, args.skip_bad)?;
-    let v4 = Table::new(final_prefixes(&file.v4));
-    let v6 = Table::new(final_prefixes(&file.v6));
+    let v4 = Routes::new(final_prefixes(&file.v4));
+    let v6 = Routes::new(final_prefixes(&file.v6));
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut bad = 0usize;

@@ -20,6 +20,8 @@ pub trait Key:
     const BITS: u8;
     /// IP version (4 or 6), for reports.
     const FAMILY: u8;
+    /// The engine this family's tables use (see [`crate::Table`]).
+    type Table: crate::engine::Engine<Self>;
     /// Bits resolved by the direct-pointing top level of a small table.
     const SMALL_DIRECT_BITS: u8;
     /// Bits resolved by the direct-pointing top level of a large table.
@@ -56,6 +58,7 @@ mod sealed {
 
 impl Key for u32 {
     type Addr = Ipv4Addr;
+    type Table = crate::trie::Lpm<u32>;
     const BITS: u8 = 32;
     const FAMILY: u8 = 4;
     const SMALL_DIRECT_BITS: u8 = 8;
@@ -101,6 +104,7 @@ impl Key for u32 {
 
 impl Key for u128 {
     type Addr = Ipv6Addr;
+    type Table = crate::ranges::RangeLpm<u128>;
     const BITS: u8 = 128;
     const FAMILY: u8 = 6;
     const SMALL_DIRECT_BITS: u8 = 8;

@@ -12,14 +12,18 @@
 //!
 //! No I/O happens here; route files and measurement live in `fibre-bench`.
 
+mod engine;
 mod key;
 mod prefix;
+mod ranges;
 mod reference;
 pub mod shared;
 mod trie;
 
+pub use engine::{Engine, Lookups, Table, TableSnapshot};
 pub use key::Key;
 pub use prefix::{Ipv4Prefix, Ipv6Prefix, Prefix, PrefixError};
+pub use ranges::{RangeLpm, RangeSnapshot, RANGE_BATCH};
 pub use reference::ReferenceLpm;
 pub use shared::{shared, LpmReader, LpmReaderFactory, LpmWriter, Op, ReadGuard};
 pub use trie::{Lpm, MemoryUsage, Snapshot, BATCH_GROUP, MAX_VALUE};

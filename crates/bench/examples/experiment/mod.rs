@@ -107,6 +107,7 @@ pub fn compare<K: Key, C: Candidate>(
 }
 
 /// Asks the CPU to start loading the cache line at `p`.
+#[allow(dead_code)] // not every experiment prefetches by hand
 #[inline(always)]
 pub fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]

@@ -62,7 +62,7 @@
 //! first write after a publish. So readers and the writer share one copy of everything
 //! that did not change. A table that was never published is changed in place.
 
-mod arena;
+pub(crate) mod arena;
 mod build;
 mod lookup;
 pub(crate) mod node;
@@ -154,12 +154,12 @@ enum Array {
 /// Blocks a table released before a publish, to be freed into it once no reader can
 /// reach them (see [`crate::shared`]).
 #[derive(Debug, Default)]
-pub(crate) struct Released {
+pub struct Released {
     generation: u64,
     blocks: Vec<Block>,
 }
 
-fn next_generation() -> u64 {
+pub(crate) fn next_generation() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }

@@ -1,0 +1,311 @@
+//! The range tree's memory: leaves and nodes as whole cache lines, how they are encoded,
+//! and the one search step each takes.
+//!
+//! A *leaf* is one 64-byte line holding up to [`LEAF_RANGES`] consecutive ranges: the
+//! first range's start (`base`), the other starts as 32-bit offsets from it (shifted right
+//! by a per-leaf `shift`, so that far-apart starts with common trailing zeros still fit),
+//! and every range's value. A *node* is two lines holding up to [`NODE_KEYS`] separator
+//! keys and [`NODE_KEYS`]` + 1` child indices. Unused separators and offsets hold the
+//! largest value and unused children and values repeat the last real one, so a search
+//! step is a count of the keys at most the searched key, with no special case for the
+//! fill: one AVX-512 compare a level where the CPU has it.
+//!
+//! Cells are atomics (see `trie/arena.rs` for why that makes sharing lines with readers
+//! sound); a lookup reads a line with one vector load, which never overlaps a write: the
+//! writer only writes lines no published snapshot can reach.
+
+use crate::trie::arena::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Ranges in a leaf.
+pub(crate) const LEAF_RANGES: usize = 7;
+/// Separator keys in a node; it has one child more.
+pub(crate) const NODE_KEYS: usize = 15;
+/// 64-bit words in a node: the keys, then the children and the count as 32-bit words.
+pub(crate) const NODE_WORDS: usize = 24;
+/// The first 32-bit word of a node's children.
+const CHILD_WORD: usize = 2 * NODE_KEYS;
+/// The 32-bit word holding a node's number of children.
+const COUNT_WORD: usize = CHILD_WORD + NODE_CHILDREN;
+/// Children of a node.
+pub(crate) const NODE_CHILDREN: usize = NODE_KEYS + 1;
+
+/// Set in a stored value that refers to a second-stage tree over the low 64 bits of an
+/// IPv6 key (a /64 holding longer prefixes); the tree's height sits in [`DEEP_HEIGHT`]
+/// and its root's index below.
+pub(crate) const DEEP: u32 = 1 << 31;
+/// Where a second-stage tree's height sits in a stored value that refers to it.
+pub(crate) const DEEP_HEIGHT_SHIFT: u32 = 28;
+/// The root index part of a stored value that refers to a second-stage tree.
+pub(crate) const DEEP_ROOT: u32 = (1 << DEEP_HEIGHT_SHIFT) - 1;
+/// The stored form of "no route".
+pub(crate) const NO_ROUTE: u32 = DEEP - 1;
+
+/// A leaf line: 16 words of 32 bits. Words 0-1: base; 2-7: offsets of ranges 1..7;
+/// 8-14: values of ranges 0..7; 15: shift.
+#[derive(Default, Debug)]
+#[repr(C, align(64))]
+pub(crate) struct LeafCell([AtomicU64; 8]);
+
+/// A node: three lines of 24 words of 64 bits. Words 0-14: separator keys; then, as 32-bit
+/// words 30-45, the children, and word 46, the number of children.
+#[derive(Default, Debug)]
+#[repr(C, align(64))]
+pub(crate) struct NodeCell([AtomicU64; NODE_WORDS]);
+
+impl Cell for LeafCell {
+    type Value = [u64; 8];
+    #[inline(always)]
+    fn read(&self) -> [u64; 8] {
+        std::array::from_fn(|i| self.0[i].load(Relaxed))
+    }
+    #[inline(always)]
+    fn write(&self, value: [u64; 8]) {
+        for (c, v) in self.0.iter().zip(value) {
+            c.store(v, Relaxed);
+        }
+    }
+}
+
+impl Cell for NodeCell {
+    type Value = [u64; NODE_WORDS];
+    #[inline(always)]
+    fn read(&self) -> [u64; NODE_WORDS] {
+        std::array::from_fn(|i| self.0[i].load(Relaxed))
+    }
+    #[inline(always)]
+    fn write(&self, value: [u64; NODE_WORDS]) {
+        for (c, v) in self.0.iter().zip(value) {
+            c.store(v, Relaxed);
+        }
+    }
+}
+
+/// The 32-bit word `i` of a line of 64-bit words (little-endian halves).
+fn word(line: &[u64], i: usize) -> u32 {
+    (line[i / 2] >> (32 * (i % 2))) as u32
+}
+
+fn set_word(line: &mut [u64], i: usize, v: u32) {
+    let shift = 32 * (i % 2);
+    line[i / 2] = line[i / 2] & !(0xFFFF_FFFF << shift) | u64::from(v) << shift;
+}
+
+/// Whether `ranges` (sorted starts, the first the leaf's base) fit one leaf.
+pub(crate) fn fits_leaf(ranges: &[(u64, u32)]) -> bool {
+    ranges.len() <= LEAF_RANGES && leaf_shift(ranges).is_some()
+}
+
+/// The shift that makes every start's offset from the first fit below `u32::MAX`, if any.
+fn leaf_shift(ranges: &[(u64, u32)]) -> Option<u32> {
+    let base = ranges[0].0;
+    let shift = ranges[1..]
+        .iter()
+        .map(|r| (r.0 - base).trailing_zeros())
+        .min()
+        .unwrap_or(0);
+    let shift = shift.min(63);
+    let last = ranges[ranges.len() - 1].0 - base;
+    ((last >> shift) < u64::from(u32::MAX)).then_some(shift)
+}
+
+/// How many of `ranges`, from the first, one leaf takes (at least one).
+pub(crate) fn leaf_take(ranges: &[(u64, u32)]) -> usize {
+    let mut n = 1;
+    while n < ranges.len() && n < LEAF_RANGES && leaf_shift(&ranges[..=n]).is_some() {
+        n += 1;
+    }
+    n
+}
+
+/// A leaf line holding `ranges` (which must [`fits_leaf`]).
+pub(crate) fn encode_leaf(ranges: &[(u64, u32)]) -> [u64; 8] {
+    debug_assert!(fits_leaf(ranges));
+    let shift = leaf_shift(ranges).expect("the ranges fit a leaf");
+    let base = ranges[0].0;
+    let mut line = [0u64; 8];
+    line[0] = base;
+    for k in 0..LEAF_RANGES - 1 {
+        let offset = match ranges.get(k + 1) {
+            Some(r) => ((r.0 - base) >> shift) as u32,
+            None => u32::MAX,
+        };
+        set_word(&mut line, 2 + k, offset);
+    }
+    let last = ranges[ranges.len() - 1].1;
+    for k in 0..LEAF_RANGES {
+        set_word(&mut line, 8 + k, ranges.get(k).map_or(last, |r| r.1));
+    }
+    set_word(&mut line, 15, shift);
+    line
+}
+
+/// The ranges a leaf line holds.
+pub(crate) fn decode_leaf(line: &[u64; 8]) -> Vec<(u64, u32)> {
+    let base = line[0];
+    let shift = word(line, 15);
+    let mut ranges = vec![(base, word(line, 8))];
+    for k in 0..LEAF_RANGES - 1 {
+        let offset = word(line, 2 + k);
+        if offset == u32::MAX {
+            break;
+        }
+        ranges.push((base + (u64::from(offset) << shift), word(line, 9 + k)));
+    }
+    ranges
+}
+
+/// A node line pair with `children` (`(first key of its subtree, index)`, 1 to
+/// [`NODE_CHILDREN`] of them; the first key of the first is not stored).
+pub(crate) fn encode_node(children: &[(u64, u32)]) -> [u64; NODE_WORDS] {
+    debug_assert!(!children.is_empty() && children.len() <= NODE_CHILDREN);
+    let mut line = [u64::MAX; NODE_WORDS];
+    for (k, c) in children.iter().enumerate().skip(1) {
+        line[k - 1] = c.0;
+    }
+    let last = children[children.len() - 1].1;
+    for k in 0..NODE_CHILDREN {
+        set_word(
+            &mut line,
+            CHILD_WORD + k,
+            children.get(k).map_or(last, |c| c.1),
+        );
+    }
+    set_word(&mut line, COUNT_WORD, children.len() as u32);
+    line
+}
+
+/// The children of a node, the first with `first` as its key.
+pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Vec<(u64, u32)> {
+    let n = word(line, COUNT_WORD) as usize;
+    (0..n)
+        .map(|k| {
+            let key = if k == 0 { first } else { line[k - 1] };
+            (key, word(line, CHILD_WORD + k))
+        })
+        .collect()
+}
+
+/// One search step in a node: the index of the child whose subtree holds `key`.
+#[inline(always)]
+pub(crate) fn node_child(node: &NodeCell, key: u64) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+    // SAFETY: the CPU has AVX-512F (checked at compile time). The two loads read the
+    // first 128 of the 192 bytes of `node`, a live reference; no thread writes them while
+    // a snapshot that reaches them exists (module documentation), so the plain loads race
+    // with no atomic store. The child index read after them, at most word 45, is in the
+    // same node.
+    unsafe {
+        use std::arch::x86_64::{
+            _mm512_cmple_epu64_mask, _mm512_kunpackb, _mm512_loadu_si512,
+            _mm512_mask_cmple_epu64_mask, _mm512_set1_epi64,
+        };
+        const HIGH_KEYS: u8 = (1 << (NODE_KEYS - 8)) - 1;
+        let k = _mm512_set1_epi64(key as i64);
+        let base = node.0.as_ptr().cast::<u64>();
+        let lo = _mm512_cmple_epu64_mask(_mm512_loadu_si512(base.cast()), k);
+        let hi = _mm512_mask_cmple_epu64_mask(HIGH_KEYS, _mm512_loadu_si512(base.add(8).cast()), k);
+        // One 16-bit mask, one count.
+        let rank = _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones();
+        *base.cast::<u32>().add(CHILD_WORD + rank as usize)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+    {
+        let rank = node.0[..NODE_KEYS]
+            .iter()
+            .filter(|k| k.load(Relaxed) <= key)
+            .count();
+        let w = node.0[(CHILD_WORD + rank) / 2].load(Relaxed);
+        (w >> (32 * ((CHILD_WORD + rank) % 2))) as u32
+    }
+}
+
+/// One search step in a leaf: the stored value of the range holding `key`, which must
+/// not be below the leaf's base.
+#[inline(always)]
+pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512vl"))]
+    // SAFETY: the CPU has AVX-512F and VL (checked at compile time). The loads read
+    // within the 64 bytes of `leaf`, a live reference that no thread writes while a
+    // snapshot reaching it exists (module documentation).
+    unsafe {
+        use std::arch::x86_64::{_mm256_cmple_epu32_mask, _mm256_loadu_si256, _mm256_set1_epi32};
+        let words = leaf.0.as_ptr().cast::<u32>();
+        let base = *leaf.0.as_ptr().cast::<u64>();
+        let shift = *words.add(15);
+        let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
+        let offsets = _mm256_loadu_si256(words.add(2).cast());
+        let mask = _mm256_cmple_epu32_mask(offsets, _mm256_set1_epi32(d as i32));
+        let rank = (mask & 0b11_1111).count_ones();
+        *words.add(8 + rank as usize)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
+    {
+        let line = leaf.read();
+        let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
+        let rank = (0..LEAF_RANGES - 1)
+            .filter(|&k| word(&line, 2 + k) <= d)
+            .count();
+        word(&line, 8 + rank)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(ranges: &[(u64, u32)]) -> LeafCell {
+        LeafCell::new(encode_leaf(ranges))
+    }
+
+    #[test]
+    fn leaves_round_trip_and_answer_every_range() {
+        let ranges = [
+            (1000, 1),
+            (1000 + 4096, 2),
+            (1000 + 3 * 4096, 3),
+            (1000 + (0xFFFF_FFFEu64 << 12), 4),
+        ];
+        assert!(fits_leaf(&ranges));
+        let cell = leaf(&ranges);
+        assert_eq!(decode_leaf(&cell.read()), ranges);
+        for (i, &(start, value)) in ranges.iter().enumerate() {
+            assert_eq!(leaf_value(&cell, start), value);
+            if i > 0 {
+                assert_eq!(leaf_value(&cell, start - 1), ranges[i - 1].1);
+            }
+        }
+        assert_eq!(leaf_value(&cell, u64::MAX), 4);
+    }
+
+    #[test]
+    fn leaves_refuse_what_does_not_fit() {
+        assert!(!fits_leaf(&[(0, 1), (1, 2), (1 << 40, 3)]));
+        assert_eq!(leaf_take(&[(0, 1), (1, 2), (1 << 40, 3)]), 2);
+        let eight: Vec<(u64, u32)> = (0..8).map(|i| (i, i as u32)).collect();
+        assert_eq!(leaf_take(&eight), LEAF_RANGES);
+        let full = leaf(&eight[..LEAF_RANGES]);
+        assert_eq!(leaf_value(&full, 6), 6);
+        assert_eq!(leaf_value(&full, u64::MAX), 6);
+        let one = leaf(&[(u64::MAX, 9)]);
+        assert_eq!(leaf_value(&one, u64::MAX), 9);
+    }
+
+    #[test]
+    fn nodes_find_the_child_of_every_key() {
+        let children: Vec<(u64, u32)> = (0..NODE_CHILDREN as u64)
+            .map(|c| (c * 100, 7 + c as u32))
+            .collect();
+        for n in 1..=NODE_CHILDREN {
+            let cell = NodeCell::new(encode_node(&children[..n]));
+            assert_eq!(decode_node(&cell.read(), 0), children[..n]);
+            for key in [0, 1, 99, 100, 101, 550, 999, 1000, u64::MAX] {
+                let want = children[..n].iter().rfind(|c| c.0 <= key).unwrap().1;
+                assert_eq!(node_child(&cell, key), want, "{n} children, key {key}");
+            }
+        }
+        let top = NodeCell::new(encode_node(&[(0, 1), (u64::MAX, 2)]));
+        assert_eq!(node_child(&top, u64::MAX), 2);
+        assert_eq!(node_child(&top, u64::MAX - 1), 1);
+    }
+}

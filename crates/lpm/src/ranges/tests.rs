@@ -1,0 +1,255 @@
+//! Tests of the range engine against the reference, plus structural checks.
+
+use super::layout::NO_ROUTE;
+use super::*;
+use crate::reference::ReferenceLpm;
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+impl<K: Key> RangeLpm<K> {
+    /// Checks the trees' shape and the accounting of lines: every line is in a tree, free
+    /// or released.
+    pub(crate) fn check_invariants(&self) {
+        self.check_invariants_with((0, 0));
+    }
+
+    /// Leaves and nodes in what a publish released.
+    pub(crate) fn lines_of(&self, released: &RangeReleased) -> (usize, usize) {
+        (released.0.leaves.len(), released.0.nodes.len())
+    }
+
+    /// [`RangeLpm::check_invariants`] when `retired` more leaves and nodes wait for
+    /// readers of older snapshots.
+    pub(crate) fn check_invariants_with(&self, retired: (usize, usize)) {
+        let (leaves, nodes) = self.store.reachable(self.main);
+        assert_eq!(
+            (leaves, nodes),
+            (self.store.live_leaves, self.store.live_nodes),
+            "the lines in use are the lines the trees reach"
+        );
+        let (free_leaves, free_nodes) = self.store.idle();
+        assert_eq!(
+            leaves + free_leaves + retired.0,
+            self.store.leaves.len(),
+            "every leaf is in a tree, free, or waiting for readers, once"
+        );
+        assert_eq!(
+            nodes + free_nodes + retired.1,
+            self.store.nodes.len(),
+            "every node is in a tree, free, or waiting for readers, once"
+        );
+        let first = self.store.ranges(self.main);
+        assert_eq!(first[0].0, 0, "the first stage covers every key");
+        for w in first.windows(2) {
+            assert!(w[0].0 < w[1].0, "ranges are sorted");
+        }
+        let deep = first.iter().filter_map(|r| Tree::from_deep(r.1));
+        for tree in deep {
+            let r = self.store.ranges(tree);
+            assert_eq!(r[0].0, 0, "a second stage covers its /64");
+            assert!(r.iter().all(|x| Tree::from_deep(x.1).is_none()));
+        }
+    }
+}
+
+/// Random prefixes clustered around a few base addresses so that they overlap.
+fn random_prefix<K: Key>(rng: &mut SmallRng, bases: &[u128]) -> Prefix<K> {
+    let base = bases[rng.gen_range(0..bases.len())];
+    let noise: u128 = rng.gen::<u128>() >> rng.gen_range(0..128);
+    let addr = K::from_u128(base ^ noise);
+    let len = match rng.gen_range(0..10) {
+        0 => 0,
+        1 => K::BITS,
+        2 => 64.min(K::BITS),
+        _ => rng.gen_range(0..=K::BITS),
+    };
+    Prefix::new_clamped(addr, len)
+}
+
+/// Addresses at and around the edges of every route, and random ones.
+fn probes_for<K: Key>(routes: &[(Prefix<K>, u32)], rng: &mut SmallRng) -> Vec<K> {
+    let mut probes = Vec::new();
+    for (p, _) in routes {
+        let span = if p.len() == K::BITS {
+            0
+        } else {
+            u128::MAX >> (128 - u32::from(K::BITS) + u32::from(p.len()))
+        };
+        let a = p.addr().to_u128();
+        probes.push(p.addr());
+        probes.push(K::from_u128(a | span));
+        probes.push(K::from_u128(a.wrapping_sub(1)));
+        probes.push(K::from_u128((a | span).wrapping_add(1)));
+        probes.push(K::from_u128(a | (rng.gen::<u128>() & span)));
+    }
+    probes.extend((0..64).map(|_| K::from_u128(rng.gen())));
+    probes.push(K::from_u128(0));
+    probes.push(K::from_u128(u128::MAX));
+    probes
+}
+
+fn check_against_reference<K: Key>(t: &RangeLpm<K>, r: &ReferenceLpm<K>, probes: &[K]) {
+    let mut batch = vec![None; probes.len()];
+    t.lookup_batch(probes, &mut batch);
+    for (i, &k) in probes.iter().enumerate() {
+        let want = r.lookup(k).map(|x| x.1);
+        assert_eq!(t.lookup(k), want, "lookup {k:?}");
+        assert_eq!(batch[i], want, "batched lookup {k:?}");
+    }
+}
+
+fn random_ops_match_reference<K: Key>(seed: u64, ops: usize, bases: usize) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let bases: Vec<u128> = (0..bases).map(|_| rng.gen()).collect();
+    let mut t = RangeLpm::<K>::new();
+    let mut r = ReferenceLpm::<K>::new();
+    let mut live = Vec::new();
+    for step in 0..ops {
+        if rng.gen_bool(0.65) || live.is_empty() {
+            let p = random_prefix::<K>(&mut rng, &bases);
+            let v = rng.gen_range(0..1 << 20);
+            assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
+            live.push(p);
+        } else {
+            let p = live.swap_remove(rng.gen_range(0..live.len()));
+            assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
+        }
+        if step % 16 == 0 {
+            t.check_invariants();
+            let routes = r.to_sorted_vec();
+            check_against_reference(&t, &r, &probes_for(&routes, &mut rng));
+        }
+    }
+    t.check_invariants();
+    assert_eq!(t.to_vec(), r.to_sorted_vec());
+    assert_eq!(t.len(), r.len());
+    assert_eq!(t.count_by_len(), r.count_by_len());
+    for (p, v) in r.to_sorted_vec() {
+        assert_eq!(t.get(&p), Some(v));
+    }
+    let probes = probes_for(&r.to_sorted_vec(), &mut rng);
+    check_against_reference(&t, &r, &probes);
+    let built = RangeLpm::build(r.to_sorted_vec());
+    built.check_invariants();
+    check_against_reference(&built, &r, &probes);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn ipv4_random_operations_match_reference(seed in any::<u64>()) {
+        random_ops_match_reference::<u32>(seed, 300, 4);
+    }
+
+    #[test]
+    fn ipv6_random_operations_match_reference(seed in any::<u64>()) {
+        random_ops_match_reference::<u128>(seed, 300, 4);
+    }
+}
+
+#[test]
+fn many_routes_in_few_regions_split_leaves_and_nodes() {
+    // Thousands of overlapping prefixes around two bases: leaves and nodes split, the
+    // tree grows levels, bulk rebuilds happen, and the answers stay the reference's.
+    for seed in 0..3 {
+        random_ops_match_reference::<u128>(seed, 6000, 2);
+        random_ops_match_reference::<u32>(seed, 6000, 2);
+    }
+}
+
+#[test]
+fn long_prefixes_get_a_second_stage_that_follows_the_first() {
+    let p = |s: &str| -> Prefix<u128> { s.parse().unwrap() };
+    let a = |s: &str| -> u128 { s.parse::<std::net::Ipv6Addr>().unwrap().into() };
+    let mut t = RangeLpm::<u128>::new();
+    t.insert(p("2001:db8::/32"), 1);
+    t.insert(p("2001:db8::1/128"), 2);
+    t.insert(p("2001:db8::8000:0:0:0/65"), 3);
+    assert_eq!(t.lookup(a("2001:db8::1")), Some(2));
+    assert_eq!(t.lookup(a("2001:db8::2")), Some(1));
+    assert_eq!(t.lookup(a("2001:db8::8000:0:0:5")), Some(3));
+    // A change above the /64 reaches the second stage's default.
+    t.insert(p("2001:db8::/48"), 4);
+    assert_eq!(t.lookup(a("2001:db8::2")), Some(4));
+    assert_eq!(t.lookup(a("2001:db8::1")), Some(2));
+    assert_eq!(t.lookup(a("2001:db8:0:1::")), Some(4));
+    t.remove(&p("2001:db8::/48"));
+    assert_eq!(t.lookup(a("2001:db8::2")), Some(1));
+    // Removing the long prefixes removes the second stage.
+    t.remove(&p("2001:db8::1/128"));
+    t.remove(&p("2001:db8::8000:0:0:0/65"));
+    assert_eq!(t.lookup(a("2001:db8::1")), Some(1));
+    assert_eq!(t.lookup(a("2001:db8::8000:0:0:5")), Some(1));
+    t.check_invariants();
+    assert!(t
+        .store
+        .ranges(t.main)
+        .iter()
+        .all(|r| Tree::from_deep(r.1).is_none()));
+    t.remove(&p("2001:db8::/32"));
+    assert_eq!(t.lookup(a("2001:db8::1")), None);
+    // Ranges are not merged across leaves, but every one answers nothing now.
+    assert!(t.store.ranges(t.main).iter().all(|r| r.1 == NO_ROUTE));
+}
+
+#[test]
+fn an_empty_table_is_one_leaf_and_answers_nothing() {
+    let t = RangeLpm::<u128>::new();
+    assert_eq!(t.lookup(0), None);
+    assert_eq!(t.lookup(u128::MAX), None);
+    assert_eq!(t.memory().lookup_bytes, 64, "one leaf");
+    let mut out = [Some(1); 3];
+    t.lookup_batch(&[0, 1, u128::MAX], &mut out);
+    assert_eq!(out, [None; 3]);
+}
+
+#[test]
+fn a_snapshot_keeps_its_version_while_the_table_changes() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let bases: Vec<u128> = (0..3).map(|_| rng.gen()).collect();
+    let mut t = RangeLpm::<u128>::new();
+    let mut r = ReferenceLpm::<u128>::new();
+    for _ in 0..2000 {
+        let p = random_prefix::<u128>(&mut rng, &bases);
+        let v = rng.gen_range(0..1000);
+        t.insert(p, v);
+        r.insert(p, v);
+    }
+    let mut pending = Vec::new();
+    for round in 0..20 {
+        let (snapshot, released) = t.publish();
+        pending.push(released);
+        let frozen = r.clone();
+        for _ in 0..50 {
+            let p = random_prefix::<u128>(&mut rng, &bases);
+            if rng.gen_bool(0.5) {
+                let v = rng.gen_range(0..1000);
+                t.insert(p, v);
+                r.insert(p, v);
+            } else {
+                t.remove(&p);
+                r.remove(&p);
+            }
+        }
+        let probes = probes_for(&frozen.to_sorted_vec(), &mut rng);
+        let mut batch = vec![None; probes.len()];
+        snapshot.lookup_batch(&probes, &mut batch);
+        for (i, &k) in probes.iter().enumerate() {
+            let want = frozen.lookup(k).map(|x| x.1);
+            assert_eq!(
+                snapshot.lookup(k),
+                want,
+                "round {round}: the snapshot's version"
+            );
+            assert_eq!(batch[i], want);
+        }
+        check_against_reference(&t, &r, &probes);
+        drop(snapshot);
+        // No reader holds an older snapshot any more.
+        for released in pending.drain(..) {
+            t.reclaim(released);
+        }
+    }
+    t.check_invariants();
+}
