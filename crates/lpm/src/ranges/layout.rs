@@ -140,11 +140,45 @@ pub(crate) fn encode_leaf(ranges: &[(u64, u32)]) -> [u64; 8] {
     line
 }
 
+/// Up to `N` `(start, value)` pairs, on the stack: what a line decodes to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decoded<const N: usize> {
+    items: [(u64, u32); N],
+    len: usize,
+}
+
+impl<const N: usize> Decoded<N> {
+    fn new() -> Self {
+        Decoded {
+            items: [(0, 0); N],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, item: (u64, u32)) {
+        self.items[self.len] = item;
+        self.len += 1;
+    }
+
+    /// Replaces item `k`.
+    pub fn set(&mut self, k: usize, item: (u64, u32)) {
+        self.items[..self.len][k] = item;
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Decoded<N> {
+    type Target = [(u64, u32)];
+    fn deref(&self) -> &[(u64, u32)] {
+        &self.items[..self.len]
+    }
+}
+
 /// The ranges a leaf line holds.
-pub(crate) fn decode_leaf(line: &[u64; 8]) -> Vec<(u64, u32)> {
+pub(crate) fn decode_leaf(line: &[u64; 8]) -> Decoded<LEAF_RANGES> {
     let base = line[0];
     let shift = word(line, 15);
-    let mut ranges = vec![(base, word(line, 8))];
+    let mut ranges = Decoded::new();
+    ranges.push((base, word(line, 8)));
     for k in 0..LEAF_RANGES - 1 {
         let offset = word(line, 2 + k);
         if offset == u32::MAX {
@@ -176,14 +210,13 @@ pub(crate) fn encode_node(children: &[(u64, u32)]) -> [u64; NODE_WORDS] {
 }
 
 /// The children of a node, the first with `first` as its key.
-pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Vec<(u64, u32)> {
-    let n = word(line, COUNT_WORD) as usize;
-    (0..n)
-        .map(|k| {
-            let key = if k == 0 { first } else { line[k - 1] };
-            (key, word(line, CHILD_WORD + k))
-        })
-        .collect()
+pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Decoded<NODE_CHILDREN> {
+    let mut children = Decoded::new();
+    for k in 0..word(line, COUNT_WORD) as usize {
+        let key = if k == 0 { first } else { line[k - 1] };
+        children.push((key, word(line, CHILD_WORD + k)));
+    }
+    children
 }
 
 /// One search step in a node: the index of the child whose subtree holds `key`.
@@ -268,7 +301,7 @@ mod tests {
         ];
         assert!(fits_leaf(&ranges));
         let cell = leaf(&ranges);
-        assert_eq!(decode_leaf(&cell.read()), ranges);
+        assert_eq!(*decode_leaf(&cell.read()), ranges);
         for (i, &(start, value)) in ranges.iter().enumerate() {
             assert_eq!(leaf_value(&cell, start), value);
             if i > 0 {
@@ -298,7 +331,7 @@ mod tests {
             .collect();
         for n in 1..=NODE_CHILDREN {
             let cell = NodeCell::new(encode_node(&children[..n]));
-            assert_eq!(decode_node(&cell.read(), 0), children[..n]);
+            assert_eq!(*decode_node(&cell.read(), 0), children[..n]);
             for key in [0, 1, 99, 100, 101, 550, 999, 1000, u64::MAX] {
                 let want = children[..n].iter().rfind(|c| c.0 <= key).unwrap().1;
                 assert_eq!(node_child(&cell, key), want, "{n} children, key {key}");

@@ -269,14 +269,26 @@ impl<K: Key> RangeLpm<K> {
     }
 
     /// The stored value of the longest prefix shorter than `len` that covers `addr`.
+    ///
+    /// The map's last prefix at or before `addr/(len-1)` is either that prefix, or one
+    /// that shares fewer leading bits with `addr` than any covering prefix is long, so
+    /// the search goes on below that: a few ordered-map searches, not one per length.
     fn covering(&self, addr: K, len: u8) -> u32 {
-        for l in (0..len).rev() {
-            if self.count_by_len[usize::from(l)] == 0 {
-                continue;
-            }
-            if let Some(&v) = self.prefixes.get(&Prefix::new_clamped(addr, l)) {
+        let mut below = len; // every candidate is shorter than this
+        while below > 0 {
+            let probe = Prefix::new_clamped(addr, below - 1);
+            let Some((q, &v)) = self.prefixes.range(..=probe).next_back() else {
+                break;
+            };
+            if q.len() < below && q.contains(addr) {
                 return v;
             }
+            // `q` is before `probe` and does not cover `addr`: every prefix that does and
+            // is before `probe` also covers `q`'s address, so it is at most as long as
+            // the bits the two addresses share (fewer than `below - 1`).
+            let common = (wide(q.addr()) ^ wide(addr)).leading_zeros() as u8;
+            debug_assert!(common < below - 1);
+            below = common + 1;
         }
         NO_ROUTE
     }
@@ -292,7 +304,12 @@ impl<K: Key> RangeLpm<K> {
     fn changed(&mut self, p: &Prefix<K>) {
         if p.len() <= 64 {
             let (s, e) = span(p);
-            let covering = self.covering(p.addr(), p.len());
+            // A prefix in the map starts its own span: what is around it does not count.
+            let covering = if self.prefixes.contains_key(p) {
+                NO_ROUTE
+            } else {
+                self.covering(p.addr(), p.len())
+            };
             let ranges = sweep(s, e, covering, self.inside(p));
             if ranges.len() > BULK_SPAN {
                 self.rebuild();
@@ -355,8 +372,12 @@ impl<K: Key> RangeLpm<K> {
         // The second stages there are rebuilt (the values around them may have changed),
         // and a /64 whose long prefixes all answer as the prefix around them does needs
         // none.
-        for old in self.store.deep_in(self.main, top64(s), top64(e)) {
-            self.store.release_tree(old);
+        let long: usize = self.count_by_len.iter().skip(65).sum();
+        // Second stages exist exactly while longer prefixes do.
+        if long > 0 {
+            for old in self.store.deep_in(self.main, top64(s), top64(e)) {
+                self.store.release_tree(old);
+            }
         }
         let first = self.first_stage(ranges, e);
         self.main = self.store.assign(self.main, top64(s), top64(e), &first);
@@ -365,6 +386,10 @@ impl<K: Key> RangeLpm<K> {
     /// The first-stage ranges of widened `ranges` ending at `e`: a /64 where a range
     /// starts inside becomes one range referring to a new second-stage tree.
     fn first_stage(&mut self, ranges: &[(u128, u32)], e: u128) -> Vec<(u64, u32)> {
+        if ranges.iter().all(|r| low64(r.0) == 0) {
+            // No /64 holds a longer prefix (IPv4 always, IPv6 almost always).
+            return ranges.iter().map(|r| (top64(r.0), r.1)).collect();
+        }
         let mut deep: Vec<u64> = ranges
             .iter()
             .filter(|r| low64(r.0) != 0)

@@ -19,8 +19,8 @@
 //! the root, each line at most once between publishes.
 
 use super::layout::{
-    decode_leaf, decode_node, encode_leaf, encode_node, leaf_take, leaf_value, node_child,
-    LeafCell, NodeCell, DEEP, DEEP_HEIGHT_SHIFT, DEEP_ROOT, NODE_CHILDREN,
+    decode_leaf, decode_node, encode_leaf, encode_node, fits_leaf, leaf_take, leaf_value,
+    node_child, LeafCell, NodeCell, DEEP, DEEP_HEIGHT_SHIFT, DEEP_ROOT, NODE_CHILDREN,
 };
 use crate::trie::arena::{Arena, Fresh};
 
@@ -66,6 +66,8 @@ pub(crate) struct Store {
     fresh_leaves: Fresh,
     fresh_nodes: Fresh,
     released: Released,
+    /// Reused by leaf rewrites, to spare an allocation each.
+    scratch: Vec<(u64, u32)>,
     /// Leaves and nodes in use (not free, not waiting for readers).
     pub live_leaves: usize,
     pub live_nodes: usize,
@@ -247,7 +249,7 @@ impl Store {
     pub fn release_tree(&mut self, tree: Tree) {
         if tree.height == 0 {
             let line = self.leaves.get(tree.root);
-            for (_, v) in decode_leaf(&line) {
+            for &(_, v) in decode_leaf(&line).iter() {
                 if let Some(deep) = Tree::from_deep(v) {
                     self.release_tree(deep);
                 }
@@ -256,7 +258,7 @@ impl Store {
             return;
         }
         let line = self.nodes.get(tree.root);
-        for (_, child) in decode_node(&line, 0) {
+        for &(_, child) in decode_node(&line, 0).iter() {
             self.release_tree(Tree {
                 root: child,
                 height: tree.height - 1,
@@ -302,39 +304,81 @@ impl Store {
     pub fn assign(&mut self, tree: Tree, start: u64, end: u64, new: &[(u64, u32)]) -> Tree {
         debug_assert_eq!(new.first().map(|r| r.0), Some(start));
         let span = Span { start, end, new };
-        let top = self.rewrite(tree.root, tree.height, 0, u64::MAX, &span);
+        let top = match self.rewrite(tree.root, tree.height, 0, u64::MAX, &span) {
+            Subtrees::One(root) => {
+                return Tree {
+                    root,
+                    height: tree.height,
+                }
+            }
+            Subtrees::Many(top) => top,
+        };
         self.build_above(top, tree.height)
     }
 
     /// Rewrites the subtree at `i` (of `height` node levels) covering `[lo, hi]` for
     /// `span`; returns the subtrees that replace it, `(first key, index)`, in order.
-    fn rewrite(&mut self, i: u32, height: u8, lo: u64, hi: u64, span: &Span) -> Vec<(u64, u32)> {
+    fn rewrite(&mut self, i: u32, height: u8, lo: u64, hi: u64, span: &Span) -> Subtrees {
         if height == 0 {
             return self.rewrite_leaf(i, lo, hi, span);
         }
         let children = decode_node(&self.nodes.get(i), lo);
+        let bound = |k: usize| children.get(k + 1).map_or(hi, |next| next.0 - 1);
+        // The children the span overlaps: usually one.
+        let first = children.partition_point(|c| c.0 <= span.start).saturating_sub(1);
+        let last = children.partition_point(|c| c.0 <= span.end) - 1;
+        if first == last {
+            let (c_lo, c) = children[first];
+            match self.rewrite(c, height - 1, c_lo, bound(first), span) {
+                Subtrees::One(j) if j == c => return Subtrees::One(i),
+                Subtrees::One(j) => {
+                    let mut patched = children;
+                    patched.set(first, (c_lo, j));
+                    return Subtrees::One(self.write_node(i, &patched));
+                }
+                Subtrees::Many(replaced) => {
+                    let mut out = Vec::with_capacity(children.len() + replaced.len());
+                    out.extend_from_slice(&children[..first]);
+                    out.extend(replaced);
+                    out.extend_from_slice(&children[first + 1..]);
+                    return self.split_node(i, out);
+                }
+            }
+        }
         let mut out = Vec::with_capacity(children.len() + 1);
         let mut changed = false;
-        for (k, &(c_lo, c)) in children.iter().enumerate() {
-            let c_hi = children.get(k + 1).map_or(hi, |next| next.0 - 1);
-            if c_lo > span.end || c_hi < span.start {
-                out.push((c_lo, c));
-                continue;
+        out.extend_from_slice(&children[..first]);
+        for (k, &(c_lo, c)) in children.iter().enumerate().take(last + 1).skip(first) {
+            match self.rewrite(c, height - 1, c_lo, bound(k), span) {
+                Subtrees::One(j) => {
+                    changed |= j != c;
+                    out.push((c_lo, j));
+                }
+                Subtrees::Many(replaced) => {
+                    changed = true;
+                    out.extend(replaced);
+                }
             }
-            let replaced = self.rewrite(c, height - 1, c_lo, c_hi, span);
-            changed |= replaced.len() != 1 || replaced[0].1 != c;
-            out.extend(replaced);
         }
+        out.extend_from_slice(&children[last + 1..]);
         if !changed {
-            return vec![(lo, i)];
+            return Subtrees::One(i);
         }
-        // Split evenly into as few nodes as hold the children.
-        let parts = out.len().div_ceil(NODE_CHILDREN);
+        self.split_node(i, out)
+    }
+
+    /// Writes `children` into node `i`, or, when they are too many for one node, into as
+    /// few nodes as hold them, split evenly.
+    fn split_node(&mut self, i: u32, children: Vec<(u64, u32)>) -> Subtrees {
+        if children.len() <= NODE_CHILDREN {
+            return Subtrees::One(self.write_node(i, &children));
+        }
+        let parts = children.len().div_ceil(NODE_CHILDREN);
         let mut result = Vec::with_capacity(parts);
         let mut from = 0;
         for p in 0..parts {
-            let to = out.len() * (p + 1) / parts;
-            let group = &out[from..to];
+            let to = children.len() * (p + 1) / parts;
+            let group = &children[from..to];
             let j = if p == 0 {
                 self.write_node(i, group)
             } else {
@@ -343,13 +387,14 @@ impl Store {
             result.push((group[0].0, j));
             from = to;
         }
-        result
+        Subtrees::Many(result)
     }
 
     /// Rewrites leaf `i`, covering `[lo, hi]`, for `span`.
-    fn rewrite_leaf(&mut self, i: u32, lo: u64, hi: u64, span: &Span) -> Vec<(u64, u32)> {
+    fn rewrite_leaf(&mut self, i: u32, lo: u64, hi: u64, span: &Span) -> Subtrees {
         let old = decode_leaf(&self.leaves.get(i));
-        let mut ranges: Vec<(u64, u32)> = Vec::with_capacity(old.len() + span.new.len() + 1);
+        let mut ranges = std::mem::take(&mut self.scratch);
+        ranges.clear();
         let mut push = |start: u64, value: u32| match ranges.last_mut() {
             Some(last) if last.1 == value => {}
             _ => ranges.push((start, value)),
@@ -375,21 +420,26 @@ impl Store {
                 push(start, value);
             }
         }
-        if ranges == old {
-            return vec![(lo, i)];
-        }
-        let mut result = Vec::new();
-        let mut rest = &ranges[..];
-        while !rest.is_empty() {
-            let n = leaf_take(rest);
-            let j = if result.is_empty() {
-                self.write_leaf(i, &rest[..n])
-            } else {
-                self.new_leaf(&rest[..n])
-            };
-            result.push((rest[0].0, j));
-            rest = &rest[n..];
-        }
+        let result = if *ranges == *old {
+            Subtrees::One(i)
+        } else if fits_leaf(&ranges) {
+            Subtrees::One(self.write_leaf(i, &ranges))
+        } else {
+            let mut result = Vec::new();
+            let mut rest = &ranges[..];
+            while !rest.is_empty() {
+                let n = leaf_take(rest);
+                let j = if result.is_empty() {
+                    self.write_leaf(i, &rest[..n])
+                } else {
+                    self.new_leaf(&rest[..n])
+                };
+                result.push((rest[0].0, j));
+                rest = &rest[n..];
+            }
+            Subtrees::Many(result)
+        };
+        self.scratch = ranges;
         result
     }
 
@@ -407,14 +457,14 @@ impl Store {
         if height == 0 {
             let r = decode_leaf(&self.leaves.get(i));
             assert_eq!(r[0].0, lo, "a leaf starts where its subtree does");
-            out.extend(r);
+            out.extend_from_slice(&r);
             return;
         }
         let children = decode_node(&self.nodes.get(i), lo);
         for w in children.windows(2) {
             assert!(w[0].0 < w[1].0, "separators increase");
         }
-        for (c_lo, c) in children {
+        for &(c_lo, c) in children.iter() {
             self.collect(c, height - 1, c_lo, out);
         }
     }
@@ -424,15 +474,15 @@ impl Store {
     pub fn reachable(&self, tree: Tree) -> (usize, usize) {
         if tree.height == 0 {
             let deep = decode_leaf(&self.leaves.get(tree.root))
-                .into_iter()
-                .filter_map(|(_, v)| Tree::from_deep(v))
+                .iter()
+                .filter_map(|&(_, v)| Tree::from_deep(v))
                 .map(|t| self.reachable(t))
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             return (deep.0 + 1, deep.1);
         }
         decode_node(&self.nodes.get(tree.root), 0)
-            .into_iter()
-            .map(|(_, c)| {
+            .iter()
+            .map(|&(_, c)| {
                 self.reachable(Tree {
                     root: c,
                     height: tree.height - 1,
@@ -449,6 +499,13 @@ impl Store {
             self.free_nodes.len() + self.released.nodes.len(),
         )
     }
+}
+
+/// What replaces a subtree after a rewrite: itself or a copy, or several subtrees when it
+/// split.
+enum Subtrees {
+    One(u32),
+    Many(Vec<(u64, u32)>),
 }
 
 /// An assignment being applied.
