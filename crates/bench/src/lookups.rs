@@ -13,9 +13,7 @@
 use crate::addresses;
 use crate::method::{interleaved, measure, Method, Stat, Timing};
 use crate::source::RouteOp;
-use fibre_lpm::{
-    shared, Engine, Key, Lookups, LpmReader, LpmReaderFactory, Prefix, Table, TableSnapshot,
-};
+use fibre_lpm::{shared, Engine, Key, Lookups, LpmReader, LpmReaderFactory, Prefix};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -87,7 +85,7 @@ impl Mode {
 
 /// Runs every measurement for one family, passing each figure to `emit` as it is made.
 /// `on_step` is called with a short description before each step (for progress display).
-pub fn bench_family<K: Key>(
+pub fn bench_family<K: Key, E: Engine<K>>(
     prefixes: &[Prefix<K>],
     updates: Option<&[(RouteOp, Prefix<K>)]>,
     sets: &[AddressSet<K>],
@@ -95,7 +93,7 @@ pub fn bench_family<K: Key>(
     emit: &mut dyn FnMut(Figure),
     on_step: &mut dyn FnMut(&str),
 ) {
-    let base = |metric: &str| json!({"engine": "fibre", "family": K::FAMILY, "routes": prefixes.len(), "metric": metric});
+    let base = |metric: &str| json!({"engine": "fibre", "structure": E::STRUCTURE, "family": K::FAMILY, "routes": prefixes.len(), "metric": metric});
     let with = |mut v: Value, extra: Value| {
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
@@ -110,11 +108,11 @@ pub fn bench_family<K: Key>(
 
     on_step(&format!("IPv{}: bulk build", K::FAMILY));
     let mut build_secs = Vec::new();
-    let mut table = Table::<K>::default();
+    let mut table = E::default();
     for _ in 0..3 {
         let input = routes.clone();
         let start = Instant::now();
-        table = Table::<K>::build(input);
+        table = E::build(input);
         build_secs.push(start.elapsed().as_secs_f64());
     }
     let build = Stat::trimmed(&build_secs);
@@ -127,20 +125,19 @@ pub fn bench_family<K: Key>(
     emit(with(
         base("memory"),
         json!({
-            "lookup_bytes": m.lookup_bytes,
-            "update_bytes": m.update_bytes,
-            "bytes_per_route": m.lookup_bytes as f64 / prefixes.len().max(1) as f64,
-            "nodes": m.nodes,
-            "leaves": m.leaves,
-            "structure": <Table<K> as Engine<K>>::STRUCTURE,
-        }),
+        "lookup_bytes": m.lookup_bytes,
+        "update_bytes": m.update_bytes,
+        "bytes_per_route": m.lookup_bytes as f64 / prefixes.len().max(1) as f64,
+        "nodes": m.nodes,
+        "leaves": m.leaves,
+                }),
     ));
 
     on_step(&format!(
         "IPv{}: incremental inserts and removals",
         K::FAMILY
     ));
-    let mut t = Table::<K>::default();
+    let mut t = E::default();
     let start = Instant::now();
     for &(p, v) in &routes {
         t.insert(p, v);
@@ -275,8 +272,8 @@ type Interference = ([[[Vec<f64>; 2]; 3]; 2], [(u64, f64); 2]);
 /// Measures one reader (on the first CPU) while a writer thread (on the last) is idle,
 /// applies `updates` to a table of its own, or applies them to the shared table the
 /// reader reads, publishing every `cfg.publish_every` operations.
-fn interference<K: Key>(
-    table: Table<K>,
+fn interference<K: Key, E: Engine<K>>(
+    table: E,
     updates: &[(RouteOp, Prefix<K>)],
     keys: &[K],
     cfg: &LookupConfig,
@@ -388,8 +385,8 @@ pub fn apply_updates<K: Key, E: Engine<K>>(t: &mut E, updates: &[(RouteOp, Prefi
 
 /// Measures fibre's lookups of `keys` in `table` through the shared table's readers, as
 /// `fibre bench lookup` does (dry run subtracted).
-pub fn measure_fibre<K: Key>(
-    table: Table<K>,
+pub fn measure_fibre<K: Key, E: Engine<K>>(
+    table: E,
     keys: &[K],
     mode: Mode,
     method: Method,
@@ -402,8 +399,8 @@ pub fn measure_fibre<K: Key>(
 }
 
 /// Like [`measure_fibre`], through readers of an existing shared table.
-pub fn measure_readers<K: Key>(
-    readers: &LpmReaderFactory<K>,
+pub fn measure_readers<K: Key, E: Engine<K>>(
+    readers: &LpmReaderFactory<K, E>,
     keys: &[K],
     mode: Mode,
     method: Method,
@@ -419,9 +416,9 @@ pub fn lookup_figure(mode: Mode, threads: usize, addresses: &str, t: Timing) -> 
 
 /// Measures lookups of `keys` (dry run subtracted), each thread starting at its own
 /// offset in the address list.
-fn lookups<K: Key>(
+fn lookups<K: Key, E: Engine<K>>(
     method: Method,
-    reader: &(dyn Fn() -> LpmReader<K> + Sync),
+    reader: &(dyn Fn() -> LpmReader<K, E> + Sync),
     keys: &[K],
     mode: Mode,
     batch: usize,
@@ -444,8 +441,8 @@ fn lookups<K: Key>(
 /// One pass over all keys starting at chunk `first`; with `real == false`, everything but
 /// the lookups (the dry run).
 #[inline(never)]
-fn run<K: Key>(
-    reader: &LpmReader<K>,
+fn run<K: Key, E: Engine<K>>(
+    reader: &LpmReader<K, E>,
     keys: &[K],
     first: usize,
     mode: Mode,
@@ -456,7 +453,7 @@ fn run<K: Key>(
     let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
     for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
         let guard = reader.read().expect("the writer outlives the benchmark");
-        let table: &TableSnapshot<K> = &guard;
+        let table: &E::Snapshot = &guard;
         match (mode, real) {
             (Mode::Scalar, true) => {
                 for &k in chunk {

@@ -442,7 +442,7 @@ fn updates_study(
             (sink.emit)(merge(f, json!({"study": "updates"})));
         }
     };
-    crate::lookups::bench_family(
+    crate::lookups::bench_family::<u32, Table<u32>>(
         rib,
         Some(updates),
         &sets,

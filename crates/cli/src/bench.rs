@@ -5,7 +5,7 @@
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};
 use fibre_bench::source::{final_prefixes, RouteOp};
-use fibre_lpm::{Key, Prefix};
+use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -110,6 +110,21 @@ pub struct LookupArgs {
     /// Count and skip malformed lines instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
+    /// The lookup structure to measure: each family's own (the trie for IPv4, the range
+    /// tree for IPv6), or one of them for both.
+    #[arg(long, value_enum, default_value_t = Structure::Family)]
+    structure: Structure,
+}
+
+/// Which engine `fibre bench lookup` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Structure {
+    /// Each family's own engine.
+    Family,
+    /// The trie, for both families.
+    Trie,
+    /// The range tree, for both families.
+    RangeTree,
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -335,6 +350,10 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut families = 0;
     if !routes.v4.is_empty() {
         families += 1;
+        let run_family = match args.structure {
+            Structure::Family | Structure::Trie => run_family::<u32, Lpm<u32>>,
+            Structure::RangeTree => run_family::<u32, RangeLpm<u32>>,
+        };
         run_family(
             &final_prefixes(&routes.v4),
             updates.as_ref().map(|u| &u.v4[..]),
@@ -348,6 +367,10 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     if !routes.v6.is_empty() {
         families += 1;
+        let run_family = match args.structure {
+            Structure::Family | Structure::RangeTree => run_family::<u128, RangeLpm<u128>>,
+            Structure::Trie => run_family::<u128, Lpm<u128>>,
+        };
         run_family(
             &final_prefixes(&routes.v6),
             updates.as_ref().map(|u| &u.v6[..]),
@@ -366,7 +389,7 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_family<K: Key>(
+fn run_family<K: Key, E: Engine<K>>(
     prefixes: &[Prefix<K>],
     updates: Option<&[(RouteOp, Prefix<K>)]>,
     given: Option<(String, Vec<K>)>,
@@ -389,7 +412,7 @@ fn run_family<K: Key>(
         ],
     };
     let updates = updates.filter(|u| !u.is_empty());
-    bench_family(prefixes, updates, &sets, cfg, emit, step);
+    bench_family::<K, E>(prefixes, updates, &sets, cfg, emit, step);
 }
 
 fn file_name(p: &Path) -> String {

@@ -213,6 +213,45 @@ fn bench_lookup_json_has_the_documented_keys() {
 }
 
 #[test]
+fn bench_lookup_names_the_structure_it_measures() {
+    let routes = temp_file("bench3.txt", ROUTES);
+    let structures = |extra: &[&str]| -> Vec<(u64, String)> {
+        let mut args = vec![
+            "bench",
+            "lookup",
+            "--routes",
+            routes.to_str().unwrap(),
+            "--json",
+            "--count",
+            "1024",
+            "--repetitions",
+            "3",
+        ];
+        args.extend_from_slice(extra);
+        let o = fibre(&args, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut seen: Vec<(u64, String)> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|f| {
+                let s = f["structure"].as_str().expect("every figure names it");
+                (f["family"].as_u64().unwrap(), s.to_string())
+            })
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    let pair = |v4: &str, v6: &str| vec![(4, v4.to_string()), (6, v6.to_string())];
+    assert_eq!(structures(&[]), pair("trie", "range tree"));
+    assert_eq!(structures(&["--structure", "trie"]), pair("trie", "trie"));
+    assert_eq!(
+        structures(&["--structure", "range-tree"]),
+        pair("range tree", "range tree")
+    );
+}
+
+#[test]
 fn bench_lookup_with_an_address_file_uses_its_name() {
     let routes = temp_file("bench2.txt", ROUTES);
     let addrs = temp_file("addrs.txt", "10.1.2.3\n# comment\n10.0.0.1\n");

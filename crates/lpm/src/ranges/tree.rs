@@ -325,7 +325,9 @@ impl Store {
         let children = decode_node(&self.nodes.get(i), lo);
         let bound = |k: usize| children.get(k + 1).map_or(hi, |next| next.0 - 1);
         // The children the span overlaps: usually one.
-        let first = children.partition_point(|c| c.0 <= span.start).saturating_sub(1);
+        let first = children
+            .partition_point(|c| c.0 <= span.start)
+            .saturating_sub(1);
         let last = children.partition_point(|c| c.0 <= span.end) - 1;
         if first == last {
             let (c_lo, c) = children[first];
