@@ -1,7 +1,8 @@
 //! Where a lookup's time goes: memory or instructions.
 //!
 //! `cargo run --release -p fibre-bench --example lookup_profile [ROUTE_FILE...]` times
-//! matched lookups on each family's table (the shipped full tables by default) with four
+//! matched lookups in both engines (the trie and the range tree) for each family's table
+//! (the shipped full tables by default) with four
 //! working sets: all 2^20 addresses distinct, then 65,536, 2,048 and 128 distinct ones
 //! repeated. With 128 everything the lookups read stays in the first-level cache, so that
 //! column is what the instructions cost; the gap to the first column is what memory costs.
@@ -17,30 +18,31 @@
 //! callgrind_annotate --inclusive=yes callgrind.out.* | grep '=> .*lookup_profile::'
 //! ```
 //!
-//! valgrind does not know AVX-512, hence the older target; divide by 65,536. Compare
+//! valgrind does not know AVX-512, hence the older target (the range tree's steps then
+//! take their portable form: count the trie this way); divide by 65,536. Compare
 //! counts from this program only: the same lookup code compiled into another program can
 //! differ by 10%.
 
 use fibre_bench::addresses;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[inline(never)]
-fn batch<K: Key>(t: &Lpm<K>, keys: &[K], out: &mut [Option<u32>]) {
+fn batch<K: Key, E: Engine<K>>(t: &E, keys: &[K], out: &mut [Option<u32>]) {
     t.lookup_batch(keys, out);
 }
 
 #[inline(never)]
-fn scalar<K: Key>(t: &Lpm<K>, keys: &[K], out: &mut [Option<u32>]) {
+fn scalar<K: Key, E: Engine<K>>(t: &E, keys: &[K], out: &mut [Option<u32>]) {
     for (k, o) in keys.iter().zip(out.iter_mut()) {
         *o = t.lookup(*k);
     }
 }
 
 /// Best ns per lookup of 7 passes over `keys`.
-fn best_of<K: Key>(t: &Lpm<K>, keys: &[K], f: fn(&Lpm<K>, &[K], &mut [Option<u32>])) -> f64 {
+fn best_of<K: Key, E: Engine<K>>(t: &E, keys: &[K], f: fn(&E, &[K], &mut [Option<u32>])) -> f64 {
     let mut out = vec![None; keys.len()];
     (0..7)
         .map(|_| {
@@ -52,11 +54,11 @@ fn best_of<K: Key>(t: &Lpm<K>, keys: &[K], f: fn(&Lpm<K>, &[K], &mut [Option<u32
         .fold(f64::MAX, f64::min)
 }
 
-fn profile<K: Key>(prefixes: &[Prefix<K>], count_only: bool) {
+fn profile<K: Key, E: Engine<K>>(prefixes: &[Prefix<K>], count_only: bool) {
     if prefixes.is_empty() {
         return;
     }
-    let t = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let t = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     if count_only {
         let keys = addresses::matched(prefixes, 1 << 16, 1);
         let (mut a, mut b) = (vec![None; keys.len()], vec![None; keys.len()]);
@@ -66,7 +68,12 @@ fn profile<K: Key>(prefixes: &[Prefix<K>], count_only: bool) {
         return;
     }
     let all = addresses::matched(prefixes, 1 << 20, 1);
-    print!("IPv{} {:>9} routes:", K::FAMILY, prefixes.len());
+    print!(
+        "IPv{} {:>9} routes, {:>10}:",
+        K::FAMILY,
+        prefixes.len(),
+        E::STRUCTURE
+    );
     for distinct in [1 << 20, 1 << 16, 1 << 11, 1 << 7] {
         let keys: Vec<K> = (0..all.len()).map(|i| all[i % distinct]).collect();
         print!(
@@ -97,7 +104,10 @@ fn main() {
             eprintln!("{e}");
             std::process::exit(1)
         });
-        profile(&final_prefixes(&routes.v4), count_only);
-        profile(&final_prefixes(&routes.v6), count_only);
+        let (v4, v6) = (final_prefixes(&routes.v4), final_prefixes(&routes.v6));
+        profile::<_, Lpm<u32>>(&v4, count_only);
+        profile::<_, RangeLpm<u32>>(&v4, count_only);
+        profile::<_, Lpm<u128>>(&v6, count_only);
+        profile::<_, RangeLpm<u128>>(&v6, count_only);
     }
 }

@@ -1,6 +1,7 @@
-//! Microbenchmarks of the engine's hot paths, with criterion's statistics: lookups (one
-//! key, and batches of 64) on the shipped full tables and on a one-route table, and an
-//! insert and remove pair on a full table.
+//! Microbenchmarks of both engines' hot paths (the trie and the range tree, each on both
+//! families), with criterion's statistics: lookups (one key, and batches of 64) on the
+//! shipped full tables and on a one-route table, and an insert and remove pair on a full
+//! table.
 //!
 //! `cargo bench -p fibre-lpm` runs them. The figures the project reports come from
 //! `fibre bench lookup` (the seeds' method, against the kernel and peers in the same run);
@@ -9,7 +10,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fibre_bench::addresses::matched;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Engine, Key, Lookups, Lpm, Prefix, RangeLpm};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
@@ -24,10 +25,10 @@ fn shipped(name: &str) -> (Vec<Prefix<u32>>, Vec<Prefix<u128>>) {
     (final_prefixes(&routes.v4), final_prefixes(&routes.v6))
 }
 
-fn lookups<K: Key>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
-    let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+fn lookups<K: Key, E: Engine<K>>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
+    let table = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let keys = matched(prefixes, 1 << 20, 1);
-    let mut group = c.benchmark_group(format!("ipv{}/{name}", K::FAMILY));
+    let mut group = c.benchmark_group(format!("{}/ipv{}/{name}", E::STRUCTURE, K::FAMILY));
     group.throughput(Throughput::Elements(1));
     let mut next = 0;
     group.bench_function("scalar", |b| {
@@ -49,10 +50,11 @@ fn lookups<K: Key>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
     group.finish();
 }
 
-fn updates<K: Key>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
-    let mut table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+fn updates<K: Key, E: Engine<K>>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
+    let mut table = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let mut rng = SmallRng::seed_from_u64(2);
-    c.bench_function(&format!("ipv{}/full/remove_insert", K::FAMILY), |b| {
+    let name = format!("{}/ipv{}/full/remove_insert", E::STRUCTURE, K::FAMILY);
+    c.bench_function(&name, |b| {
         b.iter_batched(
             || prefixes[rng.gen_range(0..prefixes.len())],
             |p| {
@@ -67,12 +69,18 @@ fn updates<K: Key>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
 fn benches(c: &mut Criterion) {
     let (v4, _) = shipped("rib-v4.txt.gz");
     let (_, v6) = shipped("rib-v6.txt.gz");
-    lookups(c, "full", &v4);
-    lookups(c, "full", &v6);
-    lookups(c, "one-route", &v4[..1]);
-    lookups(c, "one-route", &v6[..1]);
-    updates(c, &v4);
-    updates(c, &v6);
+    lookups::<_, Lpm<u32>>(c, "full", &v4);
+    lookups::<_, Lpm<u128>>(c, "full", &v6);
+    lookups::<_, RangeLpm<u32>>(c, "full", &v4);
+    lookups::<_, RangeLpm<u128>>(c, "full", &v6);
+    lookups::<_, Lpm<u32>>(c, "one-route", &v4[..1]);
+    lookups::<_, Lpm<u128>>(c, "one-route", &v6[..1]);
+    lookups::<_, RangeLpm<u32>>(c, "one-route", &v4[..1]);
+    lookups::<_, RangeLpm<u128>>(c, "one-route", &v6[..1]);
+    updates::<_, Lpm<u32>>(c, &v4);
+    updates::<_, Lpm<u128>>(c, &v6);
+    updates::<_, RangeLpm<u32>>(c, &v4);
+    updates::<_, RangeLpm<u128>>(c, &v6);
 }
 
 criterion_group!(engine, benches);

@@ -61,10 +61,16 @@ impl View<'_> {
                 *t = top64(wide(k));
             }
             let n = ks.len();
-            // Each step starts loading the line the key needs next, which the pass over
-            // the other keys gives time to arrive.
+            // Each of the last two steps starts loading the line the key needs next, which
+            // the pass over the other keys gives time to arrive. The levels above those
+            // (a full IPv6 table's first 200 nodes) stay cached: prefetching them would
+            // cost instructions and gain nothing.
             for level in (0..self.main.height).rev() {
-                if level > 0 {
+                if level > 1 {
+                    for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
+                        *a = node_child(&self.nodes[*a as usize], t);
+                    }
+                } else if level == 1 {
                     for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
                         *a = node_child(&self.nodes[*a as usize], t);
                         let p = self.nodes.as_ptr().wrapping_add(*a as usize).cast::<u8>();
