@@ -10,7 +10,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fibre_bench::addresses::matched;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Engine, Key, Lookups, Lpm, Prefix, RangeLpm};
+use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
