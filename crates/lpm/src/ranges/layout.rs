@@ -5,10 +5,13 @@
 //! first range's start (`base`), the other starts as 32-bit offsets from it (shifted right
 //! by a per-leaf `shift`, so that far-apart starts with common trailing zeros still fit),
 //! and every range's value. A *node* is two lines holding up to [`NODE_KEYS`] separator
-//! keys and [`NODE_KEYS`]` + 1` child indices. Unused separators and offsets hold the
-//! largest value and unused children and values repeat the last real one, so a search
-//! step is a count of the keys at most the searched key, with no special case for the
-//! fill: one AVX-512 compare a level where the CPU has it.
+//! keys and where its children start: a node's children (up to [`NODE_CHILDREN`]) sit
+//! side by side in one block of their arena, so child `k` is `base + k`, found with no
+//! read after the compare. Separators are stored less one and compared with "less
+//! than", so unused ones (the largest value) never count; unused offsets in a leaf hold
+//! the largest value and unused values repeat the last real one. A search step is thus
+//! a count of keys below the searched key, with no special case for the fill: two
+//! AVX-512 compares in a node, one in a leaf, where the CPU has them.
 //!
 //! Cells are atomics (see `trie/arena.rs` for why that makes sharing lines with readers
 //! sound); a lookup reads a line with one vector load, which never overlaps a write: the
@@ -21,12 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub(crate) const LEAF_RANGES: usize = 7;
 /// Separator keys in a node; it has one child more.
 pub(crate) const NODE_KEYS: usize = 15;
-/// 64-bit words in a node: the keys, then the children and the count as 32-bit words.
-pub(crate) const NODE_WORDS: usize = 24;
-/// The first 32-bit word of a node's children.
-const CHILD_WORD: usize = 2 * NODE_KEYS;
-/// The 32-bit word holding a node's number of children.
-const COUNT_WORD: usize = CHILD_WORD + NODE_CHILDREN;
+/// 64-bit words in a node: the keys, then where its children start and how many.
+pub(crate) const NODE_WORDS: usize = 16;
 /// Children of a node.
 pub(crate) const NODE_CHILDREN: usize = NODE_KEYS + 1;
 
@@ -47,8 +46,8 @@ pub(crate) const NO_ROUTE: u32 = DEEP - 1;
 #[repr(C, align(64))]
 pub(crate) struct LeafCell([AtomicU64; 8]);
 
-/// A node: three lines of 24 words of 64 bits. Words 0-14: separator keys; then, as 32-bit
-/// words 30-45, the children, and word 46, the number of children.
+/// A node: two lines of 16 words of 64 bits. Words 0-14: separator keys less one; word
+/// 15: the index of the first child (low half) and the number of children (high half).
 #[derive(Default, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct NodeCell([AtomicU64; NODE_WORDS]);
@@ -159,11 +158,6 @@ impl<const N: usize> Decoded<N> {
         self.items[self.len] = item;
         self.len += 1;
     }
-
-    /// Replaces item `k`.
-    pub fn set(&mut self, k: usize, item: (u64, u32)) {
-        self.items[..self.len][k] = item;
-    }
 }
 
 impl<const N: usize> std::ops::Deref for Decoded<N> {
@@ -189,32 +183,32 @@ pub(crate) fn decode_leaf(line: &[u64; 8]) -> Decoded<LEAF_RANGES> {
     ranges
 }
 
-/// A node line pair with `children` (`(first key of its subtree, index)`, 1 to
-/// [`NODE_CHILDREN`] of them; the first key of the first is not stored).
-pub(crate) fn encode_node(children: &[(u64, u32)]) -> [u64; NODE_WORDS] {
-    debug_assert!(!children.is_empty() && children.len() <= NODE_CHILDREN);
+/// A node whose children start at `base` and begin at the keys `firsts` (1 to
+/// [`NODE_CHILDREN`] of them; the first is not stored: the parent knows it).
+pub(crate) fn encode_node(firsts: &[u64], base: u32) -> [u64; NODE_WORDS] {
+    debug_assert!(!firsts.is_empty() && firsts.len() <= NODE_CHILDREN);
     let mut line = [u64::MAX; NODE_WORDS];
-    for (k, c) in children.iter().enumerate().skip(1) {
-        line[k - 1] = c.0;
+    for (k, &first) in firsts.iter().enumerate().skip(1) {
+        debug_assert!(first > firsts[k - 1]);
+        line[k - 1] = first - 1;
     }
-    let last = children[children.len() - 1].1;
-    for k in 0..NODE_CHILDREN {
-        set_word(
-            &mut line,
-            CHILD_WORD + k,
-            children.get(k).map_or(last, |c| c.1),
-        );
-    }
-    set_word(&mut line, COUNT_WORD, children.len() as u32);
+    line[NODE_KEYS] = u64::from(base) | (firsts.len() as u64) << 32;
     line
 }
 
-/// The children of a node, the first with `first` as its key.
+/// Where a node's children start, and how many there are.
+pub(crate) fn node_block(line: &[u64; NODE_WORDS]) -> (u32, u32) {
+    let w = line[NODE_KEYS];
+    (w as u32, (w >> 32) as u32)
+}
+
+/// The children of a node, `(first key, index)`, the first with `first` as its key.
 pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Decoded<NODE_CHILDREN> {
+    let (base, count) = node_block(line);
     let mut children = Decoded::new();
-    for k in 0..word(line, COUNT_WORD) as usize {
-        let key = if k == 0 { first } else { line[k - 1] };
-        children.push((key, word(line, CHILD_WORD + k)));
+    for k in 0..count as usize {
+        let key = if k == 0 { first } else { line[k - 1] + 1 };
+        children.push((key, base + k as u32));
     }
     children
 }
@@ -223,33 +217,33 @@ pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Decoded<NODE_
 #[inline(always)]
 pub(crate) fn node_child(node: &NodeCell, key: u64) -> u32 {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
-    // SAFETY: the CPU has AVX-512F (checked at compile time). The two loads read the
-    // first 128 of the 192 bytes of `node`, a live reference; no thread writes them while
-    // a snapshot that reaches them exists (module documentation), so the plain loads race
-    // with no atomic store. The child index read after them, at most word 45, is in the
-    // same node.
+    // SAFETY: the CPU has AVX-512F (checked at compile time). The two loads read exactly
+    // the 128 bytes of `node`, a live reference; no thread writes them while a snapshot
+    // that reaches them exists (module documentation), so the plain loads race with no
+    // atomic store. The last word (where the children start) is masked off the compare
+    // and read on its own, in parallel with it.
     unsafe {
         use std::arch::x86_64::{
-            _mm512_cmple_epu64_mask, _mm512_kunpackb, _mm512_loadu_si512,
-            _mm512_mask_cmple_epu64_mask, _mm512_set1_epi64,
+            _mm512_cmplt_epu64_mask, _mm512_kunpackb, _mm512_loadu_si512,
+            _mm512_mask_cmplt_epu64_mask, _mm512_set1_epi64,
         };
         const HIGH_KEYS: u8 = (1 << (NODE_KEYS - 8)) - 1;
         let k = _mm512_set1_epi64(key as i64);
-        let base = node.0.as_ptr().cast::<u64>();
-        let lo = _mm512_cmple_epu64_mask(_mm512_loadu_si512(base.cast()), k);
-        let hi = _mm512_mask_cmple_epu64_mask(HIGH_KEYS, _mm512_loadu_si512(base.add(8).cast()), k);
+        let words = node.0.as_ptr().cast::<u64>();
+        let base = *words.add(NODE_KEYS) as u32;
+        let lo = _mm512_cmplt_epu64_mask(_mm512_loadu_si512(words.cast()), k);
+        let hi =
+            _mm512_mask_cmplt_epu64_mask(HIGH_KEYS, _mm512_loadu_si512(words.add(8).cast()), k);
         // One 16-bit mask, one count.
-        let rank = _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones();
-        *base.cast::<u32>().add(CHILD_WORD + rank as usize)
+        base + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
     {
         let rank = node.0[..NODE_KEYS]
             .iter()
-            .filter(|k| k.load(Relaxed) <= key)
+            .filter(|k| k.load(Relaxed) < key)
             .count();
-        let w = node.0[(CHILD_WORD + rank) / 2].load(Relaxed);
-        (w >> (32 * ((CHILD_WORD + rank) % 2))) as u32
+        node.0[NODE_KEYS].load(Relaxed) as u32 + rank as u32
     }
 }
 
@@ -326,18 +320,18 @@ mod tests {
 
     #[test]
     fn nodes_find_the_child_of_every_key() {
-        let children: Vec<(u64, u32)> = (0..NODE_CHILDREN as u64)
-            .map(|c| (c * 100, 7 + c as u32))
-            .collect();
+        let firsts: Vec<u64> = (0..NODE_CHILDREN as u64).map(|c| c * 100).collect();
         for n in 1..=NODE_CHILDREN {
-            let cell = NodeCell::new(encode_node(&children[..n]));
-            assert_eq!(*decode_node(&cell.read(), 0), children[..n]);
-            for key in [0, 1, 99, 100, 101, 550, 999, 1000, u64::MAX] {
-                let want = children[..n].iter().rfind(|c| c.0 <= key).unwrap().1;
+            let cell = NodeCell::new(encode_node(&firsts[..n], 7));
+            let children = decode_node(&cell.read(), 0);
+            let want: Vec<(u64, u32)> = (0..n).map(|c| (firsts[c], 7 + c as u32)).collect();
+            assert_eq!(*children, want);
+            for key in [0, 1, 99, 100, 101, 550, 999, 1000, 1499, 1500, u64::MAX] {
+                let want = want.iter().rfind(|c| c.0 <= key).unwrap().1;
                 assert_eq!(node_child(&cell, key), want, "{n} children, key {key}");
             }
         }
-        let top = NodeCell::new(encode_node(&[(0, 1), (u64::MAX, 2)]));
+        let top = NodeCell::new(encode_node(&[0, u64::MAX], 1));
         assert_eq!(node_child(&top, u64::MAX), 2);
         assert_eq!(node_child(&top, u64::MAX - 1), 1);
     }

@@ -6,11 +6,13 @@
 //! longest prefix covering it). A lookup is then a search for the range holding the
 //! address: no walk bit by bit, no backtracking, and every lookup takes the same number
 //! of steps, so a batch walks in lockstep with no branch on the data. PlanB (NSDI 2026)
-//! measured this with wide compares; here the search is a B+-tree whose steps are one
-//! AVX-512 compare of a node's ten separators (two cache lines) and, at the bottom, one
-//! compare in a leaf of seven ranges packed into one line (see `layout.rs`). On the
-//! shipped IPv6 table it is about twice as fast as the trie (measured by
-//! `fibre bench lookup`), which is why IPv6 uses it.
+//! measured this with wide compares; here the search is a B+-tree whose steps are two
+//! AVX-512 compares of a node's 15 separators (two cache lines; its 16 children side by
+//! side, so the child is found by addition) and, at the bottom, one compare in a leaf of
+//! seven ranges packed into one line (see `layout.rs`). On the shipped IPv6 table a
+//! batched lookup costs about two thirds of the trie's (`fibre bench lookup`, both
+//! structures measured with `--structure`), which is why IPv6 uses it; for IPv4 the trie
+//! is three times faster.
 //!
 //! The first-stage tree searches the top 64 bits of a key, which is all of an IPv4
 //! address and every IPv6 prefix up to /64 (all of the real table). A /64 that holds
@@ -29,9 +31,9 @@
 //!
 //! # Sharing with readers
 //!
-//! As the trie does (see its documentation and [`crate::shared`]): lines that a published
-//! [`RangeSnapshot`] can reach are copied, never written, and reused only once no reader
-//! holds a snapshot that reaches them.
+//! As the trie does (see its documentation and [`crate::shared`]): blocks of lines that a
+//! published [`RangeSnapshot`] can reach are copied, never written, and reused only once
+//! no reader holds a snapshot that reaches them.
 
 mod layout;
 mod lookup;

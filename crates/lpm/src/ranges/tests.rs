@@ -16,7 +16,8 @@ impl<K: Key> RangeLpm<K> {
 
     /// Leaves and nodes in what a publish released.
     pub(crate) fn lines_of(&self, released: &RangeReleased) -> (usize, usize) {
-        (released.0.leaves.len(), released.0.nodes.len())
+        let sum = |v: &[(u32, u32)]| v.iter().map(|b| b.1 as usize).sum::<usize>();
+        (sum(&released.0.leaves), sum(&released.0.nodes))
     }
 
     /// [`RangeLpm::check_invariants`] when `retired` more leaves and nodes wait for

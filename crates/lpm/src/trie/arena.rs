@@ -111,6 +111,32 @@ impl<C: Cell> Arena<C> {
         self.buf[i as usize].write(value)
     }
 
+    /// Copies elements `from..from + n` to `to..to + n` (the two must not overlap). As for
+    /// [`Arena::set`], no published snapshot may reach the destination.
+    pub fn copy(&self, from: u32, to: u32, n: u32) {
+        let (from, to, n) = (from as usize, to as usize, n as usize);
+        assert!(
+            from + n <= self.len && to + n <= self.len,
+            "copy within the arena"
+        );
+        assert!(
+            from + n <= to || to + n <= from,
+            "copy between disjoint elements"
+        );
+        let base = self.buf.as_ptr();
+        // SAFETY: both ranges are in bounds and disjoint (checked above). Cells are atomics,
+        // whose interior mutability allows writing through a pointer from a shared
+        // reference. Nothing writes the source meanwhile (only the writer writes, and it
+        // is here), and nothing reads or writes the destination (no snapshot reaches it),
+        // so this plain copy races with no other access. It pays: blocks of up to 16
+        // lines copied with vector moves rather than one atomic word at a time took the
+        // shared writer's copy-on-write updates of the range tree on the real IPv6 stream
+        // from 0.8-1.0 to 1.3 M/s (`fibre bench lookup`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(base.add(from), base.add(to).cast_mut(), n);
+        }
+    }
+
     /// Appends `n` default elements and returns the index of the first.
     pub fn extend(&mut self, n: u32) -> u32 {
         let base = self.len;
@@ -240,6 +266,28 @@ mod tests {
             "a snapshot's buffer is not written by growth"
         );
         assert_eq!(a.deep_clone().get(1), 8);
+    }
+
+    #[test]
+    fn copy_moves_elements_and_leaves_the_source() {
+        let mut a: Arena<AtomicU32> = Arena::default();
+        let b = a.extend(8);
+        for i in 0..4 {
+            a.set(b + i, 10 + i);
+        }
+        a.copy(b, b + 4, 4);
+        assert_eq!(
+            (0..8).map(|i| a.get(b + i)).collect::<Vec<_>>(),
+            [10, 11, 12, 13, 10, 11, 12, 13]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "disjoint")]
+    fn copy_refuses_overlapping_ranges() {
+        let mut a: Arena<AtomicU32> = Arena::default();
+        a.extend(8);
+        a.copy(0, 2, 4);
     }
 
     #[test]
