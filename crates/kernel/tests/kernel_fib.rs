@@ -1,14 +1,15 @@
 //! The kernel probe is a lookup, not only a timer: in a private namespace holding a
 //! sample of the real table, every route with a gateway of its own, the probe's answer
 //! for each address must be the gateway `ip route get` names (or "no route" where it
-//! finds none), and the route fibre's engine finds for the same address.
+//! finds none), and the route fibre's engines (the trie and the range tree, whichever
+//! the family uses by default and the other) find for the same address.
 //! Needs root and iproute2; skipped with a message otherwise.
 
 use fibre_bench::addresses;
 use fibre_bench::source::{final_prefixes, read_route_file};
 use fibre_kernel::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
 use fibre_kernel::probe::{ret, FibProbe};
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Key, Lpm, Prefix, RangeLpm};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -32,7 +33,8 @@ fn check_family<K: Key>(ns: &Namespace, routes: &[Prefix<K>], to_ip: impl Fn(K) 
         ));
     }
     ns.batch(&batch).expect("routes load");
-    let engine = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let trie = Lpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let ranges = RangeLpm::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let mut keys = addresses::matched(routes, 300, 11);
     // Uniform addresses, away from the namespace's own subnets (10/8, fd00::/8).
     keys.extend(
@@ -56,7 +58,12 @@ fn check_family<K: Key>(ns: &Namespace, routes: &[Prefix<K>], to_ip: impl Fn(K) 
     for (i, (&k, &addr)) in keys.iter().zip(&addrs).enumerate() {
         let answer = probe.answer(i as u32).unwrap();
         let kernel = ns.route_get(addr).unwrap();
-        let fibre = engine.lookup(k).map(|r| gateway(family, r as usize));
+        let fibre = trie.lookup(k).map(|r| gateway(family, r as usize));
+        assert_eq!(
+            ranges.lookup(k).map(|r| gateway(family, r as usize)),
+            fibre,
+            "{addr}: the two engines agree"
+        );
         match kernel {
             None => {
                 assert_eq!(
