@@ -41,7 +41,8 @@ pub(crate) const DEEP_ROOT: u32 = (1 << DEEP_HEIGHT_SHIFT) - 1;
 pub(crate) const NO_ROUTE: u32 = DEEP - 1;
 
 /// A leaf line: 16 words of 32 bits. Words 0-1: base; 2-7: offsets of ranges 1..7;
-/// 8-14: values of ranges 0..7; 15: shift.
+/// 8-14: values of ranges 0..7; 15: shift. A wide leaf: words 0-7, the starts of up to
+/// four ranges; 8-11, their values; 12, how many; 15, `WIDE`.
 #[derive(Default, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct LeafCell([AtomicU64; 8]);
@@ -90,9 +91,16 @@ fn set_word(line: &mut [u64], i: usize, v: u32) {
     line[i / 2] = line[i / 2] & !(0xFFFF_FFFF << shift) | u64::from(v) << shift;
 }
 
-/// Whether `ranges` (sorted starts, the first the leaf's base) fit one leaf.
+/// Ranges in a *wide* leaf, the form for starts too far apart for 32-bit offsets (sparse
+/// tables: random host routes, say): the starts in full, 64 bits each.
+pub(crate) const WIDE_RANGES: usize = 4;
+/// The shift word of a wide leaf.
+const WIDE: u32 = u32::MAX;
+
+/// Whether `ranges` (sorted starts, the first the leaf's base) fit one leaf, in one form
+/// or the other.
 pub(crate) fn fits_leaf(ranges: &[(u64, u32)]) -> bool {
-    ranges.len() <= LEAF_RANGES && leaf_shift(ranges).is_some()
+    ranges.len() <= WIDE_RANGES || ranges.len() <= LEAF_RANGES && leaf_shift(ranges).is_some()
 }
 
 /// The shift that makes every start's offset from the first fit below `u32::MAX`, if any.
@@ -108,21 +116,34 @@ fn leaf_shift(ranges: &[(u64, u32)]) -> Option<u32> {
     ((last >> shift) < u64::from(u32::MAX)).then_some(shift)
 }
 
-/// How many of `ranges`, from the first, one leaf takes (at least one).
+/// How many of `ranges`, from the first, one leaf takes (at least one): as many as fit
+/// with offsets, or as a wide leaf if that takes more.
 pub(crate) fn leaf_take(ranges: &[(u64, u32)]) -> usize {
     let mut n = 1;
     while n < ranges.len() && n < LEAF_RANGES && leaf_shift(&ranges[..=n]).is_some() {
         n += 1;
     }
-    n
+    n.max(ranges.len().min(WIDE_RANGES))
 }
 
-/// A leaf line holding `ranges` (which must [`fits_leaf`]).
+/// A leaf line holding `ranges` (which must [`fits_leaf`]): with offsets if they fit,
+/// else wide.
 pub(crate) fn encode_leaf(ranges: &[(u64, u32)]) -> [u64; 8] {
     debug_assert!(fits_leaf(ranges));
-    let shift = leaf_shift(ranges).expect("the ranges fit a leaf");
-    let base = ranges[0].0;
+    let last = ranges[ranges.len() - 1].1;
     let mut line = [0u64; 8];
+    let Some(shift) = leaf_shift(ranges).filter(|_| ranges.len() <= LEAF_RANGES) else {
+        // Wide: starts in 64-bit words 0-3 (the largest value where unused), values
+        // where the other form has them, then the number of ranges.
+        for k in 0..WIDE_RANGES {
+            line[k] = ranges.get(k).map_or(u64::MAX, |r| r.0);
+            set_word(&mut line, 8 + k, ranges.get(k).map_or(last, |r| r.1));
+        }
+        set_word(&mut line, 12, ranges.len() as u32);
+        set_word(&mut line, 15, WIDE);
+        return line;
+    };
+    let base = ranges[0].0;
     line[0] = base;
     for k in 0..LEAF_RANGES - 1 {
         let offset = match ranges.get(k + 1) {
@@ -131,7 +152,6 @@ pub(crate) fn encode_leaf(ranges: &[(u64, u32)]) -> [u64; 8] {
         };
         set_word(&mut line, 2 + k, offset);
     }
-    let last = ranges[ranges.len() - 1].1;
     for k in 0..LEAF_RANGES {
         set_word(&mut line, 8 + k, ranges.get(k).map_or(last, |r| r.1));
     }
@@ -172,6 +192,12 @@ pub(crate) fn decode_leaf(line: &[u64; 8]) -> Decoded<LEAF_RANGES> {
     let base = line[0];
     let shift = word(line, 15);
     let mut ranges = Decoded::new();
+    if shift == WIDE {
+        for k in 0..word(line, 12) as usize {
+            ranges.push((line[k], word(line, 8 + k)));
+        }
+        return ranges;
+    }
     ranges.push((base, word(line, 8)));
     for k in 0..LEAF_RANGES - 1 {
         let offset = word(line, 2 + k);
@@ -256,19 +282,33 @@ pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
     // within the 64 bytes of `leaf`, a live reference that no thread writes while a
     // snapshot reaching it exists (module documentation).
     unsafe {
-        use std::arch::x86_64::{_mm256_cmple_epu32_mask, _mm256_loadu_si256, _mm256_set1_epi32};
+        use std::arch::x86_64::{
+            _mm256_cmple_epu64_mask, _mm256_loadu_si256, _mm256_mask_cmple_epu32_mask,
+            _mm256_set1_epi32, _mm256_set1_epi64x,
+        };
         let words = leaf.0.as_ptr().cast::<u32>();
-        let base = *leaf.0.as_ptr().cast::<u64>();
         let shift = *words.add(15);
+        if shift == WIDE {
+            // Sparse ranges (never on a real table: predicted every time there).
+            let starts = _mm256_loadu_si256(words.cast());
+            let mask = _mm256_cmple_epu64_mask(starts, _mm256_set1_epi64x(key as i64));
+            // Lane 0, the leaf's first start, is at most any key searched here; the OR
+            // keeps the index in the line even if that were ever broken.
+            return *words.add(8 + (mask | 1).count_ones() as usize - 1);
+        }
+        let base = *leaf.0.as_ptr().cast::<u64>();
         let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
         let offsets = _mm256_loadu_si256(words.add(2).cast());
-        let mask = _mm256_cmple_epu32_mask(offsets, _mm256_set1_epi32(d as i32));
-        let rank = (mask & 0b11_1111).count_ones();
-        *words.add(8 + rank as usize)
+        let mask = _mm256_mask_cmple_epu32_mask(0b11_1111, offsets, _mm256_set1_epi32(d as i32));
+        *words.add(8 + mask.count_ones() as usize)
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
     {
         let line = leaf.read();
+        if word(&line, 15) == WIDE {
+            let rank = line[..WIDE_RANGES].iter().filter(|&&s| s <= key).count();
+            return word(&line, 8 + rank - 1);
+        }
         let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
         let rank = (0..LEAF_RANGES - 1)
             .filter(|&k| word(&line, 2 + k) <= d)
@@ -306,9 +346,54 @@ mod tests {
     }
 
     #[test]
+    fn sparse_ranges_take_wide_leaves() {
+        let sparse = [
+            (0, 1),
+            (1, 2),
+            (1 << 40, 3),
+            (u64::MAX - 9, 4),
+            (u64::MAX, 5),
+        ];
+        assert_eq!(
+            leaf_take(&sparse),
+            WIDE_RANGES,
+            "more than offsets would take"
+        );
+        for n in 1..=WIDE_RANGES {
+            let cell = leaf(&sparse[..n]);
+            assert_eq!(*decode_leaf(&cell.read()), sparse[..n]);
+            for (i, &(start, value)) in sparse[..n].iter().enumerate() {
+                assert_eq!(leaf_value(&cell, start), value);
+                assert_eq!(
+                    leaf_value(&cell, start.saturating_add(1)),
+                    if i + 1 < n && sparse[i + 1].0 == start + 1 {
+                        sparse[i + 1].1
+                    } else {
+                        value
+                    }
+                );
+            }
+            assert_eq!(leaf_value(&cell, u64::MAX), sparse[n - 1].1);
+        }
+        let last = leaf(&sparse[1..]);
+        assert_eq!(
+            leaf_value(&last, u64::MAX),
+            5,
+            "a real start at the largest key"
+        );
+        assert_eq!(leaf_value(&last, u64::MAX - 1), 4);
+    }
+
+    #[test]
     fn leaves_refuse_what_does_not_fit() {
-        assert!(!fits_leaf(&[(0, 1), (1, 2), (1 << 40, 3)]));
-        assert_eq!(leaf_take(&[(0, 1), (1, 2), (1 << 40, 3)]), 2);
+        assert!(!fits_leaf(&[
+            (0, 1),
+            (1, 2),
+            (1 << 40, 3),
+            (1 << 41, 4),
+            (1 << 42, 5)
+        ]));
+        assert!(fits_leaf(&[(0, 1), (1, 2), (1 << 40, 3)]), "wide");
         let eight: Vec<(u64, u32)> = (0..8).map(|i| (i, i as u32)).collect();
         assert_eq!(leaf_take(&eight), LEAF_RANGES);
         let full = leaf(&eight[..LEAF_RANGES]);

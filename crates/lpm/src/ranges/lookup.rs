@@ -6,7 +6,7 @@
 //! to arrive before the next level reads them. Keys whose /64 holds longer prefixes take
 //! the second stage afterwards, one at a time (none in the real tables).
 
-use super::layout::{leaf_value, node_child, LeafCell, NodeCell, NO_ROUTE};
+use super::layout::{leaf_value, node_child, LeafCell, NodeCell, DEEP, NO_ROUTE};
 use super::spans::{low64, top64, wide};
 use super::tree::{search, Tree};
 use super::{RangeLpm, RangeSnapshot};
@@ -85,8 +85,25 @@ impl View<'_> {
                     }
                 }
             }
-            for ((o, &a), (&t, &k)) in os.iter_mut().zip(&at[..n]).zip(top.iter().zip(ks)) {
-                let stored = leaf_value(&self.leaves[a as usize], t);
+            let mut deep = 0u32;
+            for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
+                *a = leaf_value(&self.leaves[*a as usize], t);
+                deep |= *a;
+            }
+            if deep & DEEP != 0 {
+                // Some keys fall in /64s holding longer prefixes: start loading the roots
+                // of their second stages before searching any.
+                for &stored in &at[..n] {
+                    if let Some(tree) = Tree::from_deep(stored) {
+                        let root = match tree.height {
+                            0 => self.leaves.as_ptr().wrapping_add(tree.root as usize).cast(),
+                            _ => self.nodes.as_ptr().wrapping_add(tree.root as usize).cast(),
+                        };
+                        prefetch::<u8>(root);
+                    }
+                }
+            }
+            for ((o, &stored), &k) in os.iter_mut().zip(&at[..n]).zip(ks) {
                 *o = self.finish(stored, wide(k));
             }
         }

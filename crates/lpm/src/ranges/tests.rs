@@ -254,3 +254,27 @@ fn a_snapshot_keeps_its_version_while_the_table_changes() {
     }
     t.check_invariants();
 }
+
+#[test]
+fn sparse_host_routes_pack_into_wide_leaves() {
+    // Random /128s far apart: their starts do not fit 32-bit offsets, so leaves hold
+    // them in full. Each route costs a second stage (one leaf) and its share of the
+    // first stage's leaves and nodes; with offsets alone it cost 330 bytes.
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut t = RangeLpm::<u128>::new();
+    let mut r = ReferenceLpm::<u128>::new();
+    let routes: Vec<(Prefix<u128>, u32)> = (0..20_000)
+        .map(|i| (Prefix::new_clamped(rng.gen(), 128), i))
+        .collect();
+    for &(p, v) in &routes {
+        t.insert(p, v);
+        r.insert(p, v);
+    }
+    t.check_invariants();
+    let probes = probes_for(&routes, &mut rng);
+    check_against_reference(&t, &r, &probes);
+    let built = RangeLpm::build(routes.iter().copied());
+    check_against_reference(&built, &r, &probes);
+    let per_route = built.memory().lookup_bytes / routes.len();
+    assert!(per_route < 120, "{per_route} bytes per route");
+}
