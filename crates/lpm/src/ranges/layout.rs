@@ -4,7 +4,10 @@
 //! A *leaf* is one 64-byte line holding up to [`LEAF_RANGES`] consecutive ranges: the
 //! first range's start (`base`), the other starts as 32-bit offsets from it (shifted right
 //! by a per-leaf `shift`, so that far-apart starts with common trailing zeros still fit),
-//! and every range's value. A *node* is two lines holding up to [`NODE_KEYS`] separator
+//! and every range's value. Where even that cannot hold two starts (sparse tables, such
+//! as host routes scattered over the address space), a *wide* leaf holds up to
+//! [`WIDE_RANGES`] starts in full; the leaf's shift word says which form it is, a branch
+//! that a real routing table always takes the same way. A *node* is two lines holding up to [`NODE_KEYS`] separator
 //! keys and where its children start: a node's children (up to [`NODE_CHILDREN`]) sit
 //! side by side in one block of their arena, so child `k` is `base + k`, found with no
 //! read after the compare. Separators are stored less one and compared with "less
