@@ -36,7 +36,7 @@ pub trait Lookups<K: Key> {
 }
 
 /// A longest-prefix-match table: updates, exact queries, lookups, and what sharing with
-/// readers needs (see [`crate::shared`]).
+/// readers needs (see [`mod@crate::shared`]).
 pub trait Engine<K: Key>:
     Lookups<K> + Default + Clone + Send + Sync + std::fmt::Debug + sealed::Sealed + 'static
 {

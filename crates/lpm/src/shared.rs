@@ -1,9 +1,10 @@
 //! Lock-free readers: any number of threads look up while one writer updates.
 //!
-//! Read-copy-update on one copy of the table. The writer applies each operation to its
-//! table at once, and the table copies, rather than writes, whatever the published
-//! [`Snapshot`] can reach (the trie documentation says how: the path from the direct
-//! array to the change, each block at most once per publish). [`LpmWriter::publish`]
+//! Read-copy-update on one copy of the table, for either engine ([`crate::Engine`]). The
+//! writer applies each operation to its table at once, and the table copies, rather than
+//! writes, whatever the published snapshot ([`crate::Snapshot`], [`crate::RangeSnapshot`])
+//! can reach (each engine's documentation says how: the path from the root to the
+//! change, each block at most once per publish). [`LpmWriter::publish`]
 //! makes the current state a new snapshot and swaps it in with one atomic pointer store.
 //! So:
 //!
