@@ -238,9 +238,10 @@ impl<K: Key> RangeLpm<K> {
         use std::mem::size_of;
         let lookup_bytes = self.store.leaves.len() * size_of::<LeafCell>()
             + self.store.nodes.len() * size_of::<NodeCell>();
-        // A B-tree map entry costs its key and value and about half as much again in
-        // node overhead and slack.
-        let map_bytes = self.prefixes.len() * size_of::<(Prefix<K>, u32)>() * 3 / 2;
+        // A B-tree map keeps keys and values in separate arrays in its nodes, which are
+        // two thirds full on average: an entry costs its key and value and half again.
+        let entry = size_of::<Prefix<K>>() + size_of::<u32>();
+        let map_bytes = self.prefixes.len() * entry * 3 / 2;
         let used = self.store.live_leaves + self.store.live_nodes;
         MemoryUsage {
             lookup_bytes,
