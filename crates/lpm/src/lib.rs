@@ -25,6 +25,8 @@ mod prefix;
 mod ranges;
 mod reference;
 pub mod shared;
+#[cfg(test)]
+mod testing;
 mod trie;
 
 pub use engine::{Engine, Lookups, Table, TableSnapshot};

@@ -3,6 +3,9 @@
 use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG};
 use super::*;
 use crate::reference::ReferenceLpm;
+use crate::testing::{
+    check_against_reference, probes_for, random_ops_match_reference, random_prefix,
+};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -265,92 +268,16 @@ fn batched_lookups_walk_past_the_key_window() {
     }
 }
 
-/// Random prefixes clustered around a few base addresses so that they overlap.
-fn random_prefix<K: Key>(rng: &mut SmallRng, bases: &[u128]) -> Prefix<K> {
-    let base = bases[rng.gen_range(0..bases.len())];
-    let noise: u128 = rng.gen::<u128>() >> rng.gen_range(0..128);
-    let addr = K::from_u128(base ^ noise);
-    let len = match rng.gen_range(0..10) {
-        0 => 0,
-        1 => K::BITS,
-        _ => rng.gen_range(0..=K::BITS),
-    };
-    Prefix::new_clamped(addr, len)
-}
-
-fn check_against_reference<K: Key>(t: &Lpm<K>, r: &ReferenceLpm<K>, probes: &[K]) {
-    let mut batch = vec![None; probes.len()];
-    t.lookup_batch(probes, &mut batch);
-    for (i, &k) in probes.iter().enumerate() {
-        let want = r.lookup(k).map(|x| x.1);
-        assert_eq!(t.lookup(k), want, "lookup {k:?}");
-        assert_eq!(batch[i], want, "batched lookup {k:?}");
-    }
-}
-
-fn probes_for<K: Key>(routes: &[(Prefix<K>, u32)], rng: &mut SmallRng) -> Vec<K> {
-    let mut probes = Vec::new();
-    for (p, _) in routes {
-        let span = if p.len() == K::BITS {
-            0
-        } else {
-            u128::MAX >> (128 - u32::from(K::BITS) + u32::from(p.len()))
-        };
-        let a = p.addr().to_u128();
-        probes.push(p.addr());
-        probes.push(K::from_u128(a | span));
-        probes.push(K::from_u128(a.wrapping_sub(1)));
-        probes.push(K::from_u128((a | span).wrapping_add(1)));
-        probes.push(K::from_u128(a | (rng.gen::<u128>() & span)));
-    }
-    probes.extend((0..64).map(|_| K::from_u128(rng.gen())));
-    probes
-}
-
-fn random_ops_match_reference<K: Key>(seed: u64, ops: usize) {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let bases: Vec<u128> = (0..4).map(|_| rng.gen()).collect();
-    let mut t = Lpm::<K>::new();
-    let mut r = ReferenceLpm::<K>::new();
-    let mut live = Vec::new();
-    for step in 0..ops {
-        if rng.gen_bool(0.65) || live.is_empty() {
-            let p = random_prefix::<K>(&mut rng, &bases);
-            let v = rng.gen_range(0..1 << 20);
-            assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
-            live.push(p);
-        } else {
-            let p = live.swap_remove(rng.gen_range(0..live.len()));
-            assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
-        }
-        if step % 16 == 0 {
-            t.check_invariants();
-            let routes = r.to_sorted_vec();
-            check_against_reference(&t, &r, &probes_for(&routes, &mut rng));
-        }
-    }
-    t.check_invariants();
-    assert_eq!(t.to_vec(), r.to_sorted_vec());
-    assert_eq!(t.len(), r.len());
-    assert_eq!(t.count_by_len(), r.count_by_len());
-    for (p, v) in r.to_sorted_vec() {
-        assert_eq!(t.get(&p), Some(v));
-    }
-    let built = Lpm::build(r.to_sorted_vec());
-    built.check_invariants();
-    check_against_reference(&built, &r, &probes_for(&r.to_sorted_vec(), &mut rng));
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn ipv4_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u32>(seed, 300);
+        random_ops_match_reference::<u32, Lpm<u32>>(seed, 300, 4, Lpm::check_invariants);
     }
 
     #[test]
     fn ipv6_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u128>(seed, 300);
+        random_ops_match_reference::<u128, Lpm<u128>>(seed, 300, 4, Lpm::check_invariants);
     }
 
     #[test]
