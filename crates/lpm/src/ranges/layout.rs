@@ -292,7 +292,9 @@ pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
         let words = leaf.0.as_ptr().cast::<u32>();
         let shift = *words.add(15);
         if shift == WIDE {
-            // Sparse ranges (never on a real table: predicted every time there).
+            // Sparse ranges (never on a full table: predicted every time there). Computing
+            // both forms' ranks and choosing without a branch measured 5% slower on the
+            // full IPv6 table, 20% faster on 100 of its routes (which mix the forms).
             let starts = _mm256_loadu_si256(words.cast());
             let mask = _mm256_cmple_epu64_mask(starts, _mm256_set1_epi64x(key as i64));
             // Lane 0, the leaf's first start, is at most any key searched here; the OR
