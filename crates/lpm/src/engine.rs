@@ -3,8 +3,9 @@
 //! fibre has two engines, both written once and generic over the key width: the trie
 //! ([`Lpm`]) and the range tree ([`RangeLpm`]). Each family uses the one measured faster
 //! for it on full Internet tables: the trie for IPv4 (its direct array resolves most of
-//! a 32-bit key at once), the range tree for IPv6 (a batched lookup costs about two thirds
-//! of the trie's; `fibre bench lookup` and the `range_engine` example measure both).
+//! a 32-bit key at once), the range tree for IPv6 (a batched lookup of the shipped table
+//! costs 55-65% of the trie's; `fibre bench lookup --structure` and the `lookup_profile`
+//! example measure both).
 //! [`Key::Table`] names the choice, [`Table`] spells it, and [`Engine`] is the interface
 //! code generic over the family uses, as the command line and the benchmarks do.
 

@@ -10,9 +10,9 @@
 //! AVX-512 compares of a node's 15 separators (two cache lines; its 16 children side by
 //! side, so the child is found by addition) and, at the bottom, one compare in a leaf of
 //! seven ranges packed into one line (see `layout.rs`). On the shipped IPv6 table a
-//! batched lookup costs about two thirds of the trie's (`fibre bench lookup`, both
-//! structures measured with `--structure`), which is why IPv6 uses it; for IPv4 the trie
-//! is three times faster.
+//! batched lookup costs 55-65% of the trie's (`fibre bench lookup --structure`, and the
+//! `lookup_profile` example), which is why IPv6 uses it; for IPv4 the trie is two to
+//! three times faster.
 //!
 //! The first-stage tree searches the top 64 bits of a key, which is all of an IPv4
 //! address and every IPv6 prefix up to /64 (all of the real table). A /64 that holds
