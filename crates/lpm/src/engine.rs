@@ -56,6 +56,14 @@ pub trait Engine<K: Key>:
     fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32>;
     /// The value of exactly `prefix`.
     fn get(&self, prefix: &Prefix<K>) -> Option<u32>;
+    /// True if exactly `prefix` is in the table.
+    fn contains(&self, prefix: &Prefix<K>) -> bool {
+        self.get(prefix).is_some()
+    }
+    /// Removes every prefix.
+    fn clear(&mut self) {
+        *self = Self::default();
+    }
     /// Number of prefixes of each length, indexed by length.
     fn count_by_len(&self) -> &[usize];
     /// All prefixes and values, sorted by address, then length.
