@@ -40,8 +40,16 @@ pub(crate) struct Tree {
 
 impl Tree {
     /// The stored value that refers to this tree as a second stage.
+    ///
+    /// # Panics
+    /// If the root's index needs more than 28 bits (a leaf arena of 16 GiB) or the tree
+    /// more than 7 levels (16^7 leaves): a stored value has no room for them, and a
+    /// wrong reference would be worse than stopping.
     pub fn to_deep(self) -> u32 {
-        debug_assert!(self.root <= DEEP_ROOT && self.height < 8);
+        assert!(
+            self.root <= DEEP_ROOT && self.height < 8,
+            "second-stage tree out of the stored value's range"
+        );
         DEEP | u32::from(self.height) << DEEP_HEIGHT_SHIFT | self.root
     }
 
