@@ -5,7 +5,7 @@
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};
 use fibre_bench::source::{final_prefixes, RouteOp};
-use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
+use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -111,7 +111,7 @@ pub struct LookupArgs {
     #[arg(long)]
     skip_bad: bool,
     /// The lookup structure to measure: each family's own (the trie for IPv4, the range
-    /// tree for IPv6), or one of them for both.
+    /// tree for IPv6 where the CPU has AVX-512), or one of them for both.
     #[arg(long, value_enum, default_value_t = Structure::Family)]
     structure: Structure,
 }
@@ -351,7 +351,8 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if !routes.v4.is_empty() {
         families += 1;
         let run_family = match args.structure {
-            Structure::Family | Structure::Trie => run_family::<u32, Lpm<u32>>,
+            Structure::Family => run_family::<u32, Table<u32>>,
+            Structure::Trie => run_family::<u32, Lpm<u32>>,
             Structure::RangeTree => run_family::<u32, RangeLpm<u32>>,
         };
         run_family(
@@ -368,7 +369,8 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if !routes.v6.is_empty() {
         families += 1;
         let run_family = match args.structure {
-            Structure::Family | Structure::RangeTree => run_family::<u128, RangeLpm<u128>>,
+            Structure::Family => run_family::<u128, Table<u128>>,
+            Structure::RangeTree => run_family::<u128, RangeLpm<u128>>,
             Structure::Trie => run_family::<u128, Lpm<u128>>,
         };
         run_family(

@@ -104,7 +104,12 @@ impl Key for u32 {
 
 impl Key for u128 {
     type Addr = Ipv6Addr;
+    // The range tree's steps are AVX-512 compares; without them (a portable loop, 2-2.4x
+    // slower, measured) the trie is the faster IPv6 engine.
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512vl"))]
     type Table = crate::ranges::RangeLpm<u128>;
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
+    type Table = crate::trie::Lpm<u128>;
     const BITS: u8 = 128;
     const FAMILY: u8 = 6;
     const SMALL_DIRECT_BITS: u8 = 8;

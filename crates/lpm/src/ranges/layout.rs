@@ -267,13 +267,21 @@ pub(crate) fn node_child(node: &NodeCell, key: u64) -> u32 {
         base + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-    {
-        let rank = node.0[..NODE_KEYS]
-            .iter()
-            .filter(|k| k.load(Relaxed) < key)
-            .count();
-        node.0[NODE_KEYS].load(Relaxed) as u32 + rank as u32
-    }
+    node_child_portable(node, key)
+}
+
+/// [`node_child`] without vector instructions, for CPUs without AVX-512 (and tested
+/// against the vector form where there is one).
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "avx512f"),
+    allow(dead_code)
+)]
+fn node_child_portable(node: &NodeCell, key: u64) -> u32 {
+    let rank = node.0[..NODE_KEYS]
+        .iter()
+        .filter(|k| k.load(Relaxed) < key)
+        .count();
+    node.0[NODE_KEYS].load(Relaxed) as u32 + rank as u32
 }
 
 /// One search step in a leaf: the stored value of the range holding `key`, which must
@@ -308,18 +316,26 @@ pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
         *words.add(8 + mask.count_ones() as usize)
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
-    {
-        let line = leaf.read();
-        if word(&line, 15) == WIDE {
-            let rank = line[..WIDE_RANGES].iter().filter(|&&s| s <= key).count();
-            return word(&line, 8 + rank - 1);
-        }
-        let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
-        let rank = (0..LEAF_RANGES - 1)
-            .filter(|&k| word(&line, 2 + k) <= d)
-            .count();
-        word(&line, 8 + rank)
+    leaf_value_portable(leaf, key)
+}
+
+/// [`leaf_value`] without vector instructions, for CPUs without AVX-512 (and tested
+/// against the vector form where there is one).
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "avx512vl"),
+    allow(dead_code)
+)]
+fn leaf_value_portable(leaf: &LeafCell, key: u64) -> u32 {
+    let line = leaf.read();
+    if word(&line, 15) == WIDE {
+        let rank = line[..WIDE_RANGES].iter().filter(|&&s| s <= key).count();
+        return word(&line, 8 + rank.max(1) - 1);
     }
+    let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
+    let rank = (0..LEAF_RANGES - 1)
+        .filter(|&k| word(&line, 2 + k) <= d)
+        .count();
+    word(&line, 8 + rank)
 }
 
 #[cfg(test)]
@@ -406,6 +422,37 @@ mod tests {
         assert_eq!(leaf_value(&full, u64::MAX), 6);
         let one = leaf(&[(u64::MAX, 9)]);
         assert_eq!(leaf_value(&one, u64::MAX), 9);
+    }
+
+    #[test]
+    fn the_portable_steps_answer_as_the_vector_ones() {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(9);
+        for round in 0..2000 {
+            // Starts close together (offsets) or scattered (wide leaves), and nodes.
+            let spread = if round % 2 == 0 { 20 } else { 63 };
+            let mut starts: Vec<u64> = (0..rng.gen_range(1..=LEAF_RANGES))
+                .map(|_| rng.gen::<u64>() >> (64 - spread))
+                .collect();
+            starts.push(0);
+            starts.sort_unstable();
+            starts.dedup();
+            let ranges: Vec<(u64, u32)> = starts.iter().map(|&s| (s, rng.gen())).collect();
+            let n = leaf_take(&ranges);
+            let cell = LeafCell::new(encode_leaf(&ranges[..n]));
+            let firsts: Vec<u64> = starts.iter().copied().take(NODE_CHILDREN).collect();
+            let node = NodeCell::new(encode_node(&firsts, rng.gen_range(0..1000)));
+            for _ in 0..16 {
+                let key = match rng.gen_range(0..4) {
+                    0 => u64::MAX,
+                    1 => starts[rng.gen_range(0..starts.len())],
+                    _ => rng.gen::<u64>() >> (64 - spread),
+                };
+                assert_eq!(leaf_value(&cell, key), leaf_value_portable(&cell, key));
+                assert_eq!(node_child(&node, key), node_child_portable(&node, key));
+            }
+        }
     }
 
     #[test]
