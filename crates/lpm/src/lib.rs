@@ -18,6 +18,24 @@
 //! - [`ReferenceLpm`]: the simple oracle both engines are tested against.
 //!
 //! No I/O happens here; route files and measurement live in `fibre-bench`.
+//!
+//! ```
+//! use fibre_lpm::{shared, Engine, Lookups, Table};
+//! use std::net::Ipv6Addr;
+//!
+//! // The IPv6 engine, built in bulk, then shared with readers.
+//! let table = Table::<u128>::build([("2001:db8::/32".parse().unwrap(), 7)]);
+//! let (mut writer, reader) = shared(table);
+//! writer.insert("2001:db8:1::/48".parse().unwrap(), 8);
+//! let addr: Ipv6Addr = "2001:db8:1::1".parse().unwrap();
+//! assert_eq!(reader.lookup(addr.into()), Some(7), "not published yet");
+//! writer.publish();
+//! // A guard holds one version for a burst of lookups.
+//! let guard = reader.read().expect("the writer is alive");
+//! let mut out = [None; 2];
+//! guard.lookup_batch(&[addr.into(), 0], &mut out);
+//! assert_eq!(out, [Some(8), None]);
+//! ```
 
 mod engine;
 mod key;
