@@ -291,7 +291,8 @@ impl<K: Key> RangeLpm<K> {
             // the bits the two addresses share (fewer than `below - 1`).
             let common = (wide(q.addr()) ^ wide(addr)).leading_zeros() as u8;
             debug_assert!(common < below - 1);
-            below = common + 1;
+            // (The `min` keeps the loop finite even if that reasoning were wrong.)
+            below = (common + 1).min(below - 1);
         }
         NO_ROUTE
     }
