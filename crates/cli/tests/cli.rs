@@ -243,8 +243,11 @@ fn bench_lookup_names_the_structure_it_measures() {
         seen
     };
     let pair = |v4: &str, v6: &str| vec![(4, v4.to_string()), (6, v6.to_string())];
-    // IPv6 uses the range tree where the CPU has the AVX-512 compares it is built on.
-    let v6 = if cfg!(all(target_arch = "x86_64", target_feature = "avx512vl")) {
+    // IPv6 uses the range tree where the CPU has the vector compares it is built on.
+    let v6 = if cfg!(all(
+        target_arch = "x86_64",
+        any(target_feature = "avx512vl", target_feature = "avx2")
+    )) {
         "range tree"
     } else {
         "trie"

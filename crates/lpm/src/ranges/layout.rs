@@ -266,14 +266,53 @@ pub(crate) fn node_child(node: &NodeCell, key: u64) -> u32 {
         // One 16-bit mask, one count.
         base + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
     }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        not(target_feature = "avx512f")
+    ))]
+    return node_child_avx2(node, key);
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        any(target_feature = "avx512f", target_feature = "avx2")
+    )))]
     node_child_portable(node, key)
 }
 
-/// [`node_child`] without vector instructions, for CPUs without AVX-512 (and tested
-/// against the vector form where there is one).
+/// [`node_child`] with AVX2 (four compares of four keys; AVX2 compares signed, so keys and
+/// the searched key are flipped in their top bit).
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+#[cfg_attr(target_feature = "avx512f", allow(dead_code))]
+#[inline(always)]
+fn node_child_avx2(node: &NodeCell, key: u64) -> u32 {
+    // SAFETY: the CPU has AVX2 (checked at compile time). The four loads read exactly the
+    // 128 bytes of `node`, a live reference no thread writes while a snapshot reaches it
+    // (module documentation); the last lane (where the children start) is masked off.
+    unsafe {
+        use std::arch::x86_64::{
+            _mm256_castsi256_pd, _mm256_cmpgt_epi64, _mm256_loadu_si256, _mm256_movemask_pd,
+            _mm256_set1_epi64x, _mm256_xor_si256,
+        };
+        let words = node.0.as_ptr().cast::<u64>();
+        let flip = _mm256_set1_epi64x(i64::MIN);
+        let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
+        let mut below = 0u32;
+        for c in 0..4 {
+            let v = _mm256_xor_si256(_mm256_loadu_si256(words.add(4 * c).cast()), flip);
+            let lt = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(k, v)));
+            below |= (lt as u32) << (4 * c);
+        }
+        *words.add(NODE_KEYS) as u32 + (below & ((1 << NODE_KEYS) - 1)).count_ones()
+    }
+}
+
+/// [`node_child`] without vector instructions, for CPUs without AVX-512 or AVX2 (and
+/// tested against the vector forms where there are).
 #[cfg_attr(
-    all(target_arch = "x86_64", target_feature = "avx512f"),
+    all(
+        target_arch = "x86_64",
+        any(target_feature = "avx512f", target_feature = "avx2")
+    ),
     allow(dead_code)
 )]
 fn node_child_portable(node: &NodeCell, key: u64) -> u32 {
@@ -315,14 +354,61 @@ pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
         let mask = _mm256_mask_cmple_epu32_mask(0b11_1111, offsets, _mm256_set1_epi32(d as i32));
         *words.add(8 + mask.count_ones() as usize)
     }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512vl")))]
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        not(target_feature = "avx512vl")
+    ))]
+    return leaf_value_avx2(leaf, key);
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        any(target_feature = "avx512vl", target_feature = "avx2")
+    )))]
     leaf_value_portable(leaf, key)
 }
 
-/// [`leaf_value`] without vector instructions, for CPUs without AVX-512 (and tested
-/// against the vector form where there is one).
+/// [`leaf_value`] with AVX2: unsigned "at most" as "the larger is the bound" for 32-bit
+/// offsets, and flipped signed compares for a wide leaf's 64-bit starts.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+#[cfg_attr(target_feature = "avx512vl", allow(dead_code))]
+#[inline(always)]
+fn leaf_value_avx2(leaf: &LeafCell, key: u64) -> u32 {
+    // SAFETY: the CPU has AVX2 (checked at compile time). The loads read within the 64
+    // bytes of `leaf`, a live reference no thread writes while a snapshot reaches it.
+    unsafe {
+        use std::arch::x86_64::{
+            _mm256_castsi256_pd, _mm256_castsi256_ps, _mm256_cmpeq_epi32, _mm256_cmpgt_epi64,
+            _mm256_loadu_si256, _mm256_max_epu32, _mm256_movemask_pd, _mm256_movemask_ps,
+            _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_xor_si256,
+        };
+        let words = leaf.0.as_ptr().cast::<u32>();
+        let shift = *words.add(15);
+        if shift == WIDE {
+            let flip = _mm256_set1_epi64x(i64::MIN);
+            let starts = _mm256_xor_si256(_mm256_loadu_si256(words.cast()), flip);
+            let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
+            let above = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(starts, k)));
+            let rank = (WIDE_RANGES as u32 - (above as u32).count_ones()).max(1);
+            return *words.add(8 + rank as usize - 1);
+        }
+        let base = *leaf.0.as_ptr().cast::<u64>();
+        let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
+        let offsets = _mm256_loadu_si256(words.add(2).cast());
+        let bound = _mm256_set1_epi32(d as i32);
+        let at_most = _mm256_cmpeq_epi32(_mm256_max_epu32(offsets, bound), bound);
+        let rank =
+            (_mm256_movemask_ps(_mm256_castsi256_ps(at_most)) as u32 & 0b11_1111).count_ones();
+        *words.add(8 + rank as usize)
+    }
+}
+
+/// [`leaf_value`] without vector instructions, for CPUs without AVX-512 or AVX2 (and
+/// tested against the vector forms where there are).
 #[cfg_attr(
-    all(target_arch = "x86_64", target_feature = "avx512vl"),
+    all(
+        target_arch = "x86_64",
+        any(target_feature = "avx512vl", target_feature = "avx2")
+    ),
     allow(dead_code)
 )]
 fn leaf_value_portable(leaf: &LeafCell, key: u64) -> u32 {
@@ -451,6 +537,11 @@ mod tests {
                 };
                 assert_eq!(leaf_value(&cell, key), leaf_value_portable(&cell, key));
                 assert_eq!(node_child(&node, key), node_child_portable(&node, key));
+                #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+                {
+                    assert_eq!(leaf_value(&cell, key), leaf_value_avx2(&cell, key));
+                    assert_eq!(node_child(&node, key), node_child_avx2(&node, key));
+                }
             }
         }
     }
