@@ -39,8 +39,8 @@
 #[allow(dead_code)] // this program times its candidates itself, beside two engines
 mod experiment;
 
+use experiment::best_of;
 use fibre_lpm::{Engine, Lpm, Prefix, Table};
-use std::time::Instant;
 
 /// Keys in a node: one cache line.
 const KEYS: usize = 8;
@@ -204,19 +204,6 @@ fn ranges(table: &Lpm<u128>, prefixes: &[Prefix<u128>]) -> (Vec<u64>, Vec<u32>) 
         }
     }
     (kept, values)
-}
-
-/// Best of 7 passes of `f` over `n` lookups, in ns per lookup.
-fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
-    (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::MAX, f64::min)
-        * 1e9
-        / n as f64
 }
 
 /// ns per step of `levels` dependent compare steps for each of 2^20 keys, 16 in flight, on

@@ -55,7 +55,7 @@ pub fn announce<K: Key>(prefixes: &[Prefix<K>], table: &Lpm<K>) {
 }
 
 /// Best of 7 passes of `f` over `n` lookups, in ns per lookup.
-fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
+pub fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
     (0..7)
         .map(|_| {
             let t = Instant::now();
