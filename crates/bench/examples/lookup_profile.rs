@@ -102,13 +102,17 @@ fn main() {
         let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11");
         files = vec![data.join("rib-v4.txt.gz"), data.join("rib-v6.txt.gz")];
     }
+    let only = std::env::var("ONLY").unwrap_or_default();
+    if !["", "4", "6"].contains(&only.as_str()) {
+        eprintln!("ONLY={only}: expected 4 or 6");
+        std::process::exit(2);
+    }
     for f in &files {
         let routes = read_route_file(f, false).unwrap_or_else(|e| {
             eprintln!("{e}");
             std::process::exit(1)
         });
         let (v4, v6) = (final_prefixes(&routes.v4), final_prefixes(&routes.v6));
-        let only = std::env::var("ONLY").unwrap_or_default();
         if only.is_empty() || only == "4" {
             profile::<_, Lpm<u32>>(&v4, count_only);
         }
