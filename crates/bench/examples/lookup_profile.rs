@@ -1,13 +1,14 @@
 //! Where a lookup's time goes: memory or instructions.
 //!
 //! `cargo run --release -p fibre-bench --example lookup_profile [ROUTE_FILE...]` times
-//! matched lookups in both engines (the trie and the range tree) for each family's table
+//! matched lookups in both structures (the trie and the range tree), in the fastest form
+//! this CPU runs (`FORM=portable|avx2|avx512` forces one), for each family's table
 //! (the shipped full tables by default) with four
 //! working sets: all 2^20 addresses distinct, then 65,536, 2,048 and 128 distinct ones
 //! repeated. With 128 everything the lookups read stays in the first-level cache, so that
 //! column is what the instructions cost; the gap to the first column is what memory costs.
 //! Best of 7 passes, ns per lookup, batched and scalar. `ONLY=4` or `ONLY=6` in the
-//! environment times just that family's own engine (the IPv4 trie, the IPv6 range tree),
+//! environment times just that family's own structure (the IPv4 trie, the IPv6 range tree),
 //! for comparing two builds run in turn: on a noisy machine, the best of several runs of
 //! each is what compares.
 //!
@@ -16,36 +17,35 @@
 //! noisy machine every time:
 //!
 //! ```text
-//! RUSTFLAGS="-C target-cpu=x86-64-v3" cargo build --release -p fibre-bench --example lookup_profile
-//! valgrind --tool=callgrind target/release/examples/lookup_profile --count data/ris-2026-05-11/rib-v6.txt.gz
+//! cargo build --release -p fibre-bench --example lookup_profile
+//! FORM=avx2 valgrind --tool=callgrind target/release/examples/lookup_profile --count data/ris-2026-05-11/rib-v6.txt.gz
 //! callgrind_annotate --inclusive=yes callgrind.out.* | grep '=> .*lookup_profile::'
 //! ```
 //!
-//! valgrind does not know AVX-512, hence the older target (the range tree's steps then
-//! take their portable form: count the trie this way); divide by 65,536. Compare
-//! counts from this program only: the same lookup code compiled into another program can
-//! differ by 10%.
+//! valgrind does not know AVX-512, hence the AVX2 form; divide by 65,536. Compare counts
+//! from this program only: the same lookup code compiled into another program can differ
+//! by 10%.
 
 use fibre_bench::addresses;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
+use fibre_lpm::{Form, Key, Prefix, Structure, Table};
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[inline(never)]
-fn batch<K: Key, E: Engine<K>>(t: &E, keys: &[K], out: &mut [Option<u32>]) {
+fn batch<K: Key>(t: &Table<K>, keys: &[K], out: &mut [Option<u32>]) {
     t.lookup_batch(keys, out);
 }
 
 #[inline(never)]
-fn scalar<K: Key, E: Engine<K>>(t: &E, keys: &[K], out: &mut [Option<u32>]) {
+fn scalar<K: Key>(t: &Table<K>, keys: &[K], out: &mut [Option<u32>]) {
     for (k, o) in keys.iter().zip(out.iter_mut()) {
         *o = t.lookup(*k);
     }
 }
 
 /// Best ns per lookup of 7 passes over `keys`.
-fn best_of<K: Key, E: Engine<K>>(t: &E, keys: &[K], f: fn(&E, &[K], &mut [Option<u32>])) -> f64 {
+fn best_of<K: Key>(t: &Table<K>, keys: &[K], f: fn(&Table<K>, &[K], &mut [Option<u32>])) -> f64 {
     let mut out = vec![None; keys.len()];
     (0..7)
         .map(|_| {
@@ -57,11 +57,15 @@ fn best_of<K: Key, E: Engine<K>>(t: &E, keys: &[K], f: fn(&E, &[K], &mut [Option
         .fold(f64::MAX, f64::min)
 }
 
-fn profile<K: Key, E: Engine<K>>(prefixes: &[Prefix<K>], count_only: bool) {
+fn profile<K: Key>(structure: Structure, form: Form, prefixes: &[Prefix<K>], count_only: bool) {
     if prefixes.is_empty() {
         return;
     }
-    let t = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let mut t = Table::build_with(
+        structure,
+        prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)),
+    );
+    t.set_form(form).expect("checked in main");
     if count_only {
         let keys = addresses::matched(prefixes, 1 << 16, 1);
         let (mut a, mut b) = (vec![None; keys.len()], vec![None; keys.len()]);
@@ -72,10 +76,11 @@ fn profile<K: Key, E: Engine<K>>(prefixes: &[Prefix<K>], count_only: bool) {
     }
     let all = addresses::matched(prefixes, 1 << 20, 1);
     print!(
-        "IPv{} {:>9} routes, {:>10}:",
+        "IPv{} {:>9} routes, {:>10} ({}):",
         K::FAMILY,
         prefixes.len(),
-        E::STRUCTURE
+        structure,
+        form
     );
     for distinct in [1 << 20, 1 << 16, 1 << 11, 1 << 7] {
         let keys: Vec<K> = (0..all.len()).map(|i| all[i % distinct]).collect();
@@ -107,6 +112,18 @@ fn main() {
         eprintln!("ONLY={only}: expected 4 or 6");
         std::process::exit(2);
     }
+    let form = match std::env::var("FORM").map(|f| f.parse::<Form>()) {
+        Err(_) => Form::best(),
+        Ok(Ok(f)) if f.is_supported() => f,
+        Ok(Ok(f)) => {
+            eprintln!("FORM={f}: {}", fibre_lpm::UnsupportedForm(f));
+            std::process::exit(2);
+        }
+        Ok(Err(e)) => {
+            eprintln!("FORM: {e}");
+            std::process::exit(2);
+        }
+    };
     for f in &files {
         let routes = read_route_file(f, false).unwrap_or_else(|e| {
             eprintln!("{e}");
@@ -114,14 +131,14 @@ fn main() {
         });
         let (v4, v6) = (final_prefixes(&routes.v4), final_prefixes(&routes.v6));
         if only.is_empty() || only == "4" {
-            profile::<_, Lpm<u32>>(&v4, count_only);
+            profile(Structure::Trie, form, &v4, count_only);
         }
         if only.is_empty() {
-            profile::<_, RangeLpm<u32>>(&v4, count_only);
-            profile::<_, Lpm<u128>>(&v6, count_only);
+            profile(Structure::RangeTree, form, &v4, count_only);
+            profile(Structure::Trie, form, &v6, count_only);
         }
         if only.is_empty() || only == "6" {
-            profile::<_, RangeLpm<u128>>(&v6, count_only);
+            profile(Structure::RangeTree, form, &v6, count_only);
         }
     }
 }

@@ -13,7 +13,9 @@
 use crate::addresses;
 use crate::method::{interleaved, measure, Method, Stat, Timing};
 use crate::source::RouteOp;
-use fibre_lpm::{shared, Engine, Key, Lookups, LpmReader, LpmReaderFactory, Prefix};
+use fibre_lpm::{
+    shared, Form, Key, LpmReader, LpmReaderFactory, Prefix, Structure, Table, UnsupportedForm,
+};
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -56,6 +58,45 @@ impl Default for LookupConfig {
     }
 }
 
+/// Which structure and form the measured tables use; `None`: the table's own choice
+/// (the family's best structure, the fastest form this CPU runs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Choice {
+    structure: Option<Structure>,
+    form: Option<Form>,
+}
+
+impl Choice {
+    /// The given structure and form, if this CPU runs the form.
+    pub fn new(
+        structure: Option<Structure>,
+        form: Option<Form>,
+    ) -> Result<Choice, UnsupportedForm> {
+        match form {
+            Some(f) if !f.is_supported() => Err(UnsupportedForm(f)),
+            _ => Ok(Choice { structure, form }),
+        }
+    }
+
+    /// An empty table of this choice.
+    pub fn empty<K: Key>(&self) -> Table<K> {
+        self.build([])
+    }
+
+    /// A table of this choice holding `routes`, built in bulk.
+    pub fn build<K: Key>(&self, routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Table<K> {
+        let mut t = match self.structure {
+            Some(s) => Table::build_with(s, routes),
+            None => Table::build(routes),
+        };
+        if let Some(f) = self.form {
+            t.set_form(f)
+                .expect("Choice::new checked that this CPU runs the form");
+        }
+        t
+    }
+}
+
 /// A named set of addresses to look up.
 pub struct AddressSet<K> {
     /// `matched`, `uniform` or a file name.
@@ -83,9 +124,11 @@ impl Mode {
     }
 }
 
-/// Runs every measurement for one family, passing each figure to `emit` as it is made.
-/// `on_step` is called with a short description before each step (for progress display).
-pub fn bench_family<K: Key, E: Engine<K>>(
+/// Runs every measurement for one family on tables of `choice`, passing each figure to
+/// `emit` as it is made. `on_step` is called with a short description before each step
+/// (for progress display).
+pub fn bench_family<K: Key>(
+    choice: Choice,
     prefixes: &[Prefix<K>],
     updates: Option<&[(RouteOp, Prefix<K>)]>,
     sets: &[AddressSet<K>],
@@ -93,7 +136,8 @@ pub fn bench_family<K: Key, E: Engine<K>>(
     emit: &mut dyn FnMut(Figure),
     on_step: &mut dyn FnMut(&str),
 ) {
-    let base = |metric: &str| json!({"engine": "fibre", "structure": E::STRUCTURE, "family": K::FAMILY, "routes": prefixes.len(), "metric": metric});
+    let empty = choice.empty::<K>();
+    let base = |metric: &str| json!({"engine": "fibre", "structure": empty.structure().name(), "form": empty.form().name(), "family": K::FAMILY, "routes": prefixes.len(), "metric": metric});
     let with = |mut v: Value, extra: Value| {
         if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
             m.extend(e);
@@ -108,11 +152,11 @@ pub fn bench_family<K: Key, E: Engine<K>>(
 
     on_step(&format!("IPv{}: bulk build", K::FAMILY));
     let mut build_secs = Vec::new();
-    let mut table = E::default();
+    let mut table = choice.empty::<K>();
     for _ in 0..3 {
         let input = routes.clone();
         let start = Instant::now();
-        table = E::build(input);
+        table = choice.build(input);
         build_secs.push(start.elapsed().as_secs_f64());
     }
     let build = Stat::trimmed(&build_secs);
@@ -137,7 +181,7 @@ pub fn bench_family<K: Key, E: Engine<K>>(
         "IPv{}: incremental inserts and removals",
         K::FAMILY
     ));
-    let mut t = E::default();
+    let mut t = choice.empty::<K>();
     let start = Instant::now();
     for &(p, v) in &routes {
         t.insert(p, v);
@@ -272,8 +316,8 @@ type Interference = ([[[Vec<f64>; 2]; 3]; 2], [(u64, f64); 2]);
 /// Measures one reader (on the first CPU) while a writer thread (on the last) is idle,
 /// applies `updates` to a table of its own, or applies them to the shared table the
 /// reader reads, publishing every `cfg.publish_every` operations.
-fn interference<K: Key, E: Engine<K>>(
-    table: E,
+fn interference<K: Key>(
+    table: Table<K>,
     updates: &[(RouteOp, Prefix<K>)],
     keys: &[K],
     cfg: &LookupConfig,
@@ -370,7 +414,7 @@ fn lookup_fields(mode: Mode, threads: usize, addresses: &str, t: Timing, writer:
 
 /// Applies an update stream to a table: announcements insert (value = position in the
 /// stream), withdrawals remove.
-pub fn apply_updates<K: Key, E: Engine<K>>(t: &mut E, updates: &[(RouteOp, Prefix<K>)]) {
+pub fn apply_updates<K: Key>(t: &mut Table<K>, updates: &[(RouteOp, Prefix<K>)]) {
     for (i, &(op, p)) in updates.iter().enumerate() {
         match op {
             RouteOp::Announce => {
@@ -385,8 +429,8 @@ pub fn apply_updates<K: Key, E: Engine<K>>(t: &mut E, updates: &[(RouteOp, Prefi
 
 /// Measures fibre's lookups of `keys` in `table` through the shared table's readers, as
 /// `fibre bench lookup` does (dry run subtracted).
-pub fn measure_fibre<K: Key, E: Engine<K>>(
-    table: E,
+pub fn measure_fibre<K: Key>(
+    table: Table<K>,
     keys: &[K],
     mode: Mode,
     method: Method,
@@ -399,8 +443,8 @@ pub fn measure_fibre<K: Key, E: Engine<K>>(
 }
 
 /// Like [`measure_fibre`], through readers of an existing shared table.
-pub fn measure_readers<K: Key, E: Engine<K>>(
-    readers: &LpmReaderFactory<K, E>,
+pub fn measure_readers<K: Key>(
+    readers: &LpmReaderFactory<K>,
     keys: &[K],
     mode: Mode,
     method: Method,
@@ -416,9 +460,9 @@ pub fn lookup_figure(mode: Mode, threads: usize, addresses: &str, t: Timing) -> 
 
 /// Measures lookups of `keys` (dry run subtracted), each thread starting at its own
 /// offset in the address list.
-fn lookups<K: Key, E: Engine<K>>(
+fn lookups<K: Key>(
     method: Method,
-    reader: &(dyn Fn() -> LpmReader<K, E> + Sync),
+    reader: &(dyn Fn() -> LpmReader<K> + Sync),
     keys: &[K],
     mode: Mode,
     batch: usize,
@@ -441,8 +485,8 @@ fn lookups<K: Key, E: Engine<K>>(
 /// One pass over all keys starting at chunk `first`; with `real == false`, everything but
 /// the lookups (the dry run).
 #[inline(never)]
-fn run<K: Key, E: Engine<K>>(
-    reader: &LpmReader<K, E>,
+fn run<K: Key>(
+    reader: &LpmReader<K>,
     keys: &[K],
     first: usize,
     mode: Mode,
@@ -453,7 +497,7 @@ fn run<K: Key, E: Engine<K>>(
     let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
     for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
         let guard = reader.read().expect("the writer outlives the benchmark");
-        let table: &E::Snapshot = &guard;
+        let table: &fibre_lpm::TableSnapshot<K> = &guard;
         match (mode, real) {
             (Mode::Scalar, true) => {
                 for &k in chunk {

@@ -20,7 +20,7 @@ use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode
 use crate::method::{interleaved, Method, Timing};
 use crate::peers::{build_peers, measure_peer, PeerKey};
 use crate::source::RouteOp;
-use fibre_lpm::{Engine, Key, Prefix, Table};
+use fibre_lpm::{Key, Prefix, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -442,7 +442,8 @@ fn updates_study(
             (sink.emit)(merge(f, json!({"study": "updates"})));
         }
     };
-    crate::lookups::bench_family::<u32, Table<u32>>(
+    crate::lookups::bench_family::<u32>(
+        crate::lookups::Choice::default(),
         rib,
         Some(updates),
         &sets,

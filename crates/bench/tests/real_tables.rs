@@ -1,10 +1,11 @@
-//! Both engines against the reference on the real full tables, with the real day of BGP
-//! updates applied on top, and lock-free readers checked while a writer applies that day.
+//! Both structures against the reference on the real full tables, with the real day of
+//! BGP updates applied on top, their lookups in every form this CPU runs, and lock-free
+//! readers checked while a writer applies that day.
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::apply_updates;
 use fibre_bench::source::{final_prefixes, read_route_file, RouteOp};
-use fibre_lpm::{shared, Engine, Key, Lookups, Lpm, Prefix, RangeLpm, ReferenceLpm};
+use fibre_lpm::{shared, Form, Key, Prefix, ReferenceLpm, Structure, Table};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,14 +32,18 @@ fn reference_with_updates<K: Key>(
     r
 }
 
-fn full_table_with_a_day_of_updates<K: Key, E: Engine<K>>(
+fn full_table_with_a_day_of_updates<K: Key>(
+    structure: Structure,
     rib: Vec<(RouteOp, Prefix<K>)>,
     updates: Vec<(RouteOp, Prefix<K>)>,
     expected_routes: usize,
 ) {
     let rib = final_prefixes(&rib);
     assert_eq!(rib.len(), expected_routes);
-    let mut t = E::build(rib.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let mut t = Table::build_with(
+        structure,
+        rib.iter().enumerate().map(|(i, p)| (*p, i as u32)),
+    );
     assert_eq!(t.len(), rib.len());
     // Before the updates: every prefix is found exactly and answers its own addresses.
     let probes = addresses::matched(&rib, 200_000, 3);
@@ -69,14 +74,18 @@ fn full_table_with_a_day_of_updates<K: Key, E: Engine<K>>(
     probes.extend(updates.iter().map(|u| u.1.addr()).step_by(7));
     probes.extend(addresses::uniform::<K>(50_000, 5));
     let mut batch = vec![None; probes.len()];
-    t.lookup_batch(&probes, &mut batch);
-    for (i, &k) in probes.iter().enumerate() {
-        let want = r.lookup(k).map(|x| x.1);
-        assert_eq!(t.lookup(k), want, "lookup of {k:?}");
-        assert_eq!(batch[i], want, "batched lookup of {k:?}");
+    let forms: Vec<Form> = Form::ALL.into_iter().filter(|f| f.is_supported()).collect();
+    for &form in &forms {
+        t.set_form(form).unwrap();
+        t.lookup_batch(&probes, &mut batch);
+        for (i, &k) in probes.iter().enumerate() {
+            let want = r.lookup(k).map(|x| x.1);
+            assert_eq!(t.lookup(k), want, "{form}: lookup of {k:?}");
+            assert_eq!(batch[i], want, "{form}: batched lookup of {k:?}");
+        }
     }
     // A bulk build of the final state answers the same.
-    let rebuilt = E::build(after);
+    let rebuilt = Table::build_with(structure, after);
     for &k in probes.iter().step_by(3) {
         assert_eq!(rebuilt.lookup(k), t.lookup(k));
     }
@@ -87,8 +96,9 @@ fn ipv4_full_table_with_a_day_of_updates_matches_reference() {
     let rib = read_route_file(&data("rib-v4.txt.gz"), false).unwrap();
     let upd = read_route_file(&data("updates-v4.txt.gz"), false).unwrap();
     assert_eq!(upd.v4.len(), 1_393_421);
-    full_table_with_a_day_of_updates::<_, Lpm<u32>>(rib.v4.clone(), upd.v4.clone(), 1_042_325);
-    full_table_with_a_day_of_updates::<_, RangeLpm<u32>>(rib.v4, upd.v4, 1_042_325);
+    for structure in Structure::ALL {
+        full_table_with_a_day_of_updates(structure, rib.v4.clone(), upd.v4.clone(), 1_042_325);
+    }
 }
 
 #[test]
@@ -96,8 +106,9 @@ fn ipv6_full_table_with_a_day_of_updates_matches_reference() {
     let rib = read_route_file(&data("rib-v6.txt.gz"), false).unwrap();
     let upd = read_route_file(&data("updates-v6.txt.gz"), false).unwrap();
     assert_eq!(upd.v6.len(), 1_238_235);
-    full_table_with_a_day_of_updates::<_, RangeLpm<u128>>(rib.v6.clone(), upd.v6.clone(), 246_175);
-    full_table_with_a_day_of_updates::<_, Lpm<u128>>(rib.v6, upd.v6, 246_175);
+    for structure in Structure::ALL {
+        full_table_with_a_day_of_updates(structure, rib.v6.clone(), upd.v6.clone(), 246_175);
+    }
 }
 
 /// Readers look up a fixed set of probe addresses under one read guard while the writer
@@ -105,7 +116,8 @@ fn ipv6_full_table_with_a_day_of_updates_matches_reference() {
 /// (outside the data) holds the version number, so each reader knows which version its
 /// guard shows; its answers must equal the reference's at exactly that version, and the
 /// versions it sees never go back. Bounded by operation counts, not by time.
-fn readers_see_whole_published_versions<K: Key, E: Engine<K>>(
+fn readers_see_whole_published_versions<K: Key>(
+    structure: Structure,
     rib: Vec<(RouteOp, Prefix<K>)>,
     updates: Vec<(RouteOp, Prefix<K>)>,
     marker: Prefix<K>,
@@ -145,9 +157,12 @@ fn readers_see_whole_published_versions<K: Key, E: Engine<K>>(
         }
         expected.push(answers(&r));
     }
-    let mut table = E::build(rib.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let mut table = Table::build_with(
+        structure,
+        rib.iter().enumerate().map(|(i, p)| (*p, i as u32)),
+    );
     table.insert(marker, 0);
-    let (mut writer, reader) = shared::<K, E>(table);
+    let (mut writer, reader) = shared(table);
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
         let readers: Vec<_> = (0..2)
@@ -208,8 +223,9 @@ fn ipv4_readers_see_whole_versions_while_the_real_stream_is_applied() {
     let rib = read_route_file(&data("rib-v4.txt.gz"), false).unwrap();
     let upd = read_route_file(&data("updates-v4.txt.gz"), false).unwrap();
     let marker = "255.255.255.255/32".parse().unwrap();
-    readers_see_whole_published_versions::<_, Lpm<u32>>(rib.v4.clone(), upd.v4.clone(), marker);
-    readers_see_whole_published_versions::<_, RangeLpm<u32>>(rib.v4, upd.v4, marker);
+    for structure in Structure::ALL {
+        readers_see_whole_published_versions(structure, rib.v4.clone(), upd.v4.clone(), marker);
+    }
 }
 
 #[test]
@@ -217,10 +233,7 @@ fn ipv6_readers_see_whole_versions_while_the_real_stream_is_applied() {
     let rib = read_route_file(&data("rib-v6.txt.gz"), false).unwrap();
     let upd = read_route_file(&data("updates-v6.txt.gz"), false).unwrap();
     let marker = "ff0e::1/128".parse().unwrap();
-    readers_see_whole_published_versions::<_, RangeLpm<u128>>(
-        rib.v6.clone(),
-        upd.v6.clone(),
-        marker,
-    );
-    readers_see_whole_published_versions::<_, Lpm<u128>>(rib.v6, upd.v6, marker);
+    for structure in Structure::ALL {
+        readers_see_whole_published_versions(structure, rib.v6.clone(), upd.v6.clone(), marker);
+    }
 }

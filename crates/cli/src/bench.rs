@@ -3,9 +3,9 @@
 //! lookup` measures the engine alone on a route file.
 
 use fibre_bench::addresses;
-use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};
+use fibre_bench::lookups::{bench_family, AddressSet, Choice, Figure, LookupConfig};
 use fibre_bench::source::{final_prefixes, RouteOp};
-use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm, Table};
+use fibre_lpm::{Form, Key, Prefix, Structure};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -111,15 +111,19 @@ pub struct LookupArgs {
     #[arg(long)]
     skip_bad: bool,
     /// The lookup structure to measure: each family's own (the trie for IPv4, the range
-    /// tree for IPv6 where the CPU has AVX-512), or one of them for both.
-    #[arg(long, value_enum, default_value_t = Structure::Family)]
-    structure: Structure,
+    /// tree for IPv6 where the CPU has AVX2 or AVX-512), or one of them for both.
+    #[arg(long, value_enum, default_value_t = StructureArg::Family)]
+    structure: StructureArg,
+    /// The instructions lookups use: the fastest this CPU runs, or `portable`, `avx2`,
+    /// `avx512` (refused if this CPU lacks them).
+    #[arg(long)]
+    form: Option<Form>,
 }
 
-/// Which engine `fibre bench lookup` measures.
+/// Which structure `fibre bench lookup` measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Structure {
-    /// Each family's own engine.
+enum StructureArg {
+    /// Each family's own structure.
     Family,
     /// The trie, for both families.
     Trie,
@@ -202,7 +206,19 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     );
     let mut figures = Vec::new();
     let json = args.json;
-    let mut emit = |f: Figure| {
+    // fibre's tables take the fastest form this CPU runs and each family's structure
+    // for it: every fibre figure says which.
+    let form = Form::best();
+    let structure = |family: u64| match family {
+        4 => Structure::best::<u32>(form),
+        _ => Structure::best::<u128>(form),
+    };
+    let mut emit = |mut f: Figure| {
+        if f["engine"] == "fibre" {
+            let family = f["family"].as_u64().unwrap_or(4);
+            f["form"] = form.name().into();
+            f["structure"] = structure(family).name().into();
+        }
         let _ = writeln!(jsonl, "{f}");
         if json {
             progress.suspend(|| println!("{f}"));
@@ -233,7 +249,8 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         eprintln!("fibre bench: the kernel's side is missing: {why}");
     }
     let header = format!(
-        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}.",
+        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}. fibre's lookups: \
+         the {form} form (the fastest this CPU runs), the IPv4 {} and the IPv6 {}.",
         std::env::args()
             .skip(2)
             .map(|a| format!(" {a}"))
@@ -245,7 +262,9 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .iter()
             .map(|p| file_name(p))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        structure(4),
+        structure(6),
     );
     let md = fibre_bench::report::markdown(&figures, missing.as_deref(), &header);
     std::fs::write(out.join("report.md"), &md)?;
@@ -347,15 +366,17 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let name = args.addresses.as_deref().map(file_name);
     let mut emit = |f: Figure| progress.suspend(|| print_figure(&f, json));
     let mut step = |s: &str| progress.set_message(s.to_string());
+    let structure = match args.structure {
+        StructureArg::Family => None,
+        StructureArg::Trie => Some(Structure::Trie),
+        StructureArg::RangeTree => Some(Structure::RangeTree),
+    };
+    let choice = Choice::new(structure, args.form)?;
     let mut families = 0;
     if !routes.v4.is_empty() {
         families += 1;
-        let run_family = match args.structure {
-            Structure::Family => run_family::<u32, Table<u32>>,
-            Structure::Trie => run_family::<u32, Lpm<u32>>,
-            Structure::RangeTree => run_family::<u32, RangeLpm<u32>>,
-        };
-        run_family(
+        run_family::<u32>(
+            choice,
             &final_prefixes(&routes.v4),
             updates.as_ref().map(|u| &u.v4[..]),
             given
@@ -368,12 +389,8 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     if !routes.v6.is_empty() {
         families += 1;
-        let run_family = match args.structure {
-            Structure::Family => run_family::<u128, Table<u128>>,
-            Structure::RangeTree => run_family::<u128, RangeLpm<u128>>,
-            Structure::Trie => run_family::<u128, Lpm<u128>>,
-        };
-        run_family(
+        run_family::<u128>(
+            choice,
             &final_prefixes(&routes.v6),
             updates.as_ref().map(|u| &u.v6[..]),
             given
@@ -391,7 +408,8 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_family<K: Key, E: Engine<K>>(
+fn run_family<K: Key>(
+    choice: Choice,
     prefixes: &[Prefix<K>],
     updates: Option<&[(RouteOp, Prefix<K>)]>,
     given: Option<(String, Vec<K>)>,
@@ -414,7 +432,7 @@ fn run_family<K: Key, E: Engine<K>>(
         ],
     };
     let updates = updates.filter(|u| !u.is_empty());
-    bench_family::<K, E>(prefixes, updates, &sets, cfg, emit, step);
+    bench_family::<K>(choice, prefixes, updates, &sets, cfg, emit, step);
 }
 
 fn file_name(p: &Path) -> String {
@@ -462,8 +480,9 @@ fn print_figure(f: &Figure, json: bool) {
     match f["metric"].as_str().unwrap_or("") {
         "build" => println!("{family}: bulk build {:.3} s ({:.2} M routes/s)", num("seconds"), num("routes_per_sec") / 1e6),
         "memory" => println!(
-            "{family}: lookup structure ({}) {:.2} MiB ({:.2} bytes/route), update side {:.2} MiB",
+            "{family}: lookup structure ({}, {} form) {:.2} MiB ({:.2} bytes/route), update side {:.2} MiB",
             f["structure"].as_str().unwrap_or("?"),
+            f["form"].as_str().unwrap_or("?"),
             num("lookup_bytes") / 1048576.0,
             num("bytes_per_route"),
             num("update_bytes") / 1048576.0,

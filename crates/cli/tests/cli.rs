@@ -244,14 +244,7 @@ fn bench_lookup_names_the_structure_it_measures() {
     };
     let pair = |v4: &str, v6: &str| vec![(4, v4.to_string()), (6, v6.to_string())];
     // IPv6 uses the range tree where the CPU has the vector compares it is built on.
-    let v6 = if cfg!(all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512vl", target_feature = "avx2")
-    )) {
-        "range tree"
-    } else {
-        "trie"
-    };
+    let v6 = fibre_lpm::Structure::best::<u128>(fibre_lpm::Form::best()).name();
     assert_eq!(structures(&[]), pair("trie", v6));
     assert_eq!(structures(&["--structure", "trie"]), pair("trie", "trie"));
     assert_eq!(
@@ -398,11 +391,12 @@ fn bench_without_the_kernel_writes_report_plots_and_figures() {
 }
 
 #[test]
+#[ignore = "needs root: measures the kernel in a network namespace"]
 fn bench_as_root_measures_the_kernel_beside_fibre() {
-    if fibre_kernel_unavailable() {
-        eprintln!("skipped: measuring the kernel needs root and iproute2");
-        return;
-    }
+    assert!(
+        !fibre_kernel_unavailable(),
+        "measuring the kernel needs root and iproute2"
+    );
     let out = std::env::temp_dir().join(format!("fibre-bench-k-{}", std::process::id()));
     let o = run_bench(&[], &out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -446,12 +440,12 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
 }
 
 #[test]
+#[ignore = "needs root: switches to the unprivileged user nobody (with setpriv)"]
 fn bench_as_an_ordinary_user_says_why_the_kernel_is_missing() {
-    // Runs fibre as the unprivileged user `nobody` (needs root to switch, and setpriv).
-    if fibre_kernel_unavailable() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv to run as an ordinary user");
-        return;
-    }
+    assert!(
+        !fibre_kernel_unavailable() && Command::new("setpriv").arg("--version").output().is_ok(),
+        "needs root, iproute2 and setpriv to run fibre as an ordinary user"
+    );
     let out = std::env::temp_dir().join(format!("fibre-bench-u-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     Command::new("chmod")

@@ -1,9 +1,9 @@
 //! Keys: the unsigned integers that IPv4 (`u32`) and IPv6 (`u128`) addresses are.
 //!
-//! The engine is written once, against the [`Key`] trait. Everything it needs from an
-//! address is here: its width, masking to a prefix length, and reading or writing a run
-//! of bits counted from the most significant end. Bits beyond the key's width read as
-//! zero, which lets the last level of the trie run past the end of the key.
+//! The engines are written once, against the [`Key`] trait: the address family's width
+//! and address type are public; what the engines need besides (masking to a prefix
+//! length, reading or writing a run of bits counted from the most significant end) is in
+//! a trait of the crate's own, `Bits`.
 
 use std::fmt::{Debug, Display};
 use std::hash::Hash;
@@ -11,8 +11,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// An address family's key: the address as an unsigned integer, most significant bit first.
+///
+/// Implemented by `u32` (IPv4) and `u128` (IPv6) only.
 pub trait Key:
-    Copy + Eq + Ord + Hash + Debug + Default + Send + Sync + 'static + sealed::Sealed
+    Copy + Eq + Ord + Hash + Debug + Default + Send + Sync + 'static + bits::Bits
 {
     /// The standard library's address type of this family.
     type Addr: Copy + Eq + Debug + Display + FromStr + Into<Self> + From<Self>;
@@ -20,50 +22,54 @@ pub trait Key:
     const BITS: u8;
     /// IP version (4 or 6), for reports.
     const FAMILY: u8;
-    /// The engine this family's tables use (see [`crate::Table`]).
-    type Table: crate::engine::Engine<Self>;
-    /// Bits resolved by the direct-pointing top level of a small table.
-    const SMALL_DIRECT_BITS: u8;
-    /// Bits resolved by the direct-pointing top level of a large table.
-    const LARGE_DIRECT_BITS: u8;
-
-    /// `len` bits starting `offset` bits below the most significant bit, as an integer.
-    /// Bits past the end of the key read as zero. Requires `offset < BITS`, `1 <= len <= 24`.
-    fn bits(self, offset: u32, len: u32) -> u32;
-    /// The `n` most significant bits (`1 <= n <= 24`), as an integer.
-    fn top(self, n: u32) -> u32;
-    /// The 64 bits starting `offset < BITS` bits below the most significant bit, bits past
-    /// the end of the key reading as zero. Lookups walk a window of the key, not the key:
-    /// one 64-bit shift per level for either family.
-    fn window(self, offset: u32) -> u64;
-    /// Six-bit levels a window serves before it runs out of key bits and must be taken
-    /// again further on; `u32::MAX` when it holds all of the key there is.
-    const WINDOW_LEVELS: u32;
-    /// The key with all but its `len` most significant bits cleared (`len <= BITS`).
-    fn mask(self, len: u8) -> Self;
-    /// The key with `value` written into the `len` bits starting at `offset`
-    /// (`offset + len <= BITS`); those bits must be zero before.
-    fn deposit(self, offset: u32, len: u32, value: u32) -> Self;
     /// The key from the low `BITS` bits of a `u128` (used by generators and tests).
     fn from_u128(v: u128) -> Self;
     /// The key widened to a `u128`.
     fn to_u128(self) -> u128;
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for u32 {}
-    impl Sealed for u128 {}
+pub(crate) mod bits {
+    /// What the engines need of a key and users do not: runs of bits counted from the
+    /// most significant end. Bits beyond the key's width read as zero, which lets the
+    /// trie's last level run past the end of the key. (A trait of its own, out of reach
+    /// outside the crate, so that only `u32` and `u128` are keys.)
+    pub trait Bits: Sized {
+        /// `len` bits starting `offset` bits below the most significant bit, as an
+        /// integer. Bits past the end of the key read as zero. Requires `offset < BITS`,
+        /// `1 <= len <= 24`.
+        fn bits(self, offset: u32, len: u32) -> u32;
+        /// The `n` most significant bits (`1 <= n <= 24`), as an integer.
+        fn top(self, n: u32) -> u32;
+        /// The 64 bits starting `offset < BITS` bits below the most significant bit, bits
+        /// past the end of the key reading as zero. The trie's lookups walk a window of
+        /// the key, not the key: one 64-bit shift per level for either family.
+        fn window(self, offset: u32) -> u64;
+        /// Six-bit levels a window serves before it runs out of key bits and must be
+        /// taken again further on; `u32::MAX` when it holds all of the key there is.
+        const WINDOW_LEVELS: u32;
+        /// The key with all but its `len` most significant bits cleared (`len <= BITS`).
+        fn mask(self, len: u8) -> Self;
+        /// The key with `value` written into the `len` bits starting at `offset`
+        /// (`offset + len <= BITS`); those bits must be zero before.
+        fn deposit(self, offset: u32, len: u32, value: u32) -> Self;
+    }
 }
+
+use bits::Bits;
 
 impl Key for u32 {
     type Addr = Ipv4Addr;
-    type Table = crate::trie::Lpm<u32>;
     const BITS: u8 = 32;
     const FAMILY: u8 = 4;
-    const SMALL_DIRECT_BITS: u8 = 8;
-    const LARGE_DIRECT_BITS: u8 = 18;
+    fn from_u128(v: u128) -> Self {
+        v as u32
+    }
+    fn to_u128(self) -> u128 {
+        u128::from(self)
+    }
+}
 
+impl Bits for u32 {
     #[inline(always)]
     fn top(self, n: u32) -> u32 {
         self >> (32 - n)
@@ -94,33 +100,21 @@ impl Key for u32 {
         }
         self | (value << (32 - offset - len))
     }
-    fn from_u128(v: u128) -> Self {
-        v as u32
-    }
-    fn to_u128(self) -> u128 {
-        u128::from(self)
-    }
 }
 
 impl Key for u128 {
     type Addr = Ipv6Addr;
-    // The range tree's steps are AVX-512 or AVX2 compares; without either (a portable
-    // loop, 2-2.4x slower than AVX-512, measured) the trie is the faster IPv6 engine.
-    #[cfg(all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512vl", target_feature = "avx2")
-    ))]
-    type Table = crate::ranges::RangeLpm<u128>;
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512vl", target_feature = "avx2")
-    )))]
-    type Table = crate::trie::Lpm<u128>;
     const BITS: u8 = 128;
     const FAMILY: u8 = 6;
-    const SMALL_DIRECT_BITS: u8 = 8;
-    const LARGE_DIRECT_BITS: u8 = 18;
+    fn from_u128(v: u128) -> Self {
+        v
+    }
+    fn to_u128(self) -> u128 {
+        self
+    }
+}
 
+impl Bits for u128 {
     #[inline(always)]
     fn top(self, n: u32) -> u32 {
         // Only the high half matters for n <= 24: a 64-bit shift instead of a 128-bit one.
@@ -151,17 +145,11 @@ impl Key for u128 {
         }
         self | (u128::from(value) << (128 - offset - len))
     }
-    fn from_u128(v: u128) -> Self {
-        v
-    }
-    fn to_u128(self) -> u128 {
-        self
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::bits::Bits;
 
     #[test]
     fn bits_reads_from_the_top_and_pads_with_zeros() {

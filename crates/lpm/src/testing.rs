@@ -1,13 +1,84 @@
-//! What the engines' tests share: random prefixes that overlap, probe addresses at and
-//! around every route's edges, and the randomized comparison with the reference, for any
-//! engine.
+//! What the structures' tests share: `Engine`, the interface of either structure, random
+//! prefixes that overlap, probe addresses at and around every route's edges, and the
+//! randomized comparison with the reference, for either structure.
 
-use crate::engine::{Engine, Lookups};
 use crate::key::Key;
 use crate::prefix::Prefix;
+use crate::ranges::{RangeSnapshot, RangeTree};
 use crate::reference::ReferenceLpm;
+use crate::table::Lookups;
+use crate::trie::{Trie, TrieSnapshot};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+/// What the randomized tests need of a structure, so they run on either.
+pub(crate) trait Engine<K: Key>: Lookups<K> + Default {
+    /// A table holding `routes` (later duplicates replace earlier ones), built in bulk.
+    fn build(routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Self;
+    /// Sets `prefix` to `value`; returns the value it had.
+    fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32>;
+    /// Removes `prefix`; returns its value.
+    fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32>;
+    /// The value of exactly `prefix`.
+    fn get(&self, prefix: &Prefix<K>) -> Option<u32>;
+    /// Number of prefixes of each length, indexed by length.
+    fn count_by_len(&self) -> &[usize];
+    /// All prefixes and values, sorted by address, then length.
+    fn to_vec(&self) -> Vec<(Prefix<K>, u32)>;
+}
+
+/// [`Lookups`] and [`Engine`] by the structure's own methods of the same names.
+macro_rules! engine {
+    ($table:ident, $snapshot:ident) => {
+        impl<K: Key> Lookups<K> for $table<K> {
+            fn lookup(&self, key: K) -> Option<u32> {
+                $table::lookup(self, key)
+            }
+            fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
+                $table::lookup_batch(self, keys, out)
+            }
+            fn len(&self) -> usize {
+                $table::len(self)
+            }
+        }
+
+        impl<K: Key> Lookups<K> for $snapshot<K> {
+            fn lookup(&self, key: K) -> Option<u32> {
+                $snapshot::lookup(self, key)
+            }
+            fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
+                $snapshot::lookup_batch(self, keys, out)
+            }
+            fn len(&self) -> usize {
+                $snapshot::len(self)
+            }
+        }
+
+        impl<K: Key> Engine<K> for $table<K> {
+            fn build(routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Self {
+                $table::build(routes)
+            }
+            fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
+                $table::insert(self, prefix, value)
+            }
+            fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32> {
+                $table::remove(self, prefix)
+            }
+            fn get(&self, prefix: &Prefix<K>) -> Option<u32> {
+                $table::get(self, prefix)
+            }
+            fn count_by_len(&self) -> &[usize] {
+                $table::count_by_len(self)
+            }
+            fn to_vec(&self) -> Vec<(Prefix<K>, u32)> {
+                $table::to_vec(self)
+            }
+        }
+    };
+}
+
+engine!(Trie, TrieSnapshot);
+engine!(RangeTree, RangeSnapshot);
 
 /// Random prefixes clustered around a few base addresses so that they overlap; /0,
 /// host routes and /64s come often.

@@ -16,11 +16,15 @@
 //! a count of keys below the searched key, with no special case for the fill: two
 //! AVX-512 compares in a node, one in a leaf, where the CPU has them.
 //!
-//! Cells are atomics (see `trie/arena.rs` for why that makes sharing lines with readers
-//! sound); a lookup reads a line with one vector load, which never overlaps a write: the
-//! writer only writes lines no published snapshot can reach.
+//! Cells are atomics (see [`crate::memory`] for why that makes sharing lines with readers
+//! sound); a lookup reads a line with vector loads, which never overlap a write: the
+//! writer only writes lines no published snapshot can reach. The steps come in three
+//! forms ([`Steps`]: AVX-512, AVX2, portable), one compiled for each [`crate::Form`].
 
-use crate::trie::arena::Cell;
+use crate::form::Portable;
+#[cfg(target_arch = "x86_64")]
+use crate::form::{avx2_form, avx512_form, Avx2, Avx512};
+use crate::memory::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Ranges in a leaf.
@@ -40,23 +44,24 @@ pub(crate) const DEEP: u32 = 1 << 31;
 pub(crate) const DEEP_HEIGHT_SHIFT: u32 = 28;
 /// The root index part of a stored value that refers to a second-stage tree.
 pub(crate) const DEEP_ROOT: u32 = (1 << DEEP_HEIGHT_SHIFT) - 1;
-/// The stored form of "no route".
-pub(crate) const NO_ROUTE: u32 = DEEP - 1;
+/// The stored value of ranges no prefix covers.
+pub(crate) const UNROUTED: u32 = DEEP - 1;
+const _: () = assert!(crate::MAX_VALUE < UNROUTED);
 
 /// A leaf line: 16 words of 32 bits. Words 0-1: base; 2-7: offsets of ranges 1..7;
 /// 8-14: values of ranges 0..7; 15: shift. A wide leaf: words 0-7, the starts of up to
 /// four ranges; 8-11, their values; 12, how many; 15, `WIDE`.
 #[derive(Default, Debug)]
 #[repr(C, align(64))]
-pub(crate) struct LeafCell([AtomicU64; 8]);
+pub(crate) struct LeafLine([AtomicU64; 8]);
 
 /// A node: two lines of 16 words of 64 bits. Words 0-14: separator keys less one; word
 /// 15: the index of the first child (low half) and the number of children (high half).
 #[derive(Default, Debug)]
 #[repr(C, align(64))]
-pub(crate) struct NodeCell([AtomicU64; NODE_WORDS]);
+pub(crate) struct NodeLine([AtomicU64; NODE_WORDS]);
 
-impl Cell for LeafCell {
+impl Cell for LeafLine {
     type Value = [u64; 8];
     #[inline(always)]
     fn read(&self) -> [u64; 8] {
@@ -70,7 +75,7 @@ impl Cell for LeafCell {
     }
 }
 
-impl Cell for NodeCell {
+impl Cell for NodeLine {
     type Value = [u64; NODE_WORDS];
     #[inline(always)]
     fn read(&self) -> [u64; NODE_WORDS] {
@@ -242,53 +247,138 @@ pub(crate) fn decode_node(line: &[u64; NODE_WORDS], first: u64) -> Decoded<NODE_
     children
 }
 
-/// One search step in a node: the index of the child whose subtree holds `key`.
-#[inline(always)]
-pub(crate) fn node_child(node: &NodeCell, key: u64) -> u32 {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
-    // SAFETY: the CPU has AVX-512F (checked at compile time). The two loads read exactly
-    // the 128 bytes of `node`, a live reference; no thread writes them while a snapshot
-    // that reaches them exists (module documentation), so the plain loads race with no
-    // atomic store. The last word (where the children start) is masked off the compare
-    // and read on its own, in parallel with it.
-    unsafe {
+/// The search steps in one instruction-set form ([`crate::form`]): the child of a node
+/// and the value in a leaf for a key. The vector forms' implementors are the proofs that
+/// the CPU runs them, so a step can be called only with one in hand.
+pub(crate) trait Steps: Copy {
+    /// One search step in a node: the index of the child whose subtree holds `key`.
+    fn node_child(self, node: &NodeLine, key: u64) -> u32;
+    /// One search step in a leaf: the stored value of the range holding `key`, which must
+    /// not be below the leaf's base.
+    fn leaf_value(self, leaf: &LeafLine, key: u64) -> u32;
+}
+
+impl Steps for Portable {
+    #[inline(always)]
+    fn node_child(self, node: &NodeLine, key: u64) -> u32 {
+        let rank = node.0[..NODE_KEYS]
+            .iter()
+            .filter(|k| k.load(Relaxed) < key)
+            .count();
+        node.0[NODE_KEYS].load(Relaxed) as u32 + rank as u32
+    }
+
+    #[inline(always)]
+    fn leaf_value(self, leaf: &LeafLine, key: u64) -> u32 {
+        let line = leaf.read();
+        if word(&line, 15) == WIDE {
+            let rank = line[..WIDE_RANGES].iter().filter(|&&s| s <= key).count();
+            return word(&line, 8 + rank.max(1) - 1);
+        }
+        let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
+        let rank = (0..LEAF_RANGES - 1)
+            .filter(|&k| word(&line, 2 + k) <= d)
+            .count();
+        word(&line, 8 + rank)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Steps for Avx2 {
+    #[inline(always)]
+    fn node_child(self, node: &NodeLine, key: u64) -> u32 {
+        // SAFETY: `self` exists only where the CPU has the AVX2 form's features
+        // (`crate::form`: `Runnable::new` detects them before making one).
+        unsafe { node_child_avx2(node, key) }
+    }
+
+    #[inline(always)]
+    fn leaf_value(self, leaf: &LeafLine, key: u64) -> u32 {
+        // SAFETY: as above, `self` proves the CPU has the features.
+        unsafe { leaf_value_avx2(leaf, key) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Steps for Avx512 {
+    #[inline(always)]
+    fn node_child(self, node: &NodeLine, key: u64) -> u32 {
+        // SAFETY: `self` exists only where the CPU has the AVX-512 form's features
+        // (`crate::form`: `Runnable::new` detects them before making one).
+        unsafe { node_child_avx512(node, key) }
+    }
+
+    #[inline(always)]
+    fn leaf_value(self, leaf: &LeafLine, key: u64) -> u32 {
+        // SAFETY: as above, `self` proves the CPU has the features.
+        unsafe { leaf_value_avx512(leaf, key) }
+    }
+}
+
+avx512_form! {
+    /// The node step with AVX-512: two compares of eight keys, one 16-bit mask, one count.
+    #[inline]
+    fn node_child_avx512(node: &NodeLine, key: u64) -> u32 {
         use std::arch::x86_64::{
             _mm512_cmplt_epu64_mask, _mm512_kunpackb, _mm512_loadu_si512,
             _mm512_mask_cmplt_epu64_mask, _mm512_set1_epi64,
         };
         const HIGH_KEYS: u8 = (1 << (NODE_KEYS - 8)) - 1;
-        let k = _mm512_set1_epi64(key as i64);
         let words = node.0.as_ptr().cast::<u64>();
-        let base = *words.add(NODE_KEYS) as u32;
-        let lo = _mm512_cmplt_epu64_mask(_mm512_loadu_si512(words.cast()), k);
-        let hi =
-            _mm512_mask_cmplt_epu64_mask(HIGH_KEYS, _mm512_loadu_si512(words.add(8).cast()), k);
-        // One 16-bit mask, one count.
-        base + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
+        // SAFETY: the loads read exactly the 128 bytes of `node`, a live reference; no
+        // thread writes them while a snapshot that reaches them exists
+        // (`crate::memory`), so the plain loads race with no store. The last word
+        // (where the children start) is masked off the compare and read on its own, in
+        // parallel with it.
+        let (base, lo, hi) = unsafe {
+            (
+                *words.add(NODE_KEYS),
+                _mm512_loadu_si512(words.cast()),
+                _mm512_loadu_si512(words.add(8).cast()),
+            )
+        };
+        let k = _mm512_set1_epi64(key as i64);
+        let lo = _mm512_cmplt_epu64_mask(lo, k);
+        let hi = _mm512_mask_cmplt_epu64_mask(HIGH_KEYS, hi, k);
+        base as u32 + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
     }
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        not(target_feature = "avx512f")
-    ))]
-    return node_child_avx2(node, key);
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512f", target_feature = "avx2")
-    )))]
-    node_child_portable(node, key)
+
+    /// The leaf step with AVX-512: one compare of six 32-bit offsets (a wide leaf: of
+    /// four 64-bit starts).
+    #[inline]
+    fn leaf_value_avx512(leaf: &LeafLine, key: u64) -> u32 {
+        use std::arch::x86_64::{
+            _mm256_cmple_epu64_mask, _mm256_loadu_si256, _mm256_mask_cmple_epu32_mask,
+            _mm256_set1_epi32, _mm256_set1_epi64x,
+        };
+        let words = leaf.0.as_ptr().cast::<u32>();
+        // SAFETY (every block below): the loads read within the 64 bytes of `leaf`, a
+        // live reference that no thread writes while a snapshot reaching it exists
+        // (`crate::memory`).
+        let shift = unsafe { *words.add(15) };
+        if shift == WIDE {
+            // Sparse ranges (never on a full table: predicted every time there). Computing
+            // both forms' ranks and choosing without a branch measured 5% slower on the
+            // full IPv6 table, 20% faster on 100 of its routes (which mix the forms).
+            let starts = unsafe { _mm256_loadu_si256(words.cast()) };
+            let mask = _mm256_cmple_epu64_mask(starts, _mm256_set1_epi64x(key as i64));
+            // Lane 0, the leaf's first start, is at most any key searched here; the OR
+            // keeps the index in the line even if that were ever broken.
+            return unsafe { *words.add(8 + (mask | 1).count_ones() as usize - 1) };
+        }
+        let base = unsafe { *leaf.0.as_ptr().cast::<u64>() };
+        let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
+        let offsets = unsafe { _mm256_loadu_si256(words.add(2).cast()) };
+        let mask = _mm256_mask_cmple_epu32_mask(0b11_1111, offsets, _mm256_set1_epi32(d as i32));
+        unsafe { *words.add(8 + mask.count_ones() as usize) }
+    }
 }
 
-/// [`node_child`] with AVX2 (four compares of four keys; AVX2 compares signed, so keys and
-/// the searched key are flipped in their top bit).
-#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
-#[cfg_attr(target_feature = "avx512f", allow(dead_code))]
-#[inline(always)]
-fn node_child_avx2(node: &NodeCell, key: u64) -> u32 {
-    // SAFETY: the CPU has AVX2 (checked at compile time). The four loads read exactly the
-    // 128 bytes of `node`, a live reference no thread writes while a snapshot reaches it
-    // (module documentation); the last lane (where the children start) is masked off.
-    unsafe {
+avx2_form! {
+    /// The node step with AVX2: four compares of four keys (AVX2 compares signed, so
+    /// keys and the searched key are flipped in their top bit).
+    #[inline]
+    fn node_child_avx2(node: &NodeLine, key: u64) -> u32 {
         use std::arch::x86_64::{
             _mm256_castsi256_pd, _mm256_cmpgt_epi64, _mm256_loadu_si256, _mm256_movemask_pd,
             _mm256_set1_epi64x, _mm256_xor_si256,
@@ -298,138 +388,91 @@ fn node_child_avx2(node: &NodeCell, key: u64) -> u32 {
         let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
         let mut below = 0u32;
         for c in 0..4 {
-            let v = _mm256_xor_si256(_mm256_loadu_si256(words.add(4 * c).cast()), flip);
+            // SAFETY: the four loads read exactly the 128 bytes of `node`, a live
+            // reference no thread writes while a snapshot reaches it (`crate::memory`).
+            let v = unsafe { _mm256_loadu_si256(words.add(4 * c).cast()) };
+            let v = _mm256_xor_si256(v, flip);
             let lt = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(k, v)));
             below |= (lt as u32) << (4 * c);
         }
-        *words.add(NODE_KEYS) as u32 + (below & ((1 << NODE_KEYS) - 1)).count_ones()
+        // The last lane (where the children start) is masked off.
+        // SAFETY: within `node`, as above.
+        let base = unsafe { *words.add(NODE_KEYS) } as u32;
+        base + (below & ((1 << NODE_KEYS) - 1)).count_ones()
     }
-}
 
-/// [`node_child`] without vector instructions, for CPUs without AVX-512 or AVX2 (and
-/// tested against the vector forms where there are).
-#[cfg_attr(
-    all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512f", target_feature = "avx2")
-    ),
-    allow(dead_code)
-)]
-fn node_child_portable(node: &NodeCell, key: u64) -> u32 {
-    let rank = node.0[..NODE_KEYS]
-        .iter()
-        .filter(|k| k.load(Relaxed) < key)
-        .count();
-    node.0[NODE_KEYS].load(Relaxed) as u32 + rank as u32
-}
-
-/// One search step in a leaf: the stored value of the range holding `key`, which must
-/// not be below the leaf's base.
-#[inline(always)]
-pub(crate) fn leaf_value(leaf: &LeafCell, key: u64) -> u32 {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx512vl"))]
-    // SAFETY: the CPU has AVX-512F and VL (checked at compile time). The loads read
-    // within the 64 bytes of `leaf`, a live reference that no thread writes while a
-    // snapshot reaching it exists (module documentation).
-    unsafe {
-        use std::arch::x86_64::{
-            _mm256_cmple_epu64_mask, _mm256_loadu_si256, _mm256_mask_cmple_epu32_mask,
-            _mm256_set1_epi32, _mm256_set1_epi64x,
-        };
-        let words = leaf.0.as_ptr().cast::<u32>();
-        let shift = *words.add(15);
-        if shift == WIDE {
-            // Sparse ranges (never on a full table: predicted every time there). Computing
-            // both forms' ranks and choosing without a branch measured 5% slower on the
-            // full IPv6 table, 20% faster on 100 of its routes (which mix the forms).
-            let starts = _mm256_loadu_si256(words.cast());
-            let mask = _mm256_cmple_epu64_mask(starts, _mm256_set1_epi64x(key as i64));
-            // Lane 0, the leaf's first start, is at most any key searched here; the OR
-            // keeps the index in the line even if that were ever broken.
-            return *words.add(8 + (mask | 1).count_ones() as usize - 1);
-        }
-        let base = *leaf.0.as_ptr().cast::<u64>();
-        let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
-        let offsets = _mm256_loadu_si256(words.add(2).cast());
-        let mask = _mm256_mask_cmple_epu32_mask(0b11_1111, offsets, _mm256_set1_epi32(d as i32));
-        *words.add(8 + mask.count_ones() as usize)
-    }
-    #[cfg(all(
-        target_arch = "x86_64",
-        target_feature = "avx2",
-        not(target_feature = "avx512vl")
-    ))]
-    return leaf_value_avx2(leaf, key);
-    #[cfg(not(all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512vl", target_feature = "avx2")
-    )))]
-    leaf_value_portable(leaf, key)
-}
-
-/// [`leaf_value`] with AVX2: unsigned "at most" as "the larger is the bound" for 32-bit
-/// offsets, and flipped signed compares for a wide leaf's 64-bit starts.
-#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
-#[cfg_attr(target_feature = "avx512vl", allow(dead_code))]
-#[inline(always)]
-fn leaf_value_avx2(leaf: &LeafCell, key: u64) -> u32 {
-    // SAFETY: the CPU has AVX2 (checked at compile time). The loads read within the 64
-    // bytes of `leaf`, a live reference no thread writes while a snapshot reaches it.
-    unsafe {
+    /// The leaf step with AVX2: unsigned "at most" as "the larger is the bound" for
+    /// 32-bit offsets, and flipped signed compares for a wide leaf's 64-bit starts.
+    #[inline]
+    fn leaf_value_avx2(leaf: &LeafLine, key: u64) -> u32 {
         use std::arch::x86_64::{
             _mm256_castsi256_pd, _mm256_castsi256_ps, _mm256_cmpeq_epi32, _mm256_cmpgt_epi64,
             _mm256_loadu_si256, _mm256_max_epu32, _mm256_movemask_pd, _mm256_movemask_ps,
             _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_xor_si256,
         };
         let words = leaf.0.as_ptr().cast::<u32>();
-        let shift = *words.add(15);
+        // SAFETY (every block below): the loads read within the 64 bytes of `leaf`, a
+        // live reference no thread writes while a snapshot reaches it (`crate::memory`).
+        let shift = unsafe { *words.add(15) };
         if shift == WIDE {
             let flip = _mm256_set1_epi64x(i64::MIN);
-            let starts = _mm256_xor_si256(_mm256_loadu_si256(words.cast()), flip);
+            let starts = unsafe { _mm256_loadu_si256(words.cast()) };
+            let starts = _mm256_xor_si256(starts, flip);
             let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
             let above = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(starts, k)));
             let rank = (WIDE_RANGES as u32 - (above as u32).count_ones()).max(1);
-            return *words.add(8 + rank as usize - 1);
+            return unsafe { *words.add(8 + rank as usize - 1) };
         }
-        let base = *leaf.0.as_ptr().cast::<u64>();
+        let base = unsafe { *leaf.0.as_ptr().cast::<u64>() };
         let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
-        let offsets = _mm256_loadu_si256(words.add(2).cast());
+        let offsets = unsafe { _mm256_loadu_si256(words.add(2).cast()) };
         let bound = _mm256_set1_epi32(d as i32);
         let at_most = _mm256_cmpeq_epi32(_mm256_max_epu32(offsets, bound), bound);
         let rank =
             (_mm256_movemask_ps(_mm256_castsi256_ps(at_most)) as u32 & 0b11_1111).count_ones();
-        *words.add(8 + rank as usize)
+        unsafe { *words.add(8 + rank as usize) }
     }
-}
-
-/// [`leaf_value`] without vector instructions, for CPUs without AVX-512 or AVX2 (and
-/// tested against the vector forms where there are).
-#[cfg_attr(
-    all(
-        target_arch = "x86_64",
-        any(target_feature = "avx512vl", target_feature = "avx2")
-    ),
-    allow(dead_code)
-)]
-fn leaf_value_portable(leaf: &LeafCell, key: u64) -> u32 {
-    let line = leaf.read();
-    if word(&line, 15) == WIDE {
-        let rank = line[..WIDE_RANGES].iter().filter(|&&s| s <= key).count();
-        return word(&line, 8 + rank.max(1) - 1);
-    }
-    let d = ((key - line[0]) >> word(&line, 15)).min(u64::from(u32::MAX)) as u32;
-    let rank = (0..LEAF_RANGES - 1)
-        .filter(|&k| word(&line, 2 + k) <= d)
-        .count();
-    word(&line, 8 + rank)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::form::{Form, Runnable};
 
-    fn leaf(ranges: &[(u64, u32)]) -> LeafCell {
-        LeafCell::new(encode_leaf(ranges))
+    fn leaf(ranges: &[(u64, u32)]) -> LeafLine {
+        LeafLine::new(encode_leaf(ranges))
+    }
+
+    /// The leaf step's answer, the same in every form this CPU runs.
+    fn leaf_value(leaf: &LeafLine, key: u64) -> u32 {
+        let want = Portable.leaf_value(leaf, key);
+        for form in Runnable::all() {
+            let got = match form {
+                Runnable::Portable => want,
+                #[cfg(target_arch = "x86_64")]
+                Runnable::Avx2(cpu) => cpu.leaf_value(leaf, key),
+                #[cfg(target_arch = "x86_64")]
+                Runnable::Avx512(cpu) => cpu.leaf_value(leaf, key),
+            };
+            assert_eq!(got, want, "{form:?}, key {key}");
+        }
+        want
+    }
+
+    /// The node step's answer, the same in every form this CPU runs.
+    fn node_child(node: &NodeLine, key: u64) -> u32 {
+        let want = Portable.node_child(node, key);
+        for form in Runnable::all() {
+            let got = match form {
+                Runnable::Portable => want,
+                #[cfg(target_arch = "x86_64")]
+                Runnable::Avx2(cpu) => cpu.node_child(node, key),
+                #[cfg(target_arch = "x86_64")]
+                Runnable::Avx512(cpu) => cpu.node_child(node, key),
+            };
+            assert_eq!(got, want, "{form:?}, key {key}");
+        }
+        want
     }
 
     #[test]
@@ -510,13 +553,13 @@ mod tests {
         assert_eq!(leaf_value(&one, u64::MAX), 9);
     }
 
-    #[test]
-    fn the_portable_steps_answer_as_the_vector_ones() {
+    /// Random leaves (starts close together, so offsets, or scattered, so wide leaves)
+    /// and nodes: `steps` answers every key as the portable steps do.
+    fn steps_answer_as_the_portable_ones(steps: impl Steps) {
         use rand::rngs::SmallRng;
         use rand::{Rng, SeedableRng};
         let mut rng = SmallRng::seed_from_u64(9);
-        for round in 0..2000 {
-            // Starts close together (offsets) or scattered (wide leaves), and nodes.
+        for round in 0..if cfg!(miri) { 40 } else { 2000 } {
             let spread = if round % 2 == 0 { 20 } else { 63 };
             let mut starts: Vec<u64> = (0..rng.gen_range(1..=LEAF_RANGES))
                 .map(|_| rng.gen::<u64>() >> (64 - spread))
@@ -526,23 +569,54 @@ mod tests {
             starts.dedup();
             let ranges: Vec<(u64, u32)> = starts.iter().map(|&s| (s, rng.gen())).collect();
             let n = leaf_take(&ranges);
-            let cell = LeafCell::new(encode_leaf(&ranges[..n]));
+            let cell = LeafLine::new(encode_leaf(&ranges[..n]));
             let firsts: Vec<u64> = starts.iter().copied().take(NODE_CHILDREN).collect();
-            let node = NodeCell::new(encode_node(&firsts, rng.gen_range(0..1000)));
+            let node = NodeLine::new(encode_node(&firsts, rng.gen_range(0..1000)));
             for _ in 0..16 {
                 let key = match rng.gen_range(0..4) {
                     0 => u64::MAX,
                     1 => starts[rng.gen_range(0..starts.len())],
                     _ => rng.gen::<u64>() >> (64 - spread),
                 };
-                assert_eq!(leaf_value(&cell, key), leaf_value_portable(&cell, key));
-                assert_eq!(node_child(&node, key), node_child_portable(&node, key));
-                #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
-                {
-                    assert_eq!(leaf_value(&cell, key), leaf_value_avx2(&cell, key));
-                    assert_eq!(node_child(&node, key), node_child_avx2(&node, key));
-                }
+                assert_eq!(
+                    steps.leaf_value(&cell, key),
+                    Portable.leaf_value(&cell, key)
+                );
+                assert_eq!(
+                    steps.node_child(&node, key),
+                    Portable.node_child(&node, key)
+                );
             }
+        }
+    }
+
+    // A form this CPU lacks cannot be compared here: its test is ignored (the build
+    // script asks the CPU). Run anyway (`--include-ignored`), it checks what can be
+    // checked on such a CPU: that the form is refused.
+
+    #[test]
+    #[cfg_attr(
+        fibre_cpu_lacks_avx2,
+        ignore = "this CPU lacks the AVX2 form's features (avx2, bmi1, bmi2, lzcnt, popcnt)"
+    )]
+    fn avx2_steps_answer_as_the_portable_ones() {
+        match Runnable::new(Form::Avx2) {
+            #[cfg(target_arch = "x86_64")]
+            Some(Runnable::Avx2(cpu)) => steps_answer_as_the_portable_ones(cpu),
+            _ => assert!(!Form::Avx2.is_supported()),
+        }
+    }
+
+    #[test]
+    #[cfg_attr(
+        fibre_cpu_lacks_avx512,
+        ignore = "this CPU lacks the AVX-512 form's features (avx512f, avx512vl)"
+    )]
+    fn avx512_steps_answer_as_the_portable_ones() {
+        match Runnable::new(Form::Avx512) {
+            #[cfg(target_arch = "x86_64")]
+            Some(Runnable::Avx512(cpu)) => steps_answer_as_the_portable_ones(cpu),
+            _ => assert!(!Form::Avx512.is_supported()),
         }
     }
 
@@ -550,7 +624,7 @@ mod tests {
     fn nodes_find_the_child_of_every_key() {
         let firsts: Vec<u64> = (0..NODE_CHILDREN as u64).map(|c| c * 100).collect();
         for n in 1..=NODE_CHILDREN {
-            let cell = NodeCell::new(encode_node(&firsts[..n], 7));
+            let cell = NodeLine::new(encode_node(&firsts[..n], 7));
             let children = decode_node(&cell.read(), 0);
             let want: Vec<(u64, u32)> = (0..n).map(|c| (firsts[c], 7 + c as u32)).collect();
             assert_eq!(*children, want);
@@ -559,7 +633,7 @@ mod tests {
                 assert_eq!(node_child(&cell, key), want, "{n} children, key {key}");
             }
         }
-        let top = NodeCell::new(encode_node(&[0, u64::MAX], 1));
+        let top = NodeLine::new(encode_node(&[0, u64::MAX], 1));
         assert_eq!(node_child(&top, u64::MAX), 2);
         assert_eq!(node_child(&top, u64::MAX - 1), 1);
     }

@@ -1,7 +1,7 @@
 //! Lookups in the range trees, one key at a time or a batch in lockstep.
 //!
 //! Every key takes the first stage's height in node steps and then one leaf step. A batch
-//! of [`RANGE_BATCH`] keys takes each key through the upper levels at once (they stay in
+//! of [`BATCH`] keys takes each key through the upper levels at once (they stay in
 //! the caches; in registers, with nothing stored between steps), then walks the last
 //! node level and the leaves level by level: one step per key and a prefetch of that
 //! key's next lines, so that a level's prefetches arrive while the pass over the other
@@ -9,58 +9,121 @@
 //! IPv6 lookup against 10.1-10.4, `lookup_profile`; walking only the leaves in lockstep,
 //! 11.7-12.1.) Keys whose /64 holds longer prefixes take the second stage afterwards, its
 //! roots prefetched first (none in the real tables).
+//!
+//! Every step is one of the [`Steps`] of the table's form ([`crate::form`]): the walks
+//! below are generic over them and compiled once per form, and the table's form chooses,
+//! once per call.
 
-use super::layout::{leaf_value, node_child, LeafCell, NodeCell, DEEP, NO_ROUTE};
+use super::layout::{LeafLine, NodeLine, Steps, DEEP, UNROUTED};
 use super::spans::{low64, top64, wide};
 use super::tree::{search, Tree};
-use super::{RangeLpm, RangeSnapshot};
+use super::{RangeSnapshot, RangeTree};
+#[cfg(target_arch = "x86_64")]
+use crate::form::{avx2_form, avx512_form, Avx2, Avx512};
+use crate::form::{Portable, Runnable};
 use crate::key::Key;
+use crate::BATCH;
 
-/// Keys walked in lockstep by a batched lookup.
-pub const RANGE_BATCH: usize = 64;
-
-/// What lookups read.
+/// What lookups read, borrowed from a range tree or a snapshot of one.
 #[derive(Clone, Copy)]
-struct View<'a> {
-    leaves: &'a [LeafCell],
-    nodes: &'a [NodeCell],
+pub(crate) struct RangeView<'a> {
+    form: Runnable,
+    leaves: &'a [LeafLine],
+    nodes: &'a [NodeLine],
     main: Tree,
 }
 
 /// Asks the CPU to start loading the line at `p` (a hint: any address is allowed).
 #[inline(always)]
 fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: a prefetch never faults and changes no state visible to the program,
     // whatever the address.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = p;
 }
 
-impl View<'_> {
+avx2_form! {
+    /// [`RangeView::lookup_with`] compiled for the AVX2 form.
+    fn lookup_avx2<K: Key>(view: &RangeView<'_>, cpu: Avx2, key: K) -> Option<u32> {
+        view.lookup_with(cpu, key)
+    }
+
+    /// [`RangeView::batch_with`] compiled for the AVX2 form.
+    fn batch_avx2<K: Key>(view: &RangeView<'_>, cpu: Avx2, keys: &[K], out: &mut [Option<u32>]) {
+        view.batch_with(cpu, keys, out)
+    }
+}
+
+avx512_form! {
+    /// [`RangeView::lookup_with`] compiled for the AVX-512 form.
+    fn lookup_avx512<K: Key>(view: &RangeView<'_>, cpu: Avx512, key: K) -> Option<u32> {
+        view.lookup_with(cpu, key)
+    }
+
+    /// [`RangeView::batch_with`] compiled for the AVX-512 form.
+    fn batch_avx512<K: Key>(
+        view: &RangeView<'_>,
+        cpu: Avx512,
+        keys: &[K],
+        out: &mut [Option<u32>],
+    ) {
+        view.batch_with(cpu, keys, out)
+    }
+}
+
+impl RangeView<'_> {
+    /// The value of `key`'s longest prefix, by the code of the view's form.
+    #[inline]
+    pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+        match self.form {
+            Runnable::Portable => self.lookup_with(Portable, key),
+            // SAFETY (both arms): `cpu` exists only where this CPU has the form's
+            // features (`crate::form`: `Runnable::new` detects them before making one).
+            #[cfg(target_arch = "x86_64")]
+            Runnable::Avx2(cpu) => unsafe { lookup_avx2(self, cpu, key) },
+            #[cfg(target_arch = "x86_64")]
+            Runnable::Avx512(cpu) => unsafe { lookup_avx512(self, cpu, key) },
+        }
+    }
+
+    /// Looks up every key of `keys` into `out`, by the code of the view's form.
+    pub(crate) fn lookup_batch<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
+        assert!(out.len() >= keys.len(), "output shorter than input");
+        match self.form {
+            Runnable::Portable => self.batch_with(Portable, keys, out),
+            // SAFETY (both arms): as in `lookup`, `cpu` proves the CPU has the features.
+            #[cfg(target_arch = "x86_64")]
+            Runnable::Avx2(cpu) => unsafe { batch_avx2(self, cpu, keys, out) },
+            #[cfg(target_arch = "x86_64")]
+            Runnable::Avx512(cpu) => unsafe { batch_avx512(self, cpu, keys, out) },
+        }
+    }
+
     #[inline(always)]
-    fn finish(&self, stored: u32, w: u128) -> Option<u32> {
+    fn finish<S: Steps>(&self, steps: S, stored: u32, w: u128) -> Option<u32> {
         let v = match Tree::from_deep(stored) {
-            Some(deep) => search(self.leaves, self.nodes, deep, low64(w)),
+            Some(deep) => search(steps, self.leaves, self.nodes, deep, low64(w)),
             None => stored,
         };
-        (v != NO_ROUTE).then_some(v)
+        (v != UNROUTED).then_some(v)
     }
 
     #[inline(always)]
-    fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+    fn lookup_with<S: Steps, K: Key>(&self, steps: S, key: K) -> Option<u32> {
         let w = wide(key);
-        self.finish(search(self.leaves, self.nodes, self.main, top64(w)), w)
+        let stored = search(steps, self.leaves, self.nodes, self.main, top64(w));
+        self.finish(steps, stored, w)
     }
 
-    fn lookup_batch<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
-        assert!(out.len() >= keys.len(), "output shorter than input");
-        for (ks, os) in keys.chunks(RANGE_BATCH).zip(out.chunks_mut(RANGE_BATCH)) {
-            let mut top = [0u64; RANGE_BATCH];
-            let mut at = [0u32; RANGE_BATCH];
+    #[inline(always)]
+    fn batch_with<S: Steps, K: Key>(&self, steps: S, keys: &[K], out: &mut [Option<u32>]) {
+        for (ks, os) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let mut top = [0u64; BATCH];
+            let mut at = [0u32; BATCH];
             // The levels above the last two (a full IPv6 table's first 200 nodes) stay
             // cached: each key goes through them at once, in registers.
             let hot = self.main.height.saturating_sub(2);
@@ -68,7 +131,7 @@ impl View<'_> {
                 *t = top64(wide(k));
                 let mut i = self.main.root;
                 for _ in 0..hot {
-                    i = node_child(&self.nodes[i as usize], *t);
+                    i = steps.node_child(&self.nodes[i as usize], *t);
                 }
                 *a = i;
             }
@@ -78,21 +141,21 @@ impl View<'_> {
             for level in (0..self.main.height.min(2)).rev() {
                 if level == 1 {
                     for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
-                        *a = node_child(&self.nodes[*a as usize], t);
+                        *a = steps.node_child(&self.nodes[*a as usize], t);
                         let p = self.nodes.as_ptr().wrapping_add(*a as usize).cast::<u8>();
                         prefetch(p);
                         prefetch(p.wrapping_add(64));
                     }
                 } else {
                     for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
-                        *a = node_child(&self.nodes[*a as usize], t);
+                        *a = steps.node_child(&self.nodes[*a as usize], t);
                         prefetch(self.leaves.as_ptr().wrapping_add(*a as usize));
                     }
                 }
             }
             let mut deep = 0u32;
             for (a, &t) in at[..n].iter_mut().zip(&top[..n]) {
-                *a = leaf_value(&self.leaves[*a as usize], t);
+                *a = steps.leaf_value(&self.leaves[*a as usize], t);
                 deep |= *a;
             }
             if deep & DEEP != 0 {
@@ -109,7 +172,7 @@ impl View<'_> {
                 }
             }
             for ((o, &stored), &k) in os.iter_mut().zip(&at[..n]).zip(ks) {
-                *o = self.finish(stored, wide(k));
+                *o = self.finish(steps, stored, wide(k));
             }
         }
     }
@@ -125,14 +188,8 @@ macro_rules! range_lookups {
                 self.view().lookup(key)
             }
 
-            /// [`Self::lookup`] of a standard library address.
-            #[inline]
-            pub fn lookup_addr(&self, addr: K::Addr) -> Option<u32> {
-                self.lookup(addr.into())
-            }
-
             /// Looks up every key of `keys`, writing the answers to the same positions of
-            /// `out`, walking [`RANGE_BATCH`] keys at a time in lockstep.
+            /// `out`, walking [`BATCH`] keys at a time in lockstep.
             ///
             /// # Panics
             /// If `out` is shorter than `keys`.
@@ -143,13 +200,14 @@ macro_rules! range_lookups {
     };
 }
 
-range_lookups!(RangeLpm);
+range_lookups!(RangeTree);
 range_lookups!(RangeSnapshot);
 
-impl<K: Key> RangeLpm<K> {
+impl<K: Key> RangeTree<K> {
     #[inline(always)]
-    fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn view(&self) -> RangeView<'_> {
+        RangeView {
+            form: self.form,
             leaves: self.store.leaves.buffer(),
             nodes: self.store.nodes.buffer(),
             main: self.main,
@@ -159,8 +217,9 @@ impl<K: Key> RangeLpm<K> {
 
 impl<K: Key> RangeSnapshot<K> {
     #[inline(always)]
-    fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn view(&self) -> RangeView<'_> {
+        RangeView {
+            form: self.form,
             leaves: &self.leaves,
             nodes: &self.nodes,
             main: self.main,

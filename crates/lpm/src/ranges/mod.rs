@@ -42,17 +42,16 @@ mod spans;
 mod tests;
 mod tree;
 
-pub use lookup::RANGE_BATCH;
-
+use crate::form::Runnable;
 use crate::key::Key;
 use crate::prefix::Prefix;
-use crate::trie::{next_generation, MemoryUsage, MAX_VALUE};
-use layout::{LeafCell, NodeCell, NO_ROUTE};
+use crate::{MemoryUsage, MAX_VALUE};
+use layout::{LeafLine, NodeLine, UNROUTED};
 use spans::{low64, span, sweep, top64, wide};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use tree::{Released as TreeReleased, Store, Tree};
+use tree::{Store, Tree, TreeReleased};
 
 /// Spans with more ranges than this are rebuilt in bulk rather than assigned.
 const BULK_SPAN: usize = 1 << 14;
@@ -61,21 +60,12 @@ const BULK_SPAN: usize = 1 << 14;
 const REBUILD_SLACK: usize = 1024;
 
 /// A map from prefixes of one address family to values, with longest-prefix lookups by
-/// range search. The same operations as [`crate::Lpm`]; the module documentation says how
-/// it works and when it is the better engine.
-///
-/// ```
-/// use fibre_lpm::{Prefix, RangeLpm};
-/// let mut t: RangeLpm<u128> = RangeLpm::new();
-/// t.insert("2001:db8::/32".parse().unwrap(), 1);
-/// t.insert("2001:db8::1/128".parse().unwrap(), 2);
-/// let addr: std::net::Ipv6Addr = "2001:db8::1".parse().unwrap();
-/// assert_eq!(t.lookup(addr.into()), Some(2));
-/// let addr: std::net::Ipv6Addr = "2001:db8::2".parse().unwrap();
-/// assert_eq!(t.lookup(addr.into()), Some(1));
-/// ```
+/// range search. The same operations as the trie; the module documentation says how it
+/// works and when it is the better structure.
 #[derive(Debug)]
-pub struct RangeLpm<K: Key> {
+pub(crate) struct RangeTree<K: Key> {
+    /// The instructions lookups use.
+    form: Runnable,
     // ---- update side: never read by lookups ----
     prefixes: BTreeMap<Prefix<K>, u32>,
     count_by_len: Vec<usize>,
@@ -87,10 +77,11 @@ pub struct RangeLpm<K: Key> {
     _key: PhantomData<fn() -> K>,
 }
 
-/// One published version of a [`RangeLpm`]: everything lookups need.
-pub struct RangeSnapshot<K: Key> {
-    leaves: Arc<[LeafCell]>,
-    nodes: Arc<[NodeCell]>,
+/// One published version of a [`RangeTree`]: everything lookups need.
+pub(crate) struct RangeSnapshot<K: Key> {
+    form: Runnable,
+    leaves: Arc<[LeafLine]>,
+    nodes: Arc<[NodeLine]>,
     main: Tree,
     len: usize,
     _key: PhantomData<fn() -> K>,
@@ -102,9 +93,9 @@ impl<K: Key> RangeSnapshot<K> {
         self.len
     }
 
-    /// True if this version holds no prefix.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    /// The instructions lookups use.
+    pub fn form(&self) -> Runnable {
+        self.form
     }
 }
 
@@ -117,30 +108,39 @@ impl<K: Key> std::fmt::Debug for RangeSnapshot<K> {
     }
 }
 
-/// Lines a [`RangeLpm`] released before a publish, to be reused once no reader can reach
-/// them (see [`crate::shared`]).
+/// Lines a [`RangeTree`] released before a publish, to be reused once no reader can
+/// reach them (see [`mod@crate::shared`]).
 #[derive(Debug, Default)]
-pub struct RangeReleased(TreeReleased);
+pub(crate) struct RangeReleased(TreeReleased);
 
-impl<K: Key> Default for RangeLpm<K> {
+impl<K: Key> Default for RangeTree<K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key> Clone for RangeLpm<K> {
-    /// A private copy, built afresh, never published.
+impl<K: Key> Clone for RangeTree<K> {
+    /// A private copy: its own arenas, never published.
     fn clone(&self) -> Self {
-        Self::build(self.iter())
+        RangeTree {
+            form: self.form,
+            prefixes: self.prefixes.clone(),
+            count_by_len: self.count_by_len.clone(),
+            built_leaves: self.built_leaves,
+            store: self.store.deep_clone(),
+            main: self.main,
+            _key: PhantomData,
+        }
     }
 }
 
-impl<K: Key> RangeLpm<K> {
-    /// An empty table (one leaf).
+impl<K: Key> RangeTree<K> {
+    /// An empty table (one leaf), its lookups in the fastest form this CPU runs.
     pub fn new() -> Self {
-        let mut store = Store::new(next_generation());
-        let main = store.build(&[(0, NO_ROUTE)]);
-        RangeLpm {
+        let mut store = Store::default();
+        let main = store.build(&[(0, UNROUTED)]);
+        RangeTree {
+            form: Runnable::best(),
             prefixes: BTreeMap::new(),
             count_by_len: vec![0; usize::from(K::BITS) + 1],
             built_leaves: 1,
@@ -192,19 +192,9 @@ impl<K: Key> RangeLpm<K> {
         self.prefixes.get(prefix).copied()
     }
 
-    /// True if exactly `prefix` is in the table.
-    pub fn contains(&self, prefix: &Prefix<K>) -> bool {
-        self.prefixes.contains_key(prefix)
-    }
-
     /// Number of prefixes.
     pub fn len(&self) -> usize {
         self.prefixes.len()
-    }
-
-    /// True if the table holds no prefix.
-    pub fn is_empty(&self) -> bool {
-        self.prefixes.is_empty()
     }
 
     /// Number of prefixes of each length, indexed by length.
@@ -222,9 +212,21 @@ impl<K: Key> RangeLpm<K> {
         self.iter().collect()
     }
 
-    /// Removes every prefix.
+    /// Removes every prefix (the form stays).
     pub fn clear(&mut self) {
+        let form = self.form;
         *self = Self::new();
+        self.form = form;
+    }
+
+    /// The instructions lookups use.
+    pub fn form(&self) -> Runnable {
+        self.form
+    }
+
+    /// Makes lookups (of this table and of its next snapshots) use `form`.
+    pub fn set_form(&mut self, form: Runnable) {
+        self.form = form;
     }
 
     /// Rebuilds the trees in bulk, tightly packed (the same prefixes and values).
@@ -236,8 +238,7 @@ impl<K: Key> RangeLpm<K> {
     /// two lines of 64 bytes, a leaf one).
     pub fn memory(&self) -> MemoryUsage {
         use std::mem::size_of;
-        let lookup_bytes = self.store.leaves.len() * size_of::<LeafCell>()
-            + self.store.nodes.len() * size_of::<NodeCell>();
+        let lookup_bytes = self.store.leaves.lookup_bytes() + self.store.nodes.lookup_bytes();
         // A B-tree map keeps keys and values in separate arrays in its nodes, which are
         // two thirds full on average: an entry costs its key and value and half again.
         let entry = size_of::<Prefix<K>>() + size_of::<u32>();
@@ -257,6 +258,7 @@ impl<K: Key> RangeLpm<K> {
     pub(crate) fn publish(&mut self) -> (RangeSnapshot<K>, RangeReleased) {
         let released = self.store.publish();
         let snapshot = RangeSnapshot {
+            form: self.form,
             leaves: self.store.leaves.buffer().clone(),
             nodes: self.store.nodes.buffer().clone(),
             main: self.main,
@@ -294,7 +296,7 @@ impl<K: Key> RangeLpm<K> {
             // (The `min` keeps the loop finite even if that reasoning were wrong.)
             below = (common + 1).min(below - 1);
         }
-        NO_ROUTE
+        UNROUTED
     }
 
     /// The prefixes inside `p` (itself included), in order.
@@ -310,7 +312,7 @@ impl<K: Key> RangeLpm<K> {
             let (s, e) = span(p);
             // A prefix in the map starts its own span: what is around it does not count.
             let covering = if self.prefixes.contains_key(p) {
-                NO_ROUTE
+                UNROUTED
             } else {
                 self.covering(p.addr(), p.len())
             };
@@ -435,7 +437,7 @@ impl<K: Key> RangeLpm<K> {
 
     /// Rebuilds every tree in bulk from the map.
     fn rebuild(&mut self) {
-        let ranges = sweep(0, u128::MAX, NO_ROUTE, self.iter());
+        let ranges = sweep(0, u128::MAX, UNROUTED, self.iter());
         let old = self.main;
         let first = self.first_stage(&ranges, u128::MAX);
         self.store.release_tree(old);

@@ -88,7 +88,7 @@ pub(crate) fn sweep<K: Key>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranges::layout::NO_ROUTE;
+    use crate::ranges::layout::UNROUTED;
 
     fn p(s: &str) -> Prefix<u32> {
         s.parse().unwrap()
@@ -103,7 +103,7 @@ mod tests {
             (p("10.2.0.0/16"), 4),
         ];
         let (s, e) = span(&p("10.0.0.0/8"));
-        let got = sweep(s, e, NO_ROUTE, inside.into_iter());
+        let got = sweep(s, e, UNROUTED, inside.into_iter());
         let at = |a: &str| wide(a.parse::<std::net::Ipv4Addr>().map(u32::from).unwrap());
         assert_eq!(
             got,
@@ -121,9 +121,9 @@ mod tests {
         let host = sweep(
             0,
             u128::MAX,
-            NO_ROUTE,
+            UNROUTED,
             [(p("255.255.255.255/32"), 5)].into_iter(),
         );
-        assert_eq!(host, vec![(0, NO_ROUTE), (at("255.255.255.255"), 5)]);
+        assert_eq!(host, vec![(0, UNROUTED), (at("255.255.255.255"), 5)]);
     }
 }

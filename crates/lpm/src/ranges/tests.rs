@@ -1,6 +1,6 @@
 //! Tests of the range engine against the reference, plus structural checks.
 
-use super::layout::NO_ROUTE;
+use super::layout::UNROUTED;
 use super::*;
 use crate::reference::ReferenceLpm;
 use crate::testing::{
@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-impl<K: Key> RangeLpm<K> {
+impl<K: Key> RangeTree<K> {
     /// Checks the trees' shape and the accounting of lines: every line is in a tree, free
     /// or released.
     pub(crate) fn check_invariants(&self) {
@@ -19,11 +19,13 @@ impl<K: Key> RangeLpm<K> {
 
     /// Leaves and nodes in what a publish released.
     pub(crate) fn lines_of(&self, released: &RangeReleased) -> (usize, usize) {
-        let sum = |v: &[(u32, u32)]| v.iter().map(|b| b.1 as usize).sum::<usize>();
-        (sum(&released.0.leaves), sum(&released.0.nodes))
+        (
+            released.0.leaves.slots_in(&self.store.leaves),
+            released.0.nodes.slots_in(&self.store.nodes),
+        )
     }
 
-    /// [`RangeLpm::check_invariants`] when `retired` more leaves and nodes wait for
+    /// [`RangeTree::check_invariants`] when `retired` more leaves and nodes wait for
     /// readers of older snapshots.
     pub(crate) fn check_invariants_with(&self, retired: (usize, usize)) {
         let (leaves, nodes) = self.store.reachable(self.main);
@@ -61,12 +63,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn ipv4_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u32, RangeLpm<u32>>(seed, 300, 4, RangeLpm::check_invariants);
+        random_ops_match_reference::<u32, RangeTree<u32>>(seed, 300, 4, RangeTree::check_invariants);
     }
 
     #[test]
     fn ipv6_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u128, RangeLpm<u128>>(seed, 300, 4, RangeLpm::check_invariants);
+        random_ops_match_reference::<u128, RangeTree<u128>>(seed, 300, 4, RangeTree::check_invariants);
     }
 }
 
@@ -75,13 +77,18 @@ fn many_routes_in_few_regions_split_leaves_and_nodes() {
     // Thousands of overlapping prefixes around two bases: leaves and nodes split, the
     // tree grows levels, bulk rebuilds happen, and the answers stay the reference's.
     for seed in 0..3 {
-        random_ops_match_reference::<u128, RangeLpm<u128>>(
+        random_ops_match_reference::<u128, RangeTree<u128>>(
             seed,
             6000,
             2,
-            RangeLpm::check_invariants,
+            RangeTree::check_invariants,
         );
-        random_ops_match_reference::<u32, RangeLpm<u32>>(seed, 6000, 2, RangeLpm::check_invariants);
+        random_ops_match_reference::<u32, RangeTree<u32>>(
+            seed,
+            6000,
+            2,
+            RangeTree::check_invariants,
+        );
     }
 }
 
@@ -89,7 +96,7 @@ fn many_routes_in_few_regions_split_leaves_and_nodes() {
 fn long_prefixes_get_a_second_stage_that_follows_the_first() {
     let p = |s: &str| -> Prefix<u128> { s.parse().unwrap() };
     let a = |s: &str| -> u128 { s.parse::<std::net::Ipv6Addr>().unwrap().into() };
-    let mut t = RangeLpm::<u128>::new();
+    let mut t = RangeTree::<u128>::new();
     t.insert(p("2001:db8::/32"), 1);
     t.insert(p("2001:db8::1/128"), 2);
     t.insert(p("2001:db8::8000:0:0:0/65"), 3);
@@ -117,12 +124,12 @@ fn long_prefixes_get_a_second_stage_that_follows_the_first() {
     t.remove(&p("2001:db8::/32"));
     assert_eq!(t.lookup(a("2001:db8::1")), None);
     // Ranges are not merged across leaves, but every one answers nothing now.
-    assert!(t.store.ranges(t.main).iter().all(|r| r.1 == NO_ROUTE));
+    assert!(t.store.ranges(t.main).iter().all(|r| r.1 == UNROUTED));
 }
 
 #[test]
 fn an_empty_table_is_one_leaf_and_answers_nothing() {
-    let t = RangeLpm::<u128>::new();
+    let t = RangeTree::<u128>::new();
     assert_eq!(t.lookup(0), None);
     assert_eq!(t.lookup(u128::MAX), None);
     assert_eq!(t.memory().lookup_bytes, 64, "one leaf");
@@ -135,7 +142,7 @@ fn an_empty_table_is_one_leaf_and_answers_nothing() {
 fn a_snapshot_keeps_its_version_while_the_table_changes() {
     let mut rng = SmallRng::seed_from_u64(7);
     let bases: Vec<u128> = (0..3).map(|_| rng.gen()).collect();
-    let mut t = RangeLpm::<u128>::new();
+    let mut t = RangeTree::<u128>::new();
     let mut r = ReferenceLpm::<u128>::new();
     for _ in 0..2000 {
         let p = random_prefix::<u128>(&mut rng, &bases);
@@ -187,7 +194,7 @@ fn sparse_host_routes_pack_into_wide_leaves() {
     // them in full. Each route costs a second stage (one leaf) and its share of the
     // first stage's leaves and nodes; with offsets alone it cost 330 bytes.
     let mut rng = SmallRng::seed_from_u64(3);
-    let mut t = RangeLpm::<u128>::new();
+    let mut t = RangeTree::<u128>::new();
     let mut r = ReferenceLpm::<u128>::new();
     let routes: Vec<(Prefix<u128>, u32)> = (0..20_000)
         .map(|i| (Prefix::new_clamped(rng.gen(), 128), i))
@@ -199,7 +206,7 @@ fn sparse_host_routes_pack_into_wide_leaves() {
     t.check_invariants();
     let probes = probes_for(&routes, &mut rng);
     check_against_reference(&t, &r, &probes);
-    let built = RangeLpm::build(routes.iter().copied());
+    let built = RangeTree::build(routes.iter().copied());
     check_against_reference(&built, &r, &probes);
     let per_route = built.memory().lookup_bytes / routes.len();
     assert!(per_route < 120, "{per_route} bytes per route");

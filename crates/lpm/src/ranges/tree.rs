@@ -18,18 +18,18 @@
 //! block's base. Copy on write works on blocks: a block allocated since the last publish
 //! is changed in place, and then nothing above it changes; any other is copied whole
 //! (up to 16 lines, with one vector copy) and the old one released, to be reused once no
-//! reader can reach it, and the parent's line, which names the block, changes in turn.
+//! reader can reach it ([`crate::memory`]), and the parent's line, which names the block,
+//! changes in turn.
 //! So an update after a publish copies one block a level up to the root, each at most
 //! once between publishes. (Explicit child indices, one copied line a level, were
 //! measured too: the dependent read of the index made lookups 10-15% slower.)
 
 use super::layout::{
-    decode_leaf, decode_node, encode_leaf, encode_node, leaf_take, leaf_value, node_block,
-    node_child, LeafCell, NodeCell, DEEP, DEEP_HEIGHT_SHIFT, DEEP_ROOT, LEAF_RANGES, NODE_CHILDREN,
-    NODE_KEYS, NODE_WORDS,
+    decode_leaf, decode_node, encode_leaf, encode_node, leaf_take, node_block, LeafLine, NodeLine,
+    Steps, DEEP, DEEP_HEIGHT_SHIFT, DEEP_ROOT, LEAF_RANGES, NODE_CHILDREN, NODE_KEYS, NODE_WORDS,
 };
-use crate::trie::arena::{Arena, Fresh};
-use crate::trie::node::BlockAlloc;
+use crate::form::Portable;
+use crate::memory::{Blocks, Released};
 
 /// A tree: its root (a node, or a leaf when `height` is 0) and its number of node levels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,13 +63,11 @@ impl Tree {
     }
 }
 
-/// Blocks released since the last publish that a snapshot may still reach:
-/// `(base, size)` in the leaf and node arenas.
+/// What a publish released from the leaf and node arenas.
 #[derive(Debug, Default)]
-pub(crate) struct Released {
-    pub generation: u64,
-    pub nodes: Vec<(u32, u32)>,
-    pub leaves: Vec<(u32, u32)>,
+pub(crate) struct TreeReleased {
+    pub leaves: Released,
+    pub nodes: Released,
 }
 
 /// The content of a leaf (the first 8 words) or of a node.
@@ -78,13 +76,8 @@ type Line = [u64; NODE_WORDS];
 /// The arenas of leaves and nodes, with what copy on write and reuse need.
 #[derive(Debug, Default)]
 pub(crate) struct Store {
-    pub leaves: Arena<LeafCell>,
-    pub nodes: Arena<NodeCell>,
-    leaf_alloc: BlockAlloc,
-    node_alloc: BlockAlloc,
-    fresh_leaves: Fresh,
-    fresh_nodes: Fresh,
-    released: Released,
+    pub leaves: Blocks<LeafLine>,
+    pub nodes: Blocks<NodeLine>,
     /// Reused by leaf rewrites, to spare an allocation each.
     scratch: Vec<(u64, u32)>,
     /// Leaves and nodes in use (not free, not waiting for readers).
@@ -92,31 +85,27 @@ pub(crate) struct Store {
     pub live_nodes: usize,
 }
 
-/// Searches `tree` for `key`: the stored value of its range.
+/// Searches `tree` for `key` with `steps`: the stored value of its range.
 #[inline(always)]
-pub(crate) fn search(leaves: &[LeafCell], nodes: &[NodeCell], tree: Tree, key: u64) -> u32 {
+pub(crate) fn search<S: Steps>(
+    steps: S,
+    leaves: &[LeafLine],
+    nodes: &[NodeLine],
+    tree: Tree,
+    key: u64,
+) -> u32 {
     let mut i = tree.root;
     for _ in 0..tree.height {
-        i = node_child(&nodes[i as usize], key);
+        i = steps.node_child(&nodes[i as usize], key);
     }
-    leaf_value(&leaves[i as usize], key)
+    steps.leaf_value(&leaves[i as usize], key)
 }
 
 impl Store {
-    /// A store whose arrays no snapshot has seen, named by `generation`.
-    pub fn new(generation: u64) -> Self {
-        Store {
-            released: Released {
-                generation,
-                ..Released::default()
-            },
-            ..Store::default()
-        }
-    }
-
-    /// The stored value of `key` in `tree`.
+    /// The stored value of `key` in `tree` (the writer's search: portable steps).
     pub fn search(&self, tree: Tree, key: u64) -> u32 {
         search(
+            Portable,
             &self.leaves.buffer()[..],
             &self.nodes.buffer()[..],
             tree,
@@ -126,38 +115,32 @@ impl Store {
 
     /// Bytes of the free lists and of what copy on write tracks.
     pub fn update_bytes(&self) -> usize {
-        self.leaf_alloc.bytes()
-            + self.node_alloc.bytes()
-            + 8 * (self.released.leaves.capacity() + self.released.nodes.capacity())
-            + self.fresh_leaves.bytes()
-            + self.fresh_nodes.bytes()
-            + 12 * self.scratch.capacity()
+        self.leaves.update_bytes() + self.nodes.update_bytes() + 12 * self.scratch.capacity()
     }
 
     /// Marks everything published; returns what was released before, for reuse once no
     /// reader holds a snapshot that reaches it.
-    pub fn publish(&mut self) -> Released {
-        self.fresh_leaves.clear();
-        self.fresh_nodes.clear();
-        let generation = self.released.generation;
-        std::mem::replace(
-            &mut self.released,
-            Released {
-                generation,
-                ..Released::default()
-            },
-        )
+    pub fn publish(&mut self) -> TreeReleased {
+        TreeReleased {
+            leaves: self.leaves.publish(),
+            nodes: self.nodes.publish(),
+        }
     }
 
     /// Reuses blocks that no reader can reach any more.
-    pub fn reclaim(&mut self, released: Released) {
-        if released.generation == self.released.generation {
-            for (base, size) in released.leaves {
-                self.leaf_alloc.free(base, size);
-            }
-            for (base, size) in released.nodes {
-                self.node_alloc.free(base, size);
-            }
+    pub fn reclaim(&mut self, released: TreeReleased) {
+        self.leaves.reclaim(released.leaves);
+        self.nodes.reclaim(released.nodes);
+    }
+
+    /// A private copy: its own arenas, never published.
+    pub fn deep_clone(&self) -> Store {
+        Store {
+            leaves: self.leaves.deep_clone(),
+            nodes: self.nodes.deep_clone(),
+            scratch: Vec::new(),
+            live_leaves: self.live_leaves,
+            live_nodes: self.live_nodes,
         }
     }
 
@@ -165,21 +148,11 @@ impl Store {
     fn alloc(&mut self, height: u8, size: usize) -> u32 {
         let size = size as u32;
         if height == 0 {
-            let base = self
-                .leaf_alloc
-                .reuse(size)
-                .unwrap_or_else(|| self.leaves.extend(size));
-            self.fresh_leaves.mark(base, size);
             self.live_leaves += size as usize;
-            base
+            self.leaves.alloc(size)
         } else {
-            let base = self
-                .node_alloc
-                .reuse(size)
-                .unwrap_or_else(|| self.nodes.extend(size));
-            self.fresh_nodes.mark(base, size);
             self.live_nodes += size as usize;
-            base
+            self.nodes.alloc(size)
         }
     }
 
@@ -187,27 +160,19 @@ impl Store {
     fn release(&mut self, height: u8, base: u32, size: u32) {
         if height == 0 {
             self.live_leaves -= size as usize;
-            if self.fresh_leaves.contains(base) {
-                self.leaf_alloc.free(base, size);
-            } else {
-                self.released.leaves.push((base, size));
-            }
+            self.leaves.release(base, size);
         } else {
             self.live_nodes -= size as usize;
-            if self.fresh_nodes.contains(base) {
-                self.node_alloc.free(base, size);
-            } else {
-                self.released.nodes.push((base, size));
-            }
+            self.nodes.release(base, size);
         }
     }
 
     /// True if the block at `base` was allocated since the last publish.
     fn fresh(&self, height: u8, base: u32) -> bool {
         if height == 0 {
-            self.fresh_leaves.contains(base)
+            self.leaves.is_fresh(base)
         } else {
-            self.fresh_nodes.contains(base)
+            self.nodes.is_fresh(base)
         }
     }
 
@@ -222,7 +187,7 @@ impl Store {
         }
     }
 
-    /// Writes the line at `i`, which no snapshot may reach.
+    /// Writes the line at `i`, which no snapshot may reach ([`Blocks::set`] checks).
     fn write(&self, height: u8, i: u32, line: &Line) {
         if height == 0 {
             let mut leaf = [0; 8];
@@ -524,10 +489,9 @@ impl Store {
     /// Leaves and nodes free or released since the last publish (for tests).
     #[cfg(test)]
     pub fn idle(&self) -> (usize, usize) {
-        let sum = |v: &[(u32, u32)]| v.iter().map(|b| b.1 as usize).sum::<usize>();
         (
-            self.leaf_alloc.free_slots() + sum(&self.released.leaves),
-            self.node_alloc.free_slots() + sum(&self.released.nodes),
+            self.leaves.free_slots() + self.leaves.released_slots(),
+            self.nodes.free_slots() + self.nodes.released_slots(),
         )
     }
 }

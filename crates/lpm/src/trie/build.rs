@@ -5,11 +5,13 @@
 //! before the longer ones. Each node is built once, its children allocated as one block.
 
 use super::node::{encode, Node};
-use super::{art_index, Lpm, GROW_AT, MAX_VALUE};
+use super::{art_index, Trie, GROW_AT, LARGE_DIRECT_BITS, SMALL_DIRECT_BITS};
+use crate::form::Runnable;
 use crate::key::Key;
 use crate::prefix::Prefix;
+use crate::MAX_VALUE;
 
-impl<K: Key> Lpm<K> {
+impl<K: Key> Trie<K> {
     /// Builds a table from `(prefix, value)` pairs; a prefix given twice keeps its last value.
     ///
     /// # Panics
@@ -17,14 +19,18 @@ impl<K: Key> Lpm<K> {
     pub fn build(routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Self {
         let routes: Vec<_> = routes.into_iter().collect();
         let bits = if routes.len() > GROW_AT {
-            K::LARGE_DIRECT_BITS
+            LARGE_DIRECT_BITS
         } else {
-            K::SMALL_DIRECT_BITS
+            SMALL_DIRECT_BITS
         };
-        Self::build_with_direct_bits(routes, bits)
+        Self::build_with_direct_bits(routes, bits, Runnable::best())
     }
 
-    pub(super) fn build_with_direct_bits(mut routes: Vec<(Prefix<K>, u32)>, bits: u8) -> Self {
+    pub(super) fn build_with_direct_bits(
+        mut routes: Vec<(Prefix<K>, u32)>,
+        bits: u8,
+        form: Runnable,
+    ) -> Self {
         routes.sort_by_key(|(p, _)| (p.addr(), p.len()));
         // Keep the last value of a duplicate (the sort is stable).
         routes.dedup_by(|later, earlier| {
@@ -34,7 +40,7 @@ impl<K: Key> Lpm<K> {
             }
             same
         });
-        let mut t = Self::with_direct_bits(bits);
+        let mut t = Self::with_direct_bits(bits, form);
         for &(p, v) in &routes {
             assert!(v <= MAX_VALUE, "value {v} exceeds MAX_VALUE");
             t.count_by_len[usize::from(p.len())] += 1;
@@ -124,11 +130,5 @@ impl<K: Key> Lpm<K> {
             self.build_node(child, depth + 6, &items[start..end]);
         }
         self.compile_leaves(n, &values, false);
-    }
-}
-
-impl<K: Key> FromIterator<(Prefix<K>, u32)> for Lpm<K> {
-    fn from_iter<I: IntoIterator<Item = (Prefix<K>, u32)>>(iter: I) -> Self {
-        Self::build(iter)
     }
 }

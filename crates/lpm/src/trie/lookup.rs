@@ -27,14 +27,32 @@
 //! (23 against 18 ns): the trie's upper levels stay in cache, so a /48 lookup misses the
 //! cache only about twice, and the probe's own line misses for every lookup, hit or not.
 
-use super::arena::{Cell, PAGE_BITS};
-use super::node::{decode, ENTRY_INDEX, NODE_FLAG, NO_ROUTE, RECORD_FLAG, WIDE_FLAG};
-use super::{Lpm, Snapshot, View};
+//!
+//! Both are compiled twice ([`crate::form`]): for the AVX2 form, where the popcounts and
+//! trailing-zero counts of the bitmaps are single instructions (the AVX-512 form runs
+//! this code too: the trie has no use for wider compares), and portably, where each
+//! popcount is a dozen shifts and adds. The table's form chooses, once per call.
+
+use super::node::{decode, NodeCell, EMPTY, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
+use super::{Trie, TrieSnapshot, LARGE_DIRECT_BITS, PAGE_BITS};
+use crate::form::Runnable;
+#[cfg(target_arch = "x86_64")]
+use crate::form::{avx2_form, Avx2};
 use crate::key::Key;
+use crate::memory::Cell;
+use crate::BATCH;
 use std::sync::atomic::AtomicU32;
 
-/// Keys walked together by [`Lpm::lookup_batch`].
-pub const BATCH_GROUP: usize = 64;
+/// What lookups read, borrowed from a trie or a snapshot of one.
+#[derive(Clone, Copy)]
+pub(crate) struct TrieView<'a> {
+    pub(super) direct_bits: u32,
+    pub(super) form: Runnable,
+    pub(super) page_table: &'a [u32],
+    pub(super) direct: &'a [AtomicU32],
+    pub(super) nodes: &'a [NodeCell],
+    pub(super) leaves: &'a [AtomicU32],
+}
 
 /// Asks the CPU to start loading the cache line of `r`.
 #[inline(always)]
@@ -73,51 +91,88 @@ macro_rules! lookup_methods {
             /// The value of the longest prefix containing `key`, or `None` if no prefix does.
             #[inline]
             pub fn lookup(&self, key: K) -> Option<u32> {
-                let view = self.view();
-                decode(if view.direct_bits == u32::from(K::LARGE_DIRECT_BITS) {
-                    view.lookup_stored::<K, true>(key)
-                } else {
-                    view.lookup_stored::<K, false>(key)
-                })
-            }
-
-            /// Like `lookup` for a standard library address.
-            #[inline]
-            pub fn lookup_addr(&self, addr: K::Addr) -> Option<u32> {
-                self.lookup(addr.into())
+                self.view().lookup(key)
             }
 
             /// Looks up every key of `keys`, writing the answers to the same positions of
-            /// `out`.
-            ///
-            /// Keys are walked [`BATCH_GROUP`] at a time with their memory reads
-            /// overlapped; use batches of that size or more for full speed.
+            /// `out`, [`BATCH`] at a time with their memory reads overlapped.
             ///
             /// # Panics
             /// If `out` is shorter than `keys`.
             pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>]) {
-                assert!(out.len() >= keys.len(), "output shorter than input");
-                let view = self.view();
-                // The walk compiled for the large direct array, where the direct bits
-                // are a constant: every shift of the key by them is an immediate one.
-                if view.direct_bits == u32::from(K::LARGE_DIRECT_BITS) {
-                    for (k, o) in keys.chunks(BATCH_GROUP).zip(out.chunks_mut(BATCH_GROUP)) {
-                        view.lookup_group::<K, true>(k, o);
-                    }
-                } else {
-                    for (k, o) in keys.chunks(BATCH_GROUP).zip(out.chunks_mut(BATCH_GROUP)) {
-                        view.lookup_group::<K, false>(k, o);
-                    }
-                }
+                self.view().lookup_batch(keys, out)
             }
         }
     };
 }
 
-lookup_methods!(Lpm);
-lookup_methods!(Snapshot);
+lookup_methods!(Trie);
+lookup_methods!(TrieSnapshot);
 
-impl View<'_> {
+avx2_form! {
+    /// [`TrieView::lookup_stored`] compiled for the AVX2 form (`cpu` proves it runs here).
+    fn lookup_avx2<K: Key>(view: &TrieView<'_>, cpu: Avx2, key: K) -> u32 {
+        let _ = cpu;
+        view.lookup_stored(key)
+    }
+
+    /// [`TrieView::lookup_all`] compiled for the AVX2 form (`cpu` proves it runs here).
+    fn batch_avx2<K: Key>(view: &TrieView<'_>, cpu: Avx2, keys: &[K], out: &mut [Option<u32>]) {
+        let _ = cpu;
+        view.lookup_all(keys, out)
+    }
+}
+
+impl TrieView<'_> {
+    /// The value of `key`'s longest prefix, by the code of the view's form.
+    #[inline]
+    pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(cpu) = self.form.avx2() {
+            // SAFETY: `cpu` exists only where this CPU has the AVX2 form's features
+            // (`crate::form`: `Runnable::new` detects them before making one).
+            return decode(unsafe { lookup_avx2(self, cpu, key) });
+        }
+        decode(self.lookup_stored(key))
+    }
+
+    /// Looks up every key of `keys` into `out`, by the code of the view's form.
+    pub(crate) fn lookup_batch<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
+        assert!(out.len() >= keys.len(), "output shorter than input");
+        #[cfg(target_arch = "x86_64")]
+        if let Some(cpu) = self.form.avx2() {
+            // SAFETY: as in `lookup`: `cpu` proves the CPU has the features.
+            return unsafe { batch_avx2(self, cpu, keys, out) };
+        }
+        self.lookup_all(keys, out)
+    }
+
+    /// The stored answer for `key`: the walk compiled for the large direct array, where
+    /// the direct bits are a constant (every shift of the key by them is an immediate
+    /// one), or for any other.
+    #[inline(always)]
+    fn lookup_stored<K: Key>(&self, key: K) -> u32 {
+        if self.direct_bits == u32::from(LARGE_DIRECT_BITS) {
+            self.walk::<K, true>(key)
+        } else {
+            self.walk::<K, false>(key)
+        }
+    }
+
+    /// Every key of `keys` into `out`, [`BATCH`] at a time.
+    #[inline(always)]
+    fn lookup_all<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
+        if self.direct_bits == u32::from(LARGE_DIRECT_BITS) {
+            for (k, o) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+                self.lookup_group::<K, true>(k, o);
+            }
+        } else {
+            for (k, o) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+                self.lookup_group::<K, false>(k, o);
+            }
+        }
+    }
+
     #[inline(always)]
     fn entry_ref(&self, e: u32) -> &AtomicU32 {
         let e = e as usize;
@@ -126,9 +181,9 @@ impl View<'_> {
     }
 
     #[inline(always)]
-    fn lookup_stored<K: Key, const LARGE: bool>(&self, key: K) -> u32 {
+    fn walk<K: Key, const LARGE: bool>(&self, key: K) -> u32 {
         let d = if LARGE {
-            u32::from(K::LARGE_DIRECT_BITS)
+            u32::from(LARGE_DIRECT_BITS)
         } else {
             self.direct_bits
         };
@@ -176,22 +231,22 @@ impl View<'_> {
     #[inline(always)]
     fn lookup_group<K: Key, const LARGE: bool>(&self, keys: &[K], out: &mut [Option<u32>]) {
         let d = if LARGE {
-            u32::from(K::LARGE_DIRECT_BITS)
+            u32::from(LARGE_DIRECT_BITS)
         } else {
             self.direct_bits
         };
-        let n = keys.len().min(BATCH_GROUP).min(out.len());
+        let n = keys.len().min(BATCH).min(out.len());
         let (keys, out) = (&keys[..n], &mut out[..n]);
         static UNUSED: AtomicU32 = AtomicU32::new(0);
         // Per lane: its direct entry, the index it reads next, its window of the key (for
         // a key at a leaf record: its slot there), and its answer (stored form). Lanes are
         // found through 64-bit masks and indexed through `lane`, which is provably in
         // bounds of these arrays: no bounds checks.
-        let mut entries = [&UNUSED; BATCH_GROUP];
-        let mut next = [0u32; BATCH_GROUP];
-        let mut window = [0u64; BATCH_GROUP];
-        let mut answer = [NO_ROUTE; BATCH_GROUP];
-        let lane = |mask: u64| mask.trailing_zeros() as usize & (BATCH_GROUP - 1);
+        let mut entries = [&UNUSED; BATCH];
+        let mut next = [0u32; BATCH];
+        let mut window = [0u64; BATCH];
+        let mut answer = [EMPTY; BATCH];
+        let lane = |mask: u64| mask.trailing_zeros() as usize & (BATCH - 1);
         for i in 0..n {
             entries[i] = self.entry_ref(keys[i].top(d));
             prefetch(entries[i]);

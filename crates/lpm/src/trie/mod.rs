@@ -53,70 +53,65 @@
 //!
 //! # Sharing with readers
 //!
-//! The lookup arrays live in buffers that a published [`Snapshot`] shares with the
-//! table (see `arena.rs`). Once a table has been published, an update never writes what
+//! The lookup arrays live in buffers that a published snapshot shares with the table
+//! (see [`crate::memory`]). Once a table has been published, an update never writes what
 //! the snapshot can reach: it copies the path from the direct array down to what it
 //! changes (each block at most once between two publishes), writes the copies, and
-//! releases the old blocks, which [`crate::shared`] reuses only when no reader can still
+//! releases the old blocks, which [`mod@crate::shared`] reuses only when no reader can still
 //! hold a snapshot that reaches them. The direct array is kept in pages, copied on their
 //! first write after a publish. So readers and the writer share one copy of everything
 //! that did not change. A table that was never published is changed in place.
 
-pub(crate) mod arena;
 mod build;
 mod lookup;
 pub(crate) mod node;
 mod update;
 
-pub use lookup::BATCH_GROUP;
-pub use node::MAX_VALUE;
+use lookup::TrieView;
 
+use crate::form::Runnable;
 use crate::key::Key;
+use crate::memory::{Blocks, Released};
 use crate::prefix::Prefix;
-use arena::{Arena, Fresh, NodeCell, PAGE_BITS};
+use crate::MemoryUsage;
 use node::{
-    decode, BlockAlloc, Node, NodeAux, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER,
-    WIDE_FLAG,
+    decode, Node, NodeAux, NodeCell, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG,
 };
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
+/// Bits resolved by the direct-pointing array of a small table (either family).
+const SMALL_DIRECT_BITS: u8 = 8;
+/// Bits resolved by the direct-pointing array of a large table (either family).
+pub(crate) const LARGE_DIRECT_BITS: u8 = 18;
 /// Grow the direct array when the table holds more routes than this.
 const GROW_AT: usize = 16 * 1024;
 /// Shrink it again when the table holds fewer routes than this.
 const SHRINK_AT: usize = 4 * 1024;
+/// Entries in a page of the direct array: `1 << PAGE_BITS`.
+const PAGE_BITS: u32 = 8;
+/// Entries in a page of the direct array.
+const PAGE: u32 = 1 << PAGE_BITS;
 
-/// A map from prefixes of one address family to values, with longest-prefix lookups.
-///
-/// Values are route or nexthop indices up to [`MAX_VALUE`]. See the module documentation
-/// for how it works.
-///
-/// ```
-/// use fibre_lpm::{Lpm, Prefix};
-/// let mut t: Lpm<u32> = Lpm::new();
-/// t.insert("10.0.0.0/8".parse().unwrap(), 1);
-/// t.insert("10.1.0.0/16".parse().unwrap(), 2);
-/// assert_eq!(t.lookup(0x0A01_0203), Some(2)); // 10.1.2.3
-/// assert_eq!(t.lookup(0x0A02_0000), Some(1)); // 10.2.0.0
-/// assert_eq!(t.lookup(0x0B00_0000), None);
-/// ```
+/// A map from prefixes of one address family to values, with longest-prefix lookups by
+/// the trie described in the module documentation.
 #[derive(Debug)]
-pub struct Lpm<K: Key> {
+pub(crate) struct Trie<K: Key> {
     direct_bits: u8,
-    /// The direct-pointing array, in pages of 256 entries: page `p` of the array is block
-    /// `page_table[p]` of `direct`. Per entry: a stored
-    /// leaf value, `NODE_FLAG | node index`, or, for a node without children,
-    /// `NODE_FLAG | RECORD_FLAG | offset of its leaf record`.
+    /// The instructions lookups use.
+    form: Runnable,
+    /// The direct-pointing array, in pages of 256 entries: page `p` of the array is the
+    /// block at `page_table[p] << PAGE_BITS` of `direct`. Per entry: a stored leaf value,
+    /// `NODE_FLAG | node index`, `NODE_FLAG | WIDE_FLAG | children's index` for a wide
+    /// root, or, for a root without children, `NODE_FLAG | RECORD_FLAG | offset of its
+    /// leaf record`.
     page_table: Vec<u32>,
-    direct: Arena<AtomicU32>,
-    nodes: Arena<NodeCell>,
-    leaves: Arena<AtomicU32>,
+    direct: Blocks<AtomicU32>,
+    nodes: Blocks<NodeCell>,
+    leaves: Blocks<AtomicU32>,
     // ---- update side: never read by lookups ----
-    /// Pages of `direct` free for reuse.
-    free_pages: Vec<u32>,
-    fresh_pages: Fresh,
     /// Per direct entry: 1 + length of the prefix that owns it, 0 if none.
     direct_owner: Vec<u8>,
     /// Prefixes of at most `direct_bits` bits.
@@ -125,61 +120,26 @@ pub struct Lpm<K: Key> {
     wide_roots: HashMap<usize, u32>,
     /// Beside `nodes`, index for index.
     aux: Vec<NodeAux>,
-    node_alloc: BlockAlloc,
-    leaf_alloc: BlockAlloc,
     count_by_len: Vec<usize>,
     len: usize,
-    /// Nodes and leaves allocated since the last publish (all of them before the first).
-    fresh_nodes: Fresh,
-    fresh_leaves: Fresh,
-    /// Blocks released since the last publish that a published snapshot may still reach.
-    released: Vec<Block>,
-    /// Names these arrays, so blocks released from others are never freed into them.
-    generation: u64,
     _key: PhantomData<fn() -> K>,
 }
 
-/// A block of one of the arrays: `(is a leaf block, base, size)`.
-type Block = (Array, u32, u32);
-
-/// The arrays blocks are released from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Array {
-    Nodes,
-    Leaves,
-    /// A page of the direct array (base: its page number; size: 1).
-    Pages,
-}
-
-/// Blocks a table released before a publish, to be freed into it once no reader can
-/// reach them (see [`crate::shared`]).
+/// Blocks a trie released before a publish, to be freed into it once no reader can
+/// reach them (see [`mod@crate::shared`]).
 #[derive(Debug, Default)]
-pub struct Released {
-    generation: u64,
-    blocks: Vec<Block>,
+pub(crate) struct TrieReleased {
+    direct: Released,
+    nodes: Released,
+    leaves: Released,
 }
 
-pub(crate) fn next_generation() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// What lookups read, borrowed from a table or a snapshot.
-#[derive(Clone, Copy)]
-pub(crate) struct View<'a> {
-    direct_bits: u32,
-    page_table: &'a [u32],
-    direct: &'a [AtomicU32],
-    nodes: &'a [NodeCell],
-    leaves: &'a [AtomicU32],
-}
-
-/// One published version of a table: everything lookups need, nothing updates need.
-///
-/// Readers get one from [`crate::LpmReader::read`]; it shares every part that has not
-/// changed since with the writer's table and with other snapshots.
-pub struct Snapshot<K: Key> {
+/// One published version of a trie: everything lookups need, nothing updates need. It
+/// shares every part that has not changed since with the writer's table and with other
+/// snapshots.
+pub(crate) struct TrieSnapshot<K: Key> {
     direct_bits: u8,
+    form: Runnable,
     page_table: Box<[u32]>,
     direct: Arc<[AtomicU32]>,
     nodes: Arc<[NodeCell]>,
@@ -188,11 +148,12 @@ pub struct Snapshot<K: Key> {
     _key: PhantomData<fn() -> K>,
 }
 
-impl<K: Key> Snapshot<K> {
+impl<K: Key> TrieSnapshot<K> {
     #[inline(always)]
-    pub(crate) fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn view(&self) -> TrieView<'_> {
+        TrieView {
             direct_bits: u32::from(self.direct_bits),
+            form: self.form,
             page_table: &self.page_table,
             direct: &self.direct,
             nodes: &self.nodes,
@@ -205,120 +166,93 @@ impl<K: Key> Snapshot<K> {
         self.len
     }
 
-    /// True if this version holds no prefix.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+    /// The instructions lookups use.
+    pub fn form(&self) -> Runnable {
+        self.form
     }
 }
 
-impl<K: Key> std::fmt::Debug for Snapshot<K> {
+impl<K: Key> std::fmt::Debug for TrieSnapshot<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshot")
+        f.debug_struct("TrieSnapshot")
             .field("family", &K::FAMILY)
             .field("len", &self.len)
             .finish_non_exhaustive()
     }
 }
 
-impl<K: Key> Clone for Lpm<K> {
+impl<K: Key> Clone for Trie<K> {
     /// A private copy: its own arrays, never published.
     fn clone(&self) -> Self {
-        let mut node_alloc = self.node_alloc.clone();
-        let mut leaf_alloc = self.leaf_alloc.clone();
-        let mut free_pages = self.free_pages.clone();
-        // Blocks waiting for readers of the original are simply free in the copy.
-        for &(array, base, size) in &self.released {
-            match array {
-                Array::Nodes => node_alloc.free(base, size),
-                Array::Leaves => leaf_alloc.free(base, size),
-                Array::Pages => free_pages.push(base),
-            }
-        }
-        Lpm {
+        Trie {
             direct_bits: self.direct_bits,
+            form: self.form,
             page_table: self.page_table.clone(),
             direct: self.direct.deep_clone(),
-            free_pages,
-            fresh_pages: Fresh::default(),
             nodes: self.nodes.deep_clone(),
             leaves: self.leaves.deep_clone(),
             direct_owner: self.direct_owner.clone(),
             direct_prefixes: self.direct_prefixes.clone(),
             wide_roots: self.wide_roots.clone(),
             aux: self.aux.clone(),
-            node_alloc,
-            leaf_alloc,
             count_by_len: self.count_by_len.clone(),
             len: self.len,
-            fresh_nodes: Fresh::default(),
-            fresh_leaves: Fresh::default(),
-            released: Vec::new(),
-            generation: next_generation(),
             _key: PhantomData,
         }
     }
 }
 
-/// Bytes used by a table, by purpose.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemoryUsage {
-    /// Bytes that lookups read: the direct array, nodes and leaves (free blocks included).
-    pub lookup_bytes: usize,
-    /// Bytes only updates use: prefixes per level, ownership, inherited values, free lists.
-    pub update_bytes: usize,
-    /// Nodes in the node array (free ones included).
-    pub nodes: usize,
-    /// Leaves in the leaf array (free ones included).
-    pub leaves: usize,
-    /// Nodes and leaves sitting in free blocks.
-    pub free_slots: usize,
-}
-
-impl<K: Key> Default for Lpm<K> {
+impl<K: Key> Default for Trie<K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Key> Lpm<K> {
-    /// An empty table (about a kilobyte).
+impl<K: Key> Trie<K> {
+    /// An empty table (about a kilobyte), its lookups in the fastest form this CPU runs.
     pub fn new() -> Self {
-        Self::with_direct_bits(K::SMALL_DIRECT_BITS)
+        Self::with_direct_bits(SMALL_DIRECT_BITS, Runnable::best())
     }
 
-    fn with_direct_bits(direct_bits: u8) -> Self {
+    fn with_direct_bits(direct_bits: u8, form: Runnable) -> Self {
         let entries = 1usize << direct_bits;
-        let pages = (entries >> PAGE_BITS) as u32;
-        let mut direct = Arena::default();
-        direct.extend(pages << PAGE_BITS); // new cells hold 0, which is NO_ROUTE
-        Lpm {
+        let mut direct = Blocks::default();
+        // New cells hold 0, which is no route.
+        let page_table = (0..entries >> PAGE_BITS)
+            .map(|_| direct.alloc(PAGE) >> PAGE_BITS)
+            .collect();
+        Trie {
             direct_bits,
-            page_table: (0..pages).collect(),
+            form,
+            page_table,
             direct,
-            free_pages: Vec::new(),
-            fresh_pages: Fresh::default(),
-            nodes: Arena::default(),
-            leaves: Arena::default(),
+            nodes: Blocks::default(),
+            leaves: Blocks::default(),
             direct_owner: vec![0; entries],
             direct_prefixes: HashMap::new(),
             wide_roots: HashMap::new(),
             aux: Vec::new(),
-            node_alloc: BlockAlloc::default(),
-            leaf_alloc: BlockAlloc::default(),
             count_by_len: vec![0; usize::from(K::BITS) + 1],
             len: 0,
-            fresh_nodes: Fresh::default(),
-            fresh_leaves: Fresh::default(),
-            released: Vec::new(),
-            generation: next_generation(),
             _key: PhantomData,
         }
     }
 
+    /// The instructions lookups use.
+    pub fn form(&self) -> Runnable {
+        self.form
+    }
+
+    /// Makes lookups (of this table and of its next snapshots) use `form`.
+    pub fn set_form(&mut self, form: Runnable) {
+        self.form = form;
+    }
+
     #[inline(always)]
-    pub(crate) fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn view(&self) -> TrieView<'_> {
+        TrieView {
             direct_bits: u32::from(self.direct_bits),
+            form: self.form,
             page_table: &self.page_table,
             direct: self.direct.buffer(),
             nodes: self.nodes.buffer(),
@@ -326,14 +260,17 @@ impl<K: Key> Lpm<K> {
         }
     }
 
-    /// This table as readers will see it: a snapshot sharing its arrays. The table copies
-    /// what it changes from now on.
-    pub(crate) fn publish(&mut self) -> (Snapshot<K>, Released) {
-        self.fresh_nodes.clear();
-        self.fresh_leaves.clear();
-        self.fresh_pages.clear();
-        let snapshot = Snapshot {
+    /// This table as readers will see it: a snapshot sharing its arrays, and what was
+    /// released since the last publish. The table copies what it changes from now on.
+    pub(crate) fn publish(&mut self) -> (TrieSnapshot<K>, TrieReleased) {
+        let released = TrieReleased {
+            direct: self.direct.publish(),
+            nodes: self.nodes.publish(),
+            leaves: self.leaves.publish(),
+        };
+        let snapshot = TrieSnapshot {
             direct_bits: self.direct_bits,
+            form: self.form,
             page_table: self.page_table.as_slice().into(),
             direct: self.direct.buffer().clone(),
             nodes: self.nodes.buffer().clone(),
@@ -341,42 +278,30 @@ impl<K: Key> Lpm<K> {
             len: self.len,
             _key: PhantomData,
         };
-        let released = Released {
-            generation: self.generation,
-            blocks: std::mem::take(&mut self.released),
-        };
         (snapshot, released)
     }
 
-    /// Nodes and leaves, and pages, in blocks released from this table's arrays (tests).
-    #[cfg(test)]
-    pub(crate) fn slots_of(&self, released: &Released) -> (usize, usize) {
-        if released.generation != self.generation {
-            return (0, 0);
-        }
-        let pages = released.blocks.iter().filter(|b| b.0 == Array::Pages);
-        let slots = released.blocks.iter().filter(|b| b.0 != Array::Pages);
-        (slots.map(|b| b.2 as usize).sum(), pages.count())
+    /// Frees what a publish released, now that no reader can reach it.
+    pub(crate) fn reclaim(&mut self, released: TrieReleased) {
+        self.direct.reclaim(released.direct);
+        self.nodes.reclaim(released.nodes);
+        self.leaves.reclaim(released.leaves);
     }
 
-    /// Frees blocks released before a publish, once no reader can reach them.
-    pub(crate) fn reclaim(&mut self, released: Released) {
-        if released.generation != self.generation {
-            return; // released from arrays this table has since replaced
-        }
-        for (array, base, size) in released.blocks {
-            match array {
-                Array::Nodes => self.node_alloc.free(base, size),
-                Array::Leaves => self.leaf_alloc.free(base, size),
-                Array::Pages => self.free_pages.push(base),
-            }
-        }
+    /// Nodes and leaves, and pages, in blocks of this table's arrays that a publish
+    /// released (tests).
+    #[cfg(test)]
+    pub(crate) fn slots_of(&self, released: &TrieReleased) -> (usize, usize) {
+        (
+            released.nodes.slots_in(&self.nodes) + released.leaves.slots_in(&self.leaves),
+            released.direct.slots_in(&self.direct) / PAGE as usize,
+        )
     }
 
     /// Where direct entry `e` is in `direct`.
     #[inline]
     fn entry_index(&self, e: usize) -> u32 {
-        self.page_table[e >> PAGE_BITS] << PAGE_BITS | (e as u32 & ((1 << PAGE_BITS) - 1))
+        self.page_table[e >> PAGE_BITS] << PAGE_BITS | (e as u32 & (PAGE - 1))
     }
 
     /// Direct entry `e`.
@@ -388,18 +313,11 @@ impl<K: Key> Lpm<K> {
     /// Sets direct entry `e`, first copying its page if a snapshot may hold it.
     fn set_entry(&mut self, e: usize, value: u32) {
         let page = self.page_table[e >> PAGE_BITS];
-        if !self.fresh_pages.contains(page) {
-            let copy = match self.free_pages.pop() {
-                Some(p) => p,
-                None => self.direct.extend(1 << PAGE_BITS) >> PAGE_BITS,
-            };
-            for i in 0..1 << PAGE_BITS {
-                let v = self.direct.get(page << PAGE_BITS | i);
-                self.direct.set(copy << PAGE_BITS | i, v);
-            }
-            self.fresh_pages.mark(copy, 1);
-            self.page_table[e >> PAGE_BITS] = copy;
-            self.released.push((Array::Pages, page, 1));
+        if !self.direct.is_fresh(page << PAGE_BITS) {
+            let copy = self.direct.alloc(PAGE);
+            self.direct.copy(page << PAGE_BITS, copy, PAGE);
+            self.direct.release(page << PAGE_BITS, PAGE);
+            self.page_table[e >> PAGE_BITS] = copy >> PAGE_BITS;
         }
         self.direct.set(self.entry_index(e), value);
     }
@@ -411,7 +329,6 @@ impl<K: Key> Lpm<K> {
 
     /// Writes node `n` (fresh: see the module documentation).
     fn set_node(&mut self, n: u32, node: Node) {
-        debug_assert!(self.fresh_nodes.contains(n), "node {n} is published");
         self.nodes.set(n, node);
     }
 
@@ -422,54 +339,31 @@ impl<K: Key> Lpm<K> {
 
     /// A block of `size` nodes, fresh.
     fn alloc_nodes(&mut self, size: u32) -> u32 {
-        let base = match self.node_alloc.reuse(size) {
-            Some(b) => b,
-            None => {
-                let b = self.nodes.extend(size);
-                self.aux.resize_with(self.nodes.len(), NodeAux::default);
-                b
-            }
-        };
-        self.fresh_nodes.mark(base, size);
+        let base = self.nodes.alloc(size);
+        if self.aux.len() < self.nodes.len() {
+            self.aux.resize_with(self.nodes.len(), NodeAux::default);
+        }
         base
     }
 
     /// A block of `size` leaves, fresh.
     fn alloc_leaves(&mut self, size: u32) -> u32 {
-        let base = self
-            .leaf_alloc
-            .reuse(size)
-            .unwrap_or_else(|| self.leaves.extend(size));
-        self.fresh_leaves.mark(base, size);
-        base
+        self.leaves.alloc(size)
     }
 
     /// Gives back a block of nodes: free now if no snapshot has seen it, later otherwise.
     fn release_nodes(&mut self, base: u32, size: u32) {
-        if self.fresh_nodes.contains(base) {
-            self.node_alloc.free(base, size);
-        } else {
-            self.released.push((Array::Nodes, base, size));
-        }
+        self.nodes.release(base, size);
     }
 
-    /// Gives back a block of leaves, as [`Lpm::release_nodes`] does.
+    /// Gives back a block of leaves, as [`Trie::release_nodes`] does.
     fn release_leaves(&mut self, base: u32, size: u32) {
-        if self.fresh_leaves.contains(base) {
-            self.leaf_alloc.free(base, size);
-        } else {
-            self.released.push((Array::Leaves, base, size));
-        }
+        self.leaves.release(base, size);
     }
 
     /// Number of prefixes in the table.
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// True if the table holds no prefix.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Number of prefixes of each length, indexed by length (`0..=32` or `0..=128`).
@@ -478,6 +372,7 @@ impl<K: Key> Lpm<K> {
     }
 
     /// Bits resolved by the direct-pointing array.
+    #[cfg(test)]
     pub fn direct_bits(&self) -> u8 {
         self.direct_bits
     }
@@ -493,11 +388,6 @@ impl<K: Key> Lpm<K> {
         decode(prefixes[i].1)
     }
 
-    /// True if exactly `prefix` is in the table.
-    pub fn contains(&self, prefix: &Prefix<K>) -> bool {
-        self.get(prefix).is_some()
-    }
-
     /// All prefixes and their values, sorted by address, then length.
     pub fn to_vec(&self) -> Vec<(Prefix<K>, u32)> {
         let mut out = Vec::with_capacity(self.len);
@@ -511,11 +401,6 @@ impl<K: Key> Lpm<K> {
         }
         out.sort_unstable();
         out
-    }
-
-    /// Iterates over all prefixes and values, sorted by address, then length.
-    pub fn iter(&self) -> impl Iterator<Item = (Prefix<K>, u32)> {
-        self.to_vec().into_iter()
     }
 
     fn collect(&self, n: u32, key: K, depth: u32, out: &mut Vec<(Prefix<K>, u32)>) {
@@ -560,9 +445,9 @@ impl<K: Key> Lpm<K> {
     pub fn memory(&self) -> MemoryUsage {
         use std::mem::size_of;
         let lookup_bytes = self.page_table.len() * 4
-            + self.direct.len() * 4
-            + self.nodes.len() * size_of::<NodeCell>()
-            + self.leaves.len() * 4;
+            + self.direct.lookup_bytes()
+            + self.nodes.lookup_bytes()
+            + self.leaves.lookup_bytes();
         let prefix_bytes: usize = self
             .aux
             .iter()
@@ -575,35 +460,32 @@ impl<K: Key> Lpm<K> {
             + self.aux.len() * size_of::<NodeAux>()
             + prefix_bytes
             + map_bytes
-            + self.node_alloc.bytes()
-            + self.leaf_alloc.bytes()
-            + self.fresh_nodes.bytes()
-            + self.fresh_leaves.bytes()
-            + self.released.capacity() * size_of::<Block>()
-            + self.free_pages.capacity() * 4
-            + self.fresh_pages.bytes()
+            + self.direct.update_bytes()
+            + self.nodes.update_bytes()
+            + self.leaves.update_bytes()
             + self.count_by_len.len() * size_of::<usize>();
         MemoryUsage {
             lookup_bytes,
             update_bytes,
             nodes: self.nodes.len(),
             leaves: self.leaves.len(),
-            free_slots: self.node_alloc.free_slots() + self.leaf_alloc.free_slots(),
+            free_slots: self.nodes.free_slots() + self.leaves.free_slots(),
         }
     }
 
-    /// Rebuilds the table in fresh, tightly packed arrays (the same prefixes and values).
+    /// Rebuilds the table in fresh, tightly packed arrays (the same prefixes, values and
+    /// form).
     pub fn compact(&mut self) {
-        *self = Self::build_with_direct_bits(self.to_vec(), self.direct_bits);
+        *self = Self::build_with_direct_bits(self.to_vec(), self.direct_bits, self.form);
     }
 
-    /// Removes every prefix.
+    /// Removes every prefix (the form stays).
     pub fn clear(&mut self) {
-        *self = Self::new();
+        *self = Self::with_direct_bits(SMALL_DIRECT_BITS, self.form);
     }
 }
 
-impl<K: Key> Lpm<K> {
+impl<K: Key> Trie<K> {
     /// The node hanging from direct entry `e`, if any.
     fn root_node(&self, e: usize) -> Option<u32> {
         let entry = self.entry(e);

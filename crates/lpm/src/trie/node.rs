@@ -1,10 +1,13 @@
-//! The lookup structure's memory: nodes, leaves, their encodings, and a block allocator.
+//! The trie's memory: nodes, leaves and direct entries, and how they are encoded.
 //!
 //! A node's children are stored side by side in one block of the node array, and its
 //! distinct leaves side by side in one block of the leaf array; the node holds only the
 //! base index of each block and two 64-bit maps saying which slots are children and where
 //! each run of equal leaves begins. A block grows or shrinks by moving to a block of the
-//! new size; freed blocks go to a free list per size and are reused first.
+//! new size (blocks are handed out by [`crate::memory::Blocks`]).
+
+use crate::memory::Cell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Set in a direct-pointing entry that refers to a node (the rest of the entry is its index).
 pub(crate) const NODE_FLAG: u32 = 1 << 31;
@@ -23,12 +26,12 @@ pub(crate) const ENTRY_INDEX: u32 = WIDE_FLAG - 1;
 /// children reads the record alone, usually one or two adjacent cache lines, not the
 /// node and then a leaf elsewhere.
 pub(crate) const RECORD_HEADER: u32 = 3;
-/// The stored form of "no route".
-pub(crate) const NO_ROUTE: u32 = 0;
+/// A leaf or direct entry holding no route: 0, since values are stored plus one.
+pub(crate) const EMPTY: u32 = 0;
 
-/// The largest value a prefix can map to: `2^31 - 2` (values are stored plus one, and the
-/// top bit marks node references; the flags below it count only with the top bit).
-pub const MAX_VALUE: u32 = NODE_FLAG - 2;
+// Values are stored plus one, and the top bit marks node references (the flags below it
+// count only with the top bit): the largest value is two below the flag.
+const _: () = assert!(crate::MAX_VALUE == NODE_FLAG - 2);
 
 /// The stored form of a value.
 #[inline(always)]
@@ -84,60 +87,46 @@ pub(crate) struct NodeAux {
     pub root: bool,
 }
 
-/// Largest block: 64 leaves and a record header.
-const MAX_BLOCK: u32 = 64 + RECORD_HEADER;
-
-/// Free lists of blocks by size (1..=64 nodes, 1..=67 leaf words) within one array.
-#[derive(Clone, Debug)]
-pub(crate) struct BlockAlloc {
-    free: Vec<Vec<u32>>,
-    free_slots: usize,
+/// A [`Node`] in cells: its two maps, then both block bases in one word.
+#[derive(Default, Debug)]
+#[repr(C)]
+pub(crate) struct NodeCell {
+    children: AtomicU64,
+    leafvec: AtomicU64,
+    bases: AtomicU64,
 }
 
-impl Default for BlockAlloc {
-    fn default() -> Self {
-        BlockAlloc {
-            free: vec![Vec::new(); MAX_BLOCK as usize + 1],
-            free_slots: 0,
+impl Cell for NodeCell {
+    type Value = Node;
+    #[inline(always)]
+    fn read(&self) -> Node {
+        let bases = self.bases.load(Relaxed);
+        Node {
+            children: self.children.load(Relaxed),
+            leafvec: self.leafvec.load(Relaxed),
+            child_base: bases as u32,
+            leaf_base: (bases >> 32) as u32,
         }
     }
-}
-
-impl BlockAlloc {
-    /// A freed block of `size` elements, if there is one.
-    pub fn reuse(&mut self, size: u32) -> Option<u32> {
-        debug_assert!((1..=MAX_BLOCK).contains(&size));
-        let base = self.free[size as usize].pop()?;
-        self.free_slots -= size as usize;
-        Some(base)
-    }
-
-    /// Returns a block for reuse.
-    pub fn free(&mut self, base: u32, size: u32) {
-        debug_assert!((1..=MAX_BLOCK).contains(&size));
-        self.free[size as usize].push(base);
-        self.free_slots += size as usize;
-    }
-
-    /// Elements sitting in free blocks.
-    pub fn free_slots(&self) -> usize {
-        self.free_slots
-    }
-
-    /// Bytes of the free lists themselves.
-    pub fn bytes(&self) -> usize {
-        self.free.iter().map(|v| v.capacity() * 4).sum::<usize>()
-            + self.free.capacity() * std::mem::size_of::<Vec<u32>>()
+    #[inline(always)]
+    fn write(&self, n: Node) {
+        self.children.store(n.children, Relaxed);
+        self.leafvec.store(n.leafvec, Relaxed);
+        self.bases.store(
+            u64::from(n.child_base) | u64::from(n.leaf_base) << 32,
+            Relaxed,
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_VALUE;
 
     #[test]
     fn encoding_round_trips_and_reserves_the_node_flag() {
-        assert_eq!(decode(NO_ROUTE), None);
+        assert_eq!(decode(EMPTY), None);
         assert_eq!(decode(encode(0)), Some(0));
         assert_eq!(decode(encode(MAX_VALUE)), Some(MAX_VALUE));
         assert_eq!(encode(MAX_VALUE) & NODE_FLAG, 0);
@@ -145,14 +134,13 @@ mod tests {
     }
 
     #[test]
-    fn freed_blocks_are_reused_by_size() {
-        let mut a = BlockAlloc::default();
-        assert_eq!(a.reuse(3), None);
-        a.free(0, 3);
-        a.free(8, 5);
-        assert_eq!(a.free_slots(), 8);
-        assert_eq!(a.reuse(4), None, "a block of another size is not reused");
-        assert_eq!(a.reuse(3), Some(0));
-        assert_eq!(a.free_slots(), 5);
+    fn node_cells_round_trip() {
+        let n = Node {
+            children: u64::MAX - 5,
+            leafvec: 1 << 63 | 1,
+            child_base: 0x7FFF_FFFF,
+            leaf_base: 12345,
+        };
+        assert_eq!(NodeCell::new(n).read(), n);
     }
 }

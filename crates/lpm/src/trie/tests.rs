@@ -3,6 +3,7 @@
 use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG};
 use super::*;
 use crate::reference::ReferenceLpm;
+use crate::table::Lookups;
 use crate::testing::{
     check_against_reference, probes_for, random_ops_match_reference, random_prefix,
 };
@@ -10,28 +11,27 @@ use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-impl<K: Key> Lpm<K> {
+impl<K: Key> Trie<K> {
     /// Checks the structure: reachable nodes, inherited values, minimal leaf runs, no empty
     /// nodes, and that reachable plus free slots account for every array element.
     pub(crate) fn check_invariants(&self) {
         self.check_invariants_with((0, 0));
     }
 
-    /// [`Lpm::check_invariants`] when `retired` more slots and pages sit in blocks released
+    /// [`Trie::check_invariants`] when `retired` more slots and pages sit in blocks released
     /// before a publish and still waiting for readers.
     pub(crate) fn check_invariants_with(&self, retired: (usize, usize)) {
         let mut pages: Vec<u32> = self.page_table.clone();
-        pages.extend(&self.free_pages);
-        pages.extend(
-            self.released
-                .iter()
-                .filter(|b| b.0 == Array::Pages)
-                .map(|b| b.1),
-        );
         pages.sort_unstable();
         pages.dedup();
         assert_eq!(
-            pages.len() + retired.1,
+            pages.len(),
+            self.page_table.len(),
+            "no page is in the table twice"
+        );
+        let idle = self.direct.free_slots() + self.direct.released_slots();
+        assert_eq!(
+            pages.len() + idle / PAGE as usize + retired.1,
             self.direct.len() >> PAGE_BITS,
             "every page is in the table, free or released, once"
         );
@@ -81,17 +81,12 @@ impl<K: Key> Lpm<K> {
                 assert_eq!(entry & NODE_FLAG, 0);
             }
         }
-        let released: usize = self
-            .released
-            .iter()
-            .filter(|b| b.0 != Array::Pages)
-            .map(|b| b.2 as usize)
-            .sum();
+        let released = self.nodes.released_slots() + self.leaves.released_slots();
         assert_eq!(
             reachable_nodes
                 + reachable_leaves
-                + self.node_alloc.free_slots()
-                + self.leaf_alloc.free_slots()
+                + self.nodes.free_slots()
+                + self.leaves.free_slots()
                 + released
                 + retired,
             self.nodes.len() + self.leaves.len(),
@@ -157,7 +152,7 @@ fn ip4(s: &str) -> u32 {
 
 #[test]
 fn empty_table_is_small_and_finds_nothing() {
-    let t: Lpm<u128> = Lpm::new();
+    let t: Trie<u128> = Trie::new();
     assert_eq!(t.lookup(0), None);
     assert_eq!(t.lookup(u128::MAX), None);
     let m = t.memory();
@@ -166,7 +161,7 @@ fn empty_table_is_small_and_finds_nothing() {
 
 #[test]
 fn longest_prefix_wins_and_removal_falls_back() {
-    let mut t = Lpm::new();
+    let mut t = Trie::new();
     assert_eq!(t.insert(p4("0.0.0.0/0"), 0), None);
     assert_eq!(t.insert(p4("10.0.0.0/8"), 1), None);
     assert_eq!(t.insert(p4("10.1.0.0/16"), 2), None);
@@ -210,7 +205,7 @@ fn longest_prefix_wins_and_removal_falls_back() {
 
 #[test]
 fn host_routes_and_default_in_ipv6() {
-    let mut t: Lpm<u128> = Lpm::new();
+    let mut t: Trie<u128> = Trie::new();
     t.insert("::/0".parse().unwrap(), 1);
     t.insert("2001:db8::1/128".parse().unwrap(), 2);
     t.insert(
@@ -254,13 +249,13 @@ fn batched_lookups_walk_past_the_key_window() {
                 })
                 .filter(|(p, _)| !chain.contains(p)),
         );
-        let t = Lpm::build(all.iter().copied());
+        let t = Trie::build(all.iter().copied());
         let mut r = ReferenceLpm::new();
         for &(p, v) in &all {
             r.insert(p, v);
         }
         assert_eq!(t.len(), r.len());
-        assert!(extra == 0 || t.direct_bits() == u128::LARGE_DIRECT_BITS);
+        assert!(extra == 0 || t.direct_bits() == LARGE_DIRECT_BITS);
         let mut probes = probes_for(&routes, &mut rng);
         probes.extend((0..128).map(|b| base ^ (1u128 << b)));
         check_against_reference(&t, &r, &probes);
@@ -272,12 +267,12 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn ipv4_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u32, Lpm<u32>>(seed, 300, 4, Lpm::check_invariants);
+        random_ops_match_reference::<u32, Trie<u32>>(seed, 300, 4, Trie::check_invariants);
     }
 
     #[test]
     fn ipv6_random_operations_match_reference(seed in any::<u64>()) {
-        random_ops_match_reference::<u128, Lpm<u128>>(seed, 300, 4, Lpm::check_invariants);
+        random_ops_match_reference::<u128, Trie<u128>>(seed, 300, 4, Trie::check_invariants);
     }
 
     #[test]
@@ -285,7 +280,7 @@ proptest! {
         routes in proptest::collection::vec((any::<u32>(), 0u8..=32, 0u32..1000), 0..200),
         probes in proptest::collection::vec(any::<u32>(), 0..100),
     ) {
-        let mut t = Lpm::<u32>::new();
+        let mut t = Trie::<u32>::new();
         let mut r = ReferenceLpm::<u32>::new();
         for &(a, l, v) in &routes {
             let p = Prefix::new_clamped(a, l);
@@ -310,7 +305,7 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
     fn run<K: Key>() {
         let mut rng = SmallRng::seed_from_u64(7);
         let bases: Vec<u128> = (0..64).map(|_| rng.gen()).collect();
-        let mut t = Lpm::<K>::new();
+        let mut t = Trie::<K>::new();
         let mut r = ReferenceLpm::<K>::new();
         let mut live = Vec::new();
         while r.len() <= GROW_AT + 100 {
@@ -319,7 +314,7 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
             r.insert(p, r.len() as u32);
             live.push(p);
         }
-        assert_eq!(t.direct_bits(), K::LARGE_DIRECT_BITS);
+        assert_eq!(t.direct_bits(), LARGE_DIRECT_BITS);
         t.check_invariants();
         let probes = probes_for(&r.to_sorted_vec()[..2000], &mut rng);
         check_against_reference(&t, &r, &probes);
@@ -327,7 +322,7 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
             assert_eq!(t.remove(&p), r.remove(&p));
         }
         assert!(t.is_empty());
-        assert_eq!(t.direct_bits(), K::SMALL_DIRECT_BITS);
+        assert_eq!(t.direct_bits(), SMALL_DIRECT_BITS);
         t.check_invariants();
         assert!(t.memory().lookup_bytes < 64 * 1024, "{:?}", t.memory());
     }
@@ -337,14 +332,14 @@ fn growing_past_the_threshold_switches_to_a_wide_direct_array_and_back() {
 
 #[test]
 fn decode_of_direct_entries_is_consistent() {
-    let t: Lpm<u32> = [(p4("1.0.0.0/8"), 5)].into_iter().collect();
+    let t: Trie<u32> = Trie::build([(p4("1.0.0.0/8"), 5)]);
     assert_eq!(decode(t.entry(1)), Some(5));
     assert_eq!(t.entry(1) & NODE_FLAG, 0);
 }
 
 #[test]
 fn a_dense_root_widens_and_narrows_again() {
-    let mut t: Lpm<u32> = Lpm::new();
+    let mut t: Trie<u32> = Trie::new();
     let mut reference = ReferenceLpm::new();
     t.insert(p4("10.0.0.0/8"), 99);
     reference.insert(p4("10.0.0.0/8"), 99);
@@ -352,7 +347,7 @@ fn a_dense_root_widens_and_narrows_again() {
     let subs: Vec<_> = (0..10u32)
         .map(|i| Prefix::new_clamped(0x0A00_0000 | (i * 4) << 16, 16))
         .collect();
-    let probe = |t: &Lpm<u32>, r: &ReferenceLpm<u32>| {
+    let probe = |t: &Trie<u32>, r: &ReferenceLpm<u32>| {
         for x in 0..64u32 {
             let k = 0x0A00_0000 | x << 18 | 0x1234;
             assert_eq!(t.lookup(k), r.lookup(k).map(|v| v.1), "key {k:#x}");

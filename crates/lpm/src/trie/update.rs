@@ -2,22 +2,23 @@
 //! the trie under it.
 //!
 //! Once the table has been published, nothing a snapshot can reach is written: a node is
-//! changed only after [`Lpm::writable_root`] and `fresh_children` have copied the path
+//! changed only after [`Trie::writable_root`] and `fresh_children` have copied the path
 //! down to it, and leaves always go to a fresh block. Blocks allocated since the last
 //! publish are fresh and are written in place, so a batch of updates copies each block at
 //! most once. (Before the first publish everything is fresh: a private table pays nothing.)
 //!
-//! Invariants kept here (and checked by `Lpm::check_invariants` in tests):
+//! Invariants kept here (and checked by `Trie::check_invariants` in tests):
 //! - a node exists only if a prefix ends in it or below it, except the children of a
 //!   wide root (a root gets all 64 children once 8 of them hold something, and goes back
 //!   to only those when fewer than 4 do: see `adjust_width`);
 //! - every node's `default` is the value its parent's slot would have as a leaf;
 //! - every leaf is the longest covering prefix (leaf pushing).
 
-use super::node::{encode, Node, NodeAux, NO_ROUTE, RECORD_HEADER};
-use super::{art_index, Lpm, GROW_AT, MAX_VALUE, SHRINK_AT};
+use super::node::{encode, Node, NodeAux, EMPTY, RECORD_HEADER};
+use super::{art_index, Trie, GROW_AT, LARGE_DIRECT_BITS, SHRINK_AT, SMALL_DIRECT_BITS};
 use crate::key::Key;
 use crate::prefix::Prefix;
+use crate::MAX_VALUE;
 
 /// Deepest possible path: (128 - 8) / 6 + 1 nodes.
 const MAX_DEPTH: usize = 21;
@@ -26,7 +27,7 @@ const WIDEN_AT: u32 = 8;
 /// ...and stops being wide when fewer than this many do.
 const NARROW_BELOW: u32 = 4;
 
-impl<K: Key> Lpm<K> {
+impl<K: Key> Trie<K> {
     /// Sets the value of `prefix`, returning the value it had.
     ///
     /// # Panics
@@ -41,8 +42,8 @@ impl<K: Key> Lpm<K> {
         if old.is_none() {
             self.count_by_len[usize::from(prefix.len())] += 1;
             self.len += 1;
-            if self.direct_bits == K::SMALL_DIRECT_BITS && self.len > GROW_AT {
-                self.rebuild_with_direct_bits(K::LARGE_DIRECT_BITS);
+            if self.direct_bits == SMALL_DIRECT_BITS && self.len > GROW_AT {
+                self.rebuild_with_direct_bits(LARGE_DIRECT_BITS);
             }
         }
         old
@@ -58,8 +59,8 @@ impl<K: Key> Lpm<K> {
         if old.is_some() {
             self.count_by_len[usize::from(prefix.len())] -= 1;
             self.len -= 1;
-            if self.direct_bits == K::LARGE_DIRECT_BITS && self.len < SHRINK_AT {
-                self.rebuild_with_direct_bits(K::SMALL_DIRECT_BITS);
+            if self.direct_bits == LARGE_DIRECT_BITS && self.len < SHRINK_AT {
+                self.rebuild_with_direct_bits(SMALL_DIRECT_BITS);
             } else if self.mostly_free() {
                 self.compact();
             }
@@ -70,14 +71,14 @@ impl<K: Key> Lpm<K> {
     /// True when free blocks outnumber used elements two to one (and are worth the
     /// rebuild): compacting then costs no more than the removals that led here.
     fn mostly_free(&self) -> bool {
-        let free = self.node_alloc.free_slots() + self.leaf_alloc.free_slots();
+        let free = self.nodes.free_slots() + self.leaves.free_slots();
         let total = self.nodes.len() + self.leaves.len();
         free > 4096 && free > 2 * (total - free)
     }
 
     fn rebuild_with_direct_bits(&mut self, bits: u8) {
         if bits != self.direct_bits {
-            *self = Self::build_with_direct_bits(self.to_vec(), bits);
+            *self = Self::build_with_direct_bits(self.to_vec(), bits, self.form);
         }
     }
 
@@ -107,7 +108,7 @@ impl<K: Key> Lpm<K> {
                 let q = Prefix::new_clamped(prefix.addr(), len);
                 self.direct_prefixes.get(&q).map(|&v| (len + 1, encode(v)))
             })
-            .unwrap_or((0, NO_ROUTE));
+            .unwrap_or((0, EMPTY));
         let mine = prefix.len() + 1;
         for e in self.direct_range(prefix) {
             if self.direct_owner[e] == mine {
@@ -142,7 +143,7 @@ impl<K: Key> Lpm<K> {
     /// whose record names it) if a snapshot can reach it, and the entry pointed at the copy.
     pub(super) fn writable_root(&mut self, e: usize) -> u32 {
         let n = self.root_node(e).expect("a root hangs from the entry");
-        if self.fresh_nodes.contains(n) {
+        if self.nodes.is_fresh(n) {
             return n;
         }
         let m = self.alloc_nodes(1);
@@ -159,7 +160,7 @@ impl<K: Key> Lpm<K> {
     fn fresh_children(&mut self, n: u32) {
         let mut node = self.node(n);
         let count = node.children.count_ones();
-        if count == 0 || self.fresh_nodes.contains(node.child_base) {
+        if count == 0 || self.nodes.is_fresh(node.child_base) {
             return;
         }
         let base = self.alloc_nodes(count);
@@ -416,7 +417,7 @@ impl<K: Key> Lpm<K> {
             }
             base
         };
-        if self.fresh_nodes.contains(node.child_base) {
+        if self.nodes.is_fresh(node.child_base) {
             for j in 0..count {
                 self.set_node(node.child_base + j, Node::default());
             }
@@ -527,7 +528,7 @@ impl<K: Key> Lpm<K> {
         };
         let size = count + header;
         let mut block = node.leaf_base.wrapping_sub(header);
-        if size != old_size || (old_size > 0 && !self.fresh_leaves.contains(block)) {
+        if size != old_size || (old_size > 0 && !self.leaves.is_fresh(block)) {
             if old_size > 0 {
                 self.release_leaves(block, old_size);
             }

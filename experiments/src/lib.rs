@@ -3,33 +3,33 @@
 
 use fibre_bench::addresses;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_lpm::{Key, Prefix, Structure, Table};
 use std::path::PathBuf;
 use std::time::Instant;
 
 /// The shipped IPv6 table: its prefixes (sorted), the trie of them (each prefix's value
 /// is its position), and 2^20 matched addresses.
 #[allow(dead_code)] // not every experiment looks at IPv4
-pub fn shipped_ipv6() -> (Vec<Prefix<u128>>, Lpm<u128>, Vec<u128>) {
+pub fn shipped_ipv6() -> (Vec<Prefix<u128>>, Table<u128>, Vec<u128>) {
     shipped(|r| final_prefixes(&r.v6), "rib-v6.txt.gz")
 }
 
 /// The same for the shipped IPv4 table.
 #[allow(dead_code)]
-pub fn shipped_ipv4() -> (Vec<Prefix<u32>>, Lpm<u32>, Vec<u32>) {
+pub fn shipped_ipv4() -> (Vec<Prefix<u32>>, Table<u32>, Vec<u32>) {
     shipped(|r| final_prefixes(&r.v4), "rib-v4.txt.gz")
 }
 
 fn shipped<K: Key>(
     family: impl Fn(&fibre_bench::source::RouteFile) -> Vec<Prefix<K>>,
     file: &str,
-) -> (Vec<Prefix<K>>, Lpm<K>, Vec<K>) {
+) -> (Vec<Prefix<K>>, Table<K>, Vec<K>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data/ris-2026-05-11")
+        .join("../data/ris-2026-05-11")
         .join(file);
     let routes = read_route_file(&path, false).expect("shipped table");
     let prefixes = family(&routes);
-    let table = Lpm::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let table = Table::build_with(Structure::Trie, prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     let keys = addresses::matched(&prefixes, 1 << 20, 1);
     (prefixes, table, keys)
 }
@@ -45,7 +45,7 @@ pub trait Candidate {
 }
 
 /// Prints the family's table and trie, the line every comparison of it follows.
-pub fn announce<K: Key>(prefixes: &[Prefix<K>], table: &Lpm<K>) {
+pub fn announce<K: Key>(prefixes: &[Prefix<K>], table: &Table<K>) {
     println!(
         "IPv{} {} routes: trie {:.2} MiB",
         K::FAMILY,
@@ -72,7 +72,7 @@ pub fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
 pub fn compare<K: Key, C: Candidate>(
     name: &str,
     candidate: &C,
-    table: &Lpm<K>,
+    table: &Table<K>,
     keys: &[K],
     own: &[C::Key],
     rounds: usize,

@@ -59,17 +59,15 @@
 //!
 //! `cargo run --release -p fibre-bench --example ipv6_ranges`
 
-mod experiment;
-
-use experiment::{prefetch, Candidate};
-use fibre_lpm::{Key, Lpm, Prefix};
+use fibre_experiments::{prefetch, Candidate};
+use fibre_lpm::{Key, Prefix, Table};
 
 /// Keys per node: two 64-byte cache lines of `u64`.
 const B: usize = 16;
 
 /// The ranges of `prefixes` (top 64 bits of the address): sorted starts, and the value
 /// of each (`u32::MAX`: no route), neighbours with equal values merged.
-fn ranges_of<K: Key>(table: &Lpm<K>, prefixes: &[Prefix<K>]) -> (Vec<u64>, Vec<u32>) {
+fn ranges_of<K: Key>(table: &Table<K>, prefixes: &[Prefix<K>]) -> (Vec<u64>, Vec<u32>) {
     let mut starts: Vec<u64> = vec![0];
     for p in prefixes {
         assert!(p.len() <= 64, "the experiment covers prefixes up to /64");
@@ -205,7 +203,7 @@ fn build_tree<const K: usize>(
 }
 
 impl Packed {
-    fn build<K: Key>(table: &Lpm<K>, prefixes: &[Prefix<K>]) -> Packed {
+    fn build<K: Key>(table: &Table<K>, prefixes: &[Prefix<K>]) -> Packed {
         let (bounds, values) = ranges_of(table, prefixes);
         let ranges: Vec<(u64, u32)> = bounds.into_iter().zip(values).collect();
         let leaves = pack_leaves(&ranges);
@@ -339,7 +337,7 @@ struct Ranges {
 }
 
 impl Ranges {
-    fn build(table: &Lpm<u128>, prefixes: &[Prefix<u128>]) -> Ranges {
+    fn build(table: &Table<u128>, prefixes: &[Prefix<u128>]) -> Ranges {
         let (mut bounds, mut values) = ranges_of(table, prefixes);
         let leaves = bounds.len().div_ceil(B);
         bounds.resize(leaves * B, u64::MAX);
@@ -537,7 +535,7 @@ struct Chunked {
 }
 
 impl Chunked {
-    fn build<K: Key>(table: &Lpm<K>, prefixes: &[Prefix<K>]) -> Chunked {
+    fn build<K: Key>(table: &Table<K>, prefixes: &[Prefix<K>]) -> Chunked {
         let (bounds, values) = ranges_of(table, prefixes);
         let mut c = Chunked {
             direct: vec![0; 1 << D],
@@ -757,11 +755,11 @@ macro_rules! candidate {
 candidate!(Ranges, Packed, Chunked, BTree<7>, BTree<15>);
 
 fn main() {
-    let (prefixes, table, keys) = experiment::shipped_ipv6();
-    experiment::announce(&prefixes, &table);
+    let (prefixes, table, keys) = fibre_experiments::shipped_ipv6();
+    fibre_experiments::announce(&prefixes, &table);
     // The structures search the top 64 bits of the address.
     let top: Vec<u64> = keys.iter().map(|&k| top64(k)).collect();
-    experiment::compare(
+    fibre_experiments::compare(
         "ranges",
         &Ranges::build(&table, &prefixes),
         &table,
@@ -770,9 +768,9 @@ fn main() {
         1,
     );
     let packed = Packed::build(&table, &prefixes);
-    experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
+    fibre_experiments::compare("packed ranges", &packed, &table, &keys, &top, 3);
     let btree = BTree::<7>::build(&packed);
-    experiment::compare(
+    fibre_experiments::compare(
         "B+-tree ranges, 7-key nodes",
         &btree,
         &table,
@@ -781,7 +779,7 @@ fn main() {
         3,
     );
     let btree = BTree::<15>::build(&packed);
-    experiment::compare(
+    fibre_experiments::compare(
         "B+-tree ranges, 15-key nodes",
         &btree,
         &table,
@@ -790,13 +788,13 @@ fn main() {
         3,
     );
     let chunked = Chunked::build(&table, &prefixes);
-    experiment::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
+    fibre_experiments::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
     // The same for IPv4, the address in the top half of the 64-bit key.
-    let (prefixes, table, keys) = experiment::shipped_ipv4();
-    experiment::announce(&prefixes, &table);
+    let (prefixes, table, keys) = fibre_experiments::shipped_ipv4();
+    fibre_experiments::announce(&prefixes, &table);
     let top: Vec<u64> = keys.iter().map(|&k| top64(k)).collect();
     let packed = Packed::build(&table, &prefixes);
-    experiment::compare("packed ranges", &packed, &table, &keys, &top, 3);
+    fibre_experiments::compare("packed ranges", &packed, &table, &keys, &top, 3);
     let chunked = Chunked::build(&table, &prefixes);
-    experiment::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
+    fibre_experiments::compare("chunked ranges", &chunked, &table, &keys, &top, 3);
 }

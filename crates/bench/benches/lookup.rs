@@ -1,16 +1,16 @@
-//! Microbenchmarks of both engines' hot paths (the trie and the range tree, each on both
-//! families), with criterion's statistics: lookups (one key, and batches of 64) on the
-//! shipped full tables and on a one-route table, and an insert and remove pair on a full
-//! table.
+//! Microbenchmarks of the lookup structures' hot paths (the trie and the range tree, each
+//! on both families, in the fastest form this CPU runs), with criterion's statistics:
+//! lookups (one key, and batches of 64) on the shipped full tables and on a one-route
+//! table, and an insert and remove pair on a full table.
 //!
-//! `cargo bench -p fibre-lpm` runs them. The figures the project reports come from
-//! `fibre bench lookup` (the seeds' method, against the kernel and peers in the same run);
-//! these are for comparing two builds of the engine's code on one machine.
+//! `cargo bench -p fibre-bench --bench lookup` runs them. The figures the project reports
+//! come from `fibre bench lookup` (repetitions, trimmed means, a dry run subtracted);
+//! these are for comparing two builds of the structures' code on one machine.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fibre_bench::addresses::matched;
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_lpm::{Engine, Key, Lpm, Prefix, RangeLpm};
+use fibre_lpm::{Key, Prefix, Structure, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
@@ -25,10 +25,22 @@ fn shipped(name: &str) -> (Vec<Prefix<u32>>, Vec<Prefix<u128>>) {
     (final_prefixes(&routes.v4), final_prefixes(&routes.v6))
 }
 
-fn lookups<K: Key, E: Engine<K>>(c: &mut Criterion, name: &str, prefixes: &[Prefix<K>]) {
-    let table = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+fn build<K: Key>(structure: Structure, prefixes: &[Prefix<K>]) -> Table<K> {
+    Table::build_with(
+        structure,
+        prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)),
+    )
+}
+
+fn lookups<K: Key>(c: &mut Criterion, structure: Structure, name: &str, prefixes: &[Prefix<K>]) {
+    let table = build(structure, prefixes);
     let keys = matched(prefixes, 1 << 20, 1);
-    let mut group = c.benchmark_group(format!("{}/ipv{}/{name}", E::STRUCTURE, K::FAMILY));
+    let mut group = c.benchmark_group(format!(
+        "{}/{}/ipv{}/{name}",
+        table.structure(),
+        table.form(),
+        K::FAMILY
+    ));
     group.throughput(Throughput::Elements(1));
     let mut next = 0;
     group.bench_function("scalar", |b| {
@@ -50,10 +62,10 @@ fn lookups<K: Key, E: Engine<K>>(c: &mut Criterion, name: &str, prefixes: &[Pref
     group.finish();
 }
 
-fn updates<K: Key, E: Engine<K>>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
-    let mut table = E::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+fn updates<K: Key>(c: &mut Criterion, structure: Structure, prefixes: &[Prefix<K>]) {
+    let mut table = build(structure, prefixes);
     let mut rng = SmallRng::seed_from_u64(2);
-    let name = format!("{}/ipv{}/full/remove_insert", E::STRUCTURE, K::FAMILY);
+    let name = format!("{}/ipv{}/full/remove_insert", structure, K::FAMILY);
     c.bench_function(&name, |b| {
         b.iter_batched(
             || prefixes[rng.gen_range(0..prefixes.len())],
@@ -69,18 +81,14 @@ fn updates<K: Key, E: Engine<K>>(c: &mut Criterion, prefixes: &[Prefix<K>]) {
 fn benches(c: &mut Criterion) {
     let (v4, _) = shipped("rib-v4.txt.gz");
     let (_, v6) = shipped("rib-v6.txt.gz");
-    lookups::<_, Lpm<u32>>(c, "full", &v4);
-    lookups::<_, Lpm<u128>>(c, "full", &v6);
-    lookups::<_, RangeLpm<u32>>(c, "full", &v4);
-    lookups::<_, RangeLpm<u128>>(c, "full", &v6);
-    lookups::<_, Lpm<u32>>(c, "one-route", &v4[..1]);
-    lookups::<_, Lpm<u128>>(c, "one-route", &v6[..1]);
-    lookups::<_, RangeLpm<u32>>(c, "one-route", &v4[..1]);
-    lookups::<_, RangeLpm<u128>>(c, "one-route", &v6[..1]);
-    updates::<_, Lpm<u32>>(c, &v4);
-    updates::<_, Lpm<u128>>(c, &v6);
-    updates::<_, RangeLpm<u32>>(c, &v4);
-    updates::<_, RangeLpm<u128>>(c, &v6);
+    for structure in Structure::ALL {
+        lookups(c, structure, "full", &v4);
+        lookups(c, structure, "full", &v6);
+        lookups(c, structure, "one-route", &v4[..1]);
+        lookups(c, structure, "one-route", &v6[..1]);
+        updates(c, structure, &v4);
+        updates(c, structure, &v6);
+    }
 }
 
 criterion_group!(engine, benches);

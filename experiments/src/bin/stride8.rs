@@ -15,9 +15,7 @@
 //!
 //! `cargo run --release -p fibre-bench --example stride8`
 
-mod experiment;
-
-use experiment::{prefetch, Candidate};
+use fibre_experiments::{prefetch, Candidate};
 use fibre_lpm::Prefix;
 
 const DIRECT: u32 = 16;
@@ -311,7 +309,7 @@ impl Candidate for Stride8 {
 }
 
 fn main() {
-    let (prefixes, table, keys) = experiment::shipped_ipv6();
+    let (prefixes, table, keys) = fibre_experiments::shipped_ipv6();
     let mut sorted: Routes = prefixes
         .iter()
         .enumerate()
@@ -319,6 +317,6 @@ fn main() {
         .collect();
     sorted.sort_by_key(|(p, _)| (p.addr(), p.len()));
     let s8 = Stride8::build(&sorted);
-    experiment::announce(&prefixes, &table);
-    experiment::compare("8-bit strides", &s8, &table, &keys, &keys, 3);
+    fibre_experiments::announce(&prefixes, &table);
+    fibre_experiments::compare("8-bit strides", &s8, &table, &keys, &keys, 3);
 }

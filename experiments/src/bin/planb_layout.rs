@@ -37,10 +37,8 @@
 //! `cargo run --release -p fibre-bench --example planb_layout`
 
 #[allow(dead_code)] // this program times its candidates itself, beside two engines
-mod experiment;
-
-use experiment::best_of;
-use fibre_lpm::{Engine, Lpm, Prefix, Table};
+use fibre_experiments::best_of;
+use fibre_lpm::{Prefix, Table};
 
 /// Keys in a node: one cache line.
 const KEYS: usize = 8;
@@ -82,7 +80,7 @@ fn count_at_most(line: &Line, key: u64) -> usize {
 }
 
 impl Linearized {
-    fn build(table: &Lpm<u128>, prefixes: &[Prefix<u128>]) -> Self {
+    fn build(table: &Table<u128>, prefixes: &[Prefix<u128>]) -> Self {
         let (starts, values) = ranges(table, prefixes);
         // Levels: the last holds every start, 8 to a node; each one above has 9 times
         // fewer nodes, up to a single root.
@@ -183,7 +181,7 @@ impl Linearized {
 
 /// The sorted range starts of `prefixes` (top 64 bits) and the answer from each on,
 /// neighbours with the same answer merged.
-fn ranges(table: &Lpm<u128>, prefixes: &[Prefix<u128>]) -> (Vec<u64>, Vec<u32>) {
+fn ranges(table: &Table<u128>, prefixes: &[Prefix<u128>]) -> (Vec<u64>, Vec<u32>) {
     let mut starts: Vec<u64> = vec![0];
     for p in prefixes {
         assert!(p.len() <= 64, "PlanB's layout covers prefixes up to /64");
@@ -241,16 +239,15 @@ fn step_cost(levels: usize) -> f64 {
 }
 
 fn main() {
-    let (prefixes, trie, keys) = experiment::shipped_ipv6();
-    experiment::announce(&prefixes, &trie);
+    let (prefixes, trie, keys) = fibre_experiments::shipped_ipv6();
+    fibre_experiments::announce(&prefixes, &trie);
     let planb = Linearized::build(&trie, &prefixes);
-    let range_tree = <Table<u128> as Engine<u128>>::build(
-        prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)),
-    );
+    let range_tree = Table::<u128>::build(prefixes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
     println!("PlanB's layout: {}", planb.describe());
     println!(
-        "fibre's IPv6 engine ({}): {:.2} MiB",
-        <Table<u128> as Engine<u128>>::STRUCTURE,
+        "fibre's IPv6 table ({}, {} form): {:.2} MiB",
+        range_tree.structure(),
+        range_tree.form(),
         range_tree.memory().lookup_bytes as f64 / 1048576.0
     );
     for (what, keys) in [
@@ -286,7 +283,7 @@ fn main() {
             std::hint::black_box(&got);
             println!(
                 "matched, {what}, ns per lookup (best of 7): PlanB's layout batch {planb_batch:.2} scalar {planb_scalar:.2} | fibre {} batch {ours:.2} scalar {ours_scalar:.2} | fibre trie batch {trie_batch:.2}",
-                <Table<u128> as Engine<u128>>::STRUCTURE
+                range_tree.structure()
             );
         }
     }
