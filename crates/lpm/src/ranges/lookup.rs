@@ -46,10 +46,19 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// What lookups read from: a range tree or a snapshot of one. A single lookup in a vector
+/// form is a call (its code is compiled for the form, so it cannot be inlined into a
+/// caller compiled for baseline x86-64); the callee takes the table and builds the view
+/// itself, from loads, rather than from a view its caller stored to the stack.
+pub(crate) trait Viewed {
+    /// The arrays lookups read.
+    fn view(&self) -> RangeView<'_>;
+}
+
 avx2_form! {
     /// [`RangeView::lookup_with`] compiled for the AVX2 form.
-    fn lookup_avx2<K: Key>(view: &RangeView<'_>, cpu: Avx2, key: K) -> Option<u32> {
-        view.lookup_with(cpu, key)
+    fn lookup_avx2<K: Key, T: Viewed>(table: &T, cpu: Avx2, key: K) -> Option<u32> {
+        table.view().lookup_with(cpu, key)
     }
 
     /// [`RangeView::batch_with`] compiled for the AVX2 form.
@@ -60,8 +69,8 @@ avx2_form! {
 
 avx512_form! {
     /// [`RangeView::lookup_with`] compiled for the AVX-512 form.
-    fn lookup_avx512<K: Key>(view: &RangeView<'_>, cpu: Avx512, key: K) -> Option<u32> {
-        view.lookup_with(cpu, key)
+    fn lookup_avx512<K: Key, T: Viewed>(table: &T, cpu: Avx512, key: K) -> Option<u32> {
+        table.view().lookup_with(cpu, key)
     }
 
     /// [`RangeView::batch_with`] compiled for the AVX-512 form.
@@ -75,21 +84,21 @@ avx512_form! {
     }
 }
 
-impl RangeView<'_> {
-    /// The value of `key`'s longest prefix, by the code of the view's form.
-    #[inline]
-    pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
-        match self.form {
-            Runnable::Portable => self.lookup_with(Portable, key),
-            // SAFETY (both arms): `cpu` exists only where this CPU has the form's
-            // features (`crate::form`: `Runnable::new` detects them before making one).
-            #[cfg(target_arch = "x86_64")]
-            Runnable::Avx2(cpu) => unsafe { lookup_avx2(self, cpu, key) },
-            #[cfg(target_arch = "x86_64")]
-            Runnable::Avx512(cpu) => unsafe { lookup_avx512(self, cpu, key) },
-        }
+/// The value of `key`'s longest prefix in `table`, by the code of its form.
+#[inline(always)]
+fn lookup<K: Key, T: Viewed>(table: &T, form: Runnable, key: K) -> Option<u32> {
+    match form {
+        Runnable::Portable => table.view().lookup_with(Portable, key),
+        // SAFETY (both arms): `cpu` exists only where this CPU has the form's features
+        // (`crate::form`: `Runnable::new` detects them before making one).
+        #[cfg(target_arch = "x86_64")]
+        Runnable::Avx2(cpu) => unsafe { lookup_avx2(table, cpu, key) },
+        #[cfg(target_arch = "x86_64")]
+        Runnable::Avx512(cpu) => unsafe { lookup_avx512(table, cpu, key) },
     }
+}
 
+impl RangeView<'_> {
     /// Looks up every key of `keys` into `out`, by the code of the view's form.
     pub(crate) fn lookup_batch<K: Key>(&self, keys: &[K], out: &mut [Option<u32>]) {
         assert!(out.len() >= keys.len(), "output shorter than input");
@@ -185,7 +194,7 @@ macro_rules! range_lookups {
             /// The value of the longest prefix containing `key`, if any.
             #[inline]
             pub fn lookup(&self, key: K) -> Option<u32> {
-                self.view().lookup(key)
+                lookup(self, self.form, key)
             }
 
             /// Looks up every key of `keys`, writing the answers to the same positions of
@@ -203,9 +212,9 @@ macro_rules! range_lookups {
 range_lookups!(RangeTree);
 range_lookups!(RangeSnapshot);
 
-impl<K: Key> RangeTree<K> {
+impl<K: Key> Viewed for RangeTree<K> {
     #[inline(always)]
-    pub(crate) fn view(&self) -> RangeView<'_> {
+    fn view(&self) -> RangeView<'_> {
         RangeView {
             form: self.form,
             leaves: self.store.leaves.buffer(),
@@ -215,9 +224,9 @@ impl<K: Key> RangeTree<K> {
     }
 }
 
-impl<K: Key> RangeSnapshot<K> {
+impl<K: Key> Viewed for RangeSnapshot<K> {
     #[inline(always)]
-    pub(crate) fn view(&self) -> RangeView<'_> {
+    fn view(&self) -> RangeView<'_> {
         RangeView {
             form: self.form,
             leaves: &self.leaves,

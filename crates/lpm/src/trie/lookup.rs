@@ -28,14 +28,16 @@
 //! cache only about twice, and the probe's own line misses for every lookup, hit or not.
 
 //!
-//! Both are compiled twice ([`crate::form`]): for the AVX2 form, where the popcounts and
-//! trailing-zero counts of the bitmaps are single instructions (the AVX-512 form runs
-//! this code too: the trie has no use for wider compares), and portably, where each
-//! popcount is a dozen shifts and adds. The table's form chooses, once per call.
+//! The batched walk is compiled twice ([`crate::form`]): for the AVX2 form, where the
+//! popcounts and trailing-zero counts of the bitmaps are single instructions (the AVX-512
+//! form runs this code too: the trie has no use for wider compares), and portably, where
+//! each popcount is a dozen shifts and adds; the table's form chooses, once per call. A
+//! single lookup is not worth a call: it counts bits with `POPCNT` itself where the form
+//! proves the CPU has it ([`Popcount`]), and stays inlinable into its caller.
 
 use super::node::{decode, NodeCell, EMPTY, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
 use super::{Trie, TrieSnapshot, LARGE_DIRECT_BITS, PAGE_BITS};
-use crate::form::Runnable;
+use crate::form::{Popcount, Portable, Runnable};
 #[cfg(target_arch = "x86_64")]
 use crate::form::{avx2_form, Avx2};
 use crate::key::Key;
@@ -110,12 +112,6 @@ lookup_methods!(Trie);
 lookup_methods!(TrieSnapshot);
 
 avx2_form! {
-    /// [`TrieView::lookup_stored`] compiled for the AVX2 form (`cpu` proves it runs here).
-    fn lookup_avx2<K: Key>(view: &TrieView<'_>, cpu: Avx2, key: K) -> u32 {
-        let _ = cpu;
-        view.lookup_stored(key)
-    }
-
     /// [`TrieView::lookup_all`] compiled for the AVX2 form (`cpu` proves it runs here).
     fn batch_avx2<K: Key>(view: &TrieView<'_>, cpu: Avx2, keys: &[K], out: &mut [Option<u32>]) {
         let _ = cpu;
@@ -124,16 +120,14 @@ avx2_form! {
 }
 
 impl TrieView<'_> {
-    /// The value of `key`'s longest prefix, by the code of the view's form.
-    #[inline]
+    /// The value of `key`'s longest prefix, counting bits as the view's form allows.
+    #[inline(always)]
     pub(crate) fn lookup<K: Key>(&self, key: K) -> Option<u32> {
         #[cfg(target_arch = "x86_64")]
         if let Some(cpu) = self.form.avx2() {
-            // SAFETY: `cpu` exists only where this CPU has the AVX2 form's features
-            // (`crate::form`: `Runnable::new` detects them before making one).
-            return decode(unsafe { lookup_avx2(self, cpu, key) });
+            return decode(self.lookup_stored(cpu, key));
         }
-        decode(self.lookup_stored(key))
+        decode(self.lookup_stored(Portable, key))
     }
 
     /// Looks up every key of `keys` into `out`, by the code of the view's form.
@@ -151,11 +145,11 @@ impl TrieView<'_> {
     /// the direct bits are a constant (every shift of the key by them is an immediate
     /// one), or for any other.
     #[inline(always)]
-    fn lookup_stored<K: Key>(&self, key: K) -> u32 {
+    fn lookup_stored<K: Key>(&self, popcount: impl Popcount, key: K) -> u32 {
         if self.direct_bits == u32::from(LARGE_DIRECT_BITS) {
-            self.walk::<K, true>(key)
+            self.walk::<K, true>(popcount, key)
         } else {
-            self.walk::<K, false>(key)
+            self.walk::<K, false>(popcount, key)
         }
     }
 
@@ -181,7 +175,7 @@ impl TrieView<'_> {
     }
 
     #[inline(always)]
-    fn walk<K: Key, const LARGE: bool>(&self, key: K) -> u32 {
+    fn walk<K: Key, const LARGE: bool>(&self, popcount: impl Popcount, key: K) -> u32 {
         let d = if LARGE {
             u32::from(LARGE_DIRECT_BITS)
         } else {
@@ -194,7 +188,8 @@ impl TrieView<'_> {
         // The root's slot: the six bits after the direct ones.
         let slot = key.bits(d, 6);
         if entry & RECORD_FLAG != 0 {
-            return self.leaves[self.record_leaf_index(entry & ENTRY_INDEX, slot) as usize].read();
+            let leaf = self.record_leaf_index(entry & ENTRY_INDEX, slot, popcount);
+            return self.leaves[leaf as usize].read();
         }
         let mut index = entry & ENTRY_INDEX;
         let mut offset = d;
@@ -208,7 +203,7 @@ impl TrieView<'_> {
             for _ in 0..K::WINDOW_LEVELS {
                 let (has_child, child, leaf) = self.nodes[index as usize]
                     .read()
-                    .step((window >> 58) as u32);
+                    .step((window >> 58) as u32, popcount);
                 if !has_child {
                     return self.leaves[leaf as usize].read();
                 }
@@ -221,11 +216,11 @@ impl TrieView<'_> {
 
     /// The leaf index of `slot` in the leaf record at `offset` (a root without children).
     #[inline(always)]
-    fn record_leaf_index(&self, offset: u32, slot: u32) -> u32 {
+    fn record_leaf_index(&self, offset: u32, slot: u32, popcount: impl Popcount) -> u32 {
         let o = offset as usize;
         let leafvec = u64::from(self.leaves[o].read()) | u64::from(self.leaves[o + 1].read()) << 32;
         let bit = 1u64 << slot;
-        offset + 2 + (leafvec & (bit | (bit - 1))).count_ones()
+        offset + 2 + popcount.count(leafvec & (bit | (bit - 1)))
     }
 
     #[inline(always)]
@@ -281,7 +276,8 @@ impl TrieView<'_> {
         while at_record != 0 {
             let i = lane(at_record);
             at_record &= at_record - 1;
-            next[i] = self.record_leaf_index(next[i], window[i] as u32);
+            // (`count_ones` is POPCNT where this walk is compiled for the AVX2 form.)
+            next[i] = self.record_leaf_index(next[i], window[i] as u32, Portable);
             prefetch_at(self.leaves, next[i]);
             at_leaf |= 1 << i;
         }
@@ -303,7 +299,7 @@ impl TrieView<'_> {
                 let i = lane(lanes);
                 lanes &= lanes - 1;
                 let node = self.nodes[next[i] as usize].read();
-                let (has_child, child, leaf) = node.step((window[i] >> 58) as u32);
+                let (has_child, child, leaf) = node.step((window[i] >> 58) as u32, Portable);
                 window[i] <<= 6;
                 if has_child {
                     next[i] = child;

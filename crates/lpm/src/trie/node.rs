@@ -6,6 +6,7 @@
 //! each run of equal leaves begins. A block grows or shrinks by moving to a block of the
 //! new size (blocks are handed out by [`crate::memory::Blocks`]).
 
+use crate::form::Popcount;
 use crate::memory::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -62,13 +63,14 @@ pub(crate) struct Node {
 
 impl Node {
     /// One step of a lookup at `slot`: whether the slot is a child, the child's index,
-    /// and the leaf's index (meaningless when the slot is a child).
+    /// and the leaf's index (meaningless when the slot is a child); bits counted by
+    /// `popcount`.
     #[inline(always)]
-    pub fn step(&self, slot: u32) -> (bool, u32, u32) {
+    pub fn step(&self, slot: u32, popcount: impl Popcount) -> (bool, u32, u32) {
         let bit = 1u64 << slot;
         let below = bit - 1;
-        let child = self.child_base + (self.children & below).count_ones();
-        let leaf = (self.leaf_base + (self.leafvec & (bit | below)).count_ones()).wrapping_sub(1);
+        let child = self.child_base + popcount.count(self.children & below);
+        let leaf = (self.leaf_base + popcount.count(self.leafvec & (bit | below))).wrapping_sub(1);
         (self.children & bit != 0, child, leaf)
     }
 }
