@@ -5,6 +5,8 @@
 //! - [`method`]: the seeds' kbench method (repetitions, trimmed mean, dry run, threads).
 //! - [`lookups`]: the `fibre bench lookup` measurements of the engine.
 
+#![forbid(unsafe_code)]
+
 pub mod addresses;
 pub mod kernel;
 pub mod lookups;

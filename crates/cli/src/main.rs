@@ -1,6 +1,8 @@
 //! `fibre`: a userspace IPv4/IPv6 forwarding plane. This binary is thin: each subcommand
 //! lives in its own file and calls into the library crates.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod lookup;
 

@@ -2,9 +2,13 @@
 //! program loading and `BPF_PROG_TEST_RUN`, through the `bpf(2)` system call.
 //!
 //! The program fibre runs is assembled here, instruction by instruction, so building
-//! fibre needs cargo alone: no clang, no libbpf, no object file. Each `unsafe` block below
-//! is a system call given a pointer to a properly initialised, correctly sized attribute
-//! structure that lives across the call.
+//! fibre needs cargo alone: no clang, no libbpf, no object file.
+//!
+//! The `bpf(2)` attribute structures carry pointers as 64-bit integers (keys, values,
+//! instructions, logs, packets), which the kernel reads and writes through. So the one
+//! function that makes the system call, [`sys_bpf`], is `unsafe`: each caller says why
+//! every pointer it put in the attributes is valid, for the size the kernel will use, for
+//! the length of the call.
 
 use std::ffi::CString;
 use std::io;
@@ -123,10 +127,17 @@ const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
-fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live, initialised `#[repr(C)]` attribute structure of the
-    // layout `cmd` expects, and its size is passed with it; the kernel reads and writes
-    // only within that size.
+/// Makes the `bpf(2)` system call `cmd` with `attr`.
+///
+/// # Safety
+/// `attr` must be the `#[repr(C)]` attribute structure of the layout `cmd` expects, with
+/// no uninitialised bytes, and every pointer it carries as an integer must be valid for
+/// the kernel to read (and, where `cmd` writes back through it, to write) as many bytes
+/// as `cmd` uses, until the call returns.
+unsafe fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a live, initialised attribute structure of the layout `cmd`
+    // expects (the caller's promise), and its size is passed with it, so the kernel reads
+    // and writes only within it; the pointers inside are the caller's promise too.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -142,8 +153,13 @@ fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
     }
 }
 
-fn take_fd(r: libc::c_long) -> OwnedFd {
-    // SAFETY: the kernel just returned this descriptor to us, so we own it alone.
+/// Takes ownership of a descriptor a `bpf(2)` call returned.
+///
+/// # Safety
+/// `r` must be a descriptor the kernel just returned to this caller, which nothing else
+/// owns or will close.
+unsafe fn take_fd(r: libc::c_long) -> OwnedFd {
+    // SAFETY: the caller's promise: the descriptor is open and ours alone.
     unsafe { OwnedFd::from_raw_fd(r as RawFd) }
 }
 
@@ -201,7 +217,9 @@ impl Map {
         for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
             *d = s;
         }
-        let fd = take_fd(sys_bpf(BPF_MAP_CREATE, &mut attr)?);
+        // SAFETY: a map-create attribute carries no pointer; the descriptor it returns is
+        // new and ours alone.
+        let fd = unsafe { take_fd(sys_bpf(BPF_MAP_CREATE, &mut attr)?) };
         Ok(Map {
             fd,
             value_size,
@@ -235,7 +253,10 @@ impl Map {
             value: value.as_ptr() as u64,
             ..Default::default()
         };
-        sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(|_| ())
+        // SAFETY: `key` points at `index` (4 bytes, the map's key size) and `value` at
+        // `value`, whose length was checked to be the element size the kernel reads;
+        // both live across the call.
+        unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(|_| ())
     }
 
     /// Reads element `index`.
@@ -247,7 +268,9 @@ impl Map {
             value: value.as_mut_ptr() as u64,
             ..Default::default()
         };
-        sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)?;
+        // SAFETY: `key` points at `index` (4 bytes); `value` at a buffer of the element
+        // size, which is what the kernel writes; both live across the call.
+        unsafe { sys_bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)? };
         Ok(value)
     }
 }
@@ -343,8 +366,14 @@ impl Program {
         for (d, s) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
             *d = s;
         }
-        match sys_bpf(BPF_PROG_LOAD, &mut attr) {
-            Ok(fd) => Ok(Program { fd: take_fd(fd) }),
+        // SAFETY: `insns` points at `insns.len()` instructions (the count given), `license`
+        // at a NUL-terminated string, `log_buf` at a buffer of `log_size` bytes the kernel
+        // may write; all live across the call.
+        match unsafe { sys_bpf(BPF_PROG_LOAD, &mut attr) } {
+            Ok(fd) => Ok(Program {
+                // SAFETY: the descriptor the kernel just returned is new and ours alone.
+                fd: unsafe { take_fd(fd) },
+            }),
             Err(e) => {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                 let text = String::from_utf8_lossy(&log[..end]);
@@ -373,7 +402,10 @@ impl Program {
             },
             ..Default::default()
         };
-        sys_bpf(BPF_PROG_TEST_RUN, &mut attr)?;
+        // SAFETY: `data_in` points at `data` (its length given) and `ctx_in` at `ctx` (its
+        // length given, or null when empty); no output buffer is given, so the kernel
+        // writes only into `attr`. Both live across the call.
+        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr)? };
         Ok(TestRun {
             retval: attr.retval,
             duration_ns: attr.duration,

@@ -61,6 +61,14 @@ pub(crate) struct LeafLine([AtomicU64; 8]);
 #[repr(C, align(64))]
 pub(crate) struct NodeLine([AtomicU64; NODE_WORDS]);
 
+impl LeafLine {
+    /// The line's 32-bit word `i` (of 16; little-endian halves of its 64-bit cells).
+    #[inline(always)]
+    fn word(&self, i: usize) -> u32 {
+        (self.0[i / 2].load(Relaxed) >> (32 * (i % 2))) as u32
+    }
+}
+
 impl Cell for LeafLine {
     type Value = [u64; 8];
     #[inline(always)]
@@ -324,23 +332,22 @@ avx512_form! {
             _mm512_mask_cmplt_epu64_mask, _mm512_set1_epi64,
         };
         const HIGH_KEYS: u8 = (1 << (NODE_KEYS - 8)) - 1;
-        let words = node.0.as_ptr().cast::<u64>();
         // SAFETY: the loads read exactly the 128 bytes of `node`, a live reference; no
         // thread writes them while a snapshot that reaches them exists
-        // (`crate::memory`), so the plain loads race with no store. The last word
-        // (where the children start) is masked off the compare and read on its own, in
-        // parallel with it.
-        let (base, lo, hi) = unsafe {
+        // (`crate::memory`), so the plain loads race with no store.
+        let (lo, hi) = unsafe {
             (
-                *words.add(NODE_KEYS),
-                _mm512_loadu_si512(words.cast()),
-                _mm512_loadu_si512(words.add(8).cast()),
+                _mm512_loadu_si512(node.0.as_ptr().cast()),
+                _mm512_loadu_si512(node.0[8..].as_ptr().cast()),
             )
         };
+        // The last word (where the children start) is masked off the compare and read on
+        // its own, in parallel with it.
+        let base = node.0[NODE_KEYS].load(Relaxed) as u32;
         let k = _mm512_set1_epi64(key as i64);
         let lo = _mm512_cmplt_epu64_mask(lo, k);
         let hi = _mm512_mask_cmplt_epu64_mask(HIGH_KEYS, hi, k);
-        base as u32 + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
+        base + _mm512_kunpackb(u16::from(hi), u16::from(lo)).count_ones()
     }
 
     /// The leaf step with AVX-512: one compare of six 32-bit offsets (a wide leaf: of
@@ -351,26 +358,26 @@ avx512_form! {
             _mm256_cmple_epu64_mask, _mm256_loadu_si256, _mm256_mask_cmple_epu32_mask,
             _mm256_set1_epi32, _mm256_set1_epi64x,
         };
-        let words = leaf.0.as_ptr().cast::<u32>();
-        // SAFETY (every block below): the loads read within the 64 bytes of `leaf`, a
-        // live reference that no thread writes while a snapshot reaching it exists
-        // (`crate::memory`).
-        let shift = unsafe { *words.add(15) };
+        let shift = leaf.word(15);
         if shift == WIDE {
             // Sparse ranges (never on a full table: predicted every time there). Computing
             // both forms' ranks and choosing without a branch measured 5% slower on the
             // full IPv6 table, 20% faster on 100 of its routes (which mix the forms).
-            let starts = unsafe { _mm256_loadu_si256(words.cast()) };
+            // SAFETY: the load reads the first 32 of the 64 bytes of `leaf`, a live
+            // reference that no thread writes while a snapshot reaching it exists
+            // (`crate::memory`).
+            let starts = unsafe { _mm256_loadu_si256(leaf.0.as_ptr().cast()) };
             let mask = _mm256_cmple_epu64_mask(starts, _mm256_set1_epi64x(key as i64));
             // Lane 0, the leaf's first start, is at most any key searched here; the OR
             // keeps the index in the line even if that were ever broken.
-            return unsafe { *words.add(8 + (mask | 1).count_ones() as usize - 1) };
+            return leaf.word(8 + (mask | 1).count_ones() as usize - 1);
         }
-        let base = unsafe { *leaf.0.as_ptr().cast::<u64>() };
+        let base = leaf.0[0].load(Relaxed);
         let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
-        let offsets = unsafe { _mm256_loadu_si256(words.add(2).cast()) };
+        // SAFETY: the load reads bytes 8 to 40 of the 64 of `leaf`, as above.
+        let offsets = unsafe { _mm256_loadu_si256(leaf.0[1..].as_ptr().cast()) };
         let mask = _mm256_mask_cmple_epu32_mask(0b11_1111, offsets, _mm256_set1_epi32(d as i32));
-        unsafe { *words.add(8 + mask.count_ones() as usize) }
+        leaf.word(8 + mask.count_ones() as usize)
     }
 }
 
@@ -383,21 +390,19 @@ avx2_form! {
             _mm256_castsi256_pd, _mm256_cmpgt_epi64, _mm256_loadu_si256, _mm256_movemask_pd,
             _mm256_set1_epi64x, _mm256_xor_si256,
         };
-        let words = node.0.as_ptr().cast::<u64>();
         let flip = _mm256_set1_epi64x(i64::MIN);
         let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
         let mut below = 0u32;
         for c in 0..4 {
             // SAFETY: the four loads read exactly the 128 bytes of `node`, a live
             // reference no thread writes while a snapshot reaches it (`crate::memory`).
-            let v = unsafe { _mm256_loadu_si256(words.add(4 * c).cast()) };
+            let v = unsafe { _mm256_loadu_si256(node.0[4 * c..].as_ptr().cast()) };
             let v = _mm256_xor_si256(v, flip);
             let lt = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(k, v)));
             below |= (lt as u32) << (4 * c);
         }
-        // The last lane (where the children start) is masked off.
-        // SAFETY: within `node`, as above.
-        let base = unsafe { *words.add(NODE_KEYS) } as u32;
+        // The last lane (where the children start) is masked off, and read on its own.
+        let base = node.0[NODE_KEYS].load(Relaxed) as u32;
         base + (below & ((1 << NODE_KEYS) - 1)).count_ones()
     }
 
@@ -410,27 +415,27 @@ avx2_form! {
             _mm256_loadu_si256, _mm256_max_epu32, _mm256_movemask_pd, _mm256_movemask_ps,
             _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_xor_si256,
         };
-        let words = leaf.0.as_ptr().cast::<u32>();
-        // SAFETY (every block below): the loads read within the 64 bytes of `leaf`, a
-        // live reference no thread writes while a snapshot reaches it (`crate::memory`).
-        let shift = unsafe { *words.add(15) };
+        let shift = leaf.word(15);
         if shift == WIDE {
             let flip = _mm256_set1_epi64x(i64::MIN);
-            let starts = unsafe { _mm256_loadu_si256(words.cast()) };
+            // SAFETY: the load reads the first 32 of the 64 bytes of `leaf`, a live
+            // reference no thread writes while a snapshot reaches it (`crate::memory`).
+            let starts = unsafe { _mm256_loadu_si256(leaf.0.as_ptr().cast()) };
             let starts = _mm256_xor_si256(starts, flip);
             let k = _mm256_set1_epi64x((key ^ 1 << 63) as i64);
             let above = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(starts, k)));
             let rank = (WIDE_RANGES as u32 - (above as u32).count_ones()).max(1);
-            return unsafe { *words.add(8 + rank as usize - 1) };
+            return leaf.word(8 + rank as usize - 1);
         }
-        let base = unsafe { *leaf.0.as_ptr().cast::<u64>() };
+        let base = leaf.0[0].load(Relaxed);
         let d = ((key - base) >> shift).min(u64::from(u32::MAX)) as u32;
-        let offsets = unsafe { _mm256_loadu_si256(words.add(2).cast()) };
+        // SAFETY: the load reads bytes 8 to 40 of the 64 of `leaf`, as above.
+        let offsets = unsafe { _mm256_loadu_si256(leaf.0[1..].as_ptr().cast()) };
         let bound = _mm256_set1_epi32(d as i32);
         let at_most = _mm256_cmpeq_epi32(_mm256_max_epu32(offsets, bound), bound);
         let rank =
             (_mm256_movemask_ps(_mm256_castsi256_ps(at_most)) as u32 & 0b11_1111).count_ones();
-        unsafe { *words.add(8 + rank as usize) }
+        leaf.word(8 + rank as usize)
     }
 }
 

@@ -89,11 +89,12 @@ avx512_form! {
 fn lookup<K: Key, T: Viewed>(table: &T, form: Runnable, key: K) -> Option<u32> {
     match form {
         Runnable::Portable => table.view().lookup_with(Portable, key),
-        // SAFETY (both arms): `cpu` exists only where this CPU has the form's features
-        // (`crate::form`: `Runnable::new` detects them before making one).
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `cpu` exists only where this CPU has the form's features
+        // (`crate::form`: `Runnable::new` detects them before making one).
         Runnable::Avx2(cpu) => unsafe { lookup_avx2(table, cpu, key) },
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for the AVX-512 form.
         Runnable::Avx512(cpu) => unsafe { lookup_avx512(table, cpu, key) },
     }
 }
@@ -104,10 +105,11 @@ impl RangeView<'_> {
         assert!(out.len() >= keys.len(), "output shorter than input");
         match self.form {
             Runnable::Portable => self.batch_with(Portable, keys, out),
-            // SAFETY (both arms): as in `lookup`, `cpu` proves the CPU has the features.
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `lookup`, `cpu` proves the CPU has the form's features.
             Runnable::Avx2(cpu) => unsafe { batch_avx2(self, cpu, keys, out) },
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, for the AVX-512 form.
             Runnable::Avx512(cpu) => unsafe { batch_avx512(self, cpu, keys, out) },
         }
     }

@@ -37,9 +37,9 @@
 
 use super::node::{decode, NodeCell, EMPTY, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, WIDE_FLAG};
 use super::{Trie, TrieSnapshot, LARGE_DIRECT_BITS, PAGE_BITS};
-use crate::form::{Popcount, Portable, Runnable};
 #[cfg(target_arch = "x86_64")]
 use crate::form::{avx2_form, Avx2};
+use crate::form::{Popcount, Portable, Runnable};
 use crate::key::Key;
 use crate::memory::Cell;
 use crate::BATCH;
