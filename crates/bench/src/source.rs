@@ -17,7 +17,7 @@
 //! A bad line is reported as `FILE:LINE: reason`. By default it stops the read; with
 //! `skip_bad` it is counted, remembered (the first few) and skipped.
 
-use fibre_lpm::{Ipv4Prefix, Ipv6Prefix, Key, Prefix};
+use fibre_lpm::{quote, Ipv4Prefix, Ipv6Prefix, Key, Prefix};
 use flate2::read::MultiGzDecoder;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -61,7 +61,7 @@ impl std::str::FromStr for AnyPrefix {
         } else if addr.contains('.') {
             s.parse().map(AnyPrefix::V4).map_err(|e| e.to_string())
         } else {
-            Err(format!("{s:?} is not an IPv4 or IPv6 prefix"))
+            Err(format!("{} is not an IPv4 or IPv6 prefix", quote(s)))
         }
     }
 }
@@ -149,14 +149,17 @@ pub fn parse_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, String> {
         "W" | "w" => (RouteOp::Withdraw, fields.next()),
         _ => {
             if fields.clone().next().is_some() {
-                return Err(format!("unknown operation {first:?} (expected A or W)"));
+                return Err(format!(
+                    "unknown operation {} (expected A or W)",
+                    quote(first)
+                ));
             }
             (RouteOp::Announce, Some(first))
         }
     };
-    let prefix = prefix.ok_or_else(|| format!("{first:?} is not followed by a prefix"))?;
+    let prefix = prefix.ok_or_else(|| format!("{} is not followed by a prefix", quote(first)))?;
     if let Some(extra) = fields.next() {
-        return Err(format!("unexpected {extra:?} after the prefix"));
+        return Err(format!("unexpected {} after the prefix", quote(extra)));
     }
     prefix.parse().map(|p| Some((op, p)))
 }
@@ -183,7 +186,8 @@ fn parse_ip_batch_line(line: &str) -> Result<Option<(RouteOp, AnyPrefix)>, Strin
         Some("del" | "delete") => RouteOp::Withdraw,
         Some(v) => {
             return Err(format!(
-                "route {v:?} is not add, replace, append, change, prepend or del"
+                "route {} is not add, replace, append, change, prepend or del",
+                quote(v)
             ))
         }
         None => return Err("\"route\" is not followed by a command".into()),

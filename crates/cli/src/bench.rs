@@ -458,9 +458,10 @@ fn read_addresses(path: &Path) -> Result<(Vec<u32>, Vec<u128>), Box<dyn std::err
             Ok(IpAddr::V6(a)) => v6.push(a.into()),
             Err(_) => {
                 return Err(format!(
-                    "{}:{}: {text:?} is not an IPv4 or IPv6 address",
+                    "{}:{}: {} is not an IPv4 or IPv6 address",
                     path.display(),
-                    n + 1
+                    n + 1,
+                    fibre_lpm::quote(text)
                 )
                 .into())
             }

@@ -54,7 +54,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(IpAddr::V6(a)) => writeln!(out, "{text} {}", v6.answer(a.into())),
             Err(_) => {
                 bad += 1;
-                eprintln!("fibre: {place}{text:?} is not an IPv4 or IPv6 address");
+                eprintln!(
+                    "fibre: {place}{} is not an IPv4 or IPv6 address",
+                    fibre_lpm::quote(text)
+                );
                 Ok(())
             }
         }

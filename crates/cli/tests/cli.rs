@@ -116,6 +116,51 @@ fn a_bad_route_line_names_file_line_and_reason_unless_skipped() {
 }
 
 #[test]
+fn errors_quote_a_bounded_excerpt_of_a_huge_input() {
+    let huge = "1".repeat(10 << 20);
+    let routes = temp_file("huge.txt", &format!("10.0.0.0/8\n{huge}/8\n"));
+    let o = fibre(
+        &["lookup", "--routes", routes.to_str().unwrap(), "1.1.1.1"],
+        None,
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.len() < 300, "{} bytes of error", err.len());
+    assert!(err.contains("huge.txt:2: \"1111"), "{err}");
+    assert!(err.contains("(10485762 bytes)"), "{err}");
+    let good = temp_file("good.txt", "10.0.0.0/8\n");
+    let o = fibre(
+        &["lookup", "--routes", good.to_str().unwrap()],
+        Some(&format!("10.1.1.1\n{huge}\n")),
+    );
+    assert!(!o.status.success(), "a bad address fails the command");
+    assert_eq!(stdout(&o), "10.1.1.1 10.0.0.0/8\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.len() < 300, "{} bytes of error", err.len());
+    assert!(err.contains("standard input, line 2: \"1111"), "{err}");
+}
+
+#[test]
+fn lookup_of_a_bad_address_argument_exits_non_zero() {
+    let routes = temp_file("routes-arg.txt", ROUTES);
+    let o = fibre(
+        &[
+            "lookup",
+            "--routes",
+            routes.to_str().unwrap(),
+            "10.1.2.3",
+            "10.1.2",
+        ],
+        None,
+    );
+    assert!(!o.status.success());
+    assert_eq!(stdout(&o), "10.1.2.3 10.1.2.0/24\n");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("\"10.1.2\" is not an IPv4 or IPv6 address")
+    );
+}
+
+#[test]
 fn lookup_on_the_shipped_full_table() {
     let rib =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11/rib-v4.txt.gz");
@@ -192,6 +237,7 @@ fn bench_lookup_json_has_the_documented_keys() {
             assert!(!f[key].is_null(), "{key} missing in {f}");
         }
         assert_eq!(f["engine"], "fibre");
+        assert_eq!(f["form"], fibre_lpm::Form::best().name(), "{f}");
         assert!(f["family"] == 4 || f["family"] == 6);
         assert!(f["mode"] == "scalar" || f["mode"] == "batch");
         assert!(f["ns_per_lookup"].as_f64().unwrap().is_finite());
@@ -251,6 +297,46 @@ fn bench_lookup_names_the_structure_it_measures() {
         structures(&["--structure", "range-tree"]),
         pair("range tree", "range tree")
     );
+}
+
+#[test]
+fn bench_lookup_forces_a_form_this_cpu_runs_and_refuses_others() {
+    use fibre_lpm::Form;
+    let routes = temp_file("bench-form.txt", ROUTES);
+    for form in Form::ALL {
+        let o = fibre(
+            &[
+                "bench",
+                "lookup",
+                "--routes",
+                routes.to_str().unwrap(),
+                "--json",
+                "--count",
+                "1024",
+                "--repetitions",
+                "3",
+                "--form",
+                form.name(),
+            ],
+            None,
+        );
+        if form.is_supported() {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let forms: Vec<serde_json::Value> = stdout(&o)
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["form"].clone())
+                .collect();
+            assert!(!forms.is_empty() && forms.iter().all(|f| f == form.name()));
+        } else {
+            assert!(!o.status.success());
+            assert_eq!(stdout(&o), "");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains(&format!("this CPU cannot run the {form} form")),
+                "{err}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -49,7 +49,7 @@ mod trie;
 
 pub use form::{Form, UnsupportedForm};
 pub use key::Key;
-pub use prefix::{Ipv4Prefix, Ipv6Prefix, Prefix, PrefixError};
+pub use prefix::{quote, Ipv4Prefix, Ipv6Prefix, Prefix, PrefixError, QUOTE_CHARS};
 pub use reference::ReferenceLpm;
 pub use shared::{shared, LpmReader, LpmReaderFactory, LpmWriter, Op, ReadGuard};
 pub use table::{Lookups, Structure, Table, TableSnapshot};

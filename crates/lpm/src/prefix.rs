@@ -30,10 +30,25 @@ pub enum PrefixError {
         /// The family's width.
         max: u8,
     },
-    /// The length after `/` is not a number.
+    /// The length after `/` is not a number (the text, quoted, at most
+    /// [`QUOTE_CHARS`] characters of it).
     BadLength(String),
-    /// The address part does not parse as an address of this family.
+    /// The address part does not parse as an address of this family (the text, quoted,
+    /// at most [`QUOTE_CHARS`] characters of it).
     BadAddress(String),
+}
+
+/// Characters of a bad input that an error quotes; the rest is counted, not copied (a
+/// 10 MB line must not come back as a 10 MB message).
+pub const QUOTE_CHARS: usize = 40;
+
+/// `text` quoted for an error message: whole if it is short, else its first
+/// [`QUOTE_CHARS`] characters and its length.
+pub fn quote(text: &str) -> String {
+    match text.char_indices().nth(QUOTE_CHARS) {
+        None => format!("{text:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
+    }
 }
 
 impl fmt::Display for PrefixError {
@@ -42,8 +57,8 @@ impl fmt::Display for PrefixError {
             PrefixError::LengthTooLong { len, max } => {
                 write!(f, "prefix length {len} is longer than {max}")
             }
-            PrefixError::BadLength(s) => write!(f, "prefix length {s:?} is not a number"),
-            PrefixError::BadAddress(s) => write!(f, "{s:?} is not a valid address"),
+            PrefixError::BadLength(s) => write!(f, "prefix length {s} is not a number"),
+            PrefixError::BadAddress(s) => write!(f, "{s} is not a valid address"),
         }
     }
 }
@@ -125,16 +140,14 @@ impl<K: Key> FromStr for Prefix<K> {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (addr, len) = match s.split_once('/') {
             Some((a, l)) => {
-                let len: u32 = l
-                    .parse()
-                    .map_err(|_| PrefixError::BadLength(l.to_string()))?;
+                let len: u32 = l.parse().map_err(|_| PrefixError::BadLength(quote(l)))?;
                 (a, len)
             }
             None => (s, u32::from(K::BITS)),
         };
         let addr: K::Addr = addr
             .parse()
-            .map_err(|_| PrefixError::BadAddress(addr.to_string()))?;
+            .map_err(|_| PrefixError::BadAddress(quote(addr)))?;
         if len > u32::from(K::BITS) {
             return Err(PrefixError::LengthTooLong { len, max: K::BITS });
         }
@@ -168,6 +181,29 @@ mod tests {
         let e = "2001:db8::/x".parse::<Ipv6Prefix>().unwrap_err();
         assert!(matches!(e, PrefixError::BadLength(_)));
         assert!("::1/8".parse::<Ipv4Prefix>().is_err());
+    }
+
+    #[test]
+    fn errors_quote_a_bounded_excerpt_of_the_input() {
+        assert_eq!(quote("10.0.0.0"), "\"10.0.0.0\"");
+        let huge = "9".repeat(10 << 20);
+        let e = format!("{huge}/8")
+            .parse::<Ipv4Prefix>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 100, "{} bytes", e.len());
+        assert!(e.contains("(10485760 bytes)"), "{e}");
+        let e = format!("10.0.0.0/{huge}")
+            .parse::<Ipv4Prefix>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 100 && e.starts_with("prefix length \"999"), "{e}");
+        // Cut at a character boundary, never inside one.
+        let wide = "é".repeat(100);
+        assert_eq!(
+            quote(&wide),
+            format!("{:?}... (200 bytes)", "é".repeat(QUOTE_CHARS))
+        );
     }
 
     #[test]
