@@ -1,9 +1,13 @@
 //! # fibre-bench: what fibre measures with, and what it reads routes from
 //!
-//! - [`source`]: route files (prefix lists, update streams, gzip) with precise errors.
+//! - [`source`]: route files (prefix lists, `ip -batch` files, MRT dumps, update streams;
+//!   gzip and bzip2) with precise errors.
 //! - [`addresses`]: matched and uniform address generators.
-//! - [`method`]: the seeds' kbench method (repetitions, trimmed mean, dry run, threads).
-//! - [`lookups`]: the `fibre bench lookup` measurements of the engine.
+//! - [`method`]: the measurement method (repetitions, trimmed mean, dry run, threads).
+//! - [`lookups`]: the `fibre bench lookup` measurements of fibre's tables.
+//! - [`kernel`]: the same routes and lookups in the Linux kernel of a private namespace.
+//! - [`peers`]: other longest-prefix-match libraries measured beside fibre.
+//! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,7 @@
-//! `fibre bench`: measurements. Alone, it reruns the seeds' studies with fibre, a peer
-//! library and the Linux kernel side by side (see `fibre_bench::studies`); `fibre bench
-//! lookup` measures the engine alone on a route file.
+//! `fibre bench`: measurements. Alone, it runs the studies of `fibre_bench::studies`
+//! (lookup cost against table size and threads, real and synthetic tables) with fibre, a
+//! peer library and the Linux kernel side by side; `fibre bench lookup` measures fibre's
+//! tables alone on a route file.
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Choice, Figure, LookupConfig};

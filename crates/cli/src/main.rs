@@ -24,8 +24,9 @@ struct Cli {
 enum Command {
     /// Look up addresses in a route file: prints `ADDR PREFIX` (or `ADDR -`) per address.
     Lookup(lookup::Args),
-    /// Measure fibre against the Linux kernel and a peer library (the seeds' studies),
-    /// or, with `lookup`, the engine alone on a route file.
+    /// Measure fibre against the Linux kernel and a peer library (lookup cost against
+    /// table size, threads, address kinds), or, with `lookup`, fibre's tables alone on a
+    /// route file.
     Bench(Box<bench::BenchArgs>),
 }
 
