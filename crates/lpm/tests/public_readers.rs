@@ -1,0 +1,89 @@
+//! What safe code outside the crate can do to readers, tried through the public API only:
+//! publish twice, keep the first version on another thread, keep changing and publishing
+//! (so that the writer copies, releases and reuses memory), and check that the version
+//! held never changes under its reader. Both structures, every form this CPU runs.
+//!
+//! (The other half, publishing or reclaiming by hand, does not compile: see the
+//! `compile_fail` example in the documentation of `fibre_lpm::shared`.)
+
+use fibre_lpm::{shared, Form, Prefix, Structure, Table};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn prefix(i: u32) -> Prefix<u128> {
+    // Clustered /48s and /64s under two /32s, so updates share blocks and copy them.
+    let base: u128 = if i % 2 == 0 { 0x2001_0db8 } else { 0x2001_0db9 } << 96;
+    if i % 3 == 0 {
+        Prefix::new_clamped(base | u128::from(i) << 64, 64)
+    } else {
+        Prefix::new_clamped(base | u128::from(i) << 80, 48)
+    }
+}
+
+fn held_version_never_changes(structure: Structure, form: Form) {
+    let mut table = Table::with_structure(structure);
+    table.set_form(form).expect("a form this CPU runs");
+    for i in 0..2000 {
+        table.insert(prefix(i), i);
+    }
+    let (mut writer, reader) = shared(table);
+    writer.insert(prefix(5000), 5000);
+    writer.publish(); // the first publish after the initial one
+    let keys: Vec<u128> = (0..3000).map(|i| prefix(i).addr() | 0x1234).collect();
+    let first = reader.read().expect("the writer is alive");
+    let mut expected = vec![None; keys.len()];
+    first.lookup_batch(&keys, &mut expected);
+    assert!(expected.iter().filter(|v| v.is_some()).count() >= 2000);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let checker = s.spawn(|| {
+            // The first version, on another thread, read over and over.
+            let mut out = vec![None; keys.len()];
+            let mut rounds = 0;
+            while !done.load(Ordering::Acquire) || rounds < 3 {
+                first.lookup_batch(&keys, &mut out);
+                assert_eq!(
+                    out, expected,
+                    "{structure}, {form}: the held version changed"
+                );
+                for (&k, &want) in keys.iter().zip(&expected).step_by(17) {
+                    assert_eq!(first.lookup(k), want);
+                }
+                rounds += 1;
+            }
+        });
+        // Meanwhile: change every route many times, publishing often; what the writer
+        // releases is reused as soon as no reader holds it, which must exclude `first`.
+        for round in 0..25u32 {
+            for i in 0..3000 {
+                if (i + round) % 3 == 0 {
+                    writer.remove(prefix(i));
+                } else {
+                    writer.insert(prefix(i), i + round * 10_000);
+                }
+            }
+            writer.publish();
+        }
+        done.store(true, Ordering::Release);
+        checker.join().expect("the checking thread");
+    });
+    assert!(
+        writer.retired_snapshots() >= 1,
+        "the version still held keeps its memory"
+    );
+    drop(first);
+    writer.publish();
+    assert_eq!(writer.retired_snapshots(), 0, "and lets it go once dropped");
+    let now = reader.read().expect("the writer is alive");
+    for (i, &k) in keys.iter().enumerate().step_by(7) {
+        assert_eq!(now.lookup(k), writer.table().lookup(k), "key {i}");
+    }
+}
+
+#[test]
+fn a_version_held_on_another_thread_never_changes() {
+    for structure in Structure::ALL {
+        for form in Form::ALL.into_iter().filter(|f| f.is_supported()) {
+            held_version_never_changes(structure, form);
+        }
+    }
+}
