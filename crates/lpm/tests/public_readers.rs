@@ -11,8 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 fn prefix(i: u32) -> Prefix<u128> {
     // Clustered /48s and /64s under two /32s, so updates share blocks and copy them.
-    let base: u128 = if i % 2 == 0 { 0x2001_0db8 } else { 0x2001_0db9 } << 96;
-    if i % 3 == 0 {
+    let base: u128 = if i.is_multiple_of(2) {
+        0x2001_0db8
+    } else {
+        0x2001_0db9
+    } << 96;
+    if i.is_multiple_of(3) {
         Prefix::new_clamped(base | u128::from(i) << 64, 64)
     } else {
         Prefix::new_clamped(base | u128::from(i) << 80, 48)
