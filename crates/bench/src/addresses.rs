@@ -1,4 +1,4 @@
-//! Addresses to look up, generated as DESIGN.md defines them.
+//! Addresses to look up, of two kinds.
 //!
 //! - *matched*: pick a prefix of the table at random, then random host bits inside it;
 //!   so the address distribution follows the table's prefixes, as traffic to routed

@@ -2,7 +2,7 @@
 //!
 //! - [`source`]: route files (prefix lists, update streams, gzip) with precise errors.
 //! - [`addresses`]: matched and uniform address generators.
-//! - [`method`]: the seeds' kbench method (repetitions, trimmed mean, dry run, threads).
+//! - [`method`]: the measurement method (threads, repetitions, trimmed mean, dry run).
 //! - [`lookups`]: the `fibre bench lookup` measurements of the engine.
 
 pub mod addresses;

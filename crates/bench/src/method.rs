@@ -1,4 +1,5 @@
-//! The measurement method of the seeds' `kbench_mod`, as DESIGN.md states it.
+//! The measurement method, that of `kbench_mod` (a kernel-module benchmark of the Linux
+//! FIB), applied to every engine alike.
 //!
 //! N threads each run the same work; the run is repeated (12 times by default); the
 //! highest and lowest repetitions are dropped; the rest give a mean and a mean absolute

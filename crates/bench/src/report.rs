@@ -1,9 +1,9 @@
-//! Reports of a `fibre bench` run: the seeds' tables in Markdown, and plots in SVG.
+//! Reports of a `fibre bench` run: tables in Markdown, and plots in SVG.
 //!
-//! Tables follow the seeds' shape: rows are engine and family, columns the table size
-//! or the thread count, cells nanoseconds per lookup, and a row of kernel/fibre ratios
-//! under each family. Plots put the table size on a log x axis (or threads on a linear
-//! one) and ns per lookup on a log y axis, since the engines are orders apart.
+//! Rows are engine and family, columns the table size or the thread count, cells
+//! nanoseconds per lookup, and a row of kernel/fibre ratios under each family. Plots put
+//! the table size on a log x axis (or threads on a linear one) and ns per lookup on a log
+//! y axis, since the engines are orders apart.
 
 use plotters::prelude::*;
 use serde_json::Value;
@@ -447,7 +447,7 @@ mod tests {
     }
 
     #[test]
-    fn markdown_has_the_seeds_tables_and_ratios() {
+    fn markdown_has_the_tables_and_ratios() {
         let md = markdown(&sample(), None, "test run");
         assert!(md.contains("| engine | IPv | 10 | 1k | 100k |"), "{md}");
         assert!(

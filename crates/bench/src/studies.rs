@@ -1,7 +1,8 @@
-//! `fibre bench`: the seeds' studies rerun, fibre, a peer library and the Linux kernel
-//! side by side in one run, each figure emitted as it is measured.
+//! `fibre bench`: studies of lookup cost, fibre, a peer library and the Linux kernel side
+//! by side in one run, each figure emitted as it is measured.
 //!
-//! The studies (after `kbench_mod`, `bench-from-bgp`, `bench-many-48`, `bench-many-128`):
+//! The studies (after the Linux FIB benchmarks `kbench_mod`, `bench-from-bgp`,
+//! `bench-many-48` and `bench-many-128`):
 //!
 //! 1. **table size**: random samples of the real table (1, 10, ... 100k routes) and the
 //!    whole table; matched addresses, one thread. Loading each table is measured too.

@@ -1,6 +1,6 @@
-//! `fibre bench`: measurements. Alone, it reruns the seeds' studies with fibre, a peer
-//! library and the Linux kernel side by side (see `fibre_bench::studies`); `fibre bench
-//! lookup` measures the engine alone on a route file.
+//! `fibre bench`: measurements. Alone, it runs the studies of lookup cost with fibre, a
+//! peer library and the Linux kernel side by side (see `fibre_bench::studies`); `fibre
+//! bench lookup` measures the engine alone on a route file.
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Figure, LookupConfig};

@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Look up addresses in a route file: prints `ADDR PREFIX` (or `ADDR -`) per address.
     Lookup(lookup::Args),
-    /// Measure fibre against the Linux kernel and a peer library (the seeds' studies),
+    /// Measure fibre against the Linux kernel and a peer library (studies of lookup cost),
     /// or, with `lookup`, the engine alone on a route file.
     Bench(Box<bench::BenchArgs>),
 }

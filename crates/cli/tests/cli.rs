@@ -435,7 +435,7 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
         2 * 6,
         "every study measured the kernel: {kernel:?}"
     );
-    // A kernel lookup costs tens of nanoseconds at least (DESIGN.md: 55 ns almost empty).
+    // A kernel lookup costs tens of nanoseconds at least, by its own clock.
     assert!(
         kernel
             .iter()
