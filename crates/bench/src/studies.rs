@@ -16,7 +16,7 @@
 //! needs root; without it the studies run fibre's side and say why the kernel is missing.
 
 use crate::addresses;
-use crate::kernel::KernelFib;
+use crate::kernel::{KernelFib, KernelTiming};
 use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode};
 use crate::method::{interleaved, Method, Timing};
 use crate::peers::{build_peers, measure_peer, PeerKey};
@@ -25,6 +25,7 @@ use fibre_lpm::{Engine, Key, Prefix, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use std::io;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -135,6 +136,38 @@ fn to_ip<K: Key>(k: K) -> IpAddr {
     }
 }
 
+/// The kernel's lookup figure: per lookup by its own clock, throughput by the wall clock,
+/// each with the dry run's subtracted (see [`KernelTiming`]), and the four figures the
+/// difference comes from; or the error.
+fn kernel_figure<K: Key>(
+    study: &str,
+    routes: usize,
+    threads: usize,
+    addresses: &str,
+    t: io::Result<KernelTiming>,
+) -> Value {
+    match t {
+        Ok(t) => merge(
+            merge(
+                base::<K>(study, "kernel", routes, "lookup"),
+                lookup_figure(Mode::Scalar, threads, addresses, t.net()),
+            ),
+            json!({"real_clock_ns": t.real.per_op.mean, "dry_clock_ns": t.dry.per_op.mean,
+                   "real_wall_ns": t.real.throughput.mean, "dry_wall_ns": t.dry.throughput.mean}),
+        ),
+        Err(e) => merge(
+            base::<K>(study, "kernel", routes, "error"),
+            json!({"error": e.to_string()}),
+        ),
+    }
+}
+
+/// The kernel's share of `keys`: its lookups per call, at most.
+fn kernel_addresses<K: Key>(keys: &[K], cfg: &StudyConfig) -> Vec<IpAddr> {
+    let n = keys.len().min(cfg.kernel_count as usize);
+    keys[..n].iter().map(|&k| to_ip(k)).collect()
+}
+
 /// `n` distinct routes of `all`, chosen at random.
 fn sample<K: Key>(all: &[Prefix<K>], n: usize, seed: u64) -> Vec<Prefix<K>> {
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -179,25 +212,24 @@ fn measure_engines<K: Key + PeerKey>(
         ));
     }
     if let Some(k) = kernel {
-        let n = keys.len().min(cfg.kernel_count as usize);
-        let ips: Vec<IpAddr> = keys[..n].iter().map(|&k| to_ip(k)).collect();
-        match k.lookups(K::FAMILY, &ips, method, cfg.kernel_count) {
-            Ok(t) => (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "lookup"),
-                lookup_figure(Mode::Scalar, threads, addresses, t),
-            )),
-            Err(e) => (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "error"),
-                json!({"error": e.to_string()}),
-            )),
-        }
+        let ips = kernel_addresses(keys, cfg);
+        let t = k.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+        (sink.emit)(kernel_figure::<K>(
+            study,
+            routes.len(),
+            threads,
+            addresses,
+            t,
+        ));
     }
 }
 
 /// The threads study: every engine on the whole table with 1 up to `cfg.max_threads`
 /// threads. fibre's and the peers' thread counts take turns repetition by repetition, so
 /// the machine's drift hits them alike; the kernel's are measured one after another (each
-/// of its measurements loads a probe program).
+/// of its measurements loads a probe program). Every engine's throughput is measured the
+/// same way: the threads run at once, and the wall time from the first one's start to the
+/// last one's end, over all their lookups, less the dry run's measured the same way.
 fn measure_threads<K: Key + PeerKey>(
     routes: &[Prefix<K>],
     keys: &[K],
@@ -235,23 +267,20 @@ fn measure_threads<K: Key + PeerKey>(
         emit_all(sink, peer.name(), Mode::Scalar, timings);
     }
     if let Some(k) = kernel {
-        let n = keys.len().min(cfg.kernel_count as usize);
-        let ips: Vec<IpAddr> = keys[..n].iter().map(|&k| to_ip(k)).collect();
+        let ips = kernel_addresses(keys, cfg);
         for &threads in &counts {
             let method = Method {
                 repetitions: cfg.repetitions,
                 threads,
             };
-            match k.lookups(K::FAMILY, &ips, method, cfg.kernel_count) {
-                Ok(t) => (sink.emit)(merge(
-                    base::<K>("threads", "kernel", routes.len(), "lookup"),
-                    lookup_figure(Mode::Scalar, threads, "matched", t),
-                )),
-                Err(e) => (sink.emit)(merge(
-                    base::<K>("threads", "kernel", routes.len(), "error"),
-                    json!({"error": e.to_string()}),
-                )),
-            }
+            let t = k.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+            (sink.emit)(kernel_figure::<K>(
+                "threads",
+                routes.len(),
+                threads,
+                "matched",
+                t,
+            ));
         }
     }
 }
@@ -472,12 +501,9 @@ fn updates_study(
         repetitions: cfg.repetitions,
         threads: 1,
     };
-    let ips: Vec<IpAddr> = sets[0].keys[..cfg.kernel_count as usize]
-        .iter()
-        .map(|&k| to_ip(k))
-        .collect();
+    let ips = kernel_addresses(&sets[0].keys, cfg);
     let alone = kernel.lookups(4, &ips, method, cfg.kernel_count);
-    let under: std::io::Result<Timing> = std::thread::scope(|s| {
+    let under: io::Result<KernelTiming> = std::thread::scope(|s| {
         let ns = kernel.namespace();
         let writer = s.spawn(|| {
             // ip stops at the first failing command (a withdrawal of a missing route),
@@ -489,13 +515,8 @@ fn updates_study(
         t
     });
     for (t, writer) in [(alone, false), (under, true)] {
-        if let Ok(t) = t {
-            let mut f = merge(
-                base::<u32>("updates", "kernel", rib.len(), "lookup"),
-                lookup_figure(Mode::Scalar, 1, "matched", t),
-            );
-            f["writer"] = json!(writer);
-            (sink.emit)(f);
-        }
+        let mut f = kernel_figure::<u32>("updates", rib.len(), 1, "matched", t);
+        f["writer"] = json!(writer);
+        (sink.emit)(f);
     }
 }

@@ -442,6 +442,23 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
             .all(|f| f["ns_per_lookup"].as_f64().unwrap() > 10.0),
         "{kernel:?}"
     );
+    for f in &kernel {
+        // Throughput is the wall clock's, with the figures it is made of beside it.
+        for key in [
+            "real_clock_ns",
+            "dry_clock_ns",
+            "real_wall_ns",
+            "dry_wall_ns",
+        ] {
+            assert!(f[key].as_f64().unwrap() > 0.0, "{key} in {f}");
+        }
+        // The wall clock around a call sees at least what the kernel's clock inside it saw.
+        assert!(
+            f["real_wall_ns"].as_f64().unwrap() * f["threads"].as_f64().unwrap()
+                >= f["real_clock_ns"].as_f64().unwrap() * 0.9,
+            "{f}"
+        );
+    }
     std::fs::remove_dir_all(&out).unwrap();
 }
 
