@@ -168,6 +168,15 @@ fn kernel_addresses<K: Key>(keys: &[K], cfg: &StudyConfig) -> Vec<IpAddr> {
     keys[..n].iter().map(|&k| to_ip(k)).collect()
 }
 
+/// `ops` over `seconds` as JSON: null when the time is not positive.
+fn rate(ops: usize, seconds: f64) -> Value {
+    if seconds > 0.0 {
+        json!(ops as f64 / seconds)
+    } else {
+        Value::Null
+    }
+}
+
 /// `n` distinct routes of `all`, chosen at random.
 fn sample<K: Key>(all: &[Prefix<K>], n: usize, seed: u64) -> Vec<Prefix<K>> {
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -296,7 +305,7 @@ fn load_kernel<K: Key>(
         Ok(cost) => {
             (sink.emit)(merge(
                 base::<K>(study, "kernel", routes.len(), "load"),
-                json!({"seconds": cost.seconds, "routes_per_sec": routes.len() as f64 / cost.seconds,
+                json!({"seconds": cost.seconds, "routes_per_sec": rate(routes.len(), cost.seconds),
                        "slab_bytes": cost.slab_bytes, "bytes_per_route": cost.slab_bytes as f64 / routes.len().max(1) as f64}),
             ));
             Some(k)
@@ -329,9 +338,9 @@ fn fibre_load<K: Key>(study: &str, routes: &[Prefix<K>], sink: &mut Sink<'_>) {
     let m = t.memory();
     (sink.emit)(merge(
         base::<K>(study, "fibre", routes.len(), "load"),
-        json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs,
-               "insert_per_sec": routes.len() as f64 / inc_secs,
-               "remove_per_sec": routes.len() as f64 / remove_secs,
+        json!({"seconds": secs, "routes_per_sec": rate(routes.len(), secs),
+               "insert_per_sec": rate(routes.len(), inc_secs),
+               "remove_per_sec": rate(routes.len(), remove_secs),
                "lookup_bytes": m.lookup_bytes, "update_bytes": m.update_bytes,
                "bytes_per_route": (m.lookup_bytes + m.update_bytes) as f64 / routes.len().max(1) as f64}),
     ));
@@ -414,7 +423,7 @@ fn family_studies<K: Key + PeerKey>(
                 let figure = match k.unload(&routes) {
                     Ok(secs) => merge(
                         base::<K>("table-size", "kernel", routes.len(), "delete"),
-                        json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs}),
+                        json!({"seconds": secs, "routes_per_sec": rate(routes.len(), secs)}),
                     ),
                     Err(e) => merge(
                         base::<K>("table-size", "kernel", routes.len(), "error"),

@@ -458,6 +458,16 @@ fn print_figure(f: &Figure, json: bool) {
         return;
     }
     let num = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
+    // A figure that could not be trusted is null in the figure, with the reason beside.
+    let ns = |k: &str, width: usize| match f[k].as_f64() {
+        Some(v) => format!("{v:width$.2}"),
+        None => format!("{:>width$}", "–"),
+    };
+    let notes: String = ["ns_per_lookup_note", "throughput_ns_note"]
+        .iter()
+        .filter_map(|k| f[*k].as_str())
+        .map(|n| format!(" ({n})"))
+        .collect();
     let family = format!("IPv{} {} routes", f["family"], group(num("routes") as u64));
     match f["metric"].as_str().unwrap_or("") {
         "build" => println!("{family}: bulk build {:.3} s ({:.2} M routes/s)", num("seconds"), num("routes_per_sec") / 1e6),
@@ -482,7 +492,7 @@ fn print_figure(f: &Figure, json: bool) {
             num("ops_per_sec") / 1e6
         ),
         "lookup" => println!(
-            "{family}: {:<8} {:<6} {} thread(s){}: {:7.2} ns/lookup ±{:.2}, throughput {:7.2} ns ({:.1} M lookups/s)",
+            "{family}: {:<8} {:<6} {} thread(s){}: {} ns/lookup ±{:.2}, throughput {} ns ({} M lookups/s){notes}",
             f["addresses"].as_str().unwrap_or(""),
             f["mode"].as_str().unwrap_or(""),
             f["threads"],
@@ -491,10 +501,12 @@ fn print_figure(f: &Figure, json: bool) {
                 (Some(true), _) => " + writer",
                 _ => "",
             },
-            num("ns_per_lookup"),
+            ns("ns_per_lookup", 7),
             num("mean_dev"),
-            num("throughput_ns"),
-            num("lookups_per_sec") / 1e6
+            ns("throughput_ns", 7),
+            f["lookups_per_sec"]
+                .as_f64()
+                .map_or("–".into(), |v| format!("{:.1}", v / 1e6))
         ),
         _ => println!("{f}"),
     }

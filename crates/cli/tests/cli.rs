@@ -186,7 +186,6 @@ fn bench_lookup_json_has_the_documented_keys() {
             "mode",
             "threads",
             "addresses",
-            "ns_per_lookup",
             "mean_dev",
         ] {
             assert!(!f[key].is_null(), "{key} missing in {f}");
@@ -194,7 +193,8 @@ fn bench_lookup_json_has_the_documented_keys() {
         assert_eq!(f["engine"], "fibre");
         assert!(f["family"] == 4 || f["family"] == 6);
         assert!(f["mode"] == "scalar" || f["mode"] == "batch");
-        assert!(f["ns_per_lookup"].as_f64().unwrap().is_finite());
+        assert_figure(f, "ns_per_lookup");
+        assert_figure(f, "throughput_ns");
     }
     assert_eq!(
         figures
@@ -391,10 +391,26 @@ fn bench_without_the_kernel_writes_report_plots_and_figures() {
     assert!(lookups
         .iter()
         .all(|f| f["engine"] == "fibre" || f["engine"] == "prefix-trie"));
-    assert!(lookups
-        .iter()
-        .all(|f| f["ns_per_lookup"].as_f64().unwrap().is_finite()));
+    for f in &lookups {
+        assert_figure(f, "ns_per_lookup");
+        assert_figure(f, "throughput_ns");
+    }
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// A figure that came out of a subtraction is a positive number, or null with the reason
+/// beside it (`KEY_note`); never zero, negative or missing.
+fn assert_figure(f: &serde_json::Value, key: &str) {
+    match f[key].as_f64() {
+        Some(v) => assert!(v.is_finite() && v > 0.0, "{key} in {f}"),
+        None => {
+            assert!(f[key].is_null(), "{key} in {f}");
+            assert!(
+                f.get(key).is_some() && f[format!("{key}_note")].is_string(),
+                "{key} is null without a reason: {f}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -444,6 +460,7 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
     );
     for f in &kernel {
         // Throughput is the wall clock's, with the figures it is made of beside it.
+        assert_figure(f, "throughput_ns");
         for key in [
             "real_clock_ns",
             "dry_clock_ns",
