@@ -303,10 +303,17 @@ fn load_kernel<K: Key>(
     let k = KernelFib::new().ok()?;
     match k.load(routes) {
         Ok(cost) => {
+            let memory = match &cost.slab {
+                Ok(bytes) => json!({"slab_bytes": bytes,
+                                    "bytes_per_route": *bytes as f64 / routes.len().max(1) as f64}),
+                Err(why) => json!({"slab_bytes": null, "bytes_per_route": null, "slab_note": why}),
+            };
             (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "load"),
-                json!({"seconds": cost.seconds, "routes_per_sec": rate(routes.len(), cost.seconds),
-                       "slab_bytes": cost.slab_bytes, "bytes_per_route": cost.slab_bytes as f64 / routes.len().max(1) as f64}),
+                merge(
+                    base::<K>(study, "kernel", routes.len(), "load"),
+                    json!({"seconds": cost.seconds, "routes_per_sec": rate(routes.len(), cost.seconds)}),
+                ),
+                memory,
             ));
             Some(k)
         }

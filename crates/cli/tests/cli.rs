@@ -398,6 +398,19 @@ fn bench_without_the_kernel_writes_report_plots_and_figures() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
+/// True if `text` holds a negative number (a minus sign before a digit, not inside a
+/// word such as "many-48") or a NaN or infinity.
+fn has_impossible_number(text: &str) -> bool {
+    let b = text.as_bytes();
+    let negative = (0..b.len().saturating_sub(1)).any(|i| {
+        b[i] == b'-' && b[i + 1].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+    });
+    negative
+        || text
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|w| matches!(w.to_lowercase().as_str(), "nan" | "inf" | "infinity"))
+}
+
 /// A figure that came out of a subtraction is a positive number, or null with the reason
 /// beside it (`KEY_note`); never zero, negative or missing.
 fn assert_figure(f: &serde_json::Value, key: &str) {
@@ -476,6 +489,19 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
             "{f}"
         );
     }
+    // The kernel's memory: a positive figure, or none with the reason.
+    let loads: Vec<_> = figures(&out)
+        .into_iter()
+        .filter(|f| f["engine"] == "kernel" && f["metric"] == "load")
+        .collect();
+    assert_eq!(loads.len(), 2 * 3, "{loads:?}");
+    for f in &loads {
+        match f["bytes_per_route"].as_f64() {
+            Some(b) => assert!(b > 0.0 && f["slab_bytes"].as_u64().unwrap() > 0, "{f}"),
+            None => assert!(f["slab_note"].is_string(), "{f}"),
+        }
+    }
+    assert!(!has_impossible_number(&report), "{report}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
