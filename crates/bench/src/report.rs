@@ -350,24 +350,30 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
         .filter(|f| f["study"] == "updates" && f["metric"] == "lookup")
         .collect();
     if !upd.is_empty() {
-        let _ = writeln!(out, "## Lookups while the real day of updates is applied (IPv4)\n\n| engine | mode | threads | writer | ns per lookup |\n|---|---|---:|---|---:|");
-        for f in upd {
-            let figure = notes.show(
-                cell(f, "ns_per_lookup", "mean_dev", "ns_per_lookup_note").as_ref(),
-                ns_dev,
-            );
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {figure} |",
-                f["engine"].as_str().unwrap_or(""),
-                f["mode"].as_str().unwrap_or(""),
-                f["threads"],
-                match (f["writer"] == true, f["writer_table"].as_str()) {
-                    (true, Some("private")) => "applying updates to its own table (control)",
-                    (true, _) => "applying updates",
-                    _ => "idle",
-                },
-            );
+        let _ = writeln!(out, "## Lookups while the real day of updates is applied\n\nOne reader, matched addresses of the family's whole table; ns per lookup, dry run subtracted. fibre's readers read a shared table while its writer applies the day's updates flat out (publishing every 64), against the same readers with the writer idle, and with the writer applying them to a table of its own (the control: what any writer's memory traffic costs). The kernel's lookups run while `ip -batch` applies the same stream.\n\n| engine | IPv | mode | threads | writer | ns per lookup |\n|---|---|---|---:|---|---:|");
+        for fam in [4u64, 6] {
+            for f in upd.iter().filter(|f| f["family"] == fam) {
+                let engine = match (f["engine"].as_str(), f["structure"].as_str()) {
+                    (Some(e), Some(s)) => format!("{e} ({s})"),
+                    (Some(e), None) => e.to_string(),
+                    _ => String::new(),
+                };
+                let figure = notes.show(
+                    cell(f, "ns_per_lookup", "mean_dev", "ns_per_lookup_note").as_ref(),
+                    ns_dev,
+                );
+                let _ = writeln!(
+                    out,
+                    "| {engine} | {fam} | {} | {} | {} | {figure} |",
+                    f["mode"].as_str().unwrap_or(""),
+                    f["threads"],
+                    match (f["writer"] == true, f["writer_table"].as_str()) {
+                        (true, Some("private")) => "applying updates to its own table (control)",
+                        (true, _) => "applying updates",
+                        _ => "idle",
+                    },
+                );
+            }
         }
         let _ = writeln!(out);
         notes.write(&mut out);
@@ -642,23 +648,24 @@ mod tests {
         f["throughput_mean_dev"] = json!(-1.0);
         v.push(f);
         // The kernel's memory as it once printed (many-128, 10k routes), and as it now
-        // comes when the counter says nothing (with a rate no load can have).
+        // comes when the counter says nothing.
         v.push(json!({"engine": "kernel", "family": 6, "routes": 10_000, "metric": "load", "study": "many-128",
                       "seconds": 0.2, "routes_per_sec": 50_000.0, "slab_bytes": -409_890_000i64, "bytes_per_route": -40_989.0}));
         v.push(json!({"engine": "kernel", "family": 4, "routes": 10, "metric": "load", "study": "table-size",
                       "seconds": 0.01, "routes_per_sec": -1000.0, "slab_bytes": null, "bytes_per_route": null,
                       "slab_note": "the machine-wide slab counter grew by 0 KiB, below its noise"}));
-        // The updates section, with a null and a negative figure.
-        for ns in [Value::Null, json!(-2.0)] {
-            let mut f = fig("fibre", "scalar", 4, 1000, 1, 1.0, "updates");
+        // The updates section, each family, with a null and a negative figure.
+        for (fam, ns) in [(4u64, Value::Null), (6, json!(-2.0))] {
+            let mut f = fig("fibre", "scalar", fam, 1000, 1, 1.0, "updates");
             f["ns_per_lookup"] = ns;
             f["writer"] = json!(true);
             f["writer_table"] = json!("shared");
+            f["structure"] = json!(if fam == 4 { "trie" } else { "range tree" });
+            v.push(f);
+            let mut f = fig("kernel", "scalar", fam, 1000, 1, 300.0, "updates");
+            f["writer"] = json!(true);
             v.push(f);
         }
-        let mut f = fig("kernel", "scalar", 4, 1000, 1, 300.0, "updates");
-        f["writer"] = json!(true);
-        v.push(f);
         let md = markdown(&v, None, "test run");
         assert!(!has_negative_number(&md), "{md}");
         let words: Vec<String> = md
@@ -689,18 +696,18 @@ mod tests {
             md.contains("| kernel (many-128) | 6 | 10000 | 50000 | – | – | –"),
             "{md}"
         );
+        assert!(md.contains("the machine-wide slab counter grew by 0 KiB, below its noise."));
+        assert!(md.contains("| kernel (table-size) | 4 | 10 | –"), "{md}");
         assert!(
-            md.contains("| kernel (table-size) | 4 | 10 | –¹ | – | – | –² |"),
-            "{md}"
-        );
-        assert!(md.contains("² the machine-wide slab counter grew by 0 KiB, below its noise."));
-        assert!(
-            md.contains("| fibre | scalar | 1 | applying updates | –²")
-                && md.contains("| fibre | scalar | 1 | applying updates | –¹"),
+            md.contains("| fibre (trie) | 4 | scalar | 1 | applying updates | –"),
             "{md}"
         );
         assert!(
-            md.contains("| kernel | scalar | 1 | applying updates | 300 ±0.5 |"),
+            md.contains("| fibre (range tree) | 6 | scalar | 1 | applying updates | –"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| kernel | 6 | scalar | 1 | applying updates | 300 ±0.5 |"),
             "{md}"
         );
         // No ratio is drawn from a missing figure.

@@ -55,6 +55,10 @@ pub struct StudyArgs {
     /// always added).
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<usize>>,
+    /// Table sizes of the many-48 and many-128 studies of --full, comma-separated
+    /// (default: 10000,100000,1000000).
+    #[arg(long, value_delimiter = ',')]
+    many_sizes: Option<Vec<usize>>,
     /// Leave the kernel out.
     #[arg(long)]
     no_kernel: bool,
@@ -146,7 +150,9 @@ fn shipped(name: &str) -> PathBuf {
 }
 
 fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use fibre_bench::studies::{run_studies, step_count, Sink, StudyConfig};
+    use fibre_bench::studies::{
+        kernel_missing, run_studies, step_count, Sink, StudyConfig, StudyInput,
+    };
     use std::io::Write;
     let routes = if args.routes.is_empty() {
         vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
@@ -187,6 +193,12 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(s) = args.sizes.clone() {
         cfg.sizes = s;
     }
+    if let Some(s) = args.many_sizes.clone() {
+        if s.contains(&0) {
+            return Err("--many-sizes must be at least 1".into());
+        }
+        cfg.many_sizes = s;
+    }
     let out = args
         .out
         .clone()
@@ -194,8 +206,14 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     eprintln!("fibre bench: writing to {}", out.display());
     let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
-    let families = usize::from(!v4.is_empty()) + usize::from(!v6.is_empty());
-    let progress = ProgressBar::new(step_count(&cfg, families));
+    let input = StudyInput {
+        v4: &v4,
+        v6: &v6,
+        updates_v4: &upd.v4,
+        updates_v6: &upd.v6,
+    };
+    let with_kernel = kernel_missing(&cfg).is_none();
+    let progress = ProgressBar::new(step_count(&input, &cfg, with_kernel));
     progress.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed:>4} {msg}")
             .expect("valid template"),
@@ -218,9 +236,7 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         progress.set_message(s.to_string());
     };
     let missing = run_studies(
-        &v4,
-        &v6,
-        &upd.v4,
+        &input,
         &cfg,
         &mut Sink {
             emit: &mut emit,
