@@ -311,6 +311,7 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
                 .iter()
                 .find(|d| {
                     d["metric"] == "delete"
+                        && d["study"] == f["study"]
                         && d["engine"] == f["engine"]
                         && d["family"] == f["family"]
                         && d["routes"] == f["routes"]
@@ -589,6 +590,15 @@ mod tests {
         );
         assert!(
             md.contains("| kernel (table-size) | 6 | 100000 | 50000 | – | 25000 | 700 |"),
+            "{md}"
+        );
+        // The delete was of the table-size study's table, not the updates study's.
+        let mut v = sample();
+        v.push(json!({"engine": "kernel", "family": 6, "routes": 100_000, "metric": "load", "study": "updates",
+                      "seconds": 2.0, "routes_per_sec": 50_000.0, "bytes_per_route": 700.0}));
+        let md = markdown(&v, None, "test run");
+        assert!(
+            md.contains("| kernel (updates) | 6 | 100000 | 50000 | – | – | 700 |"),
             "{md}"
         );
         let missing = markdown(&sample(), Some("measuring the kernel needs root"), "x");
