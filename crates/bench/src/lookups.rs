@@ -398,18 +398,57 @@ fn interference<K: Key>(
     })
 }
 
+/// Why a per-lookup figure (`ns_per_lookup`) that is not positive is no figure.
+pub const PER_LOOKUP_NOTE: &str = "the dry run took as long as the lookups or longer, so \
+    what is left of the difference is noise: no figure";
+/// Why a throughput figure (`throughput_ns`) that is not positive is no figure.
+pub const THROUGHPUT_NOTE: &str = "the dry run's wall time was as long as the lookups' or \
+    longer, so what is left of the difference is noise: no figure";
+/// Why a figure smaller than its own mean deviation is no figure.
+pub const NOISE_NOTE: &str = "the difference between the lookups and the dry run came out \
+    smaller than its own mean deviation, so it cannot be told from noise: no figure";
+
+/// Puts `value` under `key` if it is a positive, finite number of nanoseconds at least
+/// its mean deviation `dev`; otherwise null under `key` and why under `key_note`
+/// (`not_positive` if it is not positive). Every figure here is a difference (the real
+/// run less the dry run), which noise can make zero or negative, or leave too small to
+/// tell from noise: such a figure cannot be trusted, and must not be printed as one.
+fn put_figure(figure: &mut Value, key: &str, value: f64, dev: f64, not_positive: &str) {
+    let note = if !(value.is_finite() && value > 0.0) {
+        not_positive
+    } else if value < dev {
+        NOISE_NOTE
+    } else {
+        figure[key] = json!(value);
+        return;
+    };
+    figure[key] = Value::Null;
+    figure[format!("{key}_note")] = json!(note);
+}
+
 fn lookup_fields(mode: Mode, threads: usize, addresses: &str, t: Timing, writer: bool) -> Value {
-    json!({
+    let mut f = json!({
         "mode": mode.name(),
         "threads": threads,
         "addresses": addresses,
-        "ns_per_lookup": t.per_op.mean,
         "mean_dev": t.per_op.mean_dev,
-        "throughput_ns": t.throughput.mean,
         "throughput_mean_dev": t.throughput.mean_dev,
-        "lookups_per_sec": 1e9 / t.throughput.mean,
         "writer": writer,
-    })
+    });
+    let (p, th) = (t.per_op, t.throughput);
+    put_figure(&mut f, "ns_per_lookup", p.mean, p.mean_dev, PER_LOOKUP_NOTE);
+    put_figure(
+        &mut f,
+        "throughput_ns",
+        th.mean,
+        th.mean_dev,
+        THROUGHPUT_NOTE,
+    );
+    f["lookups_per_sec"] = match f["throughput_ns"].as_f64() {
+        Some(ns) => json!(1e9 / ns),
+        None => Value::Null,
+    };
+    f
 }
 
 /// Applies an update stream to a table: announcements insert (value = position in the
@@ -528,4 +567,49 @@ fn run<K: Key>(
     }
     black_box(acc);
     keys.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(per_op: f64, throughput: f64) -> Timing {
+        Timing {
+            per_op: Stat {
+                mean: per_op,
+                mean_dev: 0.5,
+            },
+            throughput: Stat {
+                mean: throughput,
+                mean_dev: 0.25,
+            },
+        }
+    }
+
+    #[test]
+    fn figures_that_are_not_positive_are_null_with_a_note() {
+        let f = lookup_figure(Mode::Scalar, 2, "matched", timing(12.5, 6.25));
+        assert_eq!(f["ns_per_lookup"], 12.5);
+        assert_eq!(f["throughput_ns"], 6.25);
+        assert_eq!(f["lookups_per_sec"], 1.6e8);
+        assert!(f.get("ns_per_lookup_note").is_none() && f.get("throughput_ns_note").is_none());
+        for (per_op, throughput) in [(-0.3, 4.0), (0.0, -2.0), (f64::NAN, f64::INFINITY)] {
+            let f = lookup_figure(Mode::Batch, 1, "matched", timing(per_op, throughput));
+            assert!(f["ns_per_lookup"].is_null(), "{f}");
+            assert_eq!(f["ns_per_lookup_note"], PER_LOOKUP_NOTE);
+            if throughput > 0.0 && throughput.is_finite() {
+                assert_eq!(f["throughput_ns"], throughput);
+            } else {
+                assert!(f["throughput_ns"].is_null() && f["lookups_per_sec"].is_null());
+                assert_eq!(f["throughput_ns_note"], THROUGHPUT_NOTE);
+            }
+            let text = f.to_string();
+            assert!(!text.contains("-0.3") && !text.contains("-2"), "{text}");
+        }
+        // Positive, but within its own mean deviation (0.5 and 0.25 here).
+        let f = lookup_figure(Mode::Scalar, 1, "matched", timing(0.4, 0.3));
+        assert!(f["ns_per_lookup"].is_null(), "{f}");
+        assert_eq!(f["ns_per_lookup_note"], NOISE_NOTE);
+        assert_eq!(f["throughput_ns"], 0.3);
+    }
 }

@@ -1,4 +1,5 @@
-//! The measurement method of the seeds' `kbench_mod`, as DESIGN.md states it.
+//! The measurement method, that of `kbench_mod` (a kernel-module benchmark of the Linux
+//! FIB), applied to every engine alike.
 //!
 //! N threads each run the same work; the run is repeated (12 times by default); the
 //! highest and lowest repetitions are dropped; the rest give a mean and a mean absolute
@@ -116,35 +117,27 @@ pub fn interleaved(
         .collect()
 }
 
-/// Like [`measure`], for work that times itself: `work` returns its operations and the
-/// nanoseconds per operation its own clock measured (the kernel times
-/// `BPF_PROG_TEST_RUN` loops itself; the wall time around the system call includes the
-/// kernel swapping its XDP dispatcher, milliseconds of noise). The per-operation figure
-/// is that clock's; the throughput figure is it divided by the threads that can run at
-/// once (at most the CPUs), which start their repetitions together behind a barrier.
+/// Like [`measure`], for work that also times itself: `work` returns its operations and
+/// the nanoseconds per operation its own clock measured (the kernel times its
+/// `BPF_PROG_TEST_RUN` loop itself). The per-operation figure is that clock's, averaged
+/// over threads; the throughput figure is measured exactly as [`measure`] measures it:
+/// the threads start each repetition together behind a barrier, and the wall time from
+/// the first one's start to the last one's end is divided by all their operations.
 pub fn measure_self_timed<S, Setup, Work>(method: Method, setup: Setup, work: Work) -> Timing
 where
     Setup: Fn(usize) -> S + Sync,
-    Work: Fn(&mut S, usize) -> f64 + Sync,
+    Work: Fn(&mut S, usize) -> (u64, f64) + Sync,
 {
-    let threads = method.threads.max(1);
-    let samples: Vec<Vec<f64>> = run_threads(method, setup, |s, rep| work(s, rep))
-        .into_iter()
-        .map(|runs| runs.into_iter().map(|(_, _, ns)| ns).collect())
-        .collect();
+    let runs = run_threads(method, setup, work);
+    let (_, throughput) = wall_figures(&runs, |r| r.0);
+    let threads = runs.len().max(1);
     let reps = method.repetitions.max(1);
     let per_op: Vec<f64> = (0..reps)
-        .map(|rep| samples.iter().map(|s| s[rep]).sum::<f64>() / threads as f64)
+        .map(|rep| runs.iter().map(|r| r[rep].2 .1).sum::<f64>() / threads as f64)
         .collect();
-    let per_op = Stat::trimmed(&per_op);
-    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
-    let at_once = threads.min(cpus) as f64;
     Timing {
-        per_op,
-        throughput: Stat {
-            mean: per_op.mean / at_once,
-            mean_dev: per_op.mean_dev / at_once,
-        },
+        per_op: Stat::trimmed(&per_op),
+        throughput: Stat::trimmed(&throughput),
     }
 }
 
@@ -191,6 +184,35 @@ where
     })
 }
 
+/// Per repetition, from what [`run_threads`] returned (`ops` reads the operations out of
+/// what the work returned): each thread's wall time per operation averaged over threads,
+/// and the wall time from the first thread's start to the last one's end over all
+/// operations of all threads.
+fn wall_figures<R>(
+    runs: &[Vec<(Instant, Instant, R)>],
+    ops: impl Fn(&R) -> u64,
+) -> (Vec<f64>, Vec<f64>) {
+    let ns = |d: Duration| d.as_secs_f64() * 1e9;
+    let threads = runs.len().max(1);
+    let reps = runs.first().map_or(0, Vec::len);
+    let mut per_op = Vec::with_capacity(reps);
+    let mut throughput = Vec::with_capacity(reps);
+    for rep in 0..reps {
+        let this: Vec<_> = runs.iter().map(|r| &r[rep]).collect();
+        let per_thread: f64 = this
+            .iter()
+            .map(|(s, e, r)| ns(*e - *s) / ops(r).max(1) as f64)
+            .sum::<f64>()
+            / threads as f64;
+        let first = this.iter().map(|r| r.0).min().expect("one thread at least");
+        let last = this.iter().map(|r| r.1).max().expect("one thread at least");
+        let all_ops: u64 = this.iter().map(|r| ops(&r.2)).sum();
+        per_op.push(per_thread);
+        throughput.push(ns(last - first) / all_ops.max(1) as f64);
+    }
+    (per_op, throughput)
+}
+
 /// Runs `work(thread, repetition)` on `method.threads` threads, each repetition started
 /// together behind a barrier; `work` returns how many operations it did. Returns ns per
 /// operation. `setup(thread)` builds each thread's state once, outside the timing.
@@ -199,26 +221,8 @@ where
     Setup: Fn(usize) -> S + Sync,
     Work: Fn(&mut S, usize) -> u64 + Sync,
 {
-    let threads = method.threads.max(1);
-    let reps = method.repetitions.max(1);
-    // Per thread, per repetition: (start, end, operations).
     let runs = run_threads(method, setup, work);
-    let ns = |d: Duration| d.as_secs_f64() * 1e9;
-    let mut per_op = Vec::with_capacity(reps);
-    let mut throughput = Vec::with_capacity(reps);
-    for rep in 0..reps {
-        let this: Vec<_> = runs.iter().map(|r| r[rep]).collect();
-        let per_thread: f64 = this
-            .iter()
-            .map(|&(s, e, ops)| ns(e - s) / ops.max(1) as f64)
-            .sum::<f64>()
-            / threads as f64;
-        let first = this.iter().map(|r| r.0).min().expect("one thread at least");
-        let last = this.iter().map(|r| r.1).max().expect("one thread at least");
-        let all_ops: u64 = this.iter().map(|r| r.2).sum();
-        per_op.push(per_thread);
-        throughput.push(ns(last - first) / all_ops.max(1) as f64);
-    }
+    let (per_op, throughput) = wall_figures(&runs, |&ops| ops);
     Timing {
         per_op: Stat::trimmed(&per_op),
         throughput: Stat::trimmed(&throughput),
@@ -312,5 +316,33 @@ mod tests {
             t.throughput.mean >= 1000.0 && t.throughput.mean < t.per_op.mean,
             "{t:?}"
         );
+    }
+
+    #[test]
+    fn self_timed_throughput_is_wall_time_not_the_clock_over_threads() {
+        // Each call claims 1 ns per operation by its own clock but takes 4 ms of wall
+        // time for 1000 operations: the per-operation figure is the claim, the
+        // throughput is what the wall clock saw, 2 threads at once or not.
+        for threads in [1, 2] {
+            let t = measure_self_timed(
+                Method {
+                    repetitions: 3,
+                    threads,
+                },
+                |_| (),
+                |_, _| {
+                    std::thread::sleep(Duration::from_millis(4));
+                    (1000, 1.0)
+                },
+            );
+            assert_eq!(t.per_op.mean, 1.0, "{t:?}");
+            // Sleeping threads overlap whatever the CPUs: at least 4 ms for all
+            // `threads * 1000` operations.
+            let floor = 4e6 / (1000 * threads) as f64;
+            assert!(
+                t.throughput.mean >= floor && t.throughput.mean < 2.0 * 4e6 / 1000.0,
+                "{threads} thread(s): {t:?}"
+            );
+        }
     }
 }

@@ -1,9 +1,8 @@
 //! Peer libraries measured beside fibre in the same run, by the same method.
 //!
-//! `prefix-trie` (a Rust prefix map with longest-prefix match, 56 / 150 ns a lookup on
-//! the full IPv4 / IPv6 tables on this project's machine) is built from the same routes
-//! and asked for the same addresses, one at a time, with the same dry run subtracted. Behind the `peers` cargo feature (on by
-//! default).
+//! `prefix-trie` (a Rust prefix map with longest-prefix match) is built from the same
+//! routes and asked for the same addresses, one at a time, with the same dry run
+//! subtracted. Behind the `peers` cargo feature (on by default).
 
 use crate::method::{measure, Method, Timing};
 use fibre_lpm::{Key, Prefix};

@@ -1,9 +1,14 @@
-//! Reports of a `fibre bench` run: the seeds' tables in Markdown, and plots in SVG.
+//! Reports of a `fibre bench` run: tables in Markdown, and plots in SVG.
 //!
-//! Tables follow the seeds' shape: rows are engine and family, columns the table size
-//! or the thread count, cells nanoseconds per lookup, and a row of kernel/fibre ratios
-//! under each family. Plots put the table size on a log x axis (or threads on a linear
-//! one) and ns per lookup on a log y axis, since the engines are orders apart.
+//! Rows are engine and family, columns the table size or the thread count, cells
+//! nanoseconds per lookup, and a row of kernel/fibre ratios under each family. Plots put
+//! the table size on a log x axis (or threads on a linear one) and ns per lookup on a log
+//! y axis, since the engines are orders apart.
+//!
+//! Every figure shown is a positive quantity (a time, a rate, bytes). A figure that is
+//! null in the run's figures (one the run could not trust, with its reason in a `_note`
+//! field), or that is zero, negative or not finite (impossible), is shown as "–" with a
+//! footnote saying why, never as a number.
 
 use plotters::prelude::*;
 use serde_json::Value;
@@ -49,8 +54,95 @@ fn label(r: &Row) -> String {
     }
 }
 
-/// Lookup figures of one study and family: row -> column -> (ns, mean deviation).
-type Grid = BTreeMap<Row, BTreeMap<u64, (f64, f64)>>;
+/// Why a figure the run recorded as a number is not shown.
+const IMPOSSIBLE: &str = "the run recorded zero, a negative or a non-finite value here, \
+    which no real time, rate or size can be: not shown";
+/// Why a figure the run recorded as null, without a reason, is not shown.
+const UNRECORDED: &str = "the run recorded no figure here";
+
+/// A cell of a report table: a figure and its mean deviation, or why there is none.
+#[derive(Clone, Debug, PartialEq)]
+enum Cell {
+    Figure(f64, Option<f64>),
+    NoFigure(String),
+}
+
+/// The cell of field `key` of figure `f` (its mean deviation in `dev_key`, the reason it
+/// is missing in `note_key`); `None` if the figure does not have the field at all.
+fn cell(f: &Value, key: &str, dev_key: &str, note_key: &str) -> Option<Cell> {
+    let note = || f[note_key].as_str().unwrap_or(UNRECORDED).to_string();
+    match f.get(key)? {
+        Value::Null => Some(Cell::NoFigure(note())),
+        v => match v.as_f64() {
+            Some(x) if x.is_finite() && x > 0.0 => {
+                let dev = f[dev_key].as_f64().filter(|d| d.is_finite() && *d >= 0.0);
+                Some(Cell::Figure(x, dev))
+            }
+            _ => Some(Cell::NoFigure(IMPOSSIBLE.into())),
+        },
+    }
+}
+
+/// The note key of a lookup figure's field.
+fn note_key(value: &str) -> &'static str {
+    match value {
+        "throughput_ns" => "throughput_ns_note",
+        _ => "ns_per_lookup_note",
+    }
+}
+
+/// The deviation key of a lookup figure's field.
+fn dev_key(value: &str) -> &'static str {
+    match value {
+        "throughput_ns" => "throughput_mean_dev",
+        _ => "mean_dev",
+    }
+}
+
+/// The footnotes of a section: the reasons figures are missing, numbered in order.
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    /// "–" marked with the number of the footnote holding `why`.
+    fn mark(&mut self, why: &str) -> String {
+        let n = match self.0.iter().position(|w| w == why) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(why.to_string());
+                self.0.len()
+            }
+        };
+        format!("–{}", superscript(n))
+    }
+
+    /// The text of a cell.
+    fn show(&mut self, c: Option<&Cell>, show: impl Fn(f64, Option<f64>) -> String) -> String {
+        match c {
+            None => "–".into(),
+            Some(Cell::Figure(v, d)) => show(*v, *d),
+            Some(Cell::NoFigure(why)) => self.mark(why),
+        }
+    }
+
+    /// Writes the footnotes (if any) and starts afresh.
+    fn write(&mut self, out: &mut String) {
+        for (i, why) in self.0.drain(..).enumerate() {
+            let _ = writeln!(out, "{} {why}.\n", superscript(i + 1));
+        }
+    }
+}
+
+fn superscript(n: usize) -> String {
+    const DIGITS: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    n.to_string()
+        .bytes()
+        .map(|b| DIGITS[usize::from(b - b'0')])
+        .collect()
+}
+
+/// Lookup figures of one study and family: row -> column -> cell.
+type Grid = BTreeMap<Row, BTreeMap<u64, Cell>>;
 
 fn grid(figures: &[Value], study: &str, family: u64, column: &str, value: &str) -> Grid {
     let mut g = Grid::new();
@@ -68,9 +160,11 @@ fn grid(figures: &[Value], study: &str, family: u64, column: &str, value: &str) 
         else {
             continue;
         };
-        if let (Some(c), Some(v)) = (f[column].as_u64(), f[value].as_f64()) {
-            let dev = f["mean_dev"].as_f64().unwrap_or(0.0);
-            g.entry(*row).or_default().insert(c, (v, dev));
+        if let (Some(c), Some(cell)) = (
+            f[column].as_u64(),
+            cell(f, value, dev_key(value), note_key(value)),
+        ) {
+            g.entry(*row).or_default().insert(c, cell);
         }
     }
     g
@@ -84,6 +178,14 @@ fn ns(v: f64) -> String {
     }
 }
 
+/// A figure and its deviation, as a cell shows them.
+fn ns_dev(v: f64, d: Option<f64>) -> String {
+    match d {
+        Some(d) => format!("{} ±{}", ns(v), ns(d)),
+        None => ns(v),
+    }
+}
+
 fn human(n: u64) -> String {
     match n {
         n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
@@ -93,7 +195,14 @@ fn human(n: u64) -> String {
 }
 
 /// A Markdown table of `grid`, with kernel/fibre ratio rows when both are present.
-fn table(out: &mut String, g: &Grid, family: u64, header: &str, columns: &[u64]) {
+fn table(
+    out: &mut String,
+    notes: &mut Notes,
+    g: &Grid,
+    family: u64,
+    header: &str,
+    columns: &[u64],
+) {
     let _ = write!(out, "| engine | IPv |");
     for c in columns {
         let _ = write!(
@@ -111,12 +220,8 @@ fn table(out: &mut String, g: &Grid, family: u64, header: &str, columns: &[u64])
     for (row, cells) in g {
         let _ = write!(out, "| {} | {family} |", label(row));
         for c in columns {
-            match cells.get(c) {
-                Some((v, d)) => {
-                    let _ = write!(out, " {} ±{} |", ns(*v), ns(*d));
-                }
-                None => out.push_str(" – |"),
-            }
+            let text = notes.show(cells.get(c), ns_dev);
+            let _ = write!(out, " {text} |");
         }
         let _ = writeln!(out);
     }
@@ -128,7 +233,7 @@ fn table(out: &mut String, g: &Grid, family: u64, header: &str, columns: &[u64])
             let _ = write!(out, "| **kernel / {}** | {family} |", label(fibre_row));
             for c in columns {
                 match (kernel.get(c), fibre.get(c)) {
-                    (Some((k, _)), Some((f, _))) if *f > 0.0 => {
+                    (Some(Cell::Figure(k, _)), Some(Cell::Figure(f, _))) => {
                         let _ = write!(out, " **{:.0}×** |", k / f);
                     }
                     _ => out.push_str(" – |"),
@@ -150,6 +255,7 @@ fn columns(g: &Grid) -> Vec<u64> {
 /// The Markdown report of a run.
 pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -> String {
     let mut out = String::new();
+    let mut notes = Notes::default();
     let _ = writeln!(out, "# fibre bench\n\n{header}\n");
     if let Some(why) = kernel_missing {
         let _ = writeln!(out, "**The kernel's side is missing: {why}.**\n");
@@ -159,20 +265,22 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
         .filter(|f| figures.iter().any(|x| x["family"] == *f))
         .collect();
 
-    let _ = writeln!(out, "## Lookup cost against table size\n\nns per lookup, one thread, matched addresses (random routes of the real table; the last column is the whole table). Dry run subtracted; ± is the mean deviation.\n");
+    let _ = writeln!(out, "## Lookup cost against table size\n\nns per lookup, one thread, matched addresses (random routes of the real table; the last column is the whole table). Dry run subtracted; ± is the mean deviation; a figure the subtraction leaves untrustworthy is shown as –, with the reason below the table. The kernel's figures are its own clock's, around its loop of lookups.\n");
     for &fam in &families {
         let g = grid(figures, "table-size", fam, "routes", "ns_per_lookup");
         if !g.is_empty() {
-            table(&mut out, &g, fam, "routes", &columns(&g));
+            table(&mut out, &mut notes, &g, fam, "routes", &columns(&g));
         }
     }
-    let _ = writeln!(out, "## Lookup cost against threads\n\nThe whole table, matched addresses; ns per lookup as throughput: wall time over all lookups of all threads (for the kernel, its own per-lookup time over the threads that run at once). Past the CPU count, threads share CPUs.\n");
+    notes.write(&mut out);
+    let _ = writeln!(out, "## Lookup cost against threads\n\nThe whole table, matched addresses; ns per lookup as throughput, measured the same way for every engine: the threads run at once, and the wall time from the first thread's start to the last one's end is divided by all lookups of all threads, less the dry run's figure measured the same way. For the kernel that wall time is around its `BPF_PROG_TEST_RUN` calls, so it also holds each call's fixed costs (the system call, swapping the program into the XDP dispatcher), which the dry run pays too and the lookups per call amortise. Past the CPU count, threads share CPUs.\n");
     for &fam in &families {
         let g = grid(figures, "threads", fam, "threads", "throughput_ns");
         if !g.is_empty() {
-            table(&mut out, &g, fam, "threads", &columns(&g));
+            table(&mut out, &mut notes, &g, fam, "threads", &columns(&g));
         }
     }
+    notes.write(&mut out);
     let _ = writeln!(out, "## From BGP: the whole table, matched and uniform addresses\n\nns per lookup, one thread.\n");
     let _ = writeln!(
         out,
@@ -185,56 +293,57 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
             let m = matched.get(&row).and_then(|c| c.get(&1));
             let u = uniform.get(&row).and_then(|c| c.get(&1));
             if m.is_some() || u.is_some() {
-                let cell = |x: Option<&(f64, f64)>| {
-                    x.map_or("–".into(), |(v, d)| format!("{} ±{}", ns(*v), ns(*d)))
-                };
-                let _ = writeln!(
-                    out,
-                    "| {} | {fam} | {} | {} |",
-                    label(&row),
-                    cell(m),
-                    cell(u)
-                );
+                let m = notes.show(m, ns_dev);
+                let u = notes.show(u, ns_dev);
+                let _ = writeln!(out, "| {} | {fam} | {m} | {u} |", label(&row));
             }
         }
     }
     let _ = writeln!(out);
-    let _ = writeln!(out, "## Loading the table\n\nfibre: bulk build and incremental inserts, bytes of lookup and update structures per route. Kernel: `ip -batch` of `route add` lines, and the growth of the kernel's slab memory (machine-wide, so approximate).\n");
+    notes.write(&mut out);
+    let _ = writeln!(out, "## Loading the table\n\nfibre: bulk build and incremental inserts, bytes of lookup and update structures per route. Kernel: `ip -batch` of `route add` lines, and the growth of the kernel's slab memory (machine-wide, so shown only where the growth stands clearly above the counter's noise).\n");
     let _ = writeln!(out, "| engine | IPv | routes | routes/s (bulk or ip -batch) | inserts/s | removals/s | bytes/route |\n|---|---|---:|---:|---:|---:|---:|");
     for f in figures.iter().filter(|f| f["metric"] == "load") {
-        let num = |k: &str| f[k].as_f64();
+        let get = |f: &Value, k: &str, note: &str| cell(f, k, "", note);
         // The kernel's deletion of the same table, when measured (--full).
-        let removals = num("remove_per_sec").or_else(|| {
+        let removals = get(f, "remove_per_sec", "").or_else(|| {
             figures
                 .iter()
                 .find(|d| {
                     d["metric"] == "delete"
+                        && d["study"] == f["study"]
                         && d["engine"] == f["engine"]
                         && d["family"] == f["family"]
                         && d["routes"] == f["routes"]
                 })
-                .and_then(|d| d["routes_per_sec"].as_f64())
+                .and_then(|d| get(d, "routes_per_sec", ""))
         });
-        let rate = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+        let rate = |v: f64, _| format!("{v:.0}");
+        let cells = [
+            get(f, "routes_per_sec", ""),
+            get(f, "insert_per_sec", ""),
+            removals,
+            get(f, "bytes_per_route", "slab_note"),
+        ]
+        .map(|c| notes.show(c.as_ref(), rate));
+        let routes = f["routes"].as_u64().map_or("?".into(), |r| r.to_string());
         let _ = writeln!(
             out,
-            "| {} ({}) | {} | {} | {} | {} | {} | {} |",
+            "| {} ({}) | {} | {routes} | {} |",
             f["engine"].as_str().unwrap_or(""),
             f["study"].as_str().unwrap_or(""),
             f["family"],
-            f["routes"],
-            rate(num("routes_per_sec")),
-            rate(num("insert_per_sec")),
-            rate(removals),
-            rate(num("bytes_per_route")),
+            cells.join(" | "),
         );
     }
     let _ = writeln!(out);
+    notes.write(&mut out);
     for study in ["many-48", "many-128"] {
         let g = grid(figures, study, 6, "routes", "ns_per_lookup");
         if !g.is_empty() {
             let _ = writeln!(out, "## {study}: random /{} prefixes\n\nns per lookup, one thread, matched addresses.\n", &study[5..]);
-            table(&mut out, &g, 6, "routes", &columns(&g));
+            table(&mut out, &mut notes, &g, 6, "routes", &columns(&g));
+            notes.write(&mut out);
         }
     }
     let upd: Vec<&Value> = figures
@@ -242,24 +351,33 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
         .filter(|f| f["study"] == "updates" && f["metric"] == "lookup")
         .collect();
     if !upd.is_empty() {
-        let _ = writeln!(out, "## Lookups while the real day of updates is applied (IPv4)\n\n| engine | mode | threads | writer | ns per lookup |\n|---|---|---:|---|---:|");
-        for f in upd {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} ±{} |",
-                f["engine"].as_str().unwrap_or(""),
-                f["mode"].as_str().unwrap_or(""),
-                f["threads"],
-                match (f["writer"] == true, f["writer_table"].as_str()) {
-                    (true, Some("private")) => "applying updates to its own table (control)",
-                    (true, _) => "applying updates",
-                    _ => "idle",
-                },
-                ns(f["ns_per_lookup"].as_f64().unwrap_or(f64::NAN)),
-                ns(f["mean_dev"].as_f64().unwrap_or(f64::NAN))
-            );
+        let _ = writeln!(out, "## Lookups while the real day of updates is applied\n\nOne reader, matched addresses of the family's whole table; ns per lookup, dry run subtracted. fibre's readers read a shared table while its writer applies the day's updates flat out (publishing every 64), against the same readers with the writer idle, and with the writer applying them to a table of its own (the control: what any writer's memory traffic costs). The kernel's lookups run while `ip -batch` applies the same stream.\n\n| engine | IPv | mode | threads | writer | ns per lookup |\n|---|---|---|---:|---|---:|");
+        for fam in [4u64, 6] {
+            for f in upd.iter().filter(|f| f["family"] == fam) {
+                let engine = match (f["engine"].as_str(), f["structure"].as_str()) {
+                    (Some(e), Some(s)) => format!("{e} ({s})"),
+                    (Some(e), None) => e.to_string(),
+                    _ => String::new(),
+                };
+                let figure = notes.show(
+                    cell(f, "ns_per_lookup", "mean_dev", "ns_per_lookup_note").as_ref(),
+                    ns_dev,
+                );
+                let _ = writeln!(
+                    out,
+                    "| {engine} | {fam} | {} | {} | {} | {figure} |",
+                    f["mode"].as_str().unwrap_or(""),
+                    f["threads"],
+                    match (f["writer"] == true, f["writer_table"].as_str()) {
+                        (true, Some("private")) => "applying updates to its own table (control)",
+                        (true, _) => "applying updates",
+                        _ => "idle",
+                    },
+                );
+            }
         }
         let _ = writeln!(out);
+        notes.write(&mut out);
     }
     out
 }
@@ -318,8 +436,10 @@ fn plot(path: &Path, title: &str, x_desc: &str, g: &Grid, log_x: bool) -> Result
                 *r,
                 cells
                     .iter()
-                    .filter(|(_, (v, _))| *v > 0.0)
-                    .map(|(c, (v, _))| (*c as f64, *v))
+                    .filter_map(|(c, cell)| match cell {
+                        Cell::Figure(v, _) => Some((*c as f64, *v)),
+                        Cell::NoFigure(_) => None,
+                    })
                     .collect(),
             )
         })
@@ -408,6 +528,7 @@ mod tests {
     ) -> Value {
         json!({"engine": engine, "mode": mode, "family": fam, "routes": routes, "threads": threads,
                "ns_per_lookup": ns, "throughput_ns": ns / threads as f64, "mean_dev": 0.5,
+               "throughput_mean_dev": 0.25,
                "metric": "lookup", "study": study, "addresses": "matched", "writer": false})
     }
 
@@ -447,7 +568,7 @@ mod tests {
     }
 
     #[test]
-    fn markdown_has_the_seeds_tables_and_ratios() {
+    fn markdown_has_the_tables_and_ratios() {
         let md = markdown(&sample(), None, "test run");
         assert!(md.contains("| engine | IPv | 10 | 1k | 100k |"), "{md}");
         assert!(
@@ -471,6 +592,15 @@ mod tests {
             md.contains("| kernel (table-size) | 6 | 100000 | 50000 | – | 25000 | 700 |"),
             "{md}"
         );
+        // The delete was of the table-size study's table, not the updates study's.
+        let mut v = sample();
+        v.push(json!({"engine": "kernel", "family": 6, "routes": 100_000, "metric": "load", "study": "updates",
+                      "seconds": 2.0, "routes_per_sec": 50_000.0, "bytes_per_route": 700.0}));
+        let md = markdown(&v, None, "test run");
+        assert!(
+            md.contains("| kernel (updates) | 6 | 100000 | 50000 | – | – | 700 |"),
+            "{md}"
+        );
         let missing = markdown(&sample(), Some("measuring the kernel needs root"), "x");
         assert!(missing.contains("The kernel's side is missing: measuring the kernel needs root."));
     }
@@ -491,5 +621,109 @@ mod tests {
             assert!(svg.matches("<circle").count() >= 6, "points are drawn");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// True if `text` holds a negative number (a minus sign before a digit, not inside a
+    /// word such as "many-48").
+    fn has_negative_number(text: &str) -> bool {
+        let b = text.as_bytes();
+        (0..b.len().saturating_sub(1)).any(|i| {
+            b[i] == b'-'
+                && b[i + 1].is_ascii_digit()
+                && (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+        })
+    }
+
+    #[test]
+    fn negative_null_and_impossible_figures_print_as_dashes_with_reasons() {
+        let mut v = sample();
+        // A one-route table whose dry run came out slower: the run recorded null.
+        let mut f = fig("fibre", "scalar", 4, 1, 1, 1.0, "table-size");
+        f["ns_per_lookup"] = Value::Null;
+        f["ns_per_lookup_note"] = json!("the dry run took as long as the lookups or longer");
+        v.push(f);
+        // Figures recorded as numbers that no cost can be: shown as dashes all the same.
+        v.push(fig("fibre", "batch", 4, 1, 1, -0.7, "table-size"));
+        v.push(fig("kernel", "scalar", 4, 1, 1, 0.0, "table-size"));
+        let mut f = fig("kernel", "scalar", 4, 100_000, 2, 400.0, "threads");
+        f["throughput_ns"] = json!(-12.5);
+        f["mean_dev"] = json!(-3.0);
+        v.push(f);
+        let mut f = fig("kernel", "scalar", 4, 100_000, 1, 800.0, "threads");
+        f["throughput_ns"] = Value::Null;
+        f["throughput_ns_note"] =
+            json!("the dry run's wall time was as long as the lookups' or longer");
+        v.push(f);
+        let mut f = fig("fibre", "scalar", 4, 100_000, 1, 5.0, "threads");
+        f["throughput_mean_dev"] = json!(-1.0);
+        v.push(f);
+        // The kernel's memory as it once printed (many-128, 10k routes), and as it now
+        // comes when the counter says nothing.
+        v.push(json!({"engine": "kernel", "family": 6, "routes": 10_000, "metric": "load", "study": "many-128",
+                      "seconds": 0.2, "routes_per_sec": 50_000.0, "slab_bytes": -409_890_000i64, "bytes_per_route": -40_989.0}));
+        v.push(json!({"engine": "kernel", "family": 4, "routes": 10, "metric": "load", "study": "table-size",
+                      "seconds": 0.01, "routes_per_sec": -1000.0, "slab_bytes": null, "bytes_per_route": null,
+                      "slab_note": "the machine-wide slab counter grew by 0 KiB, below its noise"}));
+        // The updates section, each family, with a null and a negative figure.
+        for (fam, ns) in [(4u64, Value::Null), (6, json!(-2.0))] {
+            let mut f = fig("fibre", "scalar", fam, 1000, 1, 1.0, "updates");
+            f["ns_per_lookup"] = ns;
+            f["writer"] = json!(true);
+            f["writer_table"] = json!("shared");
+            f["structure"] = json!(if fam == 4 { "trie" } else { "range tree" });
+            v.push(f);
+            let mut f = fig("kernel", "scalar", fam, 1000, 1, 300.0, "updates");
+            f["writer"] = json!(true);
+            v.push(f);
+        }
+        let md = markdown(&v, None, "test run");
+        assert!(!has_negative_number(&md), "{md}");
+        let words: Vec<String> = md
+            .split(|c: char| !c.is_alphanumeric())
+            .map(str::to_lowercase)
+            .collect();
+        assert!(
+            !words
+                .iter()
+                .any(|w| w == "nan" || w == "inf" || w == "infinity"),
+            "{md}"
+        );
+        assert!(!md.contains("40989") && !md.contains("12.5"), "{md}");
+        // Each dash says why, in a footnote.
+        assert!(md.contains("| fibre scalar | 4 | –¹ |"), "{md}");
+        assert!(
+            md.contains("¹ the dry run took as long as the lookups or longer."),
+            "{md}"
+        );
+        assert!(md.contains("| fibre batch | 4 | –² |"), "{md}");
+        assert!(md.contains(&format!("² {IMPOSSIBLE}.")), "{md}");
+        assert!(md.contains("| kernel | 4 | –² |"), "{md}");
+        assert!(
+            md.contains("| kernel | 4 | –¹ | –² |") && md.contains("| fibre scalar | 4 | 5.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| kernel (many-128) | 6 | 10000 | 50000 | – | – | –"),
+            "{md}"
+        );
+        assert!(md.contains("the machine-wide slab counter grew by 0 KiB, below its noise."));
+        assert!(md.contains("| kernel (table-size) | 4 | 10 | –"), "{md}");
+        assert!(
+            md.contains("| fibre (trie) | 4 | scalar | 1 | applying updates | –"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| fibre (range tree) | 6 | scalar | 1 | applying updates | –"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| kernel | 6 | scalar | 1 | applying updates | 300 ±0.5 |"),
+            "{md}"
+        );
+        // No ratio is drawn from a missing figure.
+        assert!(
+            md.contains("| **kernel / fibre scalar** | 4 | – | – |"),
+            "{md}"
+        );
     }
 }

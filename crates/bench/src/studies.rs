@@ -1,21 +1,23 @@
-//! `fibre bench`: the seeds' studies rerun, fibre, a peer library and the Linux kernel
-//! side by side in one run, each figure emitted as it is measured.
+//! `fibre bench`: studies of lookup cost, fibre, a peer library and the Linux kernel side
+//! by side in one run, each figure emitted as it is measured.
 //!
-//! The studies (after `kbench_mod`, `bench-from-bgp`, `bench-many-48`, `bench-many-128`):
+//! The studies (after the Linux FIB benchmarks `kbench_mod`, `bench-from-bgp`,
+//! `bench-many-48` and `bench-many-128`):
 //!
 //! 1. **table size**: random samples of the real table (1, 10, ... 100k routes) and the
 //!    whole table; matched addresses, one thread. Loading each table is measured too.
 //! 2. **threads**: the whole table, 1 thread up to one more than the CPUs (contention).
 //! 3. **from BGP**: the whole table, matched and uniform addresses.
 //! 4. **many-48 / many-128** (`--full`): random /48 and /128 prefixes, 10k to 1M.
-//! 5. **updates** (`--full`): lookups while the real day of updates is applied.
+//! 5. **updates** (`--full`): lookups while the real day of updates is applied, for each
+//!    family that has a table and an update stream.
 //!
 //! Every engine gets the same routes (values are route indices; in the kernel, route `i`
 //! goes via gateway `i mod 64`), the same addresses and the same method. The kernel side
 //! needs root; without it the studies run fibre's side and say why the kernel is missing.
 
 use crate::addresses;
-use crate::kernel::KernelFib;
+use crate::kernel::{KernelFib, KernelTiming};
 use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode};
 use crate::method::{interleaved, Method, Timing};
 use crate::peers::{build_peers, measure_peer, PeerKey};
@@ -24,6 +26,7 @@ use fibre_lpm::{Key, Prefix, Table};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
+use std::io;
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -48,6 +51,8 @@ pub struct StudyConfig {
     pub seed: u64,
     /// Measure the kernel (when possible).
     pub kernel: bool,
+    /// Table sizes of the many-48 and many-128 studies (`--full`).
+    pub many_sizes: Vec<usize>,
 }
 
 impl Default for StudyConfig {
@@ -63,6 +68,7 @@ impl Default for StudyConfig {
             batch: 64,
             seed: 1,
             kernel: true,
+            many_sizes: vec![10_000, 100_000, 1_000_000],
         }
     }
 }
@@ -75,41 +81,76 @@ pub struct Sink<'a> {
     pub step: &'a mut dyn FnMut(&str),
 }
 
-/// Number of progress steps [`run_studies`] will announce.
-pub fn step_count(cfg: &StudyConfig, families: usize) -> u64 {
-    // Table sizes and the whole table, the threads study, uniform addresses, and with
-    // --full the kernel's delete.
-    let per_family = cfg.sizes.len() + 1 + 1 + 1 + usize::from(cfg.full);
-    let full = if cfg.full { 3 + 3 + 1 } else { 0 };
-    (families * per_family + full) as u64
+/// What the studies run on: the real tables of each family and their update streams
+/// (which feed the updates study of `--full`). Any of them may be empty.
+#[derive(Clone, Copy, Default)]
+pub struct StudyInput<'a> {
+    /// The IPv4 table.
+    pub v4: &'a [Prefix<u32>],
+    /// The IPv6 table.
+    pub v6: &'a [Prefix<u128>],
+    /// The IPv4 update stream.
+    pub updates_v4: &'a [(RouteOp, Prefix<u32>)],
+    /// The IPv6 update stream.
+    pub updates_v6: &'a [(RouteOp, Prefix<u128>)],
 }
 
-/// Runs the studies on the real tables (the IPv4 update stream feeds the updates study of
-/// `--full`); returns why the kernel was left out, if it was.
+/// Why the kernel's side cannot run with `cfg`, if it cannot.
+pub fn kernel_missing(cfg: &StudyConfig) -> Option<String> {
+    if cfg.kernel {
+        KernelFib::new().err()
+    } else {
+        Some("the kernel side was turned off (--no-kernel)".into())
+    }
+}
+
+/// Number of progress steps [`run_studies`] will announce for `input`, with the kernel's
+/// side or without it (see [`kernel_missing`]).
+pub fn step_count(input: &StudyInput<'_>, cfg: &StudyConfig, with_kernel: bool) -> u64 {
+    // Per family with a table: each sampled size below the table's, the whole table, the
+    // threads study, uniform addresses and, with --full and the kernel, the kernel's
+    // delete; and with --full the updates study when there is a stream for it.
+    let family = |routes: usize, updates: usize| {
+        if routes == 0 {
+            return 0;
+        }
+        let sizes = cfg.sizes.iter().filter(|&&s| s < routes).count();
+        let delete = usize::from(cfg.full && with_kernel);
+        let updates = usize::from(cfg.full && updates > 0);
+        sizes + 1 + 1 + 1 + delete + updates
+    };
+    let many = if cfg.full {
+        2 * cfg.many_sizes.len()
+    } else {
+        0
+    };
+    (family(input.v4.len(), input.updates_v4.len())
+        + family(input.v6.len(), input.updates_v6.len())
+        + many) as u64
+}
+
+/// Runs the studies on the real tables; returns why the kernel was left out, if it was.
 pub fn run_studies(
-    v4: &[Prefix<u32>],
-    v6: &[Prefix<u128>],
-    updates_v4: &[(RouteOp, Prefix<u32>)],
+    input: &StudyInput<'_>,
     cfg: &StudyConfig,
     sink: &mut Sink<'_>,
 ) -> Option<String> {
-    let kernel_missing = if cfg.kernel {
-        crate::kernel::KernelFib::new().err()
-    } else {
-        Some("the kernel side was turned off (--no-kernel)".into())
-    };
+    let kernel_missing = kernel_missing(cfg);
     let with_kernel = kernel_missing.is_none();
-    if !v4.is_empty() {
-        family_studies(v4, cfg, with_kernel, sink);
+    if !input.v4.is_empty() {
+        family_studies(input.v4, cfg, with_kernel, sink);
     }
-    if !v6.is_empty() {
-        family_studies(v6, cfg, with_kernel, sink);
+    if !input.v6.is_empty() {
+        family_studies(input.v6, cfg, with_kernel, sink);
     }
     if cfg.full {
         many_study(48, cfg, with_kernel, sink);
         many_study(128, cfg, with_kernel, sink);
-        if !v4.is_empty() && !updates_v4.is_empty() {
-            updates_study(v4, updates_v4, cfg, with_kernel, sink);
+        if !input.v4.is_empty() && !input.updates_v4.is_empty() {
+            updates_study(input.v4, input.updates_v4, cfg, with_kernel, sink);
+        }
+        if !input.v6.is_empty() && !input.updates_v6.is_empty() {
+            updates_study(input.v6, input.updates_v6, cfg, with_kernel, sink);
         }
     }
     kernel_missing
@@ -131,6 +172,47 @@ fn to_ip<K: Key>(k: K) -> IpAddr {
         IpAddr::V4((k.to_u128() as u32).into())
     } else {
         IpAddr::V6(k.to_u128().into())
+    }
+}
+
+/// The kernel's lookup figure: per lookup by its own clock, throughput by the wall clock,
+/// each with the dry run's subtracted (see [`KernelTiming`]), and the four figures the
+/// difference comes from; or the error.
+fn kernel_figure<K: Key>(
+    study: &str,
+    routes: usize,
+    threads: usize,
+    addresses: &str,
+    t: io::Result<KernelTiming>,
+) -> Value {
+    match t {
+        Ok(t) => merge(
+            merge(
+                base::<K>(study, "kernel", routes, "lookup"),
+                lookup_figure(Mode::Scalar, threads, addresses, t.net()),
+            ),
+            json!({"real_clock_ns": t.real.per_op.mean, "dry_clock_ns": t.dry.per_op.mean,
+                   "real_wall_ns": t.real.throughput.mean, "dry_wall_ns": t.dry.throughput.mean}),
+        ),
+        Err(e) => merge(
+            base::<K>(study, "kernel", routes, "error"),
+            json!({"error": e.to_string()}),
+        ),
+    }
+}
+
+/// The kernel's share of `keys`: its lookups per call, at most.
+fn kernel_addresses<K: Key>(keys: &[K], cfg: &StudyConfig) -> Vec<IpAddr> {
+    let n = keys.len().min(cfg.kernel_count as usize);
+    keys[..n].iter().map(|&k| to_ip(k)).collect()
+}
+
+/// `ops` over `seconds` as JSON: null when the time is not positive.
+fn rate(ops: usize, seconds: f64) -> Value {
+    if seconds > 0.0 {
+        json!(ops as f64 / seconds)
+    } else {
+        Value::Null
     }
 }
 
@@ -178,25 +260,24 @@ fn measure_engines<K: Key + PeerKey>(
         ));
     }
     if let Some(k) = kernel {
-        let n = keys.len().min(cfg.kernel_count as usize);
-        let ips: Vec<IpAddr> = keys[..n].iter().map(|&k| to_ip(k)).collect();
-        match k.lookups(K::FAMILY, &ips, method, cfg.kernel_count) {
-            Ok(t) => (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "lookup"),
-                lookup_figure(Mode::Scalar, threads, addresses, t),
-            )),
-            Err(e) => (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "error"),
-                json!({"error": e.to_string()}),
-            )),
-        }
+        let ips = kernel_addresses(keys, cfg);
+        let t = k.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+        (sink.emit)(kernel_figure::<K>(
+            study,
+            routes.len(),
+            threads,
+            addresses,
+            t,
+        ));
     }
 }
 
 /// The threads study: every engine on the whole table with 1 up to `cfg.max_threads`
 /// threads. fibre's and the peers' thread counts take turns repetition by repetition, so
 /// the machine's drift hits them alike; the kernel's are measured one after another (each
-/// of its measurements loads a probe program).
+/// of its measurements loads a probe program). Every engine's throughput is measured the
+/// same way: the threads run at once, and the wall time from the first one's start to the
+/// last one's end, over all their lookups, less the dry run's measured the same way.
 fn measure_threads<K: Key + PeerKey>(
     routes: &[Prefix<K>],
     keys: &[K],
@@ -234,23 +315,20 @@ fn measure_threads<K: Key + PeerKey>(
         emit_all(sink, peer.name(), Mode::Scalar, timings);
     }
     if let Some(k) = kernel {
-        let n = keys.len().min(cfg.kernel_count as usize);
-        let ips: Vec<IpAddr> = keys[..n].iter().map(|&k| to_ip(k)).collect();
+        let ips = kernel_addresses(keys, cfg);
         for &threads in &counts {
             let method = Method {
                 repetitions: cfg.repetitions,
                 threads,
             };
-            match k.lookups(K::FAMILY, &ips, method, cfg.kernel_count) {
-                Ok(t) => (sink.emit)(merge(
-                    base::<K>("threads", "kernel", routes.len(), "lookup"),
-                    lookup_figure(Mode::Scalar, threads, "matched", t),
-                )),
-                Err(e) => (sink.emit)(merge(
-                    base::<K>("threads", "kernel", routes.len(), "error"),
-                    json!({"error": e.to_string()}),
-                )),
-            }
+            let t = k.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+            (sink.emit)(kernel_figure::<K>(
+                "threads",
+                routes.len(),
+                threads,
+                "matched",
+                t,
+            ));
         }
     }
 }
@@ -264,10 +342,17 @@ fn load_kernel<K: Key>(
     let k = KernelFib::new().ok()?;
     match k.load(routes) {
         Ok(cost) => {
+            let memory = match &cost.slab {
+                Ok(bytes) => json!({"slab_bytes": bytes,
+                                    "bytes_per_route": *bytes as f64 / routes.len().max(1) as f64}),
+                Err(why) => json!({"slab_bytes": null, "bytes_per_route": null, "slab_note": why}),
+            };
             (sink.emit)(merge(
-                base::<K>(study, "kernel", routes.len(), "load"),
-                json!({"seconds": cost.seconds, "routes_per_sec": routes.len() as f64 / cost.seconds,
-                       "slab_bytes": cost.slab_bytes, "bytes_per_route": cost.slab_bytes as f64 / routes.len().max(1) as f64}),
+                merge(
+                    base::<K>(study, "kernel", routes.len(), "load"),
+                    json!({"seconds": cost.seconds, "routes_per_sec": rate(routes.len(), cost.seconds)}),
+                ),
+                memory,
             ));
             Some(k)
         }
@@ -299,9 +384,9 @@ fn fibre_load<K: Key>(study: &str, routes: &[Prefix<K>], sink: &mut Sink<'_>) {
     let m = t.memory();
     (sink.emit)(merge(
         base::<K>(study, "fibre", routes.len(), "load"),
-        json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs,
-               "insert_per_sec": routes.len() as f64 / inc_secs,
-               "remove_per_sec": routes.len() as f64 / remove_secs,
+        json!({"seconds": secs, "routes_per_sec": rate(routes.len(), secs),
+               "insert_per_sec": rate(routes.len(), inc_secs),
+               "remove_per_sec": rate(routes.len(), remove_secs),
                "lookup_bytes": m.lookup_bytes, "update_bytes": m.update_bytes,
                "bytes_per_route": (m.lookup_bytes + m.update_bytes) as f64 / routes.len().max(1) as f64}),
     ));
@@ -376,22 +461,25 @@ fn family_studies<K: Key + PeerKey>(
                 kernel.as_ref(),
                 sink,
             );
-            if let (true, Some(k)) = (cfg.full, &kernel) {
+            if cfg.full && with_kernel {
                 (sink.step)(&format!(
                     "IPv{}: deleting the whole table from the kernel",
                     K::FAMILY
                 ));
-                let figure = match k.unload(&routes) {
+                // Nothing to delete if the table did not load (its error is emitted).
+                let figure = kernel.as_ref().map(|k| match k.unload(&routes) {
                     Ok(secs) => merge(
                         base::<K>("table-size", "kernel", routes.len(), "delete"),
-                        json!({"seconds": secs, "routes_per_sec": routes.len() as f64 / secs}),
+                        json!({"seconds": secs, "routes_per_sec": rate(routes.len(), secs)}),
                     ),
                     Err(e) => merge(
                         base::<K>("table-size", "kernel", routes.len(), "error"),
                         json!({"error": e.to_string()}),
                     ),
-                };
-                (sink.emit)(figure);
+                });
+                if let Some(figure) = figure {
+                    (sink.emit)(figure);
+                }
             }
         }
     }
@@ -400,7 +488,7 @@ fn family_studies<K: Key + PeerKey>(
 /// bench-many-48 / bench-many-128: random prefixes of one length in 2000::/3.
 fn many_study(len: u8, cfg: &StudyConfig, with_kernel: bool, sink: &mut Sink<'_>) {
     let study = format!("many-{len}");
-    for size in [10_000usize, 100_000, 1_000_000] {
+    for &size in &cfg.many_sizes {
         (sink.step)(&format!("IPv6: {size} random /{len} prefixes"));
         let mut rng = SmallRng::seed_from_u64(cfg.seed ^ u64::from(len) ^ size as u64);
         let mut routes: Vec<Prefix<u128>> = (0..size)
@@ -412,16 +500,20 @@ fn many_study(len: u8, cfg: &StudyConfig, with_kernel: bool, sink: &mut Sink<'_>
     }
 }
 
-/// Lookups while the real day of IPv4 updates is applied: fibre's shared writer in a
-/// thread of its own, and the kernel fed the same stream through `ip -batch`.
-fn updates_study(
-    rib: &[Prefix<u32>],
-    updates: &[(RouteOp, Prefix<u32>)],
+/// Lookups while the real day of updates of one family is applied: fibre's shared writer
+/// in a thread of its own (for IPv6 the range tree's, which copies whole blocks, so its
+/// readers are the ones to watch), and the kernel fed the same stream through `ip -batch`.
+fn updates_study<K: Key>(
+    rib: &[Prefix<K>],
+    updates: &[(RouteOp, Prefix<K>)],
     cfg: &StudyConfig,
     with_kernel: bool,
     sink: &mut Sink<'_>,
 ) {
-    (sink.step)("IPv4: lookups while the day of updates is applied");
+    (sink.step)(&format!(
+        "IPv{}: lookups while the day of updates is applied",
+        K::FAMILY
+    ));
     let keys = addresses::matched(rib, cfg.count, cfg.seed);
     let lookup_cfg = crate::lookups::LookupConfig {
         threads: 1,
@@ -442,7 +534,7 @@ fn updates_study(
             (sink.emit)(merge(f, json!({"study": "updates"})));
         }
     };
-    crate::lookups::bench_family::<u32>(
+    crate::lookups::bench_family::<K>(
         crate::lookups::Choice::default(),
         rib,
         Some(updates),
@@ -457,45 +549,223 @@ fn updates_study(
     let Some(kernel) = load_kernel("updates", rib, sink) else {
         return;
     };
-    let mut batch = String::new();
-    for (i, (op, p)) in updates.iter().enumerate() {
-        match op {
-            RouteOp::Announce => batch.push_str(&format!(
-                "route replace {p} via {} dev {}\n",
-                fibre_kernel::netns::gateway(4, i % crate::kernel::GATEWAYS),
-                fibre_kernel::netns::OUTPUT_DEV
-            )),
-            RouteOp::Withdraw => batch.push_str(&format!("route del {p}\n")),
-        }
-    }
+    let (batch, ops, absent) = kernel_update_batch(rib, updates);
     let method = Method {
         repetitions: cfg.repetitions,
         threads: 1,
     };
-    let ips: Vec<IpAddr> = sets[0].keys[..cfg.kernel_count as usize]
-        .iter()
-        .map(|&k| to_ip(k))
-        .collect();
-    let alone = kernel.lookups(4, &ips, method, cfg.kernel_count);
-    let under: std::io::Result<Timing> = std::thread::scope(|s| {
+    let ips = kernel_addresses(&sets[0].keys, cfg);
+    let alone = kernel.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+    let (under, applied): (io::Result<KernelTiming>, io::Result<f64>) = std::thread::scope(|s| {
         let ns = kernel.namespace();
         let writer = s.spawn(|| {
-            // ip stops at the first failing command (a withdrawal of a missing route),
-            // so feed it with -force semantics: one batch, errors ignored.
-            let _ = ns.batch_force(&batch);
+            // -force carries on past a failing command, should one fail.
+            let start = Instant::now();
+            ns.batch_force(&batch)
+                .map(|()| start.elapsed().as_secs_f64())
         });
-        let t = kernel.lookups(4, &ips, method, cfg.kernel_count);
-        let _ = writer.join();
-        t
+        let t = kernel.lookups(K::FAMILY, &ips, method, cfg.kernel_count);
+        (t, writer.join().expect("the writer thread panicked"))
     });
     for (t, writer) in [(alone, false), (under, true)] {
-        if let Ok(t) = t {
-            let mut f = merge(
-                base::<u32>("updates", "kernel", rib.len(), "lookup"),
-                lookup_figure(Mode::Scalar, 1, "matched", t),
+        let mut f = kernel_figure::<K>("updates", rib.len(), 1, "matched", t);
+        f["writer"] = json!(writer);
+        (sink.emit)(f);
+    }
+    (sink.emit)(match applied {
+        Ok(secs) => merge(
+            base::<K>("updates", "kernel", rib.len(), "updates"),
+            json!({"path": "ip -batch", "ops": ops, "absent_withdrawals_left_out": absent,
+                   "seconds": secs, "ops_per_sec": rate(ops, secs)}),
+        ),
+        Err(e) => merge(
+            base::<K>("updates", "kernel", rib.len(), "error"),
+            json!({"error": e.to_string()}),
+        ),
+    });
+}
+
+/// The update stream as `ip -batch` commands for a kernel holding `rib`: announcements
+/// replace (route `i` of the stream via gateway `i mod GATEWAYS`), withdrawals delete.
+/// Withdrawals of prefixes the table does not hold at that point are left out: `ip` would
+/// fail on them (fibre's writer takes them as no-ops), and a stream's worth of error
+/// messages can fill the pipe `ip` writes them to. Returns the commands, their number and
+/// the number of withdrawals left out.
+fn kernel_update_batch<K: Key>(
+    rib: &[Prefix<K>],
+    updates: &[(RouteOp, Prefix<K>)],
+) -> (String, usize, usize) {
+    let mut present: std::collections::HashSet<Prefix<K>> = rib.iter().copied().collect();
+    let mut batch = String::with_capacity(updates.len() * 48);
+    let (mut ops, mut absent) = (0, 0);
+    for (i, &(op, p)) in updates.iter().enumerate() {
+        match op {
+            RouteOp::Announce => {
+                present.insert(p);
+                batch.push_str(&format!(
+                    "route replace {p} via {} dev {}\n",
+                    fibre_kernel::netns::gateway(K::FAMILY, i % crate::kernel::GATEWAYS),
+                    fibre_kernel::netns::OUTPUT_DEV
+                ));
+            }
+            RouteOp::Withdraw if present.remove(&p) => {
+                batch.push_str(&format!("route del {p}\n"));
+            }
+            RouteOp::Withdraw => {
+                absent += 1;
+                continue;
+            }
+        }
+        ops += 1;
+    }
+    (batch, ops, absent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4_table() -> Vec<Prefix<u32>> {
+        let mut v: Vec<Prefix<u32>> = (0..300u32)
+            .map(|i| Prefix::new_clamped((20 + i % 50) << 24 | (i / 50) << 16, 16))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn v6_table() -> Vec<Prefix<u128>> {
+        let mut v: Vec<Prefix<u128>> = (0..200u128)
+            .map(|i| Prefix::new_clamped(0x2a00u128 << 112 | i << 80, 48))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn stream<K: Key>(table: &[Prefix<K>]) -> Vec<(RouteOp, Prefix<K>)> {
+        table
+            .iter()
+            .take(40)
+            .flat_map(|&p| [(RouteOp::Withdraw, p), (RouteOp::Announce, p)])
+            .collect()
+    }
+
+    #[test]
+    fn the_kernel_update_batch_leaves_out_withdrawals_of_absent_routes() {
+        let p = |s: &str| s.parse::<Prefix<u128>>().unwrap();
+        let rib = [p("2001:db8::/32")];
+        let updates = [
+            (RouteOp::Withdraw, p("2001:db9::/32")),
+            (RouteOp::Announce, p("2001:db9::/32")),
+            (RouteOp::Withdraw, p("2001:db9::/32")),
+            (RouteOp::Withdraw, p("2001:db9::/32")),
+            (RouteOp::Withdraw, p("2001:db8::/32")),
+        ];
+        let (batch, ops, absent) = kernel_update_batch(&rib, &updates);
+        assert_eq!((ops, absent), (3, 2));
+        assert_eq!(
+            batch,
+            "route replace 2001:db9::/32 via fd00:200::3 dev fout\n\
+             route del 2001:db9::/32\n\
+             route del 2001:db8::/32\n"
+        );
+    }
+
+    /// Runs the studies without the kernel; returns the steps announced and the figures.
+    fn run(input: &StudyInput<'_>, cfg: &StudyConfig) -> (Vec<String>, Vec<Figure>) {
+        let (mut steps, mut figures) = (Vec::new(), Vec::new());
+        let missing = run_studies(
+            input,
+            cfg,
+            &mut Sink {
+                emit: &mut |f| figures.push(f),
+                step: &mut |s| steps.push(s.to_string()),
+            },
+        );
+        assert!(missing.is_some(), "the kernel side is off");
+        (steps, figures)
+    }
+
+    #[test]
+    fn step_count_matches_the_steps_announced_and_updates_cover_both_families() {
+        let (v4, v6) = (v4_table(), v6_table());
+        let (u4, u6) = (stream(&v4), stream(&v6));
+        let cfg = StudyConfig {
+            full: true,
+            // 1000 is larger than either table: no step of its own.
+            sizes: vec![1, 10, 1000],
+            max_threads: 2,
+            repetitions: 3,
+            count: 2048,
+            kernel_count: 1024,
+            kernel: false,
+            many_sizes: vec![64],
+            ..StudyConfig::default()
+        };
+        let full = StudyInput {
+            v4: &v4,
+            v6: &v6,
+            updates_v4: &u4,
+            updates_v6: &u6,
+        };
+        let cases = [
+            ("everything", full, true),
+            (
+                "IPv4 updates only",
+                StudyInput {
+                    updates_v6: &[],
+                    ..full
+                },
+                true,
+            ),
+            (
+                "IPv6 updates only",
+                StudyInput {
+                    updates_v4: &[],
+                    ..full
+                },
+                true,
+            ),
+            ("no IPv4 table", StudyInput { v4: &[], ..full }, true),
+            ("not --full", full, false),
+        ];
+        for (name, input, is_full) in cases {
+            let cfg = StudyConfig {
+                full: is_full,
+                ..cfg.clone()
+            };
+            let (steps, figures) = run(&input, &cfg);
+            assert_eq!(
+                steps.len() as u64,
+                step_count(&input, &cfg, false),
+                "{name}: {steps:#?}"
             );
-            f["writer"] = json!(writer);
-            (sink.emit)(f);
+            let updates = |fam: u8| {
+                figures
+                    .iter()
+                    .filter(|f| f["study"] == "updates" && f["family"] == fam)
+                    .filter(|f| f["metric"] == "lookup")
+                    .count()
+            };
+            // Per family with a table and a stream: scalar and batch, each with the writer
+            // idle, on its own table and on the shared one.
+            let expect = |table: usize, stream: usize| {
+                if is_full && table > 0 && stream > 0 {
+                    6
+                } else {
+                    0
+                }
+            };
+            assert_eq!(
+                updates(4),
+                expect(input.v4.len(), input.updates_v4.len()),
+                "{name}"
+            );
+            assert_eq!(
+                updates(6),
+                expect(input.v6.len(), input.updates_v6.len()),
+                "{name}"
+            );
         }
     }
 }

@@ -56,6 +56,10 @@ pub struct StudyArgs {
     /// always added).
     #[arg(long, value_delimiter = ',')]
     sizes: Option<Vec<usize>>,
+    /// Table sizes of the many-48 and many-128 studies of --full, comma-separated
+    /// (default: 10000,100000,1000000).
+    #[arg(long, value_delimiter = ',')]
+    many_sizes: Option<Vec<usize>>,
     /// Leave the kernel out.
     #[arg(long)]
     no_kernel: bool,
@@ -151,7 +155,9 @@ fn shipped(name: &str) -> PathBuf {
 }
 
 fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    use fibre_bench::studies::{run_studies, step_count, Sink, StudyConfig};
+    use fibre_bench::studies::{
+        kernel_missing, run_studies, step_count, Sink, StudyConfig, StudyInput,
+    };
     use std::io::Write;
     let routes = if args.routes.is_empty() {
         vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
@@ -192,6 +198,12 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(s) = args.sizes.clone() {
         cfg.sizes = s;
     }
+    if let Some(s) = args.many_sizes.clone() {
+        if s.contains(&0) {
+            return Err("--many-sizes must be at least 1".into());
+        }
+        cfg.many_sizes = s;
+    }
     let out = args
         .out
         .clone()
@@ -199,8 +211,14 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     eprintln!("fibre bench: writing to {}", out.display());
     let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
-    let families = usize::from(!v4.is_empty()) + usize::from(!v6.is_empty());
-    let progress = ProgressBar::new(step_count(&cfg, families));
+    let input = StudyInput {
+        v4: &v4,
+        v6: &v6,
+        updates_v4: &upd.v4,
+        updates_v6: &upd.v6,
+    };
+    let with_kernel = kernel_missing(&cfg).is_none();
+    let progress = ProgressBar::new(step_count(&input, &cfg, with_kernel));
     progress.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed:>4} {msg}")
             .expect("valid template"),
@@ -235,9 +253,7 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         progress.set_message(s.to_string());
     };
     let missing = run_studies(
-        &v4,
-        &v6,
-        &upd.v4,
+        &input,
         &cfg,
         &mut Sink {
             emit: &mut emit,
@@ -478,6 +494,16 @@ fn print_figure(f: &Figure, json: bool) {
         return;
     }
     let num = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
+    // A figure that could not be trusted is null in the figure, with the reason beside.
+    let ns = |k: &str, width: usize| match f[k].as_f64() {
+        Some(v) => format!("{v:width$.2}"),
+        None => format!("{:>width$}", "–"),
+    };
+    let notes: String = ["ns_per_lookup_note", "throughput_ns_note"]
+        .iter()
+        .filter_map(|k| f[*k].as_str())
+        .map(|n| format!(" ({n})"))
+        .collect();
     let family = format!("IPv{} {} routes", f["family"], group(num("routes") as u64));
     match f["metric"].as_str().unwrap_or("") {
         "build" => println!("{family}: bulk build {:.3} s ({:.2} M routes/s)", num("seconds"), num("routes_per_sec") / 1e6),
@@ -503,7 +529,7 @@ fn print_figure(f: &Figure, json: bool) {
             num("ops_per_sec") / 1e6
         ),
         "lookup" => println!(
-            "{family}: {:<8} {:<6} {} thread(s){}: {:7.2} ns/lookup ±{:.2}, throughput {:7.2} ns ({:.1} M lookups/s)",
+            "{family}: {:<8} {:<6} {} thread(s){}: {} ns/lookup ±{:.2}, throughput {} ns ({} M lookups/s){notes}",
             f["addresses"].as_str().unwrap_or(""),
             f["mode"].as_str().unwrap_or(""),
             f["threads"],
@@ -512,10 +538,12 @@ fn print_figure(f: &Figure, json: bool) {
                 (Some(true), _) => " + writer",
                 _ => "",
             },
-            num("ns_per_lookup"),
+            ns("ns_per_lookup", 7),
             num("mean_dev"),
-            num("throughput_ns"),
-            num("lookups_per_sec") / 1e6
+            ns("throughput_ns", 7),
+            f["lookups_per_sec"]
+                .as_f64()
+                .map_or("–".into(), |v| format!("{:.1}", v / 1e6))
         ),
         _ => println!("{f}"),
     }
