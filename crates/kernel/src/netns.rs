@@ -80,12 +80,21 @@ impl Namespace {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
-        child
-            .stdin
-            .take()
-            .expect("stdin is piped")
-            .write_all(commands.as_bytes())?;
-        let out = child.wait_with_output()?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        // Feed the commands from a thread of their own while this one reads what ip
+        // says: ip writes an error line per failing command, and if nobody read them
+        // while the commands were still being written, both would wait on a full pipe.
+        let out = std::thread::scope(|s| {
+            let feeder = s.spawn(move || stdin.write_all(commands.as_bytes()));
+            let out = child.wait_with_output();
+            let fed = feeder.join().expect("the feeding thread does not panic");
+            // ip stops reading at the first failure without -force: a broken pipe then
+            // is that failure, which its exit status and message report.
+            match fed {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe || force => Err(e),
+                _ => out,
+            }
+        })?;
         if !force && !out.status.success() {
             return Err(io::Error::other(format!(
                 "ip -batch in {}: {}",
@@ -236,4 +245,27 @@ fn run(cmd: &mut Command) -> io::Result<String> {
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root: creates a network namespace"]
+    fn a_batch_whose_commands_all_fail_loudly_ends() {
+        // 3,000 withdrawals of routes that are not there: ip writes an error line for
+        // each, far more than a pipe holds, while its input is still being written.
+        let ns = Namespace::create("batch").expect("a namespace (as root)");
+        let commands: String = (0..3000)
+            .map(|i| format!("route del 10.{}.{}.0/24\n", i / 256, i % 256))
+            .collect();
+        ns.batch_force(&commands)
+            .expect("a forced batch carries on");
+        let err = ns.batch(&commands).expect_err("the first failure stops it");
+        assert!(err.to_string().contains("ip -batch in"), "{err}");
+        ns.batch("route add blackhole 10.9.9.0/24\n")
+            .expect("a good batch");
+        assert!(ns.ip(&["route", "show"]).unwrap().contains("10.9.9.0/24"));
+    }
 }
