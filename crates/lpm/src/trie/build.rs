@@ -109,7 +109,7 @@ impl<K: Key> Trie<K> {
         prefixes.sort_unstable_by_key(|e| e.0);
         prefixes.shrink_to_fit();
         self.aux[n as usize].prefixes = prefixes;
-        let count = children.count_ones();
+        let count = self.ones(children);
         let base = if count > 0 {
             self.alloc_nodes(count)
         } else {

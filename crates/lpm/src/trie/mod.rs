@@ -69,7 +69,7 @@ mod update;
 
 use lookup::TrieView;
 
-use crate::form::Runnable;
+use crate::form::{Popcount, Portable, Runnable};
 use crate::key::Key;
 use crate::memory::{Blocks, Released};
 use crate::prefix::Prefix;
@@ -241,6 +241,18 @@ impl<K: Key> Trie<K> {
     /// The instructions lookups use.
     pub fn form(&self) -> Runnable {
         self.form
+    }
+
+    /// The bits set in `x`, counted by `POPCNT` where the form proves the CPU has it:
+    /// updates count bits at every node they touch, and software popcounts measured
+    /// 15-25% off the trie's update rates.
+    #[inline(always)]
+    fn ones(&self, x: u64) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(cpu) = self.form.avx2() {
+            return cpu.count(x);
+        }
+        Portable.count(x)
     }
 
     /// Makes lookups (of this table and of its next snapshots) use `form`.
@@ -435,7 +447,7 @@ impl<K: Key> Trie<K> {
             if node.children & bit == 0 {
                 return None;
             }
-            n = node.child_base + (node.children & (bit - 1)).count_ones();
+            n = node.child_base + self.ones(node.children & (bit - 1));
             depth += 6;
         }
         Some((n, art_index(key, depth, len)))

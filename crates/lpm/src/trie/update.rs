@@ -159,7 +159,7 @@ impl<K: Key> Trie<K> {
     /// snapshot can reach it.
     fn fresh_children(&mut self, n: u32) {
         let mut node = self.node(n);
-        let count = node.children.count_ones();
+        let count = self.ones(node.children);
         if count == 0 || self.nodes.is_fresh(node.child_base) {
             return;
         }
@@ -234,7 +234,7 @@ impl<K: Key> Trie<K> {
             let bit = 1u64 << slot;
             path[path_len] = (n, slot);
             path_len += 1;
-            n = node.child_base + (node.children & (bit - 1)).count_ones();
+            n = node.child_base + self.ones(node.children & (bit - 1));
             depth += 6;
         }
         let art = art_index(key, depth, len);
@@ -285,7 +285,7 @@ impl<K: Key> Trie<K> {
     /// wide as soon as `NARROW_BELOW` of its children are found in use.
     pub(super) fn adjust_width(&mut self, r: u32) {
         let node = self.node(r);
-        let count = node.children.count_ones();
+        let count = self.ones(node.children);
         let wide = node.children == u64::MAX;
         let enough = if wide { NARROW_BELOW } else { WIDEN_AT };
         if count < enough {
@@ -316,7 +316,7 @@ impl<K: Key> Trie<K> {
                 self.init_leaf_node(base + slot, values[slot as usize], false);
             }
         }
-        let count = node.children.count_ones();
+        let count = self.ones(node.children);
         if count > 0 {
             self.release_nodes(node.child_base, count);
         }
@@ -332,7 +332,7 @@ impl<K: Key> Trie<K> {
         let keep = (0..64u32)
             .filter(|&s| !self.holds_nothing(node.child_base + s))
             .fold(0u64, |m, s| m | 1 << s);
-        let count = keep.count_ones();
+        let count = self.ones(keep);
         let base = if count > 0 {
             self.alloc_nodes(count)
         } else {
@@ -375,12 +375,12 @@ impl<K: Key> Trie<K> {
         if self.node(parent).children & bit != 0 {
             self.fresh_children(parent);
             let node = self.node(parent);
-            return node.child_base + (node.children & (bit - 1)).count_ones();
+            return node.child_base + self.ones(node.children & (bit - 1));
         }
         let mut node = self.node(parent);
-        let rank = (node.children & (bit - 1)).count_ones();
+        let rank = self.ones(node.children & (bit - 1));
         let default = self.slot_values(parent)[slot as usize];
-        let count = node.children.count_ones();
+        let count = self.ones(node.children);
         let base = self.alloc_nodes(count + 1);
         for j in 0..count {
             let dst = base + j + u32::from(j >= rank);
@@ -402,8 +402,8 @@ impl<K: Key> Trie<K> {
     fn remove_child(&mut self, parent: u32, slot: u32) {
         let mut node = self.node(parent);
         let bit = 1u64 << slot;
-        let rank = (node.children & (bit - 1)).count_ones();
-        let count = node.children.count_ones();
+        let rank = self.ones(node.children & (bit - 1));
+        let count = self.ones(node.children);
         let child = node.child_base + rank;
         self.free_node_leaves(child);
         self.aux[child as usize] = NodeAux::default();
@@ -438,7 +438,7 @@ impl<K: Key> Trie<K> {
     fn free_node_leaves(&mut self, n: u32) {
         let node = self.node(n);
         let header = self.header(n);
-        let size = node.leafvec.count_ones() + header;
+        let size = self.ones(node.leafvec) + header;
         if size > 0 {
             self.release_leaves(node.leaf_base - header, size);
         }
@@ -522,7 +522,7 @@ impl<K: Key> Trie<K> {
         }
         let header = self.header(n);
         let old_size = if had_block {
-            node.leafvec.count_ones() + header
+            self.ones(node.leafvec) + header
         } else {
             0
         };
