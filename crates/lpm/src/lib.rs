@@ -54,6 +54,11 @@ pub use reference::ReferenceLpm;
 pub use shared::{shared, LpmReader, LpmReaderFactory, LpmWriter, Op, ReadGuard};
 pub use table::{Lookups, Structure, Table, TableSnapshot};
 
+/// The README's examples, compiled and run as tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
+
 /// An IPv4 table.
 pub type Ipv4Table = Table<u32>;
 /// An IPv6 table.
