@@ -248,8 +248,8 @@ fn median(samples: &[i64]) -> i64 {
 
 /// The growth of the slab counter from the samples `before` a load to those `after` it
 /// (median to median), when it stands clearly above the counter's noise (the larger
-/// swing of the two sets of samples, at least a page): at least [`SLAB_NOISE_FACTOR`]
-/// times that and at least [`SLAB_MIN_GROWTH`]. Otherwise why there is no figure.
+/// swing of the two sets of samples, at least a page): at least `SLAB_NOISE_FACTOR`
+/// times that and at least `SLAB_MIN_GROWTH`. Otherwise why there is no figure.
 pub fn slab_growth(before: &[i64], after: &[i64]) -> Result<u64, String> {
     let kib = |b: u64| b.div_ceil(1024);
     let noise = swing(before).max(swing(after)).max(4096);

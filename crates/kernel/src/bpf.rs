@@ -6,7 +6,7 @@
 //!
 //! The `bpf(2)` attribute structures carry pointers as 64-bit integers (keys, values,
 //! instructions, logs, packets), which the kernel reads and writes through. So the one
-//! function that makes the system call, [`sys_bpf`], is `unsafe`: each caller says why
+//! function that makes the system call, `sys_bpf`, is `unsafe`: each caller says why
 //! every pointer it put in the attributes is valid, for the size the kernel will use, for
 //! the length of the call.
 

@@ -23,7 +23,7 @@
 //! # Why readers cannot be broken from outside
 //!
 //! The range tree's readers load whole lines with vector loads, which are sound only
-//! because nothing writes a line while a snapshot can reach it ([`crate::memory`]). Two
+//! because nothing writes a line while a snapshot can reach it (`memory.rs` says how). Two
 //! things keep that true, and neither is reachable from safe code outside this crate:
 //! publishing a table and reusing what a publish released are done here alone (they are
 //! not part of [`Table`]'s public interface), and memory is reused only once the

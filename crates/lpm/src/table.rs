@@ -104,7 +104,7 @@ impl FromStr for Structure {
 /// one at a time or in batches.
 ///
 /// Values are route or nexthop indices up to [`crate::MAX_VALUE`]. To look up while
-/// another thread updates, share it with [`crate::shared`].
+/// another thread updates, share it with [`crate::shared()`].
 ///
 /// ```
 /// use fibre_lpm::{Prefix, Table};
