@@ -13,7 +13,8 @@
 //!   popcounts become a dozen shifts and adds each).
 //!
 //! A table holds a [`Runnable`] form: a form together with the proof that this CPU has
-//! its instructions. Only [`Runnable::new`] makes one, after asking the CPU, so code
+//! its instructions. Only [`Runnable::new`] makes a proof, after asking the CPU (and
+//! [`Avx512::avx2`] one from another, the AVX-512 form's features including AVX2's), so code
 //! compiled for a form runs only where that form can run; everything that calls into a
 //! form's code goes through a `Runnable` (the `unsafe` blocks that do so say why they are
 //! sound by pointing here). A test run forces each form this CPU has on the same tables

@@ -1,7 +1,7 @@
 //! Keys: the unsigned integers that IPv4 (`u32`) and IPv6 (`u128`) addresses are.
 //!
-//! The engines are written once, against the [`Key`] trait: the address family's width
-//! and address type are public; what the engines need besides (masking to a prefix
+//! The structures are written once, against the [`Key`] trait: the address family's
+//! width and address type are public; what the structures need besides (masking to a prefix
 //! length, reading or writing a run of bits counted from the most significant end) is in
 //! a trait of the crate's own, `Bits`.
 
@@ -29,7 +29,7 @@ pub trait Key:
 }
 
 pub(crate) mod bits {
-    /// What the engines need of a key and users do not: runs of bits counted from the
+    /// What the structures need of a key and users do not: runs of bits counted from the
     /// most significant end. Bits beyond the key's width read as zero, which lets the
     /// trie's last level run past the end of the key. (A trait of its own, out of reach
     /// outside the crate, so that only `u32` and `u128` are keys.)

@@ -1,7 +1,7 @@
 //! The reference: a longest-prefix match too simple to be wrong.
 //!
 //! One hash map from prefix to value; a lookup tries every prefix length that holds at
-//! least one route, longest first. It is slow and obviously correct, and the fast engine
+//! least one route, longest first. It is slow and obviously correct, and the fast structures
 //! is tested and fuzzed against it.
 
 use crate::key::Key;

@@ -27,13 +27,21 @@
 //! things keep that true, and neither is reachable from safe code outside this crate:
 //! publishing a table and reusing what a publish released are done here alone (they are
 //! not part of [`Table`]'s public interface), and memory is reused only once the
-//! snapshot it was released under is held by nobody. A test tries the attack from
-//! outside; it does not compile:
+//! snapshot it was released under is held by nobody, nor any older one. Tests try the
+//! attack from outside; neither compiles:
 //!
 //! ```compile_fail
 //! use fibre_lpm::Table;
 //! let mut table = Table::<u128>::new();
 //! let (snapshot, released) = table.publish(); // not public
+//! ```
+//!
+//! ```compile_fail
+//! use fibre_lpm::{shared, Table};
+//! let (mut writer, reader) = shared(Table::<u128>::new());
+//! let held = reader.read().unwrap();
+//! writer.publish();
+//! writer.reclaim(); // no such thing: reclaiming is the writer's own, at each publish
 //! ```
 //!
 //! while the same lines through the public interface do:
@@ -408,7 +416,7 @@ mod tests {
             assert_eq!(now, answers(&reference), "the published version");
             if round % 50 == 0 {
                 let retired: Vec<&TableReleased> = w.retired.iter().map(|(_, r)| r).collect();
-                w.table.engine_check(&retired);
+                w.table.check_structure(&retired);
             }
         }
         drop(held);
@@ -418,7 +426,7 @@ mod tests {
             0,
             "nothing held: everything reclaimed"
         );
-        w.table.engine_check(&[]);
+        w.table.check_structure(&[]);
         // With nobody holding snapshots, released blocks are reused one publish later:
         // the arrays stop growing.
         let before = w.table().memory();

@@ -351,9 +351,10 @@ impl<K: Key> Table<K> {
         }
     }
 
-    /// The structure inside (tests check its invariants).
+    /// Checks the structure inside, with what the publishes in `retired` released still
+    /// waiting for readers (tests).
     #[cfg(test)]
-    pub(crate) fn engine_check(&self, retired: &[&TableReleased]) {
+    pub(crate) fn check_structure(&self, retired: &[&TableReleased]) {
         match &self.inner {
             Inner::Trie(t) => {
                 let counted = retired
@@ -491,7 +492,7 @@ mod tests {
     }
 
     #[test]
-    fn a_form_this_cpu_lacks_is_refused_and_changes_nothing() {
+    fn every_form_is_set_where_this_cpu_runs_it_and_refused_where_not() {
         let mut t = Table::<u32>::new();
         let before = t.form();
         for f in Form::ALL {

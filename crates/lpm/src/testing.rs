@@ -1,4 +1,4 @@
-//! What the structures' tests share: `Engine`, the interface of either structure, random
+//! What the structures' tests share: `Tested`, the interface of either structure, random
 //! prefixes that overlap, probe addresses at and around every route's edges, and the
 //! randomized comparison with the reference, for either structure.
 
@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// What the randomized tests need of a structure, so they run on either.
-pub(crate) trait Engine<K: Key>: Lookups<K> + Default {
+pub(crate) trait Tested<K: Key>: Lookups<K> + Default {
     /// A table holding `routes` (later duplicates replace earlier ones), built in bulk.
     fn build(routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Self;
     /// Sets `prefix` to `value`; returns the value it had.
@@ -27,8 +27,8 @@ pub(crate) trait Engine<K: Key>: Lookups<K> + Default {
     fn to_vec(&self) -> Vec<(Prefix<K>, u32)>;
 }
 
-/// [`Lookups`] and [`Engine`] by the structure's own methods of the same names.
-macro_rules! engine {
+/// [`Lookups`] and [`Tested`] by the structure's own methods of the same names.
+macro_rules! tested {
     ($table:ident, $snapshot:ident) => {
         impl<K: Key> Lookups<K> for $table<K> {
             fn lookup(&self, key: K) -> Option<u32> {
@@ -54,7 +54,7 @@ macro_rules! engine {
             }
         }
 
-        impl<K: Key> Engine<K> for $table<K> {
+        impl<K: Key> Tested<K> for $table<K> {
             fn build(routes: impl IntoIterator<Item = (Prefix<K>, u32)>) -> Self {
                 $table::build(routes)
             }
@@ -77,8 +77,8 @@ macro_rules! engine {
     };
 }
 
-engine!(Trie, TrieSnapshot);
-engine!(RangeTree, RangeSnapshot);
+tested!(Trie, TrieSnapshot);
+tested!(RangeTree, RangeSnapshot);
 
 /// Random prefixes clustered around a few base addresses so that they overlap; /0,
 /// host routes and /64s come often.
@@ -136,7 +136,7 @@ pub(crate) fn check_against_reference<K: Key>(
 /// `ops` random inserts, replaces and removes around `bases` random base addresses,
 /// checked against the reference every 16 operations with `check` run on the structure,
 /// then the whole table and a bulk build of it.
-pub(crate) fn random_ops_match_reference<K: Key, E: Engine<K>>(
+pub(crate) fn random_ops_match_reference<K: Key, E: Tested<K>>(
     seed: u64,
     ops: usize,
     bases: usize,

@@ -51,7 +51,7 @@
 //!
 //! So a global range search, as a B+-tree of uniform height walked in lockstep, is the way
 //! forward for IPv6 lookups that the measurements point to, and the trie stays the better
-//! structure for IPv4. That is what fibre-lpm's `RangeLpm` became, IPv6's engine: this
+//! structure for IPv4. That is what fibre-lpm's range tree became, IPv6's structure: this
 //! B+-tree with 15-key nodes whose children sit side by side, incremental updates with
 //! copy on write, wide leaves for sparse starts and a second stage for /65-/128; it does
 //! a matched IPv6 lookup in 10.1-10.4 ns batched (`lookup_profile`, which measures it

@@ -1,4 +1,4 @@
-//! The range engine: longest-prefix match as a search over address ranges.
+//! The range tree: longest-prefix match as a search over address ranges.
 //!
 //! # The idea
 //!
@@ -23,7 +23,7 @@
 //! # Updates
 //!
 //! The prefixes themselves sit in an ordered map beside the trees, never read by
-//! lookups. A change to prefix P changes the answers only within P's span: the engine
+//! lookups. A change to prefix P changes the answers only within P's span: the structure
 //! sweeps the prefixes inside P (the map holds them side by side) into the span's new
 //! ranges and assigns them to the tree, which rewrites the leaves overlapping the span and
 //! splits what overflows (`tree.rs`). A span holding many ranges (a default route, say)
@@ -62,7 +62,6 @@ const REBUILD_SLACK: usize = 1024;
 /// A map from prefixes of one address family to values, with longest-prefix lookups by
 /// range search. The same operations as the trie; the module documentation says how it
 /// works and when it is the better structure.
-#[derive(Debug)]
 pub(crate) struct RangeTree<K: Key> {
     /// The instructions lookups use.
     form: Runnable,
@@ -110,7 +109,7 @@ impl<K: Key> std::fmt::Debug for RangeSnapshot<K> {
 
 /// Lines a [`RangeTree`] released before a publish, to be reused once no reader can
 /// reach them (see [`mod@crate::shared`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct RangeReleased(TreeReleased);
 
 impl<K: Key> Default for RangeTree<K> {
@@ -120,17 +119,23 @@ impl<K: Key> Default for RangeTree<K> {
 }
 
 impl<K: Key> Clone for RangeTree<K> {
-    /// A private copy: its own arenas, never published.
+    /// A private copy, never published: the same prefixes, values and form, built afresh
+    /// (blocks the original keeps for its readers stay behind).
     fn clone(&self) -> Self {
-        RangeTree {
-            form: self.form,
-            prefixes: self.prefixes.clone(),
-            count_by_len: self.count_by_len.clone(),
-            built_leaves: self.built_leaves,
-            store: self.store.deep_clone(),
-            main: self.main,
-            _key: PhantomData,
-        }
+        let mut copy = Self::build(self.iter());
+        copy.form = self.form;
+        copy
+    }
+}
+
+impl<K: Key> std::fmt::Debug for RangeTree<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeTree")
+            .field("family", &K::FAMILY)
+            .field("len", &self.prefixes.len())
+            .field("form", &self.form.form())
+            .field("height", &self.main.height)
+            .finish_non_exhaustive()
     }
 }
 
@@ -229,13 +234,14 @@ impl<K: Key> RangeTree<K> {
         self.form = form;
     }
 
-    /// Rebuilds the trees in bulk, tightly packed (the same prefixes and values).
+    /// Rebuilds the trees in bulk in new arenas, tightly packed (the same prefixes,
+    /// values and form).
     pub fn compact(&mut self) {
-        self.rebuild();
+        *self = self.clone();
     }
 
-    /// Bytes used, by purpose. `nodes` and `leaves` count lines in the arenas (a node is
-    /// two lines of 64 bytes, a leaf one).
+    /// Bytes used, by purpose. `nodes` and `leaves` count the arenas' nodes (128 bytes,
+    /// two cache lines each) and leaves (64 bytes, one line).
     pub fn memory(&self) -> MemoryUsage {
         use std::mem::size_of;
         let lookup_bytes = self.store.leaves.lookup_bytes() + self.store.nodes.lookup_bytes();
@@ -243,13 +249,12 @@ impl<K: Key> RangeTree<K> {
         // two thirds full on average: an entry costs its key and value and half again.
         let entry = size_of::<Prefix<K>>() + size_of::<u32>();
         let map_bytes = self.prefixes.len() * entry * 3 / 2;
-        let used = self.store.live_leaves + self.store.live_nodes;
         MemoryUsage {
             lookup_bytes,
             update_bytes: map_bytes + self.store.update_bytes(),
             nodes: self.store.nodes.len(),
             leaves: self.store.leaves.len(),
-            free_slots: self.store.leaves.len() + self.store.nodes.len() - used,
+            free_slots: self.store.leaves.free_slots() + self.store.nodes.free_slots(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Tests of the range engine against the reference, plus structural checks.
+//! Tests of the range tree against the reference, plus structural checks.
 
 use super::layout::UNROUTED;
 use super::*;

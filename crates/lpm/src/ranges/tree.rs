@@ -10,7 +10,7 @@
 //! everything outside keeps its value. Only the leaves overlapping the span are
 //! rewritten; a leaf that overflows splits, and nodes split up to the root, which grows
 //! a level. Nothing merges: leaves emptied of boundaries keep one range each, and the
-//! engine rebuilds the tree in bulk when it has grown to twice its built size (see
+//! range tree rebuilds the tree in bulk when it has grown to twice its built size (see
 //! `mod.rs`), which keeps the walk short without merge logic on the update path.
 //!
 //! A node's children sit side by side in one block of their arena (leaves for the
@@ -64,7 +64,7 @@ impl Tree {
 }
 
 /// What a publish released from the leaf and node arenas.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct TreeReleased {
     pub leaves: Released,
     pub nodes: Released,
@@ -131,17 +131,6 @@ impl Store {
     pub fn reclaim(&mut self, released: TreeReleased) {
         self.leaves.reclaim(released.leaves);
         self.nodes.reclaim(released.nodes);
-    }
-
-    /// A private copy: its own arenas, never published.
-    pub fn deep_clone(&self) -> Store {
-        Store {
-            leaves: self.leaves.deep_clone(),
-            nodes: self.nodes.deep_clone(),
-            scratch: Vec::new(),
-            live_leaves: self.live_leaves,
-            live_nodes: self.live_nodes,
-        }
     }
 
     /// A block of `size` lines for subtrees of `height` (leaves at 0).

@@ -10,7 +10,7 @@
 //! table's direct bits as a constant, which turns the shifts of the key by them into
 //! immediate ones. Lanes are indexed through their masks (`lane`), which the compiler can
 //! see are in bounds, and prefetches skip bounds checks. Together, counted with callgrind
-//! on the real tables (`examples/lookup_profile.rs`): batched IPv6 from 215 to 171
+//! on the real tables (`fibre-bench`'s `lookup_profile` example): batched IPv6 from 215 to 171
 //! instructions per lookup, scalar IPv6 131 to 117, batched IPv4 91 to 81.
 //!
 //! Measured here and kept: branches on "child or leaf" beat branch-free selects, in both
@@ -135,7 +135,8 @@ impl TrieView<'_> {
         assert!(out.len() >= keys.len(), "output shorter than input");
         #[cfg(target_arch = "x86_64")]
         if let Some(cpu) = self.form.avx2() {
-            // SAFETY: as in `lookup`: `cpu` proves the CPU has the features.
+            // SAFETY: `cpu` exists only where this CPU has the AVX2 form's features
+            // (`crate::form`: `Runnable::new` detects them before making one).
             return unsafe { batch_avx2(self, cpu, keys, out) };
         }
         self.lookup_all(keys, out)

@@ -1,4 +1,4 @@
-//! The longest-prefix-match engine: a compressed multibit trie in the manner of Poptrie.
+//! The trie: longest-prefix match by a compressed multibit trie in the manner of Poptrie.
 //!
 //! # The structure
 //!
@@ -97,7 +97,6 @@ const PAGE: u32 = 1 << PAGE_BITS;
 
 /// A map from prefixes of one address family to values, with longest-prefix lookups by
 /// the trie described in the module documentation.
-#[derive(Debug)]
 pub(crate) struct Trie<K: Key> {
     direct_bits: u8,
     /// The instructions lookups use.
@@ -127,7 +126,7 @@ pub(crate) struct Trie<K: Key> {
 
 /// Blocks a trie released before a publish, to be freed into it once no reader can
 /// reach them (see [`mod@crate::shared`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct TrieReleased {
     direct: Released,
     nodes: Released,
@@ -182,23 +181,21 @@ impl<K: Key> std::fmt::Debug for TrieSnapshot<K> {
 }
 
 impl<K: Key> Clone for Trie<K> {
-    /// A private copy: its own arrays, never published.
+    /// A private copy, never published: the same prefixes, values and form, built afresh
+    /// (blocks the original keeps for its readers stay behind).
     fn clone(&self) -> Self {
-        Trie {
-            direct_bits: self.direct_bits,
-            form: self.form,
-            page_table: self.page_table.clone(),
-            direct: self.direct.deep_clone(),
-            nodes: self.nodes.deep_clone(),
-            leaves: self.leaves.deep_clone(),
-            direct_owner: self.direct_owner.clone(),
-            direct_prefixes: self.direct_prefixes.clone(),
-            wide_roots: self.wide_roots.clone(),
-            aux: self.aux.clone(),
-            count_by_len: self.count_by_len.clone(),
-            len: self.len,
-            _key: PhantomData,
-        }
+        Self::build_with_direct_bits(self.to_vec(), self.direct_bits, self.form)
+    }
+}
+
+impl<K: Key> std::fmt::Debug for Trie<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trie")
+            .field("family", &K::FAMILY)
+            .field("len", &self.len)
+            .field("form", &self.form.form())
+            .field("direct_bits", &self.direct_bits)
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Tests of the engine against the reference, plus a structural invariant check.
+//! Tests of the trie against the reference, plus a structural invariant check.
 
 use super::node::{decode, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG};
 use super::*;
