@@ -514,7 +514,7 @@ mod tests {
     fn every_structure_and_form<K: Key>(seed: u64) {
         let mut rng = SmallRng::seed_from_u64(seed);
         let bases: Vec<u128> = (0..4).map(|_| rng.gen()).collect();
-        let routes: Vec<(Prefix<K>, u32)> = (0..if cfg!(miri) { 60 } else { 3000 })
+        let routes: Vec<(Prefix<K>, u32)> = (0..if cfg!(miri) { 12 } else { 3000 })
             .map(|i| (random_prefix::<K>(&mut rng, &bases), i))
             .collect();
         let mut reference = ReferenceLpm::new();
