@@ -319,26 +319,17 @@ impl<K: Key> Table<K> {
     /// the table copies what it changes from then on. Only [`crate::shared`] publishes:
     /// what is released must not be reclaimed while a reader holds the snapshot.
     pub(crate) fn publish(&mut self) -> (TableSnapshot<K>, TableReleased) {
-        match &mut self.inner {
+        let (inner, released) = match &mut self.inner {
             Inner::Trie(t) => {
                 let (s, r) = t.publish();
-                (
-                    TableSnapshot {
-                        inner: SnapshotInner::Trie(s),
-                    },
-                    TableReleased::Trie(r),
-                )
+                (SnapshotInner::Trie(s), TableReleased::Trie(r))
             }
             Inner::Ranges(t) => {
                 let (s, r) = t.publish();
-                (
-                    TableSnapshot {
-                        inner: SnapshotInner::Ranges(s),
-                    },
-                    TableReleased::Ranges(r),
-                )
+                (SnapshotInner::Ranges(s), TableReleased::Ranges(r))
             }
-        }
+        };
+        (TableSnapshot { inner }, released)
     }
 
     /// Reuses what a publish released, once no reader can reach it (memory released by
