@@ -5,6 +5,7 @@
 
 mod bench;
 mod lookup;
+mod route;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +29,17 @@ enum Command {
     /// table size, threads, address kinds), or, with `lookup`, fibre's tables alone on a
     /// route file.
     Bench(Box<bench::BenchArgs>),
+    /// Routing as Linux defines it, on a file of `ip` command lines: `route get` answers as
+    /// `ip route get` does, `route show` lists as `ip route show` does.
+    Route(route::RouteArgs),
+    /// Policy rules of a configuration, as `ip rule show` lists them.
+    Rule(route::ListArgs),
+    /// Nexthop objects of a configuration, as `ip nexthop show` lists them.
+    Nexthop(route::ListArgs),
+    /// Links of a configuration, as `ip link show` lists them.
+    Link(route::ListArgs),
+    /// Addresses of a configuration, as `ip addr show` lists them.
+    Addr(route::ListArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +47,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lookup(args) => lookup::run(args),
         Command::Bench(args) => bench::run(*args),
+        Command::Route(args) => route::run(args),
+        Command::Rule(args) => route::rules(args),
+        Command::Nexthop(args) => route::nexthops(args),
+        Command::Link(args) => route::links(args),
+        Command::Addr(args) => route::addrs(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,60 @@
+//! Routing as Linux defines it, on fibre's LPM engines.
+//!
+//! A router's route query is more than a longest-prefix match: policy rules pick tables by
+//! source, marks, ports and links; routes have types, metrics, TOS, scopes and preferred
+//! sources; paths are gateways and links, several with weights, or shared nexthop objects;
+//! addresses bring local, broadcast and connected routes with them, and links going down
+//! take routes away. This crate holds all of that as the kernel does and answers every
+//! query as `ip route get` would.
+//!
+//! - [`State`] is the routing state and the kernel's rules for changing it (`state`), made
+//!   of [`Link`]s and [`Address`]es (`link`), [`Route`]s (`route`), [`Rule`]s (`rule`) and
+//!   [`Nexthop`] objects (`nexthop`).
+//! - [`config`] reads a file of `ip` command lines into a state: all of it or, with
+//!   `FILE:LINE: reason`, none.
+//! - [`Snapshot`] is a state compiled for lookups (`snapshot`): every table one LPM
+//!   structure, rules resolved; [`Snapshot::route`] answers a [`Query`] with an [`Answer`]
+//!   or the kernel's error ([`NoRoute`]). [`source`] picks the source address.
+//! - [`show`] prints answers and listings as `ip` does, text or JSON.
+//!
+//! ```
+//! use fibre_fib::{config, Query};
+//! let mut state = fibre_fib::State::new();
+//! config::apply_text(&mut state, "example", "\
+//! link add a0 type veth peer name a1
+//! link set a0 up
+//! link set a1 up
+//! addr add 10.0.0.1/24 dev a0
+//! route add 10.1.0.0/16 via 10.0.0.2 table 100
+//! rule add to 10.1.0.0/16 lookup 100 pref 1000
+//! ").unwrap();
+//! let snap = state.snapshot();
+//! let a = snap.route(&Query::to("10.1.2.3".parse().unwrap())).unwrap();
+//! assert_eq!(a.gateway, Some("10.0.0.2".parse().unwrap()));
+//! assert_eq!(a.table, Some(100));
+//! assert_eq!(a.prefsrc, Some("10.0.0.1".parse().unwrap()));
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod link;
+pub mod names;
+pub mod net;
+pub mod nexthop;
+pub mod query;
+pub mod route;
+pub mod rule;
+pub mod show;
+pub mod snapshot;
+pub mod source;
+pub mod state;
+
+pub use link::{Address, Link, LinkIndex, LinkKind};
+pub use net::{Family, Net};
+pub use nexthop::{Nexthop, NexthopId, NexthopKind};
+pub use query::{Answer, NoRoute, Query};
+pub use route::{Path, Paths, Route, RouteType};
+pub use rule::{Rule, RuleAction};
+pub use snapshot::Snapshot;
+pub use state::{Refused, RouteOp, State};

@@ -1,0 +1,610 @@
+//! Answers and listings printed as `ip` prints them: JSON with the keys of `ip -d -j`, and
+//! text in `ip`'s words.
+
+use crate::link::{mac_string, Link, LinkIndex};
+use crate::names::*;
+use crate::net::Family;
+use crate::nexthop::NexthopKind;
+use crate::query::Answer;
+use crate::route::{Paths, Route};
+use crate::rule::{Rule, RuleAction};
+use crate::snapshot::Snapshot;
+use crate::state::State;
+use serde_json::{json, Map, Value};
+use std::net::IpAddr;
+
+fn name_of(links: &dyn Fn(LinkIndex) -> Option<String>, index: LinkIndex) -> String {
+    links(index).unwrap_or_else(|| format!("if{index}"))
+}
+
+fn pref_name(p: u8) -> &'static str {
+    match p {
+        1 => "high",
+        3 => "low",
+        _ => "medium",
+    }
+}
+
+/// An answer as `ip -d -j route get` prints it (one object; `ip` wraps it in a list).
+pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
+    let names = |i: LinkIndex| snap.link(i).map(|l| l.name.clone());
+    let v6 = Family::of(a.dst) == Family::V6;
+    let mut m = Map::new();
+    m.insert("type".into(), json!(a.kind.name()));
+    m.insert("dst".into(), json!(a.dst.to_string()));
+    if let Some(f) = a.from {
+        m.insert("from".into(), json!(f.to_string()));
+    } else if v6 {
+        m.insert("from".into(), json!("::"));
+    }
+    if a.tos != 0 {
+        m.insert("tos".into(), json!(format!("0x{:02x}", a.tos)));
+    }
+    if let Some(g) = a.gateway {
+        m.insert("gateway".into(), json!(g.to_string()));
+    }
+    m.insert("dev".into(), json!(name_of(&names, a.dev)));
+    if let Some(t) = a.table {
+        m.insert("table".into(), json!(table_name(t)));
+    }
+    if v6 {
+        m.insert("protocol".into(), json!(protocol_name(a.protocol)));
+        m.insert("scope".into(), json!("global"));
+    }
+    if let Some(s) = a.prefsrc {
+        m.insert("prefsrc".into(), json!(s.to_string()));
+    }
+    if v6 {
+        m.insert("metric".into(), json!(a.metric));
+    }
+    // `ip route get` prints the flags of the route cache entry, which never carry
+    // `linkdown` or `onlink` (`ip route show` does).
+    m.insert("flags".into(), json!([]));
+    if a.mark != 0 && !v6 {
+        m.insert("mark".into(), json!(a.mark));
+    }
+    if !v6 {
+        if a.iif.is_none() {
+            m.insert("uid".into(), json!(a.uid));
+        }
+        m.insert("cache".into(), json!(a.cache));
+    }
+    if let Some(mtu) = a.mtu {
+        m.insert("metrics".into(), json!([{ "mtu": mtu }]));
+    }
+    if let Some(i) = a.iif {
+        m.insert("iif".into(), json!(name_of(&names, i)));
+    }
+    if v6 {
+        m.insert("pref".into(), json!(pref_name(a.pref)));
+    }
+    Value::Object(m)
+}
+
+/// An answer as `ip route get` prints it.
+pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
+    let names = |i: LinkIndex| snap.link(i).map(|l| l.name.clone());
+    let v6 = Family::of(a.dst) == Family::V6;
+    let mut s = String::new();
+    if a.kind != crate::route::RouteType::Unicast {
+        s += a.kind.name();
+        s += " ";
+    }
+    s += &a.dst.to_string();
+    if let Some(f) = a.from {
+        s += &format!(" from {f}");
+    } else if v6 {
+        s += " from ::";
+    }
+    if a.tos != 0 {
+        s += &format!(" tos 0x{:02x}", a.tos);
+    }
+    if let Some(g) = a.gateway {
+        s += &format!(" via {g}");
+    }
+    s += &format!(" dev {}", name_of(&names, a.dev));
+    if let Some(t) = a.table.filter(|&t| t != TABLE_MAIN) {
+        s += &format!(" table {}", table_name(t));
+    }
+    if v6 {
+        s += &format!(" proto {}", protocol_name(a.protocol));
+    }
+    if let Some(p) = a.prefsrc {
+        s += &format!(" src {p}");
+    }
+    if v6 {
+        s += &format!(" metric {}", a.metric);
+    }
+    if a.mark != 0 && !v6 {
+        s += &format!(" mark 0x{:x}", a.mark);
+    }
+    if let Some(i) = a.iif {
+        s += &format!(" iif {}", name_of(&names, i));
+    } else if !v6 {
+        s += &format!(" uid {}", a.uid);
+    }
+    if v6 {
+        s += &format!(" pref {}", pref_name(a.pref));
+    } else {
+        s += "\n    cache";
+        if !a.cache.is_empty() {
+            s += &format!(" <{}>", a.cache.join(","));
+        }
+        if let Some(mtu) = a.mtu {
+            s += &format!(" mtu {mtu}");
+        }
+    }
+    s
+}
+
+/// A route as `ip -d -j route show` lists it.
+pub fn route_json(state: &State, r: &Route) -> Value {
+    let names = |i: LinkIndex| state.link(i).map(|l| l.name.clone());
+    let v6 = r.family() == Family::V6;
+    let mut m = Map::new();
+    m.insert("type".into(), json!(r.kind.name()));
+    m.insert(
+        "dst".into(),
+        json!(if r.dst.is_default() {
+            "default".to_string()
+        } else if r.dst.is_host() {
+            r.dst.addr().to_string()
+        } else {
+            r.dst.to_string()
+        }),
+    );
+    if !r.src.is_default() {
+        m.insert("from".into(), json!(r.src.to_string()));
+    }
+    if r.tos != 0 {
+        m.insert("tos".into(), json!(format!("0x{:02x}", r.tos)));
+    }
+    if let Paths::Object(id) = r.paths {
+        m.insert("nhid".into(), json!(id));
+    }
+    if let Paths::Own(p) = &r.paths {
+        if p.len() == 1 {
+            if let Some(g) = p[0].gateway {
+                m.insert("gateway".into(), json!(g.to_string()));
+            }
+            m.insert("dev".into(), json!(name_of(&names, p[0].dev)));
+        }
+    }
+    m.insert("table".into(), json!(table_name(r.table)));
+    m.insert("protocol".into(), json!(protocol_name(r.protocol)));
+    m.insert("scope".into(), json!(scope_name(r.scope)));
+    if let Some(s) = r.prefsrc {
+        m.insert("prefsrc".into(), json!(s.to_string()));
+    }
+    if v6 || r.metric != 0 {
+        m.insert("metric".into(), json!(r.metric));
+    }
+    let mut flags = Vec::new();
+    if let Paths::Own(p) = &r.paths {
+        if p.len() == 1 {
+            if p[0].onlink {
+                flags.push("onlink");
+            }
+            if p[0].dead {
+                flags.push("dead");
+            }
+        }
+    }
+    m.insert("flags".into(), json!(flags));
+    if let Some(mtu) = r.mtu {
+        m.insert("metrics".into(), json!([{ "mtu": mtu }]));
+    }
+    if let Paths::Own(p) = &r.paths {
+        if p.len() > 1 {
+            let hops: Vec<Value> = p
+                .iter()
+                .map(|p| {
+                    let mut h = Map::new();
+                    if let Some(g) = p.gateway {
+                        h.insert("gateway".into(), json!(g.to_string()));
+                    }
+                    h.insert("dev".into(), json!(name_of(&names, p.dev)));
+                    h.insert("weight".into(), json!(p.weight));
+                    h.insert(
+                        "flags".into(),
+                        json!(if p.dead { vec!["dead"] } else { vec![] }),
+                    );
+                    Value::Object(h)
+                })
+                .collect();
+            m.insert("nexthops".into(), json!(hops));
+        }
+    }
+    if v6 {
+        m.insert("pref".into(), json!(pref_name(r.pref)));
+    }
+    Value::Object(m)
+}
+
+/// A route as `ip route show` lists it.
+pub fn route_text(state: &State, r: &Route) -> String {
+    let v = route_json(state, r);
+    let get = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    let mut s = String::new();
+    if r.kind != crate::route::RouteType::Unicast {
+        s += r.kind.name();
+        s += " ";
+    }
+    s += &get("dst").unwrap_or_default();
+    if let Some(f) = get("from") {
+        s += &format!(" from {f}");
+    }
+    if let Some(t) = get("tos") {
+        s += &format!(" tos {t}");
+    }
+    if let Paths::Object(id) = r.paths {
+        s += &format!(" nhid {id}");
+    }
+    if let Some(g) = get("gateway") {
+        s += &format!(" via {g}");
+    }
+    if let Some(d) = get("dev") {
+        s += &format!(" dev {d}");
+    }
+    if r.table != TABLE_MAIN {
+        s += &format!(" table {}", table_name(r.table));
+    }
+    if r.protocol != PROTO_BOOT || r.family() == Family::V6 {
+        s += &format!(" proto {}", protocol_name(r.protocol));
+    }
+    if r.scope != SCOPE_UNIVERSE {
+        s += &format!(" scope {}", scope_name(r.scope));
+    }
+    if let Some(p) = r.prefsrc {
+        s += &format!(" src {p}");
+    }
+    if r.family() == Family::V6 || r.metric != 0 {
+        s += &format!(" metric {}", r.metric);
+    }
+    if let Some(mtu) = r.mtu {
+        s += &format!(" mtu {mtu}");
+    }
+    if let Paths::Own(p) = &r.paths {
+        if p.len() == 1 && p[0].onlink {
+            s += " onlink";
+        }
+        if p.len() == 1 && p[0].dead {
+            s += " dead";
+        }
+        if p.len() > 1 {
+            for p in p {
+                s += "\n\tnexthop";
+                if let Some(g) = p.gateway {
+                    s += &format!(" via {g}");
+                }
+                s += &format!(
+                    " dev {} weight {}",
+                    state.link(p.dev).map_or("?", |l| &l.name),
+                    p.weight
+                );
+                if p.dead {
+                    s += " dead";
+                }
+            }
+        }
+    }
+    if r.family() == Family::V6 {
+        s += &format!(" pref {}", pref_name(r.pref));
+    }
+    s
+}
+
+/// A rule as `ip -j rule show` lists it.
+pub fn rule_json(r: &Rule) -> Value {
+    let mut m = Map::new();
+    m.insert("priority".into(), json!(r.pref));
+    if r.invert {
+        m.insert("not".into(), json!(null));
+    }
+    match r.src {
+        Some(s) => {
+            m.insert("src".into(), json!(s.addr().to_string()));
+            if !s.is_host() {
+                m.insert("srclen".into(), json!(s.len()));
+            }
+        }
+        None => {
+            m.insert("src".into(), json!("all"));
+        }
+    }
+    if let Some(d) = r.dst {
+        m.insert("dst".into(), json!(d.addr().to_string()));
+        if !d.is_host() {
+            m.insert("dstlen".into(), json!(d.len()));
+        }
+    }
+    if let Some(t) = r.tos {
+        m.insert("tos".into(), json!(format!("0x{t:02x}")));
+    }
+    if let Some((mark, mask)) = r.fwmark {
+        m.insert("fwmark".into(), json!(format!("0x{mark:x}")));
+        if mask != u32::MAX {
+            m.insert("fwmask".into(), json!(format!("0x{mask:x}")));
+        }
+    }
+    if let Some(l) = &r.iif {
+        m.insert("iif".into(), json!(l.name));
+    }
+    if let Some(l) = &r.oif {
+        m.insert("oif".into(), json!(l.name));
+    }
+    if let Some(u) = r.uidrange {
+        m.insert("uid_start".into(), json!(u.start));
+        m.insert("uid_end".into(), json!(u.end));
+    }
+    if let Some(p) = r.ipproto {
+        m.insert("ipproto".into(), json!(ipproto_name(p)));
+    }
+    if let Some(p) = r.sport {
+        m.insert("sport".into(), json!(p.start));
+        if p.end != p.start {
+            m.insert("sport_end".into(), json!(p.end));
+        }
+    }
+    if let Some(p) = r.dport {
+        m.insert("dport".into(), json!(p.start));
+        if p.end != p.start {
+            m.insert("dport_end".into(), json!(p.end));
+        }
+    }
+    match r.action {
+        RuleAction::Lookup(t) => {
+            m.insert("table".into(), json!(table_name(t)));
+        }
+        RuleAction::Goto(p) => {
+            m.insert("action".into(), json!("goto"));
+            m.insert("target".into(), json!(p));
+        }
+        RuleAction::Nop => {
+            m.insert("action".into(), json!("nop"));
+        }
+        RuleAction::Blackhole => {
+            m.insert("action".into(), json!("blackhole"));
+        }
+        RuleAction::Unreachable => {
+            m.insert("action".into(), json!("unreachable"));
+        }
+        RuleAction::Prohibit => {
+            m.insert("action".into(), json!("prohibit"));
+        }
+    }
+    if let Some(p) = r.suppress_prefixlength {
+        m.insert("suppress_prefixlen".into(), json!(p));
+    }
+    if let Some(g) = r.suppress_ifgroup {
+        m.insert("suppress_ifgroup".into(), json!(g.to_string()));
+    }
+    if r.protocol != 0 {
+        m.insert("protocol".into(), json!(protocol_name(r.protocol)));
+    }
+    Value::Object(m)
+}
+
+/// A rule as `ip rule show` lists it.
+pub fn rule_text(r: &Rule) -> String {
+    let mut s = format!("{}:\t", r.pref);
+    if r.invert {
+        s += "not ";
+    }
+    s += &match r.src {
+        Some(n) if n.is_host() => format!("from {}", n.addr()),
+        Some(n) => format!("from {n}"),
+        None => "from all".into(),
+    };
+    if let Some(d) = r.dst {
+        s += &if d.is_host() {
+            format!(" to {}", d.addr())
+        } else {
+            format!(" to {d}")
+        };
+    }
+    if let Some(t) = r.tos {
+        s += &format!(" tos 0x{t:02x}");
+    }
+    if let Some((mark, mask)) = r.fwmark {
+        s += &format!(" fwmark 0x{mark:x}");
+        if mask != u32::MAX {
+            s += &format!("/0x{mask:x}");
+        }
+    }
+    if let Some(l) = &r.iif {
+        s += &format!(" iif {}", l.name);
+    }
+    if let Some(l) = &r.oif {
+        s += &format!(" oif {}", l.name);
+    }
+    if let Some(u) = r.uidrange {
+        s += &format!(" uidrange {}-{}", u.start, u.end);
+    }
+    if let Some(p) = r.ipproto {
+        s += &format!(" ipproto {}", ipproto_name(p));
+    }
+    for (word, range) in [("sport", r.sport), ("dport", r.dport)] {
+        if let Some(p) = range {
+            s += &if p.start == p.end {
+                format!(" {word} {}", p.start)
+            } else {
+                format!(" {word} {}-{}", p.start, p.end)
+            };
+        }
+    }
+    s += &match r.action {
+        RuleAction::Lookup(t) => format!(" lookup {}", table_name(t)),
+        RuleAction::Goto(p) => format!(" goto {p}"),
+        RuleAction::Nop => " nop".into(),
+        RuleAction::Blackhole => " blackhole".into(),
+        RuleAction::Unreachable => " unreachable".into(),
+        RuleAction::Prohibit => " prohibit".into(),
+    };
+    if let Some(p) = r.suppress_prefixlength {
+        s += &format!(" suppress_prefixlength {p}");
+    }
+    if let Some(g) = r.suppress_ifgroup {
+        s += &format!(" suppress_ifgroup {g}");
+    }
+    s
+}
+
+/// A nexthop object as `ip -j nexthop show` lists it.
+pub fn nexthop_json(state: &State, nh: &crate::nexthop::Nexthop) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), json!(nh.id));
+    match &nh.kind {
+        NexthopKind::Path {
+            gateway,
+            dev,
+            onlink,
+        } => {
+            if let Some(g) = gateway {
+                m.insert("gateway".into(), json!(g.to_string()));
+            }
+            m.insert(
+                "dev".into(),
+                json!(state.link(*dev).map_or(String::new(), |l| l.name.clone())),
+            );
+            m.insert(
+                "scope".into(),
+                json!(if gateway.is_some() { "link" } else { "host" }),
+            );
+            m.insert(
+                "flags".into(),
+                json!(if *onlink { vec!["onlink"] } else { vec![] }),
+            );
+        }
+        NexthopKind::Blackhole => {
+            m.insert("blackhole".into(), json!(null));
+            m.insert("flags".into(), json!([]));
+        }
+        NexthopKind::Group(members) => {
+            let g: Vec<Value> = members
+                .iter()
+                .map(|(id, w)| {
+                    if *w == 1 {
+                        json!({ "id": id })
+                    } else {
+                        json!({ "id": id, "weight": w })
+                    }
+                })
+                .collect();
+            m.insert("group".into(), json!(g));
+            m.insert("flags".into(), json!([]));
+        }
+    }
+    if nh.protocol != PROTO_BOOT {
+        m.insert("protocol".into(), json!(protocol_name(nh.protocol)));
+    }
+    Value::Object(m)
+}
+
+/// A link as `ip -j link show` lists it (the fields fibre holds).
+pub fn link_json(state: &State, l: &Link) -> Value {
+    let mut flags = Vec::new();
+    if l.kind == crate::link::LinkKind::Loopback {
+        flags.push("LOOPBACK");
+    } else {
+        flags.push("BROADCAST");
+        flags.push("MULTICAST");
+    }
+    if l.up {
+        flags.push("UP");
+    }
+    if state.carrier(l.index) {
+        flags.push("LOWER_UP");
+    }
+    let mut m = Map::new();
+    m.insert("ifindex".into(), json!(l.index));
+    m.insert("ifname".into(), json!(l.name));
+    if let crate::link::LinkKind::Veth { peer } = l.kind {
+        m.insert(
+            "link".into(),
+            json!(state.link(peer).map_or(String::new(), |p| p.name.clone())),
+        );
+    }
+    m.insert("flags".into(), json!(flags));
+    m.insert("mtu".into(), json!(l.mtu));
+    m.insert(
+        "operstate".into(),
+        json!(if l.kind == crate::link::LinkKind::Loopback {
+            "UNKNOWN"
+        } else if state.carrier(l.index) {
+            "UP"
+        } else {
+            "DOWN"
+        }),
+    );
+    m.insert(
+        "group".into(),
+        json!(if l.group == 0 {
+            "default".to_string()
+        } else {
+            l.group.to_string()
+        }),
+    );
+    m.insert(
+        "link_type".into(),
+        json!(if l.kind == crate::link::LinkKind::Loopback {
+            "loopback"
+        } else {
+            "ether"
+        }),
+    );
+    m.insert("address".into(), json!(mac_string(l.mac)));
+    m.insert("kind".into(), json!(l.kind.name()));
+    Value::Object(m)
+}
+
+/// The addresses of a link as `ip -j addr show` lists them (`addr_info`).
+pub fn addr_json(state: &State, l: &Link) -> Value {
+    let infos: Vec<Value> = state
+        .addresses()
+        .iter()
+        .filter(|a| a.link == l.index)
+        .map(|a| {
+            let mut m = Map::new();
+            m.insert("family".into(), json!(a.family().name()));
+            m.insert("local".into(), json!(a.local.to_string()));
+            m.insert("prefixlen".into(), json!(a.len));
+            if let Some(b) = a.broadcast {
+                m.insert("broadcast".into(), json!(b.to_string()));
+            }
+            m.insert("scope".into(), json!(scope_name(a.scope)));
+            if a.secondary {
+                m.insert("secondary".into(), json!(true));
+            }
+            if a.noprefixroute {
+                m.insert("noprefixroute".into(), json!(true));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    json!({ "ifindex": l.index, "ifname": l.name, "addr_info": infos })
+}
+
+/// The text of an address (`inet 10.0.0.1/24 brd 10.0.0.255 scope global a0`).
+pub fn addr_text(state: &State, a: &crate::link::Address) -> String {
+    let mut s = format!("    {} {}/{}", a.family().name(), a.local, a.len);
+    if let Some(b) = a.broadcast {
+        s += &format!(" brd {b}");
+    }
+    s += &format!(" scope {}", scope_name(a.scope));
+    if a.secondary {
+        s += " secondary";
+    }
+    if a.noprefixroute {
+        s += " noprefixroute";
+    }
+    if a.family() == Family::V4 {
+        s += &format!(" {}", state.link(a.link).map_or("?", |l| &l.name));
+    }
+    s
+}
+
+/// Whether an address is IPv6 (for listings that separate the families).
+pub fn is_v6(a: IpAddr) -> bool {
+    a.is_ipv6()
+}

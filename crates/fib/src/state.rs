@@ -1,0 +1,1605 @@
+//! The routing state and the kernel's rules for changing it.
+//!
+//! [`State`] holds links, addresses, tables of routes, policy rules and nexthop objects as
+//! plain ordered collections, and changes them as Linux does: an address adds its local,
+//! broadcast and connected routes; a link going down takes the routes through it away; a
+//! route add, replace, append, prepend, change or delete touches the route the kernel would
+//! touch; a refused change says why in the kernel's words and leaves the state as it was.
+//! Lookups do not read this structure: [`State::snapshot`] compiles it into the published
+//! form (`crate::snapshot`).
+
+use crate::link::{eui64_link_local, AddrGenMode, Address, Link, LinkIndex, LinkKind};
+use crate::names::*;
+use crate::net::{Family, Net};
+use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
+use crate::route::{Path, Paths, Route, RouteType};
+use crate::rule::{Rule, RuleAction, RuleLink};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// A change the kernel would refuse, in the kernel's words (`Error: ...` for messages the
+/// kernel explains, `RTNETLINK answers: ...` for bare errors).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+impl Refused {
+    /// An explained refusal: `Error: TEXT.`
+    pub fn explained(text: &str) -> Refused {
+        Refused(format!("Error: {text}."))
+    }
+
+    /// A bare refusal: `RTNETLINK answers: TEXT`.
+    pub fn answers(text: &str) -> Refused {
+        Refused(format!("RTNETLINK answers: {text}"))
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// How `ip route` changes a table: the netlink flags each command sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteOp {
+    /// `add`: create; refuse if a route of the same key exists.
+    Add,
+    /// `replace`: replace the first route of the same key, or create.
+    Replace,
+    /// `change`: replace the first route of the same key; refuse if none.
+    Change,
+    /// `append`: create after the routes of the same key.
+    Append,
+    /// `prepend`: create before the routes of the same key.
+    Prepend,
+}
+
+/// What `ip route del` names: every field given must match.
+#[derive(Clone, Debug, Default)]
+pub struct RouteFilter {
+    /// The table (`main` when not given).
+    pub table: Option<u32>,
+    /// The destination.
+    pub dst: Option<Net>,
+    /// The source prefix (IPv6 source routes).
+    pub src: Option<Net>,
+    /// TOS.
+    pub tos: u8,
+    /// Metric (0: any).
+    pub metric: u32,
+    /// Type.
+    pub kind: Option<RouteType>,
+    /// Scope.
+    pub scope: Option<u8>,
+    /// Protocol.
+    pub protocol: Option<u8>,
+    /// Preferred source.
+    pub prefsrc: Option<IpAddr>,
+    /// Gateway.
+    pub gateway: Option<IpAddr>,
+    /// Link.
+    pub dev: Option<LinkIndex>,
+    /// Nexthop object.
+    pub nhid: Option<NexthopId>,
+}
+
+/// The routes of one table of one family: for each (destination, source) prefix pair,
+/// the kernel's ordered list of routes.
+pub type TableRoutes = BTreeMap<(Net, Net), Vec<Route>>;
+
+/// The whole routing state.
+#[derive(Clone, Debug)]
+pub struct State {
+    links: BTreeMap<LinkIndex, Link>,
+    next_index: LinkIndex,
+    addrs: Vec<Address>,
+    tables: BTreeMap<(Family, u32), TableRoutes>,
+    rules: [Vec<Rule>; 2],
+    nexthops: BTreeMap<NexthopId, Nexthop>,
+    /// An IPv4 rule was ever added: lookups walk the rules (until then the kernel looks up
+    /// `main` and `default` without them).
+    v4_custom_rules: bool,
+    /// An IPv4 rule was ever added or deleted: tables `local` and `main` are apart (until
+    /// then the kernel keeps them merged in one structure, reported as `main`).
+    v4_unmerged: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}
+
+fn fam_ix(f: Family) -> usize {
+    match f {
+        Family::V4 => 0,
+        Family::V6 => 1,
+    }
+}
+
+/// The kernel's default metric for IPv6 routes a user adds.
+pub const IPV6_USER_METRIC: u32 = 1024;
+/// The metric of IPv6 routes the kernel derives from addresses.
+pub const IPV6_ADDR_METRIC: u32 = 256;
+
+impl State {
+    /// A fresh network namespace: `lo` (down), the default rules of both families, empty
+    /// tables.
+    pub fn new() -> State {
+        let mut links = BTreeMap::new();
+        links.insert(
+            1,
+            Link {
+                index: 1,
+                name: "lo".into(),
+                kind: LinkKind::Loopback,
+                up: false,
+                mtu: 65536,
+                mac: [0; 6],
+                group: 0,
+                addrgenmode: AddrGenMode::Eui64,
+            },
+        );
+        State {
+            links,
+            next_index: 2,
+            addrs: Vec::new(),
+            tables: BTreeMap::new(),
+            rules: [Rule::defaults(Family::V4), Rule::defaults(Family::V6)],
+            nexthops: BTreeMap::new(),
+            v4_custom_rules: false,
+            v4_unmerged: false,
+        }
+    }
+
+    // ----- reading -----
+
+    /// The links, by index.
+    pub fn links(&self) -> impl Iterator<Item = &Link> {
+        self.links.values()
+    }
+
+    /// A link by index.
+    pub fn link(&self, index: LinkIndex) -> Option<&Link> {
+        self.links.get(&index)
+    }
+
+    /// A link by name.
+    pub fn link_by_name(&self, name: &str) -> Option<&Link> {
+        self.links.values().find(|l| l.name == name)
+    }
+
+    /// Whether a link has carrier: it is up and, for a veth, so is its peer.
+    pub fn carrier(&self, index: LinkIndex) -> bool {
+        match self.links.get(&index) {
+            None => false,
+            Some(l) => {
+                l.up && match l.kind {
+                    LinkKind::Veth { peer } => self.links.get(&peer).is_some_and(|p| p.up),
+                    _ => true,
+                }
+            }
+        }
+    }
+
+    /// The addresses, in the order the kernel lists them.
+    pub fn addresses(&self) -> &[Address] {
+        &self.addrs
+    }
+
+    /// The tables that hold routes, with their routes.
+    pub fn tables(&self) -> impl Iterator<Item = (Family, u32, &TableRoutes)> {
+        self.tables.iter().map(|(&(f, t), r)| (f, t, r))
+    }
+
+    /// Every route of `family` (and of `table`, if given), in table and prefix order.
+    pub fn routes(&self, family: Family, table: Option<u32>) -> impl Iterator<Item = &Route> {
+        self.tables
+            .iter()
+            .filter(move |((f, t), _)| *f == family && table.is_none_or(|id| id == *t))
+            .flat_map(|(_, routes)| routes.values().flatten())
+    }
+
+    /// The rules of a family, in the order they are walked.
+    pub fn rules(&self, family: Family) -> &[Rule] {
+        &self.rules[fam_ix(family)]
+    }
+
+    /// Whether IPv4 lookups walk the rules (an IPv4 rule was ever added).
+    pub fn v4_custom_rules(&self) -> bool {
+        self.v4_custom_rules
+    }
+
+    /// Whether IPv4 tables `local` and `main` are apart (a rule was ever added or deleted).
+    pub fn v4_unmerged(&self) -> bool {
+        self.v4_unmerged
+    }
+
+    /// The nexthop objects, by id.
+    pub fn nexthops(&self) -> impl Iterator<Item = &Nexthop> {
+        self.nexthops.values()
+    }
+
+    /// A nexthop object by id.
+    pub fn nexthop(&self, id: NexthopId) -> Option<&Nexthop> {
+        self.nexthops.get(&id)
+    }
+
+    fn resolve(&self, name: &str) -> Result<LinkIndex, Refused> {
+        self.link_by_name(name)
+            .map(|l| l.index)
+            .ok_or_else(|| Refused(format!("Cannot find device \"{name}\"")))
+    }
+
+    // ----- links -----
+
+    /// `ip link add NAME type veth peer name PEER` (the peer is made first, as the kernel
+    /// does, and so has the lower index), or `type dummy` when `peer` is `None`.
+    pub fn add_link(
+        &mut self,
+        name: &str,
+        mac: Option<[u8; 6]>,
+        peer: Option<(&str, Option<[u8; 6]>)>,
+        mtu: Option<u32>,
+    ) -> Result<(), Refused> {
+        let names = std::iter::once(name).chain(peer.map(|p| p.0));
+        for n in names {
+            if n.is_empty() || n.len() > 15 || n.contains(['/', ' ']) {
+                return Err(Refused::answers("Invalid argument"));
+            }
+            if self.link_by_name(n).is_some() {
+                return Err(Refused::answers("File exists"));
+            }
+        }
+        if peer.is_some_and(|p| p.0 == name) {
+            return Err(Refused::answers("File exists"));
+        }
+        let mtu = mtu.unwrap_or(1500);
+        if !(68..=65535).contains(&mtu) {
+            return Err(Refused::answers("Invalid argument"));
+        }
+        let new = |index, name: &str, kind, mac: Option<[u8; 6]>| Link {
+            index,
+            name: name.to_string(),
+            kind,
+            up: false,
+            mtu,
+            mac: mac.unwrap_or([0x02, 0, 0, 0, (index >> 8) as u8, index as u8]),
+            group: 0,
+            addrgenmode: AddrGenMode::Eui64,
+        };
+        match peer {
+            Some((peer_name, peer_mac)) => {
+                let (pi, li) = (self.next_index, self.next_index + 1);
+                self.next_index += 2;
+                self.links.insert(
+                    pi,
+                    new(pi, peer_name, LinkKind::Veth { peer: li }, peer_mac),
+                );
+                self.links
+                    .insert(li, new(li, name, LinkKind::Veth { peer: pi }, mac));
+            }
+            None => {
+                let li = self.next_index;
+                self.next_index += 1;
+                self.links.insert(li, new(li, name, LinkKind::Dummy, mac));
+            }
+        }
+        self.refresh_rule_links();
+        Ok(())
+    }
+
+    /// `ip link del DEV` (a veth takes its peer with it).
+    pub fn del_link(&mut self, name: &str) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        let link = &self.links[&index];
+        if link.kind == LinkKind::Loopback {
+            return Err(Refused::answers("Operation not supported"));
+        }
+        let mut gone = vec![index];
+        if let LinkKind::Veth { peer } = link.kind {
+            gone.push(peer);
+        }
+        for &i in &gone {
+            self.set_up(i, false);
+            self.addrs.retain(|a| a.link != i);
+            self.flush_dev(i, None, true);
+            self.links.remove(&i);
+        }
+        self.nexthops_link_gone(&gone);
+        self.refresh_rule_links();
+        Ok(())
+    }
+
+    /// `ip link set DEV up|down`.
+    pub fn set_link_up(&mut self, name: &str, up: bool) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        let peer = match self.links[&index].kind {
+            LinkKind::Veth { peer } => Some(peer),
+            _ => None,
+        };
+        let carriers_before: Vec<(LinkIndex, bool)> = std::iter::once(index)
+            .chain(peer)
+            .map(|i| (i, self.carrier(i)))
+            .collect();
+        self.set_up(index, up);
+        // A peer whose carrier came with this link's: IPv6 configures it now.
+        for (i, had) in carriers_before {
+            if i != index && !had && self.carrier(i) {
+                self.ipv6_link_ready(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// `ip link set DEV mtu N`.
+    pub fn set_link_mtu(&mut self, name: &str, mtu: u32) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        if !(68..=65535).contains(&mtu) && self.links[&index].kind != LinkKind::Loopback {
+            return Err(Refused::answers("Invalid argument"));
+        }
+        self.links.get_mut(&index).expect("resolved").mtu = mtu;
+        Ok(())
+    }
+
+    /// `ip link set DEV group N`.
+    pub fn set_link_group(&mut self, name: &str, group: u32) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        self.links.get_mut(&index).expect("resolved").group = group;
+        Ok(())
+    }
+
+    /// `ip link set DEV address MAC`.
+    pub fn set_link_mac(&mut self, name: &str, mac: [u8; 6]) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        if mac[0] & 1 != 0 || mac == [0; 6] {
+            return Err(Refused::answers("Cannot assign requested address"));
+        }
+        self.links.get_mut(&index).expect("resolved").mac = mac;
+        Ok(())
+    }
+
+    /// `ip link set DEV addrgenmode eui64|none`.
+    pub fn set_link_addrgenmode(&mut self, name: &str, mode: AddrGenMode) -> Result<(), Refused> {
+        let index = self.resolve(name)?;
+        self.links.get_mut(&index).expect("resolved").addrgenmode = mode;
+        Ok(())
+    }
+
+    fn set_up(&mut self, index: LinkIndex, up: bool) {
+        let was = self.links[&index].up;
+        if was == up {
+            return;
+        }
+        if up {
+            self.links.get_mut(&index).expect("exists").up = true;
+            let lo4 = IpAddr::from([127, 0, 0, 1]);
+            if self.links[&index].kind == LinkKind::Loopback
+                && !self.addrs.iter().any(|a| a.link == index && a.local == lo4)
+            {
+                // The kernel gives loopback 127.0.0.1/8 when it first comes up.
+                let at = self
+                    .addrs
+                    .iter()
+                    .rposition(|a| a.family() == Family::V4 && !a.secondary)
+                    .map_or(0, |p| p + 1);
+                self.addrs.insert(
+                    at,
+                    Address {
+                        link: index,
+                        local: lo4,
+                        len: 8,
+                        broadcast: None,
+                        scope: SCOPE_HOST,
+                        secondary: false,
+                        noprefixroute: false,
+                        metric: 0,
+                        automatic: true,
+                    },
+                );
+                let a = self.addrs[at].clone();
+                self.add_local_route_v4(&a);
+            }
+            // IPv4: paths through the link come back; the addresses' routes are made again.
+            self.revive_dev(index);
+            let v4: Vec<Address> = self
+                .addrs
+                .iter()
+                .filter(|a| a.link == index && a.family() == Family::V4)
+                .cloned()
+                .collect();
+            for a in &v4 {
+                self.add_ifaddr_routes_v4(a);
+            }
+            if self.carrier(index) {
+                self.ipv6_link_ready(index);
+            }
+        } else {
+            // IPv4 keeps addresses and their local routes; IPv6 forgets its addresses.
+            self.flush_dev(index, None, false);
+            self.links.get_mut(&index).expect("exists").up = false;
+            self.addrs
+                .retain(|a| !(a.link == index && a.family() == Family::V6));
+            self.flush_dev(index, Some(Family::V6), true);
+        }
+    }
+
+    /// IPv6 on a link that came up with carrier: its link-local address and routes, and
+    /// the local routes of addresses added while it was down.
+    fn ipv6_link_ready(&mut self, index: LinkIndex) {
+        let link = self.links[&index].clone();
+        if link.kind == LinkKind::Loopback {
+            let lo = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+            if !self.addrs.iter().any(|a| a.link == index && a.local == lo) {
+                self.addrs.push(Address {
+                    link: index,
+                    local: lo,
+                    len: 128,
+                    broadcast: None,
+                    scope: SCOPE_HOST,
+                    secondary: false,
+                    noprefixroute: false,
+                    metric: 0,
+                    automatic: true,
+                });
+                self.add_local_route_v6(index, lo);
+            }
+            return;
+        }
+        self.insert_kernel_route(Route {
+            table: TABLE_LOCAL,
+            dst: Net::parse("ff00::/8", None).expect("literal"),
+            src: Net::default_of(Family::V6),
+            tos: 0,
+            metric: IPV6_ADDR_METRIC,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_UNIVERSE,
+            kind: RouteType::Multicast,
+            prefsrc: None,
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(index, SCOPE_LINK)]),
+            pref: 0,
+        });
+        if link.addrgenmode == AddrGenMode::Eui64 {
+            let ll = eui64_link_local(link.mac);
+            if !self.addrs.iter().any(|a| a.link == index && a.local == ll) {
+                self.addrs.push(Address {
+                    link: index,
+                    local: ll,
+                    len: 64,
+                    broadcast: None,
+                    scope: SCOPE_LINK,
+                    secondary: false,
+                    noprefixroute: false,
+                    metric: 0,
+                    automatic: true,
+                });
+            }
+            let fe80 = Net::parse("fe80::/64", None).expect("literal");
+            self.add_prefix_route_v6(index, fe80, IPV6_ADDR_METRIC);
+        }
+        let locals: Vec<IpAddr> = self
+            .addrs
+            .iter()
+            .filter(|a| a.link == index && a.family() == Family::V6)
+            .map(|a| a.local)
+            .collect();
+        for l in locals {
+            self.add_local_route_v6(index, l);
+        }
+    }
+
+    // ----- addresses -----
+
+    /// `ip addr add ADDR/LEN dev DEV [brd B] [scope S] [noprefixroute] [metric N]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_address(
+        &mut self,
+        dev: &str,
+        local: IpAddr,
+        len: u8,
+        broadcast: Option<IpAddr>,
+        scope: Option<u8>,
+        noprefixroute: bool,
+        metric: u32,
+    ) -> Result<(), Refused> {
+        let index = self.resolve(dev)?;
+        let family = Family::of(local);
+        if len > family.bits() {
+            return Err(Refused::answers("Invalid argument"));
+        }
+        if self
+            .addrs
+            .iter()
+            .any(|a| a.link == index && a.local == local && a.len == len)
+            || (family == Family::V6
+                && self
+                    .addrs
+                    .iter()
+                    .any(|a| a.link == index && a.local == local))
+        {
+            return Err(Refused::answers("File exists"));
+        }
+        let default_scope = match local {
+            IpAddr::V4(a) if a.is_loopback() => SCOPE_HOST,
+            IpAddr::V6(a) if a.is_loopback() => SCOPE_HOST,
+            IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80 => SCOPE_LINK,
+            _ => SCOPE_UNIVERSE,
+        };
+        let subnet = Net::new(local, len).expect("checked");
+        let secondary = family == Family::V4
+            && self.addrs.iter().any(|a| {
+                a.link == index && a.family() == Family::V4 && !a.secondary && a.subnet() == subnet
+            });
+        let addr = Address {
+            link: index,
+            local,
+            len,
+            broadcast,
+            scope: scope.unwrap_or(default_scope),
+            secondary,
+            noprefixroute,
+            metric,
+            automatic: false,
+        };
+        // The kernel lists a new primary after the last primary, secondaries at the end.
+        let at = if secondary {
+            self.addrs.len()
+        } else {
+            self.addrs
+                .iter()
+                .rposition(|a| a.family() == family && !a.secondary)
+                .map_or(0, |p| p + 1)
+        };
+        self.addrs.insert(at, addr.clone());
+        match family {
+            Family::V4 => {
+                self.add_local_route_v4(&addr);
+                if self.links[&index].up {
+                    self.add_ifaddr_routes_v4(&addr);
+                }
+            }
+            Family::V6 => {
+                if !noprefixroute && len < 128 {
+                    self.add_prefix_route_v6(
+                        index,
+                        subnet,
+                        if metric == 0 {
+                            IPV6_ADDR_METRIC
+                        } else {
+                            metric
+                        },
+                    );
+                }
+                if self.carrier(index)
+                    || self.links[&index].kind == LinkKind::Loopback && self.links[&index].up
+                {
+                    self.add_local_route_v6(index, local);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ip addr del ADDR/LEN dev DEV`.
+    pub fn del_address(
+        &mut self,
+        dev: &str,
+        local: IpAddr,
+        len: Option<u8>,
+    ) -> Result<(), Refused> {
+        let index = self.resolve(dev)?;
+        let pos = self
+            .addrs
+            .iter()
+            .position(|a| a.link == index && a.local == local && len.is_none_or(|l| l == a.len))
+            .ok_or_else(|| Refused::answers("Cannot assign requested address"))?;
+        let addr = self.addrs.remove(pos);
+        match addr.family() {
+            Family::V4 => {
+                let mut gone = vec![addr.clone()];
+                if !addr.secondary {
+                    // Without promote_secondaries, the primary takes its secondaries along.
+                    let subnet = addr.subnet();
+                    let (sec, keep): (Vec<Address>, Vec<Address>) =
+                        std::mem::take(&mut self.addrs).into_iter().partition(|a| {
+                            a.link == index
+                                && a.family() == Family::V4
+                                && a.secondary
+                                && a.subnet() == subnet
+                        });
+                    self.addrs = keep;
+                    gone.extend(sec);
+                }
+                for a in &gone {
+                    self.del_ifaddr_routes_v4(a);
+                }
+                if !self
+                    .addrs
+                    .iter()
+                    .any(|a| a.link == index && a.family() == Family::V4)
+                {
+                    // The last address gone: IPv4 is off on the link.
+                    self.flush_dev(index, Some(Family::V4), true);
+                }
+            }
+            Family::V6 => {
+                let host = Net::host(local);
+                self.remove_routes(Family::V6, |r| {
+                    r.table == TABLE_LOCAL && r.dst == host && r.kind == RouteType::Local
+                });
+                if !addr.noprefixroute {
+                    let subnet = addr.subnet();
+                    let still = self
+                        .addrs
+                        .iter()
+                        .any(|a| a.link == index && a.subnet() == subnet);
+                    if !still {
+                        self.remove_routes(Family::V6, |r| {
+                            r.table == TABLE_MAIN
+                                && r.dst == subnet
+                                && r.protocol == PROTO_KERNEL
+                                && r.own_paths()
+                                    .iter()
+                                    .any(|p| p.dev == index && p.gateway.is_none())
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_local_route_v4(&mut self, a: &Address) {
+        let prim = self.primary_of(a);
+        self.insert_kernel_route(Route {
+            table: TABLE_LOCAL,
+            dst: Net::host(a.local),
+            src: Net::default_of(Family::V4),
+            tos: 0,
+            metric: 0,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_HOST,
+            kind: RouteType::Local,
+            prefsrc: Some(prim),
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
+            pref: 0,
+        });
+    }
+
+    /// The primary address whose subnet a secondary shares (itself when primary).
+    fn primary_of(&self, a: &Address) -> IpAddr {
+        if !a.secondary {
+            return a.local;
+        }
+        self.addrs
+            .iter()
+            .find(|p| {
+                p.link == a.link
+                    && !p.secondary
+                    && p.family() == Family::V4
+                    && p.subnet() == a.subnet()
+            })
+            .map_or(a.local, |p| p.local)
+    }
+
+    /// The routes an IPv4 address makes on a link that is up (the kernel's
+    /// `fib_add_ifaddr` past the local route).
+    fn add_ifaddr_routes_v4(&mut self, a: &Address) {
+        let prim = self.primary_of(a);
+        let is_lo = self.links[&a.link].kind == LinkKind::Loopback;
+        self.add_local_route_v4(a);
+        let bcast = |dst: IpAddr| Route {
+            table: TABLE_LOCAL,
+            dst: Net::host(dst),
+            src: Net::default_of(Family::V4),
+            tos: 0,
+            metric: 0,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_LINK,
+            kind: RouteType::Broadcast,
+            prefsrc: Some(prim),
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(a.link, SCOPE_HOST)]),
+            pref: 0,
+        };
+        if let Some(b) = a
+            .broadcast
+            .filter(|b| *b != IpAddr::from([255, 255, 255, 255]))
+        {
+            self.insert_kernel_route(bcast(b));
+        }
+        let subnet = a.subnet();
+        if !subnet.addr().is_unspecified()
+            && !a.secondary
+            && (subnet.addr() != a.local || a.len < 32)
+        {
+            if !a.noprefixroute {
+                self.insert_kernel_route(Route {
+                    table: if is_lo { TABLE_LOCAL } else { TABLE_MAIN },
+                    dst: subnet,
+                    src: Net::default_of(Family::V4),
+                    tos: 0,
+                    metric: a.metric,
+                    protocol: PROTO_KERNEL,
+                    scope: if is_lo { SCOPE_HOST } else { SCOPE_LINK },
+                    kind: if is_lo {
+                        RouteType::Local
+                    } else {
+                        RouteType::Unicast
+                    },
+                    prefsrc: Some(prim),
+                    mtu: None,
+                    paths: Paths::Own(vec![dev_path(
+                        a.link,
+                        if is_lo { SCOPE_NOWHERE } else { SCOPE_HOST },
+                    )]),
+                    pref: 0,
+                });
+            }
+            if a.len < 31 {
+                self.insert_kernel_route(bcast(subnet.last()));
+            }
+        }
+    }
+
+    /// The kernel's `fib_del_ifaddr`: the address's routes go unless another address of
+    /// the namespace still needs them.
+    fn del_ifaddr_routes_v4(&mut self, a: &Address) {
+        let subnet = a.subnet();
+        let still_local = self
+            .addrs
+            .iter()
+            .any(|o| o.family() == Family::V4 && o.local == a.local);
+        let is_lo = self.links[&a.link].kind == LinkKind::Loopback;
+        let prim = a.local;
+        if !still_local {
+            let host = Net::host(a.local);
+            self.remove_routes(Family::V4, |r| {
+                r.table == TABLE_LOCAL
+                    && r.dst == host
+                    && r.kind == RouteType::Local
+                    && r.protocol == PROTO_KERNEL
+            });
+        }
+        if !a.secondary {
+            if !a.noprefixroute {
+                self.remove_routes(Family::V4, |r| {
+                    r.dst == subnet
+                        && r.protocol == PROTO_KERNEL
+                        && r.prefsrc == Some(prim)
+                        && r.table == if is_lo { TABLE_LOCAL } else { TABLE_MAIN }
+                        && r.metric == a.metric
+                });
+            }
+            let last = Net::host(subnet.last());
+            let other_needs = |addrs: &[Address], dst: Net| {
+                addrs.iter().any(|o| {
+                    o.family() == Family::V4
+                        && !o.secondary
+                        && (o.broadcast.map(Net::host) == Some(dst)
+                            || (o.len < 31 && Net::host(o.subnet().last()) == dst))
+                })
+            };
+            let mut dsts = vec![last];
+            if let Some(b) = a.broadcast {
+                dsts.push(Net::host(b));
+            }
+            for d in dsts {
+                if !other_needs(&self.addrs, d) {
+                    self.remove_routes(Family::V4, |r| {
+                        r.table == TABLE_LOCAL
+                            && r.dst == d
+                            && r.kind == RouteType::Broadcast
+                            && r.protocol == PROTO_KERNEL
+                    });
+                }
+            }
+        }
+        // Routes whose preferred source was this address go too.
+        if !still_local {
+            let gone = a.local;
+            self.remove_routes(Family::V4, |r| {
+                r.prefsrc == Some(gone) && !(r.kind == RouteType::Local && r.dst == Net::host(gone))
+            });
+        }
+    }
+
+    fn add_local_route_v6(&mut self, index: LinkIndex, local: IpAddr) {
+        self.insert_kernel_route(Route {
+            table: TABLE_LOCAL,
+            dst: Net::host(local),
+            src: Net::default_of(Family::V6),
+            tos: 0,
+            metric: 0,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_UNIVERSE,
+            kind: RouteType::Local,
+            prefsrc: None,
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
+            pref: 0,
+        });
+    }
+
+    fn add_prefix_route_v6(&mut self, index: LinkIndex, dst: Net, metric: u32) {
+        self.insert_kernel_route(Route {
+            table: TABLE_MAIN,
+            dst,
+            src: Net::default_of(Family::V6),
+            tos: 0,
+            metric,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_UNIVERSE,
+            kind: RouteType::Unicast,
+            prefsrc: None,
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(index, SCOPE_HOST)]),
+            pref: 0,
+        });
+    }
+
+    /// Inserts a route the kernel makes, unless the same one is there.
+    fn insert_kernel_route(&mut self, route: Route) {
+        let list = self
+            .tables
+            .entry((route.family(), route.table))
+            .or_default()
+            .entry((route.dst, route.src))
+            .or_default();
+        if list.iter().any(|r| same_route(r, &route)) {
+            return;
+        }
+        let at = insert_position(list, &route, true);
+        list.insert(at, route);
+    }
+
+    fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(&Route) -> bool) {
+        for ((f, _), table) in self.tables.iter_mut() {
+            if *f != family {
+                continue;
+            }
+            for list in table.values_mut() {
+                list.retain(|r| !gone(r));
+            }
+            table.retain(|_, l| !l.is_empty());
+        }
+    }
+
+    /// The kernel's `fib_sync_down_dev` and `fib_flush` (and IPv6's `rt6_sync_down_dev`):
+    /// paths through the link die; a route all of whose paths died is removed. Unless
+    /// `force`, local routes' paths (scope nowhere) survive.
+    fn flush_dev(&mut self, index: LinkIndex, family: Option<Family>, force: bool) {
+        for ((f, _), table) in self.tables.iter_mut() {
+            if family.is_some_and(|x| x != *f) {
+                continue;
+            }
+            for list in table.values_mut() {
+                list.retain_mut(|r| {
+                    let Paths::Own(paths) = &mut r.paths else {
+                        return true;
+                    };
+                    let mut alive = 0;
+                    for p in paths.iter_mut() {
+                        if p.dev == index && (force || p.scope != SCOPE_NOWHERE) {
+                            p.dead = true;
+                        }
+                        if !p.dead {
+                            alive += 1;
+                        }
+                    }
+                    alive > 0
+                });
+            }
+            table.retain(|_, l| !l.is_empty());
+        }
+    }
+
+    /// The kernel's `fib_sync_up`: paths through a link that came up live again.
+    fn revive_dev(&mut self, index: LinkIndex) {
+        for table in self.tables.values_mut() {
+            for list in table.values_mut() {
+                for r in list.iter_mut() {
+                    if let Paths::Own(paths) = &mut r.paths {
+                        for p in paths.iter_mut().filter(|p| p.dev == index) {
+                            p.dead = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- routes -----
+
+    /// `ip route add|replace|change|append|prepend ROUTE`, checked as the kernel checks it.
+    pub fn modify_route(&mut self, op: RouteOp, mut route: Route) -> Result<(), Refused> {
+        self.validate_route(&mut route)?;
+        let family = route.family();
+        let list = self
+            .tables
+            .entry((family, route.table))
+            .or_default()
+            .entry((route.dst, route.src))
+            .or_default();
+        let result = match family {
+            Family::V4 => modify_v4(list, op, route),
+            Family::V6 => modify_v6(list, op, route),
+        };
+        self.tables
+            .values_mut()
+            .for_each(|t| t.retain(|_, l| !l.is_empty()));
+        self.tables.retain(|_, t| !t.is_empty());
+        result
+    }
+
+    /// `ip route del ...`: the first route every given field matches.
+    pub fn del_route(&mut self, family: Family, filter: &RouteFilter) -> Result<(), Refused> {
+        let table = filter.table.unwrap_or(TABLE_MAIN);
+        let dst = filter.dst.unwrap_or(Net::default_of(family));
+        let src = filter.src.unwrap_or(Net::default_of(family));
+        let no_such = || Refused::answers("No such process");
+        let t = self.tables.get_mut(&(family, table)).ok_or_else(no_such)?;
+        let list = t.get_mut(&(dst, src)).ok_or_else(no_such)?;
+        let pos = list
+            .iter()
+            .position(|r| {
+                r.tos == filter.tos
+                    && (filter.metric == 0 || r.metric == filter.metric)
+                    && filter.kind.is_none_or(|k| k == r.kind)
+                    && filter.scope.is_none_or(|s| s == r.scope)
+                    && filter.protocol.is_none_or(|p| p == r.protocol)
+                    && filter.prefsrc.is_none_or(|s| Some(s) == r.prefsrc)
+                    && filter.nhid.is_none_or(|id| r.paths == Paths::Object(id))
+                    && (filter.gateway.is_none() && filter.dev.is_none()
+                        || r.own_paths().iter().any(|p| {
+                            filter.gateway.is_none_or(|g| Some(g) == p.gateway)
+                                && filter.dev.is_none_or(|d| d == p.dev)
+                        }))
+            })
+            .ok_or_else(no_such)?;
+        list.remove(pos);
+        if list.is_empty() {
+            t.remove(&(dst, src));
+        }
+        if t.is_empty() {
+            self.tables.remove(&(family, table));
+        }
+        Ok(())
+    }
+
+    /// `ip route flush table ID` (of a family).
+    pub fn flush_table(&mut self, family: Family, table: u32) {
+        self.tables.remove(&(family, table));
+    }
+
+    /// The kernel's checks of a new route, filling in what it derives (each path's scope
+    /// and link).
+    fn validate_route(&self, route: &mut Route) -> Result<(), Refused> {
+        let family = route.family();
+        if route.scope > SCOPE_HOST && route.kind != RouteType::Local {
+            return Err(Refused::explained("Invalid scope"));
+        }
+        if let Some(src) = route.prefsrc {
+            if family == Family::V4
+                && !(route.kind == RouteType::Local && Net::host(src) == route.dst)
+            {
+                let local = self
+                    .routes(Family::V4, Some(TABLE_LOCAL))
+                    .any(|r| r.kind == RouteType::Local && r.dst == Net::host(src))
+                    || self
+                        .routes(Family::V4, Some(route.table))
+                        .any(|r| r.kind == RouteType::Local && r.dst == Net::host(src));
+                if !local {
+                    return Err(Refused::explained("Invalid prefsrc address"));
+                }
+            }
+            if family == Family::V6 && !self.addrs.iter().any(|a| a.local == src) {
+                return Err(Refused::explained("Invalid source address"));
+            }
+        }
+        let scope = route.scope;
+        let table = route.table;
+        let kind = route.kind;
+        match &mut route.paths {
+            Paths::None => {
+                if !kind.is_reject() {
+                    return Err(Refused::explained("Nexthop device required for onlink"));
+                }
+            }
+            Paths::Object(id) => {
+                let nh = self
+                    .nexthops
+                    .get(id)
+                    .ok_or_else(|| Refused::explained("Nexthop id does not exist"))?;
+                if nh.family != family
+                    && !matches!(nh.kind, NexthopKind::Group(_) | NexthopKind::Blackhole)
+                {
+                    return Err(Refused::explained("Nexthop family mismatch"));
+                }
+            }
+            Paths::Own(paths) => {
+                if kind.is_reject() {
+                    paths.clear();
+                    route.paths = Paths::None;
+                    return Ok(());
+                }
+                for p in paths.iter_mut() {
+                    self.check_path(family, table, scope, kind, p)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel's `fib_check_nh` (IPv4) and `fib6_nh_init` (IPv6) for one path.
+    fn check_path(
+        &self,
+        family: Family,
+        table: u32,
+        scope: u8,
+        kind: RouteType,
+        p: &mut Path,
+    ) -> Result<(), Refused> {
+        let dev = self.links.get(&p.dev);
+        if family == Family::V4 && scope == SCOPE_HOST || kind == RouteType::Local {
+            if p.gateway.is_some() && family == Family::V4 {
+                return Err(Refused::explained(
+                    "Route with host scope can not have a gateway",
+                ));
+            }
+            p.scope = SCOPE_NOWHERE;
+            return Ok(());
+        }
+        let Some(gw) = p.gateway else {
+            let dev = dev.ok_or_else(|| Refused::explained("Nexthop device required"))?;
+            if p.onlink {
+                return Err(Refused::explained(
+                    "Invalid flags for nexthop - PERVASIVE and ONLINK can not be set",
+                ));
+            }
+            if !dev.up {
+                return Err(Refused::explained(if family == Family::V4 {
+                    "Device for nexthop is not up"
+                } else {
+                    "Nexthop device is not up"
+                }));
+            }
+            p.scope = SCOPE_HOST;
+            return Ok(());
+        };
+        if family == Family::V6 || Family::of(gw) == Family::V6 {
+            if self.addrs.iter().any(|a| a.local == gw) && family == Family::V6 {
+                return Err(Refused::explained("Gateway can not be a local address"));
+            }
+            let is_ll = matches!(gw, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80);
+            if is_ll || p.onlink {
+                let d = dev.ok_or_else(|| Refused::explained("Nexthop has invalid gateway"))?;
+                if !d.up {
+                    return Err(Refused::explained("Nexthop device is not up"));
+                }
+                p.scope = SCOPE_LINK;
+                return Ok(());
+            }
+            // The gateway must be on a link: reached by a route without a gateway.
+            let hit =
+                self.validate_gateway(Family::V6, table, gw, dev.map(|d| d.index), SCOPE_UNIVERSE);
+            match hit {
+                Some((link, _)) if dev.is_none_or(|d| d.index == link) => {
+                    p.dev = link;
+                }
+                _ => return Err(Refused::explained("Nexthop has invalid gateway")),
+            }
+            if !self.links[&p.dev].up {
+                return Err(Refused::explained("Nexthop device is not up"));
+            }
+            p.scope = SCOPE_LINK;
+            return Ok(());
+        }
+        if p.onlink {
+            let d = dev.ok_or_else(|| Refused::explained("Nexthop device required for onlink"))?;
+            if !d.up {
+                return Err(Refused::explained("Nexthop device is not up"));
+            }
+            if self.addr_type_v4(gw) != RouteType::Unicast {
+                return Err(Refused::explained("Nexthop has invalid gateway"));
+            }
+            p.scope = SCOPE_LINK;
+            return Ok(());
+        }
+        let want = scope
+            .saturating_add(1)
+            .max(SCOPE_LINK.min(scope.saturating_add(1)));
+        match self.validate_gateway(Family::V4, table, gw, dev.map(|d| d.index), want) {
+            Some((link, (res_kind, res_scope))) => {
+                if res_kind != RouteType::Unicast && res_kind != RouteType::Local {
+                    return Err(Refused::explained("Nexthop has invalid gateway"));
+                }
+                if res_kind == RouteType::Local {
+                    // A gateway that is one of ours: the kernel keeps the link, not the gateway.
+                    p.gateway = None;
+                }
+                p.dev = link;
+                p.scope = res_scope;
+                if !self.links[&link].up {
+                    return Err(Refused::explained("Nexthop device is not up"));
+                }
+                Ok(())
+            }
+            None => Err(Refused::explained("Nexthop has invalid gateway")),
+        }
+    }
+
+    /// Looks a gateway up as the kernel does when a route names it: in the route's table
+    /// (when not main) and then through the rules, with routes of scope below `min_scope`
+    /// skipped; the result's link and (type, scope).
+    fn validate_gateway(
+        &self,
+        family: Family,
+        table: u32,
+        gw: IpAddr,
+        dev: Option<LinkIndex>,
+        min_scope: u8,
+    ) -> Option<(LinkIndex, (RouteType, u8))> {
+        let in_table = |t: u32| -> Option<(LinkIndex, (RouteType, u8))> {
+            let routes = self.tables.get(&(family, t))?;
+            let mut best: Option<&Route> = None;
+            for ((dst, _), list) in routes.iter().rev() {
+                if !dst.contains(gw) || best.is_some_and(|b| b.dst.len() >= dst.len()) {
+                    continue;
+                }
+                for r in list {
+                    if r.scope < min_scope && family == Family::V4 {
+                        continue;
+                    }
+                    if family == Family::V6 && r.own_paths().iter().any(|p| p.gateway.is_some()) {
+                        continue;
+                    }
+                    let Some(p) = r
+                        .own_paths()
+                        .iter()
+                        .find(|p| !p.dead && dev.is_none_or(|d| d == p.dev))
+                    else {
+                        continue;
+                    };
+                    let _ = p;
+                    best = Some(r);
+                    break;
+                }
+            }
+            let r = best?;
+            let p = r
+                .own_paths()
+                .iter()
+                .find(|p| !p.dead && dev.is_none_or(|d| d == p.dev))?;
+            Some((p.dev, (r.kind, r.scope)))
+        };
+        if table != TABLE_MAIN {
+            if let Some(hit) = in_table(table) {
+                return Some(hit);
+            }
+        }
+        for rule in self.rules(family) {
+            if let RuleAction::Lookup(t) = rule.action {
+                if rule.matches_all() {
+                    if let Some(hit) = in_table(t) {
+                        return Some(hit);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The type of an IPv4 address by the local table: local, broadcast, or unicast.
+    fn addr_type_v4(&self, a: IpAddr) -> RouteType {
+        let local = self.routes(Family::V4, Some(TABLE_LOCAL));
+        let mut best: Option<&Route> = None;
+        for r in local {
+            if r.dst.contains(a) && best.is_none_or(|b| r.dst.len() > b.dst.len()) {
+                best = Some(r);
+            }
+        }
+        best.map_or(RouteType::Unicast, |r| r.kind)
+    }
+
+    // ----- rules -----
+
+    /// `ip rule add RULE` (a rule without `pref` gets the kernel's default: one less than
+    /// the second rule's).
+    pub fn add_rule(&mut self, mut rule: Rule, pref_given: bool) -> Result<(), Refused> {
+        let rules = &mut self.rules[fam_ix(rule.family)];
+        if !pref_given {
+            rule.pref = match rules.get(1) {
+                Some(r) if r.pref > 0 => r.pref - 1,
+                _ => 0,
+            };
+        }
+        if let RuleAction::Goto(target) = rule.action {
+            if target <= rule.pref {
+                return Err(Refused::explained(
+                    "Invalid goto target - can't jump backward",
+                ));
+            }
+        }
+        if rules.contains(&rule) {
+            return Err(Refused::answers("File exists"));
+        }
+        let at = rules
+            .iter()
+            .position(|r| r.pref > rule.pref)
+            .unwrap_or(rules.len());
+        if rule.family == Family::V4 {
+            self.v4_custom_rules = true;
+            self.v4_unmerged = true;
+        }
+        let rules = &mut self.rules[fam_ix(rule.family)];
+        rules.insert(at, rule);
+        self.refresh_rule_links();
+        Ok(())
+    }
+
+    /// `ip rule del RULE`: the first rule that every given field matches.
+    pub fn del_rule(
+        &mut self,
+        family: Family,
+        pattern: &Rule,
+        pref_given: bool,
+        action_given: bool,
+    ) -> Result<(), Refused> {
+        let rules = &mut self.rules[fam_ix(family)];
+        let pos = rules
+            .iter()
+            .position(|r| {
+                (!pref_given || r.pref == pattern.pref)
+                    && (!action_given || r.action == pattern.action)
+                    && (pattern.src.is_none() || r.src == pattern.src)
+                    && (pattern.dst.is_none() || r.dst == pattern.dst)
+                    && (pattern.iif.is_none()
+                        || r.iif.as_ref().map(|l| &l.name) == pattern.iif.as_ref().map(|l| &l.name))
+                    && (pattern.oif.is_none()
+                        || r.oif.as_ref().map(|l| &l.name) == pattern.oif.as_ref().map(|l| &l.name))
+                    && (pattern.fwmark.is_none() || r.fwmark == pattern.fwmark)
+                    && (pattern.tos.is_none() || r.tos == pattern.tos)
+                    && (pattern.ipproto.is_none() || r.ipproto == pattern.ipproto)
+                    && (pattern.sport.is_none() || r.sport == pattern.sport)
+                    && (pattern.dport.is_none() || r.dport == pattern.dport)
+                    && (pattern.uidrange.is_none() || r.uidrange == pattern.uidrange)
+                    && (!pattern.invert || r.invert)
+                    && (pattern.suppress_prefixlength.is_none()
+                        || r.suppress_prefixlength == pattern.suppress_prefixlength)
+                    && (pattern.suppress_ifgroup.is_none()
+                        || r.suppress_ifgroup == pattern.suppress_ifgroup)
+            })
+            .ok_or_else(|| Refused::answers("No such file or directory"))?;
+        rules.remove(pos);
+        if family == Family::V4 {
+            self.v4_unmerged = true;
+        }
+        Ok(())
+    }
+
+    /// `ip rule flush` (of a family): every rule but priority 0's goes, as in the kernel.
+    pub fn flush_rules(&mut self, family: Family) {
+        self.rules[fam_ix(family)].retain(|r| r.pref == 0);
+        if family == Family::V4 {
+            self.v4_unmerged = true;
+        }
+    }
+
+    fn refresh_rule_links(&mut self) {
+        let by_name: BTreeMap<String, LinkIndex> = self
+            .links
+            .values()
+            .map(|l| (l.name.clone(), l.index))
+            .collect();
+        for rules in self.rules.iter_mut() {
+            for r in rules.iter_mut() {
+                for l in [&mut r.iif, &mut r.oif].into_iter().flatten() {
+                    l.index = by_name.get(&l.name).copied();
+                }
+            }
+        }
+    }
+
+    /// A rule link for `name`, resolved now.
+    pub fn rule_link(&self, name: &str) -> RuleLink {
+        RuleLink {
+            name: name.to_string(),
+            index: self.link_by_name(name).map(|l| l.index),
+        }
+    }
+
+    // ----- nexthop objects -----
+
+    /// `ip nexthop add|replace id N ...`.
+    pub fn add_nexthop(&mut self, mut nh: Nexthop, replace: bool) -> Result<(), Refused> {
+        if nh.id == 0 {
+            return Err(Refused::explained("Invalid nexthop id"));
+        }
+        if let Some(old) = self.nexthops.get(&nh.id) {
+            if !replace {
+                return Err(Refused::explained("Nexthop id exists"));
+            }
+            if matches!(old.kind, NexthopKind::Group(_)) != matches!(nh.kind, NexthopKind::Group(_))
+            {
+                return Err(Refused::explained(
+                    if matches!(nh.kind, NexthopKind::Group(_)) {
+                        "Can not replace a nexthop with a nexthop group"
+                    } else {
+                        "Can not replace a nexthop group with a nexthop"
+                    },
+                ));
+            }
+        } else if replace {
+            // `ip nexthop replace` creates as well.
+        }
+        match &mut nh.kind {
+            NexthopKind::Blackhole => {}
+            NexthopKind::Path {
+                gateway,
+                dev,
+                onlink,
+            } => {
+                let mut p = Path {
+                    gateway: *gateway,
+                    dev: *dev,
+                    weight: 1,
+                    onlink: *onlink,
+                    dead: false,
+                    scope: 0,
+                };
+                self.check_path(
+                    nh.family,
+                    TABLE_MAIN,
+                    SCOPE_UNIVERSE,
+                    RouteType::Unicast,
+                    &mut p,
+                )?;
+                *dev = p.dev;
+            }
+            NexthopKind::Group(members) => {
+                if members.is_empty() {
+                    return Err(Refused::explained("Invalid group"));
+                }
+                let mut family = None;
+                for (i, (id, w)) in members.iter().enumerate() {
+                    if members[..i].iter().any(|m| m.0 == *id) {
+                        return Err(Refused::explained("Duplicate nexthop id in group"));
+                    }
+                    if *w == 0 || *w > 256 {
+                        return Err(Refused::explained("Invalid value for weight"));
+                    }
+                    let m = self
+                        .nexthops
+                        .get(id)
+                        .ok_or_else(|| Refused::explained("Invalid nexthop id"))?;
+                    if matches!(m.kind, NexthopKind::Group(_)) {
+                        return Err(Refused::explained("Nested groups are not supported"));
+                    }
+                    if matches!(m.kind, NexthopKind::Blackhole) && members.len() > 1 {
+                        return Err(Refused::explained(
+                            "Blackhole nexthop can not be used in a group with more than 1 path",
+                        ));
+                    }
+                    if let NexthopKind::Path { .. } = m.kind {
+                        if family.is_some_and(|f| f != m.family) {
+                            return Err(Refused::explained(
+                                "Nexthop group members must all be of the same family",
+                            ));
+                        }
+                        family = Some(m.family);
+                    }
+                }
+                nh.family = family.unwrap_or(nh.family);
+            }
+        }
+        self.nexthops.insert(nh.id, nh);
+        Ok(())
+    }
+
+    /// `ip nexthop del id N`: routes using it go; groups drop it as a member (and a group
+    /// left empty goes, with its routes).
+    pub fn del_nexthop(&mut self, id: NexthopId) -> Result<(), Refused> {
+        if self.nexthops.remove(&id).is_none() {
+            return Err(Refused::explained("Nexthop id does not exist"));
+        }
+        self.nexthop_gone(id);
+        Ok(())
+    }
+
+    fn nexthop_gone(&mut self, id: NexthopId) {
+        let mut emptied = Vec::new();
+        for nh in self.nexthops.values_mut() {
+            if let NexthopKind::Group(members) = &mut nh.kind {
+                let before = members.len();
+                members.retain(|m| m.0 != id);
+                if members.is_empty() && before > 0 {
+                    emptied.push(nh.id);
+                }
+            }
+        }
+        for f in [Family::V4, Family::V6] {
+            self.remove_routes(f, |r| r.paths == Paths::Object(id));
+        }
+        for e in emptied {
+            self.nexthops.remove(&e);
+            self.nexthop_gone(e);
+        }
+    }
+
+    /// Nexthop objects over links that are gone (or down) go, as the kernel removes them.
+    fn nexthops_link_gone(&mut self, links: &[LinkIndex]) {
+        let gone: Vec<NexthopId> = self
+            .nexthops
+            .values()
+            .filter(|nh| matches!(nh.kind, NexthopKind::Path { dev, .. } if links.contains(&dev)))
+            .map(|nh| nh.id)
+            .collect();
+        for id in gone {
+            self.nexthops.remove(&id);
+            self.nexthop_gone(id);
+        }
+    }
+}
+
+/// A path straight onto a link.
+pub fn dev_path(dev: LinkIndex, scope: u8) -> Path {
+    Path {
+        gateway: None,
+        dev,
+        weight: 1,
+        onlink: false,
+        dead: false,
+        scope,
+    }
+}
+
+/// Whether two routes are the same to the kernel (type, scope and everything about the
+/// paths), so that adding the second is refused as a duplicate.
+fn same_route(a: &Route, b: &Route) -> bool {
+    a.kind == b.kind
+        && a.tos == b.tos
+        && a.metric == b.metric
+        && a.prefsrc == b.prefsrc
+        && a.protocol == b.protocol
+        && a.scope == b.scope
+        && a.mtu == b.mtu
+        && same_paths(&a.paths, &b.paths)
+}
+
+fn same_paths(a: &Paths, b: &Paths) -> bool {
+    match (a, b) {
+        (Paths::Own(x), Paths::Own(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(p, q)| {
+                    p.gateway == q.gateway
+                        && p.dev == q.dev
+                        && p.weight == q.weight
+                        && p.onlink == q.onlink
+                })
+        }
+        _ => a == b,
+    }
+}
+
+/// Where a new route goes in its prefix's list: IPv4 sorts by TOS (highest first) then
+/// metric (lowest first); IPv6 by metric. `after` places it after its equals.
+fn insert_position(list: &[Route], route: &Route, after: bool) -> usize {
+    list.iter()
+        .position(|r| {
+            let key_r = (std::cmp::Reverse(r.tos), r.metric);
+            let key_n = (std::cmp::Reverse(route.tos), route.metric);
+            if after {
+                key_r > key_n
+            } else {
+                key_r >= key_n
+            }
+        })
+        .unwrap_or(list.len())
+}
+
+/// The kernel's `fib_table_insert` for one prefix's list.
+fn modify_v4(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Refused> {
+    let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
+    let first = list.iter().position(same_key);
+    if let Some(first) = first {
+        if op == RouteOp::Add {
+            return Err(Refused::answers("File exists"));
+        }
+        let exact = list
+            .iter()
+            .skip(first)
+            .take_while(|r| same_key(r))
+            .position(|r| same_route(r, &route));
+        match op {
+            RouteOp::Replace | RouteOp::Change => {
+                if exact == Some(0) {
+                    return Ok(());
+                }
+                list[first] = route;
+                return Ok(());
+            }
+            _ if exact.is_some() => return Err(Refused::answers("File exists")),
+            RouteOp::Append => {
+                let last = first + list.iter().skip(first).take_while(|r| same_key(r)).count();
+                list.insert(last, route);
+            }
+            _ => list.insert(first, route),
+        }
+        return Ok(());
+    }
+    if op == RouteOp::Change {
+        return Err(Refused::answers("No such file or directory"));
+    }
+    let at = insert_position(list, &route, false);
+    list.insert(at, route);
+    Ok(())
+}
+
+/// Whether an IPv6 route can be an ECMP sibling: a unicast route through a gateway.
+fn ecmp_able(r: &Route) -> bool {
+    r.kind == RouteType::Unicast
+        && matches!(&r.paths, Paths::Own(p) if p.len() == 1 && p[0].gateway.is_some())
+}
+
+/// The kernel's `fib6_add_rt2n` for one prefix's list. IPv6 multipath routes are kept as
+/// one route with several paths (the kernel keeps siblings; the answers are the same).
+fn modify_v6(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Refused> {
+    let first = list.iter().position(|r| r.metric == route.metric);
+    match (first, op) {
+        (Some(_), RouteOp::Add) => Err(Refused::answers("File exists")),
+        (Some(i), RouteOp::Replace | RouteOp::Change) => {
+            list[i] = route;
+            Ok(())
+        }
+        (None, RouteOp::Change) => Err(Refused::answers("No such file or directory")),
+        (Some(i), RouteOp::Append | RouteOp::Prepend) => {
+            let existing = &mut list[i];
+            let new_paths = route.own_paths().to_vec();
+            let mut dup = false;
+            if let Paths::Own(paths) = &existing.paths {
+                dup = new_paths.iter().any(|n| {
+                    paths
+                        .iter()
+                        .any(|p| p.gateway == n.gateway && p.dev == n.dev)
+                });
+            }
+            if dup {
+                return Err(Refused::answers("File exists"));
+            }
+            let both_ecmp = (ecmp_able(existing)
+                || existing.own_paths().len() > 1
+                    && existing.own_paths().iter().all(|p| p.gateway.is_some()))
+                && route.kind == RouteType::Unicast
+                && !new_paths.is_empty()
+                && new_paths.iter().all(|p| p.gateway.is_some());
+            if both_ecmp {
+                if let Paths::Own(paths) = &mut existing.paths {
+                    if op == RouteOp::Append {
+                        paths.extend(new_paths);
+                    } else {
+                        let mut np = new_paths;
+                        np.append(paths);
+                        *paths = np;
+                    }
+                }
+                Ok(())
+            } else {
+                let at = insert_position(list, &route, true);
+                list.insert(at, route);
+                Ok(())
+            }
+        }
+        (None, _) => {
+            let at = insert_position(list, &route, true);
+            list.insert(at, route);
+            Ok(())
+        }
+    }
+}

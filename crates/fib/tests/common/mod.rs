@@ -1,0 +1,269 @@
+//! The judge: the real kernel in a private network namespace, given the same configuration
+//! as fibre, asked the same queries with `ip -d -j route get`, compared field by field.
+
+#![allow(dead_code)]
+
+use fibre_fib::{config, show, State};
+use fibre_kernel::netns::Namespace;
+use serde_json::Value;
+use std::io::Write;
+use std::process::Command;
+
+/// A namespace prepared as fibre assumes: forwarding on, no duplicate address detection
+/// (fibre's addresses are usable at once, as with `nodad`).
+pub fn namespace(tag: &str) -> Namespace {
+    let ns = Namespace::create(tag).expect("creating a network namespace (needs root)");
+    for (k, v) in [
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv6.conf.all.forwarding", "1"),
+        ("net.ipv6.conf.all.accept_dad", "0"),
+        ("net.ipv6.conf.default.accept_dad", "0"),
+    ] {
+        ns.sysctl(k, v).expect("sysctl in the namespace");
+    }
+    ns
+}
+
+/// Applies one line to the kernel (`ip -n NS LINE`): `Ok` or ip's message.
+pub fn kernel_line(ns: &Namespace, line: &str) -> Result<(), String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let out = Command::new("ip")
+        .args(["-n", ns.name()])
+        .args(&words)
+        .output()
+        .expect("running ip");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// A line one side accepted and the other refused: the line, the kernel's result, fibre's.
+pub type Disagreement = (String, Result<(), String>, Result<(), String>);
+
+/// What happened to each line on each side.
+#[derive(Debug)]
+pub struct Applied {
+    /// fibre's state after the lines both sides accepted.
+    pub state: State,
+    /// Lines one side accepted and the other refused: (line, kernel's result, fibre's).
+    pub disagreements: Vec<Disagreement>,
+}
+
+/// Applies `lines` to the kernel and to fibre, one by one. A line both refuse is skipped;
+/// a line only one side refuses is recorded (and undone on neither side: the test fails).
+pub fn apply_both(ns: &Namespace, lines: &[String]) -> Applied {
+    let mut state = State::new();
+    let mut disagreements = Vec::new();
+    for line in lines {
+        let k = kernel_line(ns, line);
+        let mut next = state.clone();
+        let f = config::apply_line(&mut next, line);
+        if f.is_ok() {
+            state = next;
+        }
+        if k.is_ok() != f.is_ok() {
+            disagreements.push((line.clone(), k, f));
+        }
+    }
+    settle(ns, &state);
+    Applied {
+        state,
+        disagreements,
+    }
+}
+
+/// Waits until the kernel's links have the carrier fibre says they have (the kernel
+/// reports carrier changes from a worker, and IPv6 configures a link only after).
+pub fn settle(ns: &Namespace, state: &State) {
+    for _ in 0..100 {
+        let out = ns.ip(&["-j", "link", "show"]).unwrap_or_default();
+        let links: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        let ready = state
+            .links()
+            .filter(|l| l.kind != fibre_fib::LinkKind::Loopback)
+            .all(|l| {
+                let k = links
+                    .as_array()
+                    .and_then(|a| a.iter().find(|x| x["ifname"] == l.name.as_str()));
+                let oper = k.and_then(|k| k["operstate"].as_str()).unwrap_or("");
+                state.carrier(l.index) == (oper == "UP")
+            });
+        if ready {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The kernel's answers to `queries` (`ip -d -j route get` words), in order: the JSON
+/// object, or the error words.
+pub fn kernel_answers(ns: &Namespace, queries: &[String]) -> Vec<Result<Value, String>> {
+    let mut file = tempfile(ns.name());
+    for q in queries {
+        writeln!(file.1, "route get {q}").unwrap();
+    }
+    file.1.flush().unwrap();
+    let out = Command::new("ip")
+        .args(["-n", ns.name(), "-d", "-j", "-force", "-batch", &file.0])
+        .output()
+        .expect("running ip -batch");
+    let _ = std::fs::remove_file(&file.0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Failed lines: "RTNETLINK answers: X" then "Command failed FILE:N".
+    let mut failed = std::collections::HashMap::new();
+    let mut last_error = String::new();
+    for line in stderr.lines() {
+        if let Some(n) = line
+            .rsplit(':')
+            .next()
+            .filter(|_| line.starts_with("Command failed"))
+        {
+            failed.insert(n.trim().parse::<usize>().unwrap(), last_error.clone());
+        } else {
+            last_error = line.trim_start_matches("RTNETLINK answers: ").to_string();
+        }
+    }
+    let mut objects = stdout.lines().filter(|l| !l.trim().is_empty());
+    (1..=queries.len())
+        .map(|n| match failed.get(&n) {
+            Some(e) => Err(e.clone()),
+            None => {
+                let line = objects.next().expect("one answer a successful query");
+                let v: Value = serde_json::from_str(line).expect("ip prints JSON");
+                Ok(v[0].clone())
+            }
+        })
+        .collect()
+}
+
+fn tempfile(tag: &str) -> (String, std::fs::File) {
+    let path = std::env::temp_dir().join(format!("{tag}-queries.txt"));
+    let f = std::fs::File::create(&path).unwrap();
+    (path.display().to_string(), f)
+}
+
+/// One of fibre's answers: the JSON `ip` would print, and the (gateway, link name) paths
+/// its flow hash chose among.
+pub type FibreAnswer = Result<(Value, Vec<(Option<String>, String)>), String>;
+
+/// fibre's answers to the same queries, shaped the same way.
+pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
+    let snap = state.snapshot();
+    queries
+        .iter()
+        .map(|q| {
+            let words: Vec<&str> = q.split_whitespace().collect();
+            let query = fibre_fib::query::parse_query(&words, |n| {
+                snap.links().find(|l| l.name == n).map(|l| l.index)
+            })
+            .map_err(|e| format!("bad query: {e}"))?;
+            snap.route(&query)
+                .map(|a| {
+                    let name = |i| snap.link(i).map_or(String::new(), |l| l.name.clone());
+                    let choices = a
+                        .choices
+                        .iter()
+                        .map(|(g, d)| (g.map(|g| g.to_string()), name(*d)))
+                        .collect();
+                    (show::answer_json(&snap, &a), choices)
+                })
+                .map_err(|e| e.words().to_string())
+        })
+        .collect()
+}
+
+/// The queries whose answers differ, with both answers, at most `limit` of them.
+pub fn mismatches(
+    queries: &[String],
+    kernel: &[Result<Value, String>],
+    fibre: &[FibreAnswer],
+    limit: usize,
+) -> (usize, Vec<String>) {
+    let mut count = 0;
+    let mut shown = Vec::new();
+    for ((q, k), f) in queries.iter().zip(kernel).zip(fibre) {
+        if !agree(k, f) {
+            let f = f.as_ref().map(|x| &x.0).map_err(String::clone);
+            count += 1;
+            if shown.len() < limit {
+                shown.push(format!(
+                    "route get {q}\n    kernel: {}\n    fibre:  {}",
+                    k.as_ref().map_or_else(|e| e.clone(), |v| v.to_string()),
+                    f.as_ref().map_or_else(|e| e.clone(), |v| v.to_string())
+                ));
+            }
+        }
+    }
+    (count, shown)
+}
+
+/// Whether fibre's answer is the kernel's: equal, or, for a multipath route, equal but for
+/// the path, with the kernel's path one of those fibre chose among (the kernel's flow hash
+/// has a secret seed).
+fn agree(k: &Result<Value, String>, f: &FibreAnswer) -> bool {
+    match (k, f) {
+        (Err(a), Err(b)) => a == b,
+        (Ok(kv), Ok((fv, choices))) => {
+            if kv == fv {
+                return true;
+            }
+            if choices.len() < 2 {
+                return false;
+            }
+            let kpath = (
+                kv.get("gateway").and_then(|g| g.as_str()).map(String::from),
+                kv["dev"].as_str().unwrap_or("").to_string(),
+            );
+            if !choices.contains(&kpath) {
+                return false;
+            }
+            let strip = |v: &Value| {
+                let mut v = v.clone();
+                if let Some(m) = v.as_object_mut() {
+                    for key in ["gateway", "dev", "prefsrc"] {
+                        m.remove(key);
+                    }
+                }
+                v
+            };
+            strip(kv) == strip(fv)
+        }
+        _ => false,
+    }
+}
+
+/// Applies a configuration to both sides, asks both the queries, and panics with every
+/// difference (refusals and answers).
+pub fn check(tag: &str, config: &str, queries: &[&str]) {
+    let ns = namespace(tag);
+    let lines: Vec<String> = config
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    let applied = apply_both(&ns, &lines);
+    let queries: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
+    let k = kernel_answers(&ns, &queries);
+    let f = fibre_answers(&applied.state, &queries);
+    let (n, shown) = mismatches(&queries, &k, &f, 20);
+    let mut report = String::new();
+    for (line, k, f) in &applied.disagreements {
+        report += &format!("line `{line}`: kernel {k:?}, fibre {f:?}\n");
+    }
+    if n > 0 {
+        report += &format!(
+            "{n} of {} answers differ:\n{}\n",
+            queries.len(),
+            shown.join("\n")
+        );
+    }
+    assert!(
+        report.is_empty(),
+        "{tag}: fibre and the kernel disagree\n{report}"
+    );
+}

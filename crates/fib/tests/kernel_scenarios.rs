@@ -1,0 +1,327 @@
+//! Scenarios checked against the real kernel: the same configuration in a private network
+//! namespace and in fibre, `ip -d -j route get` against fibre's answer, field by field.
+//! Adapted from what the kernel's own selftests exercise (`fib_rule_tests.sh`,
+//! `fib_nexthops.sh`, `fib_tests.sh`).
+
+mod common;
+
+const BASE: &str = "
+link set lo up
+link add a0 address 02:00:00:00:00:a0 type veth peer name a1 address 02:00:00:00:00:a1
+link add b0 address 02:00:00:00:00:b0 type veth peer name b1 address 02:00:00:00:00:b1
+link set a0 up
+link set a1 up
+link set b0 up
+link set b1 up
+addr add 10.0.0.1/24 dev a0
+addr add 10.0.1.1/24 dev b0
+addr add 192.168.5.1/24 dev a1
+-6 addr add 2001:db8::1/64 dev a0 nodad
+-6 addr add 2001:db8:1::1/64 dev b0 nodad
+";
+
+fn config(extra: &str) -> String {
+    format!("{BASE}\n{extra}")
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn addresses_make_local_broadcast_and_connected_routes() {
+    common::check(
+        "addr",
+        &config(
+            "addr add 10.0.0.9/24 dev a0\naddr add 10.7.0.1/32 dev b0\naddr add 10.8.0.1/31 dev b0",
+        ),
+        &[
+            "10.0.0.1",
+            "10.0.0.9",
+            "10.0.0.255",
+            "10.0.0.0",
+            "10.0.0.77",
+            "10.0.1.5",
+            "127.0.0.1",
+            "127.9.9.9",
+            "10.7.0.1",
+            "10.8.0.0",
+            "10.8.0.1",
+            "192.168.5.255",
+            "192.168.5.7",
+            "8.8.8.8",
+            "255.255.255.255",
+            "2001:db8::1",
+            "2001:db8::5",
+            "2001:db8:1::7",
+            "::1",
+            "2001:db9::1",
+            "10.0.0.77 from 10.0.0.1",
+            "10.0.0.77 from 10.0.1.1",
+            "10.0.0.77 from 10.9.9.9",
+            "10.0.0.77 oif b0",
+            "10.1.0.1 oif b0",
+            "10.0.0.255 from 10.0.0.2 iif a1",
+            "10.0.0.1 from 10.0.0.2 iif a0",
+            "10.0.1.7 from 10.0.0.2 iif a0",
+            "10.0.0.7 from 10.0.0.2 iif a0",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn route_types_metrics_tos_and_tables() {
+    common::check(
+        "types",
+        &config(
+            "route add 10.1.0.0/16 via 10.0.0.2
+route add 10.1.0.0/16 via 10.0.1.2 metric 10
+route add 10.1.1.0/24 via 10.0.1.2 tos 0x10
+route add blackhole 10.2.0.0/16
+route add unreachable 10.3.0.0/16
+route add prohibit 10.4.0.0/16
+route add 10.5.0.0/16 via 10.0.0.2 table 100
+route add throw 10.5.5.0/24 table 100
+route add 10.5.5.0/24 via 10.0.1.2
+rule add from all lookup 100 pref 100
+route add 10.6.0.0/16 via 10.0.0.2 src 10.0.1.1 mtu 1400
+route add 10.9.0.0/16 dev b0 scope link
+route add default via 10.0.0.254
+-6 route add 2001:db8:5::/48 via 2001:db8::2
+-6 route add 2001:db8:5::/48 via 2001:db8:1::2 metric 100
+-6 route add unreachable 2001:db8:6::/48
+-6 route add blackhole 2001:db8:7::/48
+-6 route add prohibit 2001:db8:8::/48
+-6 route add 2001:db8:9::/48 dev b0 metric 5
+-6 route add 2001:db8:a::/48 via 2001:db8::2 table 100
+-6 rule add lookup 100 pref 100
+-6 route add default via 2001:db8:1::2",
+        ),
+        &[
+            "10.1.2.3",
+            "10.1.1.3",
+            "10.1.1.3 tos 0x10",
+            "10.1.1.3 tos 0x08",
+            "10.2.0.1",
+            "10.3.0.1",
+            "10.4.0.1",
+            "10.5.0.1",
+            "10.5.5.1",
+            "10.6.0.1",
+            "10.9.0.1",
+            "8.8.8.8",
+            "10.0.0.5",
+            "2001:db8:5::1",
+            "2001:db8:6::1",
+            "2001:db8:7::1",
+            "2001:db8:8::1",
+            "2001:db8:9::1",
+            "2001:db8:a::1",
+            "2001:db9::1",
+            "10.1.2.3 from 10.0.1.1",
+            "10.1.2.3 oif b0",
+            "10.1.2.3 from 10.0.1.2 iif a1",
+            "2001:db8:5::1 from 2001:db8::9 iif a1",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn add_replace_append_prepend_change_del() {
+    common::check(
+        "ops",
+        &config(
+            "route add 10.1.0.0/16 via 10.0.0.2
+route add 10.1.0.0/16 via 10.0.0.3
+route append 10.1.0.0/16 via 10.0.0.4
+route prepend 10.1.0.0/16 via 10.0.1.4
+route append 10.1.0.0/16 via 10.0.0.4
+route change 10.1.0.0/16 via 10.0.0.5
+route change 10.77.0.0/16 via 10.0.0.5
+route replace 10.2.0.0/16 via 10.0.0.6
+route replace 10.2.0.0/16 via 10.0.1.6
+route add 10.3.0.0/16 via 10.0.0.7
+route add 10.3.0.0/16 via 10.0.1.7 metric 5
+route del 10.3.0.0/16 metric 0
+route del 10.3.0.0/16 via 10.0.0.7
+route del 10.4.0.0/16
+route add 10.4.0.0/16 via 10.0.0.9 table 7
+route del 10.4.0.0/16
+route del 10.4.0.0/16 table 7
+route add 10.9.0.0/16 via 10.0.0.1
+route add 10.10.0.0/16 via 10.99.0.1
+route add 10.11.0.0/16 via 10.0.0.2 dev b0
+route add 10.12.0.0/16 via 10.0.0.2 src 10.0.0.99
+route add 10.13.0.0/16 via 10.0.0.2 dev b0 onlink
+-6 route add 2001:db8:5::/48 via 2001:db8::2
+-6 route add 2001:db8:5::/48 via 2001:db8::3
+-6 route append 2001:db8:5::/48 via 2001:db8::3
+-6 route replace 2001:db8:6::/48 via 2001:db8::2
+-6 route replace 2001:db8:6::/48 via 2001:db8:1::2
+-6 route add 2001:db8:7::/48 via 2001:db8::1",
+        ),
+        &[
+            "10.1.2.3",
+            "10.2.0.1",
+            "10.3.0.1",
+            "10.4.0.1",
+            "10.9.0.1",
+            "10.11.0.1",
+            "10.13.0.1",
+            "2001:db8:5::1",
+            "2001:db8:6::1",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn policy_rules_with_every_selector_and_action() {
+    common::check(
+        "rules",
+        &config(
+            "route add default via 10.0.0.2 table 10
+route add default via 10.0.1.2 table 20
+route add 10.50.0.0/16 via 10.0.1.3 table 30
+rule add from 10.0.1.1 lookup 20 pref 100
+rule add to 10.60.0.0/16 lookup 20 pref 110
+rule add iif a1 lookup 10 pref 120
+rule add oif b0 lookup 20 pref 130
+rule add fwmark 0x5 lookup 10 pref 140
+rule add fwmark 0x10/0xf0 lookup 20 pref 141
+rule add tos 0x10 lookup 20 pref 150
+rule add ipproto tcp dport 80 lookup 10 pref 160
+rule add ipproto udp sport 1000-2000 lookup 20 pref 161
+rule add uidrange 1000-1999 lookup 10 pref 170
+rule add not to 10.0.0.0/8 lookup 30 pref 180
+rule add to 10.70.0.0/16 goto 300 pref 190
+rule add to 10.70.1.0/24 lookup 10 pref 200
+rule add to 10.70.0.0/16 lookup 20 pref 300
+rule add to 10.71.0.0/16 nop pref 310
+rule add to 10.72.0.0/16 blackhole pref 320
+rule add to 10.73.0.0/16 unreachable pref 330
+rule add to 10.74.0.0/16 prohibit pref 340
+rule add lookup main suppress_prefixlength 0 pref 350
+rule add to 10.80.0.0/16 lookup 10 pref 360
+route add default via 10.0.0.200
+-6 route add default via 2001:db8::2 table 10
+-6 rule add from 2001:db8:1::/64 lookup 10 pref 100
+-6 rule add to 2001:db8:70::/48 unreachable pref 110
+-6 rule add fwmark 7 lookup 10 pref 120",
+        ),
+        &[
+            "10.50.0.1",
+            "10.50.0.1 from 10.0.1.1",
+            "10.60.0.1",
+            "10.55.0.1 from 10.0.1.2 iif a1",
+            "10.55.0.1 oif b0",
+            "10.55.0.1 mark 5",
+            "10.55.0.1 mark 0x15",
+            "10.55.0.1 mark 0x25",
+            "10.55.0.1 tos 0x10",
+            "10.55.0.1 ipproto tcp dport 80",
+            "10.55.0.1 ipproto tcp dport 81",
+            "10.55.0.1 ipproto udp sport 1500",
+            "10.55.0.1 uid 1500",
+            "10.55.0.1 uid 2000",
+            "11.0.0.1",
+            "10.70.1.1",
+            "10.70.2.1",
+            "10.71.0.1",
+            "10.72.0.1",
+            "10.73.0.1",
+            "10.74.0.1",
+            "10.80.0.1",
+            "10.0.0.9",
+            "2001:db8:99::1 from 2001:db8:1::1",
+            "2001:db8:70::1",
+            "2001:db8:99::1 mark 7",
+            "2001:db8:99::1",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn deleting_the_default_rules_and_rules_naming_missing_links() {
+    common::check(
+        "defrules",
+        &config(
+            "route add 10.50.0.0/16 via 10.0.0.2 table 10
+rule add lookup 10 pref 10
+rule del pref 32766
+rule add iif nosuchdev lookup main pref 5
+rule add oif b0 lookup main pref 6
+-6 rule del pref 0
+-6 rule add lookup local pref 1000",
+        ),
+        &[
+            "10.50.0.1",
+            "10.0.0.7",
+            "10.0.0.7 oif b0",
+            "10.0.0.1",
+            "2001:db8::1",
+            "2001:db8::9",
+            "10.61.0.1",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn links_going_down_take_their_routes() {
+    common::check(
+        "down",
+        &config(
+            "route add 10.1.0.0/16 via 10.0.0.2
+route add 10.2.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
+route add 10.3.0.0/16 via 10.0.1.2
+route add 10.4.0.0/16 dev a0
+-6 route add 2001:db8:5::/48 via 2001:db8::2
+link set a0 down
+link set b1 down",
+        ),
+        &[
+            "10.1.0.1",
+            "10.2.0.1",
+            "10.3.0.1",
+            "10.4.0.1",
+            "10.0.0.1",
+            "10.0.0.5",
+            "10.0.0.255",
+            "10.0.1.5",
+            "2001:db8:5::1",
+            "2001:db8::1",
+            "2001:db8:1::5",
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn nexthop_objects_and_groups() {
+    common::check(
+        "nh",
+        &config(
+            "nexthop add id 1 via 10.0.0.2 dev a0
+nexthop add id 2 via 10.0.1.2 dev b0
+nexthop add id 3 group 1/2
+nexthop add id 4 blackhole
+nexthop add id 5 dev b0
+route add 10.1.0.0/16 nhid 1
+route add 10.2.0.0/16 nhid 3
+route add 10.3.0.0/16 nhid 4
+route add 10.4.0.0/16 nhid 5
+nexthop replace id 1 via 10.0.0.3 dev a0
+nexthop add id 6 via 2001:db8::2 dev a0
+-6 route add 2001:db8:5::/48 nhid 6
+nexthop del id 2",
+        ),
+        &[
+            "10.1.0.1",
+            "10.2.0.1",
+            "10.3.0.1",
+            "10.4.0.1",
+            "2001:db8:5::1",
+        ],
+    );
+}
