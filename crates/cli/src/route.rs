@@ -110,7 +110,14 @@ fn get(a: GetArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(path) = &a.queries {
         return many(&snap, path, a.json);
     }
-    let words: Vec<&str> = a.query.iter().map(String::as_str).collect();
+    // `--json` may follow the query words, which the query takes whole.
+    let json = a.json || a.query.iter().any(|w| w == "--json" || w == "-j");
+    let words: Vec<&str> = a
+        .query
+        .iter()
+        .map(String::as_str)
+        .filter(|w| *w != "--json" && *w != "-j")
+        .collect();
     let q = match query_of(&snap, &words) {
         Ok(q) => q,
         Err(e) => {
@@ -120,7 +127,7 @@ fn get(a: GetArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     match snap.route(&q) {
         Ok(ans) => {
-            if a.json {
+            if json {
                 println!(
                     "{}",
                     serde_json::Value::Array(vec![show::answer_json(&snap, &ans)])

@@ -770,3 +770,56 @@ fn fibre_kernel_unavailable() -> bool {
         .unwrap_or(false);
     !root || Command::new("ip").arg("-V").output().is_err()
 }
+
+#[test]
+fn route_get_answers_from_a_config_and_a_bad_line_names_file_and_line() {
+    let conf = temp_file(
+        "router.conf",
+        "link set lo up\nlink add a0 type veth peer name a1\nlink set a0 up\nlink set a1 up\n\
+         addr add 10.0.0.1/24 dev a0\nroute add 10.2.0.0/16 via 10.0.0.2 table 100\n\
+         rule add to 10.2.0.0/16 lookup 100 pref 1000\nroute add blackhole 10.3.0.0/16\n",
+    );
+    let conf = conf.to_str().unwrap();
+    let out = fibre(
+        &["route", "get", "--config", conf, "10.2.3.4", "--json"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v[0]["gateway"], "10.0.0.2");
+    assert_eq!(v[0]["table"], "100");
+    assert_eq!(v[0]["prefsrc"], "10.0.0.1");
+    let out = fibre(&["route", "get", "--config", conf, "10.3.0.1"], None);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "RTNETLINK answers: Invalid argument"
+    );
+
+    // The second line is wrong: the load stops there, naming it, and answers nothing.
+    let bad = temp_file(
+        "bad.conf",
+        "link set lo up\nroute add 10.0.0.0/8 via 1.2.3.4\nroute add 10.9.0.0/16 dev lo\n",
+    );
+    let out = fibre(
+        &[
+            "route",
+            "get",
+            "--config",
+            bad.to_str().unwrap(),
+            "127.0.0.1",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.conf:2: Error: Nexthop has invalid gateway."),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty());
+}

@@ -533,7 +533,13 @@ impl RouteSpec {
                                 w.next();
                                 p.onlink = true;
                             }
-                            _ => break,
+                            "nexthop" => break,
+                            other => {
+                                return Err(format!(
+                                    "Error: \"nexthop\" or end of line is expected instead of {}",
+                                    quote(other)
+                                ))
+                            }
                         }
                     }
                     if p.gateway.is_none() && p.dev == 0 {
@@ -568,7 +574,14 @@ impl RouteSpec {
             .unwrap_or(Family::V4);
         s.family = guess;
         match dst_text {
-            Some(d) => s.dst = Some(Net::parse(d, Some(guess))?),
+            Some(d) => {
+                let net = Net::parse(d, Some(guess))?;
+                let given: Option<IpAddr> = d.split('/').next().and_then(|a| a.parse().ok());
+                if guess == Family::V4 && given.is_some_and(|a| a != net.addr()) {
+                    return Err("Error: Invalid prefix for given prefix length.".into());
+                }
+                s.dst = Some(net);
+            }
             None if !delete => return Err("route: a destination is needed".into()),
             None => {}
         }

@@ -22,6 +22,9 @@ pub enum RouteType {
     Broadcast,
     /// Multicast (IPv6's `ff00::/8` in table local).
     Multicast,
+    /// Delivered to this host as an anycast address (IPv6's subnet-router anycast address
+    /// of each prefix the host has an address in, while forwarding).
+    Anycast,
     /// Dropped silently (`Invalid argument` to a query).
     Blackhole,
     /// Refused with host unreachable (`No route to host`).
@@ -40,6 +43,7 @@ impl RouteType {
             RouteType::Local => "local",
             RouteType::Broadcast => "broadcast",
             RouteType::Multicast => "multicast",
+            RouteType::Anycast => "anycast",
             RouteType::Blackhole => "blackhole",
             RouteType::Unreachable => "unreachable",
             RouteType::Prohibit => "prohibit",
@@ -54,6 +58,7 @@ impl RouteType {
             "local" => RouteType::Local,
             "broadcast" => RouteType::Broadcast,
             "multicast" => RouteType::Multicast,
+            "anycast" => RouteType::Anycast,
             "blackhole" => RouteType::Blackhole,
             "unreachable" => RouteType::Unreachable,
             "prohibit" => RouteType::Prohibit,
@@ -75,7 +80,7 @@ impl RouteType {
         use crate::names::*;
         match self {
             RouteType::Local => SCOPE_HOST,
-            RouteType::Broadcast | RouteType::Multicast => SCOPE_LINK,
+            RouteType::Broadcast | RouteType::Multicast | RouteType::Anycast => SCOPE_LINK,
             RouteType::Unicast if !has_gateway => SCOPE_LINK,
             _ => SCOPE_UNIVERSE,
         }

@@ -280,8 +280,9 @@ impl Snapshot {
             return self.route_input(q, family);
         }
         if let Some(oif) = q.oif {
-            if !self.links.contains_key(&oif) {
-                return Err(NoRoute::NoDevice);
+            let link = self.links.get(&oif).ok_or(NoRoute::NoDevice)?;
+            if family == Family::V4 && !link.up {
+                return Err(NoRoute::NetworkUnreachable);
             }
         }
         if family == Family::V4 {
@@ -295,10 +296,10 @@ impl Snapshot {
                 }
             }
         }
-        let walk = self.walk(q, family, q.oif, 1);
+        let walk = self.walk(q, family, q.oif, 1, 0);
         let (route, len, table) = match walk {
             Ok(hit) => hit,
-            Err(NoRoute::NetworkUnreachable) if family == Family::V4 && q.oif.is_some() => {
+            Err(_) if family == Family::V4 && q.oif.is_some() => {
                 // The kernel sends a flow with an output link that no route covers out of
                 // that link anyway, "assuming it is on link".
                 let oif = q.oif.expect("checked");
@@ -311,6 +312,35 @@ impl Snapshot {
         };
         let _ = len;
         self.answer(q, family, route, table, None)
+    }
+
+    /// How the kernel resolves a new route's gateway: in the route's table (unless `main`)
+    /// and then through the rules, IPv4 routes of a scope narrower than `min_scope`
+    /// skipped; the route found (its link, type and scope), or the error.
+    pub(crate) fn resolve_gateway(
+        &self,
+        table: u32,
+        gw: IpAddr,
+        oif: Option<LinkIndex>,
+        min_scope: u8,
+    ) -> Result<(LinkIndex, RouteType, u8, bool), NoRoute> {
+        let family = Family::of(gw);
+        let mut q = Query::to(gw);
+        q.oif = oif;
+        let found = |route: &Route| {
+            let paths = self.usable_paths(route, oif);
+            let p = paths.first().ok_or(NoRoute::NetworkUnreachable)?;
+            Ok((p.dev, route.kind, route.scope, p.gateway.is_some()))
+        };
+        if table != TABLE_MAIN {
+            if let Some(t) = self.family(family).tables.get(&table) {
+                if let TableResult::Hit(r, _) = self.table_lookup(t, &q, oif, min_scope) {
+                    return found(r);
+                }
+            }
+        }
+        let (r, _, _) = self.walk(&q, family, oif, 1, min_scope)?;
+        found(r)
     }
 
     /// An IPv4 flow sent out of `oif` with no route.
@@ -351,9 +381,19 @@ impl Snapshot {
     fn route_input(&self, q: &Query, family: Family) -> Result<Answer, NoRoute> {
         let iif = q.iif.expect("input");
         if !self.links[&iif].up {
-            return Err(NoRoute::NetworkDown);
+            return Err(if family == Family::V4 {
+                NoRoute::Invalid
+            } else {
+                NoRoute::NetworkUnreachable
+            });
         }
         let src = q.src.unwrap_or(family.any());
+        if let IpAddr::V4(d) = q.dst {
+            let lo_in = self.links[&iif].kind == LinkKind::Loopback;
+            if !lo_in && (d.is_loopback() || d.octets()[0] == 0) {
+                return Err(NoRoute::Invalid);
+            }
+        }
         if family == Family::V4 {
             if src.is_unspecified()
                 || src.is_multicast()
@@ -367,7 +407,7 @@ impl Snapshot {
         }
         let mut qi = q.clone();
         qi.src = Some(src);
-        let (route, _, table) = self.walk(&qi, family, None, iif)?;
+        let (route, _, table) = self.walk(&qi, family, None, iif, 0)?;
         let mut a = self.answer(&qi, family, route, table, Some(iif))?;
         a.from = Some(src);
         Ok(a)
@@ -380,6 +420,7 @@ impl Snapshot {
         family: Family,
         oif: Option<LinkIndex>,
         iif: LinkIndex,
+        min_scope: u8,
     ) -> Result<(&Route, u8, u32), NoRoute> {
         let fib = self.family(family);
         if fib.without_rules {
@@ -387,7 +428,7 @@ impl Snapshot {
                 let Some(table) = fib.tables.get(&t) else {
                     continue;
                 };
-                match self.table_lookup(table, q, oif) {
+                match self.table_lookup(table, q, oif, min_scope) {
                     TableResult::Miss => continue,
                     TableResult::Reject(e) => return Err(e),
                     TableResult::Hit(route, len) => return Ok((route, len, t)),
@@ -417,7 +458,7 @@ impl Snapshot {
                     let Some(table) = fib.tables.get(&t) else {
                         continue;
                     };
-                    match self.table_lookup(table, q, oif) {
+                    match self.table_lookup(table, q, oif, min_scope) {
                         TableResult::Miss => continue,
                         TableResult::Reject(e) => return Err(e),
                         TableResult::Hit(route, len) => {
@@ -503,6 +544,7 @@ impl Snapshot {
         table: &'a CompiledTable,
         q: &Query,
         oif: Option<LinkIndex>,
+        min_scope: u8,
     ) -> TableResult<'a> {
         let mut node = table.longest(q.dst);
         let src = q.src.unwrap_or(Family::of(q.dst).any());
@@ -513,6 +555,13 @@ impl Snapshot {
                     continue;
                 }
                 if r.tos != 0 && r.tos != q.tos & 0x1c {
+                    continue;
+                }
+                if r.scope < min_scope && r.family() == Family::V4 {
+                    continue;
+                }
+                if r.kind.is_reject() && r.family() == Family::V6 && oif.is_some() {
+                    // IPv6 matches an output link strictly: a reject route is on `lo`.
                     continue;
                 }
                 match r.kind {
@@ -548,7 +597,7 @@ impl Snapshot {
         paths
             .into_iter()
             .filter(|p| !p.dead)
-            .filter(|p| oif.is_none_or(|o| o == p.dev) || r.kind == RouteType::Local)
+            .filter(|p| oif.is_none_or(|o| o == p.dev))
             .collect()
     }
 
@@ -568,7 +617,7 @@ impl Snapshot {
             .values()
             .find(|l| l.kind == LinkKind::Loopback)
             .map_or(1, |l| l.index);
-        let local = matches!(route.kind, RouteType::Local);
+        let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = matches!(route.kind, RouteType::Broadcast);
         let mut cache = Vec::new();
         if family == Family::V4 {
@@ -603,7 +652,7 @@ impl Snapshot {
                     }
                 }),
                 Family::V6 => route.prefsrc.or_else(|| {
-                    if local {
+                    if route.kind == RouteType::Local {
                         Some(q.dst)
                     } else {
                         source::select_v6(&self.addrs, &self.links, path.dev, q.dst)

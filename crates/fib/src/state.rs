@@ -632,6 +632,21 @@ impl State {
                 self.remove_routes(Family::V6, |r| {
                     r.table == TABLE_LOCAL && r.dst == host && r.kind == RouteType::Local
                 });
+                let anycast = Net::host(addr.subnet().addr());
+                let still = self.addrs.iter().any(|a| {
+                    a.link == index
+                        && a.family() == Family::V6
+                        && a.len == addr.len
+                        && a.subnet() == addr.subnet()
+                });
+                if !still {
+                    self.remove_routes(Family::V6, |r| {
+                        r.table == TABLE_LOCAL
+                            && r.dst == anycast
+                            && r.kind == RouteType::Anycast
+                            && r.own_paths().iter().any(|p| p.dev == index)
+                    });
+                }
                 if !addr.noprefixroute {
                     let subnet = addr.subnet();
                     let still = self
@@ -811,6 +826,33 @@ impl State {
     }
 
     fn add_local_route_v6(&mut self, index: LinkIndex, local: IpAddr) {
+        // The subnet-router anycast address of the address's prefix (a router's, as
+        // forwarding is on): the prefix's first address, for prefixes shorter than /127.
+        if let Some(a) = self
+            .addrs
+            .iter()
+            .find(|a| a.link == index && a.local == local)
+        {
+            if a.len < 127 && a.scope != SCOPE_HOST {
+                let anycast = Net::host(a.subnet().addr());
+                if Net::host(local) != anycast {
+                    self.insert_kernel_route(Route {
+                        table: TABLE_LOCAL,
+                        dst: anycast,
+                        src: Net::default_of(Family::V6),
+                        tos: 0,
+                        metric: 0,
+                        protocol: PROTO_KERNEL,
+                        scope: SCOPE_UNIVERSE,
+                        kind: RouteType::Anycast,
+                        prefsrc: None,
+                        mtu: None,
+                        paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
+                        pref: 0,
+                    });
+                }
+            }
+        }
         self.insert_kernel_route(Route {
             table: TABLE_LOCAL,
             dst: Net::host(local),
@@ -1115,7 +1157,12 @@ impl State {
         let want = scope
             .saturating_add(1)
             .max(SCOPE_LINK.min(scope.saturating_add(1)));
-        match self.validate_gateway(Family::V4, table, gw, dev.map(|d| d.index), want) {
+        match self
+            .snapshot()
+            .resolve_gateway(table, gw, dev.map(|d| d.index), want)
+            .ok()
+            .map(|(l, k, s, _)| (l, (k, s)))
+        {
             Some((link, (res_kind, res_scope))) => {
                 if res_kind != RouteType::Unicast && res_kind != RouteType::Local {
                     return Err(Refused::explained("Nexthop has invalid gateway"));
