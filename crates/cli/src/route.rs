@@ -72,11 +72,9 @@ enum ListCommand {
     Show(ShowArgs),
 }
 
-fn load(path: &std::path::Path) -> Result<State, ExitCode> {
-    config::load(path).map_err(|e| {
-        eprintln!("{e}");
-        ExitCode::FAILURE
-    })
+/// The configuration's state, or `None` after printing `FILE:LINE: reason`.
+fn load(path: &std::path::Path) -> Option<State> {
+    config::load(path).map_err(|e| eprintln!("{e}")).ok()
 }
 
 fn families(a: &ShowArgs) -> Vec<Family> {
@@ -102,9 +100,8 @@ fn query_of(snap: &Snapshot, words: &[&str]) -> Result<Query, String> {
 }
 
 fn get(a: GetArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let snap = state.snapshot();
     if let Some(path) = &a.queries {
@@ -192,9 +189,8 @@ fn many(
 }
 
 fn route_show(a: ShowArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let table = match a.words.as_slice() {
         [] => Some(fibre_fib::names::TABLE_MAIN),
@@ -230,9 +226,8 @@ fn route_show(a: ShowArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 /// Runs `fibre rule show`.
 pub fn rules(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let ListCommand::Show(a) = args.command;
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let fams = if a.v6 {
         vec![Family::V6]
@@ -260,9 +255,8 @@ pub fn rules(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 /// Runs `fibre nexthop show`.
 pub fn nexthops(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let ListCommand::Show(a) = args.command;
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let list: Vec<serde_json::Value> = state
         .nexthops()
@@ -301,9 +295,8 @@ pub fn nexthops(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
 /// Runs `fibre link show`.
 pub fn links(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let ListCommand::Show(a) = args.command;
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let list: Vec<serde_json::Value> = state.links().map(|l| show::link_json(&state, l)).collect();
     if a.json {
@@ -336,9 +329,8 @@ pub fn links(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 /// Runs `fibre addr show`.
 pub fn addrs(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let ListCommand::Show(a) = args.command;
-    let state = match load(&a.config) {
-        Ok(s) => s,
-        Err(code) => return Ok(code),
+    let Some(state) = load(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
     let fams = families(&a);
     if a.json {

@@ -367,7 +367,7 @@ fn route(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(),
     };
     let spec = RouteSpec::parse(state, w, family, op.is_none())?;
     match op {
-        Some(op) => state.modify_route(op, spec.route(op)?).map_err(refused),
+        Some(op) => state.modify_route(op, spec.route()?).map_err(refused),
         None => state
             .del_route(spec.family, &spec.filter())
             .map_err(refused),
@@ -601,8 +601,7 @@ impl RouteSpec {
         Ok(s)
     }
 
-    fn route(&self, op: RouteOp) -> Result<Route, String> {
-        let _ = op;
+    fn route(&self) -> Result<Route, String> {
         let family = self.family;
         let kind = self.kind.unwrap_or(RouteType::Unicast);
         let dst = self.dst.expect("checked for adds");

@@ -11,7 +11,6 @@ use crate::rule::{Rule, RuleAction};
 use crate::snapshot::Snapshot;
 use crate::state::State;
 use serde_json::{json, Map, Value};
-use std::net::IpAddr;
 
 fn name_of(links: &dyn Fn(LinkIndex) -> Option<String>, index: LinkIndex) -> String {
     links(index).unwrap_or_else(|| format!("if{index}"))
@@ -602,9 +601,4 @@ pub fn addr_text(state: &State, a: &crate::link::Address) -> String {
         s += &format!(" {}", state.link(a.link).map_or("?", |l| &l.name));
     }
     s
-}
-
-/// Whether an address is IPv6 (for listings that separate the families).
-pub fn is_v6(a: IpAddr) -> bool {
-    a.is_ipv6()
 }

@@ -180,9 +180,7 @@ impl State {
                 // orders a merged prefix's routes by table, local's id being higher).
                 let mut both = crate::state::TableRoutes::new();
                 for id in [TABLE_LOCAL, TABLE_MAIN] {
-                    for (_, tid, routes) in self.tables().filter(|(tf, t, _)| *tf == f && *t == id)
-                    {
-                        let _ = tid;
+                    for (_, _, routes) in self.tables().filter(|(tf, t, _)| *tf == f && *t == id) {
                         for (k, list) in routes {
                             both.entry(*k).or_default().extend(list.iter().cloned());
                         }
@@ -275,8 +273,7 @@ impl Snapshot {
             return Err(NoRoute::Invalid);
         }
         if let Some(iif) = q.iif {
-            let link = self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
-            let _ = link;
+            self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
             return self.route_input(q, family);
         }
         if let Some(oif) = q.oif {
@@ -297,7 +294,7 @@ impl Snapshot {
             }
         }
         let walk = self.walk(q, family, q.oif, 1, 0);
-        let (route, len, table) = match walk {
+        let (route, _, table) = match walk {
             Ok(hit) => hit,
             Err(_) if family == Family::V4 && q.oif.is_some() => {
                 // The kernel sends a flow with an output link that no route covers out of
@@ -310,7 +307,6 @@ impl Snapshot {
             }
             Err(e) => return Err(e),
         };
-        let _ = len;
         self.answer(q, family, route, table, None)
     }
 

@@ -9,7 +9,7 @@
 
 use crate::link::{Address, Link, LinkIndex};
 use crate::names::*;
-use crate::net::{addr_bits, Family};
+use crate::net::Family;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -134,6 +134,5 @@ pub fn select_v6(
             best = Some((a, score));
         }
     }
-    let _ = addr_bits;
     best.map(|(a, _)| a.local)
 }

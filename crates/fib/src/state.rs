@@ -336,37 +336,42 @@ impl State {
         Ok(())
     }
 
+    fn link_mut(&mut self, name: &str) -> Result<&mut Link, Refused> {
+        self.links
+            .values_mut()
+            .find(|l| l.name == name)
+            .ok_or_else(|| Refused(format!("Cannot find device \"{name}\"")))
+    }
+
     /// `ip link set DEV mtu N`.
     pub fn set_link_mtu(&mut self, name: &str, mtu: u32) -> Result<(), Refused> {
-        let index = self.resolve(name)?;
-        if !(68..=65535).contains(&mtu) && self.links[&index].kind != LinkKind::Loopback {
+        let link = self.link_mut(name)?;
+        if !(68..=65535).contains(&mtu) && link.kind != LinkKind::Loopback {
             return Err(Refused::answers("Invalid argument"));
         }
-        self.links.get_mut(&index).expect("resolved").mtu = mtu;
+        link.mtu = mtu;
         Ok(())
     }
 
     /// `ip link set DEV group N`.
     pub fn set_link_group(&mut self, name: &str, group: u32) -> Result<(), Refused> {
-        let index = self.resolve(name)?;
-        self.links.get_mut(&index).expect("resolved").group = group;
+        self.link_mut(name)?.group = group;
         Ok(())
     }
 
     /// `ip link set DEV address MAC`.
     pub fn set_link_mac(&mut self, name: &str, mac: [u8; 6]) -> Result<(), Refused> {
-        let index = self.resolve(name)?;
+        let link = self.link_mut(name)?;
         if mac[0] & 1 != 0 || mac == [0; 6] {
             return Err(Refused::answers("Cannot assign requested address"));
         }
-        self.links.get_mut(&index).expect("resolved").mac = mac;
+        link.mac = mac;
         Ok(())
     }
 
     /// `ip link set DEV addrgenmode eui64|none`.
     pub fn set_link_addrgenmode(&mut self, name: &str, mode: AddrGenMode) -> Result<(), Refused> {
-        let index = self.resolve(name)?;
-        self.links.get_mut(&index).expect("resolved").addrgenmode = mode;
+        self.link_mut(name)?.addrgenmode = mode;
         Ok(())
     }
 
@@ -1129,11 +1134,17 @@ impl State {
                 return Ok(());
             }
             // The gateway must be on a link: reached by a route without a gateway.
-            let hit =
-                self.validate_gateway(Family::V6, table, gw, dev.map(|d| d.index), SCOPE_UNIVERSE);
-            match hit {
-                Some((link, _)) if dev.is_none_or(|d| d.index == link) => {
+            match self
+                .snapshot()
+                .resolve_gateway(table, gw, dev.map(|d| d.index), 0)
+            {
+                Ok((link, kind, _, via))
+                    if !via && !kind.is_reject() && dev.is_none_or(|d| d.index == link) =>
+                {
                     p.dev = link;
+                }
+                Err(e) if e != crate::query::NoRoute::NetworkUnreachable => {
+                    return Err(Refused::answers(e.words()))
                 }
                 _ => return Err(Refused::explained("Nexthop has invalid gateway")),
             }
@@ -1154,9 +1165,8 @@ impl State {
             p.scope = SCOPE_LINK;
             return Ok(());
         }
-        let want = scope
-            .saturating_add(1)
-            .max(SCOPE_LINK.min(scope.saturating_add(1)));
+        // The kernel looks the gateway up with routes narrower than the new route skipped.
+        let want = scope.saturating_add(1);
         match self
             .snapshot()
             .resolve_gateway(table, gw, dev.map(|d| d.index), want)
@@ -1180,67 +1190,6 @@ impl State {
             }
             None => Err(Refused::explained("Nexthop has invalid gateway")),
         }
-    }
-
-    /// Looks a gateway up as the kernel does when a route names it: in the route's table
-    /// (when not main) and then through the rules, with routes of scope below `min_scope`
-    /// skipped; the result's link and (type, scope).
-    fn validate_gateway(
-        &self,
-        family: Family,
-        table: u32,
-        gw: IpAddr,
-        dev: Option<LinkIndex>,
-        min_scope: u8,
-    ) -> Option<(LinkIndex, (RouteType, u8))> {
-        let in_table = |t: u32| -> Option<(LinkIndex, (RouteType, u8))> {
-            let routes = self.tables.get(&(family, t))?;
-            let mut best: Option<&Route> = None;
-            for ((dst, _), list) in routes.iter().rev() {
-                if !dst.contains(gw) || best.is_some_and(|b| b.dst.len() >= dst.len()) {
-                    continue;
-                }
-                for r in list {
-                    if r.scope < min_scope && family == Family::V4 {
-                        continue;
-                    }
-                    if family == Family::V6 && r.own_paths().iter().any(|p| p.gateway.is_some()) {
-                        continue;
-                    }
-                    let Some(p) = r
-                        .own_paths()
-                        .iter()
-                        .find(|p| !p.dead && dev.is_none_or(|d| d == p.dev))
-                    else {
-                        continue;
-                    };
-                    let _ = p;
-                    best = Some(r);
-                    break;
-                }
-            }
-            let r = best?;
-            let p = r
-                .own_paths()
-                .iter()
-                .find(|p| !p.dead && dev.is_none_or(|d| d == p.dev))?;
-            Some((p.dev, (r.kind, r.scope)))
-        };
-        if table != TABLE_MAIN {
-            if let Some(hit) = in_table(table) {
-                return Some(hit);
-            }
-        }
-        for rule in self.rules(family) {
-            if let RuleAction::Lookup(t) = rule.action {
-                if rule.matches_all() {
-                    if let Some(hit) = in_table(t) {
-                        return Some(hit);
-                    }
-                }
-            }
-        }
-        None
     }
 
     /// The type of an IPv4 address by the local table: local, broadcast, or unicast.
