@@ -20,7 +20,7 @@ use crate::net::{parse_addr, quote, Family, Net};
 use crate::nexthop::{Nexthop, NexthopKind};
 use crate::route::{Path, Paths, Route, RouteType};
 use crate::rule::{Range, Rule, RuleAction};
-use crate::state::{RouteFilter, RouteOp, State, IPV6_USER_METRIC};
+use crate::state::{Refused, RouteFilter, RouteOp, State, IPV6_USER_METRIC};
 use std::fmt;
 use std::net::IpAddr;
 use std::path::Path as FsPath;
@@ -368,6 +368,20 @@ fn route(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(),
     let spec = RouteSpec::parse(state, w, family, op.is_none())?;
     match op {
         Some(op) => state.modify_route(op, spec.route()?).map_err(refused),
+        None if spec.family == Family::V6 && !spec.multipath.is_empty() => {
+            // `ip6_route_multipath_del`: each path is deleted as a route through its
+            // gateway; one not found is an error, the others go all the same.
+            let mut last = Ok(());
+            for p in &spec.multipath {
+                let mut filter = spec.filter();
+                filter.gateway = p.gateway;
+                filter.dev = if p.dev != 0 { Some(p.dev) } else { spec.dev };
+                if let Err(e) = state.del_route(spec.family, &filter) {
+                    last = Err(refused(e));
+                }
+            }
+            last
+        }
         None => state
             .del_route(spec.family, &spec.filter())
             .map_err(refused),
@@ -743,8 +757,11 @@ fn rule(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), 
             parse_u32(a).ok_or_else(|| format!("{of}: {} is not a number or range", quote(v)))?;
         let b =
             parse_u32(b).ok_or_else(|| format!("{of}: {} is not a number or range", quote(v)))?;
-        if a > b {
-            return Err(format!("{of}: {} is an empty range", quote(v)));
+        // The kernel's checks, in its words: ports 1 to 65534, a range not reversed.
+        let port = of != "uidrange";
+        if a > b || port && (a == 0 || b >= 0xffff) {
+            let what = if port { of } else { "uid" };
+            return Err(Refused::explained(&format!("Invalid {what} range")).to_string());
         }
         Ok(Range { start: a, end: b })
     };
@@ -785,19 +802,8 @@ fn rule(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), 
                         .ok_or_else(|| format!("{} is not an IP protocol", quote(v)))?,
                 );
             }
-            "sport" => {
-                r.sport = Some(range(w.value("sport")?, "sport")?)
-                    .filter(|x| x.end <= 65535)
-                    .or(None)
-                    .ok_or("sport above 65535")?
-                    .into()
-            }
-            "dport" => {
-                r.dport = Some(range(w.value("dport")?, "dport")?)
-                    .filter(|x| x.end <= 65535)
-                    .ok_or("dport above 65535")?
-                    .into()
-            }
+            "sport" => r.sport = Some(range(w.value("sport")?, "sport")?),
+            "dport" => r.dport = Some(range(w.value("dport")?, "dport")?),
             "uidrange" => r.uidrange = Some(range(w.value("uidrange")?, "uidrange")?),
             "pref" | "priority" | "order" => {
                 r.pref = w.number(word)?;
@@ -856,9 +862,8 @@ fn rule(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), 
     for (text, slot) in [(src_text, &mut r.src), (dst_text, &mut r.dst)] {
         if let Some(t) = text {
             let n = Net::parse(t, Some(guess))?;
-            *slot = (!n.is_default() || t != "all")
-                .then_some(n)
-                .filter(|n| !n.is_default());
+            // A prefix of length 0 is no selector at all (`from all`), whatever its bits.
+            *slot = Some(n).filter(|n| n.len() > 0);
         }
     }
     if add {

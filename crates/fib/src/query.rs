@@ -185,5 +185,10 @@ pub fn parse_query(
         }
     }
     q.dst = dst.ok_or("a destination is needed")?;
+    if !words.contains(&"ipproto") && q.dst.is_ipv4() {
+        // The kernel asks an IPv4 `route get` without a protocol as UDP (rules with
+        // `ipproto udp` match it); IPv6 leaves the protocol 0.
+        q.ipproto = 17;
+    }
     Ok(q)
 }

@@ -140,8 +140,58 @@ enum TableResult<'a> {
     Hit(&'a Route, u8),
     /// A reject route answered with its error.
     Reject(NoRoute),
-    /// Nothing here (no route, or a `throw` route): the walk goes on.
+    /// Nothing here: the walk goes on.
     Miss,
+    /// A `throw` route: the walk goes on (but an IPv6 gateway check stops at it).
+    Thrown,
+}
+
+/// Whether an IPv6 destination binds a flow to its output link whatever its source
+/// (`rt6_need_strict`: multicast, link-local, loopback).
+fn needs_strict_oif(dst: IpAddr) -> bool {
+    match dst {
+        IpAddr::V6(a) => a.is_multicast() || a.segments()[0] & 0xffc0 == 0xfe80 || a.is_loopback(),
+        IpAddr::V4(_) => false,
+    }
+}
+
+/// `fib6_backtrack` from destination node `n`'s own routes: up to the next shorter
+/// destination, whose subtree comes first, then its own routes; `None` past `::/0`.
+fn self_or_up(
+    table: &CompiledTable,
+    mut n: usize,
+    group: &dyn Fn(usize, u8) -> Option<Net>,
+    has_own: &dyn Fn(usize) -> bool,
+) -> Option<(usize, Option<Net>)> {
+    loop {
+        if table.nodes[n].dst.len() == 0 {
+            return None;
+        }
+        n = table.nodes[n].parent? as usize;
+        if let Some(g) = group(n, 129) {
+            return Some((n, Some(g)));
+        }
+        if has_own(n) {
+            return Some((n, None));
+        }
+    }
+}
+
+/// The gateway a path sends through (`rt_uses_gateway`): an IPv4 gateway that resolved
+/// to one of this host's addresses (scope host) is kept on the path but not used.
+fn sent_via(p: &Path) -> Option<IpAddr> {
+    p.gateway.filter(|g| g.is_ipv6() || p.scope == SCOPE_LINK)
+}
+
+/// What a rule walk is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WalkFor {
+    /// A flow's route (`ip route get`, a packet).
+    Flow,
+    /// The check of a new IPv6 route's gateway (`fib6_lookup` with the table-only rule
+    /// action): `suppress_*` never applies, a `throw` route stops the walk as a reject,
+    /// and the flow has no input link (rules with `iif lo` do not match).
+    Gateway6,
 }
 
 /// A compiled, immutable routing state: what readers look up against.
@@ -293,7 +343,7 @@ impl Snapshot {
                 }
             }
         }
-        let walk = self.walk(q, family, q.oif, 1, 0);
+        let walk = self.walk(q, family, q.oif, 1, 0, WalkFor::Flow);
         let (route, _, table) = match walk {
             Ok(hit) => hit,
             Err(_) if family == Family::V4 && q.oif.is_some() => {
@@ -310,33 +360,95 @@ impl Snapshot {
         self.answer(q, family, route, table, None)
     }
 
-    /// How the kernel resolves a new route's gateway: in the route's table (unless `main`)
-    /// and then through the rules, IPv4 routes of a scope narrower than `min_scope`
-    /// skipped; the route found (its link, type and scope), or the error.
-    pub(crate) fn resolve_gateway(
+    /// The kernel's `fib_check_nh_v4_gw`: an IPv4 gateway is looked up in the route's
+    /// table (unless `main`; a miss or a reject route there falls back), then through the
+    /// rules, routes of a scope narrower than `min_scope` skipped. The route found must be
+    /// unicast or local: its link and its scope.
+    pub(crate) fn gateway_v4(
         &self,
         table: u32,
         gw: IpAddr,
         oif: Option<LinkIndex>,
         min_scope: u8,
-    ) -> Result<(LinkIndex, RouteType, u8, bool), NoRoute> {
-        let family = Family::of(gw);
+    ) -> Option<(LinkIndex, u8)> {
         let mut q = Query::to(gw);
         q.oif = oif;
-        let found = |route: &Route| {
-            let paths = self.usable_paths(route, oif);
-            let p = paths.first().ok_or(NoRoute::NetworkUnreachable)?;
-            Ok((p.dev, route.kind, route.scope, p.gateway.is_some()))
-        };
-        if table != TABLE_MAIN {
-            if let Some(t) = self.family(family).tables.get(&table) {
-                if let TableResult::Hit(r, _) = self.table_lookup(t, &q, oif, min_scope) {
-                    return found(r);
-                }
+        let in_table = (table != TABLE_MAIN)
+            .then(|| self.v4.tables.get(&table))
+            .flatten()
+            .and_then(|t| match self.table_lookup(t, &q, oif, min_scope) {
+                TableResult::Hit(r, _) => Some(r),
+                _ => None,
+            });
+        let route = match in_table {
+            Some(r) => r,
+            None => {
+                self.walk(&q, Family::V4, oif, 1, min_scope, WalkFor::Flow)
+                    .ok()?
+                    .0
             }
+        };
+        if !matches!(route.kind, RouteType::Unicast | RouteType::Local) {
+            return None;
         }
-        let (r, _, _) = self.walk(&q, family, oif, 1, min_scope)?;
-        found(r)
+        let path = self.usable_paths(route, oif).into_iter().next()?;
+        Some((path.dev, route.scope))
+    }
+
+    /// The kernel's `ip6_route_check_nh`: an IPv6 gateway is looked up in the route's own
+    /// table (`main` included); if that finds no route straight onto a link (of `oif`, if
+    /// given), through the rules, where a reject rule, a reject route or a route via a
+    /// gateway refuses it. The link the gateway is on.
+    pub(crate) fn gateway_v6(
+        &self,
+        table: u32,
+        gw: IpAddr,
+        oif: Option<LinkIndex>,
+    ) -> Option<LinkIndex> {
+        let mut q = Query::to(gw);
+        q.oif = oif;
+        let on_link = |route: &Route| -> Option<LinkIndex> {
+            if route.kind.is_reject() {
+                return None;
+            }
+            let path = self.usable_paths(route, oif).into_iter().next()?;
+            (path.gateway.is_none() && oif.is_none_or(|o| o == path.dev)).then_some(path.dev)
+        };
+        let in_table =
+            self.v6
+                .tables
+                .get(&table)
+                .and_then(|t| match self.table_lookup(t, &q, oif, 0) {
+                    TableResult::Hit(r, _) => on_link(r),
+                    _ => None,
+                });
+        in_table.or_else(|| {
+            on_link(
+                self.walk(&q, Family::V6, oif, 0, 0, WalkFor::Gateway6)
+                    .ok()?
+                    .0,
+            )
+        })
+    }
+
+    /// The kernel's `ip6_route_check_nh_onlink`: an `onlink` IPv6 gateway that `main`
+    /// routes (other than a default route) to another link, or by a route not unicast,
+    /// is refused.
+    pub(crate) fn onlink_gateway_v6_conflicts(&self, gw: IpAddr, dev: LinkIndex) -> bool {
+        let q = Query::to(gw);
+        let Some(t) = self.v6.tables.get(&TABLE_MAIN) else {
+            return false;
+        };
+        match self.table_lookup(t, &q, None, 0) {
+            TableResult::Hit(r, _) if r.dst.len() > 0 => {
+                r.kind != RouteType::Unicast
+                    || self
+                        .usable_paths(r, None)
+                        .first()
+                        .is_some_and(|p| p.dev != dev)
+            }
+            _ => false,
+        }
     }
 
     /// An IPv4 flow sent out of `oif` with no route.
@@ -403,7 +515,7 @@ impl Snapshot {
         }
         let mut qi = q.clone();
         qi.src = Some(src);
-        let (route, _, table) = self.walk(&qi, family, None, iif, 0)?;
+        let (route, _, table) = self.walk(&qi, family, None, iif, 0, WalkFor::Flow)?;
         let mut a = self.answer(&qi, family, route, table, Some(iif))?;
         a.from = Some(src);
         Ok(a)
@@ -417,6 +529,7 @@ impl Snapshot {
         oif: Option<LinkIndex>,
         iif: LinkIndex,
         min_scope: u8,
+        purpose: WalkFor,
     ) -> Result<(&Route, u8, u32), NoRoute> {
         let fib = self.family(family);
         if fib.without_rules {
@@ -425,7 +538,7 @@ impl Snapshot {
                     continue;
                 };
                 match self.table_lookup(table, q, oif, min_scope) {
-                    TableResult::Miss => continue,
+                    TableResult::Miss | TableResult::Thrown => continue,
                     TableResult::Reject(e) => return Err(e),
                     TableResult::Hit(route, len) => return Ok((route, len, t)),
                 }
@@ -456,8 +569,13 @@ impl Snapshot {
                     };
                     match self.table_lookup(table, q, oif, min_scope) {
                         TableResult::Miss => continue,
+                        TableResult::Thrown if purpose == WalkFor::Flow => continue,
+                        TableResult::Thrown => return Err(NoRoute::HostUnreachable),
                         TableResult::Reject(e) => return Err(e),
                         TableResult::Hit(route, len) => {
+                            if purpose == WalkFor::Gateway6 {
+                                return Ok((route, len, t));
+                            }
                             if rule.suppress_prefixlength.is_some_and(|p| len <= p) {
                                 continue;
                             }
@@ -542,45 +660,137 @@ impl Snapshot {
         oif: Option<LinkIndex>,
         min_scope: u8,
     ) -> TableResult<'a> {
+        if Family::of(q.dst) == Family::V6 {
+            return self.table_lookup_v6(table, q, oif);
+        }
         let mut node = table.longest(q.dst);
-        let src = q.src.unwrap_or(Family::of(q.dst).any());
         while let Some(n) = node {
             let n = &table.nodes[n as usize];
-            for r in &n.routes {
-                if r.src.len() > 0 && !r.src.contains(src) {
-                    continue;
-                }
-                if r.tos != 0 && r.tos != q.tos & 0x1c {
-                    continue;
-                }
-                if r.scope < min_scope && r.family() == Family::V4 {
-                    continue;
-                }
-                if r.kind.is_reject() && r.family() == Family::V6 && oif.is_some() {
-                    // IPv6 matches an output link strictly: a reject route is on `lo`.
-                    continue;
-                }
-                match r.kind {
-                    RouteType::Blackhole => return TableResult::Reject(NoRoute::Invalid),
-                    RouteType::Unreachable => return TableResult::Reject(NoRoute::HostUnreachable),
-                    RouteType::Prohibit => return TableResult::Reject(NoRoute::Prohibited),
-                    RouteType::Throw => return TableResult::Miss,
-                    _ => {}
-                }
-                if let Paths::Object(id) = r.paths {
-                    if self.is_blackhole_object(id) {
-                        return TableResult::Reject(NoRoute::Invalid);
-                    }
-                }
-                let usable = self.usable_paths(r, oif);
-                if usable.is_empty() {
-                    continue;
-                }
-                return TableResult::Hit(r, n.dst.len());
+            let fitting = n
+                .routes
+                .iter()
+                .filter(|r| r.tos == 0 || r.tos == q.tos & 0x1c)
+                .filter(|r| r.scope >= min_scope);
+            if let Some(result) = self.select(fitting, n.dst.len(), oif, true) {
+                return result;
             }
             node = n.parent;
         }
         TableResult::Miss
+    }
+
+    /// The kernel's IPv6 table lookup (`fib6_table_lookup`), source-specific routes
+    /// included. A destination prefix with source-specific routes holds them in a subtree
+    /// keyed by source prefix. The first lookup takes the longest destination whose
+    /// subtree has a source prefix holding the flow's source, or, for a destination without
+    /// a subtree, its routes; a destination whose subtree has no such source is passed
+    /// over, its own source-less routes too (except at `::/0`). When the chosen routes
+    /// give nothing usable, the kernel backtracks (`fib6_backtrack`): shorter source
+    /// prefixes of the same subtree, then the destination's own routes, then the next
+    /// shorter destination (its subtree first).
+    fn table_lookup_v6<'a>(
+        &self,
+        table: &'a CompiledTable,
+        q: &Query,
+        oif: Option<LinkIndex>,
+    ) -> TableResult<'a> {
+        let src = q.src.unwrap_or(Family::V6.any());
+        // A source prefix of node `n` holding the flow's source, shorter than `below`.
+        let group = |n: usize, below: u8| -> Option<Net> {
+            table.nodes[n]
+                .routes
+                .iter()
+                .map(|r| r.src)
+                .find(|s| s.len() > 0 && s.len() < below && s.contains(src))
+        };
+        let has_subtree = |n: usize| table.nodes[n].routes.iter().any(|r| r.src.len() > 0);
+        let has_own = |n: usize| table.nodes[n].routes.iter().any(|r| r.src.len() == 0);
+        // The first lookup.
+        let mut at: Option<(usize, Option<Net>)> = None;
+        let mut node = table.longest(q.dst).map(|n| n as usize);
+        while let Some(n) = node {
+            if has_subtree(n) {
+                if let Some(g) = group(n, 129) {
+                    at = Some((n, Some(g)));
+                    break;
+                }
+                if table.nodes[n].dst.len() == 0 {
+                    at = Some((n, None));
+                    break;
+                }
+            } else {
+                at = Some((n, None));
+                break;
+            }
+            node = table.nodes[n].parent.map(|p| p as usize);
+        }
+        // IPv6 matches the output link strictly unless the flow has a source (or the
+        // destination needs it: link-local and multicast).
+        let strict = q.src.is_none_or(|s| s.is_unspecified()) || needs_strict_oif(q.dst);
+        while let Some((n, g)) = at {
+            let node = &table.nodes[n];
+            let routes = node
+                .routes
+                .iter()
+                .filter(|r| g.map_or(r.src.len() == 0, |g| r.src == g));
+            if let Some(result) = self.select(routes, node.dst.len(), oif, strict) {
+                return result;
+            }
+            // Backtrack.
+            at = match g {
+                Some(g) => match group(n, g.len()) {
+                    Some(shorter) => Some((n, Some(shorter))),
+                    None if has_own(n) => Some((n, None)),
+                    None => self_or_up(table, n, &group, &has_own),
+                },
+                None => self_or_up(table, n, &group, &has_own),
+            };
+        }
+        TableResult::Miss
+    }
+
+    /// Among one node's routes (in the kernel's order), the one a flow takes: a reject
+    /// route answers with its error; a route with no path usable by `oif` is passed over
+    /// when `strict`, and otherwise only ranks after those leaving by `oif` among routes
+    /// of the same metric. `None` when none is usable.
+    fn select<'a>(
+        &self,
+        routes: impl Iterator<Item = &'a Route>,
+        len: u8,
+        oif: Option<LinkIndex>,
+        strict: bool,
+    ) -> Option<TableResult<'a>> {
+        let mut fallback: Option<&'a Route> = None;
+        for r in routes {
+            if fallback.is_some_and(|f| f.metric != r.metric) {
+                break;
+            }
+            if r.kind.is_reject() && r.family() == Family::V6 && oif.is_some() && strict {
+                // IPv6 matches an output link strictly: a reject route is on `lo`.
+                continue;
+            }
+            match r.kind {
+                RouteType::Blackhole => return Some(TableResult::Reject(NoRoute::Invalid)),
+                RouteType::Unreachable => {
+                    return Some(TableResult::Reject(NoRoute::HostUnreachable))
+                }
+                RouteType::Prohibit => return Some(TableResult::Reject(NoRoute::Prohibited)),
+                RouteType::Throw => return Some(TableResult::Thrown),
+                _ => {}
+            }
+            if let Paths::Object(id) = r.paths {
+                if self.is_blackhole_object(id) {
+                    return Some(TableResult::Reject(NoRoute::Invalid));
+                }
+            }
+            if !self.usable_paths(r, oif).is_empty() {
+                return Some(TableResult::Hit(r, len));
+            }
+            if !strict && fallback.is_none() && !self.usable_paths(r, None).is_empty() {
+                fallback = Some(r);
+            }
+        }
+        fallback.map(|r| TableResult::Hit(r, len))
     }
 
     /// A route's paths that are alive (and leave by `oif`, if given).
@@ -606,7 +816,11 @@ impl Snapshot {
         table: u32,
         iif: Option<LinkIndex>,
     ) -> Result<Answer, NoRoute> {
-        let paths = self.usable_paths(route, q.oif);
+        let mut paths = self.usable_paths(route, q.oif);
+        if paths.is_empty() && family == Family::V6 && q.src.is_some_and(|s| !s.is_unspecified()) {
+            // IPv6 with a source only prefers the output link.
+            paths = self.usable_paths(route, None);
+        }
         let path = choose_path(&paths, q).ok_or(NoRoute::NetworkUnreachable)?;
         let lo = self
             .links
@@ -675,7 +889,7 @@ impl Snapshot {
             kind: route.kind,
             dst: q.dst,
             from: q.src,
-            gateway: if local { None } else { path.gateway },
+            gateway: if local { None } else { sent_via(path) },
             dev,
             table: Some(table),
             prefsrc,
@@ -690,7 +904,7 @@ impl Snapshot {
             mark: q.mark,
             uid: q.uid,
             cache,
-            choices: paths.iter().map(|p| (p.gateway, p.dev)).collect(),
+            choices: paths.iter().map(|p| (sent_via(p), p.dev)).collect(),
         })
     }
 }

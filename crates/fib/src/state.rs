@@ -14,7 +14,7 @@ use crate::net::{Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
 use crate::route::{Path, Paths, Route, RouteType};
 use crate::rule::{Rule, RuleAction, RuleLink};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -106,6 +106,9 @@ pub struct State {
     /// An IPv4 rule was ever added or deleted: tables `local` and `main` are apart (until
     /// then the kernel keeps them merged in one structure, reported as `main`).
     v4_unmerged: bool,
+    /// IPv6 tables the kernel has made (it makes one for a route or a rule naming it and
+    /// keeps it, empty or not): deleting from another is "FIB table does not exist".
+    v6_tables_made: BTreeSet<u32>,
 }
 
 impl Default for State {
@@ -153,6 +156,7 @@ impl State {
             nexthops: BTreeMap::new(),
             v4_custom_rules: false,
             v4_unmerged: false,
+            v6_tables_made: [TABLE_LOCAL, TABLE_MAIN].into(),
         }
     }
 
@@ -328,11 +332,18 @@ impl State {
             .collect();
         self.set_up(index, up);
         // A peer whose carrier came with this link's: IPv6 configures it now.
+        let mut lost = Vec::new();
         for (i, had) in carriers_before {
             if i != index && !had && self.carrier(i) {
                 self.ipv6_link_ready(i);
             }
+            // The kernel removes nexthop objects over a link that goes down or loses its
+            // carrier (and the routes using them), and does not bring them back.
+            if (i == index && !up) || (had && !self.carrier(i)) {
+                lost.push(i);
+            }
         }
+        self.nexthops_link_gone(&lost);
         Ok(())
     }
 
@@ -410,7 +421,8 @@ impl State {
                 self.add_local_route_v4(&a);
             }
             // IPv4: paths through the link come back; the addresses' routes are made again.
-            self.revive_dev(index);
+            // (IPv6 paths wait for the carrier: `ipv6_link_ready`.)
+            self.revive_dev(index, Family::V4);
             let v4: Vec<Address> = self
                 .addrs
                 .iter()
@@ -436,6 +448,7 @@ impl State {
     /// IPv6 on a link that came up with carrier: its link-local address and routes, and
     /// the local routes of addresses added while it was down.
     fn ipv6_link_ready(&mut self, index: LinkIndex) {
+        self.revive_dev(index, Family::V6);
         let link = self.links[&index].clone();
         if link.kind == LinkKind::Loopback {
             let lo = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
@@ -947,9 +960,13 @@ impl State {
         }
     }
 
-    /// The kernel's `fib_sync_up`: paths through a link that came up live again.
-    fn revive_dev(&mut self, index: LinkIndex) {
-        for table in self.tables.values_mut() {
+    /// The kernel's `fib_sync_up` (IPv4, when the link comes up) and `rt6_sync_up` (IPv6,
+    /// when it is up with its carrier): paths of `family` through the link live again.
+    fn revive_dev(&mut self, index: LinkIndex, family: Family) {
+        for ((f, _), table) in self.tables.iter_mut() {
+            if *f != family {
+                continue;
+            }
             for list in table.values_mut() {
                 for r in list.iter_mut() {
                     if let Paths::Own(paths) = &mut r.paths {
@@ -968,6 +985,9 @@ impl State {
     pub fn modify_route(&mut self, op: RouteOp, mut route: Route) -> Result<(), Refused> {
         self.validate_route(&mut route)?;
         let family = route.family();
+        if family == Family::V6 {
+            self.v6_tables_made.insert(route.table);
+        }
         let list = self
             .tables
             .entry((family, route.table))
@@ -991,26 +1011,73 @@ impl State {
         let dst = filter.dst.unwrap_or(Net::default_of(family));
         let src = filter.src.unwrap_or(Net::default_of(family));
         let no_such = || Refused::answers("No such process");
+        if family == Family::V6 && !self.v6_tables_made.contains(&table) {
+            return Err(Refused::explained("FIB table does not exist"));
+        }
         let t = self.tables.get_mut(&(family, table)).ok_or_else(no_such)?;
+        // `fib6_locate`: a source prefix is looked for only if the destination has
+        // source-specific routes; otherwise the destination's own routes are the ones.
+        let src = if family == Family::V6
+            && src.len() > 0
+            && !t.keys().any(|(d, s)| *d == dst && s.len() > 0)
+        {
+            Net::default_of(family)
+        } else {
+            src
+        };
         let list = t.get_mut(&(dst, src)).ok_or_else(no_such)?;
-        let pos = list
-            .iter()
-            .position(|r| {
-                r.tos == filter.tos
-                    && (filter.metric == 0 || r.metric == filter.metric)
-                    && filter.kind.is_none_or(|k| k == r.kind)
-                    && filter.scope.is_none_or(|s| s == r.scope)
-                    && filter.protocol.is_none_or(|p| p == r.protocol)
-                    && filter.prefsrc.is_none_or(|s| Some(s) == r.prefsrc)
-                    && filter.nhid.is_none_or(|id| r.paths == Paths::Object(id))
-                    && (filter.gateway.is_none() && filter.dev.is_none()
-                        || r.own_paths().iter().any(|p| {
-                            filter.gateway.is_none_or(|g| Some(g) == p.gateway)
-                                && filter.dev.is_none_or(|d| d == p.dev)
-                        }))
-            })
-            .ok_or_else(no_such)?;
-        list.remove(pos);
+        if family == Family::V6 {
+            // `ip6_route_del`: type, scope and source are not compared; a gateway given
+            // deletes that one path of an ECMP group, else the whole group goes.
+            let pos = list
+                .iter()
+                .position(|r| {
+                    (filter.metric == 0 || r.metric == filter.metric)
+                        && filter.protocol.is_none_or(|p| p == r.protocol)
+                        && match (&r.paths, filter.nhid) {
+                            (Paths::Object(id), want) => want.is_none_or(|w| w == *id),
+                            (_, Some(_)) => false,
+                            (Paths::None, _) => {
+                                filter.gateway.is_none()
+                                    && filter.dev.is_none_or(|d| self_lo(d, &self.links))
+                            }
+                            (Paths::Own(paths), _) => paths.iter().any(|p| {
+                                filter.gateway.is_none_or(|g| Some(g) == p.gateway)
+                                    && filter.dev.is_none_or(|d| d == p.dev)
+                            }),
+                        }
+                })
+                .ok_or_else(no_such)?;
+            let one_path = filter.gateway.filter(|_| list[pos].own_paths().len() > 1);
+            if let (Some(g), Paths::Own(paths)) = (one_path, &mut list[pos].paths) {
+                let at = paths
+                    .iter()
+                    .position(|p| Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev))
+                    .expect("matched above");
+                paths.remove(at);
+            } else {
+                list.remove(pos);
+            }
+        } else {
+            let pos = list
+                .iter()
+                .position(|r| {
+                    r.tos == filter.tos
+                        && (filter.metric == 0 || r.metric == filter.metric)
+                        && filter.kind.is_none_or(|k| k == r.kind)
+                        && filter.scope.is_none_or(|s| s == r.scope)
+                        && filter.protocol.is_none_or(|p| p == r.protocol)
+                        && filter.prefsrc.is_none_or(|s| Some(s) == r.prefsrc)
+                        && filter.nhid.is_none_or(|id| r.paths == Paths::Object(id))
+                        && (filter.gateway.is_none() && filter.dev.is_none()
+                            || r.own_paths().iter().any(|p| {
+                                filter.gateway.is_none_or(|g| Some(g) == p.gateway)
+                                    && filter.dev.is_none_or(|d| d == p.dev)
+                            }))
+                })
+                .ok_or_else(no_such)?;
+            list.remove(pos);
+        }
         if list.is_empty() {
             t.remove(&(dst, src));
         }
@@ -1121,38 +1188,7 @@ impl State {
             return Ok(());
         };
         if family == Family::V6 || Family::of(gw) == Family::V6 {
-            if self.addrs.iter().any(|a| a.local == gw) && family == Family::V6 {
-                return Err(Refused::explained("Gateway can not be a local address"));
-            }
-            let is_ll = matches!(gw, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80);
-            if is_ll || p.onlink {
-                let d = dev.ok_or_else(|| Refused::explained("Nexthop has invalid gateway"))?;
-                if !d.up {
-                    return Err(Refused::explained("Nexthop device is not up"));
-                }
-                p.scope = SCOPE_LINK;
-                return Ok(());
-            }
-            // The gateway must be on a link: reached by a route without a gateway.
-            match self
-                .snapshot()
-                .resolve_gateway(table, gw, dev.map(|d| d.index), 0)
-            {
-                Ok((link, kind, _, via))
-                    if !via && !kind.is_reject() && dev.is_none_or(|d| d.index == link) =>
-                {
-                    p.dev = link;
-                }
-                Err(e) if e != crate::query::NoRoute::NetworkUnreachable => {
-                    return Err(Refused::answers(e.words()))
-                }
-                _ => return Err(Refused::explained("Nexthop has invalid gateway")),
-            }
-            if !self.links[&p.dev].up {
-                return Err(Refused::explained("Nexthop device is not up"));
-            }
-            p.scope = SCOPE_LINK;
-            return Ok(());
+            return self.check_gateway_v6(table, gw, p);
         }
         if p.onlink {
             let d = dev.ok_or_else(|| Refused::explained("Nexthop device required for onlink"))?;
@@ -1166,30 +1202,74 @@ impl State {
             return Ok(());
         }
         // The kernel looks the gateway up with routes narrower than the new route skipped.
-        let want = scope.saturating_add(1);
-        match self
+        let (link, res_scope) = self
             .snapshot()
-            .resolve_gateway(table, gw, dev.map(|d| d.index), want)
-            .ok()
-            .map(|(l, k, s, _)| (l, (k, s)))
-        {
-            Some((link, (res_kind, res_scope))) => {
-                if res_kind != RouteType::Unicast && res_kind != RouteType::Local {
-                    return Err(Refused::explained("Nexthop has invalid gateway"));
-                }
-                if res_kind == RouteType::Local {
-                    // A gateway that is one of ours: the kernel keeps the link, not the gateway.
-                    p.gateway = None;
-                }
-                p.dev = link;
-                p.scope = res_scope;
-                if !self.links[&link].up {
-                    return Err(Refused::explained("Nexthop device is not up"));
-                }
-                Ok(())
-            }
-            None => Err(Refused::explained("Nexthop has invalid gateway")),
+            .gateway_v4(table, gw, dev.map(|d| d.index), scope.saturating_add(1))
+            .ok_or_else(|| Refused::explained("Nexthop has invalid gateway"))?;
+        // A gateway that is one of ours resolves through a local route of host scope: the
+        // kernel keeps it (for listing and for choosing the source address) but does not
+        // send through it, as the path's scope is then host.
+        p.dev = link;
+        p.scope = res_scope;
+        if !self.links[&link].up {
+            return Err(Refused::explained("Nexthop device is not up"));
         }
+        Ok(())
+    }
+
+    /// The kernel's `ip6_validate_gw` and the checks of `fib6_nh_init` after it.
+    fn check_gateway_v6(&self, table: u32, gw: IpAddr, p: &mut Path) -> Result<(), Refused> {
+        let dev = self.links.get(&p.dev);
+        let link_local = matches!(gw, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80);
+        // A link-local gateway is local only if it is on the route's own link.
+        let ours = |on: LinkIndex| {
+            self.addrs
+                .iter()
+                .any(|a| a.local == gw && (!link_local || a.link == on))
+        };
+        if p.onlink {
+            let d = dev.ok_or_else(|| Refused::explained("Nexthop device required for onlink"))?;
+            if !d.up {
+                return Err(Refused::explained("Nexthop device is not up"));
+            }
+        }
+        if dev.is_some_and(|d| ours(d.index)) {
+            return Err(Refused::explained("Gateway can not be a local address"));
+        }
+        if !link_local {
+            if gw.is_multicast() || gw.is_unspecified() {
+                return Err(Refused::explained("Invalid gateway address"));
+            }
+            let snapshot = self.snapshot();
+            if p.onlink {
+                if snapshot.onlink_gateway_v6_conflicts(gw, p.dev) {
+                    return Err(Refused::explained(
+                        "Nexthop has invalid gateway or device mismatch",
+                    ));
+                }
+            } else {
+                p.dev = snapshot
+                    .gateway_v6(table, gw, dev.map(|d| d.index))
+                    .ok_or_else(|| Refused::answers("No route to host"))?;
+            }
+        }
+        let d = self
+            .links
+            .get(&p.dev)
+            .ok_or_else(|| Refused::explained("Egress device not specified"))?;
+        if d.kind == LinkKind::Loopback {
+            return Err(Refused::explained(
+                "Egress device can not be loopback device for this route",
+            ));
+        }
+        if ours(d.index) {
+            return Err(Refused::explained("Gateway can not be a local address"));
+        }
+        if !d.up {
+            return Err(Refused::explained("Nexthop device is not up"));
+        }
+        p.scope = SCOPE_LINK;
+        Ok(())
     }
 
     /// The type of an IPv4 address by the local table: local, broadcast, or unicast.
@@ -1223,7 +1303,7 @@ impl State {
                 ));
             }
         }
-        if rules.contains(&rule) {
+        if rules.iter().any(|r| same_rule(r, &rule)) {
             return Err(Refused::answers("File exists"));
         }
         let at = rules
@@ -1233,6 +1313,9 @@ impl State {
         if rule.family == Family::V4 {
             self.v4_custom_rules = true;
             self.v4_unmerged = true;
+        }
+        if let (Family::V6, RuleAction::Lookup(t)) = (rule.family, rule.action) {
+            self.v6_tables_made.insert(t);
         }
         let rules = &mut self.rules[fam_ix(rule.family)];
         rules.insert(at, rule);
@@ -1253,7 +1336,15 @@ impl State {
             .iter()
             .position(|r| {
                 (!pref_given || r.pref == pattern.pref)
-                    && (!action_given || r.action == pattern.action)
+                    // The kernel's `rule_find` compares the action's kind and table, not
+                    // a `goto` target, and not `not`.
+                    && (!action_given
+                        || std::mem::discriminant(&r.action)
+                            == std::mem::discriminant(&pattern.action)
+                            && match (r.action, pattern.action) {
+                                (RuleAction::Lookup(a), RuleAction::Lookup(b)) => a == b,
+                                _ => true,
+                            })
                     && (pattern.src.is_none() || r.src == pattern.src)
                     && (pattern.dst.is_none() || r.dst == pattern.dst)
                     && (pattern.iif.is_none()
@@ -1266,7 +1357,6 @@ impl State {
                     && (pattern.sport.is_none() || r.sport == pattern.sport)
                     && (pattern.dport.is_none() || r.dport == pattern.dport)
                     && (pattern.uidrange.is_none() || r.uidrange == pattern.uidrange)
-                    && (!pattern.invert || r.invert)
                     && (pattern.suppress_prefixlength.is_none()
                         || r.suppress_prefixlength == pattern.suppress_prefixlength)
                     && (pattern.suppress_ifgroup.is_none()
@@ -1342,6 +1432,15 @@ impl State {
                 dev,
                 onlink,
             } => {
+                // `rtm_to_nh_config`: the device must be up and have its carrier.
+                if let Some(link) = self.links.get(dev) {
+                    if !link.up {
+                        return Err(Refused::explained("Nexthop device is not up"));
+                    }
+                    if !self.carrier(*dev) {
+                        return Err(Refused::explained("Carrier for nexthop device is down"));
+                    }
+                }
                 let mut p = Path {
                     gateway: *gateway,
                     dev: *dev,
@@ -1444,6 +1543,35 @@ impl State {
     }
 }
 
+/// The kernel's `rule_exists` for an existing rule `old` and a new one: every selector
+/// and the action's kind and table alike; the source, destination and TOS only if the
+/// new rule has them; neither `not` nor a `goto` target.
+fn same_rule(old: &Rule, new: &Rule) -> bool {
+    let action = |r: &Rule| match r.action {
+        RuleAction::Goto(_) => RuleAction::Goto(0),
+        other => other,
+    };
+    Rule {
+        invert: false,
+        action: action(old),
+        src: new.src.and(old.src),
+        dst: new.dst.and(old.dst),
+        tos: new.tos.and(old.tos),
+        ..old.clone()
+    } == Rule {
+        invert: false,
+        action: action(new),
+        ..new.clone()
+    }
+}
+
+/// Whether `index` is the loopback link (where the kernel puts reject routes).
+fn self_lo(index: LinkIndex, links: &BTreeMap<LinkIndex, Link>) -> bool {
+    links
+        .get(&index)
+        .is_some_and(|l| l.kind == LinkKind::Loopback)
+}
+
 /// A path straight onto a link.
 pub fn dev_path(dev: LinkIndex, scope: u8) -> Path {
     Path {
@@ -1538,63 +1666,76 @@ fn modify_v4(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Ref
     Ok(())
 }
 
-/// Whether an IPv6 route can be an ECMP sibling: a unicast route through a gateway.
+/// Whether an IPv6 route can be an ECMP sibling (`rt6_qualify_for_ecmp`): a unicast route
+/// of its own paths, each through a gateway.
 fn ecmp_able(r: &Route) -> bool {
     r.kind == RouteType::Unicast
-        && matches!(&r.paths, Paths::Own(p) if p.len() == 1 && p[0].gateway.is_some())
+        && matches!(&r.paths, Paths::Own(p) if !p.is_empty() && p.iter().all(|p| p.gateway.is_some()))
 }
 
-/// The kernel's `fib6_add_rt2n` for one prefix's list. IPv6 multipath routes are kept as
-/// one route with several paths (the kernel keeps siblings; the answers are the same).
+/// The kernel's `rt6_duplicate_nexthop`: the same nexthop object, or a path of one on the
+/// same link through the same gateway as a path of the other. Reject routes sit on the
+/// loopback link without a gateway, so any two are duplicates.
+fn duplicate_v6(a: &Route, b: &Route) -> bool {
+    match (&a.paths, &b.paths) {
+        (Paths::Object(x), Paths::Object(y)) => x == y,
+        (Paths::Object(_), _) | (_, Paths::Object(_)) => false,
+        (Paths::None, Paths::None) => true,
+        (Paths::Own(x), Paths::Own(y)) => x
+            .iter()
+            .any(|p| y.iter().any(|q| p.gateway == q.gateway && p.dev == q.dev)),
+        _ => false,
+    }
+}
+
+/// The kernel's `fib6_add_rt2node` for one prefix's list. ECMP siblings are kept as one
+/// route with several paths (the kernel links sibling routes; the answers are the same).
+/// `add` refuses any route of the same metric; `replace` and `change` replace the first
+/// route of the same metric that is as ECMP-able as the new one (else the first of that
+/// metric); `append` and `prepend` refuse a duplicate path and otherwise join an ECMP
+/// group of that metric at its end, or stand after the routes of that metric.
 fn modify_v6(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Refused> {
-    let first = list.iter().position(|r| r.metric == route.metric);
-    match (first, op) {
-        (Some(_), RouteOp::Add) => Err(Refused::answers("File exists")),
-        (Some(i), RouteOp::Replace | RouteOp::Change) => {
-            list[i] = route;
+    let same: Vec<usize> = (0..list.len())
+        .filter(|&i| list[i].metric == route.metric)
+        .collect();
+    let can_ecmp = ecmp_able(&route);
+    match op {
+        RouteOp::Add if !same.is_empty() => Err(Refused::answers("File exists")),
+        RouteOp::Replace | RouteOp::Change => {
+            let target = same
+                .iter()
+                .copied()
+                .find(|&i| ecmp_able(&list[i]) == can_ecmp)
+                .or(same.first().copied());
+            match target {
+                Some(i) => list[i] = route,
+                None if op == RouteOp::Change => {
+                    return Err(Refused::explained("Can not replace route - no match found"))
+                }
+                None => {
+                    let at = insert_position(list, &route, true);
+                    list.insert(at, route);
+                }
+            }
             Ok(())
         }
-        (None, RouteOp::Change) => Err(Refused::answers("No such file or directory")),
-        (Some(i), RouteOp::Append | RouteOp::Prepend) => {
-            let existing = &mut list[i];
-            let new_paths = route.own_paths().to_vec();
-            let mut dup = false;
-            if let Paths::Own(paths) = &existing.paths {
-                dup = new_paths.iter().any(|n| {
-                    paths
-                        .iter()
-                        .any(|p| p.gateway == n.gateway && p.dev == n.dev)
-                });
-            }
-            if dup {
+        _ => {
+            if same.iter().any(|&i| duplicate_v6(&list[i], &route)) {
                 return Err(Refused::answers("File exists"));
             }
-            let both_ecmp = (ecmp_able(existing)
-                || existing.own_paths().len() > 1
-                    && existing.own_paths().iter().all(|p| p.gateway.is_some()))
-                && route.kind == RouteType::Unicast
-                && !new_paths.is_empty()
-                && new_paths.iter().all(|p| p.gateway.is_some());
-            if both_ecmp {
-                if let Paths::Own(paths) = &mut existing.paths {
-                    if op == RouteOp::Append {
+            let group = same.iter().copied().find(|&i| ecmp_able(&list[i]));
+            match group {
+                Some(i) if can_ecmp => {
+                    let new_paths = route.own_paths().to_vec();
+                    if let Paths::Own(paths) = &mut list[i].paths {
                         paths.extend(new_paths);
-                    } else {
-                        let mut np = new_paths;
-                        np.append(paths);
-                        *paths = np;
                     }
                 }
-                Ok(())
-            } else {
-                let at = insert_position(list, &route, true);
-                list.insert(at, route);
-                Ok(())
+                _ => {
+                    let at = insert_position(list, &route, true);
+                    list.insert(at, route);
+                }
             }
-        }
-        (None, _) => {
-            let at = insert_position(list, &route, true);
-            list.insert(at, route);
             Ok(())
         }
     }

@@ -325,3 +325,91 @@ nexthop del id 2",
         ],
     );
 }
+
+/// Each difference the random comparison (`kernel_random.rs`) found, kept as a scenario.
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn differences_the_random_comparison_found() {
+    common::check(
+        "found",
+        &config(
+            "# A link losing its carrier takes its nexthop objects (and groups lose them).
+nexthop add id 1 via 10.0.0.2 dev a0
+nexthop add id 2 via 10.0.1.2 dev b0
+nexthop add id 3 group 1/2
+link set b1 down
+route add 10.9.0.0/16 nhid 2
+route add 10.8.0.0/16 nhid 3
+link set b1 up
+# IPv4 `route get` without a protocol is asked as UDP.
+rule add ipproto udp prohibit pref 100
+rule add dport 0 prohibit pref 101
+rule add sport 1-65535 prohibit pref 102
+rule add uidrange 9-3 prohibit pref 103
+# An IPv6 gateway is checked in the route's own table first, before the rules.
+-6 rule add to 2001:db8::/64 prohibit pref 200
+-6 route add 2001:db8:3::/48 via 2001:db8::4
+# ... and then through the rules with no suppress_prefixlength: a route via a gateway
+# in table 10 refuses it.
+-6 route add ::/0 via fe80::2 dev a0 table 10
+-6 rule add lookup 10 suppress_prefixlength 16 pref 300
+-6 route add 2001:db8:4::/48 via 2001:db8:1::4 table 10
+-6 route add 2001:db8:4::/48 via 2001:db8:1::4
+# IPv6 deletes do not compare the type; a reject route duplicates another.
+-6 route add unreachable 2001:db8:7::/48
+-6 route del blackhole 2001:db8:7::/48
+-6 route add prohibit 2001:db8:8::/48
+-6 route prepend blackhole 2001:db8:8::/48
+-6 route change 2001:db8:9::/48 via 2001:db8::2
+# Rule deletes compare neither a goto target nor `not`.
+rule add fwmark 7 goto 400 pref 150
+rule add lookup main pref 400
+rule del goto 390 pref 150
+-6 rule add not fwmark 9 lookup 20 pref 160
+-6 rule del fwmark 9 lookup 20 pref 160
+# A rule exists already if the new one's source, destination and TOS are not given.
+rule add to 10.3.0.0/16 lookup 20 pref 170
+rule add lookup 20 pref 170
+# A nexthop object needs its link's carrier.
+link set a1 down
+nexthop add id 9 via 10.0.0.9 dev a0
+link set a1 up
+# An IPv4 gateway that is one of our addresses picks the source from its subnet.
+addr add 10.0.0.5/24 dev b0
+route add 10.4.0.0/16 via 10.0.0.5
+# IPv6 source-specific routes: a destination whose sources do not hold the flow's is
+# passed over (its own routes too); a source given makes `oif` a preference.
+-6 route replace 2001:db8:a::/48 dev b0 metric 10
+-6 route replace 2001:db8:a::/48 from 2001:db8:1::/64 via 2001:db8::2
+-6 route replace 2001:db8::/32 via 2001:db8:1::3
+-6 route del 2001:db8:b::/48 from 2001:db8::/48
+# IPv6 paths through a link that comes up without its carrier stay dead.
+-6 route add 2001:db8:c::/48 nexthop via 2001:db8::2 nexthop via 2001:db8:1::3
+link set b1 down
+link set b0 down
+link set b0 up
+-6 route del 2001:db8:c::/48 nexthop via 2001:db8::2 nexthop via 2001:db8::7",
+        ),
+        &[
+            "10.8.0.1",
+            "10.8.0.1 ipproto tcp",
+            "10.9.0.1 ipproto tcp",
+            "10.8.0.1 ipproto udp dport 53",
+            "10.0.1.9 mark 7 ipproto tcp",
+            "2001:db8:3::1",
+            "2001:db8:4::1",
+            "2001:db8:7::1",
+            "2001:db8:8::1",
+            "2001:db8:9::1",
+            "2001:db8::9 mark 9",
+            "10.4.0.1",
+            "10.3.0.1 mark 3",
+            "2001:db8:a::1",
+            "2001:db8:a::1 from 2001:db8:1::1",
+            "2001:db8:a::1 from 2001:db8::1",
+            "2001:db8:a::1 from 2001:db8:1::1 oif b0",
+            "2001:db8:c::1",
+            "2001:db8:c::1 oif b0",
+        ],
+    );
+}

@@ -60,7 +60,9 @@ pub fn apply_both(ns: &Namespace, lines: &[String]) -> Applied {
         let k = kernel_line(ns, line);
         let mut next = state.clone();
         let f = config::apply_line(&mut next, line);
-        if f.is_ok() {
+        // A line both refuse may still have changed something in the kernel (an IPv6
+        // multipath delete removes the paths it found): fibre keeps what it did too.
+        if f.is_ok() || k.is_err() {
             state = next;
         }
         if k.is_ok() != f.is_ok() {
