@@ -10,7 +10,7 @@
 
 use crate::link::{eui64_link_local, AddrGenMode, Address, Link, LinkIndex, LinkKind};
 use crate::names::*;
-use crate::net::{Family, Net};
+use crate::net::{quote, Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
 use crate::route::{Path, Paths, Route, RouteType};
 use crate::rule::{Rule, RuleAction, RuleLink};
@@ -236,7 +236,7 @@ impl State {
     fn resolve(&self, name: &str) -> Result<LinkIndex, Refused> {
         self.link_by_name(name)
             .map(|l| l.index)
-            .ok_or_else(|| Refused(format!("Cannot find device \"{name}\"")))
+            .ok_or_else(|| Refused(format!("Cannot find device {}", quote(name))))
     }
 
     // ----- links -----
@@ -351,7 +351,7 @@ impl State {
         self.links
             .values_mut()
             .find(|l| l.name == name)
-            .ok_or_else(|| Refused(format!("Cannot find device \"{name}\"")))
+            .ok_or_else(|| Refused(format!("Cannot find device {}", quote(name))))
     }
 
     /// `ip link set DEV mtu N`.
@@ -988,20 +988,20 @@ impl State {
         if family == Family::V6 {
             self.v6_tables_made.insert(route.table);
         }
-        let list = self
-            .tables
-            .entry((family, route.table))
-            .or_default()
-            .entry((route.dst, route.src))
-            .or_default();
+        let (table_key, key) = ((family, route.table), (route.dst, route.src));
+        let table = self.tables.entry(table_key).or_default();
+        let list = table.entry(key).or_default();
         let result = match family {
             Family::V4 => modify_v4(list, op, route),
             Family::V6 => modify_v6(list, op, route),
         };
-        self.tables
-            .values_mut()
-            .for_each(|t| t.retain(|_, l| !l.is_empty()));
-        self.tables.retain(|_, t| !t.is_empty());
+        // Only the list this change touched can have been left empty.
+        if list.is_empty() {
+            table.remove(&key);
+        }
+        if table.is_empty() {
+            self.tables.remove(&table_key);
+        }
         result
     }
 
