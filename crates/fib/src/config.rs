@@ -436,7 +436,7 @@ fn dev_index(state: &State, name: &str) -> Result<u32, String> {
     state
         .link_by_name(name)
         .map(|l| l.index)
-        .ok_or_else(|| format!("Cannot find device \"{name}\""))
+        .ok_or_else(|| format!("Cannot find device {}", quote(name)))
 }
 
 impl RouteSpec {

@@ -218,10 +218,24 @@ pub fn parse_addr(text: &str) -> Result<IpAddr, String> {
         .map_err(|_| format!("{} is not an address", quote(text)))
 }
 
-/// A bounded excerpt of user input for error messages.
+/// A bounded excerpt of user input for error messages: quoted and escaped as
+/// [`fibre_lpm::quote`] does, and cut at [`fibre_lpm::QUOTE_CHARS`] characters of the
+/// input or at [`QUOTE_WIDTH`] characters once escaped, whichever comes first (a control
+/// or invisible character escapes to as many as ten, `\u{10ffff}`), so that
+/// `FILE:LINE: reason` stays one short line whatever the input.
 pub fn quote(text: &str) -> String {
-    fibre_lpm::quote(text)
+    let mut width = 0;
+    for (n, (at, c)) in text.char_indices().enumerate() {
+        width += c.escape_debug().count();
+        if n == fibre_lpm::QUOTE_CHARS || width > QUOTE_WIDTH {
+            return format!("{:?}... ({} bytes)", &text[..at], text.len());
+        }
+    }
+    format!("{text:?}")
 }
+
+/// The most characters an excerpt of input takes in a message, once escaped.
+pub const QUOTE_WIDTH: usize = 80;
 
 fn full(family: Family) -> u128 {
     match family {
@@ -271,5 +285,24 @@ mod tests {
         assert_eq!(Net::parse("2001:db8::1", None).unwrap().len(), 128);
         assert!(n.covers(&Net::parse("10.9.0.0/16", None).unwrap()));
         assert!(!n.covers(&Net::parse("0.0.0.0/0", None).unwrap()));
+    }
+
+    #[test]
+    fn excerpts_of_input_stay_short_once_escaped() {
+        for text in [
+            "a0",
+            "10.0.0.1/33",
+            "",
+            "é\"x",
+            &"x".repeat(40),
+            &"x".repeat(41),
+        ] {
+            assert_eq!(quote(text), fibre_lpm::quote(text));
+        }
+        let escaped = "\u{feff}".repeat(1000);
+        let q = quote(&escaped);
+        assert!(q.len() < QUOTE_WIDTH + 30, "{q}");
+        assert!(q.ends_with("... (3000 bytes)"), "{q}");
+        assert!(quote(&"\u{1b}".repeat(30)).starts_with("\"\\u{1b}"));
     }
 }

@@ -150,7 +150,7 @@ pub fn parse_query(
     };
     let dev = |w: Option<&str>, of: &str| -> Result<LinkIndex, String> {
         let v = w.ok_or_else(|| format!("{of} needs a value"))?;
-        link(v).ok_or_else(|| format!("Cannot find device \"{v}\""))
+        link(v).ok_or_else(|| format!("Cannot find device {}", quote(v)))
     };
     while let Some(w) = it.next() {
         match w {
