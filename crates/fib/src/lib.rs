@@ -37,6 +37,7 @@
 
 #![forbid(unsafe_code)]
 
+mod classify;
 pub mod config;
 pub mod link;
 pub mod names;

@@ -109,6 +109,12 @@ impl Net {
         }
     }
 
+    /// The prefix as a value and a mask over [`addr_bits`]: an address `a` is inside when
+    /// `addr_bits(a) & mask == value`.
+    pub(crate) fn value_and_mask(&self) -> (u128, u128) {
+        (self.bits, mask(self.family, self.len))
+    }
+
     /// The family.
     pub fn family(&self) -> Family {
         self.family

@@ -14,13 +14,13 @@
 //! answering with their error, `lookup` answering unless the table has no route (or a
 //! `throw` route), or the rule suppresses the answer.
 
+use crate::classify::{Action, Candidates, CompiledRule, FlowKey, Rules};
 use crate::link::{Address, Link, LinkIndex, LinkKind};
 use crate::names::*;
 use crate::net::{addr_bits, Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
 use crate::query::{Answer, NoRoute, Query};
 use crate::route::{Path, Paths, Route, RouteType};
-use crate::rule::{Rule, RuleAction};
 use crate::source;
 use crate::state::State;
 use fibre_lpm::{Ipv4Table, Ipv6Table};
@@ -42,13 +42,15 @@ pub(crate) struct Node {
 /// One compiled table.
 #[derive(Debug)]
 pub(crate) struct CompiledTable {
-    v4: Option<Ipv4Table>,
-    v6: Option<Ipv6Table>,
+    /// The table's id.
+    pub(crate) id: u32,
+    pub(crate) v4: Option<Ipv4Table>,
+    pub(crate) v6: Option<Ipv6Table>,
     pub(crate) nodes: Vec<Node>,
 }
 
 impl CompiledTable {
-    fn build(family: Family, routes: &crate::state::TableRoutes) -> CompiledTable {
+    fn build(id: u32, family: Family, routes: &crate::state::TableRoutes) -> CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
         let mut by_dst: BTreeMap<Net, Vec<Route>> = BTreeMap::new();
         for ((dst, _src), list) in routes {
@@ -93,7 +95,7 @@ impl CompiledTable {
                 ))
             }
         }
-        CompiledTable { v4, v6, nodes }
+        CompiledTable { id, v4, v6, nodes }
     }
 
     /// The node of the longest prefix holding `dst`.
@@ -124,18 +126,26 @@ impl CompiledTable {
 
 /// The rules and tables of one family.
 #[derive(Debug)]
-struct FamilyFib {
-    rules: Vec<Rule>,
-    /// For each rule, the index of its `goto` target (the first rule of that priority).
-    goto_targets: Vec<Option<usize>>,
-    tables: HashMap<u32, CompiledTable>,
-    /// IPv4 before any rule was added: the kernel skips the rules and looks up `main`
-    /// (holding `local` too while they are merged) and then `default`.
-    without_rules: bool,
+pub(crate) struct FamilyFib {
+    /// The rules the walk follows. IPv4 before any rule was added has two with no
+    /// selector, `main` (holding `local` too while they are merged) and `default`: the
+    /// kernel skips the rules then and looks up those two tables.
+    pub(crate) rules: Rules,
+    /// The tables, each one LPM structure.
+    pub(crate) tables: Vec<CompiledTable>,
+    /// Each table id's position in `tables`.
+    ids: HashMap<u32, usize>,
+}
+
+impl FamilyFib {
+    /// A table by id.
+    pub(crate) fn table(&self, id: u32) -> Option<&CompiledTable> {
+        self.ids.get(&id).map(|&i| &self.tables[i])
+    }
 }
 
 /// The result of one table's lookup.
-enum TableResult<'a> {
+pub(crate) enum TableResult<'a> {
     /// A route fits the flow.
     Hit(&'a Route, u8),
     /// A reject route answered with its error.
@@ -183,9 +193,39 @@ fn sent_via(p: &Path) -> Option<IpAddr> {
     p.gateway.filter(|g| g.is_ipv6() || p.scope == SCOPE_LINK)
 }
 
+/// A query checked and ready for the rule walk.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared {
+    /// The query as walked (a forwarded flow's source filled in, its `oif` dropped).
+    pub(crate) q: Query,
+    pub(crate) family: Family,
+    /// The output link the walk matches rules and paths against.
+    pub(crate) oif: Option<LinkIndex>,
+    /// The input link the rules see (1, the loopback, for a flow this host sends).
+    pub(crate) iif: LinkIndex,
+    /// The link a forwarded flow arrives on.
+    pub(crate) input: Option<LinkIndex>,
+}
+
+/// What answers a query once the walk is done.
+pub(crate) enum Concluded<'a> {
+    /// A route of a table.
+    Route(&'a Route, u32),
+    /// No route: an IPv4 flow sent out of its `oif` all the same.
+    Bare(LinkIndex),
+}
+
+/// Where a rule walk stands.
+pub(crate) enum Step {
+    /// Rule `rule` looks up the table at position `table`.
+    Lookup { rule: usize, table: usize },
+    /// The walk ended with this error.
+    Done(NoRoute),
+}
+
 /// What a rule walk is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum WalkFor {
+pub(crate) enum WalkFor {
     /// A flow's route (`ip route get`, a packet).
     Flow,
     /// The check of a new IPv6 route's gateway (`fib6_lookup` with the table-only rule
@@ -197,33 +237,29 @@ enum WalkFor {
 /// A compiled, immutable routing state: what readers look up against.
 #[derive(Debug)]
 pub struct Snapshot {
-    v4: FamilyFib,
-    v6: FamilyFib,
-    links: BTreeMap<LinkIndex, Link>,
+    pub(crate) v4: FamilyFib,
+    pub(crate) v6: FamilyFib,
+    pub(crate) links: BTreeMap<LinkIndex, Link>,
     carrier: BTreeMap<LinkIndex, bool>,
     addrs: Vec<Address>,
     nexthops: BTreeMap<NexthopId, Nexthop>,
+    /// The paths each nexthop object stands for (a group's members; a blackhole has none).
+    object_paths: BTreeMap<NexthopId, Vec<Path>>,
+    /// The loopback link's index (local delivery goes through it).
+    pub(crate) lo: LinkIndex,
 }
 
 impl State {
     /// Compiles the state into a snapshot for lookups.
     pub fn snapshot(&self) -> Snapshot {
         let fam = |f: Family| {
-            let rules: Vec<Rule> = self.rules(f).to_vec();
-            let goto_targets = rules
-                .iter()
-                .map(|r| match r.action {
-                    RuleAction::Goto(p) => rules.iter().position(|t| t.pref == p),
-                    _ => None,
-                })
-                .collect();
             let merged = f == Family::V4 && !self.v4_unmerged();
-            let mut tables: HashMap<u32, CompiledTable> = self
+            let mut tables: Vec<CompiledTable> = self
                 .tables()
                 .filter(|(tf, id, _)| {
                     *tf == f && !(merged && (*id == TABLE_LOCAL || *id == TABLE_MAIN))
                 })
-                .map(|(_, id, routes)| (id, CompiledTable::build(f, routes)))
+                .map(|(_, id, routes)| CompiledTable::build(id, f, routes))
                 .collect();
             if merged {
                 // One structure for both, local's routes first in each prefix (the kernel
@@ -236,26 +272,45 @@ impl State {
                         }
                     }
                 }
-                tables.insert(TABLE_MAIN, CompiledTable::build(f, &both));
+                tables.push(CompiledTable::build(TABLE_MAIN, f, &both));
             }
-            let without_rules = f == Family::V4 && !self.v4_custom_rules();
-            FamilyFib {
-                rules,
-                goto_targets,
-                tables,
-                without_rules,
-            }
+            let ids: HashMap<u32, usize> =
+                tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+            let rules = if f == Family::V4 && !self.v4_custom_rules() {
+                let lookup = |id: u32| {
+                    CompiledRule::always(Action::Lookup {
+                        id,
+                        table: ids.get(&id).copied(),
+                    })
+                };
+                Rules::of(vec![lookup(TABLE_MAIN), lookup(TABLE_DEFAULT)])
+            } else {
+                Rules::compile(self.rules(f), |id| ids.get(&id).copied())
+            };
+            FamilyFib { rules, tables, ids }
         };
+        let links: BTreeMap<LinkIndex, Link> = self.links().map(|l| (l.index, l.clone())).collect();
+        let nexthops: BTreeMap<NexthopId, Nexthop> =
+            self.nexthops().map(|n| (n.id, n.clone())).collect();
+        let object_paths = nexthops
+            .keys()
+            .map(|&id| (id, resolve_object(&nexthops, &links, id)))
+            .collect();
         Snapshot {
             v4: fam(Family::V4),
             v6: fam(Family::V6),
-            links: self.links().map(|l| (l.index, l.clone())).collect(),
+            lo: links
+                .values()
+                .find(|l| l.kind == LinkKind::Loopback)
+                .map_or(1, |l| l.index),
+            links,
             carrier: self
                 .links()
                 .map(|l| (l.index, self.carrier(l.index)))
                 .collect(),
             addrs: self.addresses().to_vec(),
-            nexthops: self.nexthops().map(|n| (n.id, n.clone())).collect(),
+            nexthops,
+            object_paths,
         }
     }
 }
@@ -308,7 +363,7 @@ impl Snapshot {
                 .family(f)
                 .tables
                 .iter()
-                .map(|(id, t)| (*id, t.memory()))
+                .map(|t| (t.id, t.memory()))
                 .collect();
             ids.sort();
             out.extend(ids.into_iter().map(|(id, m)| (f, id, m)));
@@ -316,15 +371,35 @@ impl Snapshot {
         out
     }
 
+    /// Bytes the compiled rules of each family take (with their index, when there are
+    /// enough rules to have one).
+    pub fn memory_of_rules(&self) -> Vec<(Family, usize)> {
+        vec![
+            (Family::V4, self.v4.rules.memory()),
+            (Family::V6, self.v6.rules.memory()),
+        ]
+    }
+
     /// Routes a query as the kernel's `ip route get` would.
     pub fn route(&self, q: &Query) -> Result<Answer, NoRoute> {
+        let p = self.prepare(q)?;
+        let walk = self.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
+        match self.conclude(&p, walk)? {
+            Concluded::Route(route, table) => self.answer(&p.q, p.family, route, table, p.input),
+            Concluded::Bare(oif) => Ok(self.bare_answer(q, oif)),
+        }
+    }
+
+    /// The checks a query passes before the rule walk (`ip_route_output_key`'s and
+    /// `ip_route_input`'s), and the walk's parameters.
+    pub(crate) fn prepare(&self, q: &Query) -> Result<Prepared, NoRoute> {
         let family = Family::of(q.dst);
         if q.src.is_some_and(|s| Family::of(s) != family) {
             return Err(NoRoute::Invalid);
         }
         if let Some(iif) = q.iif {
-            self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
-            return self.route_input(q, family);
+            let link = self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
+            return self.prepare_input(q, family, link);
         }
         if let Some(oif) = q.oif {
             let link = self.links.get(&oif).ok_or(NoRoute::NoDevice)?;
@@ -343,21 +418,34 @@ impl Snapshot {
                 }
             }
         }
-        let walk = self.walk(q, family, q.oif, 1, 0, WalkFor::Flow);
-        let (route, _, table) = match walk {
-            Ok(hit) => hit,
-            Err(_) if family == Family::V4 && q.oif.is_some() => {
-                // The kernel sends a flow with an output link that no route covers out of
-                // that link anyway, "assuming it is on link".
-                let oif = q.oif.expect("checked");
+        Ok(Prepared {
+            q: q.clone(),
+            family,
+            oif: q.oif,
+            iif: 1,
+            input: None,
+        })
+    }
+
+    /// What the rule walk's outcome means for the query: the route and table, or, for an
+    /// IPv4 flow with an output link that no route covers, that link, "assuming it is on
+    /// link" as the kernel does.
+    pub(crate) fn conclude<'a>(
+        &self,
+        p: &Prepared,
+        walk: Result<(&'a Route, u8, u32), NoRoute>,
+    ) -> Result<Concluded<'a>, NoRoute> {
+        match walk {
+            Ok((route, _, table)) => Ok(Concluded::Route(route, table)),
+            Err(_) if p.family == Family::V4 && p.oif.is_some() && p.input.is_none() => {
+                let oif = p.oif.expect("checked");
                 if !self.links[&oif].up {
                     return Err(NoRoute::NetworkDown);
                 }
-                return Ok(self.bare_answer(q, oif));
+                Ok(Concluded::Bare(oif))
             }
-            Err(e) => return Err(e),
-        };
-        self.answer(q, family, route, table, None)
+            Err(e) => Err(e),
+        }
     }
 
     /// The kernel's `fib_check_nh_v4_gw`: an IPv4 gateway is looked up in the route's
@@ -374,7 +462,7 @@ impl Snapshot {
         let mut q = Query::to(gw);
         q.oif = oif;
         let in_table = (table != TABLE_MAIN)
-            .then(|| self.v4.tables.get(&table))
+            .then(|| self.v4.table(table))
             .flatten()
             .and_then(|t| match self.table_lookup(t, &q, oif, min_scope) {
                 TableResult::Hit(r, _) => Some(r),
@@ -391,7 +479,7 @@ impl Snapshot {
         if !matches!(route.kind, RouteType::Unicast | RouteType::Local) {
             return None;
         }
-        let path = self.usable_paths(route, oif).into_iter().next()?;
+        let path = self.usable(route, oif).next()?;
         Some((path.dev, route.scope))
     }
 
@@ -411,17 +499,16 @@ impl Snapshot {
             if route.kind.is_reject() {
                 return None;
             }
-            let path = self.usable_paths(route, oif).into_iter().next()?;
+            let path = self.usable(route, oif).next()?;
             (path.gateway.is_none() && oif.is_none_or(|o| o == path.dev)).then_some(path.dev)
         };
-        let in_table =
-            self.v6
-                .tables
-                .get(&table)
-                .and_then(|t| match self.table_lookup(t, &q, oif, 0) {
-                    TableResult::Hit(r, _) => on_link(r),
-                    _ => None,
-                });
+        let in_table = self
+            .v6
+            .table(table)
+            .and_then(|t| match self.table_lookup(t, &q, oif, 0) {
+                TableResult::Hit(r, _) => on_link(r),
+                _ => None,
+            });
         in_table.or_else(|| {
             on_link(
                 self.walk(&q, Family::V6, oif, 0, 0, WalkFor::Gateway6)
@@ -436,16 +523,13 @@ impl Snapshot {
     /// is refused.
     pub(crate) fn onlink_gateway_v6_conflicts(&self, gw: IpAddr, dev: LinkIndex) -> bool {
         let q = Query::to(gw);
-        let Some(t) = self.v6.tables.get(&TABLE_MAIN) else {
+        let Some(t) = self.v6.table(TABLE_MAIN) else {
             return false;
         };
         match self.table_lookup(t, &q, None, 0) {
             TableResult::Hit(r, _) if r.dst.len() > 0 => {
                 r.kind != RouteType::Unicast
-                    || self
-                        .usable_paths(r, None)
-                        .first()
-                        .is_some_and(|p| p.dev != dev)
+                    || self.usable(r, None).next().is_some_and(|p| p.dev != dev)
             }
             _ => false,
         }
@@ -485,10 +569,9 @@ impl Snapshot {
         self.addrs.iter().any(|x| x.local == a)
     }
 
-    /// A flow arriving on `iif`.
-    fn route_input(&self, q: &Query, family: Family) -> Result<Answer, NoRoute> {
-        let iif = q.iif.expect("input");
-        if !self.links[&iif].up {
+    /// The checks of a flow arriving on `iif`.
+    fn prepare_input(&self, q: &Query, family: Family, link: &Link) -> Result<Prepared, NoRoute> {
+        if !link.up {
             return Err(if family == Family::V4 {
                 NoRoute::Invalid
             } else {
@@ -496,8 +579,8 @@ impl Snapshot {
             });
         }
         let src = q.src.unwrap_or(family.any());
+        let lo_in = link.kind == LinkKind::Loopback;
         if let IpAddr::V4(d) = q.dst {
-            let lo_in = self.links[&iif].kind == LinkKind::Loopback;
             if !lo_in && (d.is_loopback() || d.octets()[0] == 0) {
                 return Err(NoRoute::Invalid);
             }
@@ -509,20 +592,24 @@ impl Snapshot {
             {
                 return Err(NoRoute::Invalid);
             }
-            if self.links[&iif].kind != LinkKind::Loopback && self.is_local_v4(src) {
+            if !lo_in && self.is_local_v4(src) {
                 return Err(NoRoute::Invalid);
             }
         }
         let mut qi = q.clone();
         qi.src = Some(src);
-        let (route, _, table) = self.walk(&qi, family, None, iif, 0, WalkFor::Flow)?;
-        let mut a = self.answer(&qi, family, route, table, Some(iif))?;
-        a.from = Some(src);
-        Ok(a)
+        qi.oif = None;
+        Ok(Prepared {
+            q: qi,
+            family,
+            oif: None,
+            iif: link.index,
+            input: Some(link.index),
+        })
     }
 
     /// The rule walk: the answering route, its prefix length and table.
-    fn walk(
+    pub(crate) fn walk(
         &self,
         q: &Query,
         family: Family,
@@ -532,109 +619,93 @@ impl Snapshot {
         purpose: WalkFor,
     ) -> Result<(&Route, u8, u32), NoRoute> {
         let fib = self.family(family);
-        if fib.without_rules {
-            for t in [TABLE_MAIN, TABLE_DEFAULT] {
-                let Some(table) = fib.tables.get(&t) else {
-                    continue;
-                };
-                match self.table_lookup(table, q, oif, min_scope) {
-                    TableResult::Miss | TableResult::Thrown => continue,
-                    TableResult::Reject(e) => return Err(e),
-                    TableResult::Hit(route, len) => return Ok((route, len, t)),
-                }
-            }
-            return Err(NoRoute::NetworkUnreachable);
-        }
-        let mut i = 0;
-        while i < fib.rules.len() {
-            let rule = &fib.rules[i];
-            let at = i;
-            i += 1;
-            if !rule_matches(rule, q, oif, iif) {
-                continue;
-            }
-            match rule.action {
-                RuleAction::Goto(_) => {
-                    if let Some(t) = fib.goto_targets[at] {
-                        i = t;
-                    }
-                }
-                RuleAction::Nop => {}
-                RuleAction::Blackhole => return Err(NoRoute::Invalid),
-                RuleAction::Unreachable => return Err(NoRoute::NetworkUnreachable),
-                RuleAction::Prohibit => return Err(NoRoute::Prohibited),
-                RuleAction::Lookup(t) => {
-                    let Some(table) = fib.tables.get(&t) else {
-                        continue;
-                    };
-                    match self.table_lookup(table, q, oif, min_scope) {
-                        TableResult::Miss => continue,
-                        TableResult::Thrown if purpose == WalkFor::Flow => continue,
-                        TableResult::Thrown => return Err(NoRoute::HostUnreachable),
-                        TableResult::Reject(e) => return Err(e),
-                        TableResult::Hit(route, len) => {
-                            if purpose == WalkFor::Gateway6 {
-                                return Ok((route, len, t));
-                            }
-                            if rule.suppress_prefixlength.is_some_and(|p| len <= p) {
-                                continue;
-                            }
-                            if let Some(g) = rule.suppress_ifgroup {
-                                let dev = self.first_dev(route);
-                                if dev
-                                    .and_then(|d| self.links.get(&d))
-                                    .is_some_and(|l| l.group == g)
-                                {
-                                    continue;
-                                }
-                            }
-                            return Ok((route, len, t));
-                        }
-                    }
-                }
+        let key = FlowKey::new(q, oif, iif);
+        let candidates = fib.rules.candidates(&key);
+        let mut from = 0;
+        loop {
+            let (rule, table) = match self.next_lookup(fib, &candidates, from) {
+                Step::Lookup { rule, table } => (rule, table),
+                Step::Done(e) => return Err(e),
+            };
+            let t = &fib.tables[table];
+            let result = self.table_lookup(t, q, oif, min_scope);
+            match self.after_lookup(&fib.rules.list[rule], t.id, result, purpose) {
+                Some(done) => return done,
+                None => from = rule + 1,
             }
         }
-        Err(NoRoute::NetworkUnreachable)
     }
 
-    fn first_dev(&self, route: &Route) -> Option<LinkIndex> {
+    /// From rule `from` on, the next rule whose selectors match and that looks up a
+    /// table, or the walk's end: a rejecting rule's error, or no rule left.
+    #[inline]
+    pub(crate) fn next_lookup(
+        &self,
+        fib: &FamilyFib,
+        candidates: &Candidates<'_>,
+        mut from: usize,
+    ) -> Step {
+        loop {
+            let Some(at) = candidates.next(from) else {
+                return Step::Done(NoRoute::NetworkUnreachable);
+            };
+            from = at + 1;
+            match fib.rules.list[at].action {
+                Action::Goto(Some(target)) => from = target,
+                Action::Goto(None) | Action::Nop | Action::Lookup { table: None, .. } => {}
+                Action::Blackhole => return Step::Done(NoRoute::Invalid),
+                Action::Unreachable => return Step::Done(NoRoute::NetworkUnreachable),
+                Action::Prohibit => return Step::Done(NoRoute::Prohibited),
+                Action::Lookup {
+                    table: Some(table), ..
+                } => return Step::Lookup { rule: at, table },
+            }
+        }
+    }
+
+    /// What a rule makes of its table's result: the walk's answer, or `None` to go on
+    /// with the next rule (nothing found, a `throw`, or an answer the rule suppresses).
+    #[inline]
+    pub(crate) fn after_lookup<'a>(
+        &self,
+        rule: &CompiledRule,
+        table: u32,
+        result: TableResult<'a>,
+        purpose: WalkFor,
+    ) -> Option<Result<(&'a Route, u8, u32), NoRoute>> {
+        match result {
+            TableResult::Miss => None,
+            TableResult::Thrown if purpose == WalkFor::Flow => None,
+            TableResult::Thrown => Some(Err(NoRoute::HostUnreachable)),
+            TableResult::Reject(e) => Some(Err(e)),
+            TableResult::Hit(route, len) => {
+                if purpose == WalkFor::Gateway6 {
+                    return Some(Ok((route, len, table)));
+                }
+                if rule.suppress_prefixlength.is_some_and(|p| len <= p) {
+                    return None;
+                }
+                if let Some(g) = rule.suppress_ifgroup {
+                    let dev = self.paths_of(route).first().map(|p| p.dev);
+                    if dev
+                        .and_then(|d| self.links.get(&d))
+                        .is_some_and(|l| l.group == g)
+                    {
+                        return None;
+                    }
+                }
+                Some(Ok((route, len, table)))
+            }
+        }
+    }
+
+    /// A route's paths: its own, or its nexthop object's.
+    #[inline]
+    pub(crate) fn paths_of<'a>(&'a self, route: &'a Route) -> &'a [Path] {
         match &route.paths {
-            Paths::Own(p) => p.first().map(|p| p.dev),
-            Paths::Object(id) => self.object_paths(*id).first().map(|p| p.dev),
-            Paths::None => None,
-        }
-    }
-
-    /// The paths a nexthop object stands for (a blackhole has none).
-    fn object_paths(&self, id: NexthopId) -> Vec<Path> {
-        let one = |nh: &Nexthop, weight: u16| match nh.kind {
-            NexthopKind::Path {
-                gateway,
-                dev,
-                onlink,
-            } => Some(Path {
-                gateway,
-                dev,
-                weight,
-                onlink,
-                dead: !self.links.get(&dev).is_some_and(|l| l.up),
-                scope: if gateway.is_some() {
-                    SCOPE_LINK
-                } else {
-                    SCOPE_HOST
-                },
-            }),
-            _ => None,
-        };
-        match self.nexthops.get(&id) {
-            None => Vec::new(),
-            Some(nh) => match &nh.kind {
-                NexthopKind::Group(members) => members
-                    .iter()
-                    .filter_map(|(m, w)| self.nexthops.get(m).and_then(|n| one(n, *w)))
-                    .collect(),
-                _ => one(nh, 1).into_iter().collect(),
-            },
+            Paths::Own(p) => p,
+            Paths::Object(id) => self.object_paths.get(id).map_or(&[], Vec::as_slice),
+            Paths::None => &[],
         }
     }
 
@@ -783,10 +854,10 @@ impl Snapshot {
                     return Some(TableResult::Reject(NoRoute::Invalid));
                 }
             }
-            if !self.usable_paths(r, oif).is_empty() {
+            if self.usable(r, oif).next().is_some() {
                 return Some(TableResult::Hit(r, len));
             }
-            if !strict && fallback.is_none() && !self.usable_paths(r, None).is_empty() {
+            if !strict && fallback.is_none() && self.usable(r, None).next().is_some() {
                 fallback = Some(r);
             }
         }
@@ -794,17 +865,30 @@ impl Snapshot {
     }
 
     /// A route's paths that are alive (and leave by `oif`, if given).
-    fn usable_paths(&self, r: &Route, oif: Option<LinkIndex>) -> Vec<Path> {
-        let paths: Vec<Path> = match &r.paths {
-            Paths::Own(p) => p.clone(),
-            Paths::Object(id) => self.object_paths(*id),
-            Paths::None => Vec::new(),
-        };
-        paths
-            .into_iter()
-            .filter(|p| !p.dead)
-            .filter(|p| oif.is_none_or(|o| o == p.dev))
-            .collect()
+    #[inline]
+    pub(crate) fn usable<'a>(
+        &'a self,
+        r: &'a Route,
+        oif: Option<LinkIndex>,
+    ) -> impl Iterator<Item = &'a Path> + Clone + 'a {
+        self.paths_of(r)
+            .iter()
+            .filter(move |p| !p.dead && oif.is_none_or(|o| o == p.dev))
+    }
+
+    /// The output link a flow's paths must leave by: its `oif`, except that IPv6 with a
+    /// source only prefers it, taking any path when none leaves by it.
+    #[inline]
+    pub(crate) fn path_oif(&self, q: &Query, family: Family, route: &Route) -> Option<LinkIndex> {
+        if q.oif.is_some()
+            && family == Family::V6
+            && q.src.is_some_and(|s| !s.is_unspecified())
+            && self.usable(route, q.oif).next().is_none()
+        {
+            None
+        } else {
+            q.oif
+        }
     }
 
     /// The answer for a route that fits: the path chosen by the flow's hash, the source.
@@ -816,17 +900,9 @@ impl Snapshot {
         table: u32,
         iif: Option<LinkIndex>,
     ) -> Result<Answer, NoRoute> {
-        let mut paths = self.usable_paths(route, q.oif);
-        if paths.is_empty() && family == Family::V6 && q.src.is_some_and(|s| !s.is_unspecified()) {
-            // IPv6 with a source only prefers the output link.
-            paths = self.usable_paths(route, None);
-        }
-        let path = choose_path(&paths, q).ok_or(NoRoute::NetworkUnreachable)?;
-        let lo = self
-            .links
-            .values()
-            .find(|l| l.kind == LinkKind::Loopback)
-            .map_or(1, |l| l.index);
+        let oif = self.path_oif(q, family, route);
+        let path = choose_path(self.usable(route, oif), q).ok_or(NoRoute::NetworkUnreachable)?;
+        let lo = self.lo;
         let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = matches!(route.kind, RouteType::Broadcast);
         let mut cache = Vec::new();
@@ -904,85 +980,74 @@ impl Snapshot {
             mark: q.mark,
             uid: q.uid,
             cache,
-            choices: paths.iter().map(|p| (sent_via(p), p.dev)).collect(),
+            choices: self
+                .usable(route, oif)
+                .map(|p| (sent_via(p), p.dev))
+                .collect(),
         })
     }
 }
 
 /// Hash-threshold path choice: each path owns a share of the 31-bit hash space in
 /// proportion to its weight.
-fn choose_path<'a>(paths: &'a [Path], q: &Query) -> Option<&'a Path> {
-    if paths.len() <= 1 {
-        return paths.first();
+#[inline]
+pub(crate) fn choose_path<'a>(
+    paths: impl Iterator<Item = &'a Path> + Clone,
+    q: &Query,
+) -> Option<&'a Path> {
+    let mut two = paths.clone();
+    let first = two.next()?;
+    if two.next().is_none() {
+        return Some(first);
     }
-    let total: u64 = paths.iter().map(|p| p.weight as u64).sum();
+    let total: u64 = paths.clone().map(|p| p.weight as u64).sum();
     let h = flow_hash(q) as u64;
     let mut acc = 0u64;
+    let mut last = first;
     for p in paths {
         acc += p.weight as u64;
         let upper = ((acc << 31) + total / 2) / total;
         if h < upper {
             return Some(p);
         }
+        last = p;
     }
-    paths.last()
+    Some(last)
 }
 
-/// Whether a rule's selectors match a flow (before `not`), as `fib_rule_match` and the
-/// family's match decide.
-fn rule_matches(rule: &Rule, q: &Query, oif: Option<LinkIndex>, iif: LinkIndex) -> bool {
-    let m = (|| {
-        if let Some(l) = &rule.iif {
-            if l.index != Some(iif) {
-                return false;
-            }
-        }
-        if let Some(l) = &rule.oif {
-            if l.index.is_none() || l.index != oif {
-                return false;
-            }
-        }
-        if let Some((mark, mask)) = rule.fwmark {
-            if (mark ^ q.mark) & mask != 0 {
-                return false;
-            }
-        }
-        if let Some(u) = rule.uidrange {
-            if !u.contains(q.uid) {
-                return false;
-            }
-        }
-        if let Some(s) = rule.src {
-            if !s.contains(q.src.unwrap_or(s.family().any())) {
-                return false;
-            }
-        }
-        if let Some(d) = rule.dst {
-            if !d.contains(q.dst) {
-                return false;
-            }
-        }
-        if let Some(t) = rule.tos {
-            if t != q.tos & 0xfc {
-                return false;
-            }
-        }
-        if let Some(p) = rule.ipproto {
-            if p != q.ipproto {
-                return false;
-            }
-        }
-        if let Some(r) = rule.sport {
-            if !r.contains(q.sport as u32) {
-                return false;
-            }
-        }
-        if let Some(r) = rule.dport {
-            if !r.contains(q.dport as u32) {
-                return false;
-            }
-        }
-        true
-    })();
-    m != rule.invert
+/// The paths a nexthop object stands for (a group's members; a blackhole has none).
+fn resolve_object(
+    nexthops: &BTreeMap<NexthopId, Nexthop>,
+    links: &BTreeMap<LinkIndex, Link>,
+    id: NexthopId,
+) -> Vec<Path> {
+    let one = |nh: &Nexthop, weight: u16| match nh.kind {
+        NexthopKind::Path {
+            gateway,
+            dev,
+            onlink,
+        } => Some(Path {
+            gateway,
+            dev,
+            weight,
+            onlink,
+            dead: !links.get(&dev).is_some_and(|l| l.up),
+            scope: if gateway.is_some() {
+                SCOPE_LINK
+            } else {
+                SCOPE_HOST
+            },
+        }),
+        _ => None,
+    };
+    match nexthops.get(&id) {
+        None => Vec::new(),
+        Some(nh) => match &nh.kind {
+            NexthopKind::Group(members) => members
+                .iter()
+                .filter_map(|(m, w)| nexthops.get(m).and_then(|n| one(n, *w)))
+                .collect(),
+            _ => one(nh, 1).into_iter().collect(),
+        },
+    }
 }
