@@ -8,6 +8,8 @@
 //! - [`kernel`]: the same routes and lookups in the Linux kernel of a private namespace.
 //! - [`peers`]: other longest-prefix-match libraries measured beside fibre.
 //! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
+//! - [`rules`]: `fibre bench rules`, what policy rules and source-specific routes cost
+//!   fibre's full route lookup and the kernel's.
 
 #![forbid(unsafe_code)]
 
@@ -17,5 +19,6 @@ pub mod lookups;
 pub mod method;
 pub mod peers;
 pub mod report;
+pub mod rules;
 pub mod source;
 pub mod studies;

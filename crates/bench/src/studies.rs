@@ -167,7 +167,7 @@ fn merge(mut a: Value, b: Value) -> Value {
     a
 }
 
-fn to_ip<K: Key>(k: K) -> IpAddr {
+pub(crate) fn to_ip<K: Key>(k: K) -> IpAddr {
     if K::FAMILY == 4 {
         IpAddr::V4((k.to_u128() as u32).into())
     } else {
@@ -217,7 +217,7 @@ fn rate(ops: usize, seconds: f64) -> Value {
 }
 
 /// `n` distinct routes of `all`, chosen at random.
-fn sample<K: Key>(all: &[Prefix<K>], n: usize, seed: u64) -> Vec<Prefix<K>> {
+pub(crate) fn sample<K: Key>(all: &[Prefix<K>], n: usize, seed: u64) -> Vec<Prefix<K>> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut picked: Vec<Prefix<K>> =
         rand::seq::index::sample(&mut rng, all.len(), n.min(all.len()))

@@ -76,6 +76,47 @@ pub struct StudyArgs {
 pub enum Command {
     /// Lookups, builds, updates and memory of the LPM engine on one route table.
     Lookup(LookupArgs),
+    /// What policy rules and source-specific routes cost a full route lookup, fibre's
+    /// and the kernel's, on a sample of the real tables.
+    Rules(RulesArgs),
+}
+
+/// Arguments of `fibre bench rules`.
+#[derive(clap::Args)]
+pub struct RulesArgs {
+    /// Route files (default: the shipped full tables). Repeat to add files.
+    #[arg(long)]
+    routes: Vec<PathBuf>,
+    /// Routes sampled from each family's table.
+    #[arg(long, default_value_t = 100_000)]
+    sample: usize,
+    /// Rule counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+    rules: Vec<usize>,
+    /// Folder for the report and figures (default: `bench-out/rules-<UTC time>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also print every figure as a JSON line on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Repetitions per measurement (the highest and lowest are dropped).
+    #[arg(long, default_value_t = 12)]
+    repetitions: usize,
+    /// Flows per fibre measurement.
+    #[arg(long, default_value_t = 1 << 16)]
+    count: usize,
+    /// Lookups per repetition for the kernel.
+    #[arg(long, default_value_t = 1 << 14)]
+    kernel_count: u32,
+    /// Leave the kernel out.
+    #[arg(long)]
+    no_kernel: bool,
+    /// Seed of the sample and the addresses.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Count and skip malformed route lines.
+    #[arg(long)]
+    skip_bad: bool,
 }
 
 /// Arguments of `fibre bench lookup`.
@@ -139,8 +180,102 @@ enum StructureArg {
 pub fn run(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match args.command {
         Some(Command::Lookup(args)) => lookup(args),
+        Some(Command::Rules(args)) => rules(args),
         None => studies(args.studies),
     }
+}
+
+/// `fibre bench rules`: the rules study on each family's table, the kernel beside.
+fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use fibre_bench::rules::{markdown, rules_study, RulesConfig};
+    use std::io::Write;
+    if args.repetitions == 0 || args.count == 0 || args.kernel_count == 0 || args.sample == 0 {
+        return Err(
+            "--repetitions, --count, --kernel-count and --sample must be at least 1".into(),
+        );
+    }
+    let routes = if args.routes.is_empty() {
+        vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
+    } else {
+        args.routes.clone()
+    };
+    let file = crate::load_all_routes(&routes, args.skip_bad)?;
+    let (v4, v6) = (final_prefixes(&file.v4), final_prefixes(&file.v6));
+    if v4.is_empty() && v6.is_empty() {
+        return Err("the route files hold no routes".into());
+    }
+    let missing = if args.no_kernel {
+        Some("the kernel side was turned off (--no-kernel)".to_string())
+    } else {
+        fibre_bench::studies::kernel_missing(&fibre_bench::studies::StudyConfig::default())
+    };
+    let cfg = RulesConfig {
+        routes: args.sample,
+        rule_counts: args.rules.clone(),
+        repetitions: args.repetitions,
+        count: args.count,
+        kernel_count: args.kernel_count,
+        seed: args.seed,
+        kernel: missing.is_none(),
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("rules-{}", utc_stamp())));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("fibre bench rules: writing to {}", out.display());
+    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
+    );
+    let mut figures = Vec::new();
+    let json = args.json;
+    let mut emit = |f: Figure| {
+        let _ = writeln!(jsonl, "{f}");
+        if json {
+            progress.suspend(|| println!("{f}"));
+        }
+        figures.push(f);
+    };
+    let mut step = |s: &str| progress.set_message(s.to_string());
+    if !v4.is_empty() {
+        rules_study(&v4, &cfg, &mut emit, &mut step)?;
+    }
+    if !v6.is_empty() {
+        rules_study(&v6, &cfg, &mut emit, &mut step)?;
+    }
+    progress.finish_and_clear();
+    jsonl.flush()?;
+    let mut md = format!(
+        "# fibre bench rules\n\nRun of `fibre bench{}` on {} (Linux {}), {}. Routes: {}.\n\n",
+        std::env::args()
+            .skip(2)
+            .map(|a| format!(" {a}"))
+            .collect::<String>(),
+        cpu_model(),
+        kernel_release(),
+        utc_stamp(),
+        routes
+            .iter()
+            .map(|p| file_name(p))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    if let Some(why) = &missing {
+        md += &format!("**The kernel's side is missing: {why}.**\n\n");
+        eprintln!("fibre bench rules: the kernel's side is missing: {why}");
+    }
+    md += &markdown(&figures);
+    std::fs::write(out.join("report.md"), &md)?;
+    if !json {
+        println!("{md}");
+    }
+    eprintln!(
+        "fibre bench rules: wrote {} (report.md, figures.jsonl)",
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The shipped data folder: under the current directory, or beside the sources.

@@ -233,10 +233,26 @@ impl Rules {
     /// The flow's candidates, to find its matching rules in order.
     #[inline]
     pub(crate) fn candidates<'a>(&'a self, key: &'a FlowKey) -> Candidates<'a> {
+        self.candidates_with(key, self.sets(key))
+    }
+
+    /// The flow's bit sets in the index (`None` without an index).
+    #[inline]
+    pub(crate) fn sets(&self, key: &FlowKey) -> Option<[usize; 4]> {
+        self.index.as_ref().map(|ix| ix.sets(key))
+    }
+
+    /// The flow's candidates with its bit sets found before.
+    #[inline]
+    pub(crate) fn candidates_with<'a>(
+        &'a self,
+        key: &'a FlowKey,
+        sets: Option<[usize; 4]>,
+    ) -> Candidates<'a> {
         Candidates {
             rules: self,
             key,
-            sets: self.index.as_ref().map(|ix| ix.sets(key)),
+            sets,
         }
     }
 

@@ -39,6 +39,7 @@
 
 mod classify;
 pub mod config;
+pub mod forward;
 pub mod link;
 pub mod names;
 pub mod net;
@@ -51,6 +52,7 @@ pub mod snapshot;
 pub mod source;
 pub mod state;
 
+pub use forward::{Hop, BATCH};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use net::{Family, Net};
 pub use nexthop::{Nexthop, NexthopId, NexthopKind};

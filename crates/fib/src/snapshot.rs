@@ -189,7 +189,7 @@ fn self_or_up(
 
 /// The gateway a path sends through (`rt_uses_gateway`): an IPv4 gateway that resolved
 /// to one of this host's addresses (scope host) is kept on the path but not used.
-fn sent_via(p: &Path) -> Option<IpAddr> {
+pub(crate) fn sent_via(p: &Path) -> Option<IpAddr> {
     p.gateway.filter(|g| g.is_ipv6() || p.scope == SCOPE_LINK)
 }
 
@@ -249,13 +249,52 @@ pub struct Snapshot {
     pub(crate) lo: LinkIndex,
 }
 
+/// The routes of `table` whose destination holds `addr`: all a lookup of `addr` can visit.
+fn holding(table: &crate::state::TableRoutes, addr: IpAddr) -> crate::state::TableRoutes {
+    let family = Family::of(addr);
+    let mut out = crate::state::TableRoutes::new();
+    for len in 0..=family.bits() {
+        let dst = Net::new(addr, len).expect("a length of the family");
+        for (k, v) in table
+            .range((dst, Net::default_of(family))..)
+            .take_while(|(k, _)| k.0 == dst)
+        {
+            out.insert(*k, v.clone());
+        }
+    }
+    out
+}
+
 impl State {
     /// Compiles the state into a snapshot for lookups.
     pub fn snapshot(&self) -> Snapshot {
+        self.compile(None)
+    }
+
+    /// A snapshot that answers lookups of `addr` (and only of it) as [`State::snapshot`]
+    /// would: its tables hold only the routes whose destination holds `addr`, the only
+    /// ones a lookup of `addr` visits. The kernel's checks of a new route's gateway look
+    /// the gateway up; this keeps each check's cost to the routes around it.
+    pub(crate) fn snapshot_for(&self, addr: IpAddr) -> Snapshot {
+        self.compile(Some(addr))
+    }
+
+    fn compile(&self, only: Option<IpAddr>) -> Snapshot {
+        let filtered: Vec<(Family, u32, std::borrow::Cow<'_, crate::state::TableRoutes>)> = self
+            .tables()
+            .filter(|(f, _, _)| only.is_none_or(|a| Family::of(a) == *f))
+            .map(|(f, id, routes)| {
+                let routes = match only {
+                    Some(a) => std::borrow::Cow::Owned(holding(routes, a)),
+                    None => std::borrow::Cow::Borrowed(routes),
+                };
+                (f, id, routes)
+            })
+            .collect();
+        let tables_of = || filtered.iter().map(|(f, id, r)| (*f, *id, r.as_ref()));
         let fam = |f: Family| {
             let merged = f == Family::V4 && !self.v4_unmerged();
-            let mut tables: Vec<CompiledTable> = self
-                .tables()
+            let mut tables: Vec<CompiledTable> = tables_of()
                 .filter(|(tf, id, _)| {
                     *tf == f && !(merged && (*id == TABLE_LOCAL || *id == TABLE_MAIN))
                 })
@@ -266,7 +305,7 @@ impl State {
                 // orders a merged prefix's routes by table, local's id being higher).
                 let mut both = crate::state::TableRoutes::new();
                 for id in [TABLE_LOCAL, TABLE_MAIN] {
-                    for (_, _, routes) in self.tables().filter(|(tf, t, _)| *tf == f && *t == id) {
+                    for (_, _, routes) in tables_of().filter(|(tf, t, _)| *tf == f && *t == id) {
                         for (k, list) in routes {
                             both.entry(*k).or_default().extend(list.iter().cloned());
                         }
@@ -338,7 +377,7 @@ pub fn flow_hash(q: &Query) -> u32 {
 }
 
 impl Snapshot {
-    fn family(&self, f: Family) -> &FamilyFib {
+    pub(crate) fn fib(&self, f: Family) -> &FamilyFib {
         match f {
             Family::V4 => &self.v4,
             Family::V6 => &self.v6,
@@ -360,7 +399,7 @@ impl Snapshot {
         let mut out = Vec::new();
         for f in [Family::V4, Family::V6] {
             let mut ids: Vec<_> = self
-                .family(f)
+                .fib(f)
                 .tables
                 .iter()
                 .map(|t| (t.id, t.memory()))
@@ -618,7 +657,7 @@ impl Snapshot {
         min_scope: u8,
         purpose: WalkFor,
     ) -> Result<(&Route, u8, u32), NoRoute> {
-        let fib = self.family(family);
+        let fib = self.fib(family);
         let key = FlowKey::new(q, oif, iif);
         let candidates = fib.rules.candidates(&key);
         let mut from = 0;
@@ -731,10 +770,24 @@ impl Snapshot {
         oif: Option<LinkIndex>,
         min_scope: u8,
     ) -> TableResult<'a> {
+        self.table_lookup_from(table, table.longest(q.dst), q, oif, min_scope)
+    }
+
+    /// One table's lookup once its LPM structure has given `longest`, the node of the
+    /// longest prefix holding the destination.
+    #[inline]
+    pub(crate) fn table_lookup_from<'a>(
+        &self,
+        table: &'a CompiledTable,
+        longest: Option<u32>,
+        q: &Query,
+        oif: Option<LinkIndex>,
+        min_scope: u8,
+    ) -> TableResult<'a> {
         if Family::of(q.dst) == Family::V6 {
-            return self.table_lookup_v6(table, q, oif);
+            return self.table_lookup_v6(table, longest, q, oif);
         }
-        let mut node = table.longest(q.dst);
+        let mut node = longest;
         while let Some(n) = node {
             let n = &table.nodes[n as usize];
             let fitting = n
@@ -762,6 +815,7 @@ impl Snapshot {
     fn table_lookup_v6<'a>(
         &self,
         table: &'a CompiledTable,
+        longest: Option<u32>,
         q: &Query,
         oif: Option<LinkIndex>,
     ) -> TableResult<'a> {
@@ -778,7 +832,7 @@ impl Snapshot {
         let has_own = |n: usize| table.nodes[n].routes.iter().any(|r| r.src.len() == 0);
         // The first lookup.
         let mut at: Option<(usize, Option<Net>)> = None;
-        let mut node = table.longest(q.dst).map(|n| n as usize);
+        let mut node = longest.map(|n| n as usize);
         while let Some(n) = node {
             if has_subtree(n) {
                 if let Some(g) = group(n, 129) {

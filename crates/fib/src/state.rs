@@ -1203,7 +1203,7 @@ impl State {
         }
         // The kernel looks the gateway up with routes narrower than the new route skipped.
         let (link, res_scope) = self
-            .snapshot()
+            .snapshot_for(gw)
             .gateway_v4(table, gw, dev.map(|d| d.index), scope.saturating_add(1))
             .ok_or_else(|| Refused::explained("Nexthop has invalid gateway"))?;
         // A gateway that is one of ours resolves through a local route of host scope: the
@@ -1240,7 +1240,7 @@ impl State {
             if gw.is_multicast() || gw.is_unspecified() {
                 return Err(Refused::explained("Invalid gateway address"));
             }
-            let snapshot = self.snapshot();
+            let snapshot = self.snapshot_for(gw);
             if p.onlink {
                 if snapshot.onlink_gateway_v6_conflicts(gw, p.dev) {
                     return Err(Refused::explained(

@@ -342,12 +342,25 @@ fn run(seed: u64, with_rules: bool) -> (usize, Vec<String>) {
     let snapshot = state.snapshot();
     let mut differ = Vec::new();
     let n = 5_000;
-    for _ in 0..n {
-        let q = flow(&mut rng);
+    let flows: Vec<Query> = (0..n).map(|_| flow(&mut rng)).collect();
+    let mut batched = vec![Err(NoRoute::NetworkUnreachable); n];
+    snapshot.lookup_batch(&flows, &mut batched);
+    for (q, in_batch) in flows.iter().zip(&batched) {
+        let hop = snapshot.lookup(q);
+        if hop != *in_batch && differ.len() < 5 {
+            differ.push(format!(
+                "{q:?}\n  lookup:  {hop:?}\n  batched: {in_batch:?}"
+            ));
+        }
+        let q = q.clone();
         let fast = snapshot.route(&q).map(|a| {
             let hop = (a.gateway, (a.kind == RouteType::Unicast).then_some(a.dev));
             (a.kind, a.table, hop)
         });
+        let cut = fast.as_ref().map(|(k, t, (gateway, _))| (*k, *t, *gateway));
+        if cut != hop.as_ref().map(|h| (h.kind, h.table, h.gateway)) && differ.len() < 5 {
+            differ.push(format!("{q:?}\n  route:  {fast:?}\n  lookup: {hop:?}"));
+        }
         let slow = reference(&state, &q);
         let same = match (&fast, &slow) {
             (Ok((k, t, hop)), Ok((rk, rt, hops))) => k == rk && t == rt && hops.contains(hop),

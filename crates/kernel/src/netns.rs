@@ -71,9 +71,20 @@ impl Namespace {
         self.run_batch(commands, true)
     }
 
+    /// Like [`Namespace::batch`] with `ip -6` (or `-4`): lines of `ip -batch` cannot say
+    /// their family, and a rule's family is not always in its words.
+    pub fn batch_family(&self, family: u8, commands: &str) -> io::Result<()> {
+        self.run_batch_as(Some(family), commands, false)
+    }
+
     fn run_batch(&self, commands: &str, force: bool) -> io::Result<()> {
+        self.run_batch_as(None, commands, force)
+    }
+
+    fn run_batch_as(&self, family: Option<u8>, commands: &str, force: bool) -> io::Result<()> {
         let mut child = Command::new("ip")
             .args(["-n", &self.name])
+            .args(family.map(|f| if f == 6 { "-6" } else { "-4" }))
             .args(force.then_some("-force"))
             .args(["-batch", "-"])
             .stdin(Stdio::piped())

@@ -152,17 +152,43 @@ fn tempfile(tag: &str) -> (String, std::fs::File) {
 /// its flow hash chose among.
 pub type FibreAnswer = Result<(Value, Vec<(Option<String>, String)>), String>;
 
-/// fibre's answers to the same queries, shaped the same way.
+/// fibre's answers to the same queries, shaped the same way. The forwarding lookup
+/// ([`fibre_fib::Snapshot::lookup`], one flow and batched) must agree with the answer, or
+/// the answer is an error that names both.
 pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
     let snap = state.snapshot();
-    queries
+    let parsed: Vec<Result<fibre_fib::Query, String>> = queries
         .iter()
         .map(|q| {
             let words: Vec<&str> = q.split_whitespace().collect();
-            let query = fibre_fib::query::parse_query(&words, |n| {
+            fibre_fib::query::parse_query(&words, |n| {
                 snap.links().find(|l| l.name == n).map(|l| l.index)
             })
-            .map_err(|e| format!("bad query: {e}"))?;
+            .map_err(|e| format!("bad query: {e}"))
+        })
+        .collect();
+    let flows: Vec<fibre_fib::Query> = parsed.iter().filter_map(|q| q.clone().ok()).collect();
+    let mut batched = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
+    snap.lookup_batch(&flows, &mut batched);
+    let mut batched = batched.into_iter();
+    parsed
+        .into_iter()
+        .map(|query| {
+            let query = query?;
+            let hop = snap.lookup(&query);
+            let in_batch = batched.next().expect("one batched answer per flow");
+            let from_answer = snap.route(&query).map(|a| fibre_fib::Hop {
+                kind: a.kind,
+                table: a.table,
+                dev: a.dev,
+                gateway: a.gateway,
+                mtu: a.mtu,
+            });
+            if hop != from_answer || in_batch != hop {
+                return Err(format!(
+                    "lookup {hop:?}, batched {in_batch:?}, route {from_answer:?}"
+                ));
+            }
             snap.route(&query)
                 .map(|a| {
                     let name = |i| snap.link(i).map_or(String::new(), |l| l.name.clone());

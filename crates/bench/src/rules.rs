@@ -1,0 +1,452 @@
+//! The rules study (`fibre bench rules`): what policy rules and source-specific routes cost
+//! a route lookup, fibre's full lookup ([`fibre_fib::Snapshot::lookup`], rules, tables and
+//! path choice) against the kernel's (`bpf_fib_lookup`, which walks the rules as a
+//! forwarded packet's lookup does), in the same run.
+//!
+//! Both get the same router: the links and subnets of the kernel's namespace and a sample
+//! of the real table in `main`, route `i` via gateway `i mod 64`, loaded from the same
+//! `ip` lines (fibre reads them as its configuration). Then, case by case, the same rule
+//! lines go to both:
+//!
+//! - **default**: the three default rules only (fibre: one search of `local` and `main`
+//!   merged);
+//! - **from**: 10, 100, 1,000 rules `from PREFIX lookup TABLE` that no flow matches
+//!   (fibre's rule index rules them out by one LPM search of the source);
+//! - **dport**: 10, 100, 1,000 rules `dport PORT lookup TABLE` that no flow matches (a
+//!   selector fibre does not index: every rule is tested, a few comparisons each);
+//! - **source routes** (IPv6): every tenth destination also has a source-specific route
+//!   whose source no flow has, so lookups go through the kernel's subtrees.
+//!
+//! Flows are matched addresses of the sample arriving on the input link. The plain LPM
+//! lookup of the same addresses in the same routes (`fibre_lpm::Table`) is measured too:
+//! the default-rules figure against it is what routing semantics cost over the bare
+//! search. Per-rule cost is (1,000 rules − default) / 1,000.
+
+use crate::addresses;
+use crate::kernel::{KernelFib, GATEWAYS};
+use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
+use crate::method::{measure, Method, Timing};
+use fibre_fib::{config, NoRoute, Query, Snapshot, State};
+use fibre_kernel::netns::{gateway, INPUT_DEV, OUTPUT_DEV};
+use fibre_lpm::{Key, Prefix, Table};
+use serde_json::{json, Value};
+use std::fmt::Write;
+use std::hint::black_box;
+use std::net::IpAddr;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RulesConfig {
+    /// Routes sampled from each family's real table.
+    pub routes: usize,
+    /// Rule counts of the `from` and `dport` cases.
+    pub rule_counts: Vec<usize>,
+    /// Repetitions per measurement.
+    pub repetitions: usize,
+    /// Flows per fibre measurement.
+    pub count: usize,
+    /// Lookups per repetition for the kernel.
+    pub kernel_count: u32,
+    /// Seed of the sample and the addresses.
+    pub seed: u64,
+    /// Measure the kernel (when possible).
+    pub kernel: bool,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        RulesConfig {
+            routes: 100_000,
+            rule_counts: vec![10, 100, 1_000],
+            repetitions: 12,
+            count: 1 << 16,
+            kernel_count: 1 << 14,
+            seed: 1,
+            kernel: true,
+        }
+    }
+}
+
+/// One case: its name, rule count, and the `ip` lines it adds (rules, or routes).
+struct Case {
+    kind: &'static str,
+    rules: usize,
+    lines: Vec<String>,
+}
+
+/// The source fibre's flows come from (no rule or source route holds it); the kernel's
+/// probe asks with source 0, which none holds either.
+fn flow_source(family: u8) -> IpAddr {
+    if family == 4 {
+        IpAddr::from([192, 0, 2, 1])
+    } else {
+        "2001:db8::1".parse().expect("an address")
+    }
+}
+
+/// The source prefix of rule `i` (10.x and fd10:: space, away from every flow).
+fn rule_source(family: u8, i: usize) -> String {
+    if family == 4 {
+        format!("172.{}.{}.0/24", 16 + i / 65_536, i / 256 % 256)
+    } else {
+        format!("fd10:0:{:x}::/48", i)
+    }
+}
+
+fn cases<K: Key>(routes: &[Prefix<K>], cfg: &RulesConfig) -> Vec<Case> {
+    let family = K::FAMILY;
+    let mut cases = vec![Case {
+        kind: "default",
+        rules: 0,
+        lines: Vec::new(),
+    }];
+    let rule = |i: usize, selector: String| {
+        format!(
+            "rule add {selector} lookup {} pref {}",
+            1_000 + i,
+            1_000 + i
+        )
+    };
+    for &n in &cfg.rule_counts {
+        cases.push(Case {
+            kind: "from",
+            rules: n,
+            lines: (0..n)
+                .map(|i| rule(i, format!("from {}", rule_source(family, i))))
+                .collect(),
+        });
+    }
+    for &n in &cfg.rule_counts {
+        cases.push(Case {
+            kind: "dport",
+            rules: n,
+            lines: (0..n)
+                .map(|i| rule(i, format!("dport {}", 1_000 + i)))
+                .collect(),
+        });
+    }
+    if family == 6 {
+        cases.push(Case {
+            kind: "source routes",
+            rules: 0,
+            lines: routes
+                .iter()
+                .enumerate()
+                .step_by(10)
+                .map(|(i, p)| {
+                    format!(
+                        "route add {p} from fd20::/64 via {} dev {OUTPUT_DEV}",
+                        gateway(family, i % GATEWAYS)
+                    )
+                })
+                .collect(),
+        });
+    }
+    cases
+}
+
+/// fibre's configuration of the kernel namespace's router and the routes.
+fn router_config<K: Key>(routes: &[Prefix<K>]) -> Result<State, String> {
+    let mut state = State::new();
+    let setup = format!(
+        "link add {INPUT_DEV} type veth peer name {OUTPUT_DEV}
+link set {INPUT_DEV} up
+link set {OUTPUT_DEV} up
+addr add 10.199.0.1/24 dev {INPUT_DEV}
+addr add 10.200.0.1/16 dev {OUTPUT_DEV}
+-6 addr add fd00:200::1/64 dev {OUTPUT_DEV} nodad
+"
+    );
+    config::apply_text(&mut state, "router", &setup).map_err(|e| e.to_string())?;
+    let mut lines = String::with_capacity(routes.len() * 48);
+    for (i, p) in routes.iter().enumerate() {
+        let _ = writeln!(
+            lines,
+            "{}route add {p} via {} dev {OUTPUT_DEV}",
+            if K::FAMILY == 6 { "-6 " } else { "" },
+            gateway(K::FAMILY, i % GATEWAYS)
+        );
+    }
+    config::apply_text(&mut state, "routes", &lines).map_err(|e| e.to_string())?;
+    Ok(state)
+}
+
+/// Applies a case's lines to a copy of `base`.
+fn with_case(base: &State, family: u8, case: &Case) -> Result<State, String> {
+    let mut state = base.clone();
+    let flag = if family == 6 { "-6 " } else { "" };
+    let text: String = case.lines.iter().map(|l| format!("{flag}{l}\n")).collect();
+    config::apply_text(&mut state, case.kind, &text).map_err(|e| e.to_string())?;
+    Ok(state)
+}
+
+/// fibre's full lookups of `flows`, one at a time or batched, dry run subtracted.
+fn measure_snapshot(snap: &Snapshot, flows: &[Query], mode: Mode, method: Method) -> Timing {
+    let real = measure(
+        method,
+        |_| vec![Err(NoRoute::NetworkUnreachable); fibre_fib::BATCH],
+        |out, _| {
+            let mut acc = 0u32;
+            match mode {
+                Mode::Scalar => {
+                    for q in flows {
+                        acc = acc.wrapping_add(snap.lookup(q).map_or(0, |h| h.dev));
+                    }
+                }
+                Mode::Batch => {
+                    for chunk in flows.chunks(fibre_fib::BATCH) {
+                        let out = &mut out[..chunk.len()];
+                        snap.lookup_batch(chunk, out);
+                        for h in out.iter() {
+                            acc = acc.wrapping_add(h.as_ref().map_or(0, |h| h.dev));
+                        }
+                    }
+                }
+            }
+            black_box(acc);
+            flows.len() as u64
+        },
+    );
+    let dry = measure(
+        method,
+        |_| (),
+        |_, _| {
+            let mut acc = 0u32;
+            for q in flows {
+                acc = acc.wrapping_add(black_box(q).mark);
+            }
+            black_box(acc);
+            flows.len() as u64
+        },
+    );
+    real.minus(dry)
+}
+
+fn base<K: Key>(engine: &str, routes: usize, case: &Case) -> Value {
+    json!({"study": "rules", "engine": engine, "family": K::FAMILY, "routes": routes,
+           "metric": "lookup", "case": case.kind, "rules": case.rules})
+}
+
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(m), Value::Object(e)) = (a.as_object_mut(), b) {
+        m.extend(e);
+    }
+    a
+}
+
+/// Runs the study on one family's real table; every figure goes to `emit` as it is
+/// measured, `step` hears what comes next.
+pub fn rules_study<K: Key>(
+    table: &[Prefix<K>],
+    cfg: &RulesConfig,
+    emit: &mut dyn FnMut(Figure),
+    step: &mut dyn FnMut(&str),
+) -> Result<(), String> {
+    let family = K::FAMILY;
+    step(&format!("IPv{family}: loading {} routes", cfg.routes));
+    let routes = crate::studies::sample(table, cfg.routes, cfg.seed);
+    let keys = addresses::matched(&routes, cfg.count, cfg.seed);
+    let method = Method {
+        repetitions: cfg.repetitions,
+        threads: 1,
+    };
+    // The bare LPM search, for reference.
+    let lpm = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let none = Case {
+        kind: "lpm",
+        rules: 0,
+        lines: Vec::new(),
+    };
+    for mode in [Mode::Scalar, Mode::Batch] {
+        let t = measure_fibre(lpm.clone(), &keys, mode, method, fibre_fib::BATCH);
+        emit(merge(
+            base::<K>("lpm", routes.len(), &none),
+            lookup_figure(mode, 1, "matched", t),
+        ));
+    }
+    let router = router_config(&routes)?;
+    let fin = router
+        .links()
+        .find(|l| l.name == INPUT_DEV)
+        .map(|l| l.index)
+        .ok_or("no input link")?;
+    let flows: Vec<Query> = keys
+        .iter()
+        .map(|&k| {
+            let mut q = Query::to(crate::studies::to_ip(k));
+            q.src = Some(flow_source(family));
+            q.iif = Some(fin);
+            q
+        })
+        .collect();
+    let kernel = if cfg.kernel {
+        let k = KernelFib::new()?;
+        k.load(&routes).map_err(|e| e.to_string())?;
+        Some(k)
+    } else {
+        None
+    };
+    let kernel_ips: Vec<IpAddr> = keys
+        .iter()
+        .take(cfg.kernel_count as usize)
+        .map(|&k| crate::studies::to_ip(k))
+        .collect();
+    for case in cases(&routes, cfg) {
+        step(&format!("IPv{family}: {} {}", case.rules, case.kind));
+        let state = with_case(&router, family, &case)?;
+        let snap = state.snapshot();
+        // fibre answers each flow as it answers `ip route get`.
+        for q in flows.iter().step_by(97) {
+            let hop = snap.lookup(q);
+            let answer = snap.route(q).map(|a| (a.dev, a.gateway));
+            if hop.map(|h| (h.dev, h.gateway)) != answer {
+                return Err(format!("lookup and route disagree on {q:?}"));
+            }
+        }
+        for mode in [Mode::Scalar, Mode::Batch] {
+            let t = measure_snapshot(&snap, &flows, mode, method);
+            emit(merge(
+                base::<K>("fibre", routes.len(), &case),
+                lookup_figure(mode, 1, "matched", t),
+            ));
+        }
+        if let Some(k) = &kernel {
+            let text: String = case.lines.iter().map(|l| format!("{l}\n")).collect();
+            k.namespace()
+                .batch_family(family, &text)
+                .map_err(|e| e.to_string())?;
+            let t = k.lookups(family, &kernel_ips, method, cfg.kernel_count);
+            let figure = match t {
+                Ok(t) => merge(
+                    base::<K>("kernel", routes.len(), &case),
+                    lookup_figure(Mode::Scalar, 1, "matched", t.net()),
+                ),
+                Err(e) => merge(
+                    base::<K>("kernel", routes.len(), &case),
+                    json!({"metric": "error", "error": e.to_string()}),
+                ),
+            };
+            emit(figure);
+            // Undo the case: rules by priority, routes by their own words.
+            let undo: String = case
+                .lines
+                .iter()
+                .map(|l| {
+                    if let Some(r) = l.strip_prefix("rule add ") {
+                        let pref = r.rsplit(' ').next().unwrap_or("");
+                        format!("rule del pref {pref}\n")
+                    } else {
+                        format!("{}\n", l.replacen("route add", "route del", 1))
+                    }
+                })
+                .collect();
+            k.namespace()
+                .batch_family(family, &undo)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// The study's report: per family, each case's ns per lookup for fibre (one flow at a
+/// time and batched) and the kernel, their ratio, and the cost per rule.
+pub fn markdown(figures: &[Value]) -> String {
+    let mut out = String::new();
+    let ns = |f: Option<&Value>| -> Option<f64> { f?["ns_per_lookup"].as_f64() };
+    let show = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
+    for family in [4u64, 6] {
+        let of = |engine: &str, mode: &str, kind: &str, rules: u64| {
+            figures.iter().find(|f| {
+                f["study"] == "rules"
+                    && f["metric"] == "lookup"
+                    && f["family"] == family
+                    && f["engine"] == engine
+                    && f["mode"] == mode
+                    && f["case"] == kind
+                    && f["rules"] == rules
+            })
+        };
+        let Some(any) = figures
+            .iter()
+            .find(|f| f["study"] == "rules" && f["family"] == family)
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "### IPv{family}, {} routes\n\nns per lookup, one thread, matched addresses arriving \
+             on the input link; dry run subtracted.\n\n\
+             | case | rules | fibre | fibre batch | kernel | kernel / fibre |\n|---|---:|---:|---:|---:|---:|",
+            any["routes"]
+        );
+        let (lpm, lpm_batch) = (
+            ns(of("lpm", "scalar", "lpm", 0)),
+            ns(of("lpm", "batch", "lpm", 0)),
+        );
+        let _ = writeln!(
+            out,
+            "| plain LPM (no rules, no route semantics) | – | {} | {} | – | – |",
+            show(lpm),
+            show(lpm_batch)
+        );
+        let mut kinds: Vec<(String, u64)> = Vec::new();
+        for f in figures
+            .iter()
+            .filter(|f| f["study"] == "rules" && f["family"] == family && f["engine"] != "lpm")
+        {
+            let k = (
+                f["case"].as_str().unwrap_or("").to_string(),
+                f["rules"].as_u64().unwrap_or(0),
+            );
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        for (kind, rules) in &kinds {
+            let fibre = ns(of("fibre", "scalar", kind, *rules));
+            let batch = ns(of("fibre", "batch", kind, *rules));
+            let kernel = ns(of("kernel", "scalar", kind, *rules));
+            let ratio = match (kernel, fibre) {
+                (Some(k), Some(f)) if f > 0.0 => format!("**{:.0}×**", k / f),
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {kind} | {rules} | {} | {} | {} | {ratio} |",
+                show(fibre),
+                show(batch),
+                show(kernel)
+            );
+        }
+        let _ = writeln!(out);
+        let default = |engine: &str, mode: &str| ns(of(engine, mode, "default", 0));
+        if let (Some(d), Some(l)) = (default("fibre", "scalar"), lpm) {
+            let _ = writeln!(
+                out,
+                "Default rules against the plain LPM lookup: {:+.0}% one at a time, {}.",
+                (d / l - 1.0) * 100.0,
+                match (default("fibre", "batch"), lpm_batch) {
+                    (Some(d), Some(l)) => format!("{:+.0}% batched", (d / l - 1.0) * 100.0),
+                    _ => "batched: –".into(),
+                }
+            );
+        }
+        let most = kinds.iter().map(|k| k.1).max().unwrap_or(0);
+        for kind in ["from", "dport"] {
+            let per_rule = |engine: &str| -> Option<f64> {
+                let many = ns(of(engine, "scalar", kind, most))?;
+                Some((many - default(engine, "scalar")?) / most as f64)
+            };
+            if most > 0 {
+                let _ = writeln!(
+                    out,
+                    "Cost per `{kind}` rule ({most} rules): fibre {} ns, kernel {} ns.",
+                    per_rule("fibre").map_or("–".into(), |v| format!("{v:.3}")),
+                    per_rule("kernel").map_or("–".into(), |v| format!("{v:.1}")),
+                );
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
