@@ -13,19 +13,21 @@
 //! then lets each flow's rule take or refuse its table's answer. While only the default
 //! rules exist, that is one round: one batched search of one structure.
 
+use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
 use crate::link::LinkIndex;
 use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
 use crate::route::{Route, RouteType};
-use crate::snapshot::{choose_path, sent_via, Concluded, Prepared, Snapshot, Step, WalkFor};
+use crate::snapshot::{choose_path, flow_hash, sent_via, CompiledTable, Concluded, Plain};
+use crate::snapshot::{Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
 
 /// Flows a batch keeps together through rules and tables.
 pub const BATCH: usize = 64;
 
 /// Where a flow goes: what a packet needs from its route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Hop {
     /// The route's type (`local` for this host's addresses).
     pub kind: RouteType,
@@ -45,8 +47,42 @@ impl Snapshot {
     /// and gateway), without building the rest of it.
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
         let p = self.prepare(q)?;
+        if p.oif.is_none() {
+            if let Some(answer) = self.plain_walk(&p) {
+                return answer;
+            }
+        }
+        self.full_lookup(&p)
+    }
+
+    /// The lookup through the full walk, for what plain answers cannot decide.
+    fn full_lookup(&self, p: &Prepared) -> Result<Hop, NoRoute> {
         let walk = self.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
-        self.hop(&p, walk)
+        self.hop(p, walk)
+    }
+
+    /// The rule walk of a flow with no output link on the tables' [`Plain`] answers;
+    /// `None` when one of them depends on the flow.
+    fn plain_walk(&self, p: &Prepared) -> Option<Result<Hop, NoRoute>> {
+        let fib = self.fib(p.family);
+        let key = FlowKey::new(&p.q, None, p.iif);
+        let candidates = fib.rules.candidates(&key);
+        let mut from = 0;
+        loop {
+            let (rule, table) = match self.next_lookup(fib, &candidates, from) {
+                Step::Lookup { rule, table } => (rule, table),
+                Step::Done(e) => return Some(Err(e)),
+            };
+            let t = &fib.tables[table];
+            let plain = t
+                .longest(p.q.dst)
+                .map_or(Plain::Miss, |n| t.plain[n as usize]);
+            match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
+                PlainStep::Next => from = rule + 1,
+                PlainStep::Done(answer) => return Some(answer),
+                PlainStep::Full => return None,
+            }
+        }
     }
 
     /// [`Snapshot::lookup`] for many flows: `out[i]` is `flows[i]`'s answer. Flows of both
@@ -110,6 +146,8 @@ impl Snapshot {
         let mut prepared: [Option<Prepared>; BATCH] = std::array::from_fn(|_| None);
         for i in 0..n {
             match self.prepare(&flows[i]) {
+                // A flow with an output link takes the full lookup.
+                Ok(p) if p.oif.is_some() => out[i] = self.full_lookup(&p),
                 Ok(p) => {
                     prepared[i] = Some(p);
                     at[i] = At::From(0);
@@ -185,16 +223,18 @@ impl Snapshot {
                         unreachable!("a member is at a lookup")
                     };
                     let p = prepared[j].as_ref().expect("walking");
-                    let result = self.table_lookup_from(t, found[k], &p.q, p.oif, 0);
-                    at[j] =
-                        match self.after_lookup(&fib.rules.list[rule], t.id, result, WalkFor::Flow)
-                        {
-                            Some(done) => {
-                                out[j] = self.hop(p, done);
-                                At::Done
-                            }
-                            None => At::From(rule + 1),
-                        };
+                    let plain = found[k].map_or(Plain::Miss, |n| t.plain[n as usize]);
+                    at[j] = match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
+                        PlainStep::Next => At::From(rule + 1),
+                        PlainStep::Done(answer) => {
+                            out[j] = answer;
+                            At::Done
+                        }
+                        PlainStep::Full => {
+                            out[j] = self.full_lookup(p);
+                            At::Done
+                        }
+                    };
                 }
             }
             if !any {
@@ -202,6 +242,56 @@ impl Snapshot {
             }
         }
     }
+}
+
+/// What a rule makes of a table's plain answer.
+enum PlainStep {
+    /// Go on with the next rule.
+    Next,
+    /// The walk's answer.
+    Done(Result<Hop, NoRoute>),
+    /// The answer depends on the flow: the full lookup decides.
+    Full,
+}
+
+#[inline]
+fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -> PlainStep {
+    let len = match plain {
+        Plain::Miss | Plain::Thrown => return PlainStep::Next,
+        Plain::Reject(e) => return PlainStep::Done(Err(e)),
+        Plain::Flow => return PlainStep::Full,
+        Plain::One { len, .. } | Plain::Multi { len, .. } => len,
+    };
+    if rule.suppress_prefixlength.is_some_and(|s| len <= s) {
+        return PlainStep::Next;
+    }
+    if rule.suppress_ifgroup.is_some() {
+        return PlainStep::Full;
+    }
+    let hop = match plain {
+        Plain::One { hop, .. } => hop,
+        Plain::Multi { start, count, .. } => {
+            let paths = &t.multi[start as usize..start as usize + count as usize];
+            choose_weighted(paths, q)
+        }
+        _ => unreachable!("answers with a route"),
+    };
+    PlainStep::Done(Ok(t.hops[hop as usize]))
+}
+
+/// Hash-threshold choice among weighted hops, as [`crate::snapshot::choose_path`] chooses
+/// among paths.
+fn choose_weighted(paths: &[(u32, u16)], q: &Query) -> u32 {
+    let total: u64 = paths.iter().map(|p| p.1 as u64).sum();
+    let h = flow_hash(q) as u64;
+    let mut acc = 0u64;
+    for &(hop, weight) in paths {
+        acc += weight as u64;
+        if h < ((acc << 31) + total / 2) / total {
+            return hop;
+        }
+    }
+    paths.last().expect("several paths").0
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! `throw` route), or the rule suppresses the answer.
 
 use crate::classify::{Action, Candidates, CompiledRule, FlowKey, Rules};
+use crate::forward::Hop;
 use crate::link::{Address, Link, LinkIndex, LinkKind};
 use crate::names::*;
 use crate::net::{addr_bits, Family, Net};
@@ -47,6 +48,34 @@ pub(crate) struct CompiledTable {
     pub(crate) v4: Option<Ipv4Table>,
     pub(crate) v6: Option<Ipv6Table>,
     pub(crate) nodes: Vec<Node>,
+    /// Each node's answer to a flow with no output link (see [`Plain`]), filled in once
+    /// the snapshot's links and nexthops are known.
+    pub(crate) plain: Vec<Plain>,
+    /// The distinct hops the plain answers point at (a table's routes share a few).
+    pub(crate) hops: Vec<Hop>,
+    /// The paths of plain answers with several: hop and weight.
+    pub(crate) multi: Vec<(u32, u16)>,
+}
+
+/// What a node answers a flow with no output link, decided when the snapshot is compiled:
+/// every such flow whose longest match is the node gets the same answer, whatever else it
+/// carries, unless the answer depends on the flow ([`Plain::Flow`]). This is what lets a
+/// forwarding lookup go from the LPM search straight to its hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plain {
+    /// No route here or above: the walk goes on with the next rule.
+    Miss,
+    /// A `throw` route: the walk goes on.
+    Thrown,
+    /// A reject route answers with its error.
+    Reject(NoRoute),
+    /// A route with one usable path: hop `hop` of the table, from a prefix `len` long.
+    One { hop: u32, len: u8 },
+    /// A route with several usable paths, `multi[start..start + count]`.
+    Multi { start: u32, count: u16, len: u8 },
+    /// It depends on the flow (routes for one TOS, IPv6 source routes, broadcast): the
+    /// full lookup decides.
+    Flow,
 }
 
 impl CompiledTable {
@@ -95,11 +124,19 @@ impl CompiledTable {
                 ))
             }
         }
-        CompiledTable { id, v4, v6, nodes }
+        CompiledTable {
+            id,
+            v4,
+            v6,
+            nodes,
+            plain: Vec::new(),
+            hops: Vec::new(),
+            multi: Vec::new(),
+        }
     }
 
     /// The node of the longest prefix holding `dst`.
-    fn longest(&self, dst: IpAddr) -> Option<u32> {
+    pub(crate) fn longest(&self, dst: IpAddr) -> Option<u32> {
         match dst {
             IpAddr::V4(a) => self.v4.as_ref()?.lookup(u32::from(a)),
             IpAddr::V6(a) => self.v6.as_ref()?.lookup(u128::from(a)),
@@ -335,7 +372,7 @@ impl State {
             .keys()
             .map(|&id| (id, resolve_object(&nexthops, &links, id)))
             .collect();
-        Snapshot {
+        let mut snapshot = Snapshot {
             v4: fam(Family::V4),
             v6: fam(Family::V6),
             lo: links
@@ -350,7 +387,25 @@ impl State {
             addrs: self.addresses().to_vec(),
             nexthops,
             object_paths,
+        };
+        for f in [Family::V4, Family::V6] {
+            let plains: Vec<_> = snapshot
+                .fib(f)
+                .tables
+                .iter()
+                .map(|t| snapshot.plain_answers(t))
+                .collect();
+            let fib = match f {
+                Family::V4 => &mut snapshot.v4,
+                Family::V6 => &mut snapshot.v6,
+            };
+            for (t, (plain, hops, multi)) in fib.tables.iter_mut().zip(plains) {
+                t.plain = plain;
+                t.hops = hops;
+                t.multi = multi;
+            }
         }
+        snapshot
     }
 }
 
@@ -382,6 +437,70 @@ impl Snapshot {
             Family::V4 => &self.v4,
             Family::V6 => &self.v6,
         }
+    }
+
+    /// Each node's [`Plain`] answer, with the hops and multipath paths they point at.
+    #[allow(clippy::type_complexity)]
+    fn plain_answers(&self, table: &CompiledTable) -> (Vec<Plain>, Vec<Hop>, Vec<(u32, u16)>) {
+        let mut plain: Vec<Plain> = Vec::with_capacity(table.nodes.len());
+        let mut hops: Vec<Hop> = Vec::new();
+        let mut interned: HashMap<Hop, u32> = HashMap::new();
+        let mut multi: Vec<(u32, u16)> = Vec::new();
+        let mut intern = |h: Hop| {
+            *interned.entry(h).or_insert_with(|| {
+                hops.push(h);
+                hops.len() as u32 - 1
+            })
+        };
+        for node in &table.nodes {
+            let len = node.dst.len();
+            let v6 = node.dst.family() == Family::V6;
+            // A node's parent comes before it (a shorter prefix of the same bits sorts
+            // first), so its answer is known.
+            let up = || node.parent.map_or(Plain::Miss, |p| plain[p as usize]);
+            let answer = if node.routes.iter().any(|r| r.tos != 0 || r.src.len() > 0) {
+                Plain::Flow
+            } else {
+                match self.select(node.routes.iter(), len, None, true) {
+                    None if v6 && len == 0 => Plain::Miss,
+                    None => up(),
+                    Some(TableResult::Miss) => up(),
+                    Some(TableResult::Thrown) => Plain::Thrown,
+                    Some(TableResult::Reject(e)) => Plain::Reject(e),
+                    Some(TableResult::Hit(route, len)) => {
+                        let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
+                        let hop = |p: &Path| Hop {
+                            kind: route.kind,
+                            table: Some(table.id),
+                            dev: if local { self.lo } else { p.dev },
+                            gateway: if local { None } else { sent_via(p) },
+                            mtu: route.mtu,
+                        };
+                        let paths: Vec<&Path> = self.usable(route, None).collect();
+                        if route.kind == RouteType::Broadcast || paths.is_empty() {
+                            Plain::Flow
+                        } else if paths.len() == 1 {
+                            Plain::One {
+                                hop: intern(hop(paths[0])),
+                                len,
+                            }
+                        } else {
+                            let start = multi.len() as u32;
+                            for p in &paths {
+                                multi.push((intern(hop(p)), p.weight));
+                            }
+                            Plain::Multi {
+                                start,
+                                count: paths.len() as u16,
+                                len,
+                            }
+                        }
+                    }
+                }
+            };
+            plain.push(answer);
+        }
+        (plain, hops, multi)
     }
 
     /// A link by index.
