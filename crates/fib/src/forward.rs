@@ -74,9 +74,7 @@ impl Snapshot {
                 Step::Done(e) => return Some(Err(e)),
             };
             let t = &fib.tables[table];
-            let plain = t
-                .longest(p.q.dst)
-                .map_or(Plain::Miss, |n| t.plain[n as usize]);
+            let plain = t.plain(p.q.dst);
             match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
                 PlainStep::Next => from = rule + 1,
                 PlainStep::Done(answer) => return Some(answer),
@@ -208,11 +206,11 @@ impl Snapshot {
                 let fib = self.fib(family);
                 let t = &fib.tables[table];
                 match family {
-                    Family::V4 => match &t.v4 {
+                    Family::V4 => match &t.plain_v4 {
                         Some(lpm) => lpm.lookup_batch(&keys4[..count], &mut found[..count]),
                         None => found[..count].fill(None),
                     },
-                    Family::V6 => match &t.v6 {
+                    Family::V6 => match &t.plain_v6 {
                         Some(lpm) => lpm.lookup_batch(&keys6[..count], &mut found[..count]),
                         None => found[..count].fill(None),
                     },
@@ -223,7 +221,7 @@ impl Snapshot {
                         unreachable!("a member is at a lookup")
                     };
                     let p = prepared[j].as_ref().expect("walking");
-                    let plain = found[k].map_or(Plain::Miss, |n| t.plain[n as usize]);
+                    let plain = found[k].map_or(Plain::Miss, Plain::decode);
                     at[j] = match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
                         PlainStep::Next => At::From(rule + 1),
                         PlainStep::Done(answer) => {
@@ -270,9 +268,10 @@ fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -
     }
     let hop = match plain {
         Plain::One { hop, .. } => hop,
-        Plain::Multi { start, count, .. } => {
-            let paths = &t.multi[start as usize..start as usize + count as usize];
-            choose_weighted(paths, q)
+        Plain::Multi { start, .. } => {
+            let start = start as usize;
+            let count = t.multi[start].0 as usize;
+            choose_weighted(&t.multi[start + 1..start + 1 + count], q)
         }
         _ => unreachable!("answers with a route"),
     };

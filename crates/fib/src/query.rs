@@ -67,6 +67,21 @@ pub enum NoRoute {
 }
 
 impl NoRoute {
+    /// The error of a number `e as u32` gave (an unknown number: `Invalid`).
+    pub(crate) fn from_code(code: u32) -> NoRoute {
+        [
+            NoRoute::NetworkUnreachable,
+            NoRoute::HostUnreachable,
+            NoRoute::Prohibited,
+            NoRoute::Invalid,
+            NoRoute::NetworkDown,
+            NoRoute::NoDevice,
+        ]
+        .into_iter()
+        .find(|e| *e as u32 == code)
+        .unwrap_or(NoRoute::Invalid)
+    }
+
     /// The words `ip` prints after `RTNETLINK answers: `.
     pub fn words(self) -> &'static str {
         match self {

@@ -48,9 +48,12 @@ pub(crate) struct CompiledTable {
     pub(crate) v4: Option<Ipv4Table>,
     pub(crate) v6: Option<Ipv6Table>,
     pub(crate) nodes: Vec<Node>,
-    /// Each node's answer to a flow with no output link (see [`Plain`]), filled in once
-    /// the snapshot's links and nexthops are known.
-    pub(crate) plain: Vec<Plain>,
+    /// The LPM structure of the forwarding lookup: each destination prefix's answer to a
+    /// flow with no output link (see [`Plain`]), encoded in the value, so that the search
+    /// gives the answer with no further memory access. Filled in once the snapshot's links
+    /// and nexthops are known.
+    pub(crate) plain_v4: Option<Ipv4Table>,
+    pub(crate) plain_v6: Option<Ipv6Table>,
     /// The distinct hops the plain answers point at (a table's routes share a few).
     pub(crate) hops: Vec<Hop>,
     /// The paths of plain answers with several: hop and weight.
@@ -76,6 +79,52 @@ pub(crate) enum Plain {
     /// It depends on the flow (routes for one TOS, IPv6 source routes, broadcast): the
     /// full lookup decides.
     Flow,
+}
+
+/// Bits of a [`Plain`] code's payload (a hop or the start of multipath paths).
+const PLAIN_PAYLOAD: u32 = 19;
+
+impl Plain {
+    /// The answer as an LPM value (at most [`fibre_lpm::MAX_VALUE`]): a 3-bit kind, the
+    /// prefix length (8 bits) and a 19-bit payload. Multipath answers keep their paths' count in the table's `multi` (the
+    /// entry at `start` holds it); answers too large to encode depend on the flow.
+    fn encode(self) -> u32 {
+        let code = |kind: u32, len: u8, payload: u32| {
+            if payload >= 1 << PLAIN_PAYLOAD {
+                5 << 27
+            } else {
+                kind << 27 | (len as u32) << PLAIN_PAYLOAD | payload
+            }
+        };
+        match self {
+            Plain::One { hop, len } => code(0, len, hop),
+            Plain::Multi { start, len, .. } => code(1, len, start),
+            Plain::Miss => code(2, 0, 0),
+            Plain::Thrown => code(3, 0, 0),
+            Plain::Reject(e) => code(4, 0, e as u32),
+            Plain::Flow => code(5, 0, 0),
+        }
+    }
+
+    /// The answer of a code made by [`Plain::encode`] (a multipath answer's count is 0:
+    /// the table's `multi` holds it).
+    #[inline]
+    pub(crate) fn decode(code: u32) -> Plain {
+        let payload = code & ((1 << PLAIN_PAYLOAD) - 1);
+        let len = (code >> PLAIN_PAYLOAD & 0xff) as u8;
+        match code >> 27 {
+            0 => Plain::One { hop: payload, len },
+            1 => Plain::Multi {
+                start: payload,
+                count: 0,
+                len,
+            },
+            2 => Plain::Miss,
+            3 => Plain::Thrown,
+            4 => Plain::Reject(NoRoute::from_code(payload)),
+            _ => Plain::Flow,
+        }
+    }
 }
 
 impl CompiledTable {
@@ -129,7 +178,8 @@ impl CompiledTable {
             v4,
             v6,
             nodes,
-            plain: Vec::new(),
+            plain_v4: None,
+            plain_v6: None,
             hops: Vec::new(),
             multi: Vec::new(),
         }
@@ -143,15 +193,25 @@ impl CompiledTable {
         }
     }
 
-    /// Bytes the table's structure and nodes take.
+    /// The plain answer for `dst` (see [`Plain`]).
+    #[inline]
+    pub(crate) fn plain(&self, dst: IpAddr) -> Plain {
+        let code = match dst {
+            IpAddr::V4(a) => self.plain_v4.as_ref().and_then(|t| t.lookup(u32::from(a))),
+            IpAddr::V6(a) => self.plain_v6.as_ref().and_then(|t| t.lookup(u128::from(a))),
+        };
+        code.map_or(Plain::Miss, Plain::decode)
+    }
+
+    /// Bytes the table's structures, nodes and hops take.
     fn memory(&self) -> usize {
-        let lpm = self.v4.as_ref().map_or(0, |t| {
-            let m = t.memory();
-            m.lookup_bytes + m.update_bytes
-        }) + self.v6.as_ref().map_or(0, |t| {
-            let m = t.memory();
-            m.lookup_bytes + m.update_bytes
-        });
+        let bytes = |m: fibre_lpm::MemoryUsage| m.lookup_bytes + m.update_bytes;
+        let lpm = self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.plain_v4.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.plain_v6.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.hops.len() * std::mem::size_of::<Hop>()
+            + self.multi.len() * 8;
         lpm + self.nodes.len() * std::mem::size_of::<Node>()
             + self
                 .nodes
@@ -400,7 +460,19 @@ impl State {
                 Family::V6 => &mut snapshot.v6,
             };
             for (t, (plain, hops, multi)) in fib.tables.iter_mut().zip(plains) {
-                t.plain = plain;
+                let codes = t.nodes.iter().zip(&plain).map(|(n, p)| (n.dst, p.encode()));
+                match f {
+                    Family::V4 => {
+                        t.plain_v4 = Some(Ipv4Table::build(
+                            codes.map(|(d, c)| (d.v4().expect("IPv4"), c)),
+                        ))
+                    }
+                    Family::V6 => {
+                        t.plain_v6 = Some(Ipv6Table::build(
+                            codes.map(|(d, c)| (d.v6().expect("IPv6"), c)),
+                        ))
+                    }
+                }
                 t.hops = hops;
                 t.multi = multi;
             }
@@ -485,7 +557,9 @@ impl Snapshot {
                                 len,
                             }
                         } else {
+                            // The first entry holds the count, the paths follow.
                             let start = multi.len() as u32;
+                            multi.push((paths.len() as u32, 0));
                             for p in &paths {
                                 multi.push((intern(hop(p)), p.weight));
                             }
@@ -1222,5 +1296,40 @@ fn resolve_object(
                 .collect(),
             _ => one(nh, 1).into_iter().collect(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_answers_survive_their_encoding_as_lpm_values() {
+        let max = (1 << PLAIN_PAYLOAD) - 1;
+        let cases = [
+            Plain::One { hop: 0, len: 0 },
+            Plain::One { hop: max, len: 128 },
+            Plain::Multi {
+                start: 7,
+                count: 0,
+                len: 24,
+            },
+            Plain::Miss,
+            Plain::Thrown,
+            Plain::Reject(NoRoute::Prohibited),
+            Plain::Reject(NoRoute::NoDevice),
+            Plain::Flow,
+        ];
+        for p in cases {
+            let code = p.encode();
+            assert!(code <= fibre_lpm::MAX_VALUE, "{p:?}");
+            assert_eq!(Plain::decode(code), p);
+        }
+        // A hop past the payload's reach leaves the answer to the full lookup.
+        let far = Plain::One {
+            hop: max + 1,
+            len: 8,
+        };
+        assert_eq!(Plain::decode(far.encode()), Plain::Flow);
     }
 }
