@@ -65,6 +65,19 @@ impl Snapshot {
     /// `None` when one of them depends on the flow.
     fn plain_walk(&self, p: &Prepared) -> Option<Result<Hop, NoRoute>> {
         let fib = self.fib(p.family);
+        if let Some(tables) = &fib.without_rules {
+            // No rule to test: `main` (with `local`), then `default`.
+            for &t in tables {
+                let t = &fib.tables[t];
+                match t.plain(p.q.dst) {
+                    Plain::Miss | Plain::Thrown => continue,
+                    Plain::Reject(e) => return Some(Err(e)),
+                    Plain::Flow => return None,
+                    plain => return Some(Ok(t.hops[plain_hop(t, plain, &p.q) as usize])),
+                }
+            }
+            return Some(Err(NoRoute::NetworkUnreachable));
+        }
         let key = FlowKey::new(&p.q, None, p.iif);
         let candidates = fib.rules.candidates(&key);
         let mut from = 0;
@@ -266,7 +279,13 @@ fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -
     if rule.suppress_ifgroup.is_some() {
         return PlainStep::Full;
     }
-    let hop = match plain {
+    PlainStep::Done(Ok(t.hops[plain_hop(t, plain, q) as usize]))
+}
+
+/// The hop of a plain answer with a route: its one hop, or the flow's among several.
+#[inline]
+fn plain_hop(t: &CompiledTable, plain: Plain, q: &Query) -> u32 {
+    match plain {
         Plain::One { hop, .. } => hop,
         Plain::Multi { start, .. } => {
             let start = start as usize;
@@ -274,8 +293,7 @@ fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -
             choose_weighted(&t.multi[start + 1..start + 1 + count], q)
         }
         _ => unreachable!("answers with a route"),
-    };
-    PlainStep::Done(Ok(t.hops[hop as usize]))
+    }
 }
 
 /// Hash-threshold choice among weighted hops, as [`crate::snapshot::choose_path`] chooses

@@ -232,6 +232,9 @@ pub(crate) struct FamilyFib {
     pub(crate) tables: Vec<CompiledTable>,
     /// Each table id's position in `tables`.
     ids: HashMap<u32, usize>,
+    /// IPv4 before any rule was added: the positions of `main` and `default` (those that
+    /// exist), which a lookup searches in turn with no rule to test.
+    pub(crate) without_rules: Option<Vec<usize>>,
 }
 
 impl FamilyFib {
@@ -412,6 +415,7 @@ impl State {
             }
             let ids: HashMap<u32, usize> =
                 tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+            let mut without_rules = None;
             let rules = if f == Family::V4 && !self.v4_custom_rules() {
                 let lookup = |id: u32| {
                     CompiledRule::always(Action::Lookup {
@@ -419,11 +423,22 @@ impl State {
                         table: ids.get(&id).copied(),
                     })
                 };
+                without_rules = Some(
+                    [TABLE_MAIN, TABLE_DEFAULT]
+                        .iter()
+                        .filter_map(|id| ids.get(id).copied())
+                        .collect(),
+                );
                 Rules::of(vec![lookup(TABLE_MAIN), lookup(TABLE_DEFAULT)])
             } else {
                 Rules::compile(self.rules(f), |id| ids.get(&id).copied())
             };
-            FamilyFib { rules, tables, ids }
+            FamilyFib {
+                rules,
+                tables,
+                ids,
+                without_rules,
+            }
         };
         let links: BTreeMap<LinkIndex, Link> = self.links().map(|l| (l.index, l.clone())).collect();
         let nexthops: BTreeMap<NexthopId, Nexthop> =
