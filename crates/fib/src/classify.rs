@@ -9,9 +9,10 @@
 //!
 //! Past [`INDEX_FROM`] rules, an index of bit sets (one bit per rule, in priority order)
 //! narrows the walk: for each indexed selector (source prefix, destination prefix, input
-//! link, exact firewall mark) a flow's value picks the set of rules that selector does not
-//! rule out; the rules in all four sets are the candidates, and only they are tested in
-//! full. A prefix selector's sets are found with an LPM lookup over the rules' prefixes:
+//! link, exact firewall mark, source and destination port ranges, uid range) a flow's
+//! value picks the set of rules that selector does not rule out; the rules in all the
+//! sets are the candidates, and only they are tested in full. A range selector's sets
+//! are found by binary search among the ends of the rules' ranges. A prefix selector's sets are found with an LPM lookup over the rules' prefixes:
 //! the rules whose prefix holds an address are exactly those whose prefix covers the
 //! longest rule prefix holding it. A rule with `not`, or a selector the index does not
 //! key (a partial mark mask), is in every set of that selector, so the candidates are
@@ -178,6 +179,10 @@ impl CompiledRule {
     }
 }
 
+/// The offsets of a flow's bit sets in the index, one per indexed selector (source,
+/// destination, input link, mark, source port, destination port, uid).
+pub(crate) type Sets = [usize; 7];
+
 /// A family's rules, compiled.
 #[derive(Debug)]
 pub(crate) struct Rules {
@@ -238,7 +243,7 @@ impl Rules {
 
     /// The flow's bit sets in the index (`None` without an index).
     #[inline]
-    pub(crate) fn sets(&self, key: &FlowKey) -> Option<[usize; 4]> {
+    pub(crate) fn sets(&self, key: &FlowKey) -> Option<Sets> {
         self.index.as_ref().map(|ix| ix.sets(key))
     }
 
@@ -247,7 +252,7 @@ impl Rules {
     pub(crate) fn candidates_with<'a>(
         &'a self,
         key: &'a FlowKey,
-        sets: Option<[usize; 4]>,
+        sets: Option<Sets>,
     ) -> Candidates<'a> {
         Candidates {
             rules: self,
@@ -267,9 +272,8 @@ impl Rules {
 pub(crate) struct Candidates<'a> {
     rules: &'a Rules,
     key: &'a FlowKey,
-    /// The offsets of the flow's four bit sets in the index (source, destination, input
-    /// link, mark).
-    sets: Option<[usize; 4]>,
+    /// The offsets of the flow's bit sets in the index.
+    sets: Option<Sets>,
 }
 
 impl Candidates<'_> {
@@ -284,11 +288,10 @@ impl Candidates<'_> {
         let mut w = from / 64;
         let mut below = !0u64 << (from % 64);
         while w < words {
-            let mut word = below
-                & ix.bits[sets[0] + w]
-                & ix.bits[sets[1] + w]
-                & ix.bits[sets[2] + w]
-                & ix.bits[sets[3] + w];
+            let mut word = below;
+            for set in sets {
+                word &= ix.bits[set + w];
+            }
             while word != 0 {
                 let i = w * 64 + word.trailing_zeros() as usize;
                 if list[i].matches(self.key) {
@@ -328,6 +331,35 @@ struct Index {
     /// The sets of marks that rules select with a full mask, by mark.
     marks: Vec<(u32, usize)>,
     marks_none: usize,
+    /// Source port, destination port, uid.
+    ranges: [RangeIndex; 3],
+}
+
+/// A range selector's sets: the values cut into intervals at every rule range's ends, each
+/// interval with the set of rules whose range holds it (and those with no range).
+#[derive(Debug)]
+struct RangeIndex {
+    /// The first value of every interval but the first (which starts at 0).
+    starts: Vec<u32>,
+    /// Each interval's set.
+    sets: Vec<usize>,
+}
+
+impl RangeIndex {
+    #[inline]
+    fn set(&self, v: u32) -> usize {
+        self.sets[self.starts.partition_point(|&s| s <= v)]
+    }
+}
+
+/// The range selectors the index keys: source port, destination port, uid.
+fn range_selector(r: &Rule, which: usize) -> Option<(u32, u32)> {
+    let sel = match which {
+        0 => r.sport,
+        1 => r.dport,
+        _ => r.uidrange,
+    };
+    sel.filter(|_| !r.invert).map(|x| (x.start, x.end))
 }
 
 impl Index {
@@ -396,6 +428,24 @@ impl Index {
             .into_iter()
             .map(|m| (m, add(&|r: &Rule| mark_any(r) || mark_of(r) == Some(m))))
             .collect();
+        let ranges = [0, 1, 2].map(|which| {
+            let mut starts: Vec<u32> = rules
+                .iter()
+                .filter_map(|r| range_selector(r, which))
+                .flat_map(|(a, b)| [Some(a), b.checked_add(1)])
+                .flatten()
+                .filter(|&v| v > 0)
+                .collect();
+            starts.sort_unstable();
+            starts.dedup();
+            let sets = std::iter::once(0)
+                .chain(starts.iter().copied())
+                .map(|v| {
+                    add(&|r: &Rule| range_selector(r, which).is_none_or(|(a, b)| a <= v && v <= b))
+                })
+                .collect();
+            RangeIndex { starts, sets }
+        });
         Index {
             words,
             bits,
@@ -407,6 +457,7 @@ impl Index {
             iif_none,
             marks,
             marks_none,
+            ranges,
         }
     }
 
@@ -419,7 +470,7 @@ impl Index {
     }
 
     #[inline]
-    fn sets(&self, k: &FlowKey) -> [usize; 4] {
+    fn sets(&self, k: &FlowKey) -> Sets {
         [
             Self::prefix_set(&self.src, self.src_none, k.src),
             Self::prefix_set(&self.dst, self.dst_none, k.dst),
@@ -430,6 +481,9 @@ impl Index {
             self.marks
                 .binary_search_by_key(&k.mark, |m| m.0)
                 .map_or(self.marks_none, |i| self.marks[i].1),
+            self.ranges[0].set(k.sport as u32),
+            self.ranges[1].set(k.dport as u32),
+            self.ranges[2].set(k.uid),
         ]
     }
 
@@ -446,6 +500,11 @@ impl Index {
             + lpm(&self.dst)
             + self.iif.len() * 8
             + self.marks.len() * 16
+            + self
+                .ranges
+                .iter()
+                .map(|r| r.starts.len() * 4 + r.sets.len() * 8)
+                .sum::<usize>()
     }
 }
 
@@ -515,6 +574,13 @@ mod tests {
         if rng.gen_bool(0.1) {
             r.dport = Some(Range { start: 80, end: 90 });
         }
+        if rng.gen_bool(0.2) {
+            let start = rng.gen_range(0..1000);
+            r.sport = Some(Range {
+                start,
+                end: start + rng.gen_range(0..3),
+            });
+        }
         if rng.gen_bool(0.1) {
             r.uidrange = Some(Range {
                 start: 1000,
@@ -534,6 +600,7 @@ mod tests {
         q.ipproto = [0, 6, 17][rng.gen_range(0..3)];
         q.dport = [0, 80, 85, 443][rng.gen_range(0..4)];
         q.uid = [0, 1500][rng.gen_range(0..2)];
+        q.sport = [0, 1, 999, 1001, rng.gen_range(0..1003)][rng.gen_range(0..5)];
         let oif = [None, Some(2), Some(3)][rng.gen_range(0..3)];
         FlowKey::new(&q, oif, rng.gen_range(0..9))
     }

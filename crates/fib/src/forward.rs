@@ -172,7 +172,7 @@ impl Snapshot {
                 .map(|p| FlowKey::new(&p.q, p.oif, p.iif))
         });
         // The flows' bit sets in the rule index, found once for all rounds.
-        let sets: [Option<[usize; 4]>; BATCH] = std::array::from_fn(|i| {
+        let sets: [Option<crate::classify::Sets>; BATCH] = std::array::from_fn(|i| {
             let p = prepared[i].as_ref()?;
             self.fib(p.family).rules.sets(keys[i].as_ref()?)
         });
