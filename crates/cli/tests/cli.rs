@@ -823,3 +823,94 @@ fn route_get_answers_from_a_config_and_a_bad_line_names_file_and_line() {
     );
     assert!(stdout(&out).is_empty());
 }
+
+/// A small table for `fibre bench rules`: /24s and /48s away from the router's subnets.
+fn rules_routes() -> PathBuf {
+    let mut text = String::new();
+    for i in 0..120 {
+        text += &format!("20.{}.{}.0/24\n", i / 10, i % 10);
+    }
+    for i in 0..60 {
+        text += &format!("2001:db8:{i:x}::/48\n");
+    }
+    temp_file("rules-routes.txt", &text)
+}
+
+fn bench_rules(kernel: bool) -> Vec<serde_json::Value> {
+    let routes = rules_routes();
+    let out = std::env::temp_dir().join(format!("fibre-rules-{}-{kernel}", std::process::id()));
+    let mut args = vec![
+        "bench",
+        "rules",
+        "--routes",
+        routes.to_str().unwrap(),
+        "--sample",
+        "150",
+        "--rules",
+        "12,40",
+        "--count",
+        "2048",
+        "--kernel-count",
+        "512",
+        "--repetitions",
+        "3",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    if !kernel {
+        args.push("--no-kernel");
+    }
+    let o = fibre(&args, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("Cost per `from` rule (40 rules)"),
+        "{report}"
+    );
+    assert!(report.contains("| source routes | 0 |"), "{report}");
+    stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn bench_rules_measures_every_case_of_both_families() {
+    let figures = bench_rules(false);
+    for family in [4, 6] {
+        for (case, rules) in [("default", 0), ("from", 12), ("from", 40), ("dport", 40)] {
+            for mode in ["scalar", "batch"] {
+                assert!(
+                    figures.iter().any(|f| f["family"] == family
+                        && f["engine"] == "fibre"
+                        && f["case"] == case
+                        && f["rules"] == rules
+                        && f["mode"] == mode),
+                    "IPv{family} {case} {rules} {mode}"
+                );
+            }
+        }
+    }
+    assert!(!figures.iter().any(|f| f["engine"] == "kernel"));
+}
+
+#[test]
+#[ignore = "needs root: loads the same rules into the kernel of a network namespace"]
+fn bench_rules_measures_the_kernel_with_the_same_rules() {
+    let figures = bench_rules(true);
+    for family in [4, 6] {
+        for (case, rules) in [("default", 0), ("from", 40), ("dport", 40)] {
+            let kernel = figures
+                .iter()
+                .find(|f| {
+                    f["family"] == family
+                        && f["engine"] == "kernel"
+                        && f["case"] == case
+                        && f["rules"] == rules
+                })
+                .unwrap_or_else(|| panic!("no kernel figure for IPv{family} {case} {rules}"));
+            assert_eq!(kernel["metric"], "lookup", "{kernel}");
+        }
+    }
+}
