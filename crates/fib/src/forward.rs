@@ -186,6 +186,18 @@ impl Snapshot {
                 let At::From(from) = at[i] else { continue };
                 let p = prepared[i].as_ref().expect("walking");
                 let fib = self.fib(p.family);
+                if let Some(tables) = &fib.without_rules {
+                    // No rule to test: the tables in turn (their synthetic rules, which
+                    // suppress nothing, stand at the same positions).
+                    at[i] = match tables.get(from) {
+                        Some(&table) => At::Lookup { rule: from, table },
+                        None => {
+                            out[i] = Err(NoRoute::NetworkUnreachable);
+                            At::Done
+                        }
+                    };
+                    continue;
+                }
                 let key = keys[i].as_ref().expect("walking");
                 let candidates = fib.rules.candidates_with(key, sets[i]);
                 at[i] = match self.next_lookup(fib, &candidates, from) {
