@@ -865,7 +865,7 @@ fn bench_rules(kernel: bool) -> Vec<serde_json::Value> {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
-        report.contains("Cost per `from` rule (40 rules)"),
+        report.contains("Cost per `from` rule (12 to 40 rules)"),
         "{report}"
     );
     assert!(report.contains("| source routes | 0 |"), "{report}");
