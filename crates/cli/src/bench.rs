@@ -247,21 +247,7 @@ fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     progress.finish_and_clear();
     jsonl.flush()?;
-    let mut md = format!(
-        "# fibre bench rules\n\nRun of `fibre bench{}` on {} (Linux {}), {}. Routes: {}.\n\n",
-        std::env::args()
-            .skip(2)
-            .map(|a| format!(" {a}"))
-            .collect::<String>(),
-        cpu_model(),
-        kernel_release(),
-        utc_stamp(),
-        routes
-            .iter()
-            .map(|p| file_name(p))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
+    let mut md = format!("# fibre bench rules\n\n{}.\n\n", run_of(&routes));
     if let Some(why) = &missing {
         md += &format!("**The kernel's side is missing: {why}.**\n\n");
         eprintln!("fibre bench rules: the kernel's side is missing: {why}");
@@ -401,20 +387,9 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         eprintln!("fibre bench: the kernel's side is missing: {why}");
     }
     let header = format!(
-        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}. fibre's lookups: \
-         the {form} form (the fastest this CPU runs), the IPv4 {} and the IPv6 {}.",
-        std::env::args()
-            .skip(2)
-            .map(|a| format!(" {a}"))
-            .collect::<String>(),
-        cpu_model(),
-        kernel_release(),
-        utc_stamp(),
-        routes
-            .iter()
-            .map(|p| file_name(p))
-            .collect::<Vec<_>>()
-            .join(", "),
+        "{}. fibre's lookups: the {form} form (the fastest this CPU runs), the IPv4 {} and \
+         the IPv6 {}.",
+        run_of(&routes),
         structure(4),
         structure(6),
     );
@@ -430,6 +405,25 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         plots.len()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a report says of its run: the command, the CPU, the kernel, the time, the routes.
+fn run_of(routes: &[PathBuf]) -> String {
+    format!(
+        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}",
+        std::env::args()
+            .skip(2)
+            .map(|a| format!(" {a}"))
+            .collect::<String>(),
+        cpu_model(),
+        kernel_release(),
+        utc_stamp(),
+        routes
+            .iter()
+            .map(|p| file_name(p))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 /// The current UTC time as `YYYYMMDD-HHMMSS`.
