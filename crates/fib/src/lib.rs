@@ -21,6 +21,8 @@
 //!   stored as the value of an LPM structure, so the common lookup is one search; rules
 //!   compile to integer selectors with a bit-set index (`classify`), and batches of
 //!   [`BATCH`] flows stay batched through rules and tables.
+//! - [`Fib`] publishes a state to [`FibReader`]s on any threads (`publish`): a batch of
+//!   changes becomes visible to all of them at once, with no lock and no wait.
 //! - [`show`] prints answers and listings as `ip` does, text or JSON.
 //!
 //! ```
@@ -50,6 +52,7 @@ pub mod link;
 pub mod names;
 pub mod net;
 pub mod nexthop;
+pub mod publish;
 pub mod query;
 pub mod route;
 pub mod rule;
@@ -62,6 +65,7 @@ pub use forward::{Hop, BATCH};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use net::{Family, Net};
 pub use nexthop::{Nexthop, NexthopId, NexthopKind};
+pub use publish::{Fib, FibReader};
 pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteType};
 pub use rule::{Rule, RuleAction};
