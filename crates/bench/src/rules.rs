@@ -27,6 +27,7 @@ use crate::addresses;
 use crate::kernel::{KernelFib, GATEWAYS};
 use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
 use crate::method::{measure, Method, Timing};
+use crate::studies::merge;
 use fibre_fib::{config, NoRoute, Query, Snapshot, State};
 use fibre_kernel::netns::{gateway, INPUT_DEV, OUTPUT_DEV};
 use fibre_lpm::{Key, Prefix, Table};
@@ -226,13 +227,6 @@ fn measure_snapshot(snap: &Snapshot, flows: &[Query], mode: Mode, method: Method
 fn base<K: Key>(engine: &str, routes: usize, case: &Case) -> Value {
     json!({"study": "rules", "engine": engine, "family": K::FAMILY, "routes": routes,
            "metric": "lookup", "case": case.kind, "rules": case.rules})
-}
-
-fn merge(mut a: Value, b: Value) -> Value {
-    if let (Some(m), Value::Object(e)) = (a.as_object_mut(), b) {
-        m.extend(e);
-    }
-    a
 }
 
 /// Runs the study on one family's real table; every figure goes to `emit` as it is

@@ -160,7 +160,8 @@ fn base<K: Key>(study: &str, engine: &str, routes: usize, metric: &str) -> Value
     json!({"engine": engine, "family": K::FAMILY, "routes": routes, "metric": metric, "study": study})
 }
 
-fn merge(mut a: Value, b: Value) -> Value {
+/// `a` with `b`'s fields added (both JSON objects).
+pub(crate) fn merge(mut a: Value, b: Value) -> Value {
     if let (Some(m), Value::Object(e)) = (a.as_object_mut(), b) {
         m.extend(e);
     }

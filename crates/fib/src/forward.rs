@@ -18,8 +18,9 @@ use crate::classify::FlowKey;
 use crate::link::LinkIndex;
 use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
+use crate::route::Path;
 use crate::route::{Route, RouteType};
-use crate::snapshot::{choose_path, flow_hash, sent_via, CompiledTable, Concluded, Plain};
+use crate::snapshot::{choose_path, choose_weighted_by, sent_via, CompiledTable, Concluded, Plain};
 use crate::snapshot::{Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
 
@@ -124,19 +125,25 @@ impl Snapshot {
         };
         let oif = self.path_oif(&p.q, p.family, route);
         let path = choose_path(self.usable(route, oif), &p.q).ok_or(NoRoute::NetworkUnreachable)?;
+        Ok(self.hop_of(route, table, path, p.input.is_some()))
+    }
+
+    /// The hop of `route` in `table` through `path`: local delivery by the loopback (and
+    /// a forwarded broadcast too), the gateway only where the path sends through it.
+    pub(crate) fn hop_of(&self, route: &Route, table: u32, path: &Path, input: bool) -> Hop {
         let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = route.kind == RouteType::Broadcast;
-        Ok(Hop {
+        Hop {
             kind: route.kind,
             table: Some(table),
-            dev: if local || (brd && p.input.is_some()) {
+            dev: if local || (brd && input) {
                 self.lo
             } else {
                 path.dev
             },
             gateway: if local { None } else { sent_via(path) },
             mtu: route.mtu,
-        })
+        }
     }
 
     /// Up to [`BATCH`] flows, round by round.
@@ -166,9 +173,11 @@ impl Snapshot {
                 Err(e) => out[i] = Err(e),
             }
         }
+        // Rule keys only for flows whose family has rules to test.
         let keys: [Option<FlowKey>; BATCH] = std::array::from_fn(|i| {
             prepared[i]
                 .as_ref()
+                .filter(|p| self.fib(p.family).without_rules.is_none())
                 .map(|p| FlowKey::new(&p.q, p.oif, p.iif))
         });
         // The flows' bit sets in the rule index, found once for all rounds.
@@ -308,19 +317,11 @@ fn plain_hop(t: &CompiledTable, plain: Plain, q: &Query) -> u32 {
     }
 }
 
-/// Hash-threshold choice among weighted hops, as [`crate::snapshot::choose_path`] chooses
-/// among paths.
+/// The flow's hop among weighted hops, chosen as [`choose_path`] chooses among paths.
 fn choose_weighted(paths: &[(u32, u16)], q: &Query) -> u32 {
-    let total: u64 = paths.iter().map(|p| p.1 as u64).sum();
-    let h = flow_hash(q) as u64;
-    let mut acc = 0u64;
-    for &(hop, weight) in paths {
-        acc += weight as u64;
-        if h < ((acc << 31) + total / 2) / total {
-            return hop;
-        }
-    }
-    paths.last().expect("several paths").0
+    choose_weighted_by(paths.iter(), |p| p.1, q)
+        .expect("several paths")
+        .0
 }
 
 #[cfg(test)]

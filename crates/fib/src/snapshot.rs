@@ -555,14 +555,7 @@ impl Snapshot {
                     Some(TableResult::Thrown) => Plain::Thrown,
                     Some(TableResult::Reject(e)) => Plain::Reject(e),
                     Some(TableResult::Hit(route, len)) => {
-                        let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
-                        let hop = |p: &Path| Hop {
-                            kind: route.kind,
-                            table: Some(table.id),
-                            dev: if local { self.lo } else { p.dev },
-                            gateway: if local { None } else { sent_via(p) },
-                            mtu: route.mtu,
-                        };
+                        let hop = |p: &Path| self.hop_of(route, table.id, p, false);
                         let paths: Vec<&Path> = self.usable(route, None).collect();
                         if route.kind == RouteType::Broadcast || paths.is_empty() {
                             Plain::Flow
@@ -1257,22 +1250,32 @@ pub(crate) fn choose_path<'a>(
     paths: impl Iterator<Item = &'a Path> + Clone,
     q: &Query,
 ) -> Option<&'a Path> {
-    let mut two = paths.clone();
+    choose_weighted_by(paths, |p| p.weight, q)
+}
+
+/// Hash-threshold choice among items of some weight: the only one without hashing, else
+/// the one whose share of the 31-bit hash space holds the flow's hash.
+#[inline]
+pub(crate) fn choose_weighted_by<T: Copy>(
+    items: impl Iterator<Item = T> + Clone,
+    weight: impl Fn(T) -> u16,
+    q: &Query,
+) -> Option<T> {
+    let mut two = items.clone();
     let first = two.next()?;
     if two.next().is_none() {
         return Some(first);
     }
-    let total: u64 = paths.clone().map(|p| p.weight as u64).sum();
+    let total: u64 = items.clone().map(|i| weight(i) as u64).sum();
     let h = flow_hash(q) as u64;
     let mut acc = 0u64;
     let mut last = first;
-    for p in paths {
-        acc += p.weight as u64;
-        let upper = ((acc << 31) + total / 2) / total;
-        if h < upper {
-            return Some(p);
+    for i in items {
+        acc += weight(i) as u64;
+        if h < ((acc << 31) + total / 2) / total {
+            return Some(i);
         }
-        last = p;
+        last = i;
     }
     Some(last)
 }
