@@ -620,9 +620,6 @@ impl RouteSpec {
         let kind = self.kind.unwrap_or(RouteType::Unicast);
         let dst = self.dst.expect("checked for adds");
         let has_gw = self.gateway.is_some() || !self.multipath.is_empty() || self.nhid.is_some();
-        if self.src.is_some_and(|s| !s.is_default()) && family == Family::V4 {
-            return Err("route: source-specific IPv4 routes (`from`) are not in the kernel; fibre does not take them in a file meant for it".into());
-        }
         if self.gateway.is_some_and(|g| Family::of(g) != family) && family == Family::V6 {
             return Err("route: an IPv6 route needs an IPv6 gateway".into());
         }

@@ -988,6 +988,11 @@ impl Snapshot {
         if Family::of(q.dst) == Family::V6 {
             return self.table_lookup_v6(table, longest, q, oif);
         }
+        // Source-specific IPv4 routes (fibre's own; the kernel ignores `from` on IPv4
+        // routes): at each destination prefix, longest first, the routes whose source
+        // prefix holds the flow's source (the unspecified address when it gives none),
+        // longest source prefix first, then the source-less ones.
+        let src = q.src.unwrap_or(Family::V4.any());
         let mut node = longest;
         while let Some(n) = node {
             let n = &table.nodes[n as usize];
@@ -995,7 +1000,8 @@ impl Snapshot {
                 .routes
                 .iter()
                 .filter(|r| r.tos == 0 || r.tos == q.tos & 0x1c)
-                .filter(|r| r.scope >= min_scope);
+                .filter(|r| r.scope >= min_scope)
+                .filter(|r| r.src.len() == 0 || r.src.contains(src));
             if let Some(result) = self.select(fitting, n.dst.len(), oif, true) {
                 return result;
             }

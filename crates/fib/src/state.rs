@@ -65,7 +65,8 @@ pub struct RouteFilter {
     pub table: Option<u32>,
     /// The destination.
     pub dst: Option<Net>,
-    /// The source prefix (IPv6 source routes).
+    /// The source prefix: source routes, IPv6 as the kernel has them and IPv4 as fibre
+    /// adds them (the kernel ignores `from` on IPv4 routes).
     pub src: Option<Net>,
     /// TOS.
     pub tos: u8,

@@ -4,8 +4,8 @@
 //! added or deleted, the rule walk skipped then, `goto` targets resolved ahead. The
 //! reference here does none of that: it walks the rules one by one and scans every route
 //! of a table for the longest prefixes that hold the destination. Random configurations
-//! (routes of every type in several tables, metrics, TOS, rules with selectors and every
-//! action, links going down) and random flows must get the same answer from both.
+//! (routes of every type in several tables, metrics, TOS, IPv4 source routes, rules with
+//! selectors and every action, links going down) and random flows must get the same answer from both.
 
 use fibre_fib::names::{SCOPE_LINK, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
 use fibre_fib::{config, Family, LinkIndex, NoRoute, Paths, Query, Route, RouteType, RuleAction};
@@ -30,12 +30,15 @@ enum Found<'a> {
 /// The longest prefixes holding `q.dst` first, each prefix's routes in the kernel's
 /// order; the first that fits answers.
 fn scan<'a>(routes: Vec<&'a Route>, q: &Query) -> Found<'a> {
+    // IPv4 source routes (fibre's own): a route with a source prefix fits only a flow
+    // from inside it, and ranks before the same destination's shorter source prefixes.
+    let src = q.src.unwrap_or(Family::of(q.dst).any());
     let mut fitting: Vec<&Route> = routes
         .into_iter()
-        .filter(|r| r.dst.contains(q.dst))
+        .filter(|r| r.dst.contains(q.dst) && r.src.contains(src))
         .collect();
     // A stable sort keeps each prefix's routes in order (and local's before main's).
-    fitting.sort_by_key(|r| std::cmp::Reverse(r.dst.len()));
+    fitting.sort_by_key(|r| std::cmp::Reverse((r.dst.len(), r.src.len())));
     for r in fitting {
         if r.family() == Family::V4 && r.tos != 0 && r.tos != q.tos & 0x1c {
             continue;
@@ -290,7 +293,21 @@ fn line(rng: &mut SmallRng, with_rules: bool) -> String {
             ""
         };
         let tos = pick(rng, &["", "", "", " tos 0x10"]);
-        format!("route {op} {kind}{dst}{via}{table}{tos}{metric}")
+        let from = pick(
+            rng,
+            &[
+                "",
+                "",
+                "",
+                "",
+                " from 10.0.0.0/24",
+                " from 10.0.0.1",
+                " from 10.0.0.0/16",
+                " from 10.0.1.0/24",
+                " from 0.0.0.0/1",
+            ],
+        );
+        format!("route {op} {kind}{dst}{from}{via}{table}{tos}{metric}")
     }
 }
 
@@ -314,6 +331,10 @@ fn flow(rng: &mut SmallRng) -> Query {
         IpAddr::from([10, rng.gen_range(0..4), rng.gen_range(0..4), rng.gen()])
     };
     let mut q = Query::to(dst);
+    if dst.is_ipv4() && rng.gen_bool(0.4) {
+        // One of the host's own addresses: what source routes choose by.
+        q.src = Some(IpAddr::from([10, 0, rng.gen_range(0..2), 1]));
+    }
     q.mark = *[0, 1, 0x15].get(rng.gen_range(0..3)).expect("in range");
     q.uid = if rng.gen_bool(0.3) { 1500 } else { 0 };
     if rng.gen_bool(0.2) {
@@ -396,4 +417,67 @@ fn rule_walks_answer_as_the_plain_walk() {
         assert!(differ.is_empty(), "seed {seed}:\n{}", differ.join("\n"));
     }
     assert_eq!(total, 100_000);
+}
+
+/// IPv4 source routes, which the kernel lacks: the longest destination first, then the
+/// longest source prefix holding the flow's source, then the destination's source-less
+/// routes; `route del` with `from` removes only the route of that source prefix.
+#[test]
+fn ipv4_source_routes_choose_by_destination_then_source() {
+    let mut state = State::new();
+    let config = "
+        route add 10.8.0.0/16 via 10.0.0.2
+        route add 10.8.0.0/16 from 10.0.1.0/24 via 10.0.1.2
+        route add 10.8.0.0/16 from 10.0.1.1 via 10.0.1.3
+        route add unreachable 10.8.1.0/24 from 10.0.0.0/24
+    ";
+    for l in BASE.lines().chain(config.lines()).map(str::trim) {
+        if !l.is_empty() {
+            config::apply_line(&mut state, l).expect("configuration");
+        }
+    }
+    let via = |state: &State, dst: [u8; 4], src: Option<[u8; 4]>| {
+        let mut q = Query::to(IpAddr::from(dst));
+        q.src = src.map(IpAddr::from);
+        let snapshot = state.snapshot();
+        let hop = snapshot.lookup(&q).map(|h| h.gateway);
+        let answer = snapshot.route(&q).map(|a| a.gateway);
+        assert_eq!(hop, answer, "lookup and route differ for {q:?}");
+        answer
+    };
+    let gw = |a: [u8; 4]| Ok(Some(IpAddr::from(a)));
+    assert_eq!(via(&state, [10, 8, 0, 9], None), gw([10, 0, 0, 2]));
+    assert_eq!(
+        via(&state, [10, 8, 0, 9], Some([10, 0, 0, 1])),
+        gw([10, 0, 0, 2])
+    );
+    assert_eq!(
+        via(&state, [10, 8, 0, 9], Some([10, 0, 1, 1])),
+        gw([10, 0, 1, 3])
+    );
+    // The /24's unreachable route is for sources in 10.0.0.0/24 only; others fall back
+    // to the /16's routes.
+    assert_eq!(
+        via(&state, [10, 8, 1, 9], Some([10, 0, 0, 1])),
+        Err(NoRoute::HostUnreachable)
+    );
+    assert_eq!(
+        via(&state, [10, 8, 1, 9], Some([10, 0, 1, 1])),
+        gw([10, 0, 1, 3])
+    );
+    assert_eq!(via(&state, [10, 8, 1, 9], None), gw([10, 0, 0, 2]));
+    config::apply_line(&mut state, "route del 10.8.0.0/16 from 10.0.1.1").expect("del");
+    assert_eq!(
+        via(&state, [10, 8, 0, 9], Some([10, 0, 1, 1])),
+        gw([10, 0, 1, 2])
+    );
+    config::apply_line(&mut state, "route del 10.8.0.0/16").expect("del");
+    assert_eq!(
+        via(&state, [10, 8, 0, 9], Some([10, 0, 1, 1])),
+        gw([10, 0, 1, 2])
+    );
+    assert_eq!(
+        via(&state, [10, 8, 0, 9], None),
+        Err(NoRoute::NetworkUnreachable)
+    );
 }
