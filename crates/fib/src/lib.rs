@@ -23,6 +23,9 @@
 //!   [`BATCH`] flows stay batched through rules and tables.
 //! - [`Fib`] publishes a state to [`FibReader`]s on any threads (`publish`): a batch of
 //!   changes becomes visible to all of them at once, with no lock and no wait.
+//! - [`Exceptions`] (`exception`) hold what the network taught about single destinations
+//!   (path MTUs, redirects) outside the lookup structure: bounded, expiring, sharded with
+//!   no global lock; [`FibReader::lookup`] applies them.
 //! - [`show`] prints answers and listings as `ip` does, text or JSON.
 //!
 //! ```
@@ -47,6 +50,7 @@
 
 mod classify;
 pub mod config;
+pub mod exception;
 pub mod forward;
 pub mod link;
 pub mod names;
@@ -61,6 +65,7 @@ pub mod snapshot;
 pub mod source;
 pub mod state;
 
+pub use exception::{Exception, Exceptions};
 pub use forward::{Hop, BATCH};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use net::{Family, Net};

@@ -6,8 +6,13 @@
 //! (any number, on any threads) take the current snapshot with no lock and no wait and
 //! look up against all of it for as long as they hold it; a batch is never seen in part,
 //! and a batch that fails leaves the published state as it was.
+//!
+//! Beside the snapshot, both sides share the [`Exceptions`] learned from the network (path
+//! MTUs, redirects): [`FibReader::lookup`] applies them to the hop its route gives, and a
+//! link that is down or gone when a batch is published takes its exceptions with it.
 
 use crate::config::{self, ConfigError};
+use crate::exception::Exceptions;
 use crate::forward::Hop;
 use crate::query::{NoRoute, Query};
 use crate::snapshot::Snapshot;
@@ -19,22 +24,35 @@ use std::sync::Arc;
 pub struct Fib {
     state: State,
     published: Arc<ArcSwap<Snapshot>>,
+    exceptions: Arc<Exceptions>,
 }
 
 /// A reader of a published routing state.
 #[derive(Clone)]
 pub struct FibReader {
     published: Arc<ArcSwap<Snapshot>>,
+    exceptions: Arc<Exceptions>,
 }
+
+/// How many exceptions a [`Fib`] holds at most (the kernel's IPv4 buckets hold up to
+/// 2,048 × 5).
+pub const EXCEPTIONS: usize = 16_384;
 
 impl Fib {
     /// Publishes `state` and returns the writer and a first reader.
     pub fn new(state: State) -> (Fib, FibReader) {
         let published = Arc::new(ArcSwap::from_pointee(state.snapshot()));
+        let exceptions = Arc::new(Exceptions::new(EXCEPTIONS));
         let reader = FibReader {
             published: Arc::clone(&published),
+            exceptions: Arc::clone(&exceptions),
         };
-        (Fib { state, published }, reader)
+        let fib = Fib {
+            state,
+            published,
+            exceptions,
+        };
+        (fib, reader)
     }
 
     /// The state as last published.
@@ -55,6 +73,11 @@ impl Fib {
         let mut next = self.state.clone();
         f(&mut next)?;
         self.published.store(Arc::new(next.snapshot()));
+        for link in self.state.links().filter(|l| l.up) {
+            if !next.link(link.index).is_some_and(|l| l.up) {
+                self.exceptions.forget_link(link.index);
+            }
+        }
         self.state = next;
         Ok(())
     }
@@ -63,7 +86,13 @@ impl Fib {
     pub fn reader(&self) -> FibReader {
         FibReader {
             published: Arc::clone(&self.published),
+            exceptions: Arc::clone(&self.exceptions),
         }
+    }
+
+    /// The exceptions learned from the network.
+    pub fn exceptions(&self) -> &Exceptions {
+        &self.exceptions
     }
 }
 
@@ -73,9 +102,17 @@ impl FibReader {
         self.published.load_full()
     }
 
-    /// [`Snapshot::lookup`] on the current snapshot.
+    /// [`Snapshot::lookup`] on the current snapshot, with what the exceptions know of
+    /// the destination through the hop applied (a redirect's gateway, a path MTU).
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
-        self.published.load().lookup(q)
+        let mut hop = self.published.load().lookup(q)?;
+        self.exceptions.apply(q.dst, &mut hop, Exceptions::now());
+        Ok(hop)
+    }
+
+    /// The exceptions learned from the network, to learn more (ICMP errors received).
+    pub fn exceptions(&self) -> &Exceptions {
+        &self.exceptions
     }
 }
 
@@ -144,5 +181,37 @@ addr add 10.0.0.1/24 dev a0
         assert_eq!(err.line, 2);
         assert_eq!(reader.lookup(&a).unwrap(), before);
         assert_eq!(fib.reader().lookup(&b).unwrap().gateway, before.gateway);
+    }
+
+    /// A reader's lookup applies a learned path MTU and redirect to the hop they were
+    /// learned on; a route moved to another gateway leaves them behind; the link going
+    /// down forgets them.
+    #[test]
+    fn lookups_apply_exceptions_of_their_hop() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "links", LINKS).unwrap();
+        let (mut fib, reader) = Fib::new(state);
+        fib.apply("r", "route add 10.1.0.0/16 via 10.0.0.2\n")
+            .unwrap();
+        let q = Query::to([10, 1, 0, 1].into());
+        let hop = reader.lookup(&q).unwrap();
+        let now = Exceptions::now();
+        reader.exceptions().learn_pmtu(q.dst, &hop, 1500, 1400, now);
+        let redirected = IpAddr::from([10, 0, 0, 9]);
+        fib.exceptions()
+            .learn_redirect(q.dst, &hop, redirected, now);
+        let seen = reader.lookup(&q).unwrap();
+        assert_eq!((seen.mtu, seen.gateway), (Some(1400), Some(redirected)));
+        // Another destination of the same route: untouched.
+        let other = reader.lookup(&Query::to([10, 1, 0, 2].into())).unwrap();
+        assert_eq!((other.mtu, other.gateway), (None, hop.gateway));
+        fib.apply("r", "route replace 10.1.0.0/16 via 10.0.0.3\n")
+            .unwrap();
+        assert_eq!(reader.lookup(&q).unwrap().mtu, None);
+        fib.apply("r", "route replace 10.1.0.0/16 via 10.0.0.2\n")
+            .unwrap();
+        assert_eq!(reader.lookup(&q).unwrap().mtu, Some(1400));
+        fib.apply("down", "link set a0 down\n").unwrap();
+        assert!(fib.exceptions().is_empty());
     }
 }
