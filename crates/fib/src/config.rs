@@ -9,6 +9,10 @@
 //! -6 route add 2001:db8::/32 via fe80::1 dev a0
 //! ```
 //!
+//! Besides `ip` lines, `sysctl [-w] KEY=VALUE` sets the kernel settings that change route
+//! answers: `net.ipv4.fib_multipath_hash_seed`, `net.ipv4.fib_multipath_hash_policy` and
+//! `net.ipv6.fib_multipath_hash_policy` (0, L3, or 1, L4).
+//!
 //! Blank lines and lines starting with `#` are skipped. Each line is checked and applied
 //! with the kernel's semantics; the first line that is wrong, unsupported, or refused by
 //! those semantics stops the load with `FILE:LINE: reason`, and nothing of the file takes
@@ -93,6 +97,9 @@ pub fn apply_line(state: &mut State, line: &str) -> Result<(), String> {
         return Ok(());
     }
     let words: Vec<&str> = line.split_whitespace().collect();
+    if words[0] == "sysctl" {
+        return sysctl(state, &words[1..]);
+    }
     let mut w = Words {
         words: &words,
         at: 0,
@@ -118,6 +125,41 @@ pub fn apply_line(state: &mut State, line: &str) -> Result<(), String> {
             quote(other)
         )),
     }
+}
+
+/// `sysctl [-w] KEY=VALUE`: the kernel settings that change route answers (the multipath
+/// hash seed and policies), written as the `sysctl` command takes them.
+fn sysctl(state: &mut State, words: &[&str]) -> Result<(), String> {
+    let words: Vec<&str> = words.iter().copied().filter(|w| *w != "-w").collect();
+    let [setting] = words[..] else {
+        return Err("sysctl: one KEY=VALUE".into());
+    };
+    let (key, value) = setting
+        .split_once('=')
+        .ok_or_else(|| format!("sysctl: {} is not KEY=VALUE", quote(setting)))?;
+    let key = key.replace('/', ".");
+    let number = |max: u32| -> Result<u32, String> {
+        value
+            .parse::<u32>()
+            .ok()
+            .filter(|v| *v <= max)
+            .ok_or_else(|| format!("sysctl: {key}: {} is not 0 to {max}", quote(value)))
+    };
+    let mut mp = state.multipath();
+    match key.as_str() {
+        "net.ipv4.fib_multipath_hash_seed" => mp.seed = number(u32::MAX)?,
+        "net.ipv4.fib_multipath_hash_policy" => mp.policy_v4 = number(1)? as u8,
+        "net.ipv6.fib_multipath_hash_policy" => mp.policy_v6 = number(1)? as u8,
+        _ => {
+            return Err(format!(
+                "sysctl: {} is not supported (net.ipv4.fib_multipath_hash_seed, \
+                 net.ipv4.fib_multipath_hash_policy, net.ipv6.fib_multipath_hash_policy)",
+                quote(&key)
+            ))
+        }
+    }
+    state.set_multipath(mp);
+    Ok(())
 }
 
 struct Words<'a> {

@@ -16,11 +16,12 @@
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
 use crate::link::LinkIndex;
+use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
 use crate::route::Path;
 use crate::route::{Route, RouteType};
-use crate::snapshot::{choose_path, choose_weighted_by, sent_via, CompiledTable, Concluded, Plain};
+use crate::snapshot::{sent_via, CompiledTable, Concluded, Plain};
 use crate::snapshot::{Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
 
@@ -74,7 +75,10 @@ impl Snapshot {
                     Plain::Miss | Plain::Thrown => continue,
                     Plain::Reject(e) => return Some(Err(e)),
                     Plain::Flow => return None,
-                    plain => return Some(Ok(t.hops[plain_hop(t, plain, &p.q) as usize])),
+                    plain => {
+                        let hop = plain_hop(t, plain, p, &self.multipath)?;
+                        return Some(Ok(t.hops[hop as usize]));
+                    }
                 }
             }
             return Some(Err(NoRoute::NetworkUnreachable));
@@ -89,7 +93,7 @@ impl Snapshot {
             };
             let t = &fib.tables[table];
             let plain = t.plain(p.q.dst);
-            match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
+            match plain_step(&fib.rules.list[rule], t, plain, p, &self.multipath) {
                 PlainStep::Next => from = rule + 1,
                 PlainStep::Done(answer) => return Some(answer),
                 PlainStep::Full => return None,
@@ -124,7 +128,9 @@ impl Snapshot {
             }
         };
         let oif = self.path_oif(&p.q, p.family, route);
-        let path = choose_path(self.usable(route, oif), &p.q).ok_or(NoRoute::NetworkUnreachable)?;
+        let path = self
+            .choose_path(route, oif, &p.q, p.input.is_some())
+            .ok_or(NoRoute::NetworkUnreachable)?;
         Ok(self.hop_of(route, table, path, p.input.is_some()))
     }
 
@@ -256,7 +262,7 @@ impl Snapshot {
                     };
                     let p = prepared[j].as_ref().expect("walking");
                     let plain = found[k].map_or(Plain::Miss, Plain::decode);
-                    at[j] = match plain_step(&fib.rules.list[rule], t, plain, &p.q) {
+                    at[j] = match plain_step(&fib.rules.list[rule], t, plain, p, &self.multipath) {
                         PlainStep::Next => At::From(rule + 1),
                         PlainStep::Done(answer) => {
                             out[j] = answer;
@@ -287,7 +293,13 @@ enum PlainStep {
 }
 
 #[inline]
-fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -> PlainStep {
+fn plain_step(
+    rule: &CompiledRule,
+    t: &CompiledTable,
+    plain: Plain,
+    p: &Prepared,
+    mp: &Multipath,
+) -> PlainStep {
     let len = match plain {
         Plain::Miss | Plain::Thrown => return PlainStep::Next,
         Plain::Reject(e) => return PlainStep::Done(Err(e)),
@@ -300,28 +312,31 @@ fn plain_step(rule: &CompiledRule, t: &CompiledTable, plain: Plain, q: &Query) -
     if rule.suppress_ifgroup.is_some() {
         return PlainStep::Full;
     }
-    PlainStep::Done(Ok(t.hops[plain_hop(t, plain, q) as usize]))
-}
-
-/// The hop of a plain answer with a route: its one hop, or the flow's among several.
-#[inline]
-fn plain_hop(t: &CompiledTable, plain: Plain, q: &Query) -> u32 {
-    match plain {
-        Plain::One { hop, .. } => hop,
-        Plain::Multi { start, .. } => {
-            let start = start as usize;
-            let count = t.multi[start].0 as usize;
-            choose_weighted(&t.multi[start + 1..start + 1 + count], q)
-        }
-        _ => unreachable!("answers with a route"),
+    match plain_hop(t, plain, p, mp) {
+        Some(hop) => PlainStep::Done(Ok(t.hops[hop as usize])),
+        None => PlainStep::Full,
     }
 }
 
-/// The flow's hop among weighted hops, chosen as [`choose_path`] chooses among paths.
-fn choose_weighted(paths: &[(u32, u16)], q: &Query) -> u32 {
-    choose_weighted_by(paths.iter(), |p| p.1, q)
-        .expect("several paths")
-        .0
+/// The hop of a plain answer with a route: its one hop, or the flow's among several,
+/// chosen as [`Snapshot::choose_path`] chooses among paths; `None` when that choice
+/// needs the paths' source addresses (an IPv4 flow this host sends from a given source).
+#[inline]
+fn plain_hop(t: &CompiledTable, plain: Plain, p: &Prepared, mp: &Multipath) -> Option<u32> {
+    match plain {
+        Plain::One { hop, .. } => Some(hop),
+        Plain::Multi { start, .. } => {
+            if p.prefers_source() {
+                return None;
+            }
+            let start = start as usize;
+            let count = t.multi[start].0 as usize;
+            let paths = &t.multi[start + 1..start + 1 + count];
+            let chosen = multipath::choose(paths.iter(), |p| p.1, || mp.hash(&p.q));
+            Some(chosen.expect("several paths").0)
+        }
+        _ => unreachable!("answers with a route"),
+    }
 }
 
 #[cfg(test)]

@@ -17,8 +17,9 @@
 use crate::classify::{Action, Candidates, CompiledRule, FlowKey, Rules};
 use crate::forward::Hop;
 use crate::link::{Address, Link, LinkIndex, LinkKind};
+use crate::multipath::{self, Multipath};
 use crate::names::*;
-use crate::net::{addr_bits, Family, Net};
+use crate::net::{Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
 use crate::query::{Answer, NoRoute, Query};
 use crate::route::{Path, Paths, Route, RouteType};
@@ -307,6 +308,17 @@ pub(crate) struct Prepared {
     pub(crate) input: Option<LinkIndex>,
 }
 
+impl Prepared {
+    /// Whether multipath prefers the paths whose source address is the flow's: an IPv4
+    /// flow this host sends from a given source (the kernel's `fib_select_multipath`).
+    #[inline]
+    pub(crate) fn prefers_source(&self) -> bool {
+        self.family == Family::V4
+            && self.input.is_none()
+            && self.q.src.is_some_and(|s| !s.is_unspecified())
+    }
+}
+
 /// What answers a query once the walk is done.
 pub(crate) enum Concluded<'a> {
     /// A route of a table.
@@ -347,6 +359,8 @@ pub struct Snapshot {
     object_paths: BTreeMap<NexthopId, Vec<Path>>,
     /// The loopback link's index (local delivery goes through it).
     pub(crate) lo: LinkIndex,
+    /// The multipath hash seed and policies.
+    pub(crate) multipath: Multipath,
 }
 
 /// The routes of `table` whose destination holds `addr`: all a lookup of `addr` can visit.
@@ -462,6 +476,7 @@ impl State {
             addrs: self.addresses().to_vec(),
             nexthops,
             object_paths,
+            multipath: self.multipath(),
         };
         for f in [Family::V4, Family::V6] {
             let plains: Vec<_> = snapshot
@@ -494,28 +509,6 @@ impl State {
         }
         snapshot
     }
-}
-
-/// The 31-bit flow hash multipath uses to choose a path (L3: addresses; L4: the five-tuple
-/// when the query gives a protocol and ports).
-pub fn flow_hash(q: &Query) -> u32 {
-    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut mix = |v: u64| {
-        h ^= v;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-    };
-    let s = q.src.map_or(0, addr_bits);
-    let d = addr_bits(q.dst);
-    mix(s as u64);
-    mix((s >> 64) as u64);
-    mix(d as u64);
-    mix((d >> 64) as u64);
-    if q.ipproto != 0 {
-        mix(q.ipproto as u64);
-        mix(((q.sport as u64) << 16) | q.dport as u64);
-    }
-    (h >> 33) as u32 & 0x7fff_ffff
 }
 
 impl Snapshot {
@@ -1137,6 +1130,60 @@ impl Snapshot {
             .filter(move |p| !p.dead && oif.is_none_or(|o| o == p.dev))
     }
 
+    /// The path of `route` a flow takes. Leaving by a given output link: the first live
+    /// path by it, as the kernel's lookup matches the link (no hashing). Otherwise the
+    /// multipath hash chooses among the live paths (see [`multipath`]).
+    #[inline]
+    pub(crate) fn choose_path<'a>(
+        &'a self,
+        route: &'a Route,
+        oif: Option<LinkIndex>,
+        q: &Query,
+        input: bool,
+    ) -> Option<&'a Path> {
+        let mut usable = self.usable(route, oif);
+        if oif.is_some() {
+            return usable.next();
+        }
+        match q.src {
+            Some(IpAddr::V4(src))
+                if !input && !src.is_unspecified() && matches!(route.paths, Paths::Own(_)) =>
+            {
+                self.choose_by_source(route, IpAddr::V4(src), q)
+            }
+            _ => multipath::choose(usable, |p| p.weight, || self.multipath.hash(q)),
+        }
+    }
+
+    /// An IPv4 flow this host sends from `src`: the kernel scores each live path, 2 when
+    /// its source address is `src` and 1 when the hash falls in its share, and takes the
+    /// first of the highest score, so a path of the flow's source wins over the hash.
+    fn choose_by_source<'a>(
+        &'a self,
+        route: &'a Route,
+        src: IpAddr,
+        q: &Query,
+    ) -> Option<&'a Path> {
+        let usable = self.usable(route, None);
+        let total: u64 = usable.clone().map(|p| p.weight as u64).sum();
+        let h = self.multipath.hash(q) as u64;
+        let mut acc = 0u64;
+        let mut best: Option<(&Path, u8)> = None;
+        for p in usable {
+            acc += p.weight as u64;
+            let own = source::select_v4(&self.addrs, &self.links, p.dev, p.gateway, route.scope)
+                == Some(src);
+            let score = 2 * own as u8 + (h < ((acc << 31) + total / 2) / total) as u8;
+            if best.is_none_or(|(_, b)| score > b) {
+                best = Some((p, score));
+                if score == 3 {
+                    break;
+                }
+            }
+        }
+        best.map(|(p, _)| p)
+    }
+
     /// The output link a flow's paths must leave by: its `oif`, except that IPv6 with a
     /// source only prefers it, taking any path when none leaves by it.
     #[inline]
@@ -1162,7 +1209,9 @@ impl Snapshot {
         iif: Option<LinkIndex>,
     ) -> Result<Answer, NoRoute> {
         let oif = self.path_oif(q, family, route);
-        let path = choose_path(self.usable(route, oif), q).ok_or(NoRoute::NetworkUnreachable)?;
+        let path = self
+            .choose_path(route, oif, q, iif.is_some())
+            .ok_or(NoRoute::NetworkUnreachable)?;
         let lo = self.lo;
         let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = matches!(route.kind, RouteType::Broadcast);
@@ -1247,43 +1296,6 @@ impl Snapshot {
                 .collect(),
         })
     }
-}
-
-/// Hash-threshold path choice: each path owns a share of the 31-bit hash space in
-/// proportion to its weight.
-#[inline]
-pub(crate) fn choose_path<'a>(
-    paths: impl Iterator<Item = &'a Path> + Clone,
-    q: &Query,
-) -> Option<&'a Path> {
-    choose_weighted_by(paths, |p| p.weight, q)
-}
-
-/// Hash-threshold choice among items of some weight: the only one without hashing, else
-/// the one whose share of the 31-bit hash space holds the flow's hash.
-#[inline]
-pub(crate) fn choose_weighted_by<T: Copy>(
-    items: impl Iterator<Item = T> + Clone,
-    weight: impl Fn(T) -> u16,
-    q: &Query,
-) -> Option<T> {
-    let mut two = items.clone();
-    let first = two.next()?;
-    if two.next().is_none() {
-        return Some(first);
-    }
-    let total: u64 = items.clone().map(|i| weight(i) as u64).sum();
-    let h = flow_hash(q) as u64;
-    let mut acc = 0u64;
-    let mut last = first;
-    for i in items {
-        acc += weight(i) as u64;
-        if h < ((acc << 31) + total / 2) / total {
-            return Some(i);
-        }
-        last = i;
-    }
-    Some(last)
 }
 
 /// The paths a nexthop object stands for (a group's members; a blackhole has none).

@@ -9,6 +9,7 @@
 //! form (`crate::snapshot`).
 
 use crate::link::{eui64_link_local, AddrGenMode, Address, Link, LinkIndex, LinkKind};
+use crate::multipath::Multipath;
 use crate::names::*;
 use crate::net::{quote, Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
@@ -110,6 +111,8 @@ pub struct State {
     /// IPv6 tables the kernel has made (it makes one for a route or a rule naming it and
     /// keeps it, empty or not): deleting from another is "FIB table does not exist".
     v6_tables_made: BTreeSet<u32>,
+    /// The multipath hash seed and policies.
+    multipath: Multipath,
 }
 
 impl Default for State {
@@ -158,7 +161,18 @@ impl State {
             v4_custom_rules: false,
             v4_unmerged: false,
             v6_tables_made: [TABLE_LOCAL, TABLE_MAIN].into(),
+            multipath: Multipath::default(),
         }
+    }
+
+    /// The multipath hash seed and policies.
+    pub fn multipath(&self) -> Multipath {
+        self.multipath
+    }
+
+    /// Sets the multipath hash seed and policies (the kernel's sysctls).
+    pub fn set_multipath(&mut self, multipath: Multipath) {
+        self.multipath = multipath;
     }
 
     // ----- reading -----

@@ -260,6 +260,7 @@ const GROUPS: &[&str] = &[
 /// Every word of the vocabulary, for soups of words.
 fn all_words() -> Vec<&'static str> {
     let keywords: &[&str] = &[
+        "sysctl",
         "-4",
         "-6",
         "link",
@@ -1001,11 +1002,51 @@ fn replayed(rng: &mut SmallRng) -> String {
     w.join(" ")
 }
 
+/// A `sysctl` line: the multipath settings fibre takes, with values in and past range,
+/// other keys, broken shapes.
+fn sysctl_line(rng: &mut SmallRng) -> String {
+    let key = pick(
+        rng,
+        &[
+            "net.ipv4.fib_multipath_hash_seed",
+            "net.ipv4.fib_multipath_hash_policy",
+            "net.ipv6.fib_multipath_hash_policy",
+            "net/ipv4/fib_multipath_hash_policy",
+            "net.ipv4.ip_forward",
+            "",
+        ],
+    );
+    let value = pick(
+        rng,
+        &[
+            "0",
+            "1",
+            "2",
+            "3",
+            "4294967295",
+            "4294967296",
+            "-1",
+            "x",
+            "",
+        ],
+    );
+    let w = pick(rng, &["", "-w "]);
+    match rng.gen_range(0..6) {
+        0 => format!("sysctl {w}{key}"),
+        1 => format!("sysctl {w}{key}={value} {key}={value}"),
+        2 => "sysctl".into(),
+        _ => format!("sysctl {w}{key}={value}"),
+    }
+}
+
 /// A line shaped as the configuration expects, of any type, with random values: mostly
 /// values that fit the base configuration, often values at or past their edges.
 fn valid_shaped(rng: &mut SmallRng) -> String {
     if rng.gen_range(0..10) == 0 {
         return replayed(rng);
+    }
+    if rng.gen_range(0..40) == 0 {
+        return sysctl_line(rng);
     }
     let f = family(rng);
     let sane = rng.gen_bool(0.6);

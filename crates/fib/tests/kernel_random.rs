@@ -199,6 +199,15 @@ fn config(rng: &mut SmallRng, lines: usize) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(String::from)
         .collect();
+    // The multipath hash policies (the seed is the namespace's, set for both sides).
+    out.push(format!(
+        "sysctl -w net.ipv4.fib_multipath_hash_policy={}",
+        rng.gen_range(0..2)
+    ));
+    out.push(format!(
+        "sysctl -w net.ipv6.fib_multipath_hash_policy={}",
+        rng.gen_range(0..2)
+    ));
     out.push("nexthop add id 1 via 10.0.0.2 dev a0".into());
     out.push("nexthop add id 2 via 10.0.1.2 dev b0".into());
     out.push("nexthop add id 3 group 1/2,3".into());

@@ -413,3 +413,52 @@ link set b0 up
         ],
     );
 }
+
+/// Multipath with the kernel's hash: the same seed on both sides, policies L3 and L4 in
+/// turn, weighted IPv4 and IPv6 paths and a nexthop group, flows with and without ports
+/// and sources (an IPv4 flow from an address of one link prefers that link's paths).
+/// Every answer must name the kernel's own path.
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn multipath_takes_the_kernel_s_path_for_every_flow() {
+    let routes = "route add 10.9.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.0.3 weight 2 nexthop via 10.0.1.4
+-6 addr add 2001:db8::1/64 dev a0 nodad
+-6 addr add 2001:db8:1::1/64 dev b0 nodad
+-6 route add 2001:db8:9::/48 nexthop via 2001:db8::2 nexthop via 2001:db8::3 weight 3 nexthop via 2001:db8:1::4
+nexthop add id 1 via 10.0.0.2 dev a0
+nexthop add id 2 via 10.0.1.2 dev b0
+nexthop add id 3 group 1/2,3
+route add 10.10.0.0/16 nhid 3";
+    let mut queries = Vec::new();
+    for i in 0..150u32 {
+        let (a, b) = (i * 7 % 256, i * 13 % 256);
+        queries.push(format!("10.9.{a}.{b}"));
+        queries.push(format!(
+            "10.10.{a}.{b} ipproto tcp sport {} dport 443",
+            1000 + i
+        ));
+        queries.push(format!("10.9.{a}.{b} from 10.0.{}.1", i % 2));
+        queries.push(format!(
+            "10.9.{b}.{a} ipproto udp sport {} dport {}",
+            5000 + i,
+            53 + i
+        ));
+        queries.push(format!("2001:db8:9:{a:x}::{b:x}"));
+        queries.push(format!(
+            "2001:db8:9:{b:x}::{a:x} ipproto tcp sport {} dport 80",
+            2000 + i
+        ));
+    }
+    let queries: Vec<&str> = queries.iter().map(String::as_str).collect();
+    for policy in ["0", "1"] {
+        let policies = format!(
+            "sysctl -w net.ipv4.fib_multipath_hash_policy={policy}\n\
+             sysctl -w net.ipv6.fib_multipath_hash_policy={policy}\n"
+        );
+        common::check(
+            &format!("mp{policy}"),
+            &config(&format!("{policies}{routes}")),
+            &queries,
+        );
+    }
+}
