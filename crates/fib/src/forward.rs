@@ -49,12 +49,24 @@ impl Snapshot {
     /// and gateway), without building the rest of it.
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
         let p = self.prepare(q)?;
-        if p.oif.is_none() {
+        if p.oif.is_none() && !self.input_needs_source_check(&p) {
             if let Some(answer) = self.plain_walk(&p) {
-                return answer;
+                if !self.forwarded_back(&p, &answer) {
+                    return answer;
+                }
             }
         }
         self.full_lookup(&p)
+    }
+
+    /// Whether a plain answer forwards an arriving IPv4 flow back out of its input link,
+    /// which the kernel's source check looks up in full.
+    #[inline]
+    fn forwarded_back(&self, p: &Prepared, answer: &Result<Hop, NoRoute>) -> bool {
+        p.family == Family::V4
+            && answer.as_ref().is_ok_and(|h| {
+                h.kind == RouteType::Unicast && Some(h.dev) == p.input && p.input != Some(self.lo)
+            })
     }
 
     /// The lookup through the full walk, for what plain answers cannot decide.
@@ -131,6 +143,7 @@ impl Snapshot {
         let path = self
             .choose_path(route, oif, &p.q, p.input.is_some())
             .ok_or(NoRoute::NetworkUnreachable)?;
+        self.validate_source(&p.q, p.input, route, path.dev)?;
         Ok(self.hop_of(route, table, path, p.input.is_some()))
     }
 
@@ -170,8 +183,11 @@ impl Snapshot {
         let mut prepared: [Option<Prepared>; BATCH] = std::array::from_fn(|_| None);
         for i in 0..n {
             match self.prepare(&flows[i]) {
-                // A flow with an output link takes the full lookup.
-                Ok(p) if p.oif.is_some() => out[i] = self.full_lookup(&p),
+                // A flow with an output link, or a source to check in full, takes the
+                // full lookup.
+                Ok(p) if p.oif.is_some() || self.input_needs_source_check(&p) => {
+                    out[i] = self.full_lookup(&p)
+                }
                 Ok(p) => {
                     prepared[i] = Some(p);
                     at[i] = At::From(0);
@@ -264,6 +280,10 @@ impl Snapshot {
                     let plain = found[k].map_or(Plain::Miss, Plain::decode);
                     at[j] = match plain_step(&fib.rules.list[rule], t, plain, p, &self.multipath) {
                         PlainStep::Next => At::From(rule + 1),
+                        PlainStep::Done(answer) if self.forwarded_back(p, &answer) => {
+                            out[j] = self.full_lookup(p);
+                            At::Done
+                        }
                         PlainStep::Done(answer) => {
                             out[j] = answer;
                             At::Done

@@ -361,6 +361,9 @@ pub struct Snapshot {
     pub(crate) lo: LinkIndex,
     /// The multipath hash seed and policies.
     pub(crate) multipath: Multipath,
+    /// IPv4 rules or local routes were added: the source of a flow arriving on a link is
+    /// looked up (the kernel's `fib4_has_custom_rules`, `fib_has_custom_local_routes`).
+    v4_full_source_check: bool,
 }
 
 /// The routes of `table` whose destination holds `addr`: all a lookup of `addr` can visit.
@@ -477,6 +480,7 @@ impl State {
             nexthops,
             object_paths,
             multipath: self.multipath(),
+            v4_full_source_check: self.v4_custom_rules() || self.v4_custom_local_routes(),
         };
         for f in [Family::V4, Family::V6] {
             let plains: Vec<_> = snapshot
@@ -804,12 +808,9 @@ impl Snapshot {
 
     /// The checks of a flow arriving on `iif`.
     fn prepare_input(&self, q: &Query, family: Family, link: &Link) -> Result<Prepared, NoRoute> {
-        if !link.up {
-            return Err(if family == Family::V4 {
-                NoRoute::Invalid
-            } else {
-                NoRoute::NetworkUnreachable
-            });
+        // IPv4 routes a flow arriving on a link that is down as any other; IPv6 does not.
+        if !link.up && family == Family::V6 {
+            return Err(NoRoute::NetworkUnreachable);
         }
         let src = q.src.unwrap_or(family.any());
         let lo_in = link.kind == LinkKind::Loopback;
@@ -819,13 +820,18 @@ impl Snapshot {
             }
         }
         if family == Family::V4 {
-            if src.is_unspecified()
-                || src.is_multicast()
+            // Martian sources (`ip_route_input_slow`): multicast, limited broadcast, this
+            // network, and loopback arriving on another link. A source that is one of
+            // this host's addresses is found later, by the source check of what the
+            // lookup answers (`fib_validate_source`).
+            let IpAddr::V4(s4) = src else {
+                unreachable!("checked to be of the family")
+            };
+            if src.is_multicast()
                 || src == IpAddr::from([255, 255, 255, 255])
+                || s4.octets()[0] == 0
+                || (!lo_in && s4.is_loopback())
             {
-                return Err(NoRoute::Invalid);
-            }
-            if !lo_in && self.is_local_v4(src) {
                 return Err(NoRoute::Invalid);
             }
         }
@@ -839,6 +845,111 @@ impl Snapshot {
             iif: link.index,
             input: Some(link.index),
         })
+    }
+
+    /// Whether an IPv4 flow arriving on a link needs more than the plain answers to check
+    /// its source: the source is one of this host's addresses or a broadcast address, or
+    /// rules or local routes were added (the kernel then looks the source up).
+    #[inline]
+    pub(crate) fn input_needs_source_check(&self, p: &Prepared) -> bool {
+        match (p.input, p.q.src) {
+            (Some(input), Some(src)) if p.family == Family::V4 && input != self.lo => {
+                self.v4_full_source_check || self.is_local_v4(src) || self.is_broadcast_v4(src)
+            }
+            _ => false,
+        }
+    }
+
+    fn is_broadcast_v4(&self, a: IpAddr) -> bool {
+        // A broadcast route is a host route in `local` (merged into `main` while no rule
+        // changed): any table's host node of that address with one will do.
+        self.fib(Family::V4).tables.iter().any(|t| {
+            t.longest(a).is_some_and(|n| {
+                let node = &t.nodes[n as usize];
+                node.dst.is_host() && node.routes.iter().any(|r| r.kind == RouteType::Broadcast)
+            })
+        })
+    }
+
+    /// The kernel's source check of an IPv4 flow arriving on a link (`fib_validate_source`
+    /// with `rp_filter` off), for what the lookup answered: a local, broadcast or
+    /// forwarded unicast route (`dev`: the chosen path's link). While no rule or local
+    /// route was added and the flow leaves by another link, the source must only not be
+    /// this host's; otherwise the source is looked up as a destination (from the output
+    /// link, or the loopback), and anything but a unicast route there is refused.
+    pub(crate) fn validate_source(
+        &self,
+        q: &Query,
+        input: Option<LinkIndex>,
+        route: &Route,
+        dev: LinkIndex,
+    ) -> Result<(), NoRoute> {
+        let (Some(input), Some(src)) = (input, q.src) else {
+            return Ok(());
+        };
+        if Family::of(src) != Family::V4 || input == self.lo {
+            return Ok(());
+        }
+        let forwarded = route.kind == RouteType::Unicast;
+        if !(forwarded || matches!(route.kind, RouteType::Local | RouteType::Broadcast)) {
+            return Ok(());
+        }
+        let same_link = forwarded && dev == input;
+        if !self.v4_full_source_check && !same_link {
+            return if self.is_local_v4(src) {
+                Err(NoRoute::Invalid)
+            } else {
+                Ok(())
+            };
+        }
+        let mut back = Query::to(src);
+        back.src = Some(if route.kind == RouteType::Broadcast {
+            Family::V4.any()
+        } else {
+            q.dst
+        });
+        back.tos = q.tos;
+        let iif = if forwarded { dev } else { self.lo };
+        match self.walk(&back, Family::V4, None, iif, 0, WalkFor::Flow) {
+            Ok((r, _, _)) if r.kind != RouteType::Unicast => Err(NoRoute::Invalid),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a flow forwarded back out of its input link comes from a neighbour on that
+    /// link, so the kernel would send it a redirect (`cache redirect`): the source's route,
+    /// as the source check looks it up, leaves by that link with no gateway.
+    fn redirects(
+        &self,
+        q: &Query,
+        input: Option<LinkIndex>,
+        route: &Route,
+        dev: LinkIndex,
+    ) -> bool {
+        let (Some(input), Some(src)) = (input, q.src) else {
+            return false;
+        };
+        if Family::of(src) != Family::V4 || route.kind != RouteType::Unicast || dev != input {
+            return false;
+        }
+        let mut back = Query::to(src);
+        back.src = Some(q.dst);
+        back.tos = q.tos;
+        let on_link =
+            |oif: Option<LinkIndex>| match self.walk(&back, Family::V4, oif, dev, 0, WalkFor::Flow)
+            {
+                Ok((r, _, _)) if r.kind == RouteType::Unicast => {
+                    let paths = self.paths_of(r);
+                    paths
+                        .iter()
+                        .any(|p| p.dev == dev && !p.dead)
+                        .then(|| paths.iter().any(|p| p.dev == dev && p.gateway.is_none()))
+                }
+                _ => None,
+            };
+        on_link(None)
+            .or_else(|| on_link(Some(dev)))
+            .unwrap_or(false)
     }
 
     /// The rule walk: the answering route, its prefix length and table.
@@ -1212,6 +1323,8 @@ impl Snapshot {
         let path = self
             .choose_path(route, oif, q, iif.is_some())
             .ok_or(NoRoute::NetworkUnreachable)?;
+        self.validate_source(q, iif, route, path.dev)?;
+        let redirect = self.redirects(q, iif, route, path.dev);
         let lo = self.lo;
         let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = matches!(route.kind, RouteType::Broadcast);
@@ -1222,6 +1335,9 @@ impl Snapshot {
             }
             if brd {
                 cache.push("brd");
+            }
+            if redirect {
+                cache.push("redirect");
             }
         }
         let dev = if local || (brd && iif.is_some()) {
@@ -1256,21 +1372,6 @@ impl Snapshot {
                 }),
             }
         };
-        if family == Family::V4
-            && iif.is_some()
-            && route.kind == RouteType::Unicast
-            && Some(path.dev) == iif
-        {
-            let gw = path.gateway.unwrap_or(q.dst);
-            let src = q.src.unwrap_or(family.any());
-            let onlink = self
-                .addrs
-                .iter()
-                .any(|a| a.link == path.dev && a.subnet().contains(src) && a.subnet().contains(gw));
-            if onlink {
-                cache.push("redirect");
-            }
-        }
         Ok(Answer {
             kind: route.kind,
             dst: q.dst,

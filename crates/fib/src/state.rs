@@ -111,6 +111,9 @@ pub struct State {
     /// IPv6 tables the kernel has made (it makes one for a route or a rule naming it and
     /// keeps it, empty or not): deleting from another is "FIB table does not exist".
     v6_tables_made: BTreeSet<u32>,
+    /// An IPv4 local route was ever added by a user (the kernel's
+    /// `fib_has_custom_local_routes`): the source of an arriving flow is looked up.
+    v4_custom_local_routes: bool,
     /// The multipath hash seed and policies.
     multipath: Multipath,
 }
@@ -161,6 +164,7 @@ impl State {
             v4_custom_rules: false,
             v4_unmerged: false,
             v6_tables_made: [TABLE_LOCAL, TABLE_MAIN].into(),
+            v4_custom_local_routes: false,
             multipath: Multipath::default(),
         }
     }
@@ -231,6 +235,11 @@ impl State {
     /// Whether IPv4 lookups walk the rules (an IPv4 rule was ever added).
     pub fn v4_custom_rules(&self) -> bool {
         self.v4_custom_rules
+    }
+
+    /// Whether an IPv4 local route was ever added by a user.
+    pub fn v4_custom_local_routes(&self) -> bool {
+        self.v4_custom_local_routes
     }
 
     /// Whether IPv4 tables `local` and `main` are apart (a rule was ever added or deleted).
@@ -1006,10 +1015,12 @@ impl State {
         let (table_key, key) = ((family, route.table), (route.dst, route.src));
         let table = self.tables.entry(table_key).or_default();
         let list = table.entry(key).or_default();
+        let local = family == Family::V4 && route.kind == RouteType::Local;
         let result = match family {
             Family::V4 => modify_v4(list, op, route),
             Family::V6 => modify_v6(list, op, route),
         };
+        self.v4_custom_local_routes |= local && result.is_ok();
         // Only the list this change touched can have been left empty.
         if list.is_empty() {
             table.remove(&key);

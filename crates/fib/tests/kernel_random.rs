@@ -256,6 +256,27 @@ fn query(rng: &mut SmallRng) -> String {
     match rng.gen_range(0..10) {
         0 if !v6 => q += &format!(" from 10.0.{}.1", rng.gen_range(0..2)),
         0 => q += pick(rng, &[" from 2001:db8:1::1", " from 2001:db8::1"]),
+        1 if !v6 => {
+            q += &format!(
+                " from {} iif {}",
+                pick(
+                    rng,
+                    &[
+                        "192.0.2.7",
+                        "10.1.0.5",
+                        "10.2.1.9",
+                        "10.0.0.1",
+                        "10.0.1.9",
+                        "10.0.0.255",
+                        "127.0.0.5",
+                        "203.0.113.1"
+                    ]
+                ),
+                pick(rng, &["a1", "b1", "a0"])
+            )
+        }
+        // IPv6 flows arriving on a link are not compared yet (the kernel's IPv6 input
+        // checks are not modelled).
         2 => q += &format!(" oif {}", pick(rng, &["a0", "b0"])),
         3 => q += &format!(" mark {}", pick(rng, &["1", "2", "0x15"])),
         4 if !v6 => q += " tos 0x10",
