@@ -122,6 +122,13 @@ fn finish(seed: u32, keys: &[u8]) -> u32 {
     h.max(1) >> 1
 }
 
+/// The last hash of the path whose weights, with those before it, add up to `acc` of
+/// `total`: the kernel's `DIV_ROUND_CLOSEST(acc << 31, total) - 1` (-1 as no hash).
+#[inline]
+pub(crate) fn upper_bound(acc: u64, total: u64) -> i64 {
+    (((acc << 31) + total / 2) / total) as i64 - 1
+}
+
 /// Hash-threshold choice among items of some weight: the only one, else the first whose
 /// share of the 31-bit hash space ends at or above `hash`.
 #[inline]
@@ -136,13 +143,12 @@ pub(crate) fn choose<T: Copy>(
         return Some(first);
     }
     let total: u64 = items.clone().map(|i| weight(i) as u64).sum();
-    let h = hash() as u64;
+    let h = hash() as i64;
     let mut acc = 0u64;
     let mut last = first;
     for i in items {
         acc += weight(i) as u64;
-        // The kernel's upper bound: DIV_ROUND_CLOSEST(acc << 31, total) - 1.
-        if h < ((acc << 31) + total / 2) / total {
+        if h <= upper_bound(acc, total) {
             return Some(i);
         }
         last = i;

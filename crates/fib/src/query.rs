@@ -143,9 +143,6 @@ pub struct Answer {
     pub uid: u32,
     /// The route cache's flags `ip` prints (`local`, `brd`, `redirect`).
     pub cache: Vec<&'static str>,
-    /// The usable paths (gateway, link) the flow hash chose among: one for a route with
-    /// one path. Another hash (the kernel's, with its secret seed) may choose another.
-    pub choices: Vec<(Option<IpAddr>, LinkIndex)>,
 }
 
 /// Parses the words of `ip route get` (`ADDR [from ADDR] [iif DEV] [oif DEV] [mark N]

@@ -319,6 +319,15 @@ impl Prepared {
     }
 }
 
+/// The flow back to an arriving flow's source, as the kernel's source check looks it up:
+/// to the source, from the destination (from nowhere for a broadcast), same TOS.
+fn reverse(q: &Query, src: IpAddr, broadcast: bool) -> Query {
+    let mut back = Query::to(src);
+    back.src = Some(if broadcast { Family::V4.any() } else { q.dst });
+    back.tos = q.tos;
+    back
+}
+
 /// What answers a query once the walk is done.
 pub(crate) enum Concluded<'a> {
     /// A route of a table.
@@ -798,7 +807,6 @@ impl Snapshot {
             mark: q.mark,
             uid: q.uid,
             cache: Vec::new(),
-            choices: vec![(None, oif)],
         }
     }
 
@@ -902,13 +910,7 @@ impl Snapshot {
                 Ok(())
             };
         }
-        let mut back = Query::to(src);
-        back.src = Some(if route.kind == RouteType::Broadcast {
-            Family::V4.any()
-        } else {
-            q.dst
-        });
-        back.tos = q.tos;
+        let back = reverse(q, src, route.kind == RouteType::Broadcast);
         let iif = if forwarded { dev } else { self.lo };
         match self.walk(&back, Family::V4, None, iif, 0, WalkFor::Flow) {
             Ok((r, _, _)) if r.kind != RouteType::Unicast => Err(NoRoute::Invalid),
@@ -932,9 +934,7 @@ impl Snapshot {
         if Family::of(src) != Family::V4 || route.kind != RouteType::Unicast || dev != input {
             return false;
         }
-        let mut back = Query::to(src);
-        back.src = Some(q.dst);
-        back.tos = q.tos;
+        let back = reverse(q, src, false);
         let on_link =
             |oif: Option<LinkIndex>| match self.walk(&back, Family::V4, oif, dev, 0, WalkFor::Flow)
             {
@@ -1277,14 +1277,14 @@ impl Snapshot {
     ) -> Option<&'a Path> {
         let usable = self.usable(route, None);
         let total: u64 = usable.clone().map(|p| p.weight as u64).sum();
-        let h = self.multipath.hash(q) as u64;
+        let h = self.multipath.hash(q) as i64;
         let mut acc = 0u64;
         let mut best: Option<(&Path, u8)> = None;
         for p in usable {
             acc += p.weight as u64;
             let own = source::select_v4(&self.addrs, &self.links, p.dev, p.gateway, route.scope)
                 == Some(src);
-            let score = 2 * own as u8 + (h < ((acc << 31) + total / 2) / total) as u8;
+            let score = 2 * own as u8 + (h <= multipath::upper_bound(acc, total)) as u8;
             if best.is_none_or(|(_, b)| score > b) {
                 best = Some((p, score));
                 if score == 3 {
@@ -1391,10 +1391,6 @@ impl Snapshot {
             mark: q.mark,
             uid: q.uid,
             cache,
-            choices: self
-                .usable(route, oif)
-                .map(|p| (sent_via(p), p.dev))
-                .collect(),
         })
     }
 }

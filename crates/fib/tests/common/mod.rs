@@ -170,7 +170,7 @@ fn tempfile(tag: &str) -> (String, std::fs::File) {
 
 /// One of fibre's answers: the JSON `ip` would print, and the (gateway, link name) paths
 /// its flow hash chose among.
-pub type FibreAnswer = Result<(Value, Vec<(Option<String>, String)>), String>;
+pub type FibreAnswer = Result<Value, String>;
 
 /// fibre's answers to the same queries, shaped the same way. The forwarding lookup
 /// ([`fibre_fib::Snapshot::lookup`], one flow and batched) must agree with the answer, or
@@ -210,15 +210,7 @@ pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
                 ));
             }
             snap.route(&query)
-                .map(|a| {
-                    let name = |i| snap.link(i).map_or(String::new(), |l| l.name.clone());
-                    let choices = a
-                        .choices
-                        .iter()
-                        .map(|(g, d)| (g.map(|g| g.to_string()), name(*d)))
-                        .collect();
-                    (show::answer_json(&snap, &a), choices)
-                })
+                .map(|a| show::answer_json(&snap, &a))
                 .map_err(|e| e.words().to_string())
         })
         .collect()
@@ -235,7 +227,6 @@ pub fn mismatches(
     let mut shown = Vec::new();
     for ((q, k), f) in queries.iter().zip(kernel).zip(fibre) {
         if !agree(k, f) {
-            let f = f.as_ref().map(|x| &x.0).map_err(String::clone);
             count += 1;
             if shown.len() < limit {
                 shown.push(format!(
@@ -254,7 +245,7 @@ pub fn mismatches(
 fn agree(k: &Result<Value, String>, f: &FibreAnswer) -> bool {
     match (k, f) {
         (Err(a), Err(b)) => a == b,
-        (Ok(kv), Ok((fv, _))) => kv == fv,
+        (Ok(kv), Ok(fv)) => kv == fv,
         _ => false,
     }
 }
