@@ -43,6 +43,8 @@ pub struct RulesConfig {
     pub routes: usize,
     /// Rule counts of the `from` and `dport` cases.
     pub rule_counts: Vec<usize>,
+    /// The cases to run: `default`, `from`, `dport`, `source-routes` (IPv6 only).
+    pub cases: Vec<String>,
     /// Repetitions per measurement.
     pub repetitions: usize,
     /// Flows per fibre measurement.
@@ -60,6 +62,9 @@ impl Default for RulesConfig {
         RulesConfig {
             routes: 100_000,
             rule_counts: vec![10, 100, 1_000],
+            cases: ["default", "from", "dport", "source-routes"]
+                .map(String::from)
+                .to_vec(),
             repetitions: 12,
             count: 1 << 16,
             kernel_count: 1 << 14,
@@ -286,7 +291,8 @@ pub fn rules_study<K: Key>(
         .take(cfg.kernel_count as usize)
         .map(|&k| crate::studies::to_ip(k))
         .collect();
-    for case in cases(&routes, cfg) {
+    let wanted = |kind: &str| cfg.cases.iter().any(|c| c.replace('-', " ") == kind);
+    for case in cases(&routes, cfg).into_iter().filter(|c| wanted(c.kind)) {
         step(&format!("IPv{family}: {} {}", case.rules, case.kind));
         let state = with_case(&router, family, &case)?;
         let snap = state.snapshot();

@@ -93,6 +93,10 @@ pub struct RulesArgs {
     /// Rule counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     rules: Vec<usize>,
+    /// Cases to run, comma-separated: default, from, dport, source-routes.
+    #[arg(long, value_delimiter = ',', default_value = "default,from,dport,source-routes",
+          value_parser = ["default", "from", "dport", "source-routes"])]
+    cases: Vec<String>,
     /// Folder for the report and figures (default: `bench-out/rules-<UTC time>`).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -212,6 +216,7 @@ fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let cfg = RulesConfig {
         routes: args.sample,
         rule_counts: args.rules.clone(),
+        cases: args.cases.clone(),
         repetitions: args.repetitions,
         count: args.count,
         kernel_count: args.kernel_count,

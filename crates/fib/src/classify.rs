@@ -153,6 +153,24 @@ impl CompiledRule {
         }
     }
 
+    /// Whether the rule matches every flow and takes every answer: no selector, no `not`,
+    /// no `suppress_*`.
+    pub(crate) fn is_unconditional(&self) -> bool {
+        self.src == (0, 0)
+            && self.dst == (0, 0)
+            && self.iif == LinkSelector::Any
+            && self.oif == LinkSelector::Any
+            && self.mark_mask == 0
+            && self.uid == ANY_RANGE
+            && self.sport == ANY_RANGE
+            && self.dport == ANY_RANGE
+            && self.tos.is_none()
+            && self.ipproto.is_none()
+            && !self.invert
+            && self.suppress_prefixlength.is_none()
+            && self.suppress_ifgroup.is_none()
+    }
+
     /// Whether the rule's selectors match the flow (inverted by `not`), as
     /// `fib_rule_match` and the family's match decide.
     #[inline]

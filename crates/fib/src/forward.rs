@@ -10,8 +10,14 @@
 //! them batched through rules and tables: each round moves every flow still walking to
 //! the next rule that looks up a table, then looks up each table once for all the flows
 //! that reached it ([`fibre_lpm::Table::lookup_batch`], whose searches overlap in memory),
-//! then lets each flow's rule take or refuse its table's answer. While only the default
-//! rules exist, that is one round: one batched search of one structure.
+//! then lets each flow's rule take or refuse its table's answer. While no rule the walk
+//! reaches depends on the flow (the default rules, or rules that only look up, jump or
+//! reject), there is no walk at all: the tables it would visit are merged into one
+//! structure when the snapshot is compiled, and a batch is one batched search of it.
+//!
+//! The source of an IPv4 flow arriving on a link is checked on the same plain answers:
+//! the quick check (is the source this host's or a broadcast address) by two binary
+//! searches, the kernel's reverse lookup, where it is needed, by a second plain walk.
 
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
@@ -21,8 +27,8 @@ use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
 use crate::route::Path;
 use crate::route::{Route, RouteType};
-use crate::snapshot::{sent_via, CompiledTable, Concluded, Plain};
-use crate::snapshot::{Prepared, Snapshot, Step, WalkFor};
+use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
+use crate::snapshot::{Checked, Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
 
 /// Flows a batch keeps together through rules and tables.
@@ -48,25 +54,59 @@ impl Snapshot {
     /// Where a flow goes: the same answer as [`Snapshot::route`] (its type, table, link
     /// and gateway), without building the rest of it.
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
-        let p = self.prepare(q)?;
-        if p.oif.is_none() && !self.input_needs_source_check(&p) {
-            if let Some(answer) = self.plain_walk(&p) {
-                if !self.forwarded_back(&p, &answer) {
+        let c = self.check(q)?;
+        if c.oif.is_none() {
+            if let Some(answer) = self.plain_walk(&c, q) {
+                if let Some(answer) = self.source_checked(&c, q, answer) {
                     return answer;
                 }
             }
         }
-        self.full_lookup(&p)
+        self.full_lookup(&c.with(q))
     }
 
-    /// Whether a plain answer forwards an arriving IPv4 flow back out of its input link,
-    /// which the kernel's source check looks up in full.
+    /// A plain walk's answer once the source of a flow arriving on a link is checked as
+    /// the kernel checks it ([`Snapshot::validate_source`]), the flow back to the source
+    /// looked up on the plain answers too; `None` when the full lookup must decide.
     #[inline]
-    fn forwarded_back(&self, p: &Prepared, answer: &Result<Hop, NoRoute>) -> bool {
-        p.family == Family::V4
-            && answer.as_ref().is_ok_and(|h| {
-                h.kind == RouteType::Unicast && Some(h.dev) == p.input && p.input != Some(self.lo)
-            })
+    fn source_checked(
+        &self,
+        c: &Checked,
+        q: &Query,
+        answer: Result<Hop, NoRoute>,
+    ) -> Option<Result<Hop, NoRoute>> {
+        let Ok(h) = &answer else {
+            return Some(answer);
+        };
+        if c.input.is_none() || !(self.input_needs_source_check(c, q.src) || self.sends_back(c, h))
+        {
+            // The quick check passes: the source is not this host's.
+            return Some(answer);
+        }
+        let src = Some(q.src.unwrap_or(c.family.any()));
+        let back = |flow: &Query, iif: LinkIndex| {
+            // Arriving on `iif`: a multipath answer's paths are all of the route's type.
+            let bc = Checked {
+                family: Family::V4,
+                oif: None,
+                iif,
+                input: Some(iif),
+            };
+            Some(self.plain_walk(&bc, flow)?.ok().map(|h| h.kind))
+        };
+        match self.check_source(q, c.input, src, h.kind, h.dev, back)? {
+            Ok(()) => Some(answer),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Whether `hop` forwards an arriving IPv4 flow back out of its input link.
+    #[inline]
+    fn sends_back(&self, c: &Checked, h: &Hop) -> bool {
+        c.family == Family::V4
+            && h.kind == RouteType::Unicast
+            && Some(h.dev) == c.input
+            && c.input != Some(self.lo)
     }
 
     /// The lookup through the full walk, for what plain answers cannot decide.
@@ -77,25 +117,21 @@ impl Snapshot {
 
     /// The rule walk of a flow with no output link on the tables' [`Plain`] answers;
     /// `None` when one of them depends on the flow.
-    fn plain_walk(&self, p: &Prepared) -> Option<Result<Hop, NoRoute>> {
-        let fib = self.fib(p.family);
-        if let Some(tables) = &fib.without_rules {
-            // No rule to test: `main` (with `local`), then `default`.
-            for &t in tables {
-                let t = &fib.tables[t];
-                match t.plain(p.q.dst) {
-                    Plain::Miss | Plain::Thrown => continue,
-                    Plain::Reject(e) => return Some(Err(e)),
-                    Plain::Flow => return None,
-                    plain => {
-                        let hop = plain_hop(t, plain, p, &self.multipath)?;
-                        return Some(Ok(t.hops[hop as usize]));
-                    }
-                }
-            }
-            return Some(Err(NoRoute::NetworkUnreachable));
+    fn plain_walk(&self, c: &Checked, q: &Query) -> Option<Result<Hop, NoRoute>> {
+        let fib = self.fib(c.family);
+        if let Some(direct) = &fib.direct {
+            // No rule depends on the flow: one search answers for the whole walk.
+            let t = direct.plain(&fib.tables);
+            return match t.plain(q.dst) {
+                Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
+                Plain::Reject(e) => Some(Err(e)),
+                Plain::Flow => None,
+                plain => Some(Ok(
+                    t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize]
+                )),
+            };
         }
-        let key = FlowKey::new(&p.q, None, p.iif);
+        let key = FlowKey::new(q, None, c.iif);
         let candidates = fib.rules.candidates(&key);
         let mut from = 0;
         loop {
@@ -103,9 +139,9 @@ impl Snapshot {
                 Step::Lookup { rule, table } => (rule, table),
                 Step::Done(e) => return Some(Err(e)),
             };
-            let t = &fib.tables[table];
-            let plain = t.plain(p.q.dst);
-            match plain_step(&fib.rules.list[rule], t, plain, p, &self.multipath) {
+            let t = &fib.tables[table].plain;
+            let plain = t.plain(q.dst);
+            match plain_step(&fib.rules.list[rule], t, plain, c, q, &self.multipath) {
                 PlainStep::Next => from = rule + 1,
                 PlainStep::Done(answer) => return Some(answer),
                 PlainStep::Full => return None,
@@ -180,61 +216,94 @@ impl Snapshot {
             Lookup { rule: usize, table: usize },
         }
         let mut at = [At::Done; BATCH];
-        let mut prepared: [Option<Prepared>; BATCH] = std::array::from_fn(|_| None);
+        // The flows' checks: small, so a batch copies little.
+        let mut checked: [Option<Checked>; BATCH] = [None; BATCH];
         for i in 0..n {
-            match self.prepare(&flows[i]) {
-                // A flow with an output link, or a source to check in full, takes the
-                // full lookup.
-                Ok(p) if p.oif.is_some() || self.input_needs_source_check(&p) => {
-                    out[i] = self.full_lookup(&p)
-                }
-                Ok(p) => {
-                    prepared[i] = Some(p);
+            let q = &flows[i];
+            match self.check(q) {
+                // A flow with an output link takes the full lookup.
+                Ok(c) if c.oif.is_some() => out[i] = self.full_lookup(&c.with(q)),
+                Ok(c) => {
+                    checked[i] = Some(c);
                     at[i] = At::From(0);
                 }
                 Err(e) => out[i] = Err(e),
             }
         }
-        // Rule keys only for flows whose family has rules to test.
-        let keys: [Option<FlowKey>; BATCH] = std::array::from_fn(|i| {
-            prepared[i]
-                .as_ref()
-                .filter(|p| self.fib(p.family).without_rules.is_none())
-                .map(|p| FlowKey::new(&p.q, p.oif, p.iif))
-        });
-        // The flows' bit sets in the rule index, found once for all rounds.
-        let sets: [Option<crate::classify::Sets>; BATCH] = std::array::from_fn(|i| {
-            let p = prepared[i].as_ref()?;
-            self.fib(p.family).rules.sets(keys[i].as_ref()?)
-        });
         let mut keys4 = [0u32; BATCH];
         let mut keys6 = [0u128; BATCH];
         let mut members = [0usize; BATCH];
         let mut found = [None; BATCH];
+        // A family whose walk is one search: all its flows in one batched search.
+        for family in [Family::V4, Family::V6] {
+            let fib = self.fib(family);
+            let Some(direct) = &fib.direct else { continue };
+            let t = direct.plain(&fib.tables);
+            let mut count = 0;
+            for i in 0..n {
+                if checked[i].is_some_and(|c| c.family == family) {
+                    members[count] = i;
+                    match flows[i].dst {
+                        IpAddr::V4(a) => keys4[count] = u32::from(a),
+                        IpAddr::V6(a) => keys6[count] = u128::from(a),
+                    }
+                    count += 1;
+                }
+            }
+            if count == 0 {
+                continue;
+            }
+            t.lookup_batch(
+                family,
+                &keys4[..count],
+                &keys6[..count],
+                &mut found[..count],
+            );
+            for k in 0..count {
+                let j = members[k];
+                let (c, q) = (checked[j].expect("walking"), &flows[j]);
+                // Each answer written once, straight to its place.
+                let answer = match found[k].map_or(Plain::Miss, Plain::decode) {
+                    Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
+                    Plain::Reject(e) => Some(Err(e)),
+                    Plain::Flow => None,
+                    plain => plain_hop(t, plain, &c, q, &self.multipath)
+                        .and_then(|h| self.source_checked(&c, q, Ok(t.hops[h as usize]))),
+                };
+                out[j] = match answer {
+                    Some(answer) => answer,
+                    None => self.full_lookup(&c.with(q)),
+                };
+                at[j] = At::Done;
+            }
+        }
+        if !at[..n].iter().any(|a| matches!(a, At::From(_))) {
+            return;
+        }
+        // The rest walk the rules: their keys, and their bit sets in the rule index,
+        // found once for all rounds.
+        let keys: [Option<FlowKey>; BATCH] = std::array::from_fn(|i| {
+            matches!(at[i], At::From(_))
+                .then_some(checked[i])
+                .flatten()
+                .map(|c| FlowKey::new(&flows[i], c.oif, c.iif))
+        });
+        let sets: [Option<crate::classify::Sets>; BATCH] = std::array::from_fn(|i| {
+            let c = checked[i]?;
+            self.fib(c.family).rules.sets(keys[i].as_ref()?)
+        });
         loop {
             // Every walking flow to its next table (or to its end).
             for i in 0..n {
                 let At::From(from) = at[i] else { continue };
-                let p = prepared[i].as_ref().expect("walking");
-                let fib = self.fib(p.family);
-                if let Some(tables) = &fib.without_rules {
-                    // No rule to test: the tables in turn (their synthetic rules, which
-                    // suppress nothing, stand at the same positions).
-                    at[i] = match tables.get(from) {
-                        Some(&table) => At::Lookup { rule: from, table },
-                        None => {
-                            out[i] = Err(NoRoute::NetworkUnreachable);
-                            At::Done
-                        }
-                    };
-                    continue;
-                }
+                let c = checked[i].expect("walking");
+                let fib = self.fib(c.family);
                 let key = keys[i].as_ref().expect("walking");
                 let candidates = fib.rules.candidates_with(key, sets[i]);
                 at[i] = match self.next_lookup(fib, &candidates, from) {
                     Step::Lookup { rule, table } => At::Lookup { rule, table },
                     Step::Done(e) => {
-                        out[i] = self.hop(p, Err(e));
+                        out[i] = self.hop(&c.with(&flows[i]), Err(e));
                         At::Done
                     }
                 };
@@ -246,11 +315,11 @@ impl Snapshot {
                     continue;
                 };
                 any = true;
-                let family = prepared[first].as_ref().expect("walking").family;
+                let family = checked[first].expect("walking").family;
                 let mut count = 0;
                 for (j, a) in at.iter().enumerate().take(n).skip(first) {
                     let same = matches!(*a, At::Lookup { table: t, .. } if t == table)
-                        && prepared[j].as_ref().expect("walking").family == family;
+                        && checked[j].expect("walking").family == family;
                     if same {
                         members[count] = j;
                         let dst = addr_bits(flows[j].dst);
@@ -260,36 +329,32 @@ impl Snapshot {
                     }
                 }
                 let fib = self.fib(family);
-                let t = &fib.tables[table];
-                match family {
-                    Family::V4 => match &t.plain_v4 {
-                        Some(lpm) => lpm.lookup_batch(&keys4[..count], &mut found[..count]),
-                        None => found[..count].fill(None),
-                    },
-                    Family::V6 => match &t.plain_v6 {
-                        Some(lpm) => lpm.lookup_batch(&keys6[..count], &mut found[..count]),
-                        None => found[..count].fill(None),
-                    },
-                }
+                let t = &fib.tables[table].plain;
+                t.lookup_batch(
+                    family,
+                    &keys4[..count],
+                    &keys6[..count],
+                    &mut found[..count],
+                );
                 for k in 0..count {
                     let j = members[k];
                     let At::Lookup { rule, .. } = at[j] else {
                         unreachable!("a member is at a lookup")
                     };
-                    let p = prepared[j].as_ref().expect("walking");
+                    let (c, q) = (checked[j].expect("walking"), &flows[j]);
                     let plain = found[k].map_or(Plain::Miss, Plain::decode);
-                    at[j] = match plain_step(&fib.rules.list[rule], t, plain, p, &self.multipath) {
+                    let step = plain_step(&fib.rules.list[rule], t, plain, &c, q, &self.multipath);
+                    at[j] = match step {
                         PlainStep::Next => At::From(rule + 1),
-                        PlainStep::Done(answer) if self.forwarded_back(p, &answer) => {
-                            out[j] = self.full_lookup(p);
-                            At::Done
-                        }
                         PlainStep::Done(answer) => {
-                            out[j] = answer;
+                            out[j] = match self.source_checked(&c, q, answer) {
+                                Some(answer) => answer,
+                                None => self.full_lookup(&c.with(q)),
+                            };
                             At::Done
                         }
                         PlainStep::Full => {
-                            out[j] = self.full_lookup(p);
+                            out[j] = self.full_lookup(&c.with(q));
                             At::Done
                         }
                     };
@@ -315,9 +380,10 @@ enum PlainStep {
 #[inline]
 fn plain_step(
     rule: &CompiledRule,
-    t: &CompiledTable,
+    t: &PlainTable,
     plain: Plain,
-    p: &Prepared,
+    c: &Checked,
+    q: &Query,
     mp: &Multipath,
 ) -> PlainStep {
     let len = match plain {
@@ -332,7 +398,7 @@ fn plain_step(
     if rule.suppress_ifgroup.is_some() {
         return PlainStep::Full;
     }
-    match plain_hop(t, plain, p, mp) {
+    match plain_hop(t, plain, c, q, mp) {
         Some(hop) => PlainStep::Done(Ok(t.hops[hop as usize])),
         None => PlainStep::Full,
     }
@@ -342,17 +408,19 @@ fn plain_step(
 /// chosen as [`Snapshot::choose_path`] chooses among paths; `None` when that choice
 /// needs the paths' source addresses (an IPv4 flow this host sends from a given source).
 #[inline]
-fn plain_hop(t: &CompiledTable, plain: Plain, p: &Prepared, mp: &Multipath) -> Option<u32> {
+fn plain_hop(t: &PlainTable, plain: Plain, c: &Checked, q: &Query, mp: &Multipath) -> Option<u32> {
     match plain {
         Plain::One { hop, .. } => Some(hop),
         Plain::Multi { start, .. } => {
-            if p.prefers_source() {
+            if c.prefers_source(q.src) {
                 return None;
             }
             let start = start as usize;
             let count = t.multi[start].0 as usize;
             let paths = &t.multi[start + 1..start + 1 + count];
-            let chosen = multipath::choose(paths.iter(), |p| p.1, || mp.hash(&p.q));
+            // The query as given hashes as the walk's (an input flow's missing source
+            // hashes as the unspecified address it stands for).
+            let chosen = multipath::choose(paths.iter(), |p| p.1, || mp.hash(q));
             Some(chosen.expect("several paths").0)
         }
         _ => unreachable!("answers with a route"),
@@ -420,6 +488,95 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
             snap.lookup(&Query::to("10.2.0.1".parse().unwrap())),
             Err(NoRoute::Invalid)
         );
+    }
+
+    /// Every flow of `dsts` gets the same hop from `lookup`, `lookup_batch` and the full
+    /// walk of `route`.
+    fn agree(snap: &Snapshot, dsts: &[&str]) {
+        let flows: Vec<Query> = dsts.iter().map(|d| Query::to(d.parse().unwrap())).collect();
+        let mut batched = vec![Err(NoRoute::NetworkUnreachable); flows.len()];
+        snap.lookup_batch(&flows, &mut batched);
+        for (q, batched) in flows.iter().zip(batched) {
+            let answer = snap.route(q).map(|a| Hop {
+                kind: a.kind,
+                table: a.table,
+                dev: a.dev,
+                gateway: a.gateway,
+                mtu: a.mtu,
+            });
+            assert_eq!(snap.lookup(q), answer, "{q:?}");
+            assert_eq!(batched, answer, "{q:?} batched");
+        }
+    }
+
+    #[test]
+    fn one_search_keeps_the_walk_s_table_order() {
+        // IPv6's default rules: `local` before `main`, even where `main` has the longer
+        // prefix (its multicast and local routes win over longer routes in `main`).
+        let text = format!(
+            "{LINKS}-6 route add ff02::/16 via 2001:db8::2
+-6 route add 2001:db8::1/128 via 2001:db8::3
+-6 route add 2001:db8:5::/48 via 2001:db8::3 table default
+-6 route add 2001:db8:5:1::/64 via 2001:db8::4 table default
+-6 route add throw 2001:db8:6::/48
+-6 route add 2001:db8:6::/48 via 2001:db8::4 table default
+"
+        );
+        let dsts = [
+            "ff02::1",
+            "ff05::1",
+            "2001:db8::1",
+            "2001:db8::7",
+            "2001:db8:5::1",
+            "2001:db8:5:1::1",
+            "2001:db8:6::1",
+            "2001:db9::1",
+        ];
+        let snap = snapshot(&text);
+        assert!(snap.v6.direct.is_some(), "the default rules are one search");
+        assert_eq!(
+            snap.lookup(&Query::to("ff02::1".parse().unwrap()))
+                .unwrap()
+                .kind,
+            RouteType::Multicast
+        );
+        assert_eq!(
+            snap.lookup(&Query::to("2001:db8::1".parse().unwrap()))
+                .unwrap()
+                .kind,
+            RouteType::Local
+        );
+        agree(&snap, &dsts);
+        // Rules that match every flow stay one search: `local` jumped over, a walk ended
+        // by a blackhole rule.
+        let jumped = snapshot(&format!(
+            "{text}-6 rule del pref 0
+-6 rule add nop pref 10
+-6 rule add goto 32766 pref 20
+-6 rule add lookup local pref 30
+-6 rule add blackhole pref 40000
+"
+        ));
+        assert!(jumped.v6.direct.is_some());
+        assert_eq!(
+            jumped
+                .lookup(&Query::to("2001:db8::1".parse().unwrap()))
+                .unwrap()
+                .kind,
+            RouteType::Unicast
+        );
+        assert_eq!(
+            jumped.lookup(&Query::to("2001:db9::1".parse().unwrap())),
+            Err(NoRoute::Invalid)
+        );
+        agree(&jumped, &dsts);
+        // A rule with a selector: the walk, rule by rule.
+        let selective = snapshot(&format!(
+            "{text}-6 rule add fwmark 1 prohibit pref 5
+"
+        ));
+        assert!(selective.v6.direct.is_none());
+        agree(&selective, &dsts);
     }
 
     #[test]

@@ -49,16 +49,9 @@ pub(crate) struct CompiledTable {
     pub(crate) v4: Option<Ipv4Table>,
     pub(crate) v6: Option<Ipv6Table>,
     pub(crate) nodes: Vec<Node>,
-    /// The LPM structure of the forwarding lookup: each destination prefix's answer to a
-    /// flow with no output link (see [`Plain`]), encoded in the value, so that the search
-    /// gives the answer with no further memory access. Filled in once the snapshot's links
-    /// and nexthops are known.
-    pub(crate) plain_v4: Option<Ipv4Table>,
-    pub(crate) plain_v6: Option<Ipv6Table>,
-    /// The distinct hops the plain answers point at (a table's routes share a few).
-    pub(crate) hops: Vec<Hop>,
-    /// The paths of plain answers with several: hop and weight.
-    pub(crate) multi: Vec<(u32, u16)>,
+    /// The forwarding lookup's structure (see [`PlainTable`]). Filled in once the
+    /// snapshot's links and nexthops are known.
+    pub(crate) plain: PlainTable,
 }
 
 /// What a node answers a flow with no output link, decided when the snapshot is compiled:
@@ -179,10 +172,7 @@ impl CompiledTable {
             v4,
             v6,
             nodes,
-            plain_v4: None,
-            plain_v6: None,
-            hops: Vec::new(),
-            multi: Vec::new(),
+            plain: PlainTable::default(),
         }
     }
 
@@ -194,31 +184,251 @@ impl CompiledTable {
         }
     }
 
-    /// The plain answer for `dst` (see [`Plain`]).
-    #[inline]
-    pub(crate) fn plain(&self, dst: IpAddr) -> Plain {
-        let code = match dst {
-            IpAddr::V4(a) => self.plain_v4.as_ref().and_then(|t| t.lookup(u32::from(a))),
-            IpAddr::V6(a) => self.plain_v6.as_ref().and_then(|t| t.lookup(u128::from(a))),
-        };
-        code.map_or(Plain::Miss, Plain::decode)
-    }
-
     /// Bytes the table's structures, nodes and hops take.
     fn memory(&self) -> usize {
         let bytes = |m: fibre_lpm::MemoryUsage| m.lookup_bytes + m.update_bytes;
         let lpm = self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
-            + self.plain_v4.as_ref().map_or(0, |t| bytes(t.memory()))
-            + self.plain_v6.as_ref().map_or(0, |t| bytes(t.memory()))
-            + self.hops.len() * std::mem::size_of::<Hop>()
-            + self.multi.len() * 8;
+            + self.plain.memory();
         lpm + self.nodes.len() * std::mem::size_of::<Node>()
             + self
                 .nodes
                 .iter()
                 .map(|n| n.routes.len() * std::mem::size_of::<Route>())
                 .sum::<usize>()
+    }
+}
+
+/// The LPM structure of the forwarding lookup: each destination prefix's answer to a flow
+/// with no output link (see [`Plain`]), encoded in the value, so that the search gives the
+/// answer with no further memory access but to the hop it names.
+#[derive(Debug, Default)]
+pub(crate) struct PlainTable {
+    v4: Option<Ipv4Table>,
+    v6: Option<Ipv6Table>,
+    /// The distinct hops the answers point at (a table's routes share a few).
+    pub(crate) hops: Vec<Hop>,
+    /// The paths of answers with several: hop and weight (the first entry of each answer's
+    /// run holds the count).
+    pub(crate) multi: Vec<(u32, u16)>,
+}
+
+impl PlainTable {
+    /// The structure of `answers`, each a destination prefix's, all of one family.
+    fn build(
+        family: Family,
+        answers: impl Iterator<Item = (Net, Plain)>,
+        hops: Vec<Hop>,
+        multi: Vec<(u32, u16)>,
+    ) -> PlainTable {
+        let codes = answers.map(|(d, p)| (d, p.encode()));
+        let (mut v4, mut v6) = (None, None);
+        match family {
+            Family::V4 => {
+                v4 = Some(Ipv4Table::build(
+                    codes.map(|(d, c)| (d.v4().expect("IPv4"), c)),
+                ))
+            }
+            Family::V6 => {
+                v6 = Some(Ipv6Table::build(
+                    codes.map(|(d, c)| (d.v6().expect("IPv6"), c)),
+                ))
+            }
+        }
+        PlainTable {
+            v4,
+            v6,
+            hops,
+            multi,
+        }
+    }
+
+    /// The answer for `dst`.
+    #[inline]
+    pub(crate) fn plain(&self, dst: IpAddr) -> Plain {
+        let code = match dst {
+            IpAddr::V4(a) => self.v4.as_ref().and_then(|t| t.lookup(u32::from(a))),
+            IpAddr::V6(a) => self.v6.as_ref().and_then(|t| t.lookup(u128::from(a))),
+        };
+        code.map_or(Plain::Miss, Plain::decode)
+    }
+
+    /// The answers' codes for many destinations of one family, as bits (IPv4 in the low 32).
+    pub(crate) fn lookup_batch(
+        &self,
+        family: Family,
+        keys4: &[u32],
+        keys6: &[u128],
+        out: &mut [Option<u32>],
+    ) {
+        match family {
+            Family::V4 => match &self.v4 {
+                Some(lpm) => lpm.lookup_batch(keys4, out),
+                None => out[..keys4.len()].fill(None),
+            },
+            Family::V6 => match &self.v6 {
+                Some(lpm) => lpm.lookup_batch(keys6, out),
+                None => out[..keys6.len()].fill(None),
+            },
+        }
+    }
+
+    fn memory(&self) -> usize {
+        let bytes = |m: fibre_lpm::MemoryUsage| m.lookup_bytes + m.update_bytes;
+        self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
+            + self.hops.len() * std::mem::size_of::<Hop>()
+            + self.multi.len() * 8
+    }
+}
+
+/// The whole rule walk of a family's flows with no output link as one plain search,
+/// while every rule the walk reaches matches every flow and only looks up a table, jumps
+/// or ends the walk: the kernel's default rules (IPv6's `local`, `main`, `default`), and
+/// IPv4's before any rule was added. The tables the walk visits merge into one structure:
+/// each prefix answers with the first of those tables that has an answer for it (its own
+/// longest match there), so the local routes of IPv6 stay ahead of longer prefixes in
+/// `main`, as the kernel's walk keeps them.
+#[derive(Debug)]
+pub(crate) struct Direct {
+    /// The one table the walk visits, or the tables merged.
+    pub(crate) from: DirectFrom,
+    /// The walk's error where no table answers.
+    pub(crate) miss: NoRoute,
+}
+
+/// Where a [`Direct`] search looks.
+#[derive(Debug)]
+pub(crate) enum DirectFrom {
+    /// The walk visits one table: its own structure.
+    Table(usize),
+    /// The tables the walk visits, merged.
+    Merged(Box<PlainTable>),
+}
+
+impl Direct {
+    /// The structure to search among the family's tables.
+    #[inline]
+    pub(crate) fn plain<'a>(&'a self, tables: &'a [CompiledTable]) -> &'a PlainTable {
+        match &self.from {
+            DirectFrom::Table(t) => &tables[*t].plain,
+            DirectFrom::Merged(p) => p,
+        }
+    }
+}
+
+/// The tables a walk visits whatever the flow, in order, and the error it ends with if
+/// none answers; `None` when a rule it reaches depends on the flow (a selector, `not`, a
+/// `suppress_*` option).
+fn unconditional_walk(rules: &Rules) -> Option<(Vec<usize>, NoRoute)> {
+    let list = &rules.list;
+    let mut tables: Vec<usize> = Vec::new();
+    let mut at = 0;
+    while let Some(rule) = list.get(at) {
+        if !rule.is_unconditional() {
+            return None;
+        }
+        at += 1;
+        match rule.action {
+            // A goto jumps forward only (the kernel refuses others).
+            Action::Goto(Some(target)) if target > at - 1 => at = target,
+            Action::Goto(Some(_)) => return None,
+            Action::Goto(None) | Action::Nop | Action::Lookup { table: None, .. } => {}
+            Action::Lookup { table: Some(t), .. } => {
+                // A table visited again answers as it did the first time: nothing.
+                if !tables.contains(&t) {
+                    tables.push(t)
+                }
+            }
+            Action::Blackhole => return Some((tables, NoRoute::Invalid)),
+            Action::Unreachable => return Some((tables, NoRoute::NetworkUnreachable)),
+            Action::Prohibit => return Some((tables, NoRoute::Prohibited)),
+        }
+    }
+    Some((tables, NoRoute::NetworkUnreachable))
+}
+
+/// The node of `table` with the longest prefix covering all of `net`.
+fn covering(table: &CompiledTable, net: Net) -> Option<u32> {
+    let mut node = table.longest(net.addr())?;
+    while table.nodes[node as usize].dst.len() > net.len() {
+        node = table.nodes[node as usize].parent?;
+    }
+    Some(node)
+}
+
+/// The [`Direct`] search of a walk through `seq` (positions in `tables`, whose nodes'
+/// plain answers `answers` holds).
+fn build_direct(
+    family: Family,
+    tables: &[CompiledTable],
+    answers: &[Vec<Plain>],
+    seq: &[usize],
+    miss: NoRoute,
+) -> Direct {
+    if let [only] = seq {
+        return Direct {
+            from: DirectFrom::Table(*only),
+            miss,
+        };
+    }
+    let mut prefixes: Vec<Net> = seq
+        .iter()
+        .flat_map(|&t| tables[t].nodes.iter().map(|n| n.dst))
+        .collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    let mut hops: Vec<Hop> = Vec::new();
+    let mut interned: HashMap<Hop, u32> = HashMap::new();
+    let mut multi: Vec<(u32, u16)> = Vec::new();
+    let mut intern = |h: Hop| {
+        *interned.entry(h).or_insert_with(|| {
+            hops.push(h);
+            hops.len() as u32 - 1
+        })
+    };
+    let mut merged = Vec::with_capacity(prefixes.len());
+    for net in prefixes {
+        let mut answer = Plain::Reject(miss);
+        for &t in seq {
+            let table = &tables[t];
+            let Some(node) = covering(table, net) else {
+                continue;
+            };
+            answer = match answers[t][node as usize] {
+                Plain::Miss | Plain::Thrown => continue,
+                Plain::One { hop, len } => Plain::One {
+                    hop: intern(table.plain.hops[hop as usize]),
+                    len,
+                },
+                Plain::Multi { start, len, .. } => {
+                    let start = start as usize;
+                    let count = table.plain.multi[start].0 as usize;
+                    let at = multi.len() as u32;
+                    multi.push((count as u32, 0));
+                    for &(hop, weight) in &table.plain.multi[start + 1..start + 1 + count] {
+                        multi.push((intern(table.plain.hops[hop as usize]), weight));
+                    }
+                    Plain::Multi {
+                        start: at,
+                        count: count as u16,
+                        len,
+                    }
+                }
+                other => other,
+            };
+            break;
+        }
+        merged.push((net, answer));
+    }
+    Direct {
+        from: DirectFrom::Merged(Box::new(PlainTable::build(
+            family,
+            merged.into_iter(),
+            hops,
+            multi,
+        ))),
+        miss,
     }
 }
 
@@ -233,9 +443,8 @@ pub(crate) struct FamilyFib {
     pub(crate) tables: Vec<CompiledTable>,
     /// Each table id's position in `tables`.
     ids: HashMap<u32, usize>,
-    /// IPv4 before any rule was added: the positions of `main` and `default` (those that
-    /// exist), which a lookup searches in turn with no rule to test.
-    pub(crate) without_rules: Option<Vec<usize>>,
+    /// The whole walk as one search, while no rule depends on the flow.
+    pub(crate) direct: Option<Direct>,
 }
 
 impl FamilyFib {
@@ -308,14 +517,45 @@ pub(crate) struct Prepared {
     pub(crate) input: Option<LinkIndex>,
 }
 
-impl Prepared {
-    /// Whether multipath prefers the paths whose source address is the flow's: an IPv4
-    /// flow this host sends from a given source (the kernel's `fib_select_multipath`).
+/// A query's checks passed: its family and the walk's links, without the query.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked {
+    pub(crate) family: Family,
+    /// The output link the walk matches rules and paths against.
+    pub(crate) oif: Option<LinkIndex>,
+    /// The input link the rules see (1, the loopback, for a flow this host sends).
+    pub(crate) iif: LinkIndex,
+    /// The link a forwarded flow arrives on.
+    pub(crate) input: Option<LinkIndex>,
+}
+
+impl Checked {
+    /// Whether multipath prefers the paths whose source address is the flow's (`src`):
+    /// an IPv4 flow this host sends from a given source (the kernel's
+    /// `fib_select_multipath`).
     #[inline]
-    pub(crate) fn prefers_source(&self) -> bool {
+    pub(crate) fn prefers_source(&self, src: Option<IpAddr>) -> bool {
         self.family == Family::V4
             && self.input.is_none()
-            && self.q.src.is_some_and(|s| !s.is_unspecified())
+            && src.is_some_and(|s| !s.is_unspecified())
+    }
+
+    /// The query as the walk takes it: a forwarded flow's source filled in (the
+    /// family's unspecified address if none), its `oif` dropped.
+    #[inline]
+    pub(crate) fn with(self, q: &Query) -> Prepared {
+        let mut q = q.clone();
+        if self.input.is_some() {
+            q.src = Some(q.src.unwrap_or(self.family.any()));
+            q.oif = None;
+        }
+        Prepared {
+            q,
+            family: self.family,
+            oif: self.oif,
+            iif: self.iif,
+            input: self.input,
+        }
     }
 }
 
@@ -373,6 +613,24 @@ pub struct Snapshot {
     /// IPv4 rules or local routes were added: the source of a flow arriving on a link is
     /// looked up (the kernel's `fib4_has_custom_rules`, `fib_has_custom_local_routes`).
     v4_full_source_check: bool,
+    /// This host's IPv4 addresses, sorted: what a source check looks for first.
+    v4_locals: Vec<u32>,
+    /// The IPv4 addresses that have a host route of type `broadcast` in some table,
+    /// sorted (a source that is one is checked in full).
+    v4_broadcasts: Vec<u32>,
+}
+
+/// The IPv4 addresses among `addrs`, sorted and deduplicated.
+fn sorted_v4(addrs: impl Iterator<Item = IpAddr>) -> Vec<u32> {
+    let mut out: Vec<u32> = addrs
+        .filter_map(|a| match a {
+            IpAddr::V4(a) => Some(u32::from(a)),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The routes of `table` whose destination holds `addr`: all a lookup of `addr` can visit.
@@ -441,7 +699,6 @@ impl State {
             }
             let ids: HashMap<u32, usize> =
                 tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-            let mut without_rules = None;
             let rules = if f == Family::V4 && !self.v4_custom_rules() {
                 let lookup = |id: u32| {
                     CompiledRule::always(Action::Lookup {
@@ -449,12 +706,6 @@ impl State {
                         table: ids.get(&id).copied(),
                     })
                 };
-                without_rules = Some(
-                    [TABLE_MAIN, TABLE_DEFAULT]
-                        .iter()
-                        .filter_map(|id| ids.get(id).copied())
-                        .collect(),
-                );
                 Rules::of(vec![lookup(TABLE_MAIN), lookup(TABLE_DEFAULT)])
             } else {
                 Rules::compile(self.rules(f), |id| ids.get(&id).copied())
@@ -463,7 +714,7 @@ impl State {
                 rules,
                 tables,
                 ids,
-                without_rules,
+                direct: None,
             }
         };
         let links: BTreeMap<LinkIndex, Link> = self.links().map(|l| (l.index, l.clone())).collect();
@@ -490,7 +741,18 @@ impl State {
             object_paths,
             multipath: self.multipath(),
             v4_full_source_check: self.v4_custom_rules() || self.v4_custom_local_routes(),
+            v4_locals: Vec::new(),
+            v4_broadcasts: Vec::new(),
         };
+        snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
+        snapshot.v4_broadcasts = sorted_v4(snapshot.v4.tables.iter().flat_map(|t| {
+            t.nodes
+                .iter()
+                .filter(|n| {
+                    n.dst.is_host() && n.routes.iter().any(|r| r.kind == RouteType::Broadcast)
+                })
+                .map(|n| n.dst.addr())
+        }));
         for f in [Family::V4, Family::V6] {
             let plains: Vec<_> = snapshot
                 .fib(f)
@@ -502,23 +764,14 @@ impl State {
                 Family::V4 => &mut snapshot.v4,
                 Family::V6 => &mut snapshot.v6,
             };
+            let mut answers = Vec::with_capacity(plains.len());
             for (t, (plain, hops, multi)) in fib.tables.iter_mut().zip(plains) {
-                let codes = t.nodes.iter().zip(&plain).map(|(n, p)| (n.dst, p.encode()));
-                match f {
-                    Family::V4 => {
-                        t.plain_v4 = Some(Ipv4Table::build(
-                            codes.map(|(d, c)| (d.v4().expect("IPv4"), c)),
-                        ))
-                    }
-                    Family::V6 => {
-                        t.plain_v6 = Some(Ipv6Table::build(
-                            codes.map(|(d, c)| (d.v6().expect("IPv6"), c)),
-                        ))
-                    }
-                }
-                t.hops = hops;
-                t.multi = multi;
+                let nodes = t.nodes.iter().map(|n| n.dst).zip(plain.iter().copied());
+                t.plain = PlainTable::build(f, nodes, hops, multi);
+                answers.push(plain);
             }
+            fib.direct = unconditional_walk(&fib.rules)
+                .map(|(seq, miss)| build_direct(f, &fib.tables, &answers, &seq, miss));
         }
         snapshot
     }
@@ -639,13 +892,19 @@ impl Snapshot {
     /// The checks a query passes before the rule walk (`ip_route_output_key`'s and
     /// `ip_route_input`'s), and the walk's parameters.
     pub(crate) fn prepare(&self, q: &Query) -> Result<Prepared, NoRoute> {
+        Ok(self.check(q)?.with(q))
+    }
+
+    /// [`Snapshot::prepare`] without the copy of the query.
+    #[inline]
+    pub(crate) fn check(&self, q: &Query) -> Result<Checked, NoRoute> {
         let family = Family::of(q.dst);
         if q.src.is_some_and(|s| Family::of(s) != family) {
             return Err(NoRoute::Invalid);
         }
         if let Some(iif) = q.iif {
             let link = self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
-            return self.prepare_input(q, family, link);
+            return self.check_input(q, family, link);
         }
         if let Some(oif) = q.oif {
             let link = self.links.get(&oif).ok_or(NoRoute::NoDevice)?;
@@ -664,8 +923,7 @@ impl Snapshot {
                 }
             }
         }
-        Ok(Prepared {
-            q: q.clone(),
+        Ok(Checked {
             family,
             oif: q.oif,
             iif: 1,
@@ -810,12 +1068,13 @@ impl Snapshot {
         }
     }
 
+    #[inline]
     fn is_local_v4(&self, a: IpAddr) -> bool {
-        self.addrs.iter().any(|x| x.local == a)
+        matches!(a, IpAddr::V4(a) if self.v4_locals.binary_search(&u32::from(a)).is_ok())
     }
 
     /// The checks of a flow arriving on `iif`.
-    fn prepare_input(&self, q: &Query, family: Family, link: &Link) -> Result<Prepared, NoRoute> {
+    fn check_input(&self, q: &Query, family: Family, link: &Link) -> Result<Checked, NoRoute> {
         // IPv4 routes a flow arriving on a link that is down as any other; IPv6 does not.
         if !link.up && family == Family::V6 {
             return Err(NoRoute::NetworkUnreachable);
@@ -843,11 +1102,7 @@ impl Snapshot {
                 return Err(NoRoute::Invalid);
             }
         }
-        let mut qi = q.clone();
-        qi.src = Some(src);
-        qi.oif = None;
-        Ok(Prepared {
-            q: qi,
+        Ok(Checked {
             family,
             oif: None,
             iif: link.index,
@@ -856,27 +1111,23 @@ impl Snapshot {
     }
 
     /// Whether an IPv4 flow arriving on a link needs more than the plain answers to check
-    /// its source: the source is one of this host's addresses or a broadcast address, or
-    /// rules or local routes were added (the kernel then looks the source up).
+    /// its source (`src`, as the query gives it): the source is one of this host's
+    /// addresses or a broadcast address, or rules or local routes were added (the kernel
+    /// then looks the source up).
     #[inline]
-    pub(crate) fn input_needs_source_check(&self, p: &Prepared) -> bool {
-        match (p.input, p.q.src) {
-            (Some(input), Some(src)) if p.family == Family::V4 && input != self.lo => {
+    pub(crate) fn input_needs_source_check(&self, c: &Checked, src: Option<IpAddr>) -> bool {
+        match (c.input, src) {
+            (Some(input), Some(src)) if c.family == Family::V4 && input != self.lo => {
                 self.v4_full_source_check || self.is_local_v4(src) || self.is_broadcast_v4(src)
             }
             _ => false,
         }
     }
 
+    /// Whether some table has a host route of type `broadcast` to `a`.
+    #[inline]
     fn is_broadcast_v4(&self, a: IpAddr) -> bool {
-        // A broadcast route is a host route in `local` (merged into `main` while no rule
-        // changed): any table's host node of that address with one will do.
-        self.fib(Family::V4).tables.iter().any(|t| {
-            t.longest(a).is_some_and(|n| {
-                let node = &t.nodes[n as usize];
-                node.dst.is_host() && node.routes.iter().any(|r| r.kind == RouteType::Broadcast)
-            })
-        })
+        matches!(a, IpAddr::V4(a) if self.v4_broadcasts.binary_search(&u32::from(a)).is_ok())
     }
 
     /// The kernel's source check of an IPv4 flow arriving on a link (`fib_validate_source`
@@ -892,30 +1143,52 @@ impl Snapshot {
         route: &Route,
         dev: LinkIndex,
     ) -> Result<(), NoRoute> {
-        let (Some(input), Some(src)) = (input, q.src) else {
-            return Ok(());
+        let src = q.src.filter(|_| input.is_some());
+        self.check_source(q, input, src, route.kind, dev, |back, iif| {
+            let walk = self.walk(back, Family::V4, None, iif, 0, WalkFor::Flow);
+            Some(walk.ok().map(|(r, _, _)| r.kind))
+        })
+        .expect("the walk decides")
+    }
+
+    /// [`Snapshot::validate_source`] of an arriving flow with source `src` whose route is
+    /// of type `kind` through `dev`; `back(flow, iif)` is the type of the route that
+    /// answers the flow back to the source arriving on `iif` (`Some(None)`: none), or
+    /// `None` if it cannot tell, and then neither can this.
+    #[inline]
+    pub(crate) fn check_source(
+        &self,
+        q: &Query,
+        input: Option<LinkIndex>,
+        src: Option<IpAddr>,
+        kind: RouteType,
+        dev: LinkIndex,
+        back: impl FnOnce(&Query, LinkIndex) -> Option<Option<RouteType>>,
+    ) -> Option<Result<(), NoRoute>> {
+        let (Some(input), Some(src)) = (input, src) else {
+            return Some(Ok(()));
         };
         if Family::of(src) != Family::V4 || input == self.lo {
-            return Ok(());
+            return Some(Ok(()));
         }
-        let forwarded = route.kind == RouteType::Unicast;
-        if !(forwarded || matches!(route.kind, RouteType::Local | RouteType::Broadcast)) {
-            return Ok(());
+        let forwarded = kind == RouteType::Unicast;
+        if !(forwarded || matches!(kind, RouteType::Local | RouteType::Broadcast)) {
+            return Some(Ok(()));
         }
         let same_link = forwarded && dev == input;
         if !self.v4_full_source_check && !same_link {
-            return if self.is_local_v4(src) {
+            return Some(if self.is_local_v4(src) {
                 Err(NoRoute::Invalid)
             } else {
                 Ok(())
-            };
+            });
         }
-        let back = reverse(q, src, route.kind == RouteType::Broadcast);
+        let flow = reverse(q, src, kind == RouteType::Broadcast);
         let iif = if forwarded { dev } else { self.lo };
-        match self.walk(&back, Family::V4, None, iif, 0, WalkFor::Flow) {
-            Ok((r, _, _)) if r.kind != RouteType::Unicast => Err(NoRoute::Invalid),
+        Some(match back(&flow, iif)? {
+            Some(k) if k != RouteType::Unicast => Err(NoRoute::Invalid),
             _ => Ok(()),
-        }
+        })
     }
 
     /// Whether a flow forwarded back out of its input link comes from a neighbour on that
