@@ -153,10 +153,9 @@ impl CompiledRule {
         }
     }
 
-    /// Whether the rule matches every flow and takes every answer: no selector, no `not`,
-    /// no `suppress_*`.
-    pub(crate) fn is_unconditional(&self) -> bool {
-        self.src == (0, 0)
+    /// Whether the rule has a selector (or `not`): flows its selectors refuse pass it by.
+    pub(crate) fn is_selective(&self) -> bool {
+        !(self.src == (0, 0)
             && self.dst == (0, 0)
             && self.iif == LinkSelector::Any
             && self.oif == LinkSelector::Any
@@ -166,7 +165,13 @@ impl CompiledRule {
             && self.dport == ANY_RANGE
             && self.tos.is_none()
             && self.ipproto.is_none()
-            && !self.invert
+            && !self.invert)
+    }
+
+    /// Whether the rule matches every flow and takes every answer: no selector, no `not`,
+    /// no `suppress_*`.
+    pub(crate) fn is_unconditional(&self) -> bool {
+        !self.is_selective()
             && self.suppress_prefixlength.is_none()
             && self.suppress_ifgroup.is_none()
     }
@@ -207,6 +212,10 @@ pub(crate) struct Rules {
     /// The rules in priority order.
     pub(crate) list: Vec<CompiledRule>,
     index: Option<Index>,
+    /// The positions of the rules with a selector ([`CompiledRule::is_selective`]).
+    selective: Vec<usize>,
+    /// The same as a bit set of the index's shape (empty without an index).
+    selective_bits: Vec<u64>,
 }
 
 impl Rules {
@@ -245,12 +254,59 @@ impl Rules {
             .collect();
         let index = (list.len() >= INDEX_FROM)
             .then(|| Index::build(rules.first().map_or(Family::V4, |r| r.family), rules));
-        Rules { list, index }
+        Rules::with_index(list, index)
     }
 
     /// Rules already compiled, without an index.
     pub(crate) fn of(list: Vec<CompiledRule>) -> Rules {
-        Rules { list, index: None }
+        Rules::with_index(list, None)
+    }
+
+    fn with_index(list: Vec<CompiledRule>, index: Option<Index>) -> Rules {
+        let selective: Vec<usize> = (0..list.len())
+            .filter(|&i| list[i].is_selective())
+            .collect();
+        let mut selective_bits = vec![0u64; index.as_ref().map_or(0, |ix| ix.words)];
+        if !selective_bits.is_empty() {
+            for &i in &selective {
+                selective_bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        Rules {
+            list,
+            index,
+            selective,
+            selective_bits,
+        }
+    }
+
+    /// Whether some rule has a selector.
+    #[inline]
+    pub(crate) fn has_selective(&self) -> bool {
+        !self.selective.is_empty()
+    }
+
+    /// Whether a rule with a selector matches the flow (`sets`: its bit sets, from
+    /// [`Rules::sets`]). While none does, the flow's walk is that of the rules without
+    /// selectors, the same for every such flow.
+    #[inline]
+    pub(crate) fn any_selective_match(&self, key: &FlowKey, sets: Option<Sets>) -> bool {
+        let (Some(sets), Some(ix)) = (sets, self.index.as_ref()) else {
+            return self.selective.iter().any(|&i| self.list[i].matches(key));
+        };
+        for (w, &selective) in self.selective_bits.iter().enumerate() {
+            let mut word = selective;
+            for set in sets {
+                word &= ix.bits[set + w];
+            }
+            while word != 0 {
+                if self.list[w * 64 + word.trailing_zeros() as usize].matches(key) {
+                    return true;
+                }
+                word &= word - 1;
+            }
+        }
+        false
     }
 
     /// The flow's candidates, to find its matching rules in order.
@@ -283,6 +339,8 @@ impl Rules {
     pub(crate) fn memory(&self) -> usize {
         self.list.len() * std::mem::size_of::<CompiledRule>()
             + self.index.as_ref().map_or(0, Index::memory)
+            + self.selective.len() * std::mem::size_of::<usize>()
+            + self.selective_bits.len() * 8
     }
 }
 

@@ -28,7 +28,7 @@ use crate::query::{NoRoute, Query};
 use crate::route::Path;
 use crate::route::{Route, RouteType};
 use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
-use crate::snapshot::{Checked, Prepared, Snapshot, Step, WalkFor};
+use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
 
 /// Flows a batch keeps together through rules and tables.
@@ -120,19 +120,18 @@ impl Snapshot {
     fn plain_walk(&self, c: &Checked, q: &Query) -> Option<Result<Hop, NoRoute>> {
         let fib = self.fib(c.family);
         if let Some(direct) = &fib.direct {
-            // No rule depends on the flow: one search answers for the whole walk.
-            let t = direct.plain(&fib.tables);
-            return match t.plain(q.dst) {
-                Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
-                Plain::Reject(e) => Some(Err(e)),
-                Plain::Flow => None,
-                plain => Some(Ok(
-                    t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize]
-                )),
-            };
+            if !fib.rules.has_selective() {
+                return self.direct_answer(fib, direct, c, q);
+            }
         }
         let key = FlowKey::new(q, None, c.iif);
-        let candidates = fib.rules.candidates(&key);
+        let sets = fib.rules.sets(&key);
+        if let Some(direct) = &fib.direct {
+            if !fib.rules.any_selective_match(&key, sets) {
+                return self.direct_answer(fib, direct, c, q);
+            }
+        }
+        let candidates = fib.rules.candidates_with(&key, sets);
         let mut from = 0;
         loop {
             let (rule, table) = match self.next_lookup(fib, &candidates, from) {
@@ -146,6 +145,26 @@ impl Snapshot {
                 PlainStep::Done(answer) => return Some(answer),
                 PlainStep::Full => return None,
             }
+        }
+    }
+
+    /// The answer of a walk that no rule's selectors decide: one search.
+    #[inline]
+    fn direct_answer(
+        &self,
+        fib: &FamilyFib,
+        direct: &Direct,
+        c: &Checked,
+        q: &Query,
+    ) -> Option<Result<Hop, NoRoute>> {
+        let t = direct.plain(&fib.tables);
+        match t.plain(q.dst) {
+            Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
+            Plain::Reject(e) => Some(Err(e)),
+            Plain::Flow => None,
+            plain => Some(Ok(
+                t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize]
+            )),
         }
     }
 
@@ -234,21 +253,36 @@ impl Snapshot {
         let mut keys6 = [0u128; BATCH];
         let mut members = [0usize; BATCH];
         let mut found = [None; BATCH];
-        // A family whose walk is one search: all its flows in one batched search.
+        // The flows' keys and bit sets in the rule index, found once for all rounds.
+        let mut keys: [Option<FlowKey>; BATCH] = [None; BATCH];
+        let mut sets: [Option<crate::classify::Sets>; BATCH] = [None; BATCH];
+        // The flows no rule's selectors match, of a family where such a walk is one
+        // search: all in one batched search.
         for family in [Family::V4, Family::V6] {
             let fib = self.fib(family);
             let Some(direct) = &fib.direct else { continue };
+            let selective = fib.rules.has_selective();
             let t = direct.plain(&fib.tables);
             let mut count = 0;
             for i in 0..n {
-                if checked[i].is_some_and(|c| c.family == family) {
-                    members[count] = i;
-                    match flows[i].dst {
-                        IpAddr::V4(a) => keys4[count] = u32::from(a),
-                        IpAddr::V6(a) => keys6[count] = u128::from(a),
+                let Some(c) = checked[i].filter(|c| c.family == family) else {
+                    continue;
+                };
+                if selective {
+                    let key = FlowKey::new(&flows[i], None, c.iif);
+                    let s = fib.rules.sets(&key);
+                    keys[i] = Some(key);
+                    sets[i] = s;
+                    if fib.rules.any_selective_match(&key, s) {
+                        continue;
                     }
-                    count += 1;
                 }
+                members[count] = i;
+                match flows[i].dst {
+                    IpAddr::V4(a) => keys4[count] = u32::from(a),
+                    IpAddr::V6(a) => keys6[count] = u128::from(a),
+                }
+                count += 1;
             }
             if count == 0 {
                 continue;
@@ -280,18 +314,14 @@ impl Snapshot {
         if !at[..n].iter().any(|a| matches!(a, At::From(_))) {
             return;
         }
-        // The rest walk the rules: their keys, and their bit sets in the rule index,
-        // found once for all rounds.
-        let keys: [Option<FlowKey>; BATCH] = std::array::from_fn(|i| {
-            matches!(at[i], At::From(_))
-                .then_some(checked[i])
-                .flatten()
-                .map(|c| FlowKey::new(&flows[i], c.oif, c.iif))
-        });
-        let sets: [Option<crate::classify::Sets>; BATCH] = std::array::from_fn(|i| {
-            let c = checked[i]?;
-            self.fib(c.family).rules.sets(keys[i].as_ref()?)
-        });
+        // The rest walk the rules.
+        for i in 0..n {
+            if let (At::From(_), Some(c), None) = (at[i], checked[i], keys[i]) {
+                let key = FlowKey::new(&flows[i], None, c.iif);
+                sets[i] = self.fib(c.family).rules.sets(&key);
+                keys[i] = Some(key);
+            }
+        }
         loop {
             // Every walking flow to its next table (or to its end).
             for i in 0..n {
@@ -570,13 +600,30 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
             Err(NoRoute::Invalid)
         );
         agree(&jumped, &dsts);
-        // A rule with a selector: the walk, rule by rule.
+        // A rule with a selector: the flows it matches walk the rules, the others are
+        // still one search.
         let selective = snapshot(&format!(
             "{text}-6 rule add fwmark 1 prohibit pref 5
 "
         ));
-        assert!(selective.v6.direct.is_none());
+        assert!(selective.v6.direct.is_some());
         agree(&selective, &dsts);
+        let mut marked = Query::to("2001:db8::7".parse().unwrap());
+        marked.mark = 1;
+        let flows = [marked.clone(), Query::to("2001:db8::7".parse().unwrap())];
+        let mut batched = [Err(NoRoute::NetworkUnreachable), Err(NoRoute::Invalid)];
+        selective.lookup_batch(&flows, &mut batched);
+        assert_eq!(selective.lookup(&marked), Err(NoRoute::Prohibited));
+        assert_eq!(batched[0], Err(NoRoute::Prohibited));
+        assert_eq!(batched[1], selective.lookup(&flows[1]));
+        assert_eq!(batched[1].map(|h| h.kind), Ok(RouteType::Unicast));
+        // A rule that refuses answers by their length stops the one search.
+        let suppressing = snapshot(&format!(
+            "{text}-6 rule add lookup main suppress_prefixlength 0 pref 5
+"
+        ));
+        assert!(suppressing.v6.direct.is_none());
+        agree(&suppressing, &dsts);
     }
 
     #[test]

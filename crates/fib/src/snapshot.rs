@@ -282,10 +282,11 @@ impl PlainTable {
     }
 }
 
-/// The whole rule walk of a family's flows with no output link as one plain search,
-/// while every rule the walk reaches matches every flow and only looks up a table, jumps
-/// or ends the walk: the kernel's default rules (IPv6's `local`, `main`, `default`), and
-/// IPv4's before any rule was added. The tables the walk visits merge into one structure:
+/// The whole rule walk of a family's flows with no output link as one plain search, for
+/// the flows that no rule's selectors match, while every rule without selectors that
+/// their walk reaches only looks up a table, jumps or ends the walk: the kernel's default
+/// rules (IPv6's `local`, `main`, `default`, IPv4's before any rule was added), and any
+/// rules with selectors beside them. The tables the walk visits merge into one structure:
 /// each prefix answers with the first of those tables that has an answer for it (its own
 /// longest match there), so the local routes of IPv6 stay ahead of longer prefixes in
 /// `main`, as the kernel's walk keeps them.
@@ -317,14 +318,19 @@ impl Direct {
     }
 }
 
-/// The tables a walk visits whatever the flow, in order, and the error it ends with if
-/// none answers; `None` when a rule it reaches depends on the flow (a selector, `not`, a
-/// `suppress_*` option).
-fn unconditional_walk(rules: &Rules) -> Option<(Vec<usize>, NoRoute)> {
+/// The tables the walk of a flow that no rule's selectors match visits, in order, and
+/// the error it ends with if none answers; `None` when a rule it reaches takes or
+/// refuses answers by more than their table (a `suppress_*` option).
+fn residual_walk(rules: &Rules) -> Option<(Vec<usize>, NoRoute)> {
     let list = &rules.list;
     let mut tables: Vec<usize> = Vec::new();
     let mut at = 0;
     while let Some(rule) = list.get(at) {
+        if rule.is_selective() {
+            // Such a flow passes it by.
+            at += 1;
+            continue;
+        }
         if !rule.is_unconditional() {
             return None;
         }
@@ -443,7 +449,7 @@ pub(crate) struct FamilyFib {
     pub(crate) tables: Vec<CompiledTable>,
     /// Each table id's position in `tables`.
     ids: HashMap<u32, usize>,
-    /// The whole walk as one search, while no rule depends on the flow.
+    /// The whole walk as one search, for the flows no rule's selectors match.
     pub(crate) direct: Option<Direct>,
 }
 
@@ -770,7 +776,7 @@ impl State {
                 t.plain = PlainTable::build(f, nodes, hops, multi);
                 answers.push(plain);
             }
-            fib.direct = unconditional_walk(&fib.rules)
+            fib.direct = residual_walk(&fib.rules)
                 .map(|(seq, miss)| build_direct(f, &fib.tables, &answers, &seq, miss));
         }
         snapshot
