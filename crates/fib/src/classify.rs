@@ -385,6 +385,8 @@ impl Candidates<'_> {
 /// An LPM structure over the rules' prefixes of one selector.
 #[derive(Debug)]
 enum PrefixIndex {
+    /// No rule selects by this prefix: every address has the set of no prefix.
+    Unused,
     V4(Ipv4Table),
     V6(Ipv6Table),
 }
@@ -465,6 +467,7 @@ impl Index {
                 .collect();
             let entries = nets.iter().zip(&sets);
             let table = match family {
+                _ if nets.is_empty() => PrefixIndex::Unused,
                 Family::V4 => PrefixIndex::V4(Ipv4Table::build(
                     entries.map(|(n, s)| (n.v4().expect("an IPv4 rule's prefix"), *s as u32)),
                 )),
@@ -539,6 +542,7 @@ impl Index {
 
     fn prefix_set(index: &PrefixIndex, none: usize, addr: u128) -> usize {
         let found = match index {
+            PrefixIndex::Unused => None,
             PrefixIndex::V4(t) => t.lookup(addr as u32),
             PrefixIndex::V6(t) => t.lookup(addr),
         };
@@ -566,6 +570,7 @@ impl Index {
     fn memory(&self) -> usize {
         let lpm = |p: &PrefixIndex| {
             let m = match p {
+                PrefixIndex::Unused => return 0,
                 PrefixIndex::V4(t) => t.memory(),
                 PrefixIndex::V6(t) => t.memory(),
             };
