@@ -11,9 +11,13 @@
 //! - **default**: the three default rules only (fibre: one search of `local` and `main`
 //!   merged);
 //! - **from**: 10, 100, 1,000 rules `from PREFIX lookup TABLE` that no flow matches
-//!   (fibre's rule index rules them out by one LPM search of the source);
-//! - **dport**: 10, 100, 1,000 rules `dport PORT lookup TABLE` that no flow matches (a
-//!   selector fibre does not index: every rule is tested, a few comparisons each);
+//!   (fibre's rule index rules them out by one LPM search of the source, and such a
+//!   flow's walk is the default rules' one search);
+//! - **dport**: 10, 100, 1,000 rules `dport PORT lookup TABLE` that no flow matches (ruled
+//!   out by the index's port ranges);
+//! - **iif**: 10, 100, 1,000 rules `iif fin lookup TABLE` that every flow matches, each
+//!   table holding one route that no flow matches: the walk visits every rule and looks
+//!   up every table, in fibre as in the kernel (the worst case of a rule set);
 //! - **source routes** (IPv6): every tenth destination also has a source-specific route
 //!   whose source no flow has, so lookups go through the kernel's subtrees.
 //!
@@ -62,7 +66,7 @@ impl Default for RulesConfig {
         RulesConfig {
             routes: 100_000,
             rule_counts: vec![10, 100, 1_000],
-            cases: ["default", "from", "dport", "source-routes"]
+            cases: ["default", "from", "dport", "iif", "source-routes"]
                 .map(String::from)
                 .to_vec(),
             repetitions: 12,
@@ -129,6 +133,27 @@ fn cases<K: Key>(routes: &[Prefix<K>], cfg: &RulesConfig) -> Vec<Case> {
             rules: n,
             lines: (0..n)
                 .map(|i| rule(i, format!("dport {}", 1_000 + i)))
+                .collect(),
+        });
+    }
+    // Rules every flow matches, each looking up a table with one route no flow matches:
+    // the walk goes through every rule and every table.
+    let unmatched = if family == 4 {
+        "198.51.100.0/24"
+    } else {
+        "fd30::/64"
+    };
+    for &n in &cfg.rule_counts {
+        cases.push(Case {
+            kind: "iif",
+            rules: n,
+            lines: (0..n)
+                .flat_map(|i| {
+                    [
+                        format!("route add {unmatched} dev {OUTPUT_DEV} table {}", 1_000 + i),
+                        rule(i, format!("iif {INPUT_DEV}")),
+                    ]
+                })
                 .collect(),
         });
     }
@@ -434,7 +459,7 @@ pub fn markdown(figures: &[Value]) -> String {
         }
         // A rule's cost: between the fewest and the most rules of a kind, so that both
         // figures come from the rule walk (the default rules take a shorter way).
-        for kind in ["from", "dport"] {
+        for kind in ["from", "dport", "iif"] {
             let counts: Vec<u64> = kinds.iter().filter(|k| k.0 == kind).map(|k| k.1).collect();
             let (Some(&few), Some(&most)) = (counts.iter().min(), counts.iter().max()) else {
                 continue;

@@ -93,9 +93,9 @@ pub struct RulesArgs {
     /// Rule counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
     rules: Vec<usize>,
-    /// Cases to run, comma-separated: default, from, dport, source-routes.
-    #[arg(long, value_delimiter = ',', default_value = "default,from,dport,source-routes",
-          value_parser = ["default", "from", "dport", "source-routes"])]
+    /// Cases to run, comma-separated: default, from, dport, iif, source-routes.
+    #[arg(long, value_delimiter = ',', default_value = "default,from,dport,iif,source-routes",
+          value_parser = ["default", "from", "dport", "iif", "source-routes"])]
     cases: Vec<String>,
     /// Folder for the report and figures (default: `bench-out/rules-<UTC time>`).
     #[arg(long)]

@@ -168,6 +168,29 @@ impl CompiledRule {
             && !self.invert)
     }
 
+    /// Whether the rule's selectors are `other`'s: both match the same flows.
+    pub(crate) fn same_selectors(&self, other: &CompiledRule) -> bool {
+        self.src == other.src
+            && self.dst == other.dst
+            && self.iif == other.iif
+            && self.oif == other.oif
+            && (self.mark & self.mark_mask, self.mark_mask)
+                == (other.mark & other.mark_mask, other.mark_mask)
+            && self.uid == other.uid
+            && self.sport == other.sport
+            && self.dport == other.dport
+            && self.tos == other.tos
+            && self.ipproto == other.ipproto
+            && self.invert == other.invert
+    }
+
+    /// Whether the rule only looks up a table and takes whatever answer it has.
+    pub(crate) fn plain_lookup(&self) -> bool {
+        matches!(self.action, Action::Lookup { .. })
+            && self.suppress_prefixlength.is_none()
+            && self.suppress_ifgroup.is_none()
+    }
+
     /// Whether the rule matches every flow and takes every answer: no selector, no `not`,
     /// no `suppress_*`.
     pub(crate) fn is_unconditional(&self) -> bool {

@@ -138,10 +138,11 @@ impl Snapshot {
                 Step::Lookup { rule, table } => (rule, table),
                 Step::Done(e) => return Some(Err(e)),
             };
-            let t = &fib.tables[table].plain;
+            let (search, after) = fib.target(rule, table);
+            let t = fib.searched(search);
             let plain = t.plain(q.dst);
             match plain_step(&fib.rules.list[rule], t, plain, c, q, &self.multipath) {
-                PlainStep::Next => from = rule + 1,
+                PlainStep::Next => from = after,
                 PlainStep::Done(answer) => return Some(answer),
                 PlainStep::Full => return None,
             }
@@ -231,8 +232,13 @@ impl Snapshot {
             Done,
             /// Walking, from this rule on.
             From(usize),
-            /// Rule `rule` looks up table `table` of the flow's family.
-            Lookup { rule: usize, table: usize },
+            /// Rule `rule` searches `search` of the flow's family
+            /// ([`FamilyFib::target`]); without an answer the walk goes on from `after`.
+            Lookup {
+                rule: usize,
+                search: usize,
+                after: usize,
+            },
         }
         let mut at = [At::Done; BATCH];
         // The flows' checks: small, so a batch copies little.
@@ -331,7 +337,14 @@ impl Snapshot {
                 let key = keys[i].as_ref().expect("walking");
                 let candidates = fib.rules.candidates_with(key, sets[i]);
                 at[i] = match self.next_lookup(fib, &candidates, from) {
-                    Step::Lookup { rule, table } => At::Lookup { rule, table },
+                    Step::Lookup { rule, table } => {
+                        let (search, after) = fib.target(rule, table);
+                        At::Lookup {
+                            rule,
+                            search,
+                            after,
+                        }
+                    }
                     Step::Done(e) => {
                         out[i] = self.hop(&c.with(&flows[i]), Err(e));
                         At::Done
@@ -341,14 +354,14 @@ impl Snapshot {
             // Each table once, for all the flows at it.
             let mut any = false;
             for first in 0..n {
-                let At::Lookup { table, .. } = at[first] else {
+                let At::Lookup { search, .. } = at[first] else {
                     continue;
                 };
                 any = true;
                 let family = checked[first].expect("walking").family;
                 let mut count = 0;
                 for (j, a) in at.iter().enumerate().take(n).skip(first) {
-                    let same = matches!(*a, At::Lookup { table: t, .. } if t == table)
+                    let same = matches!(*a, At::Lookup { search: s, .. } if s == search)
                         && checked[j].expect("walking").family == family;
                     if same {
                         members[count] = j;
@@ -359,7 +372,7 @@ impl Snapshot {
                     }
                 }
                 let fib = self.fib(family);
-                let t = &fib.tables[table].plain;
+                let t = fib.searched(search);
                 t.lookup_batch(
                     family,
                     &keys4[..count],
@@ -368,14 +381,14 @@ impl Snapshot {
                 );
                 for k in 0..count {
                     let j = members[k];
-                    let At::Lookup { rule, .. } = at[j] else {
+                    let At::Lookup { rule, after, .. } = at[j] else {
                         unreachable!("a member is at a lookup")
                     };
                     let (c, q) = (checked[j].expect("walking"), &flows[j]);
                     let plain = found[k].map_or(Plain::Miss, Plain::decode);
                     let step = plain_step(&fib.rules.list[rule], t, plain, &c, q, &self.multipath);
                     at[j] = match step {
-                        PlainStep::Next => At::From(rule + 1),
+                        PlainStep::Next => At::From(after),
                         PlainStep::Done(answer) => {
                             out[j] = match self.source_checked(&c, q, answer) {
                                 Some(answer) => answer,
@@ -624,6 +637,90 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
         ));
         assert!(suppressing.v6.direct.is_none());
         agree(&suppressing, &dsts);
+    }
+
+    #[test]
+    fn runs_of_rules_search_their_tables_as_one() {
+        // Rules 100 to 140 select `fwmark 1` and look up tables 100 to 104 in turn (a
+        // table named twice, one that does not exist); 150 jumps into the middle of a
+        // second run, which is cut there so that the jump lands on a run's start. Their
+        // tables overlap: longer and
+        // shorter prefixes, a throw, an unreachable route, an ECMP route.
+        let mut text = format!(
+            "{LINKS}route add 10.5.0.0/16 via 10.0.0.2 table 100
+route add 10.5.1.0/24 via 10.0.0.3 table 101
+route add throw 10.6.0.0/16 table 100
+route add 10.6.0.0/16 via 10.0.0.4 table 102
+route add unreachable 10.7.0.0/16 table 101
+route add 10.7.7.0/24 via 10.0.0.5 table 102
+route add 10.8.0.0/16 table 103 nexthop via 10.0.0.2 nexthop via 10.0.1.2
+route add 10.9.0.0/16 via 10.0.1.9 table 104
+route add 10.9.9.0/24 via 10.0.1.8 table 104
+rule add fwmark 1 lookup 100 pref 100
+rule add fwmark 1 lookup 101 pref 110
+rule add fwmark 1 lookup 100 pref 115
+rule add fwmark 1 lookup 102 pref 120
+rule add fwmark 1 lookup 999 pref 125
+rule add fwmark 1 lookup 103 pref 130
+rule add fwmark 1 lookup 104 pref 140
+rule add fwmark 2 goto 220 pref 150
+rule add fwmark 2 lookup 104 pref 210
+rule add fwmark 2 lookup 102 pref 220
+rule add fwmark 2 lookup 101 pref 230
+"
+        );
+        let snap = snapshot(&text);
+        let runs: Vec<usize> = snap.v4.runs.iter().map(|r| r.end).collect();
+        assert_eq!(
+            runs.len(),
+            3,
+            "the fwmark 1 run, the fwmark 2 run from the goto's target on, main and default"
+        );
+        let mut flows = Vec::new();
+        for mark in [0, 1, 2] {
+            for dst in [
+                "10.5.0.1", "10.5.1.1", "10.6.0.1", "10.7.0.1", "10.7.7.1", "10.8.0.1", "10.8.0.2",
+                "10.8.3.4", "10.9.0.1", "10.9.9.9", "10.0.0.7", "10.3.0.1",
+            ] {
+                let mut q = Query::to(dst.parse().unwrap());
+                q.mark = mark;
+                flows.push(q);
+            }
+        }
+        let mut batched = vec![Err(NoRoute::NetworkUnreachable); flows.len()];
+        snap.lookup_batch(&flows, &mut batched);
+        for (q, batched) in flows.iter().zip(batched) {
+            let answer = snap.route(q).map(|a| Hop {
+                kind: a.kind,
+                table: a.table,
+                dev: a.dev,
+                gateway: a.gateway,
+                mtu: a.mtu,
+            });
+            assert_eq!(snap.lookup(q), answer, "{q:?}");
+            assert_eq!(batched, answer, "{q:?} batched");
+        }
+        let mut q = Query::to("10.5.1.1".parse().unwrap());
+        q.mark = 1;
+        // Table 100's /16 answers before table 101's longer /24.
+        assert_eq!(snap.lookup(&q).unwrap().table, Some(100));
+        q.dst = "10.6.0.1".parse().unwrap();
+        assert_eq!(snap.lookup(&q).unwrap().table, Some(102), "past the throw");
+        q.dst = "10.7.7.1".parse().unwrap();
+        assert_eq!(snap.lookup(&q), Err(NoRoute::HostUnreachable));
+        q.mark = 2;
+        q.dst = "10.9.9.9".parse().unwrap();
+        // The goto skips table 104.
+        assert_eq!(snap.lookup(&q), Err(NoRoute::NetworkUnreachable));
+        q.dst = "10.6.0.1".parse().unwrap();
+        assert_eq!(snap.lookup(&q).unwrap().table, Some(102));
+        text += "rule add fwmark 1 lookup 100 suppress_prefixlength 8 pref 105\n";
+        let split = snapshot(&text);
+        assert_eq!(
+            split.v4.runs.len(),
+            3,
+            "a suppressing rule is no part of a run"
+        );
     }
 
     #[test]

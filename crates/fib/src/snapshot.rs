@@ -311,9 +311,25 @@ impl Direct {
     /// The structure to search among the family's tables.
     #[inline]
     pub(crate) fn plain<'a>(&'a self, tables: &'a [CompiledTable]) -> &'a PlainTable {
-        match &self.from {
+        self.from.plain(tables)
+    }
+}
+
+impl DirectFrom {
+    /// The structure to search among the family's tables.
+    #[inline]
+    pub(crate) fn plain<'a>(&'a self, tables: &'a [CompiledTable]) -> &'a PlainTable {
+        match self {
             DirectFrom::Table(t) => &tables[*t].plain,
             DirectFrom::Merged(p) => p,
+        }
+    }
+
+    /// Bytes of a merged structure.
+    fn memory(&self) -> usize {
+        match self {
+            DirectFrom::Table(_) => 0,
+            DirectFrom::Merged(p) => p.memory(),
         }
     }
 }
@@ -363,20 +379,25 @@ fn covering(table: &CompiledTable, net: Net) -> Option<u32> {
     Some(node)
 }
 
-/// The [`Direct`] search of a walk through `seq` (positions in `tables`, whose nodes'
-/// plain answers `answers` holds).
-fn build_direct(
+/// The search that answers as a walk through the tables `seq` (positions in `tables`,
+/// whose nodes' plain answers `answers` holds) in order; where none of them answers,
+/// `miss` (the walk's error, or `None`: [`Plain::Miss`], the walk goes on).
+fn merge_tables(
     family: Family,
     tables: &[CompiledTable],
     answers: &[Vec<Plain>],
     seq: &[usize],
-    miss: NoRoute,
-) -> Direct {
-    if let [only] = seq {
-        return Direct {
-            from: DirectFrom::Table(*only),
-            miss,
-        };
+    miss: Option<NoRoute>,
+) -> DirectFrom {
+    // Tables with no route add nothing; one table alone is searched as it is (where it
+    // has no answer, the search's caller takes `miss`).
+    let seq: Vec<usize> = seq
+        .iter()
+        .copied()
+        .filter(|&t| !tables[t].nodes.is_empty())
+        .collect();
+    if let [only] = seq[..] {
+        return DirectFrom::Table(only);
     }
     let mut prefixes: Vec<Net> = seq
         .iter()
@@ -395,8 +416,8 @@ fn build_direct(
     };
     let mut merged = Vec::with_capacity(prefixes.len());
     for net in prefixes {
-        let mut answer = Plain::Reject(miss);
-        for &t in seq {
+        let mut answer = miss.map_or(Plain::Miss, Plain::Reject);
+        for &t in &seq {
             let table = &tables[t];
             let Some(node) = covering(table, net) else {
                 continue;
@@ -427,15 +448,65 @@ fn build_direct(
         }
         merged.push((net, answer));
     }
-    Direct {
-        from: DirectFrom::Merged(Box::new(PlainTable::build(
-            family,
-            merged.into_iter(),
-            hops,
-            multi,
-        ))),
-        miss,
+    DirectFrom::Merged(Box::new(PlainTable::build(
+        family,
+        merged.into_iter(),
+        hops,
+        multi,
+    )))
+}
+
+/// Consecutive rules with the same selectors that each only look up a table: a flow
+/// that reaches the first matches them all and takes the first answer of their tables,
+/// in order. The forwarding lookup searches them as one merged structure.
+#[derive(Debug)]
+pub(crate) struct Run {
+    /// The position of the rule after the run.
+    pub(crate) end: usize,
+    /// The run's tables, merged.
+    pub(crate) from: DirectFrom,
+}
+
+/// The runs of `rules` ([`Run`]), as (first rule, end, tables in order). A walk takes a
+/// run only where it reaches the run's first rule (one that jumps past it goes on rule by
+/// rule), so runs are cut at `goto` targets, to start where the jumps land.
+fn lookup_runs(rules: &Rules) -> Vec<(usize, usize, Vec<usize>)> {
+    let list = &rules.list;
+    let targets: std::collections::HashSet<usize> = list
+        .iter()
+        .filter_map(|r| match r.action {
+            Action::Goto(Some(t)) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < list.len() {
+        let first = &list[i];
+        let mut end = i + 1;
+        if first.plain_lookup() {
+            while end < list.len()
+                && list[end].plain_lookup()
+                && list[end].same_selectors(first)
+                && !targets.contains(&end)
+            {
+                end += 1;
+            }
+        }
+        if end - i >= 2 {
+            let mut seq: Vec<usize> = Vec::new();
+            for r in &list[i..end] {
+                if let Action::Lookup { table: Some(t), .. } = r.action {
+                    if !seq.contains(&t) {
+                        seq.push(t);
+                    }
+                }
+            }
+            runs.push((i, end, seq));
+        }
+        i = end;
     }
+    runs
 }
 
 /// The rules and tables of one family.
@@ -451,12 +522,39 @@ pub(crate) struct FamilyFib {
     ids: HashMap<u32, usize>,
     /// The whole walk as one search, for the flows no rule's selectors match.
     pub(crate) direct: Option<Direct>,
+    /// The runs of rules searched as one ([`Run`]).
+    pub(crate) runs: Vec<Run>,
+    /// For each rule, the run it starts (`u32::MAX`: none).
+    run_at: Vec<u32>,
 }
 
 impl FamilyFib {
     /// A table by id.
     pub(crate) fn table(&self, id: u32) -> Option<&CompiledTable> {
         self.ids.get(&id).map(|&i| &self.tables[i])
+    }
+
+    /// Where the forwarding lookup searches for rule `rule`, which looks up table
+    /// `table`: a search key (the table's position, or past the tables a run's) and the
+    /// rule the walk goes on from if the search has no answer.
+    #[inline]
+    pub(crate) fn target(&self, rule: usize, table: usize) -> (usize, usize) {
+        match self.run_at.get(rule) {
+            Some(&run) if run != u32::MAX => (
+                self.tables.len() + run as usize,
+                self.runs[run as usize].end,
+            ),
+            _ => (table, rule + 1),
+        }
+    }
+
+    /// The structure a search key of [`FamilyFib::target`] names.
+    #[inline]
+    pub(crate) fn searched(&self, key: usize) -> &PlainTable {
+        match self.tables.get(key) {
+            Some(t) => &t.plain,
+            None => self.runs[key - self.tables.len()].from.plain(&self.tables),
+        }
     }
 }
 
@@ -721,6 +819,8 @@ impl State {
                 tables,
                 ids,
                 direct: None,
+                runs: Vec::new(),
+                run_at: Vec::new(),
             }
         };
         let links: BTreeMap<LinkIndex, Link> = self.links().map(|l| (l.index, l.clone())).collect();
@@ -776,8 +876,16 @@ impl State {
                 t.plain = PlainTable::build(f, nodes, hops, multi);
                 answers.push(plain);
             }
-            fib.direct = residual_walk(&fib.rules)
-                .map(|(seq, miss)| build_direct(f, &fib.tables, &answers, &seq, miss));
+            fib.direct = residual_walk(&fib.rules).map(|(seq, miss)| Direct {
+                from: merge_tables(f, &fib.tables, &answers, &seq, Some(miss)),
+                miss,
+            });
+            fib.run_at = vec![u32::MAX; fib.rules.list.len()];
+            for (first, end, seq) in lookup_runs(&fib.rules) {
+                fib.run_at[first] = fib.runs.len() as u32;
+                let from = merge_tables(f, &fib.tables, &answers, &seq, None);
+                fib.runs.push(Run { end, from });
+            }
         }
         snapshot
     }
@@ -876,13 +984,18 @@ impl Snapshot {
         out
     }
 
-    /// Bytes the compiled rules of each family take (with their index, when there are
-    /// enough rules to have one).
+    /// Bytes the compiled rules of each family take: the rules, their index (when there
+    /// are enough rules to have one), and the merged searches of tables they compile to.
     pub fn memory_of_rules(&self) -> Vec<(Family, usize)> {
-        vec![
-            (Family::V4, self.v4.rules.memory()),
-            (Family::V6, self.v6.rules.memory()),
-        ]
+        [Family::V4, Family::V6]
+            .into_iter()
+            .map(|f| {
+                let fib = self.fib(f);
+                let merged = fib.direct.as_ref().map_or(0, |d| d.from.memory())
+                    + fib.runs.iter().map(|r| r.from.memory()).sum::<usize>();
+                (f, fib.rules.memory() + merged + fib.run_at.len() * 4)
+            })
+            .collect()
     }
 
     /// Routes a query as the kernel's `ip route get` would.
