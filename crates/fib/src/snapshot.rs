@@ -28,6 +28,7 @@ use crate::state::State;
 use fibre_lpm::{Ipv4Table, Ipv6Table};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// One destination prefix of a compiled table.
 #[derive(Clone, Debug)]
@@ -303,8 +304,8 @@ pub(crate) struct Direct {
 pub(crate) enum DirectFrom {
     /// The walk visits one table: its own structure.
     Table(usize),
-    /// The tables the walk visits, merged.
-    Merged(Box<PlainTable>),
+    /// The tables the walk visits, merged (shared by walks through the same tables).
+    Merged(Arc<PlainTable>),
 }
 
 impl Direct {
@@ -322,14 +323,6 @@ impl DirectFrom {
         match self {
             DirectFrom::Table(t) => &tables[*t].plain,
             DirectFrom::Merged(p) => p,
-        }
-    }
-
-    /// Bytes of a merged structure.
-    fn memory(&self) -> usize {
-        match self {
-            DirectFrom::Table(_) => 0,
-            DirectFrom::Merged(p) => p.memory(),
         }
     }
 }
@@ -387,10 +380,10 @@ fn merge_tables(
     tables: &[CompiledTable],
     answers: &[Vec<Plain>],
     seq: &[usize],
-    miss: Option<NoRoute>,
+    made: &mut HashMap<Vec<usize>, Arc<PlainTable>>,
 ) -> DirectFrom {
-    // Tables with no route add nothing; one table alone is searched as it is (where it
-    // has no answer, the search's caller takes `miss`).
+    // Tables with no route add nothing; one table alone is searched as it is. Where no
+    // table answers, the search says [`Plain::Miss`], and its caller knows what follows.
     let seq: Vec<usize> = seq
         .iter()
         .copied()
@@ -398,6 +391,11 @@ fn merge_tables(
         .collect();
     if let [only] = seq[..] {
         return DirectFrom::Table(only);
+    }
+    // The same tables in the same order (the default rules' walk, and their run) share
+    // one structure.
+    if let Some(p) = made.get(&seq) {
+        return DirectFrom::Merged(Arc::clone(p));
     }
     let mut prefixes: Vec<Net> = seq
         .iter()
@@ -408,6 +406,7 @@ fn merge_tables(
     let mut hops: Vec<Hop> = Vec::new();
     let mut interned: HashMap<Hop, u32> = HashMap::new();
     let mut multi: Vec<(u32, u16)> = Vec::new();
+    let mut sets: HashMap<Vec<(u32, u16)>, u32> = HashMap::new();
     let mut intern = |h: Hop| {
         *interned.entry(h).or_insert_with(|| {
             hops.push(h);
@@ -416,7 +415,7 @@ fn merge_tables(
     };
     let mut merged = Vec::with_capacity(prefixes.len());
     for net in prefixes {
-        let mut answer = miss.map_or(Plain::Miss, Plain::Reject);
+        let mut answer = Plain::Miss;
         for &t in &seq {
             let table = &tables[t];
             let Some(node) = covering(table, net) else {
@@ -431,11 +430,17 @@ fn merge_tables(
                 Plain::Multi { start, len, .. } => {
                     let start = start as usize;
                     let count = table.plain.multi[start].0 as usize;
-                    let at = multi.len() as u32;
-                    multi.push((count as u32, 0));
-                    for &(hop, weight) in &table.plain.multi[start + 1..start + 1 + count] {
-                        multi.push((intern(table.plain.hops[hop as usize]), weight));
-                    }
+                    let paths: Vec<(u32, u16)> = table.plain.multi[start + 1..start + 1 + count]
+                        .iter()
+                        .map(|&(hop, weight)| (intern(table.plain.hops[hop as usize]), weight))
+                        .collect();
+                    // Prefixes with the same paths share one list.
+                    let at = *sets.entry(paths).or_insert_with_key(|paths| {
+                        let at = multi.len() as u32;
+                        multi.push((count as u32, 0));
+                        multi.extend_from_slice(paths);
+                        at
+                    });
                     Plain::Multi {
                         start: at,
                         count: count as u16,
@@ -448,12 +453,9 @@ fn merge_tables(
         }
         merged.push((net, answer));
     }
-    DirectFrom::Merged(Box::new(PlainTable::build(
-        family,
-        merged.into_iter(),
-        hops,
-        multi,
-    )))
+    let p = Arc::new(PlainTable::build(family, merged.into_iter(), hops, multi));
+    made.insert(seq, Arc::clone(&p));
+    DirectFrom::Merged(p)
 }
 
 /// Consecutive rules with the same selectors that each only look up a table: a flow
@@ -876,14 +878,15 @@ impl State {
                 t.plain = PlainTable::build(f, nodes, hops, multi);
                 answers.push(plain);
             }
+            let mut made = HashMap::new();
             fib.direct = residual_walk(&fib.rules).map(|(seq, miss)| Direct {
-                from: merge_tables(f, &fib.tables, &answers, &seq, Some(miss)),
+                from: merge_tables(f, &fib.tables, &answers, &seq, &mut made),
                 miss,
             });
             fib.run_at = vec![u32::MAX; fib.rules.list.len()];
             for (first, end, seq) in lookup_runs(&fib.rules) {
                 fib.run_at[first] = fib.runs.len() as u32;
-                let from = merge_tables(f, &fib.tables, &answers, &seq, None);
+                let from = merge_tables(f, &fib.tables, &answers, &seq, &mut made);
                 fib.runs.push(Run { end, from });
             }
         }
@@ -991,8 +994,18 @@ impl Snapshot {
             .into_iter()
             .map(|f| {
                 let fib = self.fib(f);
-                let merged = fib.direct.as_ref().map_or(0, |d| d.from.memory())
-                    + fib.runs.iter().map(|r| r.from.memory()).sum::<usize>();
+                // Each merged structure once, however many walks share it.
+                let mut seen = std::collections::HashSet::new();
+                let merged: usize = fib
+                    .direct
+                    .iter()
+                    .map(|d| &d.from)
+                    .chain(fib.runs.iter().map(|r| &r.from))
+                    .filter_map(|from| match from {
+                        DirectFrom::Merged(p) => seen.insert(Arc::as_ptr(p)).then(|| p.memory()),
+                        DirectFrom::Table(_) => None,
+                    })
+                    .sum();
                 (f, fib.rules.memory() + merged + fib.run_at.len() * 4)
             })
             .collect()

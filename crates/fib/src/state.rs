@@ -102,8 +102,8 @@ pub struct State {
     tables: BTreeMap<(Family, u32), TableRoutes>,
     rules: [Vec<Rule>; 2],
     nexthops: BTreeMap<NexthopId, Nexthop>,
-    /// An IPv4 rule was ever added: lookups walk the rules (until then the kernel looks up
-    /// `main` and `default` without them).
+    /// An IPv4 rule was ever added or deleted: lookups walk the rules (until then the
+    /// kernel looks up `main` and `default` without them).
     v4_custom_rules: bool,
     /// An IPv4 rule was ever added or deleted: tables `local` and `main` are apart (until
     /// then the kernel keeps them merged in one structure, reported as `main`).
@@ -232,7 +232,7 @@ impl State {
         &self.rules[fam_ix(family)]
     }
 
-    /// Whether IPv4 lookups walk the rules (an IPv4 rule was ever added).
+    /// Whether IPv4 lookups walk the rules (an IPv4 rule was ever added or deleted).
     pub fn v4_custom_rules(&self) -> bool {
         self.v4_custom_rules
     }
@@ -1391,6 +1391,8 @@ impl State {
             .ok_or_else(|| Refused::answers("No such file or directory"))?;
         rules.remove(pos);
         if family == Family::V4 {
+            // The kernel walks the rules from then on too (`fib4_rule_delete`).
+            self.v4_custom_rules = true;
             self.v4_unmerged = true;
         }
         Ok(())
@@ -1398,8 +1400,10 @@ impl State {
 
     /// `ip rule flush` (of a family): every rule but priority 0's goes, as in the kernel.
     pub fn flush_rules(&mut self, family: Family) {
+        let before = self.rules[fam_ix(family)].len();
         self.rules[fam_ix(family)].retain(|r| r.pref == 0);
-        if family == Family::V4 {
+        if family == Family::V4 && self.rules[fam_ix(family)].len() < before {
+            self.v4_custom_rules = true;
             self.v4_unmerged = true;
         }
     }

@@ -264,6 +264,19 @@ rule add oif b0 lookup main pref 6
             "10.61.0.1",
         ],
     );
+    // Deleting a rule, even with none ever added, makes the kernel walk the rules:
+    // `local` and `main` apart, `local` first.
+    common::check(
+        "delonly",
+        &config("rule del pref 32767"),
+        &[
+            "10.0.0.1",
+            "10.0.0.255",
+            "10.0.0.7",
+            "10.0.0.7 from 192.0.2.1 iif a1",
+            "10.0.0.1 from 192.0.2.1 iif a1",
+        ],
+    );
 }
 
 #[test]
