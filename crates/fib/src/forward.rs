@@ -55,7 +55,7 @@ impl Snapshot {
     /// and gateway), without building the rest of it.
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
         let c = self.check(q)?;
-        if c.oif.is_none() {
+        if c.oif.is_none() && self.plain_answers_hold(&c, q.dst) {
             if let Some(answer) = self.plain_walk(&c, q) {
                 if let Some(answer) = self.source_checked(&c, q, answer) {
                     return answer;
@@ -246,8 +246,11 @@ impl Snapshot {
         for i in 0..n {
             let q = &flows[i];
             match self.check(q) {
-                // A flow with an output link takes the full lookup.
-                Ok(c) if c.oif.is_some() => out[i] = self.full_lookup(&c.with(q)),
+                // A flow with an output link takes the full lookup, and so does one
+                // the plain answers do not hold for.
+                Ok(c) if c.oif.is_some() || !self.plain_answers_hold(&c, q.dst) => {
+                    out[i] = self.full_lookup(&c.with(q))
+                }
                 Ok(c) => {
                     checked[i] = Some(c);
                     at[i] = At::From(0);
@@ -720,6 +723,35 @@ rule add fwmark 2 lookup 101 pref 230
             split.v4.runs.len(),
             3,
             "a suppressing rule is no part of a run"
+        );
+    }
+
+    #[test]
+    fn ipv6_flows_arriving_on_a_link_keep_plain_answers_unless_the_link_matters() {
+        // Every link's `fe80::/64` and `ff00::/8` routes share a prefix and a metric,
+        // but their destinations are matched strictly (the full walk) anyway.
+        let text = format!("{LINKS}-6 addr add 2001:db8:1::1/64 dev a1 nodad\n");
+        let snap = snapshot(&text);
+        assert!(!snap.v6_input_prefers);
+        // Two routes of one metric to one prefix: the input link chooses between them.
+        let snap = snapshot(&format!(
+            "{text}-6 route add 2001:db8:5::/64 dev a0 metric 100
+-6 route append 2001:db8:5::/64 dev a1 metric 100
+"
+        ));
+        assert!(snap.v6_input_prefers);
+        let a1 = snap.links().find(|l| l.name == "a1").unwrap().index;
+        let mut q = Query::to("2001:db8:5::7".parse().unwrap());
+        q.iif = Some(a1);
+        assert_eq!(snap.lookup(&q).unwrap().dev, a1);
+        let mut batched = [Err(NoRoute::NetworkUnreachable)];
+        snap.lookup_batch(std::slice::from_ref(&q), &mut batched);
+        assert_eq!(batched[0].unwrap().dev, a1);
+        q.iif = None;
+        assert_ne!(
+            snap.lookup(&q).unwrap().dev,
+            a1,
+            "the first route, without a link"
         );
     }
 

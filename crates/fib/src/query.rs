@@ -197,6 +197,16 @@ pub fn parse_query(
         }
     }
     q.dst = dst.ok_or("a destination is needed")?;
+    if q.iif.is_some() {
+        // A `route get` arriving on a link: IPv4 routes it as a packet, whose uid is 0
+        // whatever the query says (`ip_route_input_slow`); IPv6 takes the query's uid,
+        // and with none the invalid uid (`INVALID_UID`), which no `uidrange` holds.
+        if q.dst.is_ipv4() {
+            q.uid = 0;
+        } else if !words.contains(&"uid") {
+            q.uid = u32::MAX;
+        }
+    }
     if !words.contains(&"ipproto") && q.dst.is_ipv4() {
         // The kernel asks an IPv4 `route get` without a protocol as UDP (rules with
         // `ipproto udp` match it); IPv6 leaves the protocol 0.

@@ -724,6 +724,10 @@ pub struct Snapshot {
     /// The IPv4 addresses that have a host route of type `broadcast` in some table,
     /// sorted (a source that is one is checked in full).
     v4_broadcasts: Vec<u32>,
+    /// Some IPv6 prefix has several routes of one metric (and source prefix): which one
+    /// a flow arriving on a link takes depends on the link (it prefers routes leaving
+    /// by it), so such flows take the full walk.
+    pub(crate) v6_input_prefers: bool,
 }
 
 /// The IPv4 addresses among `addrs`, sorted and deduplicated.
@@ -851,8 +855,22 @@ impl State {
             v4_full_source_check: self.v4_custom_rules() || self.v4_custom_local_routes(),
             v4_locals: Vec::new(),
             v4_broadcasts: Vec::new(),
+            v6_input_prefers: false,
         };
         snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
+        // (Prefixes whose every destination is matched strictly, such as each link's
+        // `fe80::/64` and `ff00::/8`, take the full walk anyway.)
+        snapshot.v6_input_prefers = snapshot.v6.tables.iter().any(|t| {
+            t.nodes.iter().any(|n| {
+                let strict = n.dst.len() > 0
+                    && needs_strict_oif(n.dst.addr())
+                    && (n.dst.len() >= 10 || (n.dst.len() >= 8 && n.dst.addr().is_multicast()));
+                !strict
+                    && n.routes
+                        .windows(2)
+                        .any(|w| w[0].metric == w[1].metric && w[0].src == w[1].src)
+            })
+        });
         snapshot.v4_broadcasts = sorted_v4(snapshot.v4.tables.iter().flat_map(|t| {
             t.nodes
                 .iter()
@@ -1207,10 +1225,7 @@ impl Snapshot {
 
     /// The checks of a flow arriving on `iif`.
     fn check_input(&self, q: &Query, family: Family, link: &Link) -> Result<Checked, NoRoute> {
-        // IPv4 routes a flow arriving on a link that is down as any other; IPv6 does not.
-        if !link.up && family == Family::V6 {
-            return Err(NoRoute::NetworkUnreachable);
-        }
+        // Both families route a flow arriving on a link that is down as any other.
         let src = q.src.unwrap_or(family.any());
         let lo_in = link.kind == LinkKind::Loopback;
         if let IpAddr::V4(d) = q.dst {
@@ -1254,6 +1269,17 @@ impl Snapshot {
             }
             _ => false,
         }
+    }
+
+    /// Whether a flow's plain answers hold for it: not for an IPv6 flow arriving on a
+    /// link where that link could change which route answers (some prefix has several
+    /// routes of one metric), or whose destination makes the kernel match the link
+    /// strictly (link-local, multicast, loopback).
+    #[inline]
+    pub(crate) fn plain_answers_hold(&self, c: &Checked, dst: IpAddr) -> bool {
+        !(c.family == Family::V6
+            && c.input.is_some()
+            && (self.v6_input_prefers || needs_strict_oif(dst)))
     }
 
     /// Whether some table has a host route of type `broadcast` to `a`.
@@ -1370,6 +1396,12 @@ impl Snapshot {
         let fib = self.fib(family);
         let key = FlowKey::new(q, oif, iif);
         let candidates = fib.rules.candidates(&key);
+        // IPv6 looks a flow arriving on a link up with that link as its preferred output
+        // link (`ip6_pol_route_input`), though rules do not see it as one.
+        let tables_oif = match (family, oif, q.iif) {
+            (Family::V6, None, Some(input)) => Some(input),
+            _ => oif,
+        };
         let mut from = 0;
         loop {
             let (rule, table) = match self.next_lookup(fib, &candidates, from) {
@@ -1377,7 +1409,7 @@ impl Snapshot {
                 Step::Done(e) => return Err(e),
             };
             let t = &fib.tables[table];
-            let result = self.table_lookup(t, q, oif, min_scope);
+            let result = self.table_lookup(t, q, tables_oif, min_scope);
             match self.after_lookup(&fib.rules.list[rule], t.id, result, purpose) {
                 Some(done) => return done,
                 None => from = rule + 1,
@@ -1567,7 +1599,12 @@ impl Snapshot {
         }
         // IPv6 matches the output link strictly unless the flow has a source (or the
         // destination needs it: link-local and multicast).
-        let strict = q.src.is_none_or(|s| s.is_unspecified()) || needs_strict_oif(q.dst);
+        // A flow arriving on a link prefers it as its output link, strictly only for
+        // those destinations (`ip6_route_input_lookup`).
+        let strict = match q.iif {
+            Some(_) => needs_strict_oif(q.dst),
+            None => q.src.is_none_or(|s| s.is_unspecified()) || needs_strict_oif(q.dst),
+        };
         while let Some((n, g)) = at {
             let node = &table.nodes[n];
             let routes = node

@@ -275,8 +275,24 @@ fn query(rng: &mut SmallRng) -> String {
                 pick(rng, &["a1", "b1", "a0"])
             )
         }
-        // IPv6 flows arriving on a link are not compared yet (the kernel's IPv6 input
-        // checks are not modelled).
+        1 => {
+            q += &format!(
+                " from {} iif {}",
+                pick(
+                    rng,
+                    &[
+                        "2001:db8:1::9",
+                        "2001:db8::1",
+                        "2001:db8:7::5",
+                        "fe80::1",
+                        "::1",
+                        "ff02::1",
+                        "::",
+                    ]
+                ),
+                pick(rng, &["a1", "b1", "a0"])
+            )
+        }
         2 => q += &format!(" oif {}", pick(rng, &["a0", "b0"])),
         3 => q += &format!(" mark {}", pick(rng, &["1", "2", "0x15"])),
         4 if !v6 => q += " tos 0x10",

@@ -475,3 +475,57 @@ route add 10.10.0.0/16 nhid 3";
         );
     }
 }
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn flows_arriving_on_a_link_as_the_kernel_routes_them() {
+    // IPv6 looks such a flow up preferring routes that leave by its input link (strictly
+    // for link-local and loopback destinations), with no check of its source, even when
+    // the link is down. Its uid: for IPv4 always 0 (a packet's), for IPv6 the query's,
+    // and with none the invalid uid, which no `uidrange` holds.
+    common::check(
+        "input",
+        &config(
+            "-6 addr add 2001:db8:9::1/64 dev a1 nodad
+-6 addr add 2001:db8:9::2/64 dev b0 nodad
+-6 route add 2001:db8:5::/64 dev a1 metric 100
+-6 route append 2001:db8:5::/64 dev b0 metric 100
+-6 route add 2001:db8:6::/64 via 2001:db8::2 metric 100
+-6 route append 2001:db8:6::/64 via 2001:db8:1::2 metric 100
+-6 route add 2001:db8:7::/64 via 2001:db8::2
+-6 rule add to 2001:db8:7::/64 uidrange 0-0 prohibit pref 100
+route add 10.70.0.0/16 via 10.0.0.2
+rule add to 10.70.0.0/16 uidrange 0-0 prohibit pref 100
+link set b1 down",
+        ),
+        &[
+            "2001:db8:9::7",
+            "2001:db8:9::7 iif a1",
+            "2001:db8:9::7 iif b0",
+            "2001:db8:9::7 iif a0",
+            "2001:db8:9::7 from 2001:db8::5 iif b0",
+            "2001:db8:5::7",
+            "2001:db8:5::7 iif a1",
+            "2001:db8:5::7 iif b0",
+            "2001:db8:5::7 iif a0",
+            "2001:db8:5::7 iif b1",
+            "2001:db8:6::7 iif a0",
+            "2001:db8:6::7 from 2001:db8:1::5 iif b0",
+            "2001:db8:6::8 from 2001:db8:1::5 iif a1",
+            "fe80::1 iif a1",
+            "fe80::1 iif b0",
+            "::1 iif a0",
+            "2001:db8::1 iif b0",
+            "2001:db8::1 iif b1",
+            "2001:db8:1:: iif a0",
+            "2001:db8:7::1",
+            "2001:db8:7::1 iif a0",
+            "2001:db8:7::1 iif a0 uid 0",
+            "2001:db8:8::1 from fe80::1 iif a0",
+            "10.70.0.1",
+            "10.70.0.1 from 10.0.1.5 iif b1",
+            "10.70.0.1 from 10.0.1.5 iif a1 uid 1500",
+            "2001:db8:7::1 iif a0 uid 1500",
+        ],
+    );
+}

@@ -482,9 +482,9 @@ fn ipv4_source_routes_choose_by_destination_then_source() {
     );
 }
 
-/// Flows arriving on a link (`iif`), which the reference does not model: their source is
-/// checked as the kernel checks it, on the plain answers where those decide, by the full
-/// walk otherwise. The forwarding lookup, one flow at a time and batched, must give what
+/// Flows arriving on a link (`iif`), which the reference does not model: an IPv4 flow's
+/// source is checked as the kernel checks it, an IPv6 flow prefers routes leaving by its
+/// link, on the plain answers where those decide, by the full walk otherwise. The forwarding lookup, one flow at a time and batched, must give what
 /// the full answer gives, with and without rules, for sources that are this host's,
 /// broadcast, on a link, routed elsewhere or routed nowhere.
 #[test]
@@ -497,6 +497,13 @@ fn arriving_flows_answer_alike_one_by_one_batched_and_in_full() {
         IpAddr::from([10, 2, 3, 4]),
         IpAddr::from([192, 0, 2, 1]),
         IpAddr::from([127, 0, 0, 1]),
+    ];
+    let sources6: [IpAddr; 5] = [
+        "2001:db8::1".parse().expect("address"),
+        "2001:db8:1::7".parse().expect("address"),
+        "fe80::1".parse().expect("address"),
+        "ff02::1".parse().expect("address"),
+        "::1".parse().expect("address"),
     ];
     let mut compared = 0;
     for seed in 200..230 {
@@ -520,11 +527,18 @@ fn arriving_flows_answer_alike_one_by_one_batched_and_in_full() {
         let flows: Vec<Query> = (0..2_000)
             .map(|_| {
                 let mut q = flow(&mut rng);
+                q.iif = Some(links[rng.gen_range(0..links.len())]);
                 if q.dst.is_ipv4() {
-                    q.iif = Some(links[rng.gen_range(0..links.len())]);
                     q.src = rng
                         .gen_bool(0.9)
                         .then(|| sources[rng.gen_range(0..sources.len())]);
+                } else {
+                    q.src = rng
+                        .gen_bool(0.5)
+                        .then(|| sources6[rng.gen_range(0..sources6.len())]);
+                    if rng.gen_bool(0.1) {
+                        q.dst = sources6[rng.gen_range(0..sources6.len())];
+                    }
                 }
                 q
             })
