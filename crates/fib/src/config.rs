@@ -328,7 +328,7 @@ fn mac_value(w: &mut Words) -> Result<[u8; 6], String> {
 fn address(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), String> {
     let verb = w.next().ok_or("addr: add or del?")?;
     let (mut local, mut dev, mut brd, mut scope) = (None, None, None, None);
-    let (mut noprefixroute, mut metric) = (false, 0);
+    let (mut noprefixroute, mut metric, mut nodad) = (false, 0, false);
     while let Some(word) = w.next() {
         match word {
             "dev" => dev = Some(w.value("dev")?),
@@ -339,7 +339,8 @@ fn address(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(
                 scope = Some(parse_scope(v).ok_or_else(|| format!("{} is not a scope", quote(v)))?);
             }
             "noprefixroute" => noprefixroute = true,
-            "nodad" | "home" | "mngtmpaddr" | "optimistic" => {}
+            "nodad" => nodad = true,
+            "home" | "mngtmpaddr" | "optimistic" => {}
             "metric" | "priority" => metric = w.number("metric")?,
             "valid_lft" | "preferred_lft" | "label" => {
                 let v = w.value(word)?;
@@ -378,7 +379,16 @@ fn address(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(
                 Some(b) => Some(parse_addr(b)?),
             };
             state
-                .add_address(dev, addr, len, broadcast, scope, noprefixroute, metric)
+                .add_address(
+                    dev,
+                    addr,
+                    len,
+                    broadcast,
+                    scope,
+                    noprefixroute,
+                    metric,
+                    nodad,
+                )
                 .map_err(refused)
         }
         "del" | "delete" | "d" => state

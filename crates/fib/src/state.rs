@@ -456,6 +456,17 @@ impl State {
             for a in &v4 {
                 self.add_ifaddr_routes_v4(a);
             }
+            // IPv6: the prefix routes of addresses added while it was down
+            // (`addrconf_permanent_addr`).
+            let v6: Vec<Address> = self
+                .addrs
+                .iter()
+                .filter(|a| a.link == index && a.family() == Family::V6)
+                .cloned()
+                .collect();
+            for a in &v6 {
+                self.add_address_prefix_route_v6(a);
+            }
             if self.carrier(index) {
                 self.ipv6_link_ready(index);
             }
@@ -492,20 +503,7 @@ impl State {
             }
             return;
         }
-        self.insert_kernel_route(Route {
-            table: TABLE_LOCAL,
-            dst: Net::parse("ff00::/8", None).expect("literal"),
-            src: Net::default_of(Family::V6),
-            tos: 0,
-            metric: IPV6_ADDR_METRIC,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_UNIVERSE,
-            kind: RouteType::Multicast,
-            prefsrc: None,
-            mtu: None,
-            paths: Paths::Own(vec![dev_path(index, SCOPE_LINK)]),
-            pref: 0,
-        });
+        self.add_multicast_route_v6(index);
         if link.addrgenmode == AddrGenMode::Eui64 {
             let ll = eui64_link_local(link.mac);
             if !self.addrs.iter().any(|a| a.link == index && a.local == ll) {
@@ -537,7 +535,8 @@ impl State {
 
     // ----- addresses -----
 
-    /// `ip addr add ADDR/LEN dev DEV [brd B] [scope S] [noprefixroute] [metric N]`.
+    /// `ip addr add ADDR/LEN dev DEV [brd B] [scope S] [noprefixroute] [metric N]
+    /// [nodad]`.
     #[allow(clippy::too_many_arguments)]
     pub fn add_address(
         &mut self,
@@ -548,6 +547,7 @@ impl State {
         scope: Option<u8>,
         noprefixroute: bool,
         metric: u32,
+        nodad: bool,
     ) -> Result<(), Refused> {
         let index = self.resolve(dev)?;
         let family = Family::of(local);
@@ -606,20 +606,20 @@ impl State {
                 }
             }
             Family::V6 => {
-                if !noprefixroute && len < 128 {
-                    self.add_prefix_route_v6(
-                        index,
-                        subnet,
-                        if metric == 0 {
-                            IPV6_ADDR_METRIC
-                        } else {
-                            metric
-                        },
-                    );
+                // The prefix route, and the link's multicast route, on a link that is up
+                // (with or without carrier; a link coming up adds the prefix route then).
+                let link = &self.links[&index];
+                let (up, loopback) = (link.up, link.kind == LinkKind::Loopback);
+                if up {
+                    self.add_address_prefix_route_v6(&addr);
+                    if !loopback {
+                        self.add_multicast_route_v6(index);
+                    }
                 }
-                if self.carrier(index)
-                    || self.links[&index].kind == LinkKind::Loopback && self.links[&index].up
-                {
+                // The local route once the address is no longer tentative: at once with
+                // `nodad` (even on a link that is down), else once the link has carrier
+                // (where duplicate address detection would succeed).
+                if nodad || self.carrier(index) || loopback && up {
                     self.add_local_route_v6(index, local);
                 }
             }
@@ -909,6 +909,36 @@ impl State {
             paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
             pref: 0,
         });
+    }
+
+    /// The link's `multicast ff00::/8` route in `local` (`addrconf_add_mroute`).
+    fn add_multicast_route_v6(&mut self, index: LinkIndex) {
+        self.insert_kernel_route(Route {
+            table: TABLE_LOCAL,
+            dst: Net::parse("ff00::/8", None).expect("literal"),
+            src: Net::default_of(Family::V6),
+            tos: 0,
+            metric: IPV6_ADDR_METRIC,
+            protocol: PROTO_KERNEL,
+            scope: SCOPE_UNIVERSE,
+            kind: RouteType::Multicast,
+            prefsrc: None,
+            mtu: None,
+            paths: Paths::Own(vec![dev_path(index, SCOPE_LINK)]),
+            pref: 0,
+        });
+    }
+
+    /// The prefix route of an IPv6 address, unless it has none (`noprefixroute`, /128).
+    fn add_address_prefix_route_v6(&mut self, a: &Address) {
+        if !a.noprefixroute && a.len < 128 {
+            let metric = if a.metric == 0 {
+                IPV6_ADDR_METRIC
+            } else {
+                a.metric
+            };
+            self.add_prefix_route_v6(a.link, a.subnet(), metric);
+        }
     }
 
     fn add_prefix_route_v6(&mut self, index: LinkIndex, dst: Net, metric: u32) {

@@ -529,3 +529,43 @@ link set b1 down",
         ],
     );
 }
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn ipv6_addresses_on_links_without_carrier() {
+    // A `nodad` address has its local route at once, even on a link that is down; its
+    // prefix route and the link's multicast route come with the link being up, carrier
+    // or not; the rest of IPv6 (link-local) waits for the carrier.
+    let links =
+        "link add c0 address 02:00:00:00:00:c0 type veth peer name c1 address 02:00:00:00:00:c1
+link add d0 address 02:00:00:00:00:d0 type veth peer name d1 address 02:00:00:00:00:d1
+link set c0 up
+-6 addr add 2001:db8:c::1/64 dev c0 nodad
+-6 addr add 2001:db8:d::1/64 dev d0 nodad
+-6 addr add 2001:db8:e::1/64 dev d0 nodad noprefixroute";
+    let queries = [
+        "2001:db8:c::1",
+        "2001:db8:c::7",
+        "2001:db8:d::1",
+        "2001:db8:d::7",
+        "2001:db8:e::1",
+        "2001:db8:e::7",
+        "ff02::1 oif c0",
+        "ff02::1 oif d0",
+        "2001:db8:d::1 from 2001:db8::5 iif a1",
+        "2001:db8:d::7 from 2001:db8::5 iif a1",
+    ];
+    common::check("nocarrier", &config(links), &queries);
+    common::check(
+        "upnocarrier",
+        &config(&format!("{links}\nlink set d0 up")),
+        &queries,
+    );
+    common::check(
+        "carrier",
+        &config(&format!(
+            "{links}\nlink set d0 up\nlink set d1 up\nlink set c1 up"
+        )),
+        &queries,
+    );
+}
