@@ -446,26 +446,20 @@ impl State {
             }
             // IPv4: paths through the link come back; the addresses' routes are made again.
             // (IPv6 paths wait for the carrier: `ipv6_link_ready`.)
-            self.revive_dev(index, Family::V4);
-            let v4: Vec<Address> = self
-                .addrs
-                .iter()
-                .filter(|a| a.link == index && a.family() == Family::V4)
-                .cloned()
-                .collect();
-            for a in &v4 {
-                self.add_ifaddr_routes_v4(a);
-            }
             // IPv6: the prefix routes of addresses added while it was down
             // (`addrconf_permanent_addr`).
-            let v6: Vec<Address> = self
+            self.revive_dev(index, Family::V4);
+            let addrs: Vec<Address> = self
                 .addrs
                 .iter()
-                .filter(|a| a.link == index && a.family() == Family::V6)
+                .filter(|a| a.link == index)
                 .cloned()
                 .collect();
-            for a in &v6 {
-                self.add_address_prefix_route_v6(a);
+            for a in &addrs {
+                match a.family() {
+                    Family::V4 => self.add_ifaddr_routes_v4(a),
+                    Family::V6 => self.add_address_prefix_route_v6(a),
+                }
             }
             if self.carrier(index) {
                 self.ipv6_link_ready(index);
