@@ -21,15 +21,16 @@
 
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
-use crate::link::LinkIndex;
+use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
 use crate::route::Path;
 use crate::route::{Route, RouteType};
-use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
+use crate::snapshot::{needs_strict_oif, sent_via, Concluded, Plain, PlainTable};
 use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
 use std::net::IpAddr;
+use std::ops::Deref;
 
 /// Flows a batch keeps together through rules and tables.
 pub const BATCH: usize = 64;
@@ -50,10 +51,52 @@ pub struct Hop {
     pub mtu: Option<u32>,
 }
 
+/// A flow's hop as a lookup answers it: one the snapshot holds (most answers, which then
+/// cost no copy), or one made for the flow by the full walk. Either reads as a [`Hop`].
+#[derive(Clone, Copy, Debug)]
+pub enum HopRef<'s> {
+    /// A hop of the snapshot's tables.
+    Shared(&'s Hop),
+    /// A hop made for this flow.
+    Made(Hop),
+}
+
+impl Deref for HopRef<'_> {
+    type Target = Hop;
+
+    #[inline]
+    fn deref(&self) -> &Hop {
+        match self {
+            HopRef::Shared(h) => h,
+            HopRef::Made(h) => h,
+        }
+    }
+}
+
+impl PartialEq for HopRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for HopRef<'_> {}
+
+impl PartialEq<Hop> for HopRef<'_> {
+    fn eq(&self, other: &Hop) -> bool {
+        **self == *other
+    }
+}
+
+impl From<HopRef<'_>> for Hop {
+    fn from(h: HopRef<'_>) -> Hop {
+        *h
+    }
+}
+
 impl Snapshot {
     /// Where a flow goes: the same answer as [`Snapshot::route`] (its type, table, link
     /// and gateway), without building the rest of it.
-    pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
+    pub fn lookup<'s>(&'s self, q: &Query) -> Result<HopRef<'s>, NoRoute> {
         let c = self.check(q)?;
         if c.oif.is_none() && self.plain_answers_hold(&c, q.dst) {
             if let Some(answer) = self.plain_walk(&c, q) {
@@ -69,17 +112,16 @@ impl Snapshot {
     /// the kernel checks it ([`Snapshot::validate_source`]), the flow back to the source
     /// looked up on the plain answers too; `None` when the full lookup must decide.
     #[inline]
-    fn source_checked(
-        &self,
+    fn source_checked<'s>(
+        &'s self,
         c: &Checked,
         q: &Query,
-        answer: Result<Hop, NoRoute>,
-    ) -> Option<Result<Hop, NoRoute>> {
+        answer: Result<HopRef<'s>, NoRoute>,
+    ) -> Option<Result<HopRef<'s>, NoRoute>> {
         let Ok(h) = &answer else {
             return Some(answer);
         };
-        if c.input.is_none() || !(self.input_needs_source_check(c, q.src) || self.sends_back(c, h))
-        {
+        if c.input.is_none() || !self.input_source_to_check(c, q, h) {
             // The quick check passes: the source is not this host's.
             return Some(answer);
         }
@@ -100,6 +142,13 @@ impl Snapshot {
         }
     }
 
+    /// Whether the source of a flow arriving on a link needs more than the quick check
+    /// (is it this host's) for the answer `h`: the kernel looks it up.
+    #[inline]
+    fn input_source_to_check(&self, c: &Checked, q: &Query, h: &Hop) -> bool {
+        self.input_needs_source_check(c, q.src) || self.sends_back(c, h)
+    }
+
     /// Whether `hop` forwards an arriving IPv4 flow back out of its input link.
     #[inline]
     fn sends_back(&self, c: &Checked, h: &Hop) -> bool {
@@ -110,14 +159,14 @@ impl Snapshot {
     }
 
     /// The lookup through the full walk, for what plain answers cannot decide.
-    fn full_lookup(&self, p: &Prepared) -> Result<Hop, NoRoute> {
+    fn full_lookup(&self, p: &Prepared) -> Result<HopRef<'_>, NoRoute> {
         let walk = self.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
         self.hop(p, walk)
     }
 
     /// The rule walk of a flow with no output link on the tables' [`Plain`] answers;
     /// `None` when one of them depends on the flow.
-    fn plain_walk(&self, c: &Checked, q: &Query) -> Option<Result<Hop, NoRoute>> {
+    fn plain_walk<'s>(&'s self, c: &Checked, q: &Query) -> Option<Result<HopRef<'s>, NoRoute>> {
         let fib = self.fib(c.family);
         if let Some(direct) = &fib.direct {
             if !fib.rules.has_selective() {
@@ -151,22 +200,179 @@ impl Snapshot {
 
     /// The answer of a walk that no rule's selectors decide: one search.
     #[inline]
-    fn direct_answer(
-        &self,
-        fib: &FamilyFib,
-        direct: &Direct,
+    fn direct_answer<'s>(
+        &'s self,
+        fib: &'s FamilyFib,
+        direct: &'s Direct,
         c: &Checked,
         q: &Query,
-    ) -> Option<Result<Hop, NoRoute>> {
+    ) -> Option<Result<HopRef<'s>, NoRoute>> {
         let t = direct.plain(&fib.tables);
         match t.plain(q.dst) {
             Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
             Plain::Reject(e) => Some(Err(e)),
             Plain::Flow => None,
-            plain => Some(Ok(
-                t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize]
-            )),
+            plain => Some(Ok(HopRef::Shared(
+                &t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize],
+            ))),
         }
+    }
+
+    /// The answer of a flow whose walk is the one search, from what the search found.
+    fn direct_code_answer<'s>(
+        &'s self,
+        t: &'s PlainTable,
+        miss: NoRoute,
+        c: &Checked,
+        q: &Query,
+        plain: Plain,
+    ) -> Result<HopRef<'s>, NoRoute> {
+        let answer = match plain {
+            Plain::Miss | Plain::Thrown => Some(Err(miss)),
+            Plain::Reject(e) => Some(Err(e)),
+            Plain::Flow => None,
+            plain => plain_hop(t, plain, c, q, &self.multipath)
+                .and_then(|h| self.source_checked(c, q, Ok(HopRef::Shared(&t.hops[h as usize])))),
+        };
+        match answer {
+            Some(answer) => answer,
+            None => self.full_lookup(&c.with(q)),
+        }
+    }
+
+    /// A chunk of flows mostly alike: of one family, arriving on one link (not the
+    /// loopback) or sent by this host from no given source, with no output link, in a
+    /// family whose rules have no selectors, so that every such flow's walk is the one
+    /// search. Two tight passes answer them: the keys, one batched search, then the hops,
+    /// with the quick source check. The few flows not alike (another family or link, a
+    /// martian address) are looked up one by one. `false`, with nothing written, when
+    /// the chunk is not mostly alike (the general way answers it).
+    fn lookup_uniform<'s>(
+        &'s self,
+        flows: &[Query],
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) -> bool {
+        let Some(first) = flows.first() else {
+            return true;
+        };
+        let family = Family::of(first.dst);
+        let fib = self.fib(family);
+        let Some(direct) = fib.direct.as_ref() else {
+            return false;
+        };
+        if fib.rules.has_selective() {
+            return false;
+        }
+        let iif = first.iif;
+        let input = match iif {
+            None => None,
+            Some(i) => match self.links.get(&i) {
+                Some(l) if l.kind != LinkKind::Loopback => Some(i),
+                _ => return false,
+            },
+        };
+        if family == Family::V6 && input.is_some() && self.v6_input_prefers {
+            return false;
+        }
+        let c = Checked {
+            family,
+            oif: None,
+            iif: input.unwrap_or(1),
+            input,
+        };
+        let t = direct.plain(&fib.tables);
+        let n = flows.len();
+        let mut found = [None; BATCH];
+        // Bit i: flow i is not alike.
+        let mut odd = 0u64;
+        match family {
+            Family::V4 => {
+                let mut keys = [0u32; BATCH];
+                let mut srcs = [0u32; BATCH];
+                for (i, q) in flows.iter().enumerate() {
+                    let d = match q.dst {
+                        IpAddr::V4(d) => u32::from(d),
+                        IpAddr::V6(_) => u32::MAX,
+                    };
+                    let (s, alike) = match (input, q.src) {
+                        (Some(_), Some(IpAddr::V4(s))) => (u32::from(s), true),
+                        (None, None) => (0, true),
+                        _ => (0, false),
+                    };
+                    let mut other = !alike || !q.dst.is_ipv4() || q.iif != iif || q.oif.is_some();
+                    // This network or the loopback's: martian destinations.
+                    other |= d >> 24 == 0 || d >> 24 == 127;
+                    if input.is_some() {
+                        // Martian sources: multicast, limited broadcast, this network,
+                        // the loopback's.
+                        other |= s >> 28 == 0xe || s == u32::MAX || s >> 24 == 0 || s >> 24 == 127;
+                    }
+                    odd |= (other as u64) << i;
+                    keys[i] = d;
+                    srcs[i] = s;
+                }
+                if odd.count_ones() as usize > n / 4 {
+                    return false;
+                }
+                t.lookup_batch(family, &keys[..n], &[], &mut found[..n]);
+                let full_check = self.v4_full_source_check;
+                for i in 0..n {
+                    if odd & 1 << i != 0 {
+                        out[i] = self.lookup(&flows[i]);
+                        continue;
+                    }
+                    if let Some(hop) = found[i].and_then(Plain::one_hop) {
+                        let h = &t.hops[hop as usize];
+                        // The quick source check, as `source_checked` makes it.
+                        let checks = input.is_some_and(|inp| {
+                            full_check
+                                || self.v4_own.may_hold(srcs[i])
+                                || (h.dev == inp && h.kind == RouteType::Unicast)
+                        });
+                        if !checks {
+                            out[i] = Ok(HopRef::Shared(h));
+                            continue;
+                        }
+                    }
+                    let plain = found[i].map_or(Plain::Miss, Plain::decode);
+                    out[i] = self.direct_code_answer(t, direct.miss, &c, &flows[i], plain);
+                }
+            }
+            Family::V6 => {
+                let mut keys = [0u128; BATCH];
+                for (i, q) in flows.iter().enumerate() {
+                    let other = match q.dst {
+                        IpAddr::V6(d) => {
+                            keys[i] = u128::from(d);
+                            q.iif != iif
+                                || q.oif.is_some()
+                                || q.src.is_some_and(|s| s.is_ipv4())
+                                || (input.is_some() && needs_strict_oif(q.dst))
+                        }
+                        IpAddr::V4(_) => true,
+                    };
+                    odd |= (other as u64) << i;
+                }
+                if odd.count_ones() as usize > n / 4 {
+                    return false;
+                }
+                t.lookup_batch(family, &[], &keys[..n], &mut found[..n]);
+                for i in 0..n {
+                    if odd & 1 << i != 0 {
+                        out[i] = self.lookup(&flows[i]);
+                        continue;
+                    }
+                    // Neither the source nor the way back is checked for IPv6.
+                    if let Some(hop) = found[i].and_then(Plain::one_hop) {
+                        out[i] = Ok(HopRef::Shared(&t.hops[hop as usize]));
+                        continue;
+                    }
+                    let plain = found[i].map_or(Plain::Miss, Plain::decode);
+                    out[i] = self.direct_code_answer(t, direct.miss, &c, &flows[i], plain);
+                }
+            }
+        }
+        true
     }
 
     /// [`Snapshot::lookup`] for many flows: `out[i]` is `flows[i]`'s answer. Flows of both
@@ -174,7 +380,7 @@ impl Snapshot {
     ///
     /// # Panics
     /// If `out` is shorter than `flows`.
-    pub fn lookup_batch(&self, flows: &[Query], out: &mut [Result<Hop, NoRoute>]) {
+    pub fn lookup_batch<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
         assert!(out.len() >= flows.len(), "one answer for each flow");
         for (flows, out) in flows.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             self.lookup_chunk(flows, out);
@@ -182,17 +388,21 @@ impl Snapshot {
     }
 
     /// The hop a concluded walk gives.
-    fn hop(&self, p: &Prepared, walk: Result<(&Route, u8, u32), NoRoute>) -> Result<Hop, NoRoute> {
+    fn hop(
+        &self,
+        p: &Prepared,
+        walk: Result<(&Route, u8, u32), NoRoute>,
+    ) -> Result<HopRef<'_>, NoRoute> {
         let (route, table) = match self.conclude(p, walk)? {
             Concluded::Route(route, table) => (route, table),
             Concluded::Bare(oif) => {
-                return Ok(Hop {
+                return Ok(HopRef::Made(Hop {
                     kind: RouteType::Unicast,
                     table: None,
                     dev: oif,
                     gateway: None,
                     mtu: None,
-                })
+                }))
             }
         };
         let oif = self.path_oif(&p.q, p.family, route);
@@ -200,7 +410,12 @@ impl Snapshot {
             .choose_path(route, oif, &p.q, p.input.is_some())
             .ok_or(NoRoute::NetworkUnreachable)?;
         self.validate_source(&p.q, p.input, route, path.dev)?;
-        Ok(self.hop_of(route, table, path, p.input.is_some()))
+        Ok(HopRef::Made(self.hop_of(
+            route,
+            table,
+            path,
+            p.input.is_some(),
+        )))
     }
 
     /// The hop of `route` in `table` through `path`: local delivery by the loopback (and
@@ -222,9 +437,12 @@ impl Snapshot {
     }
 
     /// Up to [`BATCH`] flows, round by round.
-    fn lookup_chunk(&self, flows: &[Query], out: &mut [Result<Hop, NoRoute>]) {
+    fn lookup_chunk<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
         let n = flows.len();
         debug_assert!(n <= BATCH);
+        if self.lookup_uniform(flows, out) {
+            return;
+        }
         /// Where one flow stands.
         #[derive(Clone, Copy)]
         enum At {
@@ -243,86 +461,91 @@ impl Snapshot {
         let mut at = [At::Done; BATCH];
         // The flows' checks: small, so a batch copies little.
         let mut checked: [Option<Checked>; BATCH] = [None; BATCH];
-        for i in 0..n {
-            let q = &flows[i];
-            match self.check(q) {
-                // A flow with an output link takes the full lookup, and so does one
-                // the plain answers do not hold for.
-                Ok(c) if c.oif.is_some() || !self.plain_answers_hold(&c, q.dst) => {
-                    out[i] = self.full_lookup(&c.with(q))
-                }
-                Ok(c) => {
-                    checked[i] = Some(c);
-                    at[i] = At::From(0);
-                }
-                Err(e) => out[i] = Err(e),
-            }
-        }
-        let mut keys4 = [0u32; BATCH];
-        let mut keys6 = [0u128; BATCH];
-        let mut members = [0usize; BATCH];
-        let mut found = [None; BATCH];
         // The flows' keys and bit sets in the rule index, found once for all rounds.
         let mut keys: [Option<FlowKey>; BATCH] = [None; BATCH];
         let mut sets: [Option<crate::classify::Sets>; BATCH] = [None; BATCH];
         // The flows no rule's selectors match, of a family where such a walk is one
-        // search: all in one batched search.
-        for family in [Family::V4, Family::V6] {
-            let fib = self.fib(family);
-            let Some(direct) = &fib.direct else { continue };
-            let selective = fib.rules.has_selective();
-            let t = direct.plain(&fib.tables);
-            let mut count = 0;
-            for i in 0..n {
-                let Some(c) = checked[i].filter(|c| c.family == family) else {
+        // search: their places and destinations, by family.
+        let mut alone = [[0u8; BATCH]; 2];
+        let mut alone_count = [0usize; 2];
+        let mut keys4 = [0u32; BATCH];
+        let mut keys6 = [0u128; BATCH];
+        let mut seen = None;
+        for i in 0..n {
+            let q = &flows[i];
+            let c = match self.check_seen(q, &mut seen) {
+                Ok(c) => c,
+                Err(e) => {
+                    out[i] = Err(e);
                     continue;
-                };
-                if selective {
-                    let key = FlowKey::new(&flows[i], None, c.iif);
+                }
+            };
+            // A flow with an output link takes the full lookup, and so does one the
+            // plain answers do not hold for.
+            if c.oif.is_some() || !self.plain_answers_hold(&c, q.dst) {
+                out[i] = self.full_lookup(&c.with(q));
+                continue;
+            }
+            checked[i] = Some(c);
+            let fib = self.fib(c.family);
+            if fib.direct.is_some() {
+                let selected = fib.rules.has_selective() && {
+                    let key = FlowKey::new(q, None, c.iif);
                     let s = fib.rules.sets(&key);
                     keys[i] = Some(key);
                     sets[i] = s;
-                    if fib.rules.any_selective_match(&key, s) {
-                        continue;
+                    fib.rules.any_selective_match(&key, s)
+                };
+                if !selected {
+                    let f = c.family as usize;
+                    let k = alone_count[f];
+                    alone[f][k] = i as u8;
+                    match q.dst {
+                        IpAddr::V4(a) => keys4[k] = u32::from(a),
+                        IpAddr::V6(a) => keys6[k] = u128::from(a),
                     }
+                    alone_count[f] += 1;
+                    continue;
                 }
-                members[count] = i;
-                match flows[i].dst {
-                    IpAddr::V4(a) => keys4[count] = u32::from(a),
-                    IpAddr::V6(a) => keys6[count] = u128::from(a),
-                }
-                count += 1;
             }
+            at[i] = At::From(0);
+        }
+        let mut found = [None; BATCH];
+        for family in [Family::V4, Family::V6] {
+            let count = alone_count[family as usize];
             if count == 0 {
                 continue;
             }
-            t.lookup_batch(
-                family,
-                &keys4[..count],
-                &keys6[..count],
-                &mut found[..count],
-            );
-            for k in 0..count {
-                let j = members[k];
-                let (c, q) = (checked[j].expect("walking"), &flows[j]);
-                // Each answer written once, straight to its place.
-                let answer = match found[k].map_or(Plain::Miss, Plain::decode) {
-                    Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
-                    Plain::Reject(e) => Some(Err(e)),
-                    Plain::Flow => None,
-                    plain => plain_hop(t, plain, &c, q, &self.multipath)
-                        .and_then(|h| self.source_checked(&c, q, Ok(t.hops[h as usize]))),
-                };
-                out[j] = match answer {
-                    Some(answer) => answer,
-                    None => self.full_lookup(&c.with(q)),
-                };
-                at[j] = At::Done;
+            let fib = self.fib(family);
+            let direct = fib
+                .direct
+                .as_ref()
+                .expect("flows alone have a direct search");
+            let t = direct.plain(&fib.tables);
+            let (k4, k6) = match family {
+                Family::V4 => (&keys4[..count], &[][..]),
+                Family::V6 => (&[][..], &keys6[..count]),
+            };
+            t.lookup_batch(family, k4, k6, &mut found[..count]);
+            for (&j, code) in alone[family as usize][..count].iter().zip(&found[..count]) {
+                let j = j as usize;
+                let (c, q) = (checked[j].expect("checked"), &flows[j]);
+                let plain = code.map_or(Plain::Miss, Plain::decode);
+                // The common answer first: one hop, and no source to look up.
+                if let Plain::One { hop, .. } = plain {
+                    let h = &t.hops[hop as usize];
+                    if c.input.is_none() || !self.input_source_to_check(&c, q, h) {
+                        out[j] = Ok(HopRef::Shared(h));
+                        continue;
+                    }
+                }
+                out[j] = self.direct_code_answer(t, direct.miss, &c, q, plain);
             }
         }
         if !at[..n].iter().any(|a| matches!(a, At::From(_))) {
             return;
         }
+        let mut members = [0usize; BATCH];
         // The rest walk the rules.
         for i in 0..n {
             if let (At::From(_), Some(c), None) = (at[i], checked[i], keys[i]) {
@@ -414,24 +637,24 @@ impl Snapshot {
 }
 
 /// What a rule makes of a table's plain answer.
-enum PlainStep {
+enum PlainStep<'s> {
     /// Go on with the next rule.
     Next,
     /// The walk's answer.
-    Done(Result<Hop, NoRoute>),
+    Done(Result<HopRef<'s>, NoRoute>),
     /// The answer depends on the flow: the full lookup decides.
     Full,
 }
 
 #[inline]
-fn plain_step(
+fn plain_step<'s>(
     rule: &CompiledRule,
-    t: &PlainTable,
+    t: &'s PlainTable,
     plain: Plain,
     c: &Checked,
     q: &Query,
     mp: &Multipath,
-) -> PlainStep {
+) -> PlainStep<'s> {
     let len = match plain {
         Plain::Miss | Plain::Thrown => return PlainStep::Next,
         Plain::Reject(e) => return PlainStep::Done(Err(e)),
@@ -445,7 +668,7 @@ fn plain_step(
         return PlainStep::Full;
     }
     match plain_hop(t, plain, c, q, mp) {
-        Some(hop) => PlainStep::Done(Ok(t.hops[hop as usize])),
+        Some(hop) => PlainStep::Done(Ok(HopRef::Shared(&t.hops[hop as usize]))),
         None => PlainStep::Full,
     }
 }
@@ -524,7 +747,7 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
                 gateway: a.gateway,
                 mtu: a.mtu,
             });
-            assert_eq!(hop, answer, "{dst}");
+            assert_eq!(hop.map(Hop::from), answer, "{dst}");
         }
         let q = Query::to("10.1.2.3".parse().unwrap());
         let hop = snap.lookup(&q).unwrap();
@@ -548,6 +771,16 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
     fn agree_on(snap: &Snapshot, flows: &[Query]) {
         let mut batched = vec![Err(NoRoute::NetworkUnreachable); flows.len()];
         snap.lookup_batch(flows, &mut batched);
+        // Flows alike batched together, as the packet path batches them (one family, one
+        // input link): the batch's quickest way.
+        let mut alike: Vec<&Query> = flows.iter().collect();
+        alike.sort_by_key(|q| (q.dst.is_ipv6(), q.iif, q.oif.is_some(), q.src.is_some()));
+        let alike: Vec<Query> = alike.into_iter().cloned().collect();
+        let mut together = vec![Err(NoRoute::NetworkUnreachable); flows.len()];
+        snap.lookup_batch(&alike, &mut together);
+        for (q, h) in alike.iter().zip(together) {
+            assert_eq!(h, snap.lookup(q), "{q:?} batched with flows alike");
+        }
         for (q, batched) in flows.iter().zip(batched) {
             let answer = snap.route(q).map(|a| Hop {
                 kind: a.kind,
@@ -556,8 +789,8 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
                 gateway: a.gateway,
                 mtu: a.mtu,
             });
-            assert_eq!(snap.lookup(q), answer, "{q:?}");
-            assert_eq!(batched, answer, "{q:?} batched");
+            assert_eq!(snap.lookup(q).map(Hop::from), answer, "{q:?}");
+            assert_eq!(batched.map(Hop::from), answer, "{q:?} batched");
         }
     }
 
@@ -747,6 +980,110 @@ rule add fwmark 2 lookup 101 pref 230
             a1,
             "the first route, without a link"
         );
+    }
+
+    /// Flows mostly alike, `odd` of them placed among `plain` ones, arriving on `iif`
+    /// from `src` (each `odd` flow its own source and destination), batched together.
+    fn alike(
+        iif: Option<LinkIndex>,
+        src: Option<&str>,
+        plain: &[&str],
+        odd: &[(&str, &str)],
+    ) -> Vec<Query> {
+        let at = |dst: &str, src: Option<&str>| {
+            let mut q = Query::to(dst.parse().unwrap());
+            q.src = src.map(|s| s.parse().unwrap());
+            q.iif = iif;
+            q
+        };
+        let mut flows: Vec<Query> = (0..BATCH)
+            .map(|i| at(plain[i % plain.len()], src))
+            .collect();
+        for (k, (dst, src)) in odd.iter().enumerate() {
+            flows[3 + 5 * k] = at(dst, Some(*src).filter(|s| !s.is_empty()));
+        }
+        flows
+    }
+
+    #[test]
+    fn flows_alike_take_the_quick_way_with_the_same_answers() {
+        let base = format!(
+            "{LINKS}route add 10.5.0.0/16 via 10.0.1.2
+route add 10.6.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
+route add 10.7.0.0/16 via 10.0.0.2
+route add unreachable 10.8.0.0/16
+route add multicast 10.10.0.0/16 dev a1
+-6 addr add 2001:db8:1::1/64 dev a1 nodad
+-6 route add 2001:db8:5::/48 via 2001:db8:1::2
+-6 route add 2001:db8:6::/48 via 2001:db8::2
+"
+        );
+        let plain4 = [
+            "10.5.1.1",
+            "10.6.2.2",
+            "10.6.9.9",
+            "10.0.1.9",
+            "10.8.0.1",
+            "192.0.2.1",
+        ];
+        let plain6 = [
+            "2001:db8:5::1",
+            "2001:db8:6::1",
+            "2001:db8:1::9",
+            "2001:db9::1",
+        ];
+        for extra in [
+            "",
+            // A local route added: every arriving source is looked up.
+            "route add local 10.9.0.1 dev a0 table local\n",
+            // Two IPv6 routes of one metric: the input link chooses.
+            "-6 route add 2001:db8:7::/64 dev a0 metric 9\n-6 route append 2001:db8:7::/64 dev a1 metric 9\n",
+        ] {
+            let snap = snapshot(&format!("{base}{extra}"));
+            let a0 = snap.links().find(|l| l.name == "a0").unwrap().index;
+            let a1 = snap.links().find(|l| l.name == "a1").unwrap().index;
+            // Arriving IPv4 flows: sources this host's, broadcast, martian; flows sent
+            // back out of their input link; martian destinations; another link, family
+            // or an output link among them.
+            let odd4 = [
+                ("10.5.1.1", "10.0.1.1"),
+                ("10.5.1.1", "10.0.0.255"),
+                ("10.5.1.1", "255.255.255.255"),
+                ("10.5.1.1", "224.0.0.5"),
+                ("10.5.1.1", "0.1.2.3"),
+                ("10.5.1.1", "127.0.0.1"),
+                ("10.7.0.1", "192.0.2.7"),
+                ("10.0.0.9", "192.0.2.7"),
+                // A source whose way back is not unicast: refused where it is looked up.
+                ("10.5.1.1", "10.10.0.5"),
+                ("10.7.0.1", "10.10.0.5"),
+                ("127.0.0.1", "192.0.2.7"),
+                ("0.1.2.3", "192.0.2.7"),
+                ("2001:db8:5::1", "2001:db8::9"),
+            ];
+            for iif in [a0, a1] {
+                let mut flows = alike(Some(iif), Some("192.0.2.7"), &plain4, &odd4);
+                flows[50].iif = Some(if iif == a0 { a1 } else { a0 });
+                flows[51].oif = Some(a1);
+                agree_on(&snap, &flows);
+            }
+            // Sent by this host: with no source, one with a source among them.
+            let odd = [("10.5.1.1", "10.0.0.1"), ("10.5.1.1", "192.0.2.9"), ("127.0.0.1", "")];
+            let flows = alike(None, None, &plain4, &odd);
+            agree_on(&snap, &flows);
+            // Arriving IPv6 flows: strict destinations, an IPv4 source, another family.
+            let odd6 = [
+                ("fe80::1", "2001:db8::9"),
+                ("ff02::1", "2001:db8::9"),
+                ("::1", "2001:db8::9"),
+                ("2001:db8:7::1", "2001:db8::9"),
+                ("10.5.1.1", "192.0.2.7"),
+            ];
+            for iif in [Some(a0), Some(a1), None] {
+                let src = iif.map(|_| "2001:db8:ff::7");
+                agree_on(&snap, &alike(iif, src, &plain6, &odd6));
+            }
+        }
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl FibReader {
     /// [`Snapshot::lookup`] on the current snapshot, with what the exceptions know of
     /// the destination through the hop applied (a redirect's gateway, a path MTU).
     pub fn lookup(&self, q: &Query) -> Result<Hop, NoRoute> {
-        let mut hop = self.published.load().lookup(q)?;
+        let mut hop = Hop::from(self.published.load().lookup(q)?);
         self.exceptions.apply(q.dst, &mut hop, Exceptions::now());
         Ok(hop)
     }

@@ -101,6 +101,12 @@ impl Plain {
         }
     }
 
+    /// The hop of a code whose answer is [`Plain::One`], without decoding the rest.
+    #[inline]
+    pub(crate) fn one_hop(code: u32) -> Option<u32> {
+        (code >> 27 == 0).then_some(code & ((1 << PLAIN_PAYLOAD) - 1))
+    }
+
     /// The answer of a code made by [`Plain::encode`] (a multipath answer's count is 0:
     /// the table's `multi` holds it).
     #[inline]
@@ -574,7 +580,7 @@ pub(crate) enum TableResult<'a> {
 
 /// Whether an IPv6 destination binds a flow to its output link whatever its source
 /// (`rt6_need_strict`: multicast, link-local, loopback).
-fn needs_strict_oif(dst: IpAddr) -> bool {
+pub(crate) fn needs_strict_oif(dst: IpAddr) -> bool {
     match dst {
         IpAddr::V6(a) => a.is_multicast() || a.segments()[0] & 0xffc0 == 0xfe80 || a.is_loopback(),
         IpAddr::V4(_) => false,
@@ -718,12 +724,14 @@ pub struct Snapshot {
     pub(crate) multipath: Multipath,
     /// IPv4 rules or local routes were added: the source of a flow arriving on a link is
     /// looked up (the kernel's `fib4_has_custom_rules`, `fib_has_custom_local_routes`).
-    v4_full_source_check: bool,
+    pub(crate) v4_full_source_check: bool,
     /// This host's IPv4 addresses, sorted: what a source check looks for first.
     v4_locals: Vec<u32>,
     /// The IPv4 addresses that have a host route of type `broadcast` in some table,
     /// sorted (a source that is one is checked in full).
     v4_broadcasts: Vec<u32>,
+    /// Both of the above, for a quick answer that a source is neither.
+    pub(crate) v4_own: AddrFilter,
     /// Some IPv6 prefix has several routes of one metric (and source prefix): which one
     /// a flow arriving on a link takes depends on the link (it prefers routes leaving
     /// by it), so such flows take the full walk.
@@ -731,6 +739,33 @@ pub struct Snapshot {
 }
 
 /// The IPv4 addresses among `addrs`, sorted and deduplicated.
+/// A set of IPv4 addresses that can say "surely not in it" with one load: a bit for each
+/// of 1,024 hash buckets, set where some address of the set falls. What it may hold is
+/// looked for in the set itself.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct AddrFilter {
+    bits: [u64; 16],
+}
+
+impl AddrFilter {
+    #[inline]
+    fn bucket(a: u32) -> usize {
+        (a.wrapping_mul(0x9e37_79b1) >> 22) as usize
+    }
+
+    fn insert(&mut self, a: u32) {
+        let b = Self::bucket(a);
+        self.bits[b / 64] |= 1 << (b % 64);
+    }
+
+    /// Whether `a` may be in the set (false: it surely is not).
+    #[inline]
+    pub(crate) fn may_hold(&self, a: u32) -> bool {
+        let b = Self::bucket(a);
+        self.bits[b / 64] & 1 << (b % 64) != 0
+    }
+}
+
 fn sorted_v4(addrs: impl Iterator<Item = IpAddr>) -> Vec<u32> {
     let mut out: Vec<u32> = addrs
         .filter_map(|a| match a {
@@ -855,6 +890,7 @@ impl State {
             v4_full_source_check: self.v4_custom_rules() || self.v4_custom_local_routes(),
             v4_locals: Vec::new(),
             v4_broadcasts: Vec::new(),
+            v4_own: AddrFilter::default(),
             v6_input_prefers: false,
         };
         snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
@@ -879,6 +915,9 @@ impl State {
                 })
                 .map(|n| n.dst.addr())
         }));
+        for &a in snapshot.v4_locals.iter().chain(&snapshot.v4_broadcasts) {
+            snapshot.v4_own.insert(a);
+        }
         for f in [Family::V4, Family::V6] {
             let plains: Vec<_> = snapshot
                 .fib(f)
@@ -1048,12 +1087,30 @@ impl Snapshot {
     /// [`Snapshot::prepare`] without the copy of the query.
     #[inline]
     pub(crate) fn check(&self, q: &Query) -> Result<Checked, NoRoute> {
+        self.check_seen(q, &mut None)
+    }
+
+    /// [`Snapshot::check`] of one of many flows: `seen` is the input link of the flow
+    /// checked before (flows of a batch mostly arrive on one link), found again at no cost.
+    #[inline]
+    pub(crate) fn check_seen<'a>(
+        &'a self,
+        q: &Query,
+        seen: &mut Option<&'a Link>,
+    ) -> Result<Checked, NoRoute> {
         let family = Family::of(q.dst);
         if q.src.is_some_and(|s| Family::of(s) != family) {
             return Err(NoRoute::Invalid);
         }
         if let Some(iif) = q.iif {
-            let link = self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
+            let link = match *seen {
+                Some(link) if link.index == iif => link,
+                _ => {
+                    let link = self.links.get(&iif).ok_or(NoRoute::NoDevice)?;
+                    *seen = Some(link);
+                    link
+                }
+            };
             return self.check_input(q, family, link);
         }
         if let Some(oif) = q.oif {
@@ -1264,8 +1321,10 @@ impl Snapshot {
     #[inline]
     pub(crate) fn input_needs_source_check(&self, c: &Checked, src: Option<IpAddr>) -> bool {
         match (c.input, src) {
-            (Some(input), Some(src)) if c.family == Family::V4 && input != self.lo => {
-                self.v4_full_source_check || self.is_local_v4(src) || self.is_broadcast_v4(src)
+            (Some(input), Some(IpAddr::V4(s))) if input != self.lo => {
+                self.v4_full_source_check
+                    || (self.v4_own.may_hold(u32::from(s))
+                        && (self.is_local_v4(IpAddr::V4(s)) || self.is_broadcast_v4(IpAddr::V4(s))))
             }
             _ => false,
         }

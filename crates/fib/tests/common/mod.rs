@@ -168,6 +168,28 @@ fn tempfile(tag: &str) -> (String, std::fs::File) {
     (path.display().to_string(), f)
 }
 
+/// `flows` looked up in batches of flows alike (one family, one input link, with or
+/// without an output link and a source), as a packet path batches them: the batches
+/// that take the lookup's quickest way. The answers in the flows' order.
+pub fn batched_in_groups(
+    snap: &fibre_fib::Snapshot,
+    flows: &[fibre_fib::Query],
+) -> Vec<Result<fibre_fib::Hop, fibre_fib::NoRoute>> {
+    let mut order: Vec<usize> = (0..flows.len()).collect();
+    order.sort_by_key(|&i| {
+        let q = &flows[i];
+        (q.dst.is_ipv6(), q.iif, q.oif.is_some(), q.src.is_some())
+    });
+    let sorted: Vec<fibre_fib::Query> = order.iter().map(|&i| flows[i].clone()).collect();
+    let mut out = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
+    snap.lookup_batch(&sorted, &mut out);
+    let mut answers = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
+    for (k, &i) in order.iter().enumerate() {
+        answers[i] = out[k].map(fibre_fib::Hop::from);
+    }
+    answers
+}
+
 /// One of fibre's answers: the JSON `ip` would print, and the (gateway, link name) paths
 /// its flow hash chose among.
 pub type FibreAnswer = Result<Value, String>;
@@ -190,13 +212,14 @@ pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
     let flows: Vec<fibre_fib::Query> = parsed.iter().filter_map(|q| q.clone().ok()).collect();
     let mut batched = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
     snap.lookup_batch(&flows, &mut batched);
-    let mut batched = batched.into_iter();
+    let grouped = batched_in_groups(&snap, &flows);
+    let mut batched = batched.into_iter().zip(grouped);
     parsed
         .into_iter()
         .map(|query| {
             let query = query?;
             let hop = snap.lookup(&query);
-            let in_batch = batched.next().expect("one batched answer per flow");
+            let (in_batch, in_group) = batched.next().expect("one batched answer per flow");
             let from_answer = snap.route(&query).map(|a| fibre_fib::Hop {
                 kind: a.kind,
                 table: a.table,
@@ -204,9 +227,12 @@ pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
                 gateway: a.gateway,
                 mtu: a.mtu,
             });
-            if hop != from_answer || in_batch != hop {
+            let hop = hop.map(fibre_fib::Hop::from);
+            let in_batch = in_batch.map(fibre_fib::Hop::from);
+            if hop != from_answer || in_batch != hop || in_group != hop {
                 return Err(format!(
-                    "lookup {hop:?}, batched {in_batch:?}, route {from_answer:?}"
+                    "lookup {hop:?}, batched {in_batch:?}, batched in groups {in_group:?}, \
+                     route {from_answer:?}"
                 ));
             }
             snap.route(&query)
