@@ -22,15 +22,16 @@
 //!   whose source no flow has, so lookups go through the kernel's subtrees.
 //!
 //! Flows are matched addresses of the sample arriving on the input link. The plain LPM
-//! lookup of the same addresses in the same routes (`fibre_lpm::Table`) is measured too:
-//! the default-rules figure against it is what routing semantics cost over the bare
-//! search. A rule's cost is the difference between the most and the fewest rules of a kind
+//! lookup of the same addresses in the same routes (`fibre_lpm::Table`) is measured too,
+//! one repetition in turn with one of the default rules' lookup so that the machine's
+//! drift hits both alike: the default-rules figure against it is what routing semantics
+//! cost over the bare search. A rule's cost is the difference between the most and the fewest rules of a kind
 //! over the difference in rules.
 
 use crate::addresses;
 use crate::kernel::{KernelFib, GATEWAYS};
 use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
-use crate::method::{measure, Method, Timing};
+use crate::method::{interleaved, measure, Method, Timing};
 use crate::studies::merge;
 use fibre_fib::{config, NoRoute, Query, Snapshot, State};
 use fibre_kernel::netns::{gateway, INPUT_DEV, OUTPUT_DEV};
@@ -275,20 +276,6 @@ pub fn rules_study<K: Key>(
         repetitions: cfg.repetitions,
         threads: 1,
     };
-    // The bare LPM search, for reference.
-    let lpm = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
-    let none = Case {
-        kind: "lpm",
-        rules: 0,
-        lines: Vec::new(),
-    };
-    for mode in [Mode::Scalar, Mode::Batch] {
-        let t = measure_fibre(lpm.clone(), &keys, mode, method, fibre_fib::BATCH);
-        emit(merge(
-            base::<K>("lpm", routes.len(), &none),
-            lookup_figure(mode, 1, "matched", t),
-        ));
-    }
     let router = router_config(&routes)?;
     let fin = router
         .links()
@@ -304,6 +291,41 @@ pub fn rules_study<K: Key>(
             q
         })
         .collect();
+    let wanted = |kind: &str| cfg.cases.iter().any(|c| c.replace('-', " ") == kind);
+    let all_cases = cases(&routes, cfg);
+    // The bare LPM search, for reference, measured in turn with the default rules'
+    // lookup (one repetition of each at a time), so that the machine's drift hits both
+    // alike: their ratio is what routing semantics cost.
+    let lpm = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let none = Case {
+        kind: "lpm",
+        rules: 0,
+        lines: Vec::new(),
+    };
+    let default_snap = match all_cases.iter().find(|c| c.kind == "default") {
+        Some(case) if wanted("default") => Some(with_case(&router, family, case)?.snapshot()),
+        _ => None,
+    };
+    let once = Method {
+        repetitions: 1,
+        threads: 1,
+    };
+    let modes = [Mode::Scalar, Mode::Batch];
+    let variants = if default_snap.is_some() { 4 } else { 2 };
+    let timings = interleaved(cfg.repetitions, variants, |v| {
+        let mode = modes[v % 2];
+        match &default_snap {
+            Some(snap) if v >= 2 => measure_snapshot(snap, &flows, mode, once),
+            _ => measure_fibre(lpm.clone(), &keys, mode, once, fibre_fib::BATCH),
+        }
+    });
+    for (mode, t) in modes.iter().zip(&timings) {
+        emit(merge(
+            base::<K>("lpm", routes.len(), &none),
+            lookup_figure(*mode, 1, "matched", *t),
+        ));
+    }
+    let default_timings = &timings[2..];
     let kernel = if cfg.kernel {
         let k = KernelFib::new()?;
         k.load(&routes).map_err(|e| e.to_string())?;
@@ -316,8 +338,7 @@ pub fn rules_study<K: Key>(
         .take(cfg.kernel_count as usize)
         .map(|&k| crate::studies::to_ip(k))
         .collect();
-    let wanted = |kind: &str| cfg.cases.iter().any(|c| c.replace('-', " ") == kind);
-    for case in cases(&routes, cfg).into_iter().filter(|c| wanted(c.kind)) {
+    for case in all_cases.into_iter().filter(|c| wanted(c.kind)) {
         step(&format!("IPv{family}: {} {}", case.rules, case.kind));
         let state = with_case(&router, family, &case)?;
         let snap = state.snapshot();
@@ -329,8 +350,12 @@ pub fn rules_study<K: Key>(
                 return Err(format!("lookup and route disagree on {q:?}"));
             }
         }
-        for mode in [Mode::Scalar, Mode::Batch] {
-            let t = measure_snapshot(&snap, &flows, mode, method);
+        for (k, mode) in modes.into_iter().enumerate() {
+            let t = match default_timings.get(k) {
+                // Measured with the bare search above.
+                Some(t) if case.kind == "default" => *t,
+                _ => measure_snapshot(&snap, &flows, mode, method),
+            };
             emit(merge(
                 base::<K>("fibre", routes.len(), &case),
                 lookup_figure(mode, 1, "matched", t),

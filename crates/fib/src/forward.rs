@@ -240,12 +240,22 @@ impl Snapshot {
         }
     }
 
+    /// Whether some rule's selectors match a flow of `fib`'s family (checked `c`), so
+    /// that its walk is more than the one search.
+    #[inline]
+    fn selected(&self, fib: &FamilyFib, q: &Query, c: &Checked) -> bool {
+        fib.rules.has_selective() && {
+            let key = FlowKey::new(q, None, c.iif);
+            fib.rules.any_selective_match(&key, fib.rules.sets(&key))
+        }
+    }
+
     /// A chunk of flows mostly alike: of one family, arriving on one link (not the
-    /// loopback) or sent by this host from no given source, with no output link, in a
-    /// family whose rules have no selectors, so that every such flow's walk is the one
+    /// loopback) or sent by this host from no given source, with no output link, and
+    /// matched by no rule's selectors, so that every such flow's walk is the one
     /// search. Two tight passes answer them: the keys, one batched search, then the hops,
     /// with the quick source check. The few flows not alike (another family or link, a
-    /// martian address) are looked up one by one. `false`, with nothing written, when
+    /// martian address, a rule's selectors matching) are looked up one by one. `false`, with nothing written, when
     /// the chunk is not mostly alike (the general way answers it).
     fn lookup_uniform<'s>(
         &'s self,
@@ -260,9 +270,6 @@ impl Snapshot {
         let Some(direct) = fib.direct.as_ref() else {
             return false;
         };
-        if fib.rules.has_selective() {
-            return false;
-        }
         let iif = first.iif;
         let input = match iif {
             None => None,
@@ -307,7 +314,7 @@ impl Snapshot {
                         // the loopback's.
                         other |= s >> 28 == 0xe || s == u32::MAX || s >> 24 == 0 || s >> 24 == 127;
                     }
-                    odd |= (other as u64) << i;
+                    odd |= ((other || self.selected(fib, q, &c)) as u64) << i;
                     keys[i] = d;
                     srcs[i] = s;
                 }
@@ -351,7 +358,7 @@ impl Snapshot {
                         }
                         IpAddr::V4(_) => true,
                     };
-                    odd |= (other as u64) << i;
+                    odd |= ((other || self.selected(fib, q, &c)) as u64) << i;
                 }
                 if odd.count_ones() as usize > n / 4 {
                     return false;
@@ -1000,7 +1007,7 @@ rule add fwmark 2 lookup 101 pref 230
             .map(|i| at(plain[i % plain.len()], src))
             .collect();
         for (k, (dst, src)) in odd.iter().enumerate() {
-            flows[3 + 5 * k] = at(dst, Some(*src).filter(|s| !s.is_empty()));
+            flows[3 + 4 * k] = at(dst, Some(*src).filter(|s| !s.is_empty()));
         }
         flows
     }
@@ -1036,6 +1043,8 @@ route add multicast 10.10.0.0/16 dev a1
             "",
             // A local route added: every arriving source is looked up.
             "route add local 10.9.0.1 dev a0 table local\n",
+            // Rules with selectors, matching only flows among the odd ones.
+            "rule add to 10.11.0.0/16 prohibit pref 10\n-6 rule add to 2001:db8:8::/48 prohibit pref 10\n",
             // Two IPv6 routes of one metric: the input link chooses.
             "-6 route add 2001:db8:7::/64 dev a0 metric 9\n-6 route append 2001:db8:7::/64 dev a1 metric 9\n",
         ] {
@@ -1059,6 +1068,7 @@ route add multicast 10.10.0.0/16 dev a1
                 ("10.7.0.1", "10.10.0.5"),
                 ("127.0.0.1", "192.0.2.7"),
                 ("0.1.2.3", "192.0.2.7"),
+                ("10.11.0.1", "192.0.2.7"),
                 ("2001:db8:5::1", "2001:db8::9"),
             ];
             for iif in [a0, a1] {
@@ -1077,6 +1087,7 @@ route add multicast 10.10.0.0/16 dev a1
                 ("ff02::1", "2001:db8::9"),
                 ("::1", "2001:db8::9"),
                 ("2001:db8:7::1", "2001:db8::9"),
+                ("2001:db8:8::1", "2001:db8::9"),
                 ("10.5.1.1", "192.0.2.7"),
             ];
             for iif in [Some(a0), Some(a1), None] {
