@@ -4,7 +4,9 @@
 //! every path listed and the answer's flags; a packet needs only where to go. [`Hop`] is
 //! that: the route's type and table, the output link, the gateway to send through, the
 //! route's MTU. [`Snapshot::lookup`] finds it with the same checks, rule walk and table
-//! lookups as `route` (so both always agree), and allocates nothing.
+//! lookups as `route` (so both always agree), and allocates nothing. It answers with a
+//! [`HopRef`], the compiled table's own hop by reference: a copy per flow cost as much as
+//! the search.
 //!
 //! [`Snapshot::lookup_batch`] does the same for many flows, [`BATCH`] at a time, and keeps
 //! them batched through rules and tables: each round moves every flow still walking to
@@ -13,11 +15,15 @@
 //! then lets each flow's rule take or refuse its table's answer. While no rule the walk
 //! reaches depends on the flow (the default rules, or rules that only look up, jump or
 //! reject), there is no walk at all: the tables it would visit are merged into one
-//! structure when the snapshot is compiled, and a batch is one batched search of it.
+//! structure when the snapshot is compiled, and a batch is one batched search of it. A
+//! batch of flows mostly alike (one family, one input link or none, as a packet path
+//! batches them) takes that way in two tight passes, the few flows not alike answered
+//! one by one (`lookup_uniform`).
 //!
 //! The source of an IPv4 flow arriving on a link is checked on the same plain answers:
-//! the quick check (is the source this host's or a broadcast address) by two binary
-//! searches, the kernel's reverse lookup, where it is needed, by a second plain walk.
+//! the quick check (is the source this host's or a broadcast address) by a hash filter and
+//! binary searches, the kernel's reverse lookup, where it is needed, by a second plain
+//! walk.
 
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;

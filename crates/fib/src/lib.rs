@@ -16,7 +16,8 @@
 //!   structure, rules resolved; [`Snapshot::route`] answers a [`Query`] with an [`Answer`]
 //!   or the kernel's error ([`NoRoute`]). [`source`] picks the source address.
 //! - [`Snapshot::lookup`] and [`Snapshot::lookup_batch`] (`forward`) answer what a packet
-//!   needs, a [`Hop`], with the same semantics and no allocation: every destination's
+//!   needs, a [`Hop`] (by reference, a [`HopRef`]), with the same semantics and no
+//!   allocation: every destination's
 //!   answer to a flow with no output link is decided when the snapshot is compiled and
 //!   stored as the value of an LPM structure, so the common lookup is one search; rules
 //!   compile to integer selectors with a bit-set index (`classify`), and batches of
