@@ -207,8 +207,10 @@ fn route_show(a: ShowArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    // `ip route show` lists IPv4 unless told otherwise.
+    let fams = if a.v6 { [Family::V6] } else { [Family::V4] };
     let mut json = Vec::new();
-    for f in families(&a) {
+    for f in fams {
         for r in state.routes(f, table) {
             if a.json {
                 json.push(show::route_json(&state, r));

@@ -914,3 +914,46 @@ fn bench_rules_measures_the_kernel_with_the_same_rules() {
         }
     }
 }
+
+#[test]
+fn route_show_lists_as_ip_route_show_does() {
+    // The lines the kernel printed for the same configuration (`ip route show` and
+    // `ip -6 route show`; a0's peer is down, so a0 has no carrier).
+    let config = temp_file(
+        "show.conf",
+        "link add a0 type veth peer name a1
+link set a0 up
+addr add 10.0.0.1/24 dev a0
+-6 addr add 2001:db8::1/64 dev a0 nodad
+route add 10.4.0.0/16 via 10.0.0.2 dev a0 onlink mtu 1400
+route add 10.5.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.0.3
+route add throw 10.8.0.0/16
+-6 route add 2001:db8:5::/48 nexthop via 2001:db8::2 nexthop via 2001:db8::3
+-6 route add prohibit 2001:db8:7::/48
+",
+    );
+    let config = config.to_str().unwrap();
+    let o = fibre(&["route", "show", "--config", config], None);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        stdout(&o),
+        "10.0.0.0/24 dev a0 proto kernel scope link src 10.0.0.1 linkdown
+10.4.0.0/16 via 10.0.0.2 dev a0 onlink linkdown mtu 1400
+10.5.0.0/16 linkdown
+\tnexthop via 10.0.0.2 dev a0 weight 1 linkdown
+\tnexthop via 10.0.0.3 dev a0 weight 1 linkdown
+throw 10.8.0.0/16
+"
+    );
+    let o = fibre(&["route", "show", "--config", config, "-6"], None);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        stdout(&o),
+        "2001:db8::/64 dev a0 proto kernel metric 256 linkdown pref medium
+2001:db8:5::/48 metric 1024 pref medium
+\tnexthop via 2001:db8::2 dev a0 weight 1 linkdown
+\tnexthop via 2001:db8::3 dev a0 weight 1 linkdown
+prohibit 2001:db8:7::/48 dev lo metric 1024 pref medium
+"
+    );
+}

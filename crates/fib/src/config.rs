@@ -932,7 +932,7 @@ fn rule(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), 
 fn nexthop(state: &mut State, w: &mut Words, family: Option<Family>) -> Result<(), String> {
     let verb = w.next().ok_or("nexthop: add, replace or del?")?;
     let (mut id, mut gateway, mut dev, mut onlink) = (None, None, None, false);
-    let (mut blackhole, mut group, mut protocol) = (false, None, PROTO_BOOT);
+    let (mut blackhole, mut group, mut protocol) = (false, None, PROTO_UNSPEC);
     while let Some(word) = w.next() {
         match word {
             "id" => id = Some(w.number("id")?),

@@ -21,6 +21,8 @@ pub const SCOPE_HOST: u8 = 254;
 /// Scope `nowhere`.
 pub const SCOPE_NOWHERE: u8 = 255;
 
+/// Protocol `unspec`: what `ip nexthop add` sets unless told otherwise.
+pub const PROTO_UNSPEC: u8 = 0;
 /// Protocol `kernel`: routes the kernel derives from addresses.
 pub const PROTO_KERNEL: u8 = 2;
 /// Protocol `boot`: what `ip route add` sets unless told otherwise.
@@ -35,7 +37,7 @@ const TABLES: &[(u32, &str)] = &[
 ];
 
 const PROTOCOLS: &[(u8, &str)] = &[
-    (0, "unspec"),
+    (PROTO_UNSPEC, "unspec"),
     (1, "redirect"),
     (PROTO_KERNEL, "kernel"),
     (PROTO_BOOT, "boot"),

@@ -6,7 +6,7 @@ use crate::names::*;
 use crate::net::Family;
 use crate::nexthop::NexthopKind;
 use crate::query::Answer;
-use crate::route::{Paths, Route};
+use crate::route::{Path, Paths, Route, RouteType};
 use crate::rule::{Rule, RuleAction};
 use crate::snapshot::Snapshot;
 use crate::state::State;
@@ -136,12 +136,88 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
     s
 }
 
+/// Whether the kernel flags path `p` of route `r` `linkdown`: its link has no carrier,
+/// and it is not a path of this host's own (IPv4: of scope `nowhere`, a local route's;
+/// IPv6: of a `local` or `anycast` route), which the kernel never flags.
+fn linkdown(state: &State, r: &Route, p: &Path) -> bool {
+    let own = match r.family() {
+        Family::V4 => p.scope == SCOPE_NOWHERE,
+        Family::V6 => matches!(r.kind, RouteType::Local | RouteType::Anycast),
+    };
+    !own && !state.carrier(p.dev)
+}
+
+/// A path's flags in `ip`'s order.
+fn path_flags(state: &State, r: &Route, p: &Path) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if p.dead {
+        flags.push("dead");
+    }
+    if p.onlink {
+        flags.push("onlink");
+    }
+    if linkdown(state, r, p) {
+        flags.push("linkdown");
+    }
+    flags
+}
+
+/// The paths a route's nexthop object stands for (none for a blackhole), as a route's
+/// own paths would be.
+fn object_paths(state: &State, r: &Route, id: crate::nexthop::NexthopId) -> Vec<Path> {
+    let path = |nh: &crate::nexthop::Nexthop, weight: u16| match &nh.kind {
+        NexthopKind::Path {
+            gateway,
+            dev,
+            onlink,
+        } => Some(Path {
+            gateway: *gateway,
+            dev: *dev,
+            weight,
+            onlink: *onlink,
+            dead: false,
+            scope: if gateway.is_some() {
+                SCOPE_LINK
+            } else {
+                SCOPE_HOST
+            },
+        }),
+        _ => None,
+    };
+    let _ = r;
+    match state.nexthop(id) {
+        Some(nh) => match &nh.kind {
+            NexthopKind::Group(members) => members
+                .iter()
+                .filter_map(|(m, w)| state.nexthop(*m).and_then(|nh| path(nh, *w)))
+                .collect(),
+            _ => path(nh, 1).into_iter().collect(),
+        },
+        None => Vec::new(),
+    }
+}
+
 /// A route as `ip -d -j route show` lists it.
 pub fn route_json(state: &State, r: &Route) -> Value {
     let names = |i: LinkIndex| state.link(i).map(|l| l.name.clone());
     let v6 = r.family() == Family::V6;
+    let object = match r.paths {
+        Paths::Object(id) => state.nexthop(id),
+        _ => None,
+    };
+    let paths: Vec<Path> = match &r.paths {
+        Paths::Own(p) => p.clone(),
+        Paths::Object(id) => object_paths(state, r, *id),
+        _ => Vec::new(),
+    };
+    let blackhole_object = object.is_some_and(|nh| nh.kind == NexthopKind::Blackhole);
     let mut m = Map::new();
-    m.insert("type".into(), json!(r.kind.name()));
+    let kind = if blackhole_object {
+        RouteType::Blackhole
+    } else {
+        r.kind
+    };
+    m.insert("type".into(), json!(kind.name()));
     m.insert(
         "dst".into(),
         json!(if r.dst.is_default() {
@@ -161,13 +237,14 @@ pub fn route_json(state: &State, r: &Route) -> Value {
     if let Paths::Object(id) = r.paths {
         m.insert("nhid".into(), json!(id));
     }
-    if let Paths::Own(p) = &r.paths {
-        if p.len() == 1 {
-            if let Some(g) = p[0].gateway {
-                m.insert("gateway".into(), json!(g.to_string()));
-            }
-            m.insert("dev".into(), json!(name_of(&names, p[0].dev)));
+    if paths.len() == 1 {
+        if let Some(g) = paths[0].gateway {
+            m.insert("gateway".into(), json!(g.to_string()));
         }
+        m.insert("dev".into(), json!(name_of(&names, paths[0].dev)));
+    } else if paths.is_empty() && (blackhole_object || (v6 && kind.is_reject())) {
+        // What the kernel sends nowhere it sends by the loopback.
+        m.insert("dev".into(), json!(loopback_name(state)));
     }
     m.insert("table".into(), json!(table_name(r.table)));
     m.insert("protocol".into(), json!(protocol_name(r.protocol)));
@@ -178,46 +255,47 @@ pub fn route_json(state: &State, r: &Route) -> Value {
     if v6 || r.metric != 0 {
         m.insert("metric".into(), json!(r.metric));
     }
-    let mut flags = Vec::new();
-    if let Paths::Own(p) = &r.paths {
-        if p.len() == 1 {
-            if p[0].onlink {
-                flags.push("onlink");
-            }
-            if p[0].dead {
-                flags.push("dead");
-            }
-        }
-    }
+    let flags = match paths.as_slice() {
+        [p] => path_flags(state, r, p),
+        // An IPv4 route all of whose paths are down is flagged as a whole.
+        [_, _, ..] if !v6 && paths.iter().all(|p| linkdown(state, r, p)) => vec!["linkdown"],
+        _ => Vec::new(),
+    };
     m.insert("flags".into(), json!(flags));
     if let Some(mtu) = r.mtu {
         m.insert("metrics".into(), json!([{ "mtu": mtu }]));
     }
-    if let Paths::Own(p) = &r.paths {
-        if p.len() > 1 {
-            let hops: Vec<Value> = p
-                .iter()
-                .map(|p| {
-                    let mut h = Map::new();
-                    if let Some(g) = p.gateway {
-                        h.insert("gateway".into(), json!(g.to_string()));
-                    }
-                    h.insert("dev".into(), json!(name_of(&names, p.dev)));
-                    h.insert("weight".into(), json!(p.weight));
-                    h.insert(
-                        "flags".into(),
-                        json!(if p.dead { vec!["dead"] } else { vec![] }),
-                    );
-                    Value::Object(h)
-                })
-                .collect();
-            m.insert("nexthops".into(), json!(hops));
-        }
-    }
     if v6 {
         m.insert("pref".into(), json!(pref_name(r.pref)));
     }
+    if let Some(nh) = object {
+        m.insert("nh_info".into(), nexthop_json_with(state, nh, true));
+    }
+    if paths.len() > 1 {
+        let hops: Vec<Value> = paths
+            .iter()
+            .map(|p| {
+                let mut h = Map::new();
+                if let Some(g) = p.gateway {
+                    h.insert("gateway".into(), json!(g.to_string()));
+                }
+                h.insert("dev".into(), json!(name_of(&names, p.dev)));
+                h.insert("weight".into(), json!(p.weight));
+                h.insert("flags".into(), json!(path_flags(state, r, p)));
+                Value::Object(h)
+            })
+            .collect();
+        m.insert("nexthops".into(), json!(hops));
+    }
     Value::Object(m)
+}
+
+/// The loopback link's name.
+fn loopback_name(state: &State) -> String {
+    state
+        .links()
+        .find(|l| l.kind == crate::link::LinkKind::Loopback)
+        .map_or_else(|| "lo".to_string(), |l| l.name.clone())
 }
 
 /// A route as `ip route show` lists it.
@@ -225,8 +303,9 @@ pub fn route_text(state: &State, r: &Route) -> String {
     let v = route_json(state, r);
     let get = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
     let mut s = String::new();
-    if r.kind != crate::route::RouteType::Unicast {
-        s += r.kind.name();
+    let kind = get("type").unwrap_or_default();
+    if kind != "unicast" {
+        s += &kind;
         s += " ";
     }
     s += &get("dst").unwrap_or_default();
@@ -248,7 +327,7 @@ pub fn route_text(state: &State, r: &Route) -> String {
     if r.table != TABLE_MAIN {
         s += &format!(" table {}", table_name(r.table));
     }
-    if r.protocol != PROTO_BOOT || r.family() == Family::V6 {
+    if r.protocol != PROTO_BOOT {
         s += &format!(" proto {}", protocol_name(r.protocol));
     }
     if r.scope != SCOPE_UNIVERSE {
@@ -260,35 +339,36 @@ pub fn route_text(state: &State, r: &Route) -> String {
     if r.family() == Family::V6 || r.metric != 0 {
         s += &format!(" metric {}", r.metric);
     }
+    let words = |flags: Option<&Value>| -> String {
+        let flags = flags.and_then(|f| f.as_array()).into_iter().flatten();
+        flags
+            .filter_map(|f| f.as_str())
+            .map(|f| format!(" {f}"))
+            .collect()
+    };
+    s += &words(v.get("flags"));
     if let Some(mtu) = r.mtu {
         s += &format!(" mtu {mtu}");
     }
-    if let Paths::Own(p) = &r.paths {
-        if p.len() == 1 && p[0].onlink {
-            s += " onlink";
-        }
-        if p.len() == 1 && p[0].dead {
-            s += " dead";
-        }
-        if p.len() > 1 {
-            for p in p {
-                s += "\n\tnexthop";
-                if let Some(g) = p.gateway {
-                    s += &format!(" via {g}");
-                }
-                s += &format!(
-                    " dev {} weight {}",
-                    state.link(p.dev).map_or("?", |l| &l.name),
-                    p.weight
-                );
-                if p.dead {
-                    s += " dead";
-                }
-            }
-        }
-    }
     if r.family() == Family::V6 {
         s += &format!(" pref {}", pref_name(r.pref));
+    }
+    for hop in v
+        .get("nexthops")
+        .and_then(|h| h.as_array())
+        .into_iter()
+        .flatten()
+    {
+        s += "\n\tnexthop";
+        if let Some(g) = hop.get("gateway").and_then(|g| g.as_str()) {
+            s += &format!(" via {g}");
+        }
+        s += &format!(
+            " dev {} weight {}",
+            hop.get("dev").and_then(|d| d.as_str()).unwrap_or("?"),
+            hop.get("weight").and_then(|w| w.as_u64()).unwrap_or(1)
+        );
+        s += &words(hop.get("flags"));
     }
     s
 }
@@ -451,6 +531,12 @@ pub fn rule_text(r: &Rule) -> String {
 
 /// A nexthop object as `ip -j nexthop show` lists it.
 pub fn nexthop_json(state: &State, nh: &crate::nexthop::Nexthop) -> Value {
+    nexthop_json_with(state, nh, false)
+}
+
+/// A nexthop object as `ip -j nexthop show` lists it, or with `detail` as `ip -d -j`
+/// does (every object's scope and protocol; how a route's `nh_info` shows it).
+fn nexthop_json_with(state: &State, nh: &crate::nexthop::Nexthop, detail: bool) -> Value {
     let mut m = Map::new();
     m.insert("id".into(), json!(nh.id));
     match &nh.kind {
@@ -476,6 +562,9 @@ pub fn nexthop_json(state: &State, nh: &crate::nexthop::Nexthop) -> Value {
             );
         }
         NexthopKind::Blackhole => {
+            if detail {
+                m.insert("scope".into(), json!("global"));
+            }
             m.insert("blackhole".into(), json!(null));
             m.insert("flags".into(), json!([]));
         }
@@ -491,11 +580,17 @@ pub fn nexthop_json(state: &State, nh: &crate::nexthop::Nexthop) -> Value {
                 })
                 .collect();
             m.insert("group".into(), json!(g));
+            if detail {
+                m.insert("scope".into(), json!("global"));
+            }
             m.insert("flags".into(), json!([]));
         }
     }
-    if nh.protocol != PROTO_BOOT {
+    if detail || nh.protocol != PROTO_UNSPEC {
+        // Before the flags, as `ip` prints it.
+        let flags = m.remove("flags").unwrap_or(json!([]));
         m.insert("protocol".into(), json!(protocol_name(nh.protocol)));
+        m.insert("flags".into(), flags);
     }
     Value::Object(m)
 }

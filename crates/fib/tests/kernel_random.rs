@@ -340,6 +340,14 @@ fn random_configurations_answer_as_the_kernel() {
                 "seed {seed}: line `{line}`: kernel {k:?}, fibre {f:?}"
             ));
         }
+        // Every route each side lists, as `ip -d -j route show table all`.
+        let (only_kernel, only_fibre) = common::listing_differences(&ns, &applied.state);
+        for r in only_kernel.iter().take(3) {
+            failures.push(format!("seed {seed}: the kernel lists {r}"));
+        }
+        for r in only_fibre.iter().take(3) {
+            failures.push(format!("seed {seed}: fibre lists      {r}"));
+        }
         let queries: Vec<String> = (0..queries_each).map(|_| query(&mut rng)).collect();
         let k = common::kernel_answers(&ns, &queries);
         let f = common::fibre_answers(&applied.state, &queries);

@@ -276,8 +276,63 @@ fn agree(k: &Result<Value, String>, f: &FibreAnswer) -> bool {
     }
 }
 
+/// Both sides' routes of every table, IPv4 and IPv6, as `ip -d -j route show table all`
+/// lists them (each as its JSON text) and as `ip route show table all` prints them (each
+/// line), sorted (the kernel lists tables in its hash order): the kernel's, then fibre's.
+pub fn listings(ns: &Namespace, state: &State) -> (Vec<String>, Vec<String>) {
+    let mut kernel = Vec::new();
+    for family in ["-4", "-6"] {
+        let out = ns
+            .ip(&["-d", "-j", family, "route", "show", "table", "all"])
+            .unwrap_or_default();
+        let routes: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+        for r in routes.as_array().into_iter().flatten() {
+            kernel.push(r.to_string());
+        }
+    }
+    let mut fibre = Vec::new();
+    for family in [fibre_fib::Family::V4, fibre_fib::Family::V6] {
+        for r in state.routes(family, None) {
+            fibre.push(show::route_json(state, r).to_string());
+        }
+    }
+    // And as `ip route show table all` prints them, line by line (a multipath route's
+    // paths on lines of their own).
+    for family in ["-4", "-6"] {
+        let out = ns
+            .ip(&[family, "route", "show", "table", "all"])
+            .unwrap_or_default();
+        kernel.extend(out.lines().map(|l| l.trim().to_string()));
+    }
+    for family in [fibre_fib::Family::V4, fibre_fib::Family::V6] {
+        for r in state.routes(family, None) {
+            let text = show::route_text(state, r);
+            fibre.extend(text.lines().map(|l| l.trim().to_string()));
+        }
+    }
+    kernel.sort();
+    fibre.sort();
+    (kernel, fibre)
+}
+
+/// The routes (JSON texts and text lines) only one side lists: (the kernel's, fibre's).
+pub fn listing_differences(ns: &Namespace, state: &State) -> (Vec<String>, Vec<String>) {
+    let (kernel, fibre) = listings(ns, state);
+    let only_kernel = kernel
+        .iter()
+        .filter(|r| !fibre.contains(r))
+        .cloned()
+        .collect();
+    let only_fibre = fibre
+        .iter()
+        .filter(|r| !kernel.contains(r))
+        .cloned()
+        .collect();
+    (only_kernel, only_fibre)
+}
+
 /// Applies a configuration to both sides, asks both the queries, and panics with every
-/// difference (refusals and answers).
+/// difference (refusals, answers, and the routes each lists).
 pub fn check(tag: &str, config: &str, queries: &[&str]) {
     let ns = namespace(tag);
     let lines: Vec<String> = config
@@ -292,6 +347,13 @@ pub fn check(tag: &str, config: &str, queries: &[&str]) {
     let f = fibre_answers(&applied.state, &queries);
     let (n, shown) = mismatches(&queries, &k, &f, 20);
     let mut report = String::new();
+    let (only_kernel, only_fibre) = listing_differences(&ns, &applied.state);
+    for r in &only_kernel {
+        report += &format!("the kernel lists {r}\n");
+    }
+    for r in &only_fibre {
+        report += &format!("fibre lists      {r}\n");
+    }
     for (line, k, f) in &applied.disagreements {
         report += &format!("line `{line}`: kernel {k:?}, fibre {f:?}\n");
     }
