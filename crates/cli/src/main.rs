@@ -55,6 +55,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of standard output went away (`fibre ... | head`): nothing to say.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("fibre: {e}");
             ExitCode::FAILURE

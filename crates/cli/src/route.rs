@@ -8,6 +8,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `fibre route ...`.
+
+/// `println!` that returns a write's error (standard output closed, say by `head`) to
+/// the caller instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    };
+}
+
 #[derive(Args)]
 pub struct RouteArgs {
     #[command(subcommand)]
@@ -125,12 +134,12 @@ fn get(a: GetArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match snap.route(&q) {
         Ok(ans) => {
             if json {
-                println!(
+                say!(
                     "{}",
                     serde_json::Value::Array(vec![show::answer_json(&snap, &ans)])
                 );
             } else {
-                println!("{}", show::answer_text(&snap, &ans));
+                say!("{}", show::answer_text(&snap, &ans));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -215,12 +224,12 @@ fn route_show(a: ShowArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if a.json {
                 json.push(show::route_json(&state, r));
             } else {
-                println!("{}", show::route_text(&state, r));
+                say!("{}", show::route_text(&state, r));
             }
         }
     }
     if a.json {
-        println!("{}", serde_json::Value::Array(json));
+        say!("{}", serde_json::Value::Array(json));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -244,12 +253,12 @@ pub fn rules(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             if a.json {
                 json.push(show::rule_json(r));
             } else {
-                println!("{}", show::rule_text(r));
+                say!("{}", show::rule_text(r));
             }
         }
     }
     if a.json {
-        println!("{}", serde_json::Value::Array(json));
+        say!("{}", serde_json::Value::Array(json));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -265,7 +274,7 @@ pub fn nexthops(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
         .map(|n| show::nexthop_json(&state, n))
         .collect();
     if a.json {
-        println!("{}", serde_json::Value::Array(list));
+        say!("{}", serde_json::Value::Array(list));
     } else {
         for v in list {
             let mut s = format!("id {}", v["id"]);
@@ -288,7 +297,7 @@ pub fn nexthops(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
             if v.get("blackhole").is_some() {
                 s += " blackhole";
             }
-            println!("{s}");
+            say!("{s}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -302,7 +311,7 @@ pub fn links(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let list: Vec<serde_json::Value> = state.links().map(|l| show::link_json(&state, l)).collect();
     if a.json {
-        println!("{}", serde_json::Value::Array(list));
+        say!("{}", serde_json::Value::Array(list));
     } else {
         for v in list {
             let flags: Vec<&str> = v["flags"]
@@ -312,7 +321,7 @@ pub fn links(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 Some(peer) => format!("{}@{peer}", v["ifname"].as_str().unwrap_or("")),
                 None => v["ifname"].as_str().unwrap_or("").to_string(),
             };
-            println!(
+            say!(
                 "{}: {}: <{}> mtu {} state {} group {}\n    link/{} {}",
                 v["ifindex"],
                 name,
@@ -346,16 +355,16 @@ pub fn addrs(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 v
             })
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        say!("{}", serde_json::Value::Array(list));
     } else {
         for l in state.links() {
-            println!("{}: {}:", l.index, l.name);
+            say!("{}: {}:", l.index, l.name);
             for ad in state
                 .addresses()
                 .iter()
                 .filter(|ad| ad.link == l.index && fams.contains(&ad.family()))
             {
-                println!("{}", show::addr_text(&state, ad));
+                say!("{}", show::addr_text(&state, ad));
             }
         }
     }

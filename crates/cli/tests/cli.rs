@@ -957,3 +957,39 @@ prohibit 2001:db8:7::/48 dev lo metric 1024 pref medium
 "
     );
 }
+
+#[test]
+fn a_listing_cut_short_by_its_reader_ends_quietly() {
+    use std::io::{BufRead, BufReader, Read};
+    let mut text =
+        String::from("link add a0 type dummy\nlink set a0 up\naddr add 10.0.0.1/24 dev a0\n");
+    for i in 0..20_000 {
+        text += &format!("route add 11.{}.{}.0/24 via 10.0.0.2\n", i / 256, i % 256);
+    }
+    let config = temp_file("many.conf", &text);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fibre"))
+        .args(["route", "show", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fibre runs");
+    // Read one line, then close the pipe as `head -1` does.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(
+        first,
+        "10.0.0.0/24 dev a0 proto kernel scope link src 10.0.0.1\n"
+    );
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.code().is_some(), "{status:?}: killed, not ended");
+    assert!(err.is_empty(), "nothing on standard error: {err}");
+}
