@@ -7,8 +7,6 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `fibre route ...`.
-
 /// `println!` that returns a write's error (standard output closed, say by `head`) to
 /// the caller instead of panicking.
 macro_rules! say {
@@ -17,6 +15,7 @@ macro_rules! say {
     };
 }
 
+/// `fibre route ...`.
 #[derive(Args)]
 pub struct RouteArgs {
     #[command(subcommand)]
