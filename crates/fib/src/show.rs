@@ -164,7 +164,7 @@ fn path_flags(state: &State, r: &Route, p: &Path) -> Vec<&'static str> {
 
 /// The paths a route's nexthop object stands for (none for a blackhole), as a route's
 /// own paths would be.
-fn object_paths(state: &State, r: &Route, id: crate::nexthop::NexthopId) -> Vec<Path> {
+fn object_paths(state: &State, id: crate::nexthop::NexthopId) -> Vec<Path> {
     let path = |nh: &crate::nexthop::Nexthop, weight: u16| match &nh.kind {
         NexthopKind::Path {
             gateway,
@@ -184,7 +184,6 @@ fn object_paths(state: &State, r: &Route, id: crate::nexthop::NexthopId) -> Vec<
         }),
         _ => None,
     };
-    let _ = r;
     match state.nexthop(id) {
         Some(nh) => match &nh.kind {
             NexthopKind::Group(members) => members
@@ -207,7 +206,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
     };
     let paths: Vec<Path> = match &r.paths {
         Paths::Own(p) => p.clone(),
-        Paths::Object(id) => object_paths(state, r, *id),
+        Paths::Object(id) => object_paths(state, *id),
         _ => Vec::new(),
     };
     let blackhole_object = object.is_some_and(|nh| nh.kind == NexthopKind::Blackhole);
