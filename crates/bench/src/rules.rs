@@ -21,6 +21,10 @@
 //! - **source routes** (IPv6): every tenth destination also has a source-specific route
 //!   whose source no flow has, so lookups go through the kernel's subtrees.
 //!
+//! fibre is asked three ways: one [`Query`] at a time ([`Snapshot::lookup`]), 64 queries
+//! a call ([`Snapshot::lookup_batch`]), and 64 flows' addresses a call as a packet path
+//! holds them ([`Snapshot::lookup_vector_v4`], [`Snapshot::lookup_vector_v6`]).
+//!
 //! Flows are matched addresses of the sample arriving on the input link. The plain LPM
 //! lookup of the same addresses in the same routes (`fibre_lpm::Table`) is measured too,
 //! one repetition in turn with one of the default rules' lookup so that the machine's
@@ -33,13 +37,13 @@ use crate::kernel::{KernelFib, GATEWAYS};
 use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
 use crate::method::{interleaved, measure, Method, Timing};
 use crate::studies::merge;
-use fibre_fib::{config, NoRoute, Query, Snapshot, State};
+use fibre_fib::{config, FlowVector, NoRoute, Query, Snapshot, State};
 use fibre_kernel::netns::{gateway, INPUT_DEV, OUTPUT_DEV};
 use fibre_lpm::{Key, Prefix, Table};
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::hint::black_box;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -213,26 +217,106 @@ fn with_case(base: &State, family: u8, case: &Case) -> Result<State, String> {
     Ok(state)
 }
 
-/// fibre's full lookups of `flows`, one at a time or batched, dry run subtracted.
-fn measure_snapshot(snap: &Snapshot, flows: &[Query], mode: Mode, method: Method) -> Timing {
+/// How fibre is asked: one [`Query`] at a time, a batch of them, or a vector of
+/// addresses as a packet path holds them ([`Snapshot::lookup_vector_v4`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    Scalar,
+    Batch,
+    Vector,
+}
+
+impl Way {
+    /// The figure's `mode`.
+    fn mode(self) -> &'static str {
+        match self {
+            Way::Scalar => "scalar",
+            Way::Batch => "batch",
+            Way::Vector => "vector",
+        }
+    }
+}
+
+/// The flows' addresses side by side, as [`Snapshot::lookup_vector_v4`] and
+/// [`Snapshot::lookup_vector_v6`] take them.
+enum Addresses {
+    V4(Vec<Ipv4Addr>, Vec<Ipv4Addr>),
+    V6(Vec<Ipv6Addr>, Vec<Ipv6Addr>),
+}
+
+impl Addresses {
+    fn of(flows: &[Query]) -> Addresses {
+        let v4 = |a: Option<IpAddr>| match a {
+            Some(IpAddr::V4(a)) => a,
+            _ => Ipv4Addr::UNSPECIFIED,
+        };
+        let v6 = |a: Option<IpAddr>| match a {
+            Some(IpAddr::V6(a)) => a,
+            _ => Ipv6Addr::UNSPECIFIED,
+        };
+        if flows.first().is_some_and(|q| q.dst.is_ipv6()) {
+            Addresses::V6(
+                flows.iter().map(|q| v6(Some(q.dst))).collect(),
+                flows.iter().map(|q| v6(q.src)).collect(),
+            )
+        } else {
+            Addresses::V4(
+                flows.iter().map(|q| v4(Some(q.dst))).collect(),
+                flows.iter().map(|q| v4(q.src)).collect(),
+            )
+        }
+    }
+}
+
+/// fibre's full lookups of `flows` (arriving on one link), asked `way`, dry run
+/// subtracted.
+fn measure_snapshot(
+    snap: &Snapshot,
+    flows: &[Query],
+    addresses: &Addresses,
+    way: Way,
+    method: Method,
+) -> Timing {
+    const N: usize = fibre_fib::BATCH;
+    let iif = flows.first().and_then(|q| q.iif);
     let real = measure(
         method,
-        |_| vec![Err(NoRoute::NetworkUnreachable); fibre_fib::BATCH],
+        |_| vec![Err(NoRoute::NetworkUnreachable); N],
         |out, _| {
             let mut acc = 0u32;
-            match mode {
-                Mode::Scalar => {
+            let mut sum = |out: &[Result<_, NoRoute>]| {
+                for h in out {
+                    let h: &Result<fibre_fib::HopRef, NoRoute> = h;
+                    acc = acc.wrapping_add(h.as_ref().map_or(0, |h| h.dev));
+                }
+            };
+            match (way, addresses) {
+                (Way::Scalar, _) => {
                     for q in flows {
                         acc = acc.wrapping_add(snap.lookup(q).map_or(0, |h| h.dev));
                     }
                 }
-                Mode::Batch => {
-                    for chunk in flows.chunks(fibre_fib::BATCH) {
+                (Way::Batch, _) => {
+                    for chunk in flows.chunks(N) {
                         let out = &mut out[..chunk.len()];
                         snap.lookup_batch(chunk, out);
-                        for h in out.iter() {
-                            acc = acc.wrapping_add(h.as_ref().map_or(0, |h| h.dev));
-                        }
+                        sum(out);
+                    }
+                }
+                (Way::Vector, Addresses::V4(dst, src)) => {
+                    for (k, (dst, src)) in dst.chunks(N).zip(src.chunks(N)).enumerate() {
+                        let out = &mut out[..dst.len()];
+                        let v = FlowVector { iif, dst, src };
+                        snap.lookup_vector_v4(&v, |i| flows[k * N + i].clone(), out);
+                        sum(out);
+                    }
+                }
+                (Way::Vector, Addresses::V6(dst, src)) => {
+                    for (k, (dst, src)) in dst.chunks(N).zip(src.chunks(N)).enumerate() {
+                        let out = &mut out[..dst.len()];
+                        let v = FlowVector { iif, dst, src };
+                        snap.lookup_vector_v6(&v, |i| flows[k * N + i].clone(), out);
+                        sum(out);
                     }
                 }
             }
@@ -245,8 +329,22 @@ fn measure_snapshot(snap: &Snapshot, flows: &[Query], mode: Mode, method: Method
         |_| (),
         |_, _| {
             let mut acc = 0u32;
-            for q in flows {
-                acc = acc.wrapping_add(black_box(q).mark);
+            match (way, addresses) {
+                (Way::Vector, Addresses::V4(dst, _)) => {
+                    for d in dst {
+                        acc = acc.wrapping_add(u32::from(*black_box(d)));
+                    }
+                }
+                (Way::Vector, Addresses::V6(dst, _)) => {
+                    for d in dst {
+                        acc = acc.wrapping_add(u128::from(*black_box(d)) as u32);
+                    }
+                }
+                _ => {
+                    for q in flows {
+                        acc = acc.wrapping_add(black_box(q).mark);
+                    }
+                }
             }
             black_box(acc);
             flows.len() as u64
@@ -310,14 +408,20 @@ pub fn rules_study<K: Key>(
         repetitions: 1,
         threads: 1,
     };
+    let addresses = Addresses::of(&flows);
     let modes = [Mode::Scalar, Mode::Batch];
-    let variants = if default_snap.is_some() { 4 } else { 2 };
-    let timings = interleaved(cfg.repetitions, variants, |v| {
-        let mode = modes[v % 2];
-        match &default_snap {
-            Some(snap) if v >= 2 => measure_snapshot(snap, &flows, mode, once),
-            _ => measure_fibre(lpm.clone(), &keys, mode, once, fibre_fib::BATCH),
+    let ways = [Way::Scalar, Way::Batch, Way::Vector];
+    let variants = modes.len()
+        + if default_snap.is_some() {
+            ways.len()
+        } else {
+            0
+        };
+    let timings = interleaved(cfg.repetitions, variants, |v| match &default_snap {
+        Some(snap) if v >= modes.len() => {
+            measure_snapshot(snap, &flows, &addresses, ways[v - modes.len()], once)
         }
+        _ => measure_fibre(lpm.clone(), &keys, modes[v], once, fibre_fib::BATCH),
     });
     for (mode, t) in modes.iter().zip(&timings) {
         emit(merge(
@@ -325,7 +429,7 @@ pub fn rules_study<K: Key>(
             lookup_figure(*mode, 1, "matched", *t),
         ));
     }
-    let default_timings = &timings[2..];
+    let default_timings = &timings[modes.len()..];
     let kernel = if cfg.kernel {
         let k = KernelFib::new()?;
         k.load(&routes).map_err(|e| e.to_string())?;
@@ -350,16 +454,20 @@ pub fn rules_study<K: Key>(
                 return Err(format!("lookup and route disagree on {q:?}"));
             }
         }
-        for (k, mode) in modes.into_iter().enumerate() {
+        for (k, way) in ways.into_iter().enumerate() {
             let t = match default_timings.get(k) {
                 // Measured with the bare search above.
                 Some(t) if case.kind == "default" => *t,
-                _ => measure_snapshot(&snap, &flows, mode, method),
+                _ => measure_snapshot(&snap, &flows, &addresses, way, method),
             };
-            emit(merge(
-                base::<K>("fibre", routes.len(), &case),
-                lookup_figure(mode, 1, "matched", t),
-            ));
+            let mode = if way == Way::Scalar {
+                Mode::Scalar
+            } else {
+                Mode::Batch
+            };
+            let mut figure = lookup_figure(mode, 1, "matched", t);
+            figure["mode"] = json!(way.mode());
+            emit(merge(base::<K>("fibre", routes.len(), &case), figure));
         }
         if let Some(k) = &kernel {
             let text: String = case.lines.iter().map(|l| format!("{l}\n")).collect();
@@ -426,8 +534,11 @@ pub fn markdown(figures: &[Value]) -> String {
         let _ = writeln!(
             out,
             "### IPv{family}, {} routes\n\nns per lookup, one thread, matched addresses arriving \
-             on the input link; dry run subtracted.\n\n\
-             | case | rules | fibre | fibre batch | kernel | kernel / fibre |\n|---|---:|---:|---:|---:|---:|",
+             on the input link; dry run subtracted. fibre: one query at a time; batch: 64 \
+             queries a call; vector: 64 flows' addresses a call, as a packet path holds \
+             them.\n\n\
+             | case | rules | fibre | fibre batch | fibre vector | kernel | kernel / fibre |\n\
+             |---|---:|---:|---:|---:|---:|---:|",
             any["routes"]
         );
         let (lpm, lpm_batch) = (
@@ -436,7 +547,7 @@ pub fn markdown(figures: &[Value]) -> String {
         );
         let _ = writeln!(
             out,
-            "| plain LPM (no rules, no route semantics) | – | {} | {} | – | – |",
+            "| plain LPM (no rules, no route semantics) | – | {} | {} | – | – | – |",
             show(lpm),
             show(lpm_batch)
         );
@@ -456,6 +567,7 @@ pub fn markdown(figures: &[Value]) -> String {
         for (kind, rules) in &kinds {
             let fibre = ns(of("fibre", "scalar", kind, *rules));
             let batch = ns(of("fibre", "batch", kind, *rules));
+            let vector = ns(of("fibre", "vector", kind, *rules));
             let kernel = ns(of("kernel", "scalar", kind, *rules));
             let ratio = match (kernel, fibre) {
                 (Some(k), Some(f)) if f > 0.0 => format!("**{:.0}×**", k / f),
@@ -463,23 +575,27 @@ pub fn markdown(figures: &[Value]) -> String {
             };
             let _ = writeln!(
                 out,
-                "| {kind} | {rules} | {} | {} | {} | {ratio} |",
+                "| {kind} | {rules} | {} | {} | {} | {} | {ratio} |",
                 show(fibre),
                 show(batch),
+                show(vector),
                 show(kernel)
             );
         }
         let _ = writeln!(out);
         let default = |engine: &str, mode: &str| ns(of(engine, mode, "default", 0));
-        if let (Some(d), Some(l)) = (default("fibre", "scalar"), lpm) {
+        let against = |d: Option<f64>, l: Option<f64>| match (d, l) {
+            (Some(d), Some(l)) => format!("{:+.0}%", (d / l - 1.0) * 100.0),
+            _ => "–".into(),
+        };
+        if default("fibre", "scalar").is_some() {
             let _ = writeln!(
                 out,
-                "Default rules against the plain LPM lookup: {:+.0}% one at a time, {}.",
-                (d / l - 1.0) * 100.0,
-                match (default("fibre", "batch"), lpm_batch) {
-                    (Some(d), Some(l)) => format!("{:+.0}% batched", (d / l - 1.0) * 100.0),
-                    _ => "batched: –".into(),
-                }
+                "Default rules against the plain LPM lookup: {} one at a time, {} batched, \
+                 {} as a vector.",
+                against(default("fibre", "scalar"), lpm),
+                against(default("fibre", "batch"), lpm_batch),
+                against(default("fibre", "vector"), lpm_batch),
             );
         }
         // A rule's cost: between the fewest and the most rules of a kind, so that both

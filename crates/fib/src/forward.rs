@@ -20,6 +20,12 @@
 //! batches them) takes that way in two tight passes, the few flows not alike answered
 //! one by one (`lookup_uniform`).
 //!
+//! A packet path holds a vector of packets from one link; [`FlowVector`] is their
+//! addresses side by side, and [`Snapshot::lookup_vector_v4`] and
+//! [`Snapshot::lookup_vector_v6`] answer it through the same passes without building a
+//! [`Query`] per flow: reading 64-byte queries had cost about as much as the search. The
+//! whole query is built only for a flow that needs more than its addresses.
+//!
 //! The source of an IPv4 flow arriving on a link is checked on the same plain answers:
 //! the quick check (is the source this host's or a broadcast address) by a hash filter and
 //! binary searches, the kernel's reverse lookup, where it is needed, by a second plain
@@ -33,9 +39,10 @@ use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
 use crate::route::Path;
 use crate::route::{Route, RouteType};
-use crate::snapshot::{needs_strict_oif, sent_via, Concluded, Plain, PlainTable};
+use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
 use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
-use std::net::IpAddr;
+use std::borrow::Borrow;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::Deref;
 
 /// Flows a batch keeps together through rules and tables.
@@ -97,6 +104,65 @@ impl From<HopRef<'_>> for Hop {
     fn from(h: HopRef<'_>) -> Hop {
         *h
     }
+}
+
+/// A vector of flows of one family as a packet path holds it: arriving on one link (or
+/// sent by this host), each flow's destination and source side by side, as they are
+/// read out of the packets' headers. [`Snapshot::lookup_vector_v4`] and
+/// [`Snapshot::lookup_vector_v6`] answer it.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowVector<'a, A> {
+    /// The link the flows arrive on; `None`: this host sends them.
+    pub iif: Option<LinkIndex>,
+    /// Each flow's destination.
+    pub dst: &'a [A],
+    /// Each flow's source, or none given (empty).
+    pub src: &'a [A],
+}
+
+impl<A> FlowVector<'_, A> {
+    /// The number of flows, once the vector and `out_len` answers are checked to fit.
+    fn check(&self, out_len: usize) -> usize {
+        let n = self.dst.len();
+        assert!(out_len >= n, "one answer for each flow");
+        assert!(
+            self.src.is_empty() || self.src.len() == n,
+            "one source for each flow, or none"
+        );
+        n
+    }
+}
+
+/// How flows alike are answered: their family's tables, its one merged search, and what
+/// the checks of their input link concluded ([`Snapshot::alike_way`]).
+struct AlikeWay<'s> {
+    fib: &'s FamilyFib,
+    direct: &'s Direct,
+    c: Checked,
+}
+
+/// Bit `i` set where `flags[i]` is (up to 64 flags).
+#[inline]
+fn bits(flags: &[bool]) -> u64 {
+    debug_assert!(flags.len() <= 64);
+    let mut out = 0u64;
+    for (k, eight) in flags.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        for (b, &f) in b.iter_mut().zip(eight) {
+            *b = f as u8;
+        }
+        // Each byte 0 or 1: the multiply gathers byte j's bit into bit 56 + j.
+        let packed = (u64::from_le_bytes(b).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8;
+        out |= u64::from(packed) << (8 * k);
+    }
+    out
+}
+
+/// Whether an IPv6 flow to `d` arriving on a link must be reached by that link (a
+/// link-local, multicast or loopback destination): `needs_strict_oif` on a key.
+#[inline]
+fn strict_v6(d: u128) -> bool {
+    d >> 120 == 0xff || d >> 118 == 0xfe80 >> 6 || d == 1
 }
 
 impl Snapshot {
@@ -256,13 +322,38 @@ impl Snapshot {
         }
     }
 
+    /// Where flows of `family` arriving on `iif` (or sent by this host: `None`) can be
+    /// answered as flows alike: by the family's one merged search, arriving on a link that
+    /// is not the loopback, and (IPv6) on one whose routes the input link does not choose
+    /// between. `None`: the general way answers them.
+    fn alike_way(&self, family: Family, iif: Option<LinkIndex>) -> Option<AlikeWay<'_>> {
+        let fib = self.fib(family);
+        let direct = fib.direct.as_ref()?;
+        let input = match iif {
+            None => None,
+            Some(i) => match self.links.get(&i) {
+                Some(l) if l.kind != LinkKind::Loopback => Some(i),
+                _ => return None,
+            },
+        };
+        if family == Family::V6 && input.is_some() && self.v6_input_prefers {
+            return None;
+        }
+        let c = Checked {
+            family,
+            oif: None,
+            iif: input.unwrap_or(1),
+            input,
+        };
+        Some(AlikeWay { fib, direct, c })
+    }
+
     /// A chunk of flows mostly alike: of one family, arriving on one link (not the
     /// loopback) or sent by this host from no given source, with no output link, and
     /// matched by no rule's selectors, so that every such flow's walk is the one
-    /// search. Two tight passes answer them: the keys, one batched search, then the hops,
-    /// with the quick source check. The few flows not alike (another family or link, a
-    /// martian address, a rule's selectors matching) are looked up one by one. `false`, with nothing written, when
-    /// the chunk is not mostly alike (the general way answers it).
+    /// search. Two tight passes answer them ([`Snapshot::alike_v4`],
+    /// [`Snapshot::alike_v6`]). `false`, with nothing written, when the chunk is not
+    /// mostly alike (the general way answers it).
     fn lookup_uniform<'s>(
         &'s self,
         flows: &[Query],
@@ -272,30 +363,12 @@ impl Snapshot {
             return true;
         };
         let family = Family::of(first.dst);
-        let fib = self.fib(family);
-        let Some(direct) = fib.direct.as_ref() else {
-            return false;
-        };
         let iif = first.iif;
-        let input = match iif {
-            None => None,
-            Some(i) => match self.links.get(&i) {
-                Some(l) if l.kind != LinkKind::Loopback => Some(i),
-                _ => return false,
-            },
-        };
-        if family == Family::V6 && input.is_some() && self.v6_input_prefers {
+        let Some(way) = self.alike_way(family, iif) else {
             return false;
-        }
-        let c = Checked {
-            family,
-            oif: None,
-            iif: input.unwrap_or(1),
-            input,
         };
-        let t = direct.plain(&fib.tables);
+        let c = &way.c;
         let n = flows.len();
-        let mut found = [None; BATCH];
         // Bit i: flow i is not alike.
         let mut odd = 0u64;
         match family {
@@ -307,49 +380,18 @@ impl Snapshot {
                         IpAddr::V4(d) => u32::from(d),
                         IpAddr::V6(_) => u32::MAX,
                     };
-                    let (s, alike) = match (input, q.src) {
+                    let (s, alike) = match (c.input, q.src) {
                         (Some(_), Some(IpAddr::V4(s))) => (u32::from(s), true),
                         (None, None) => (0, true),
                         _ => (0, false),
                     };
-                    let mut other = !alike || !q.dst.is_ipv4() || q.iif != iif || q.oif.is_some();
-                    // This network or the loopback's: martian destinations.
-                    other |= d >> 24 == 0 || d >> 24 == 127;
-                    if input.is_some() {
-                        // Martian sources: multicast, limited broadcast, this network,
-                        // the loopback's.
-                        other |= s >> 28 == 0xe || s == u32::MAX || s >> 24 == 0 || s >> 24 == 127;
-                    }
-                    odd |= ((other || self.selected(fib, q, &c)) as u64) << i;
+                    let other = !alike || !q.dst.is_ipv4() || q.iif != iif || q.oif.is_some();
+                    odd |= (other as u64) << i;
                     keys[i] = d;
                     srcs[i] = s;
                 }
-                if odd.count_ones() as usize > n / 4 {
-                    return false;
-                }
-                t.lookup_batch(family, &keys[..n], &[], &mut found[..n]);
-                let full_check = self.v4_full_source_check;
-                for i in 0..n {
-                    if odd & 1 << i != 0 {
-                        out[i] = self.lookup(&flows[i]);
-                        continue;
-                    }
-                    if let Some(hop) = found[i].and_then(Plain::one_hop) {
-                        let h = &t.hops[hop as usize];
-                        // The quick source check, as `source_checked` makes it.
-                        let checks = input.is_some_and(|inp| {
-                            full_check
-                                || self.v4_own.may_hold(srcs[i])
-                                || (h.dev == inp && h.kind == RouteType::Unicast)
-                        });
-                        if !checks {
-                            out[i] = Ok(HopRef::Shared(h));
-                            continue;
-                        }
-                    }
-                    let plain = found[i].map_or(Plain::Miss, Plain::decode);
-                    out[i] = self.direct_code_answer(t, direct.miss, &c, &flows[i], plain);
-                }
+                let keys = &keys[..n];
+                self.alike_v4(&way, keys, &srcs[..n], odd, |i| &flows[i], out)
             }
             Family::V6 => {
                 let mut keys = [0u128; BATCH];
@@ -357,35 +399,210 @@ impl Snapshot {
                     let other = match q.dst {
                         IpAddr::V6(d) => {
                             keys[i] = u128::from(d);
-                            q.iif != iif
-                                || q.oif.is_some()
-                                || q.src.is_some_and(|s| s.is_ipv4())
-                                || (input.is_some() && needs_strict_oif(q.dst))
+                            q.iif != iif || q.oif.is_some() || q.src.is_some_and(|s| s.is_ipv4())
                         }
                         IpAddr::V4(_) => true,
                     };
-                    odd |= ((other || self.selected(fib, q, &c)) as u64) << i;
+                    odd |= (other as u64) << i;
                 }
-                if odd.count_ones() as usize > n / 4 {
-                    return false;
-                }
-                t.lookup_batch(family, &[], &keys[..n], &mut found[..n]);
-                for i in 0..n {
-                    if odd & 1 << i != 0 {
-                        out[i] = self.lookup(&flows[i]);
-                        continue;
-                    }
-                    // Neither the source nor the way back is checked for IPv6.
-                    if let Some(hop) = found[i].and_then(Plain::one_hop) {
-                        out[i] = Ok(HopRef::Shared(&t.hops[hop as usize]));
-                        continue;
-                    }
-                    let plain = found[i].map_or(Plain::Miss, Plain::decode);
-                    out[i] = self.direct_code_answer(t, direct.miss, &c, &flows[i], plain);
+                self.alike_v6(&way, &keys[..n], odd, |i| &flows[i], out)
+            }
+        }
+    }
+
+    /// Up to [`BATCH`] IPv4 flows alike (checked `c`), by destination `keys` and source
+    /// `srcs` (host order; unused for flows sent by this host), `odd` those already known
+    /// not to be alike; `flow(i)` is flow `i`'s whole query. First pass: the martian
+    /// checks and the rule selectors' test. Then one batched search. Second pass: each
+    /// flow's hop, with the quick source check. The flows not alike are looked up one by
+    /// one; `false`, with nothing written, when more than a quarter are.
+    fn alike_v4<'s, Q: Borrow<Query>>(
+        &'s self,
+        way: &AlikeWay<'s>,
+        keys: &[u32],
+        srcs: &[u32],
+        mut odd: u64,
+        flow: impl Fn(usize) -> Q,
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) -> bool {
+        let AlikeWay { fib, direct, c } = way;
+        let n = keys.len();
+        debug_assert!(n <= BATCH && srcs.len() == n);
+        let input = c.input;
+        // Branch-free, so that the compiler keeps it in vector registers.
+        let arriving = input.is_some();
+        let mut martian = [false; BATCH];
+        for ((m, &d), &s) in martian.iter_mut().zip(keys).zip(srcs) {
+            // This network or the loopback's: martian destinations.
+            let dst = (d >> 24 == 0) | (d >> 24 == 127);
+            // Martian sources: multicast, limited broadcast, this network, the loopback's.
+            let src = (s >> 28 == 0xe) | (s == u32::MAX) | (s >> 24 == 0) | (s >> 24 == 127);
+            *m = dst | (src & arriving);
+        }
+        odd |= bits(&martian[..n]);
+        if fib.rules.has_selective() {
+            for i in 0..n {
+                if odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
+                    odd |= 1 << i;
                 }
             }
         }
+        if odd.count_ones() as usize > n / 4 {
+            return false;
+        }
+        let t = direct.plain(&fib.tables);
+        let mut found = [None; BATCH];
+        t.lookup_batch(Family::V4, keys, &[], &mut found[..n]);
+        let full_check = self.v4_full_source_check;
+        let inp = input.unwrap_or(0);
+        for i in 0..n {
+            if odd & 1 << i != 0 {
+                out[i] = self.lookup(flow(i).borrow());
+                continue;
+            }
+            if let Some(h) = found[i]
+                .and_then(Plain::one_hop)
+                .and_then(|h| t.hops.get(h as usize))
+            {
+                // The quick source check, as `source_checked` makes it: the source may be
+                // this host's, or the flow is sent back out of its link.
+                let checks = arriving
+                    & (full_check
+                        | self.v4_own.may_hold(srcs[i])
+                        | ((h.dev == inp) & (h.kind == RouteType::Unicast)));
+                if !checks {
+                    out[i] = Ok(HopRef::Shared(h));
+                    continue;
+                }
+            }
+            let plain = found[i].map_or(Plain::Miss, Plain::decode);
+            out[i] = self.direct_code_answer(t, direct.miss, c, flow(i).borrow(), plain);
+        }
         true
+    }
+
+    /// [`Snapshot::alike_v4`] for IPv6 flows: neither the source nor the way back is
+    /// checked, but a destination the input link must reach (link-local, multicast, the
+    /// loopback's) is not alike.
+    fn alike_v6<'s, Q: Borrow<Query>>(
+        &'s self,
+        way: &AlikeWay<'s>,
+        keys: &[u128],
+        mut odd: u64,
+        flow: impl Fn(usize) -> Q,
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) -> bool {
+        let AlikeWay { fib, direct, c } = way;
+        let n = keys.len();
+        debug_assert!(n <= BATCH);
+        if c.input.is_some() {
+            for (i, &d) in keys.iter().enumerate() {
+                odd |= (strict_v6(d) as u64) << i;
+            }
+        }
+        if fib.rules.has_selective() {
+            for i in 0..n {
+                if odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
+                    odd |= 1 << i;
+                }
+            }
+        }
+        if odd.count_ones() as usize > n / 4 {
+            return false;
+        }
+        let t = direct.plain(&fib.tables);
+        let mut found = [None; BATCH];
+        t.lookup_batch(Family::V6, &[], keys, &mut found[..n]);
+        for i in 0..n {
+            if odd & 1 << i != 0 {
+                out[i] = self.lookup(flow(i).borrow());
+                continue;
+            }
+            if let Some(hop) = found[i].and_then(Plain::one_hop) {
+                out[i] = Ok(HopRef::Shared(&t.hops[hop as usize]));
+                continue;
+            }
+            let plain = found[i].map_or(Plain::Miss, Plain::decode);
+            out[i] = self.direct_code_answer(t, direct.miss, c, flow(i).borrow(), plain);
+        }
+        true
+    }
+
+    /// [`Snapshot::lookup`] for a vector of IPv4 flows as a packet path holds it: `out[i]`
+    /// is flow `i`'s answer. The flows arrive on `v.iif` from `v.src[i]` to `v.dst[i]`
+    /// (or, with `v.iif` `None` and `v.src` empty, this host sends them from no given
+    /// source). Most flows are answered from their addresses alone, in two tight passes
+    /// around one batched search; `flow(i)` gives flow `i`'s whole query (its mark, TOS,
+    /// protocol and ports too) for the few that need more: where rules with selectors
+    /// exist, where an address is martian or this host's, or the general way. It must
+    /// agree with `v` on the addresses and the input link.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `v.dst`, or `v.src` is neither as long as `v.dst` nor
+    /// empty.
+    pub fn lookup_vector_v4<'s>(
+        &'s self,
+        v: &FlowVector<'_, Ipv4Addr>,
+        flow: impl Fn(usize) -> Query,
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) {
+        let n = v.check(out.len());
+        let quick = self
+            .alike_way(Family::V4, v.iif)
+            .filter(|way| way.c.input.is_some() == (v.src.len() == n));
+        for at in (0..n).step_by(BATCH) {
+            let m = (n - at).min(BATCH);
+            let out = &mut out[at..at + m];
+            let flow = |i: usize| flow(at + i);
+            if let Some(way) = &quick {
+                let mut keys = [0u32; BATCH];
+                let mut srcs = [0u32; BATCH];
+                for (k, d) in keys.iter_mut().zip(&v.dst[at..at + m]) {
+                    *k = u32::from(*d);
+                }
+                if way.c.input.is_some() {
+                    for (k, s) in srcs.iter_mut().zip(&v.src[at..at + m]) {
+                        *k = u32::from(*s);
+                    }
+                }
+                if self.alike_v4(way, &keys[..m], &srcs[..m], 0, flow, out) {
+                    continue;
+                }
+            }
+            let flows: Vec<Query> = (0..m).map(flow).collect();
+            self.lookup_chunk(&flows, out);
+        }
+    }
+
+    /// [`Snapshot::lookup_vector_v4`] for IPv6 flows.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `v.dst`, or `v.src` is neither as long as `v.dst` nor
+    /// empty.
+    pub fn lookup_vector_v6<'s>(
+        &'s self,
+        v: &FlowVector<'_, Ipv6Addr>,
+        flow: impl Fn(usize) -> Query,
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) {
+        let n = v.check(out.len());
+        let quick = self.alike_way(Family::V6, v.iif);
+        for at in (0..n).step_by(BATCH) {
+            let m = (n - at).min(BATCH);
+            let out = &mut out[at..at + m];
+            let flow = |i: usize| flow(at + i);
+            if let Some(way) = &quick {
+                let mut keys = [0u128; BATCH];
+                for (k, d) in keys.iter_mut().zip(&v.dst[at..at + m]) {
+                    *k = u128::from(*d);
+                }
+                if self.alike_v6(way, &keys[..m], 0, flow, out) {
+                    continue;
+                }
+            }
+            let flows: Vec<Query> = (0..m).map(flow).collect();
+            self.lookup_chunk(&flows, out);
+        }
     }
 
     /// [`Snapshot::lookup`] for many flows: `out[i]` is `flows[i]`'s answer. Flows of both
@@ -794,6 +1011,59 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
         for (q, h) in alike.iter().zip(together) {
             assert_eq!(h, snap.lookup(q), "{q:?} batched with flows alike");
         }
+        // The flows a vector can hold (one family and input link, no output link, a
+        // source for each arriving flow), as addresses side by side.
+        for first in flows {
+            let fits = |q: &&Query| {
+                q.dst.is_ipv6() == first.dst.is_ipv6()
+                    && q.iif == first.iif
+                    && q.oif.is_none()
+                    && q.src.is_some_and(|s| s.is_ipv6() == q.dst.is_ipv6()) == q.iif.is_some()
+                    && (q.iif.is_some() || q.src.is_none())
+            };
+            let vector: Vec<Query> = flows.iter().filter(fits).cloned().collect();
+            if vector.is_empty() {
+                continue;
+            }
+            let mut out = vec![Err(NoRoute::NetworkUnreachable); vector.len()];
+            let flow = |i: usize| vector[i].clone();
+            let src = |q: &Query| q.src.unwrap_or(q.dst);
+            match first.dst {
+                IpAddr::V4(_) => {
+                    let v4 = |a: IpAddr| match a {
+                        IpAddr::V4(a) => a,
+                        IpAddr::V6(_) => unreachable!("one family"),
+                    };
+                    let dst: Vec<Ipv4Addr> = vector.iter().map(|q| v4(q.dst)).collect();
+                    let srcs: Vec<Ipv4Addr> = vector.iter().map(|q| v4(src(q))).collect();
+                    let src = if first.iif.is_some() { &srcs[..] } else { &[] };
+                    let v = FlowVector {
+                        iif: first.iif,
+                        dst: &dst,
+                        src,
+                    };
+                    snap.lookup_vector_v4(&v, flow, &mut out);
+                }
+                IpAddr::V6(_) => {
+                    let v6 = |a: IpAddr| match a {
+                        IpAddr::V6(a) => a,
+                        IpAddr::V4(_) => unreachable!("one family"),
+                    };
+                    let dst: Vec<Ipv6Addr> = vector.iter().map(|q| v6(q.dst)).collect();
+                    let srcs: Vec<Ipv6Addr> = vector.iter().map(|q| v6(src(q))).collect();
+                    let src = if first.iif.is_some() { &srcs[..] } else { &[] };
+                    let v = FlowVector {
+                        iif: first.iif,
+                        dst: &dst,
+                        src,
+                    };
+                    snap.lookup_vector_v6(&v, flow, &mut out);
+                }
+            }
+            for (q, h) in vector.iter().zip(out) {
+                assert_eq!(h, snap.lookup(q), "{q:?} in a vector");
+            }
+        }
         for (q, batched) in flows.iter().zip(batched) {
             let answer = snap.route(q).map(|a| Hop {
                 kind: a.kind,
@@ -1100,6 +1370,40 @@ route add multicast 10.10.0.0/16 dev a1
                 let src = iif.map(|_| "2001:db8:ff::7");
                 agree_on(&snap, &alike(iif, src, &plain6, &odd6));
             }
+        }
+    }
+
+    #[test]
+    fn strict_ipv6_destinations_are_told_apart_on_keys_as_on_addresses() {
+        let mut addrs: Vec<u128> = [
+            "::1",
+            "::",
+            "::2",
+            "fe80::1",
+            "febf:ffff::1",
+            "fec0::1",
+            "fe7f::1",
+            "ff02::1",
+            "ff00::",
+            "feff::1",
+            "2001:db8::1",
+        ]
+        .iter()
+        .map(|a| u128::from(a.parse::<Ipv6Addr>().unwrap()))
+        .collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u128;
+        for _ in 0..10_000 {
+            x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).wrapping_add(1);
+            // Random addresses, many of them under the strict prefixes.
+            addrs.push(x ^ (x << 64 & (0xfe80 << 112)));
+        }
+        for a in addrs {
+            let addr = IpAddr::V6(Ipv6Addr::from(a));
+            assert_eq!(
+                strict_v6(a),
+                crate::snapshot::needs_strict_oif(addr),
+                "{addr}"
+            );
         }
     }
 

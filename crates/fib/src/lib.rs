@@ -68,7 +68,7 @@ pub mod source;
 pub mod state;
 
 pub use exception::{Exception, Exceptions};
-pub use forward::{Hop, HopRef, BATCH};
+pub use forward::{FlowVector, Hop, HopRef, BATCH};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};

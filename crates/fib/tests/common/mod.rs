@@ -183,11 +183,94 @@ pub fn batched_in_groups(
     let sorted: Vec<fibre_fib::Query> = order.iter().map(|&i| flows[i].clone()).collect();
     let mut out = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
     snap.lookup_batch(&sorted, &mut out);
+    in_vectors(snap, &sorted, &out);
     let mut answers = vec![Err(fibre_fib::NoRoute::NetworkUnreachable); flows.len()];
     for (k, &i) in order.iter().enumerate() {
         answers[i] = out[k].map(fibre_fib::Hop::from);
     }
     answers
+}
+
+/// Looks up again, as vectors of addresses ([`fibre_fib::Snapshot::lookup_vector_v4`],
+/// `_v6`), each run of `sorted` flows that a vector holds (one family and input link, no
+/// output link, a source of the family for each arriving flow and none for the others),
+/// and panics where a vector's answer is not `answers`' for the same flow.
+fn in_vectors(
+    snap: &fibre_fib::Snapshot,
+    sorted: &[fibre_fib::Query],
+    answers: &[Result<fibre_fib::HopRef<'_>, fibre_fib::NoRoute>],
+) {
+    use fibre_fib::{FlowVector, NoRoute};
+    use std::net::IpAddr;
+    let fits = |q: &fibre_fib::Query| {
+        q.oif.is_none()
+            && match q.iif {
+                Some(_) => q.src.is_some_and(|s| s.is_ipv6() == q.dst.is_ipv6()),
+                None => q.src.is_none(),
+            }
+    };
+    let mut at = 0;
+    while at < sorted.len() {
+        let first = &sorted[at];
+        let run = sorted[at..]
+            .iter()
+            .take_while(|q| q.dst.is_ipv6() == first.dst.is_ipv6() && q.iif == first.iif)
+            .count();
+        let held: Vec<usize> = (at..at + run).filter(|&i| fits(&sorted[i])).collect();
+        at += run;
+        if held.is_empty() {
+            continue;
+        }
+        let mut out = vec![Err(NoRoute::NetworkUnreachable); held.len()];
+        let flow = |k: usize| sorted[held[k]].clone();
+        let addrs = |pick: fn(&fibre_fib::Query) -> Option<IpAddr>| -> Vec<IpAddr> {
+            held.iter().filter_map(|&i| pick(&sorted[i])).collect()
+        };
+        let (dst, src) = (addrs(|q| Some(q.dst)), addrs(|q| q.src));
+        match first.dst {
+            IpAddr::V4(_) => {
+                let v4 = |a: &[IpAddr]| -> Vec<std::net::Ipv4Addr> {
+                    a.iter()
+                        .filter_map(|a| match a {
+                            IpAddr::V4(a) => Some(*a),
+                            IpAddr::V6(_) => None,
+                        })
+                        .collect()
+                };
+                let (dst, src) = (v4(&dst), v4(&src));
+                let v = FlowVector {
+                    iif: first.iif,
+                    dst: &dst,
+                    src: &src,
+                };
+                snap.lookup_vector_v4(&v, flow, &mut out);
+            }
+            IpAddr::V6(_) => {
+                let v6 = |a: &[IpAddr]| -> Vec<std::net::Ipv6Addr> {
+                    a.iter()
+                        .filter_map(|a| match a {
+                            IpAddr::V6(a) => Some(*a),
+                            IpAddr::V4(_) => None,
+                        })
+                        .collect()
+                };
+                let (dst, src) = (v6(&dst), v6(&src));
+                let v = FlowVector {
+                    iif: first.iif,
+                    dst: &dst,
+                    src: &src,
+                };
+                snap.lookup_vector_v6(&v, flow, &mut out);
+            }
+        }
+        for (&i, vector) in held.iter().zip(out) {
+            assert_eq!(
+                vector, answers[i],
+                "{:?}: as a vector of addresses and batched",
+                sorted[i]
+            );
+        }
+    }
 }
 
 /// One of fibre's answers: the JSON `ip` would print, and the (gateway, link name) paths
