@@ -1027,37 +1027,43 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
             }
             let mut out = vec![Err(NoRoute::NetworkUnreachable); vector.len()];
             let flow = |i: usize| vector[i].clone();
-            let src = |q: &Query| q.src.unwrap_or(q.dst);
+            let iif = first.iif;
+            // Arriving flows' sources; none for flows this host sends.
+            let src = |q: &Query| iif.and(q.src);
             match first.dst {
                 IpAddr::V4(_) => {
                     let v4 = |a: IpAddr| match a {
-                        IpAddr::V4(a) => a,
-                        IpAddr::V6(_) => unreachable!("one family"),
+                        IpAddr::V4(a) => Some(a),
+                        IpAddr::V6(_) => None,
                     };
-                    let dst: Vec<Ipv4Addr> = vector.iter().map(|q| v4(q.dst)).collect();
-                    let srcs: Vec<Ipv4Addr> = vector.iter().map(|q| v4(src(q))).collect();
-                    let src = if first.iif.is_some() { &srcs[..] } else { &[] };
-                    let v = FlowVector {
-                        iif: first.iif,
-                        dst: &dst,
-                        src,
-                    };
-                    snap.lookup_vector_v4(&v, flow, &mut out);
+                    let dst: Vec<_> = vector.iter().filter_map(|q| v4(q.dst)).collect();
+                    let src: Vec<_> = vector.iter().filter_map(|q| src(q).and_then(v4)).collect();
+                    snap.lookup_vector_v4(
+                        &FlowVector {
+                            iif,
+                            dst: &dst,
+                            src: &src,
+                        },
+                        flow,
+                        &mut out,
+                    );
                 }
                 IpAddr::V6(_) => {
                     let v6 = |a: IpAddr| match a {
-                        IpAddr::V6(a) => a,
-                        IpAddr::V4(_) => unreachable!("one family"),
+                        IpAddr::V6(a) => Some(a),
+                        IpAddr::V4(_) => None,
                     };
-                    let dst: Vec<Ipv6Addr> = vector.iter().map(|q| v6(q.dst)).collect();
-                    let srcs: Vec<Ipv6Addr> = vector.iter().map(|q| v6(src(q))).collect();
-                    let src = if first.iif.is_some() { &srcs[..] } else { &[] };
-                    let v = FlowVector {
-                        iif: first.iif,
-                        dst: &dst,
-                        src,
-                    };
-                    snap.lookup_vector_v6(&v, flow, &mut out);
+                    let dst: Vec<_> = vector.iter().filter_map(|q| v6(q.dst)).collect();
+                    let src: Vec<_> = vector.iter().filter_map(|q| src(q).and_then(v6)).collect();
+                    snap.lookup_vector_v6(
+                        &FlowVector {
+                            iif,
+                            dst: &dst,
+                            src: &src,
+                        },
+                        flow,
+                        &mut out,
+                    );
                 }
             }
             for (q, h) in vector.iter().zip(out) {

@@ -191,6 +191,22 @@ pub fn batched_in_groups(
     answers
 }
 
+/// An IPv4 address, or none.
+fn v4(a: &std::net::IpAddr) -> Option<std::net::Ipv4Addr> {
+    match a {
+        std::net::IpAddr::V4(a) => Some(*a),
+        std::net::IpAddr::V6(_) => None,
+    }
+}
+
+/// An IPv6 address, or none.
+fn v6(a: &std::net::IpAddr) -> Option<std::net::Ipv6Addr> {
+    match a {
+        std::net::IpAddr::V6(a) => Some(*a),
+        std::net::IpAddr::V4(_) => None,
+    }
+}
+
 /// Looks up again, as vectors of addresses ([`fibre_fib::Snapshot::lookup_vector_v4`],
 /// `_v6`), each run of `sorted` flows that a vector holds (one family and input link, no
 /// output link, a source of the family for each arriving flow and none for the others),
@@ -227,36 +243,23 @@ fn in_vectors(
             held.iter().filter_map(|&i| pick(&sorted[i])).collect()
         };
         let (dst, src) = (addrs(|q| Some(q.dst)), addrs(|q| q.src));
+        let iif = first.iif;
         match first.dst {
             IpAddr::V4(_) => {
-                let v4 = |a: &[IpAddr]| -> Vec<std::net::Ipv4Addr> {
-                    a.iter()
-                        .filter_map(|a| match a {
-                            IpAddr::V4(a) => Some(*a),
-                            IpAddr::V6(_) => None,
-                        })
-                        .collect()
-                };
-                let (dst, src) = (v4(&dst), v4(&src));
+                let dst: Vec<_> = dst.iter().filter_map(v4).collect();
+                let src: Vec<_> = src.iter().filter_map(v4).collect();
                 let v = FlowVector {
-                    iif: first.iif,
+                    iif,
                     dst: &dst,
                     src: &src,
                 };
                 snap.lookup_vector_v4(&v, flow, &mut out);
             }
             IpAddr::V6(_) => {
-                let v6 = |a: &[IpAddr]| -> Vec<std::net::Ipv6Addr> {
-                    a.iter()
-                        .filter_map(|a| match a {
-                            IpAddr::V6(a) => Some(*a),
-                            IpAddr::V4(_) => None,
-                        })
-                        .collect()
-                };
-                let (dst, src) = (v6(&dst), v6(&src));
+                let dst: Vec<_> = dst.iter().filter_map(v6).collect();
+                let src: Vec<_> = src.iter().filter_map(v6).collect();
                 let v = FlowVector {
-                    iif: first.iif,
+                    iif,
                     dst: &dst,
                     src: &src,
                 };
