@@ -353,6 +353,49 @@ fn measure_snapshot(
     real.minus(dry)
 }
 
+/// The study's router and flows: a sample of `cfg.routes` routes of `table`, the router
+/// holding them (routes via 64 gateways out of one link), and `cfg.count` flows to
+/// matched addresses of the sample arriving on the other link.
+pub struct Workload<K: Key> {
+    /// The sampled routes.
+    pub routes: Vec<Prefix<K>>,
+    /// The flows' destinations.
+    pub keys: Vec<K>,
+    /// The router's state with the routes and only the default rules.
+    pub router: State,
+    /// The flows, each from one source arriving on the input link.
+    pub flows: Vec<Query>,
+}
+
+impl<K: Key> Workload<K> {
+    /// The workload of `table` as `cfg` asks.
+    pub fn new(table: &[Prefix<K>], cfg: &RulesConfig) -> Result<Workload<K>, String> {
+        let routes = crate::studies::sample(table, cfg.routes, cfg.seed);
+        let keys = addresses::matched(&routes, cfg.count, cfg.seed);
+        let router = router_config(&routes)?;
+        let fin = router
+            .links()
+            .find(|l| l.name == INPUT_DEV)
+            .map(|l| l.index)
+            .ok_or("no input link")?;
+        let flows = keys
+            .iter()
+            .map(|&k| {
+                let mut q = Query::to(crate::studies::to_ip(k));
+                q.src = Some(flow_source(K::FAMILY));
+                q.iif = Some(fin);
+                q
+            })
+            .collect();
+        Ok(Workload {
+            routes,
+            keys,
+            router,
+            flows,
+        })
+    }
+}
+
 fn base<K: Key>(engine: &str, routes: usize, case: &Case) -> Value {
     json!({"study": "rules", "engine": engine, "family": K::FAMILY, "routes": routes,
            "metric": "lookup", "case": case.kind, "rules": case.rules})
@@ -368,27 +411,16 @@ pub fn rules_study<K: Key>(
 ) -> Result<(), String> {
     let family = K::FAMILY;
     step(&format!("IPv{family}: loading {} routes", cfg.routes));
-    let routes = crate::studies::sample(table, cfg.routes, cfg.seed);
-    let keys = addresses::matched(&routes, cfg.count, cfg.seed);
+    let Workload {
+        routes,
+        keys,
+        router,
+        flows,
+    } = Workload::new(table, cfg)?;
     let method = Method {
         repetitions: cfg.repetitions,
         threads: 1,
     };
-    let router = router_config(&routes)?;
-    let fin = router
-        .links()
-        .find(|l| l.name == INPUT_DEV)
-        .map(|l| l.index)
-        .ok_or("no input link")?;
-    let flows: Vec<Query> = keys
-        .iter()
-        .map(|&k| {
-            let mut q = Query::to(crate::studies::to_ip(k));
-            q.src = Some(flow_source(family));
-            q.iif = Some(fin);
-            q
-        })
-        .collect();
     let wanted = |kind: &str| cfg.cases.iter().any(|c| c.replace('-', " ") == kind);
     let all_cases = cases(&routes, cfg);
     // The bare LPM search, for reference, measured in turn with the default rules'

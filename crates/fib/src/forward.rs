@@ -17,8 +17,9 @@
 //! reject), there is no walk at all: the tables it would visit are merged into one
 //! structure when the snapshot is compiled, and a batch is one batched search of it. A
 //! batch of flows mostly alike (one family, one input link or none, as a packet path
-//! batches them) takes that way in two tight passes, the few flows not alike answered
-//! one by one (`lookup_uniform`).
+//! batches them) takes that way in two tight passes, vector code where the CPU has AVX2
+//! (`quick`), the few flows not alike answered one by one (`lookup_uniform`). A single
+//! [`Snapshot::lookup`] of such a flow takes the same checks first (`lookup_alike`).
 //!
 //! A packet path holds a vector of packets from one link; [`FlowVector`] is their
 //! addresses side by side, and [`Snapshot::lookup_vector_v4`] and
@@ -37,6 +38,7 @@ use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
 use crate::query::{NoRoute, Query};
+use crate::quick;
 use crate::route::Path;
 use crate::route::{Route, RouteType};
 use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
@@ -141,23 +143,6 @@ struct AlikeWay<'s> {
     c: Checked,
 }
 
-/// Bit `i` set where `flags[i]` is (up to 64 flags).
-#[inline]
-fn bits(flags: &[bool]) -> u64 {
-    debug_assert!(flags.len() <= 64);
-    let mut out = 0u64;
-    for (k, eight) in flags.chunks(8).enumerate() {
-        let mut b = [0u8; 8];
-        for (b, &f) in b.iter_mut().zip(eight) {
-            *b = f as u8;
-        }
-        // Each byte 0 or 1: the multiply gathers byte j's bit into bit 56 + j.
-        let packed = (u64::from_le_bytes(b).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8;
-        out |= u64::from(packed) << (8 * k);
-    }
-    out
-}
-
 /// Whether an IPv6 flow to `d` arriving on a link must be reached by that link (a
 /// link-local, multicast or loopback destination): `needs_strict_oif` on a key.
 #[inline]
@@ -169,6 +154,9 @@ impl Snapshot {
     /// Where a flow goes: the same answer as [`Snapshot::route`] (its type, table, link
     /// and gateway), without building the rest of it.
     pub fn lookup<'s>(&'s self, q: &Query) -> Result<HopRef<'s>, NoRoute> {
+        if let Some(hop) = self.lookup_alike(q) {
+            return Ok(hop);
+        }
         let c = self.check(q)?;
         if c.oif.is_none() && self.plain_answers_hold(&c, q.dst) {
             if let Some(answer) = self.plain_walk(&c, q) {
@@ -331,10 +319,8 @@ impl Snapshot {
         let direct = fib.direct.as_ref()?;
         let input = match iif {
             None => None,
-            Some(i) => match self.links.get(&i) {
-                Some(l) if l.kind != LinkKind::Loopback => Some(i),
-                _ => return None,
-            },
+            Some(i) if self.alike_input(i) => Some(i),
+            Some(_) => return None,
         };
         if family == Family::V6 && input.is_some() && self.v6_input_prefers {
             return None;
@@ -346,6 +332,75 @@ impl Snapshot {
             input,
         };
         Some(AlikeWay { fib, direct, c })
+    }
+
+    /// Whether flows arriving on link `i` can be flows alike: it exists and is not the
+    /// loopback (nor index 0, which no link has).
+    #[inline]
+    fn alike_input(&self, i: LinkIndex) -> bool {
+        match self.alike_inputs.get(i as usize) {
+            Some(&alike) => alike,
+            None => {
+                i as usize >= 1 << 20
+                    && self
+                        .links
+                        .get(&i)
+                        .is_some_and(|l| l.kind != LinkKind::Loopback)
+            }
+        }
+    }
+
+    /// [`Snapshot::lookup`] of one flow alike (as `lookup_uniform` takes them) that its one
+    /// search answers with one hop needing no further check: the two passes of
+    /// [`Snapshot::alike_v4`] for one flow. `None`: the flow is not such a flow, and the
+    /// general way answers it.
+    #[inline]
+    fn lookup_alike(&self, q: &Query) -> Option<HopRef<'_>> {
+        if q.oif.is_some() {
+            return None;
+        }
+        let input = match q.iif {
+            None => None,
+            Some(i) if self.alike_input(i) => Some(i),
+            Some(_) => return None,
+        };
+        match q.dst {
+            IpAddr::V4(d) => {
+                let fib = &self.v4;
+                let direct = fib.direct.as_ref()?;
+                let s = match (input, q.src) {
+                    (Some(_), Some(IpAddr::V4(s))) => u32::from(s),
+                    (None, None) => 0,
+                    _ => return None,
+                };
+                let d = u32::from(d);
+                if fib.rules.has_selective() || quick::martian_v4(d, s, input.is_some()) {
+                    return None;
+                }
+                let t = direct.plain(&fib.tables);
+                let hop = t.one_hop_v4(d)? as usize;
+                if let Some(i) = input {
+                    // The quick source check (see `alike_v4`).
+                    if self.v4_full_source_check || self.v4_own.may_hold(s) || t.backs[hop] == i {
+                        return None;
+                    }
+                }
+                Some(HopRef::Shared(&t.hops[hop]))
+            }
+            IpAddr::V6(d) => {
+                let fib = &self.v6;
+                let direct = fib.direct.as_ref()?;
+                let d = u128::from(d);
+                if fib.rules.has_selective()
+                    || q.src.is_some_and(|s| s.is_ipv4())
+                    || (input.is_some() && (self.v6_input_prefers || strict_v6(d)))
+                {
+                    return None;
+                }
+                let t = direct.plain(&fib.tables);
+                Some(HopRef::Shared(&t.hops[t.one_hop_v6(d)? as usize]))
+            }
+        }
     }
 
     /// A chunk of flows mostly alike: of one family, arriving on one link (not the
@@ -390,8 +445,7 @@ impl Snapshot {
                     keys[i] = d;
                     srcs[i] = s;
                 }
-                let keys = &keys[..n];
-                self.alike_v4(&way, keys, &srcs[..n], odd, |i| &flows[i], out)
+                self.alike_v4(&way, &keys, &srcs, n, odd, |i| &flows[i], out)
             }
             Family::V6 => {
                 let mut keys = [0u128; BATCH];
@@ -405,41 +459,31 @@ impl Snapshot {
                     };
                     odd |= (other as u64) << i;
                 }
-                self.alike_v6(&way, &keys[..n], odd, |i| &flows[i], out)
+                self.alike_v6(&way, &keys, n, odd, |i| &flows[i], out)
             }
         }
     }
 
-    /// Up to [`BATCH`] IPv4 flows alike (checked `c`), by destination `keys` and source
-    /// `srcs` (host order; unused for flows sent by this host), `odd` those already known
-    /// not to be alike; `flow(i)` is flow `i`'s whole query. First pass: the martian
-    /// checks and the rule selectors' test. Then one batched search. Second pass: each
-    /// flow's hop, with the quick source check. The flows not alike are looked up one by
-    /// one; `false`, with nothing written, when more than a quarter are.
+    /// The first `n` of up to [`BATCH`] IPv4 flows alike (checked `c`), by destination
+    /// `keys` and source `srcs` (host order; unused for flows sent by this host), `odd`
+    /// those already known not to be alike; `flow(i)` is flow `i`'s whole query. First
+    /// pass: the martian checks ([`quick::martians_v4`]) and the rule selectors' test.
+    /// Then one batched search. Second pass: which flows the search answered with one hop
+    /// needing no source check ([`quick::quick_hops`]). The flows not alike are looked up
+    /// one by one; `false`, with nothing written, when more than a quarter are.
+    #[allow(clippy::too_many_arguments)]
     fn alike_v4<'s, Q: Borrow<Query>>(
         &'s self,
         way: &AlikeWay<'s>,
-        keys: &[u32],
-        srcs: &[u32],
+        keys: &[u32; BATCH],
+        srcs: &[u32; BATCH],
+        n: usize,
         mut odd: u64,
         flow: impl Fn(usize) -> Q,
         out: &mut [Result<HopRef<'s>, NoRoute>],
     ) -> bool {
         let AlikeWay { fib, direct, c } = way;
-        let n = keys.len();
-        debug_assert!(n <= BATCH && srcs.len() == n);
-        let input = c.input;
-        // Branch-free, so that the compiler keeps it in vector registers.
-        let arriving = input.is_some();
-        let mut martian = [false; BATCH];
-        for ((m, &d), &s) in martian.iter_mut().zip(keys).zip(srcs) {
-            // This network or the loopback's: martian destinations.
-            let dst = (d >> 24 == 0) | (d >> 24 == 127);
-            // Martian sources: multicast, limited broadcast, this network, the loopback's.
-            let src = (s >> 28 == 0xe) | (s == u32::MAX) | (s >> 24 == 0) | (s >> 24 == 127);
-            *m = dst | (src & arriving);
-        }
-        odd |= bits(&martian[..n]);
+        odd |= quick::martians_v4(self.cpu, keys, srcs, n, c.input.is_some());
         if fib.rules.has_selective() {
             for i in 0..n {
                 if odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
@@ -452,32 +496,17 @@ impl Snapshot {
         }
         let t = direct.plain(&fib.tables);
         let mut found = [None; BATCH];
-        t.lookup_batch(Family::V4, keys, &[], &mut found[..n]);
-        let full_check = self.v4_full_source_check;
-        let inp = input.unwrap_or(0);
-        for i in 0..n {
-            if odd & 1 << i != 0 {
-                out[i] = self.lookup(flow(i).borrow());
-                continue;
-            }
-            if let Some(h) = found[i]
-                .and_then(Plain::one_hop)
-                .and_then(|h| t.hops.get(h as usize))
-            {
-                // The quick source check, as `source_checked` makes it: the source may be
-                // this host's, or the flow is sent back out of its link.
-                let checks = arriving
-                    & (full_check
-                        | self.v4_own.may_hold(srcs[i])
-                        | ((h.dev == inp) & (h.kind == RouteType::Unicast)));
-                if !checks {
-                    out[i] = Ok(HopRef::Shared(h));
-                    continue;
-                }
-            }
-            let plain = found[i].map_or(Plain::Miss, Plain::decode);
-            out[i] = self.direct_code_answer(t, direct.miss, c, flow(i).borrow(), plain);
-        }
+        t.lookup_batch(Family::V4, &keys[..n], &[], &mut found[..n]);
+        // The quick source check, as `source_checked` makes it: the source may be this
+        // host's, or the flow is sent back out of its link.
+        let arriving = c.input.map(|input| quick::Arriving {
+            input,
+            own: &self.v4_own,
+            full: self.v4_full_source_check,
+        });
+        let mut hops = [0; BATCH];
+        let quick = quick::quick_hops(self.cpu, t, &found, srcs, n, arriving, &mut hops);
+        self.answer_alike(way, t, &found, &hops, quick & !odd, odd, n, flow, out);
         true
     }
 
@@ -487,16 +516,15 @@ impl Snapshot {
     fn alike_v6<'s, Q: Borrow<Query>>(
         &'s self,
         way: &AlikeWay<'s>,
-        keys: &[u128],
+        keys: &[u128; BATCH],
+        n: usize,
         mut odd: u64,
         flow: impl Fn(usize) -> Q,
         out: &mut [Result<HopRef<'s>, NoRoute>],
     ) -> bool {
         let AlikeWay { fib, direct, c } = way;
-        let n = keys.len();
-        debug_assert!(n <= BATCH);
         if c.input.is_some() {
-            for (i, &d) in keys.iter().enumerate() {
+            for (i, &d) in keys[..n].iter().enumerate() {
                 odd |= (strict_v6(d) as u64) << i;
             }
         }
@@ -512,20 +540,48 @@ impl Snapshot {
         }
         let t = direct.plain(&fib.tables);
         let mut found = [None; BATCH];
-        t.lookup_batch(Family::V6, &[], keys, &mut found[..n]);
-        for i in 0..n {
-            if odd & 1 << i != 0 {
-                out[i] = self.lookup(flow(i).borrow());
-                continue;
-            }
-            if let Some(hop) = found[i].and_then(Plain::one_hop) {
-                out[i] = Ok(HopRef::Shared(&t.hops[hop as usize]));
-                continue;
-            }
-            let plain = found[i].map_or(Plain::Miss, Plain::decode);
-            out[i] = self.direct_code_answer(t, direct.miss, c, flow(i).borrow(), plain);
-        }
+        t.lookup_batch(Family::V6, &[], &keys[..n], &mut found[..n]);
+        let mut hops = [0; BATCH];
+        let quick = quick::quick_hops(self.cpu, t, &found, &[0; BATCH], n, None, &mut hops);
+        self.answer_alike(way, t, &found, &hops, quick & !odd, odd, n, flow, out);
         true
+    }
+
+    /// The answers of the first `n` flows alike: those in `quick` are hop `hops[i]` of
+    /// `t`, the search's answer `found[i]`; those in `odd` are looked up one by one; the
+    /// rest from what the search found, checked in full.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn answer_alike<'s, Q: Borrow<Query>>(
+        &'s self,
+        way: &AlikeWay<'s>,
+        t: &'s PlainTable,
+        found: &[Option<u32>; BATCH],
+        hops: &[u32; BATCH],
+        quick: u64,
+        odd: u64,
+        n: usize,
+        flow: impl Fn(usize) -> Q,
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) {
+        let out = &mut out[..n];
+        if quick.count_ones() as usize == n {
+            // Every flow (the common case): one tight loop.
+            for (o, &h) in out.iter_mut().zip(hops) {
+                *o = Ok(HopRef::Shared(&t.hops[h as usize]));
+            }
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = if quick >> i & 1 == 1 {
+                Ok(HopRef::Shared(&t.hops[hops[i] as usize]))
+            } else if odd >> i & 1 == 1 {
+                self.lookup(flow(i).borrow())
+            } else {
+                let plain = found[i].map_or(Plain::Miss, Plain::decode);
+                self.direct_code_answer(t, way.direct.miss, &way.c, flow(i).borrow(), plain)
+            };
+        }
     }
 
     /// [`Snapshot::lookup`] for a vector of IPv4 flows as a packet path holds it: `out[i]`
@@ -557,15 +613,11 @@ impl Snapshot {
             if let Some(way) = &quick {
                 let mut keys = [0u32; BATCH];
                 let mut srcs = [0u32; BATCH];
-                for (k, d) in keys.iter_mut().zip(&v.dst[at..at + m]) {
-                    *k = u32::from(*d);
-                }
+                quick::keys_v4(self.cpu, &v.dst[at..at + m], &mut keys);
                 if way.c.input.is_some() {
-                    for (k, s) in srcs.iter_mut().zip(&v.src[at..at + m]) {
-                        *k = u32::from(*s);
-                    }
+                    quick::keys_v4(self.cpu, &v.src[at..at + m], &mut srcs);
                 }
-                if self.alike_v4(way, &keys[..m], &srcs[..m], 0, flow, out) {
+                if self.alike_v4(way, &keys, &srcs, m, 0, flow, out) {
                     continue;
                 }
             }
@@ -593,10 +645,8 @@ impl Snapshot {
             let flow = |i: usize| flow(at + i);
             if let Some(way) = &quick {
                 let mut keys = [0u128; BATCH];
-                for (k, d) in keys.iter_mut().zip(&v.dst[at..at + m]) {
-                    *k = u128::from(*d);
-                }
-                if self.alike_v6(way, &keys[..m], 0, flow, out) {
+                quick::keys_v6(self.cpu, &v.dst[at..at + m], &mut keys);
+                if self.alike_v6(way, &keys, m, 0, flow, out) {
                     continue;
                 }
             }

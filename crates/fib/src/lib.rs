@@ -21,7 +21,9 @@
 //!   answer to a flow with no output link is decided when the snapshot is compiled and
 //!   stored as the value of an LPM structure, so the common lookup is one search; rules
 //!   compile to integer selectors with a bit-set index (`classify`), and batches of
-//!   [`BATCH`] flows stay batched through rules and tables.
+//!   [`BATCH`] flows stay batched through rules and tables. The passes around the one
+//!   search of flows alike are vector code where the CPU has AVX2 (`quick`, the crate's
+//!   only `unsafe`).
 //! - [`Fib`] publishes a state to [`FibReader`]s on any threads (`publish`): a batch of
 //!   changes becomes visible to all of them at once, with no lock and no wait.
 //! - [`Exceptions`] (`exception`) hold what the network taught about single destinations
@@ -47,7 +49,8 @@
 //! assert_eq!(a.prefsrc, Some("10.0.0.1".parse().unwrap()));
 //! ```
 
-#![forbid(unsafe_code)]
+// The one module with `unsafe`, each block with why it is sound: `quick`'s AVX2 form.
+#![deny(unsafe_code)]
 
 mod classify;
 pub mod config;
@@ -60,6 +63,8 @@ pub mod net;
 pub mod nexthop;
 pub mod publish;
 pub mod query;
+#[allow(unsafe_code)]
+mod quick;
 pub mod route;
 pub mod rule;
 pub mod show;

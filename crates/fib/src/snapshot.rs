@@ -77,7 +77,7 @@ pub(crate) enum Plain {
 }
 
 /// Bits of a [`Plain`] code's payload (a hop or the start of multipath paths).
-const PLAIN_PAYLOAD: u32 = 19;
+pub(crate) const PLAIN_PAYLOAD: u32 = 19;
 
 impl Plain {
     /// The answer as an LPM value (at most [`fibre_lpm::MAX_VALUE`]): a 3-bit kind, the
@@ -215,6 +215,10 @@ pub(crate) struct PlainTable {
     v6: Option<Ipv6Table>,
     /// The distinct hops the answers point at (a table's routes share a few).
     pub(crate) hops: Vec<Hop>,
+    /// Each hop's output link if it is of a unicast route, else 0 (no link's index): an
+    /// IPv4 flow arriving on that link and sent back out of it has its source looked up
+    /// (`Snapshot::sends_back`). Dense, for the hop pass's gathers (`quick`).
+    pub(crate) backs: Vec<u32>,
     /// The paths of answers with several: hop and weight (the first entry of each answer's
     /// run holds the count).
     pub(crate) multi: Vec<(u32, u16)>,
@@ -242,10 +246,21 @@ impl PlainTable {
                 ))
             }
         }
+        let backs = hops
+            .iter()
+            .map(|h| {
+                if h.kind == RouteType::Unicast {
+                    h.dev
+                } else {
+                    0
+                }
+            })
+            .collect();
         PlainTable {
             v4,
             v6,
             hops,
+            backs,
             multi,
         }
     }
@@ -258,6 +273,20 @@ impl PlainTable {
             IpAddr::V6(a) => self.v6.as_ref().and_then(|t| t.lookup(u128::from(a))),
         };
         code.map_or(Plain::Miss, Plain::decode)
+    }
+
+    /// The hop of an IPv4 destination whose answer is one hop, without decoding the rest.
+    #[inline]
+    pub(crate) fn one_hop_v4(&self, dst: u32) -> Option<u32> {
+        let code = self.v4.as_ref()?.lookup(dst)?;
+        Plain::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
+    }
+
+    /// [`PlainTable::one_hop_v4`] for an IPv6 destination.
+    #[inline]
+    pub(crate) fn one_hop_v6(&self, dst: u128) -> Option<u32> {
+        let code = self.v6.as_ref()?.lookup(dst)?;
+        Plain::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
     }
 
     /// The answers' codes for many destinations of one family, as bits (IPv4 in the low 32).
@@ -285,6 +314,7 @@ impl PlainTable {
         self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.hops.len() * std::mem::size_of::<Hop>()
+            + self.backs.len() * 4
             + self.multi.len() * 8
     }
 }
@@ -736,6 +766,11 @@ pub struct Snapshot {
     /// a flow arriving on a link takes depends on the link (it prefers routes leaving
     /// by it), so such flows take the full walk.
     pub(crate) v6_input_prefers: bool,
+    /// AVX2, if this CPU has it: the lookup passes of flows alike use it (`quick`).
+    pub(crate) cpu: Option<crate::quick::Avx2>,
+    /// By link index: whether flows arriving on the link can be flows alike (it exists
+    /// and is not the loopback), for the forwarding lookup's quick way.
+    pub(crate) alike_inputs: Vec<bool>,
 }
 
 /// The IPv4 addresses among `addrs`, sorted and deduplicated.
@@ -744,25 +779,37 @@ pub struct Snapshot {
 /// looked for in the set itself.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct AddrFilter {
-    bits: [u64; 16],
+    words: [u32; AddrFilter::WORDS],
 }
 
 impl AddrFilter {
+    /// Bits of a bucket's number.
+    pub(crate) const BUCKET_BITS: u32 = 10;
+    /// The multiplier of the hash (Fibonacci hashing: its top bits are the bucket).
+    pub(crate) const MULTIPLIER: u32 = 0x9e37_79b1;
+    const WORDS: usize = (1 << Self::BUCKET_BITS) / 32;
+
     #[inline]
     fn bucket(a: u32) -> usize {
-        (a.wrapping_mul(0x9e37_79b1) >> 22) as usize
+        (a.wrapping_mul(Self::MULTIPLIER) >> (32 - Self::BUCKET_BITS)) as usize
     }
 
-    fn insert(&mut self, a: u32) {
+    pub(crate) fn insert(&mut self, a: u32) {
         let b = Self::bucket(a);
-        self.bits[b / 64] |= 1 << (b % 64);
+        self.words[b / 32] |= 1 << (b % 32);
     }
 
     /// Whether `a` may be in the set (false: it surely is not).
     #[inline]
     pub(crate) fn may_hold(&self, a: u32) -> bool {
         let b = Self::bucket(a);
-        self.bits[b / 64] & 1 << (b % 64) != 0
+        self.words[b / 32] & 1 << (b % 32) != 0
+    }
+
+    /// The filter's bits: bucket `b` is bit `b % 32` of word `b / 32`.
+    #[inline]
+    pub(crate) fn words(&self) -> &[u32; AddrFilter::WORDS] {
+        &self.words
     }
 }
 
@@ -892,7 +939,20 @@ impl State {
             v4_broadcasts: Vec::new(),
             v4_own: AddrFilter::default(),
             v6_input_prefers: false,
+            cpu: crate::quick::Avx2::detect(),
+            alike_inputs: Vec::new(),
         };
+        for l in snapshot.links.values() {
+            // Kernel link indices are small and dense; a sparse one takes the map.
+            let i = l.index as usize;
+            // No link has index 0, which the quick hop pass takes for none.
+            if l.kind != LinkKind::Loopback && i != 0 && i < 1 << 20 {
+                if snapshot.alike_inputs.len() <= i {
+                    snapshot.alike_inputs.resize(i + 1, false);
+                }
+                snapshot.alike_inputs[i] = true;
+            }
+        }
         snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
         // (Prefixes whose every destination is matched strictly, such as each link's
         // `fe80::/64` and `ff00::/8`, take the full walk anyway.)
