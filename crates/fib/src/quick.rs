@@ -52,6 +52,26 @@ pub(crate) struct Arriving<'a> {
     pub(crate) full: bool,
 }
 
+/// `f(args)` in its AVX2 form where `cpu` proves the CPU has AVX2, else in its portable
+/// form: the one place the AVX2 forms are called.
+macro_rules! form {
+    ($cpu:expr, $f:ident($($arg:expr),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        let answer = match $cpu {
+            // SAFETY: the `Avx2` proves this CPU has AVX2, the one feature the AVX2 forms
+            // enable.
+            Some(_) => unsafe { avx2::$f($($arg),*) },
+            None => portable::$f($($arg),*),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let answer = {
+            let _ = $cpu;
+            portable::$f($($arg),*)
+        };
+        answer
+    }};
+}
+
 /// The mask of the first `n` flows.
 #[inline]
 fn first(n: usize) -> u64 {
@@ -75,13 +95,7 @@ pub(crate) fn martians_v4(
     n: usize,
     arriving: bool,
 ) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if cpu.is_some() {
-        // SAFETY: `cpu` proves this CPU has AVX2, the one feature the function enables.
-        return unsafe { avx2::martians_v4(dst, src, arriving) } & first(n);
-    }
-    let _ = cpu;
-    portable::martians_v4(dst, src, arriving) & first(n)
+    form!(cpu, martians_v4(dst, src, arriving)) & first(n)
 }
 
 /// Whether one IPv4 flow is martian, as [`martians_v4`] says of many.
@@ -111,38 +125,20 @@ pub(crate) fn quick_hops(
         // No hops: no answer is one.
         return 0;
     }
-    #[cfg(target_arch = "x86_64")]
-    if cpu.is_some() {
-        // SAFETY: `cpu` proves this CPU has AVX2, the one feature the function enables.
-        return unsafe { avx2::quick_hops(&t.backs, found, src, arriving, hops) } & first(n);
-    }
-    let _ = cpu;
-    portable::quick_hops(&t.backs, found, src, arriving, hops) & first(n)
+    form!(cpu, quick_hops(&t.backs, found, src, arriving, hops)) & first(n)
 }
 
 /// The host-order values of up to [`BATCH`] IPv4 addresses, as the search takes them,
 /// into the first `addrs.len()` of `keys`.
 #[inline]
 pub(crate) fn keys_v4(cpu: Option<Avx2>, addrs: &[Ipv4Addr], keys: &mut [u32; BATCH]) {
-    #[cfg(target_arch = "x86_64")]
-    if cpu.is_some() {
-        // SAFETY: `cpu` proves this CPU has AVX2, the one feature the function enables.
-        return unsafe { avx2::keys_v4(addrs, keys) };
-    }
-    let _ = cpu;
-    portable::keys_v4(addrs, keys)
+    form!(cpu, keys_v4(addrs, keys))
 }
 
 /// [`keys_v4`] for IPv6 addresses.
 #[inline]
 pub(crate) fn keys_v6(cpu: Option<Avx2>, addrs: &[Ipv6Addr], keys: &mut [u128; BATCH]) {
-    #[cfg(target_arch = "x86_64")]
-    if cpu.is_some() {
-        // SAFETY: `cpu` proves this CPU has AVX2, the one feature the function enables.
-        return unsafe { avx2::keys_v6(addrs, keys) };
-    }
-    let _ = cpu;
-    portable::keys_v6(addrs, keys)
+    form!(cpu, keys_v6(addrs, keys))
 }
 
 /// The value of a search that found nothing, as a code: not one hop.
