@@ -18,7 +18,7 @@
 
 use fibre_bench::rules::{RulesConfig, Workload};
 use fibre_bench::source::{final_prefixes, read_route_file};
-use fibre_fib::{FlowVector, HopRef, NoRoute, Query, Snapshot, BATCH};
+use fibre_fib::{FlowVector, HopRef, NoRoute, Query, Snapshot, VectorAnswers, BATCH};
 use fibre_lpm::Table;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -56,19 +56,17 @@ fn one_by_one(snap: &Snapshot, flows: &[Query]) -> u32 {
     })
 }
 
-/// The default rules' lookup of 64 flows' addresses a call, as a packet path holds them.
+/// The default rules' lookup of 64 flows' addresses a call, as a packet path holds them,
+/// answered with a `u32` a flow as the bare search is.
 #[inline(never)]
 fn vectors(snap: &Snapshot, flows: &[Query], dst: &[Ipv4Addr], src: &[Ipv4Addr]) -> u32 {
     let iif = flows[0].iif;
-    let mut out: Vec<Answer> = vec![Err(NoRoute::NetworkUnreachable); BATCH];
+    let mut out = VectorAnswers::new();
     let mut acc = 0u32;
     for (k, (dst, src)) in dst.chunks(BATCH).zip(src.chunks(BATCH)).enumerate() {
-        let out = &mut out[..dst.len()];
         let v = FlowVector { iif, dst, src };
-        snap.lookup_vector_v4(&v, |i| flows[k * BATCH + i].clone(), out);
-        acc = out
-            .iter()
-            .fold(acc, |a, h| a.wrapping_add(h.as_ref().map_or(0, |h| h.dev)));
+        snap.lookup_vector_v4(&v, |i| flows[k * BATCH + i].clone(), &mut out);
+        acc = out.ids().iter().fold(acc, |a, &id| a.wrapping_add(id));
     }
     acc
 }

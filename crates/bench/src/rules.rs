@@ -37,7 +37,7 @@ use crate::kernel::{KernelFib, GATEWAYS};
 use crate::lookups::{lookup_figure, measure_fibre, Figure, Mode};
 use crate::method::{interleaved, measure, Method, Timing};
 use crate::studies::merge;
-use fibre_fib::{config, FlowVector, NoRoute, Query, Snapshot, State};
+use fibre_fib::{config, FlowVector, NoRoute, Query, Snapshot, State, VectorAnswers};
 use fibre_kernel::netns::{gateway, INPUT_DEV, OUTPUT_DEV};
 use fibre_lpm::{Key, Prefix, Table};
 use serde_json::{json, Value};
@@ -303,20 +303,22 @@ fn measure_snapshot(
                         sum(out);
                     }
                 }
+                // A vector's answers are a `u32` a flow naming its hop, as the bare
+                // search's are: the reader takes those, as it takes the search's.
                 (Way::Vector, Addresses::V4(dst, src)) => {
+                    let mut answers = VectorAnswers::new();
                     for (k, (dst, src)) in dst.chunks(N).zip(src.chunks(N)).enumerate() {
-                        let out = &mut out[..dst.len()];
                         let v = FlowVector { iif, dst, src };
-                        snap.lookup_vector_v4(&v, |i| flows[k * N + i].clone(), out);
-                        sum(out);
+                        snap.lookup_vector_v4(&v, |i| flows[k * N + i].clone(), &mut answers);
+                        acc = answers.ids().iter().fold(acc, |a, &id| a.wrapping_add(id));
                     }
                 }
                 (Way::Vector, Addresses::V6(dst, src)) => {
+                    let mut answers = VectorAnswers::new();
                     for (k, (dst, src)) in dst.chunks(N).zip(src.chunks(N)).enumerate() {
-                        let out = &mut out[..dst.len()];
                         let v = FlowVector { iif, dst, src };
-                        snap.lookup_vector_v6(&v, |i| flows[k * N + i].clone(), out);
-                        sum(out);
+                        snap.lookup_vector_v6(&v, |i| flows[k * N + i].clone(), &mut answers);
+                        acc = answers.ids().iter().fold(acc, |a, &id| a.wrapping_add(id));
                     }
                 }
             }

@@ -21,11 +21,8 @@
 //! (`quick`), the few flows not alike answered one by one (`lookup_uniform`). A single
 //! [`Snapshot::lookup`] of such a flow takes the same checks first (`lookup_alike`).
 //!
-//! A packet path holds a vector of packets from one link; [`FlowVector`] is their
-//! addresses side by side, and [`Snapshot::lookup_vector_v4`] and
-//! [`Snapshot::lookup_vector_v6`] answer it through the same passes without building a
-//! [`Query`] per flow: reading 64-byte queries had cost about as much as the search. The
-//! whole query is built only for a flow that needs more than its addresses.
+//! A packet path's vectors of flows take the same passes (`vector`), answered with a `u32`
+//! a flow.
 //!
 //! The source of an IPv4 flow arriving on a link is checked on the same plain answers:
 //! the quick check (is the source this host's or a broadcast address) by a hash filter and
@@ -44,7 +41,7 @@ use crate::route::{Route, RouteType};
 use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
 use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
 use std::borrow::Borrow;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::ops::Deref;
 
 /// Flows a batch keeps together through rules and tables.
@@ -108,39 +105,57 @@ impl From<HopRef<'_>> for Hop {
     }
 }
 
-/// A vector of flows of one family as a packet path holds it: arriving on one link (or
-/// sent by this host), each flow's destination and source side by side, as they are
-/// read out of the packets' headers. [`Snapshot::lookup_vector_v4`] and
-/// [`Snapshot::lookup_vector_v6`] answer it.
-#[derive(Clone, Copy, Debug)]
-pub struct FlowVector<'a, A> {
-    /// The link the flows arrive on; `None`: this host sends them.
-    pub iif: Option<LinkIndex>,
-    /// Each flow's destination.
-    pub dst: &'a [A],
-    /// Each flow's source, or none given (empty).
-    pub src: &'a [A],
+/// How flows alike are answered: their family's tables, its one merged search, and what
+/// the checks of their input link concluded ([`Snapshot::alike_way`]).
+pub(crate) struct AlikeWay<'s> {
+    fib: &'s FamilyFib,
+    direct: &'s Direct,
+    pub(crate) c: Checked,
 }
 
-impl<A> FlowVector<'_, A> {
-    /// The number of flows, once the vector and `out_len` answers are checked to fit.
-    fn check(&self, out_len: usize) -> usize {
-        let n = self.dst.len();
-        assert!(out_len >= n, "one answer for each flow");
-        assert!(
-            self.src.is_empty() || self.src.len() == n,
-            "one source for each flow, or none"
-        );
-        n
+impl<'s> AlikeWay<'s> {
+    /// The structure the one search looks in.
+    #[inline]
+    pub(crate) fn plain(&self) -> &'s PlainTable {
+        self.direct.plain(&self.fib.tables)
     }
 }
 
-/// How flows alike are answered: their family's tables, its one merged search, and what
-/// the checks of their input link concluded ([`Snapshot::alike_way`]).
-struct AlikeWay<'s> {
-    fib: &'s FamilyFib,
-    direct: &'s Direct,
-    c: Checked,
+/// What the passes around the one search found of a batch of flows alike
+/// ([`Snapshot::alike_v4`], [`Snapshot::alike_v6`]), kept by the caller from batch to
+/// batch: 768 bytes, which a return by value had copied three times.
+pub(crate) struct Alike {
+    /// Each flow's search answer.
+    found: [Option<u32>; BATCH],
+    /// Each quick flow's hop, an index in the searched table's hops.
+    pub(crate) hops: [u32; BATCH],
+    /// Bit `i`: flow `i` is answered by `hops[i]`, with no further check.
+    pub(crate) quick: u64,
+    /// Bit `i`: flow `i` is not alike, and is looked up alone.
+    odd: u64,
+    /// The number of flows.
+    pub(crate) n: usize,
+}
+
+impl Alike {
+    /// Room for a batch.
+    pub(crate) fn new() -> Alike {
+        Alike {
+            found: [None; BATCH],
+            hops: [0; BATCH],
+            quick: 0,
+            odd: 0,
+            n: 0,
+        }
+    }
+
+    /// Ready for a batch of `n` flows, `odd` those known not to be alike.
+    pub(crate) fn start(&mut self, n: usize, odd: u64) -> &mut Alike {
+        debug_assert!(n <= BATCH);
+        self.n = n;
+        self.odd = odd;
+        self
+    }
 }
 
 /// Whether an IPv6 flow to `d` arriving on a link must be reached by that link (a
@@ -314,7 +329,7 @@ impl Snapshot {
     /// answered as flows alike: by the family's one merged search, arriving on a link that
     /// is not the loopback, and (IPv6) on one whose routes the input link does not choose
     /// between. `None`: the general way answers them.
-    fn alike_way(&self, family: Family, iif: Option<LinkIndex>) -> Option<AlikeWay<'_>> {
+    pub(crate) fn alike_way(&self, family: Family, iif: Option<LinkIndex>) -> Option<AlikeWay<'_>> {
         let fib = self.fib(family);
         let direct = fib.direct.as_ref()?;
         let input = match iif {
@@ -426,7 +441,8 @@ impl Snapshot {
         let n = flows.len();
         // Bit i: flow i is not alike.
         let mut odd = 0u64;
-        match family {
+        let mut a = Alike::new();
+        let alike = match family {
             Family::V4 => {
                 let mut keys = [0u32; BATCH];
                 let mut srcs = [0u32; BATCH];
@@ -445,7 +461,7 @@ impl Snapshot {
                     keys[i] = d;
                     srcs[i] = s;
                 }
-                self.alike_v4(&way, &keys, &srcs, n, odd, |i| &flows[i], out)
+                self.alike_v4(&way, &keys, &srcs, |i| &flows[i], a.start(n, odd))
             }
             Family::V6 => {
                 let mut keys = [0u128; BATCH];
@@ -459,30 +475,33 @@ impl Snapshot {
                     };
                     odd |= (other as u64) << i;
                 }
-                self.alike_v6(&way, &keys, n, odd, |i| &flows[i], out)
+                self.alike_v6(&way, &keys, |i| &flows[i], a.start(n, odd))
             }
+        };
+        if alike {
+            self.answer_alike(&way, &a, |i| &flows[i], out);
         }
+        alike
     }
 
-    /// The first `n` of up to [`BATCH`] IPv4 flows alike (checked `c`), by destination
-    /// `keys` and source `srcs` (host order; unused for flows sent by this host), `odd`
-    /// those already known not to be alike; `flow(i)` is flow `i`'s whole query. First
+    /// The first `a.n` of up to [`BATCH`] IPv4 flows alike (checked `c`), by destination
+    /// `keys` and source `srcs` (host order; unused for flows sent by this host), `a.odd`
+    /// those already known not to be alike ([`Alike::start`]); `flow(i)` is flow `i`'s
+    /// whole query. First
     /// pass: the martian checks ([`quick::martians_v4`]) and the rule selectors' test.
     /// Then one batched search. Second pass: which flows the search answered with one hop
     /// needing no source check ([`quick::quick_hops`]). The flows not alike are looked up
     /// one by one; `false`, with nothing written, when more than a quarter are.
-    #[allow(clippy::too_many_arguments)]
-    fn alike_v4<'s, Q: Borrow<Query>>(
-        &'s self,
-        way: &AlikeWay<'s>,
+    pub(crate) fn alike_v4<Q: Borrow<Query>>(
+        &self,
+        way: &AlikeWay<'_>,
         keys: &[u32; BATCH],
         srcs: &[u32; BATCH],
-        n: usize,
-        mut odd: u64,
         flow: impl Fn(usize) -> Q,
-        out: &mut [Result<HopRef<'s>, NoRoute>],
+        a: &mut Alike,
     ) -> bool {
         let AlikeWay { fib, direct, c } = way;
+        let (n, mut odd) = (a.n, a.odd);
         odd |= quick::martians_v4(self.cpu, keys, srcs, n, c.input.is_some());
         if fib.rules.has_selective() {
             for i in 0..n {
@@ -495,8 +514,7 @@ impl Snapshot {
             return false;
         }
         let t = direct.plain(&fib.tables);
-        let mut found = [None; BATCH];
-        t.lookup_batch(Family::V4, &keys[..n], &[], &mut found[..n]);
+        t.lookup_batch(Family::V4, &keys[..n], &[], &mut a.found[..n]);
         // The quick source check, as `source_checked` makes it: the source may be this
         // host's, or the flow is sent back out of its link.
         let arriving = c.input.map(|input| quick::Arriving {
@@ -504,25 +522,24 @@ impl Snapshot {
             own: &self.v4_own,
             full: self.v4_full_source_check,
         });
-        let mut hops = [0; BATCH];
-        let quick = quick::quick_hops(self.cpu, t, &found, srcs, n, arriving, &mut hops);
-        self.answer_alike(way, t, &found, &hops, quick & !odd, odd, n, flow, out);
+        let quick = quick::quick_hops(self.cpu, t, &a.found, srcs, n, arriving, &mut a.hops);
+        a.quick = quick & !odd;
+        a.odd = odd;
         true
     }
 
     /// [`Snapshot::alike_v4`] for IPv6 flows: neither the source nor the way back is
     /// checked, but a destination the input link must reach (link-local, multicast, the
     /// loopback's) is not alike.
-    fn alike_v6<'s, Q: Borrow<Query>>(
-        &'s self,
-        way: &AlikeWay<'s>,
+    pub(crate) fn alike_v6<Q: Borrow<Query>>(
+        &self,
+        way: &AlikeWay<'_>,
         keys: &[u128; BATCH],
-        n: usize,
-        mut odd: u64,
         flow: impl Fn(usize) -> Q,
-        out: &mut [Result<HopRef<'s>, NoRoute>],
+        a: &mut Alike,
     ) -> bool {
         let AlikeWay { fib, direct, c } = way;
+        let (n, mut odd) = (a.n, a.odd);
         if c.input.is_some() {
             for (i, &d) in keys[..n].iter().enumerate() {
                 odd |= (strict_v6(d) as u64) << i;
@@ -539,119 +556,54 @@ impl Snapshot {
             return false;
         }
         let t = direct.plain(&fib.tables);
-        let mut found = [None; BATCH];
-        t.lookup_batch(Family::V6, &[], &keys[..n], &mut found[..n]);
-        let mut hops = [0; BATCH];
-        let quick = quick::quick_hops(self.cpu, t, &found, &[0; BATCH], n, None, &mut hops);
-        self.answer_alike(way, t, &found, &hops, quick & !odd, odd, n, flow, out);
+        t.lookup_batch(Family::V6, &[], &keys[..n], &mut a.found[..n]);
+        let quick = quick::quick_hops(self.cpu, t, &a.found, &[0; BATCH], n, None, &mut a.hops);
+        a.quick = quick & !odd;
+        a.odd = odd;
         true
     }
 
-    /// The answers of the first `n` flows alike: those in `quick` are hop `hops[i]` of
-    /// `t`, the search's answer `found[i]`; those in `odd` are looked up one by one; the
-    /// rest from what the search found, checked in full.
-    #[allow(clippy::too_many_arguments)]
+    /// The answers of a batch of flows alike, as [`Snapshot::alike_v4`] or
+    /// [`Snapshot::alike_v6`] found them (`a`).
     #[inline]
     fn answer_alike<'s, Q: Borrow<Query>>(
         &'s self,
         way: &AlikeWay<'s>,
-        t: &'s PlainTable,
-        found: &[Option<u32>; BATCH],
-        hops: &[u32; BATCH],
-        quick: u64,
-        odd: u64,
-        n: usize,
+        a: &Alike,
         flow: impl Fn(usize) -> Q,
         out: &mut [Result<HopRef<'s>, NoRoute>],
     ) {
-        let out = &mut out[..n];
-        if quick.count_ones() as usize == n {
+        let t = way.plain();
+        let out = &mut out[..a.n];
+        if a.quick.count_ones() as usize == a.n {
             // Every flow (the common case): one tight loop.
-            for (o, &h) in out.iter_mut().zip(hops) {
+            for (o, &h) in out.iter_mut().zip(&a.hops) {
                 *o = Ok(HopRef::Shared(&t.hops[h as usize]));
             }
             return;
         }
         for (i, o) in out.iter_mut().enumerate() {
-            *o = if quick >> i & 1 == 1 {
-                Ok(HopRef::Shared(&t.hops[hops[i] as usize]))
-            } else if odd >> i & 1 == 1 {
-                self.lookup(flow(i).borrow())
-            } else {
-                let plain = found[i].map_or(Plain::Miss, Plain::decode);
-                self.direct_code_answer(t, way.direct.miss, &way.c, flow(i).borrow(), plain)
+            *o = match a.quick >> i & 1 {
+                1 => Ok(HopRef::Shared(&t.hops[a.hops[i] as usize])),
+                _ => self.answer_slow(way, a, i, flow(i).borrow()),
             };
         }
     }
 
-    /// [`Snapshot::lookup`] for a vector of IPv4 flows as a packet path holds it: `out[i]`
-    /// is flow `i`'s answer. The flows arrive on `v.iif` from `v.src[i]` to `v.dst[i]`
-    /// (or, with `v.iif` `None` and `v.src` empty, this host sends them from no given
-    /// source). Most flows are answered from their addresses alone, in two tight passes
-    /// around one batched search; `flow(i)` gives flow `i`'s whole query (its mark, TOS,
-    /// protocol and ports too) for the few that need more: where rules with selectors
-    /// exist, where an address is martian or this host's, or the general way. It must
-    /// agree with `v` on the addresses and the input link.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `v.dst`, or `v.src` is neither as long as `v.dst` nor
-    /// empty.
-    pub fn lookup_vector_v4<'s>(
+    /// The answer of flow `i` (`q`) of a batch of flows alike that is not quick: looked
+    /// up alone if it is not alike, else from what the search found, checked in full.
+    pub(crate) fn answer_slow<'s>(
         &'s self,
-        v: &FlowVector<'_, Ipv4Addr>,
-        flow: impl Fn(usize) -> Query,
-        out: &mut [Result<HopRef<'s>, NoRoute>],
-    ) {
-        let n = v.check(out.len());
-        let quick = self
-            .alike_way(Family::V4, v.iif)
-            .filter(|way| way.c.input.is_some() == (v.src.len() == n));
-        for at in (0..n).step_by(BATCH) {
-            let m = (n - at).min(BATCH);
-            let out = &mut out[at..at + m];
-            let flow = |i: usize| flow(at + i);
-            if let Some(way) = &quick {
-                let mut keys = [0u32; BATCH];
-                let mut srcs = [0u32; BATCH];
-                quick::keys_v4(self.cpu, &v.dst[at..at + m], &mut keys);
-                if way.c.input.is_some() {
-                    quick::keys_v4(self.cpu, &v.src[at..at + m], &mut srcs);
-                }
-                if self.alike_v4(way, &keys, &srcs, m, 0, flow, out) {
-                    continue;
-                }
-            }
-            let flows: Vec<Query> = (0..m).map(flow).collect();
-            self.lookup_chunk(&flows, out);
-        }
-    }
-
-    /// [`Snapshot::lookup_vector_v4`] for IPv6 flows.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `v.dst`, or `v.src` is neither as long as `v.dst` nor
-    /// empty.
-    pub fn lookup_vector_v6<'s>(
-        &'s self,
-        v: &FlowVector<'_, Ipv6Addr>,
-        flow: impl Fn(usize) -> Query,
-        out: &mut [Result<HopRef<'s>, NoRoute>],
-    ) {
-        let n = v.check(out.len());
-        let quick = self.alike_way(Family::V6, v.iif);
-        for at in (0..n).step_by(BATCH) {
-            let m = (n - at).min(BATCH);
-            let out = &mut out[at..at + m];
-            let flow = |i: usize| flow(at + i);
-            if let Some(way) = &quick {
-                let mut keys = [0u128; BATCH];
-                quick::keys_v6(self.cpu, &v.dst[at..at + m], &mut keys);
-                if self.alike_v6(way, &keys, m, 0, flow, out) {
-                    continue;
-                }
-            }
-            let flows: Vec<Query> = (0..m).map(flow).collect();
-            self.lookup_chunk(&flows, out);
+        way: &AlikeWay<'s>,
+        a: &Alike,
+        i: usize,
+        q: &Query,
+    ) -> Result<HopRef<'s>, NoRoute> {
+        if a.odd >> i & 1 == 1 {
+            self.lookup(q)
+        } else {
+            let plain = a.found[i].map_or(Plain::Miss, Plain::decode);
+            self.direct_code_answer(way.plain(), way.direct.miss, &way.c, q, plain)
         }
     }
 
@@ -717,7 +669,11 @@ impl Snapshot {
     }
 
     /// Up to [`BATCH`] flows, round by round.
-    fn lookup_chunk<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
+    pub(crate) fn lookup_chunk<'s>(
+        &'s self,
+        flows: &[Query],
+        out: &mut [Result<HopRef<'s>, NoRoute>],
+    ) {
         let n = flows.len();
         debug_assert!(n <= BATCH);
         if self.lookup_uniform(flows, out) {
@@ -981,6 +937,8 @@ mod tests {
     use super::*;
     use crate::config;
     use crate::state::State;
+    use crate::vector::{FlowVector, VectorAnswers};
+    use std::net::Ipv6Addr;
 
     fn snapshot(text: &str) -> Snapshot {
         let mut state = State::new();
@@ -1075,7 +1033,7 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
             if vector.is_empty() {
                 continue;
             }
-            let mut out = vec![Err(NoRoute::NetworkUnreachable); vector.len()];
+            let mut out = VectorAnswers::new();
             let flow = |i: usize| vector[i].clone();
             let iif = first.iif;
             // Arriving flows' sources; none for flows this host sends.
@@ -1116,8 +1074,13 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
                     );
                 }
             }
-            for (q, h) in vector.iter().zip(out) {
-                assert_eq!(h, snap.lookup(q), "{q:?} in a vector");
+            assert_eq!(out.len(), vector.len());
+            for (q, h) in vector.iter().zip(out.iter()) {
+                assert_eq!(
+                    h.copied(),
+                    snap.lookup(q).map(Hop::from),
+                    "{q:?} in a vector"
+                );
             }
         }
         for (q, batched) in flows.iter().zip(batched) {

@@ -24,6 +24,9 @@
 //!   [`BATCH`] flows stay batched through rules and tables. The passes around the one
 //!   search of flows alike are vector code where the CPU has AVX2 (`quick`, the crate's
 //!   only `unsafe`).
+//! - [`Snapshot::lookup_vector_v4`] and [`Snapshot::lookup_vector_v6`] (`vector`) answer a
+//!   packet path's vector of flows ([`FlowVector`]) with a `u32` a flow
+//!   ([`VectorAnswers`]): most name a hop of the searched table, as an adjacency index.
 //! - [`Fib`] publishes a state to [`FibReader`]s on any threads (`publish`): a batch of
 //!   changes becomes visible to all of them at once, with no lock and no wait.
 //! - [`Exceptions`] (`exception`) hold what the network taught about single destinations
@@ -71,9 +74,10 @@ pub mod show;
 pub mod snapshot;
 pub mod source;
 pub mod state;
+pub mod vector;
 
 pub use exception::{Exception, Exceptions};
-pub use forward::{FlowVector, Hop, HopRef, BATCH};
+pub use forward::{Hop, HopRef, BATCH};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};
@@ -84,3 +88,4 @@ pub use route::{Path, Paths, Route, RouteType};
 pub use rule::{Rule, RuleAction};
 pub use snapshot::Snapshot;
 pub use state::{Refused, RouteOp, State};
+pub use vector::{FlowVector, VectorAnswers};

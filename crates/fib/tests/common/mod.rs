@@ -216,7 +216,7 @@ fn in_vectors(
     sorted: &[fibre_fib::Query],
     answers: &[Result<fibre_fib::HopRef<'_>, fibre_fib::NoRoute>],
 ) {
-    use fibre_fib::{FlowVector, NoRoute};
+    use fibre_fib::{FlowVector, Hop, VectorAnswers};
     use std::net::IpAddr;
     let fits = |q: &fibre_fib::Query| {
         q.oif.is_none()
@@ -237,7 +237,7 @@ fn in_vectors(
         if held.is_empty() {
             continue;
         }
-        let mut out = vec![Err(NoRoute::NetworkUnreachable); held.len()];
+        let mut out = VectorAnswers::new();
         let flow = |k: usize| sorted[held[k]].clone();
         let addrs = |pick: fn(&fibre_fib::Query) -> Option<IpAddr>| -> Vec<IpAddr> {
             held.iter().filter_map(|&i| pick(&sorted[i])).collect()
@@ -266,9 +266,11 @@ fn in_vectors(
                 snap.lookup_vector_v6(&v, flow, &mut out);
             }
         }
-        for (&i, vector) in held.iter().zip(out) {
+        assert_eq!(out.len(), held.len());
+        for (&i, vector) in held.iter().zip(out.iter()) {
             assert_eq!(
-                vector, answers[i],
+                vector.copied(),
+                answers[i].map(Hop::from),
                 "{:?}: as a vector of addresses and batched",
                 sorted[i]
             );
