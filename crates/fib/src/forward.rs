@@ -325,6 +325,35 @@ impl Snapshot {
         }
     }
 
+    /// Whether at most a quarter of the first `n` flows of a batch are not alike: those in
+    /// `odd`, and those some rule's selectors match (added to `odd`). Stops looking at the
+    /// first flow past a quarter: where rules match most flows, the batch takes the
+    /// general way at once.
+    fn few_selected<Q: Borrow<Query>>(
+        &self,
+        fib: &FamilyFib,
+        c: &Checked,
+        n: usize,
+        odd: &mut u64,
+        flow: impl Fn(usize) -> Q,
+    ) -> bool {
+        let most = n / 4;
+        if odd.count_ones() as usize > most {
+            return false;
+        }
+        if fib.rules.has_selective() {
+            for i in 0..n {
+                if *odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
+                    *odd |= 1 << i;
+                    if odd.count_ones() as usize > most {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// Where flows of `family` arriving on `iif` (or sent by this host: `None`) can be
     /// answered as flows alike: by the family's one merged search, arriving on a link that
     /// is not the loopback, and (IPv6) on one whose routes the input link does not choose
@@ -503,14 +532,7 @@ impl Snapshot {
         let AlikeWay { fib, direct, c } = way;
         let (n, mut odd) = (a.n, a.odd);
         odd |= quick::martians_v4(self.cpu, keys, srcs, n, c.input.is_some());
-        if fib.rules.has_selective() {
-            for i in 0..n {
-                if odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
-                    odd |= 1 << i;
-                }
-            }
-        }
-        if odd.count_ones() as usize > n / 4 {
+        if !self.few_selected(fib, c, n, &mut odd, flow) {
             return false;
         }
         let t = direct.plain(&fib.tables);
@@ -545,14 +567,7 @@ impl Snapshot {
                 odd |= (strict_v6(d) as u64) << i;
             }
         }
-        if fib.rules.has_selective() {
-            for i in 0..n {
-                if odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
-                    odd |= 1 << i;
-                }
-            }
-        }
-        if odd.count_ones() as usize > n / 4 {
+        if !self.few_selected(fib, c, n, &mut odd, flow) {
             return false;
         }
         let t = direct.plain(&fib.tables);
@@ -668,17 +683,21 @@ impl Snapshot {
         }
     }
 
-    /// Up to [`BATCH`] flows, round by round.
-    pub(crate) fn lookup_chunk<'s>(
+    /// Up to [`BATCH`] flows: as flows alike where most are, else round by round.
+    fn lookup_chunk<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
+        if !self.lookup_uniform(flows, out) {
+            self.lookup_rounds(flows, out);
+        }
+    }
+
+    /// Up to [`BATCH`] flows, round by round through the rules.
+    pub(crate) fn lookup_rounds<'s>(
         &'s self,
         flows: &[Query],
         out: &mut [Result<HopRef<'s>, NoRoute>],
     ) {
         let n = flows.len();
         debug_assert!(n <= BATCH);
-        if self.lookup_uniform(flows, out) {
-            return;
-        }
         /// Where one flow stands.
         #[derive(Clone, Copy)]
         enum At {

@@ -76,6 +76,8 @@ impl std::fmt::Debug for VectorAnswers<'_> {
 
 /// A batch's keys and what the passes around its search found.
 struct Scratch {
+    /// The whole queries of a batch that takes the general way.
+    flows: Vec<Query>,
     keys4: [u32; BATCH],
     srcs4: [u32; BATCH],
     keys6: [u128; BATCH],
@@ -169,6 +171,7 @@ impl<'s> VectorAnswers<'s> {
         self.others.clear();
         let scratch = self.scratch.get_or_insert_with(|| {
             Box::new(Scratch {
+                flows: Vec::with_capacity(BATCH),
                 keys4: [0; BATCH],
                 srcs4: [0; BATCH],
                 keys6: [0; BATCH],
@@ -214,6 +217,7 @@ impl Snapshot {
             let (
                 ids,
                 Scratch {
+                    flows,
                     keys4,
                     srcs4,
                     alike,
@@ -230,7 +234,7 @@ impl Snapshot {
                     continue;
                 }
             }
-            self.ids_general(flow, ids, others);
+            self.ids_general(flow, flows, ids, others);
         }
     }
 
@@ -250,7 +254,15 @@ impl Snapshot {
         for at in (0..n).step_by(BATCH) {
             let m = (n - at).min(BATCH);
             let flow = |i: usize| flow(at + i);
-            let (ids, Scratch { keys6, alike, .. }) = (&mut ids[at..at + m], &mut *room);
+            let (
+                ids,
+                Scratch {
+                    flows,
+                    keys6,
+                    alike,
+                    ..
+                },
+            ) = (&mut ids[at..at + m], &mut *room);
             if let Some(way) = &quick {
                 quick::keys_v6(self.cpu, &v.dst[at..at + m], keys6);
                 if self.alike_v6(way, keys6, flow, alike.start(m, 0)) {
@@ -258,7 +270,7 @@ impl Snapshot {
                     continue;
                 }
             }
-            self.ids_general(flow, ids, others);
+            self.ids_general(flow, flows, ids, others);
         }
     }
 
@@ -287,16 +299,19 @@ impl Snapshot {
         }
     }
 
-    /// The ids of a batch of flows looked up the general way.
+    /// The ids of a batch of flows looked up the general way, round by round (the passes
+    /// of flows alike were tried, or have no way), their queries made in `flows`.
     fn ids_general(
         &self,
         flow: impl Fn(usize) -> Query,
+        flows: &mut Vec<Query>,
         ids: &mut [u32],
         others: &mut Vec<Result<Hop, NoRoute>>,
     ) {
-        let flows: Vec<Query> = (0..ids.len()).map(flow).collect();
+        flows.clear();
+        flows.extend((0..ids.len()).map(flow));
         let mut answers = [Err(NoRoute::NetworkUnreachable); BATCH];
-        self.lookup_chunk(&flows, &mut answers[..ids.len()]);
+        self.lookup_rounds(flows, &mut answers[..ids.len()]);
         for (id, &answer) in ids.iter_mut().zip(&answers) {
             *id = other(others, answer);
         }
