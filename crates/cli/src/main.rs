@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod daemon;
 mod lookup;
 mod route;
 
@@ -40,6 +41,12 @@ enum Command {
     Link(route::ListArgs),
     /// Addresses of a configuration, as `ip addr show` lists them.
     Addr(route::ListArgs),
+    /// Mirror the kernel's routing state over rtnetlink (links, addresses, routes, rules),
+    /// in the foreground, answering `fibre ctl` on a control socket.
+    Daemon(daemon::DaemonArgs),
+    /// Ask a running `fibre daemon`: `route get ...`, `route show ...`, `rule show`,
+    /// `nexthop show`, `link show`, `addr show`, `stats`.
+    Ctl(daemon::CtlArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +59,8 @@ fn main() -> ExitCode {
         Command::Nexthop(args) => route::nexthops(args),
         Command::Link(args) => route::links(args),
         Command::Addr(args) => route::addrs(args),
+        Command::Daemon(args) => daemon::run(args),
+        Command::Ctl(args) => daemon::ctl(args),
     };
     match result {
         Ok(code) => code,

@@ -7,13 +7,36 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `println!` that returns a write's error (standard output closed, say by `head`) to
-/// the caller instead of panicking.
+/// Runs `f` writing to standard output and error; its code is the exit code.
+fn stdio(f: impl FnOnce(&mut Out) -> Done) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
+    let (mut out, mut err) = (stdout.lock(), stderr.lock());
+    let code = f(&mut Out {
+        out: &mut out,
+        err: &mut err,
+    })?;
+    Ok(ExitCode::from(code))
+}
+
+/// `writeln!` to `out` that returns a write's error (standard output closed, say by
+/// `head`) to the caller.
 macro_rules! say {
-    ($($arg:tt)*) => {
-        writeln!(std::io::stdout().lock(), $($arg)*)?
+    ($out:expr, $($arg:tt)*) => {
+        writeln!($out, $($arg)*)?
     };
 }
+
+/// Where a command writes: its output and its errors (standard output and error, or a
+/// daemon's reply to `fibre ctl`).
+pub struct Out<'a> {
+    /// What the command prints.
+    pub out: &'a mut dyn Write,
+    /// What it says went wrong.
+    pub err: &'a mut dyn Write,
+}
+
+/// A command's result: its exit code, or a write that failed.
+pub type Done = Result<u8, Box<dyn std::error::Error>>;
 
 /// `fibre route ...`.
 #[derive(Args)]
@@ -85,8 +108,9 @@ fn load(path: &std::path::Path) -> Option<State> {
     config::load(path).map_err(|e| eprintln!("{e}")).ok()
 }
 
-fn families(a: &ShowArgs) -> Vec<Family> {
-    match (a.v4, a.v6) {
+/// The families `-4` and `-6` choose (both when neither is given).
+pub fn families(v4: bool, v6: bool) -> Vec<Family> {
+    match (v4, v6) {
         (true, _) => vec![Family::V4],
         (_, true) => vec![Family::V6],
         _ => vec![Family::V4, Family::V6],
@@ -97,7 +121,12 @@ fn families(a: &ShowArgs) -> Vec<Family> {
 pub fn run(args: RouteArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match args.command {
         RouteCommand::Get(a) => get(a),
-        RouteCommand::Show(a) => route_show(a),
+        RouteCommand::Show(a) => {
+            let Some(state) = load(&a.config) else {
+                return Ok(ExitCode::FAILURE);
+            };
+            stdio(|o| route_show(&state, &a.words, a.v6, a.json, o))
+        }
     }
 }
 
@@ -115,36 +144,43 @@ fn get(a: GetArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(path) = &a.queries {
         return many(&snap, path, a.json);
     }
+    stdio(|o| route_get(&snap, &a.query, a.json, o))
+}
+
+/// `route get WORDS` on `snap`: the answer as `ip route get` prints it (with `json`, or
+/// `--json` among the words, as `ip -j`), or the kernel's error (exit code 2), or
+/// `Error: ...` for words that are not a query (exit code 1).
+pub fn route_get(snap: &Snapshot, query: &[String], json: bool, o: &mut Out) -> Done {
     // `--json` may follow the query words, which the query takes whole.
-    let json = a.json || a.query.iter().any(|w| w == "--json" || w == "-j");
-    let words: Vec<&str> = a
-        .query
+    let json = json || query.iter().any(|w| w == "--json" || w == "-j");
+    let words: Vec<&str> = query
         .iter()
         .map(String::as_str)
         .filter(|w| *w != "--json" && *w != "-j")
         .collect();
-    let q = match query_of(&snap, &words) {
+    let q = match query_of(snap, &words) {
         Ok(q) => q,
         Err(e) => {
-            eprintln!("Error: {e}");
-            return Ok(ExitCode::FAILURE);
+            say!(o.err, "Error: {e}");
+            return Ok(1);
         }
     };
     match snap.route(&q) {
         Ok(ans) => {
             if json {
                 say!(
+                    o.out,
                     "{}",
-                    serde_json::Value::Array(vec![show::answer_json(&snap, &ans)])
+                    serde_json::Value::Array(vec![show::answer_json(snap, &ans)])
                 );
             } else {
-                say!("{}", show::answer_text(&snap, &ans));
+                say!(o.out, "{}", show::answer_text(snap, &ans));
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
         Err(e) => {
-            eprintln!("{e}");
-            Ok(ExitCode::from(2))
+            say!(o.err, "{e}");
+            Ok(2)
         }
     }
 }
@@ -196,41 +232,41 @@ fn many(
     })
 }
 
-fn route_show(a: ShowArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let Some(state) = load(&a.config) else {
-        return Ok(ExitCode::FAILURE);
-    };
-    let table = match a.words.as_slice() {
+/// `route show [table ID|all]` of `state` (`v6`: IPv6, else IPv4), as `ip route show`
+/// lists it.
+pub fn route_show(state: &State, words: &[String], v6: bool, json: bool, o: &mut Out) -> Done {
+    let table = match words {
         [] => Some(fibre_fib::names::TABLE_MAIN),
         [t, id] if t == "table" && id == "all" => None,
         [t, id] if t == "table" => match fibre_fib::names::parse_table(id) {
             Some(n) => Some(n),
             None => {
-                eprintln!("Error: argument \"{id}\" is wrong: table id value is invalid");
-                return Ok(ExitCode::FAILURE);
+                say!(
+                    o.err,
+                    "Error: argument \"{id}\" is wrong: table id value is invalid"
+                );
+                return Ok(1);
             }
         },
         _ => {
-            eprintln!("Error: only `table ID|all` is supported");
-            return Ok(ExitCode::FAILURE);
+            say!(o.err, "Error: only `table ID|all` is supported");
+            return Ok(1);
         }
     };
     // `ip route show` lists IPv4 unless told otherwise.
-    let fams = if a.v6 { [Family::V6] } else { [Family::V4] };
-    let mut json = Vec::new();
-    for f in fams {
-        for r in state.routes(f, table) {
-            if a.json {
-                json.push(show::route_json(&state, r));
-            } else {
-                say!("{}", show::route_text(&state, r));
-            }
+    let family = if v6 { Family::V6 } else { Family::V4 };
+    let mut list = Vec::new();
+    for r in state.routes(family, table) {
+        if json {
+            list.push(show::route_json(state, r));
+        } else {
+            say!(o.out, "{}", show::route_text(state, r));
         }
     }
-    if a.json {
-        say!("{}", serde_json::Value::Array(json));
+    if json {
+        say!(o.out, "{}", serde_json::Value::Array(list));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// Runs `fibre rule show`.
@@ -239,27 +275,24 @@ pub fn rules(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let Some(state) = load(&a.config) else {
         return Ok(ExitCode::FAILURE);
     };
-    let fams = if a.v6 {
-        vec![Family::V6]
-    } else if a.v4 || !a.v6 {
-        vec![Family::V4]
-    } else {
-        vec![]
-    };
-    let mut json = Vec::new();
-    for f in fams {
-        for r in state.rules(f) {
-            if a.json {
-                json.push(show::rule_json(r));
-            } else {
-                say!("{}", show::rule_text(r));
-            }
+    stdio(|o| rule_show(&state, a.v6, a.json, o))
+}
+
+/// `rule show` of `state` (`v6`: IPv6, else IPv4), as `ip rule show` lists it.
+pub fn rule_show(state: &State, v6: bool, json: bool, o: &mut Out) -> Done {
+    let family = if v6 { Family::V6 } else { Family::V4 };
+    let mut list = Vec::new();
+    for r in state.rules(family) {
+        if json {
+            list.push(show::rule_json(r));
+        } else {
+            say!(o.out, "{}", show::rule_text(r));
         }
     }
-    if a.json {
-        say!("{}", serde_json::Value::Array(json));
+    if json {
+        say!(o.out, "{}", serde_json::Value::Array(list));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// Runs `fibre nexthop show`.
@@ -268,38 +301,43 @@ pub fn nexthops(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
     let Some(state) = load(&a.config) else {
         return Ok(ExitCode::FAILURE);
     };
+    stdio(|o| nexthop_show(&state, a.json, o))
+}
+
+/// `nexthop show` of `state`, as `ip nexthop show` lists it.
+pub fn nexthop_show(state: &State, json: bool, o: &mut Out) -> Done {
     let list: Vec<serde_json::Value> = state
         .nexthops()
-        .map(|n| show::nexthop_json(&state, n))
+        .map(|n| show::nexthop_json(state, n))
         .collect();
-    if a.json {
-        say!("{}", serde_json::Value::Array(list));
-    } else {
-        for v in list {
-            let mut s = format!("id {}", v["id"]);
-            if let Some(g) = v.get("group").and_then(|g| g.as_array()) {
-                let members: Vec<String> = g
-                    .iter()
-                    .map(|m| match m.get("weight") {
-                        Some(w) => format!("{},{}", m["id"], w),
-                        None => m["id"].to_string(),
-                    })
-                    .collect();
-                s += &format!(" group {}", members.join("/"));
-            }
-            if let Some(g) = v.get("gateway").and_then(|g| g.as_str()) {
-                s += &format!(" via {g}");
-            }
-            if let Some(d) = v.get("dev").and_then(|g| g.as_str()) {
-                s += &format!(" dev {d} scope {}", v["scope"].as_str().unwrap_or(""));
-            }
-            if v.get("blackhole").is_some() {
-                s += " blackhole";
-            }
-            say!("{s}");
-        }
+    if json {
+        say!(o.out, "{}", serde_json::Value::Array(list));
+        return Ok(0);
     }
-    Ok(ExitCode::SUCCESS)
+    for v in list {
+        let mut s = format!("id {}", v["id"]);
+        if let Some(g) = v.get("group").and_then(|g| g.as_array()) {
+            let members: Vec<String> = g
+                .iter()
+                .map(|m| match m.get("weight") {
+                    Some(w) => format!("{},{}", m["id"], w),
+                    None => m["id"].to_string(),
+                })
+                .collect();
+            s += &format!(" group {}", members.join("/"));
+        }
+        if let Some(g) = v.get("gateway").and_then(|g| g.as_str()) {
+            s += &format!(" via {g}");
+        }
+        if let Some(d) = v.get("dev").and_then(|g| g.as_str()) {
+            s += &format!(" dev {d} scope {}", v["scope"].as_str().unwrap_or(""));
+        }
+        if v.get("blackhole").is_some() {
+            s += " blackhole";
+        }
+        say!(o.out, "{s}");
+    }
+    Ok(0)
 }
 
 /// Runs `fibre link show`.
@@ -308,32 +346,38 @@ pub fn links(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let Some(state) = load(&a.config) else {
         return Ok(ExitCode::FAILURE);
     };
-    let list: Vec<serde_json::Value> = state.links().map(|l| show::link_json(&state, l)).collect();
-    if a.json {
-        say!("{}", serde_json::Value::Array(list));
-    } else {
-        for v in list {
-            let flags: Vec<&str> = v["flags"]
-                .as_array()
-                .map_or(vec![], |f| f.iter().filter_map(|x| x.as_str()).collect());
-            let name = match v.get("link").and_then(|l| l.as_str()) {
-                Some(peer) => format!("{}@{peer}", v["ifname"].as_str().unwrap_or("")),
-                None => v["ifname"].as_str().unwrap_or("").to_string(),
-            };
-            say!(
-                "{}: {}: <{}> mtu {} state {} group {}\n    link/{} {}",
-                v["ifindex"],
-                name,
-                flags.join(","),
-                v["mtu"],
-                v["operstate"].as_str().unwrap_or(""),
-                v["group"].as_str().unwrap_or(""),
-                v["link_type"].as_str().unwrap_or(""),
-                v["address"].as_str().unwrap_or("")
-            );
-        }
+    stdio(|o| link_show(&state, a.json, o))
+}
+
+/// `link show` of `state`, as `ip link show` lists it.
+pub fn link_show(state: &State, json: bool, o: &mut Out) -> Done {
+    let list: Vec<serde_json::Value> = state.links().map(|l| show::link_json(state, l)).collect();
+    if json {
+        say!(o.out, "{}", serde_json::Value::Array(list));
+        return Ok(0);
     }
-    Ok(ExitCode::SUCCESS)
+    for v in list {
+        let flags: Vec<&str> = v["flags"]
+            .as_array()
+            .map_or(vec![], |f| f.iter().filter_map(|x| x.as_str()).collect());
+        let name = match v.get("link").and_then(|l| l.as_str()) {
+            Some(peer) => format!("{}@{peer}", v["ifname"].as_str().unwrap_or("")),
+            None => v["ifname"].as_str().unwrap_or("").to_string(),
+        };
+        say!(
+            o.out,
+            "{}: {}: <{}> mtu {} state {} group {}\n    link/{} {}",
+            v["ifindex"],
+            name,
+            flags.join(","),
+            v["mtu"],
+            v["operstate"].as_str().unwrap_or(""),
+            v["group"].as_str().unwrap_or(""),
+            v["link_type"].as_str().unwrap_or(""),
+            v["address"].as_str().unwrap_or("")
+        );
+    }
+    Ok(0)
 }
 
 /// Runs `fibre addr show`.
@@ -342,30 +386,35 @@ pub fn addrs(args: ListArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let Some(state) = load(&a.config) else {
         return Ok(ExitCode::FAILURE);
     };
-    let fams = families(&a);
-    if a.json {
+    let fams = families(a.v4, a.v6);
+    stdio(|o| addr_show(&state, &fams, a.json, o))
+}
+
+/// `addr show` of `state`, the addresses of `fams`, as `ip addr show` lists them.
+pub fn addr_show(state: &State, fams: &[Family], json: bool, o: &mut Out) -> Done {
+    if json {
         let list: Vec<serde_json::Value> = state
             .links()
             .map(|l| {
-                let mut v = show::addr_json(&state, l);
+                let mut v = show::addr_json(state, l);
                 if let Some(infos) = v["addr_info"].as_array_mut() {
                     infos.retain(|i| fams.iter().any(|f| i["family"] == f.name()));
                 }
                 v
             })
             .collect();
-        say!("{}", serde_json::Value::Array(list));
-    } else {
-        for l in state.links() {
-            say!("{}: {}:", l.index, l.name);
-            for ad in state
-                .addresses()
-                .iter()
-                .filter(|ad| ad.link == l.index && fams.contains(&ad.family()))
-            {
-                say!("{}", show::addr_text(&state, ad));
-            }
+        say!(o.out, "{}", serde_json::Value::Array(list));
+        return Ok(0);
+    }
+    for l in state.links() {
+        say!(o.out, "{}: {}:", l.index, l.name);
+        for ad in state
+            .addresses()
+            .iter()
+            .filter(|ad| ad.link == l.index && fams.contains(&ad.family()))
+        {
+            say!(o.out, "{}", show::addr_text(state, ad));
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }

@@ -24,15 +24,20 @@ pub enum LinkKind {
     },
     /// A dummy link (carrier whenever up).
     Dummy,
+    /// Another kind of link the kernel has (a physical device, a bridge, a veth whose
+    /// peer is in another namespace): its kind as the kernel names it (`IFLA_INFO_KIND`),
+    /// empty for a device without one. Only a mirror of the kernel has these.
+    Other(String),
 }
 
 impl LinkKind {
     /// The kind as `ip -d link` names it.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             LinkKind::Loopback => "loopback",
             LinkKind::Veth { .. } => "veth",
             LinkKind::Dummy => "dummy",
+            LinkKind::Other(kind) => kind,
         }
     }
 }

@@ -457,7 +457,8 @@ pub fn rule_json(r: &Rule) -> Value {
     if let Some(g) = r.suppress_ifgroup {
         m.insert("suppress_ifgroup".into(), json!(g.to_string()));
     }
-    if r.protocol != 0 {
+    // `ip rule` shows a rule's protocol unless it is unset or the kernel's own.
+    if r.protocol != 0 && r.protocol != PROTO_KERNEL {
         m.insert("protocol".into(), json!(protocol_name(r.protocol)));
     }
     Value::Object(m)
@@ -524,6 +525,9 @@ pub fn rule_text(r: &Rule) -> String {
     }
     if let Some(g) = r.suppress_ifgroup {
         s += &format!(" suppress_ifgroup {g}");
+    }
+    if r.protocol != 0 && r.protocol != PROTO_KERNEL {
+        s += &format!(" proto {}", protocol_name(r.protocol));
     }
     s
 }

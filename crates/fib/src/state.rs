@@ -116,7 +116,14 @@ pub struct State {
     v4_custom_local_routes: bool,
     /// The multipath hash seed and policies.
     multipath: Multipath,
+    /// A mirror of a kernel's state (`mirror`): the kernel reports the addresses and
+    /// routes it derives, so none is derived here, and links' carriers are as reported.
+    mirrored: bool,
+    /// Each link's carrier as the kernel reported it (a mirror only).
+    carriers: BTreeMap<LinkIndex, bool>,
 }
+
+mod mirror;
 
 impl Default for State {
     fn default() -> Self {
@@ -166,6 +173,8 @@ impl State {
             v6_tables_made: [TABLE_LOCAL, TABLE_MAIN].into(),
             v4_custom_local_routes: false,
             multipath: Multipath::default(),
+            mirrored: false,
+            carriers: BTreeMap::new(),
         }
     }
 
@@ -198,6 +207,10 @@ impl State {
 
     /// Whether a link has carrier: it is up and, for a veth, so is its peer.
     pub fn carrier(&self, index: LinkIndex) -> bool {
+        if self.mirrored {
+            return self.links.get(&index).is_some_and(|l| l.up)
+                && self.carriers.get(&index).copied().unwrap_or(false);
+        }
         match self.links.get(&index) {
             None => false,
             Some(l) => {
@@ -418,7 +431,8 @@ impl State {
         if up {
             self.links.get_mut(&index).expect("exists").up = true;
             let lo4 = IpAddr::from([127, 0, 0, 1]);
-            if self.links[&index].kind == LinkKind::Loopback
+            if !self.mirrored
+                && self.links[&index].kind == LinkKind::Loopback
                 && !self.addrs.iter().any(|a| a.link == index && a.local == lo4)
             {
                 // The kernel gives loopback 127.0.0.1/8 when it first comes up.
@@ -478,6 +492,10 @@ impl State {
     /// the local routes of addresses added while it was down.
     fn ipv6_link_ready(&mut self, index: LinkIndex) {
         self.revive_dev(index, Family::V6);
+        if self.mirrored {
+            // The kernel reports the addresses and routes it makes now.
+            return;
+        }
         let link = self.links[&index].clone();
         if link.kind == LinkKind::Loopback {
             let lo = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
@@ -954,6 +972,10 @@ impl State {
 
     /// Inserts a route the kernel makes, unless the same one is there.
     fn insert_kernel_route(&mut self, route: Route) {
+        if self.mirrored {
+            // The kernel reports the routes it makes.
+            return;
+        }
         let list = self
             .tables
             .entry((route.family(), route.table))

@@ -1,0 +1,343 @@
+//! `fibre daemon` and `fibre ctl`: the kernel's routing state mirrored over rtnetlink
+//! (`fibre-mirror`), and a control client that asks it what the file-configured
+//! commands answer (`route get`, `route show`, `rule show`, `nexthop show`, `link show`,
+//! `addr show`) and `stats`.
+//!
+//! One thread owns the mirror: it applies each batch of notifications and answers each
+//! request in turn, so that a request sees whole batches only. The others feed it through
+//! one channel: the netlink receiver, the signal watcher (SIGINT, SIGTERM: the daemon
+//! removes its socket and exits), and one thread per client. A client sends one line, a
+//! JSON array of the command's words, and reads one line back, a JSON object with the
+//! output, the errors and the exit code. A malformed request gets an error reply; nothing
+//! a client sends or fails to send stops the daemon.
+
+use crate::route::{self, Done, Out};
+use clap::Args;
+use fibre_fib::{Family, State};
+use fibre_mirror::kernel::{self, Batch, Events};
+use fibre_mirror::Mirror;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// `fibre daemon`.
+#[derive(Args)]
+pub struct DaemonArgs {
+    /// Mirror this named network namespace (`/run/netns/NAME`) instead of the current one.
+    #[arg(long)]
+    netns: Option<String>,
+    /// The control socket `fibre ctl` connects to (removed on exit).
+    #[arg(long)]
+    socket: PathBuf,
+    /// The receive buffer of the subscribed netlink socket, in bytes: large, so that
+    /// bursts queue; past it changes are lost and the daemon dumps again (counted).
+    #[arg(long, default_value_t = kernel::RECEIVE_BUFFER)]
+    receive_buffer: usize,
+}
+
+/// `fibre ctl`.
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The daemon's control socket.
+    #[arg(long)]
+    socket: PathBuf,
+    /// The command: `route get ...`, `route show [table ID|all] [-4|-6]`, `rule show
+    /// [-4|-6]`, `nexthop show`, `link show`, `addr show [-4|-6]`, `stats`; `--json`
+    /// anywhere for JSON.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+/// The longest request line a client may send.
+const MAX_REQUEST: u64 = 64 << 10;
+
+/// What the mirror's thread is told.
+enum Event {
+    /// Notifications, received at the instant given.
+    Netlink(Batch, Instant),
+    /// The netlink receiver failed.
+    Failed(std::io::Error),
+    /// A client's command words, and where its reply goes.
+    Request(Vec<String>, mpsc::Sender<Reply>),
+    /// SIGINT or SIGTERM.
+    Stop(i32),
+}
+
+/// A reply to a client.
+struct Reply {
+    out: String,
+    err: String,
+    code: u8,
+}
+
+impl Reply {
+    fn error(text: String) -> Reply {
+        Reply {
+            out: String::new(),
+            err: text + "\n",
+            code: 1,
+        }
+    }
+
+    fn json(&self) -> String {
+        serde_json::json!({"stdout": self.out, "stderr": self.err, "code": self.code}).to_string()
+    }
+}
+
+/// Runs `fibre daemon` until SIGINT or SIGTERM.
+pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // Before any thread starts: they are all of the namespace.
+    if let Some(ns) = &a.netns {
+        kernel::enter_netns(ns)?;
+    }
+    let listener = bind(&a.socket)?;
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let _ = tx.send(Event::Stop(sig));
+            }
+        });
+    }
+    // Subscribed before the dump: what changes meanwhile queues, and is applied after.
+    let mut events = Events::subscribe(a.receive_buffer)?;
+    let started = Instant::now();
+    let (mut mirror, _reader) = Mirror::sync()?;
+    eprintln!(
+        "fibre daemon: synced in {:.3} s: {} links, {} IPv4 and {} IPv6 routes; control socket {}",
+        started.elapsed().as_secs_f64(),
+        mirror.state().links().count(),
+        mirror.state().routes(Family::V4, None).count(),
+        mirror.state().routes(Family::V6, None).count(),
+        a.socket.display()
+    );
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || loop {
+            match events.receive() {
+                Ok(b) => {
+                    if tx.send(Event::Netlink(b, Instant::now())).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Event::Failed(e));
+                    return;
+                }
+            }
+        });
+    }
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let tx = tx.clone();
+                std::thread::spawn(move || serve(conn, tx));
+            }
+        });
+    }
+    let code = loop {
+        match rx.recv() {
+            Ok(Event::Netlink(Batch::Messages(batch, bad), at)) => mirror.apply(batch, bad, at),
+            Ok(Event::Netlink(Batch::Overflow, _)) => {
+                mirror.overflowed();
+                eprintln!("fibre daemon: the netlink socket overflowed; dumping again");
+                if let Err(e) = mirror.resync() {
+                    eprintln!("fibre daemon: the dump failed: {e}");
+                    break ExitCode::FAILURE;
+                }
+            }
+            Ok(Event::Failed(e)) => {
+                eprintln!("fibre daemon: netlink: {e}");
+                break ExitCode::FAILURE;
+            }
+            Ok(Event::Request(words, reply)) => {
+                let _ = reply.send(answer(&mirror, &words));
+            }
+            Ok(Event::Stop(sig)) => {
+                eprintln!("fibre daemon: signal {sig}: exiting");
+                break ExitCode::SUCCESS;
+            }
+            Err(_) => break ExitCode::FAILURE,
+        }
+    };
+    let _ = std::fs::remove_file(&a.socket);
+    Ok(code)
+}
+
+/// The control socket at `path`: a stale one (no daemon answers it) is replaced.
+fn bind(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    match UnixListener::bind(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: a daemon is already listening", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path)
+        }
+        other => other,
+    }
+}
+
+/// One client: its request line in, the reply out.
+fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
+    // A client that stalls holds only its own thread, and not for ever.
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut line = String::new();
+    let read = BufReader::new(&conn).take(MAX_REQUEST).read_line(&mut line);
+    let reply = match read {
+        Err(e) => Reply::error(format!("Error: reading the request: {e}")),
+        Ok(_) if !line.ends_with('\n') => {
+            Reply::error("Error: a request is one line of at most 64 KiB".into())
+        }
+        Ok(_) => match serde_json::from_str::<Vec<String>>(&line) {
+            Err(e) => Reply::error(format!(
+                "Error: a request is a JSON array of the command's words: {e}"
+            )),
+            Ok(words) => {
+                let (rtx, rrx) = mpsc::channel();
+                if tx.send(Event::Request(words, rtx)).is_err() {
+                    return;
+                }
+                match rrx.recv() {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            }
+        },
+    };
+    let mut conn = conn;
+    let _ = writeln!(conn, "{}", reply.json());
+}
+
+/// The reply to a command, run on the mirror as it stands.
+fn answer(mirror: &Mirror, words: &[String]) -> Reply {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let done = {
+        let mut o = Out {
+            out: &mut out,
+            err: &mut err,
+        };
+        command(mirror, words, &mut o)
+    };
+    let code = match done {
+        Ok(code) => code,
+        Err(e) => {
+            err.extend_from_slice(format!("Error: {e}\n").as_bytes());
+            1
+        }
+    };
+    Reply {
+        out: String::from_utf8_lossy(&out).into_owned(),
+        err: String::from_utf8_lossy(&err).into_owned(),
+        code,
+    }
+}
+
+/// Runs a control command's words on the mirror.
+fn command(mirror: &Mirror, words: &[String], o: &mut Out) -> Done {
+    let json = words.iter().any(|w| w == "--json" || w == "-j");
+    let v4 = words.iter().any(|w| w == "-4");
+    let v6 = words.iter().any(|w| w == "-6");
+    let rest: Vec<String> = words
+        .iter()
+        .skip(2)
+        .filter(|w| !matches!(w.as_str(), "--json" | "-j" | "-4" | "-6"))
+        .cloned()
+        .collect();
+    let state: &State = mirror.state();
+    let w: Vec<&str> = words.iter().take(2).map(String::as_str).collect();
+    match w.as_slice() {
+        ["route", "get"] => route::route_get(&mirror.snapshot(), &words[2..], json, o),
+        ["route", "show"] => route::route_show(state, &rest, v6, json, o),
+        ["rule", "show"] if rest.is_empty() => route::rule_show(state, v6, json, o),
+        ["nexthop", "show"] if rest.is_empty() => route::nexthop_show(state, json, o),
+        ["link", "show"] if rest.is_empty() => route::link_show(state, json, o),
+        ["addr", "show"] if rest.is_empty() => {
+            route::addr_show(state, &route::families(v4, v6), json, o)
+        }
+        ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => stats(mirror, json, o),
+        _ => {
+            writeln!(
+                o.err,
+                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, stats",
+                words.join(" ")
+            )?;
+            Ok(1)
+        }
+    }
+}
+
+/// `stats`: whether the mirror is synced, its routes per table and family, what it has
+/// applied, resynchronised and dropped, its lag, its memory.
+fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
+    let s = mirror.stats();
+    let state = mirror.state();
+    let mut tables = Vec::new();
+    for f in [Family::V4, Family::V6] {
+        let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+        for r in state.routes(f, None) {
+            *counts.entry(r.table).or_default() += 1;
+        }
+        for (t, n) in counts {
+            tables.push(serde_json::json!({"family": f.name(), "table": t, "routes": n}));
+        }
+    }
+    let us = |q| s.lag(q).map(|d| d.as_secs_f64() * 1e6);
+    let memory: usize = mirror
+        .snapshot()
+        .memory_by_table()
+        .iter()
+        .map(|(_, _, b)| b)
+        .sum();
+    let v = serde_json::json!({
+        "synced": s.synced,
+        "tables": tables,
+        "updates": s.updates,
+        "batches": s.batches,
+        "resyncs": s.resyncs,
+        "overflows": s.overflows,
+        "dump_restarts": s.dump_restarts,
+        "malformed": s.malformed,
+        "skipped": s.skipped,
+        "lag_p50_us": us(0.5),
+        "lag_p99_us": us(0.99),
+        "lookup_memory_bytes": memory,
+    });
+    if json {
+        writeln!(o.out, "{v}")?;
+    } else if let serde_json::Value::Object(m) = v {
+        for (k, v) in m {
+            writeln!(o.out, "{k}: {v}")?;
+        }
+    }
+    Ok(0)
+}
+
+/// Runs `fibre ctl`: sends the command, prints the reply, exits with its code.
+pub fn ctl(a: CtlArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let mut conn = UnixStream::connect(&a.socket)
+        .map_err(|e| format!("{}: {e} (is `fibre daemon` running?)", a.socket.display()))?;
+    writeln!(conn, "{}", serde_json::to_string(&a.command)?)?;
+    let mut line = String::new();
+    BufReader::new(&conn).read_line(&mut line)?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("the daemon's reply: {e}"))?;
+    print!("{}", v["stdout"].as_str().unwrap_or(""));
+    eprint!("{}", v["stderr"].as_str().unwrap_or(""));
+    std::io::stdout().flush()?;
+    Ok(ExitCode::from(
+        v["code"].as_u64().map_or(1, |c| c.min(255) as u8),
+    ))
+}

@@ -1,0 +1,479 @@
+//! `fibre daemon` and `fibre ctl` as a user runs them, held to the kernel: a private
+//! network namespace configured with `ip`, the daemon mirroring it, and what `fibre ctl`
+//! lists and answers compared with what `ip` lists and answers, after the first dump and
+//! after each round of changes made while the daemon runs.
+
+use fibre_kernel::netns::Namespace;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `fibre daemon` of a namespace; stopped (SIGKILL) when dropped.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(ns: &Namespace, extra: &[&str]) -> Daemon {
+        let socket = std::env::temp_dir().join(format!("fibre-{}.sock", ns.name()));
+        let child = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["daemon", "--netns", ns.name(), "--socket"])
+            .arg(&socket)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fibre daemon starts");
+        let d = Daemon { child, socket };
+        // The socket is bound before the first dump: a request waits for it.
+        wait_for("the control socket", || d.socket.exists());
+        d
+    }
+
+    fn ctl(&self, words: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(words)
+            .output()
+            .expect("fibre ctl runs")
+    }
+
+    fn json(&self, words: &[&str]) -> Value {
+        let out = self.ctl(words);
+        assert!(
+            out.status.success(),
+            "fibre ctl {words:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    }
+
+    /// Stops the daemon as a user does (SIGTERM) and returns its exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        self.child.wait().expect("the daemon exits")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Waits until `done` holds. The bound is a guard against a hang, far past anything seen
+/// (the daemon follows a change in well under a millisecond): it is not a measurement.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what}: not after a minute"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn namespace(tag: &str) -> Namespace {
+    let ns = Namespace::create(tag).expect("a network namespace (needs root)");
+    for (k, v) in [
+        ("net.ipv6.conf.all.accept_dad", "0"),
+        ("net.ipv6.conf.default.accept_dad", "0"),
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv6.conf.all.forwarding", "1"),
+        // The same paths as the kernel's need its hash seed, which the mirror reads.
+        ("net.ipv4.fib_multipath_hash_seed", "3141592653"),
+    ] {
+        ns.sysctl(k, v).expect("sysctl");
+    }
+    ns
+}
+
+/// `ip -n NS` with `lines`, one command a line, in order: runs of lines as `ip -batch`
+/// reads them, a line with options (`-6 rule add ...`) on its own.
+fn ip_batch(ns: &Namespace, lines: &str) {
+    let mut run = String::new();
+    for line in lines.lines() {
+        if line.starts_with('-') {
+            if !run.is_empty() {
+                ns.batch(&run).expect("ip -batch");
+                run.clear();
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            ns.ip(&words).expect("ip");
+        } else {
+            run.push_str(line);
+            run.push('\n');
+        }
+    }
+    if !run.is_empty() {
+        ns.batch(&run).expect("ip -batch");
+    }
+}
+
+/// Both sides' listings of every table of both families (JSON objects as text, sorted:
+/// the kernel lists tables in its hash order) and of the rules of both families.
+fn listings(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
+    let mut kernel = Vec::new();
+    let mut fibre = Vec::new();
+    for f in ["-4", "-6"] {
+        let k: Value = serde_json::from_str(
+            &ns.ip(&["-d", "-j", f, "route", "show", "table", "all"])
+                .expect("ip route show"),
+        )
+        .expect("JSON");
+        kernel.extend(k.as_array().unwrap().iter().map(Value::to_string));
+        let v = d.json(&["route", "show", "table", "all", f, "--json"]);
+        fibre.extend(v.as_array().unwrap().iter().map(Value::to_string));
+        let k: Value =
+            serde_json::from_str(&ns.ip(&["-j", f, "rule", "show"]).expect("ip rule show"))
+                .expect("JSON");
+        kernel.extend(k.as_array().unwrap().iter().map(|r| format!("rule {r}")));
+        let v = d.json(&["rule", "show", f, "--json"]);
+        fibre.extend(v.as_array().unwrap().iter().map(|r| format!("rule {r}")));
+    }
+    kernel.sort();
+    fibre.sort();
+    (kernel, fibre)
+}
+
+/// Adds a sentinel route and waits until the daemon lists it: notifications come in
+/// order, so every change made before is applied too.
+fn caught_up(ns: &Namespace, d: &Daemon, n: u32) {
+    let dst = format!("198.51.100.{n}");
+    ns.ip(&[
+        "route",
+        "add",
+        &format!("{dst}/32"),
+        "dev",
+        "lo",
+        "table",
+        "250",
+    ])
+    .expect("the sentinel");
+    wait_for("the sentinel route", || {
+        let out = d.ctl(&["route", "show", "table", "250"]);
+        String::from_utf8_lossy(&out.stdout).contains(&dst)
+    });
+}
+
+/// The kernel's `ip -j route get` and the daemon's `route get --json` for `query`.
+fn both_get(ns: &Namespace, d: &Daemon, query: &[&str]) -> (String, String) {
+    let mut args = vec!["-d", "-j", "route", "get"];
+    args.extend(query);
+    let kernel = match ns.ip(&args) {
+        Ok(out) => serde_json::from_str::<Value>(&out)
+            .expect("JSON")
+            .to_string(),
+        Err(e) => {
+            let text = e.to_string();
+            let last = text.lines().last().unwrap_or("");
+            format!("error {}", last.rsplit("failed: ").next().unwrap_or(last))
+        }
+    };
+    let mut words = vec!["route", "get"];
+    words.extend(query);
+    words.push("--json");
+    let out = d.ctl(&words);
+    let fibre = if out.status.success() {
+        serde_json::from_slice::<Value>(&out.stdout)
+            .expect("JSON")
+            .to_string()
+    } else {
+        format!(
+            "error {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        )
+    };
+    (kernel, fibre)
+}
+
+fn assert_same(ns: &Namespace, d: &Daemon, when: &str) {
+    let (kernel, fibre) = listings(ns, d);
+    let only_kernel: Vec<_> = kernel.iter().filter(|r| !fibre.contains(r)).collect();
+    let only_fibre: Vec<_> = fibre.iter().filter(|r| !kernel.contains(r)).collect();
+    assert!(
+        only_kernel.is_empty() && only_fibre.is_empty(),
+        "{when}: only the kernel lists {only_kernel:#?}\nonly fibre lists {only_fibre:#?}"
+    );
+    assert_eq!(
+        kernel.len(),
+        fibre.len(),
+        "{when}: as many routes and rules"
+    );
+}
+
+const SETUP: &str = "\
+link set lo up
+link add a0 type veth peer name a1
+link add b0 type veth peer name b1
+link add d0 type veth peer name d1
+link set a0 up
+link set a1 up
+link set b0 up
+link set d0 up
+link set d1 up
+addr add 10.0.0.1/24 dev a0
+addr add 10.0.1.1/24 dev b0
+addr add 10.0.1.9/24 dev b0
+addr add 192.0.2.1/28 dev d0
+addr add 2001:db8::1/64 dev a0 nodad
+addr add 2001:db8:1::1/64 dev b0 nodad
+route add 10.1.0.0/16 via 10.0.0.2
+route add 10.2.0.0/16 nexthop via 10.0.0.2 weight 2 nexthop via 10.0.1.2
+route add 10.3.0.0/16 via 10.0.0.3 table 100
+route add blackhole 10.4.0.0/16
+route add unreachable 10.5.0.0/16 metric 5
+route add 10.6.0.0/16 via 10.0.1.3 mtu 1400 proto static
+route add 2001:db8:5::/48 via 2001:db8::2
+route add 2001:db8:5::/48 via 2001:db8:1::2 metric 2048
+route add 2001:db8:6::/48 nexthop via 2001:db8::2 nexthop via 2001:db8:1::2
+route add prohibit 2001:db8:7::/48
+rule add from 10.9.0.0/16 lookup 100 pref 1000
+rule add iif b1 lookup 100 pref 1001
+rule add fwmark 7/0xff blackhole pref 1002
+-6 rule add from 2001:db8:9::/48 lookup 100 pref 1000
+";
+
+/// Queries asked of both after each round.
+const QUERIES: [&str; 12] = [
+    "10.1.2.3",
+    "10.2.7.7",
+    "10.3.0.1 from 10.9.1.1",
+    "10.4.0.1",
+    "10.5.0.1",
+    "10.6.1.1",
+    "10.0.1.9",
+    "192.0.2.5",
+    "2001:db8:5::1",
+    "2001:db8:6::1",
+    "2001:db8:7::1",
+    "203.0.113.1",
+];
+
+fn ask_all(ns: &Namespace, d: &Daemon, when: &str) {
+    for q in QUERIES {
+        let words: Vec<&str> = q.split_whitespace().collect();
+        let (kernel, fibre) = both_get(ns, d, &words);
+        assert_eq!(kernel, fibre, "{when}: route get {q}");
+    }
+}
+
+#[test]
+#[ignore = "needs root: mirrors a network namespace the test configures"]
+fn the_daemon_mirrors_a_namespace_and_follows_its_changes() {
+    let ns = namespace("mirror");
+    ip_batch(&ns, SETUP);
+    let d = Daemon::start(&ns, &[]);
+    caught_up(&ns, &d, 1);
+    assert_same(&ns, &d, "after the first dump");
+    ask_all(&ns, &d, "after the first dump");
+    let stats = d.json(&["stats", "--json"]);
+    assert_eq!(stats["synced"], true);
+
+    // Changes while it runs, each kind the mirror follows.
+    ip_batch(
+        &ns,
+        "\
+route add 10.7.0.0/16 via 10.0.0.4 metric 5
+route append 10.7.0.0/16 via 10.0.1.4 metric 5
+route replace 10.1.0.0/16 via 10.0.1.5
+route del 10.6.0.0/16
+route add 2001:db8:8::/48 via 2001:db8::3
+route append 2001:db8:8::/48 via 2001:db8:1::3
+route del 2001:db8:6::/48 via 2001:db8::2
+addr add 10.0.5.1/24 dev a1
+addr add 2001:db8:2::1/64 dev a1 nodad
+rule add to 10.7.0.0/16 lookup main pref 900
+rule del pref 1001
+route add 10.3.0.0/16 via 10.0.1.3 table 101
+rule add from 10.9.0.0/16 lookup 101 pref 999
+",
+    );
+    caught_up(&ns, &d, 2);
+    assert_same(&ns, &d, "after routes, addresses and rules changed");
+    ask_all(&ns, &d, "after routes, addresses and rules changed");
+
+    // What the kernel removes without a message: routes through a link going down,
+    // through a link losing its last address, and a link deleted.
+    ip_batch(
+        &ns,
+        "\
+link set b0 down
+addr del 192.0.2.1/28 dev d0
+link del a1
+",
+    );
+    caught_up(&ns, &d, 3);
+    assert_same(&ns, &d, "after links went down and away");
+    ask_all(&ns, &d, "after links went down and away");
+    ip_batch(&ns, "link set b0 up\nroute add 10.8.0.0/16 via 10.0.1.8\n");
+    caught_up(&ns, &d, 4);
+    assert_same(&ns, &d, "after a link came back");
+
+    let stats = d.json(&["stats", "--json"]);
+    assert!(stats["batches"].as_u64().unwrap() > 0, "{stats}");
+    assert_eq!(stats["resyncs"], 0, "{stats}");
+    assert_eq!(stats["malformed"], 0, "{stats}");
+
+    // A request that is not a command gets an error; the daemon answers the next.
+    let out = d.ctl(&["route", "frobnicate"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown command"));
+    let mut raw = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    std::io::Write::write_all(&mut raw, b"not json\n").unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut reply).unwrap();
+    assert!(reply.contains("JSON array"), "{reply}");
+    assert_eq!(d.json(&["stats", "--json"])["synced"], true);
+
+    let socket = d.socket.clone();
+    let status = d.stop();
+    assert!(status.success(), "exit on SIGTERM: {status}");
+    assert!(!socket.exists(), "the socket is removed on exit");
+}
+
+/// Links as both sides list them: index, name, MTU, MAC, up; sorted.
+fn links(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
+    let pick = |l: &Value| {
+        let up = l["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "UP"));
+        format!(
+            "{} {} mtu {} {} up {up}",
+            l["ifindex"], l["ifname"], l["mtu"], l["address"]
+        )
+    };
+    let k: Value = serde_json::from_str(&ns.ip(&["-j", "link", "show"]).unwrap()).unwrap();
+    let f = d.json(&["link", "show", "--json"]);
+    let mut k: Vec<String> = k.as_array().unwrap().iter().map(pick).collect();
+    let mut f: Vec<String> = f.as_array().unwrap().iter().map(pick).collect();
+    k.sort();
+    f.sort();
+    (k, f)
+}
+
+/// Addresses as both sides list them: link, family, address, length; sorted.
+fn addresses(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
+    let all = |v: Value| -> Vec<String> {
+        let mut out = Vec::new();
+        for l in v.as_array().unwrap() {
+            for a in l["addr_info"].as_array().into_iter().flatten() {
+                out.push(format!(
+                    "{} {} {}/{}",
+                    l["ifname"], a["family"], a["local"], a["prefixlen"]
+                ));
+            }
+        }
+        out.sort();
+        out
+    };
+    let k: Value = serde_json::from_str(&ns.ip(&["-j", "addr", "show"]).unwrap()).unwrap();
+    (all(k), all(d.json(&["addr", "show", "--json"])))
+}
+
+#[test]
+#[ignore = "needs root: mirrors a network namespace the test configures"]
+fn the_daemon_keeps_up_with_links_churning() {
+    let ns = namespace("churn");
+    ip_batch(&ns, "link set lo up\n");
+    let d = Daemon::start(&ns, &[]);
+    // Rounds of 10 to 100 veth pairs, each with addresses of both families and routes
+    // through them, made and then deleted in part, as containers come and go.
+    let mut sentinel = 10;
+    for (round, count) in [10usize, 40, 100, 25].into_iter().enumerate() {
+        let mut up = String::new();
+        for i in 0..count {
+            let (a, b) = (i / 250, i % 250);
+            up += &format!(
+                "link add c{i} type veth peer name p{i}\nlink set c{i} up\nlink set p{i} up\n\
+                 addr add 10.{}.{b}.1/24 dev c{i}\naddr add 2001:db8:{a:x}{b:02x}::1/64 dev c{i} nodad\n\
+                 route add 172.{}.{b}.0/24 via 10.{}.{b}.2\n",
+                100 + a,
+                16 + a,
+                100 + a
+            );
+        }
+        ip_batch(&ns, &up);
+        let mut down = String::new();
+        for i in (round % 2..count).step_by(2) {
+            down += &format!("link del c{i}\n");
+        }
+        ip_batch(&ns, &down);
+        sentinel += 1;
+        caught_up(&ns, &d, sentinel);
+        let when = format!("round {round} ({count} pairs)");
+        assert_same(&ns, &d, &when);
+        let (k, f) = links(&ns, &d);
+        assert_eq!(k, f, "{when}: links");
+        let (k, f) = addresses(&ns, &d);
+        assert_eq!(k, f, "{when}: addresses");
+        // What is left goes before the next round.
+        let mut gone = String::new();
+        for i in (1 - round % 2..count).step_by(2) {
+            gone += &format!("link del c{i}\n");
+        }
+        ip_batch(&ns, &gone);
+    }
+    sentinel += 1;
+    caught_up(&ns, &d, sentinel);
+    assert_same(&ns, &d, "after the churn");
+    let (k, f) = links(&ns, &d);
+    assert_eq!(k, f, "links after the churn");
+    let stats = d.json(&["stats", "--json"]);
+    assert_eq!(stats["malformed"], 0, "{stats}");
+}
+
+#[test]
+#[ignore = "needs root: mirrors a network namespace the test configures"]
+fn an_overflow_is_counted_and_the_mirror_converges_to_the_kernel() {
+    let ns = namespace("overflow");
+    ip_batch(
+        &ns,
+        "link set lo up\nlink add a0 type veth peer name a1\nlink set a0 up\nlink set a1 up\n\
+         addr add 10.0.0.1/24 dev a0\n",
+    );
+    // A small receive buffer and a stalled reader: a burst of changes cannot queue.
+    let d = Daemon::start(&ns, &["--receive-buffer", "4096"]);
+    caught_up(&ns, &d, 1);
+    let pid = d.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut burst = String::new();
+    for i in 0..3000 {
+        burst += &format!(
+            "route add 10.{}.{}.0/24 via 10.0.0.2\n",
+            1 + i / 250,
+            i % 250
+        );
+    }
+    for i in 0..500 {
+        burst += &format!("route del 10.{}.{}.0/24\n", 1 + i / 250, i % 250);
+    }
+    ip_batch(&ns, &burst);
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    caught_up(&ns, &d, 2);
+    assert_same(&ns, &d, "after the overflow");
+    let stats = d.json(&["stats", "--json"]);
+    assert!(stats["overflows"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["resyncs"].as_u64().unwrap() >= 1, "{stats}");
+}

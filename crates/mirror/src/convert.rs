@@ -1,0 +1,389 @@
+//! The kernel's rtnetlink messages as fibre's routing objects: a link, an address, a
+//! route or a rule, new or removed ([`Change`]).
+//!
+//! The wire format is `netlink-packet-route`'s; this module reads its messages into
+//! `fibre_fib`'s types. What fibre does not hold (multicast routing, MPLS, tunnels'
+//! encapsulations, families other than IPv4 and IPv6) is not a change: it is skipped and
+//! counted by the caller ([`Skip`]), never an error that stops the mirror.
+
+use fibre_fib::names::{SCOPE_HOST, SCOPE_LINK, SCOPE_NOWHERE};
+use fibre_fib::rule::{Range, RuleLink};
+use fibre_fib::{
+    Address, Family, Link, LinkIndex, LinkKind, Net, Path, Paths, Route, RouteType, Rule,
+    RuleAction,
+};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_REPLACE};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteNextHopFlags,
+    RouteType as WireRouteType, RouteVia,
+};
+use netlink_packet_route::rule::{RuleAction as WireRuleAction, RuleAttribute, RuleFlags};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use std::net::IpAddr;
+
+/// What a message changes in the mirror.
+#[derive(Debug)]
+pub enum Change {
+    /// A link, new or changed, with its carrier.
+    Link(Link, bool),
+    /// A link removed.
+    DelLink(LinkIndex),
+    /// An address, new or changed.
+    Address(Address),
+    /// An address removed: its link, address and length.
+    DelAddress(LinkIndex, IpAddr, u8),
+    /// A route, new or changed, and how it was added.
+    Route(Route, fibre_fib::RouteOp),
+    /// A route removed.
+    DelRoute(Route),
+    /// A rule added.
+    Rule(Rule),
+    /// A rule removed.
+    DelRule(Rule),
+}
+
+/// Why a message is not a change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// A kind of message the mirror does not follow (neighbours, for now).
+    NotFollowed,
+    /// A family other than IPv4 and IPv6, or a route fibre does not hold (multicast
+    /// routing, MPLS, a cached clone).
+    NotHeld,
+    /// Malformed: an attribute missing or out of range.
+    Malformed(&'static str),
+}
+
+/// The change `msg` makes, given the flags of its netlink header.
+pub fn change(msg: &RouteNetlinkMessage, flags: u16) -> Result<Change, Skip> {
+    use RouteNetlinkMessage as M;
+    match msg {
+        M::NewLink(l) => link(l).map(|(l, c)| Change::Link(l, c)),
+        M::DelLink(l) => Ok(Change::DelLink(l.header.index)),
+        M::NewAddress(a) => address(a).map(Change::Address),
+        M::DelAddress(a) => address(a).map(|a| Change::DelAddress(a.link, a.local, a.len)),
+        M::NewRoute(r) => {
+            let op = if flags & NLM_F_REPLACE != 0 {
+                fibre_fib::RouteOp::Replace
+            } else if flags & NLM_F_APPEND != 0 {
+                fibre_fib::RouteOp::Append
+            } else {
+                fibre_fib::RouteOp::Prepend
+            };
+            route(r).map(|r| Change::Route(r, op))
+        }
+        M::DelRoute(r) => route(r).map(Change::DelRoute),
+        M::NewRule(r) => rule(r).map(Change::Rule),
+        M::DelRule(r) => rule(r).map(Change::DelRule),
+        _ => Err(Skip::NotFollowed),
+    }
+}
+
+fn family(f: AddressFamily) -> Result<Family, Skip> {
+    match f {
+        AddressFamily::Inet => Ok(Family::V4),
+        AddressFamily::Inet6 => Ok(Family::V6),
+        _ => Err(Skip::NotHeld),
+    }
+}
+
+/// A link and its carrier.
+fn link(m: &netlink_packet_route::link::LinkMessage) -> Result<(Link, bool), Skip> {
+    let flags = m.header.flags;
+    let mut name = None;
+    let (mut mtu, mut mac, mut group) = (1500, [0u8; 6], 0);
+    let (mut kind_name, mut peer, mut other_netns) = (None, None, false);
+    for a in &m.attributes {
+        match a {
+            LinkAttribute::IfName(n) => name = Some(n.clone()),
+            LinkAttribute::Mtu(v) => mtu = *v,
+            LinkAttribute::Group(g) => group = *g,
+            LinkAttribute::Address(b) if b.len() == 6 => mac.copy_from_slice(b),
+            LinkAttribute::Link(p) => peer = Some(*p),
+            LinkAttribute::LinkNetNsId(_) => other_netns = true,
+            LinkAttribute::LinkInfo(infos) => {
+                for i in infos {
+                    if let LinkInfo::Kind(k) = i {
+                        kind_name = Some(k.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let name = name.ok_or(Skip::Malformed("a link without a name"))?;
+    let kind = if flags.contains(LinkFlags::Loopback) {
+        LinkKind::Loopback
+    } else {
+        match (kind_name.as_deref(), peer) {
+            (Some("veth"), Some(peer)) if !other_netns && peer != 0 => LinkKind::Veth { peer },
+            (Some("dummy"), _) => LinkKind::Dummy,
+            (k, _) => LinkKind::Other(k.unwrap_or("").to_string()),
+        }
+    };
+    let link = Link {
+        index: m.header.index,
+        name,
+        kind,
+        up: flags.contains(LinkFlags::Up),
+        mtu,
+        mac,
+        group,
+        addrgenmode: fibre_fib::link::AddrGenMode::Eui64,
+    };
+    Ok((link, flags.contains(LinkFlags::LowerUp)))
+}
+
+/// An address.
+fn address(m: &netlink_packet_route::address::AddressMessage) -> Result<Address, Skip> {
+    let fam = family(m.header.family)?;
+    let (mut local, mut peer, mut broadcast, mut metric) = (None, None, None, 0);
+    let mut flags = AddressFlags::from_bits_retain(u32::from(m.header.flags.bits()));
+    for a in &m.attributes {
+        match a {
+            AddressAttribute::Local(l) => local = Some(*l),
+            AddressAttribute::Address(l) => peer = Some(*l),
+            AddressAttribute::Broadcast(b) => broadcast = Some(IpAddr::V4(*b)),
+            AddressAttribute::Flags(f) => flags = *f,
+            AddressAttribute::RoutePriority(p) => metric = *p,
+            _ => {}
+        }
+    }
+    // IPv4: IFA_LOCAL is the address, IFA_ADDRESS its peer; IPv6 has only IFA_ADDRESS
+    // (or IFA_LOCAL with a peer).
+    let local = local
+        .or(peer)
+        .ok_or(Skip::Malformed("an address without one"))?;
+    if Family::of(local) != fam || m.header.prefix_len > fam.bits() {
+        return Err(Skip::Malformed("an address of the wrong family or length"));
+    }
+    let _ = AddressHeaderFlags::Secondary;
+    Ok(Address {
+        link: m.header.index,
+        local,
+        len: m.header.prefix_len,
+        broadcast,
+        scope: u8::from(m.header.scope),
+        secondary: flags.contains(AddressFlags::Secondary),
+        noprefixroute: flags.contains(AddressFlags::Noprefixroute),
+        metric,
+        automatic: false,
+    })
+}
+
+fn route_address(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
+        RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
+        _ => None,
+    }
+}
+
+fn via(v: &RouteVia) -> Option<IpAddr> {
+    match v {
+        RouteVia::Inet(a) => Some(IpAddr::V4(*a)),
+        RouteVia::Inet6(a) => Some(IpAddr::V6(*a)),
+        _ => None,
+    }
+}
+
+/// A prefix of `fam` from an address attribute (the default one when absent).
+fn prefix(fam: Family, addr: Option<IpAddr>, len: u8) -> Result<Net, Skip> {
+    let addr = addr.unwrap_or(fam.any());
+    if Family::of(addr) != fam || len > fam.bits() {
+        return Err(Skip::Malformed("a prefix of the wrong family or length"));
+    }
+    Net::new(addr, len).ok_or(Skip::Malformed("a prefix with host bits"))
+}
+
+/// A path's scope as the kernel keeps it (`nh_scope`), from its route's scope: `nowhere`
+/// for a route of scope `host` (a local route's), `link` for a gateway, else `host`.
+fn path_scope(route_scope: u8, gateway: Option<IpAddr>) -> u8 {
+    match (route_scope, gateway) {
+        (SCOPE_HOST, _) => SCOPE_NOWHERE,
+        (_, Some(_)) => SCOPE_LINK,
+        (_, None) => SCOPE_HOST,
+    }
+}
+
+/// A route.
+pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
+    let h = &m.header;
+    let fam = family(h.address_family)?;
+    if h.flags.contains(RouteFlags::Cloned) {
+        return Err(Skip::NotHeld);
+    }
+    let kind = match h.kind {
+        WireRouteType::Unicast => RouteType::Unicast,
+        WireRouteType::Local => RouteType::Local,
+        WireRouteType::Broadcast => RouteType::Broadcast,
+        WireRouteType::Anycast => RouteType::Anycast,
+        WireRouteType::Multicast => RouteType::Multicast,
+        WireRouteType::BlackHole => RouteType::Blackhole,
+        WireRouteType::Unreachable => RouteType::Unreachable,
+        WireRouteType::Prohibit => RouteType::Prohibit,
+        WireRouteType::Throw => RouteType::Throw,
+        _ => return Err(Skip::NotHeld),
+    };
+    let (mut dst, mut src, mut gateway, mut prefsrc) = (None, None, None, None);
+    let (mut table, mut metric, mut oif, mut mtu, mut pref) =
+        (u32::from(h.table), 0, None, None, 0);
+    let (mut multipath, mut nhid) = (None, None);
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Destination(d) => dst = route_address(d),
+            RouteAttribute::Source(s) => src = route_address(s),
+            RouteAttribute::Gateway(g) => gateway = route_address(g),
+            RouteAttribute::Via(v) => gateway = via(v),
+            RouteAttribute::PrefSource(p) => prefsrc = route_address(p),
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Priority(p) => metric = *p,
+            RouteAttribute::Oif(o) => oif = Some(*o),
+            RouteAttribute::MultiPath(hops) => multipath = Some(hops),
+            RouteAttribute::NhId(id) => nhid = Some(*id),
+            RouteAttribute::Preference(p) => pref = u8::from(*p),
+            RouteAttribute::Metrics(ms) => {
+                for x in ms {
+                    if let RouteMetric::Mtu(v) = x {
+                        mtu = Some(*v);
+                    }
+                }
+            }
+            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => return Err(Skip::NotHeld),
+            _ => {}
+        }
+    }
+    let dst = prefix(fam, dst, h.destination_prefix_length)?;
+    let src = prefix(fam, src, h.source_prefix_length)?;
+    let paths = if let Some(id) = nhid {
+        Paths::Object(id)
+    } else if let Some(hops) = multipath {
+        let mut paths = Vec::with_capacity(hops.len());
+        for hop in hops {
+            let mut gw = None;
+            for a in &hop.attributes {
+                match a {
+                    RouteAttribute::Gateway(g) => gw = route_address(g),
+                    RouteAttribute::Via(v) => gw = via(v),
+                    _ => {}
+                }
+            }
+            paths.push(Path {
+                gateway: gw,
+                dev: hop.interface_index,
+                weight: u16::from(hop.hops) + 1,
+                onlink: hop.flags.contains(RouteNextHopFlags::Onlink),
+                dead: hop.flags.contains(RouteNextHopFlags::Dead),
+                scope: path_scope(u8::from(h.scope), gw),
+            });
+        }
+        Paths::Own(paths)
+    } else if kind.is_reject() || kind == RouteType::Throw {
+        Paths::None
+    } else {
+        let dev = oif.ok_or(Skip::Malformed("a route without a link"))?;
+        Paths::Own(vec![Path {
+            gateway,
+            dev,
+            weight: 1,
+            onlink: h.flags.contains(RouteFlags::Onlink),
+            dead: h.flags.contains(RouteFlags::Dead),
+            scope: path_scope(u8::from(h.scope), gateway),
+        }])
+    };
+    Ok(Route {
+        table,
+        dst,
+        src,
+        tos: h.tos,
+        metric,
+        protocol: u8::from(h.protocol),
+        scope: u8::from(h.scope),
+        kind,
+        prefsrc,
+        mtu,
+        paths,
+        pref,
+    })
+}
+
+/// A rule.
+fn rule(m: &netlink_packet_route::rule::RuleMessage) -> Result<Rule, Skip> {
+    let h = &m.header;
+    let fam = family(h.family)?;
+    let mut table = u32::from(h.table);
+    let mut r = Rule::new(fam, 0, RuleAction::Nop);
+    r.invert = h.flags.contains(RuleFlags::Invert);
+    if h.tos != 0 {
+        r.tos = Some(h.tos);
+    }
+    let (mut src, mut dst, mut goto, mut mark, mut mask) = (None, None, 0, None, None);
+    for a in &m.attributes {
+        match a {
+            RuleAttribute::Priority(p) => r.pref = *p,
+            RuleAttribute::Source(s) => src = Some(*s),
+            RuleAttribute::Destination(d) => dst = Some(*d),
+            RuleAttribute::Iifname(n) => {
+                r.iif = Some(RuleLink {
+                    name: n.clone(),
+                    index: None,
+                })
+            }
+            RuleAttribute::Oifname(n) => {
+                r.oif = Some(RuleLink {
+                    name: n.clone(),
+                    index: None,
+                })
+            }
+            RuleAttribute::Goto(g) => goto = *g,
+            RuleAttribute::FwMark(v) => mark = Some(*v),
+            RuleAttribute::FwMask(v) => mask = Some(*v),
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::SuppressPrefixLen(v) if *v != u32::MAX => {
+                r.suppress_prefixlength = Some(
+                    u8::try_from(*v)
+                        .map_err(|_| Skip::Malformed("suppress_prefixlength out of range"))?,
+                )
+            }
+            RuleAttribute::SuppressIfGroup(v) if *v != u32::MAX => r.suppress_ifgroup = Some(*v),
+            RuleAttribute::IpProtocol(p) => r.ipproto = Some(i32::from(*p) as u8),
+            RuleAttribute::SourcePortRange(p) => {
+                r.sport = Some(Range {
+                    start: u32::from(p.start),
+                    end: u32::from(p.end),
+                })
+            }
+            RuleAttribute::DestinationPortRange(p) => {
+                r.dport = Some(Range {
+                    start: u32::from(p.start),
+                    end: u32::from(p.end),
+                })
+            }
+            RuleAttribute::UidRange(u) => {
+                r.uidrange = Some(Range {
+                    start: u.start,
+                    end: u.end,
+                })
+            }
+            RuleAttribute::Protocol(p) => r.protocol = u8::from(*p),
+            _ => {}
+        }
+    }
+    r.src = src.map(|s| prefix(fam, Some(s), h.src_len)).transpose()?;
+    r.dst = dst.map(|d| prefix(fam, Some(d), h.dst_len)).transpose()?;
+    if mark.is_some() || mask.is_some() {
+        r.fwmark = Some((mark.unwrap_or(0), mask.unwrap_or(u32::MAX)));
+    }
+    r.action = match h.action {
+        WireRuleAction::ToTable => RuleAction::Lookup(table),
+        WireRuleAction::Goto => RuleAction::Goto(goto),
+        WireRuleAction::Nop => RuleAction::Nop,
+        WireRuleAction::Blackhole => RuleAction::Blackhole,
+        WireRuleAction::Unreachable => RuleAction::Unreachable,
+        WireRuleAction::Prohibit => RuleAction::Prohibit,
+        _ => return Err(Skip::NotHeld),
+    };
+    Ok(r)
+}

@@ -1,0 +1,265 @@
+//! rtnetlink sockets to the kernel of the current network namespace: one subscribed to
+//! the routing groups, which queues every change the kernel announces, and one for
+//! dumps, which restarts a dump the kernel marks interrupted (`NLM_F_DUMP_INTR`).
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::AddressMessage;
+use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::rule::RuleMessage;
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use std::io;
+
+/// The groups the mirror follows: links, IPv4 and IPv6 addresses, routes and rules.
+const GROUPS: [u32; 7] = [
+    libc::RTNLGRP_LINK,
+    libc::RTNLGRP_IPV4_IFADDR,
+    libc::RTNLGRP_IPV6_IFADDR,
+    libc::RTNLGRP_IPV4_ROUTE,
+    libc::RTNLGRP_IPV6_ROUTE,
+    libc::RTNLGRP_IPV4_RULE,
+    libc::RTNLGRP_IPV6_RULE,
+];
+
+/// The receive buffer asked for each socket: large, so that bursts of changes (a table
+/// loaded with `ip -batch`) queue rather than overflow.
+pub const RECEIVE_BUFFER: usize = 64 << 20;
+
+/// A message as received, with its header's flags.
+pub type Received = (RouteNetlinkMessage, u16);
+
+/// The subscribed socket: every change the kernel announces, queued from the moment it
+/// is made.
+pub struct Events {
+    socket: Socket,
+    buf: Vec<u8>,
+}
+
+/// What a receive on the subscribed socket gave.
+pub enum Batch {
+    /// Messages (and how many could not be parsed, dropped).
+    Messages(Vec<Received>, u64),
+    /// The socket overflowed (`ENOBUFS`): changes were lost, the state must be dumped
+    /// again.
+    Overflow,
+}
+
+impl Events {
+    /// Subscribes to the routing groups, with a receive buffer of `receive_buffer` bytes
+    /// (forced past the system's limit where this process may).
+    pub fn subscribe(receive_buffer: usize) -> io::Result<Events> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        set_receive_buffer(&socket, receive_buffer)?;
+        socket.bind_auto()?;
+        for g in GROUPS {
+            socket.add_membership(g)?;
+        }
+        Ok(Events {
+            socket,
+            buf: vec![0; 1 << 20],
+        })
+    }
+
+    /// Waits for the next changes and returns what has queued since, up to a megabyte.
+    /// After an overflow, what is still queued is discarded: it is older than the loss
+    /// (the kernel reports the overflow before the messages queued ahead of it), and the
+    /// dump that must follow holds its effect, where applying it after the dump would
+    /// bring back what a lost message had removed.
+    pub fn receive(&mut self) -> io::Result<Batch> {
+        let n = match self.socket.recv(&mut &mut self.buf[..], 0) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                self.discard()?;
+                return Ok(Batch::Overflow);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        let bad = parse(&self.buf[..n], &mut out);
+        Ok(Batch::Messages(out, bad))
+    }
+}
+
+impl Events {
+    /// Reads and drops everything queued, without waiting.
+    fn discard(&mut self) -> io::Result<()> {
+        loop {
+            match self.socket.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Sets a socket's receive buffer: `SO_RCVBUFFORCE` where the process may (as root),
+/// else as large as the system allows.
+fn set_receive_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: `setsockopt` reads `size_of::<c_int>()` bytes from a pointer to a live
+    // `c_int`, on a descriptor this socket owns; it keeps neither.
+    let forced = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if forced != 0 {
+        socket.set_rx_buf_sz(bytes)?;
+    }
+    Ok(())
+}
+
+/// Parses the netlink messages in `bytes` into `out`; the number that could not be
+/// parsed (each dropped).
+fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
+    let mut bad = 0;
+    while bytes.len() >= 16 {
+        let len = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        if len < 16 || len > bytes.len() {
+            // A length that cannot be: the rest of the buffer cannot be framed.
+            return bad + 1;
+        }
+        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&bytes[..len]) {
+            Ok(m) => {
+                let flags = m.header.flags;
+                match m.payload {
+                    NetlinkPayload::InnerMessage(inner) => out.push((inner, flags)),
+                    NetlinkPayload::Error(e) if e.code.is_some() => bad += 1,
+                    _ => {}
+                }
+            }
+            Err(_) => bad += 1,
+        }
+        // Messages are aligned to 4 bytes.
+        let step = (len + 3) & !3;
+        bytes = &bytes[step.min(bytes.len())..];
+    }
+    bad
+}
+
+/// A dump of everything the mirror follows, in the order it is applied: links,
+/// addresses, rules, routes.
+pub struct Dump {
+    /// The messages, in order.
+    pub messages: Vec<Received>,
+    /// Messages that could not be parsed (dropped).
+    pub malformed: u64,
+    /// Dumps the kernel marked interrupted, each started again.
+    pub restarts: u64,
+}
+
+/// Dumps links, addresses, rules and routes of both families, each kind again until the
+/// kernel gives it whole.
+pub fn dump() -> io::Result<Dump> {
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    set_receive_buffer(&socket, RECEIVE_BUFFER)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let requests = [
+        RouteNetlinkMessage::GetLink(LinkMessage::default()),
+        RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+        RouteNetlinkMessage::GetRule(RuleMessage::default()),
+        RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+    ];
+    let mut out = Dump {
+        messages: Vec::new(),
+        malformed: 0,
+        restarts: 0,
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    for (seq, request) in requests.into_iter().enumerate() {
+        loop {
+            let (messages, malformed, interrupted) =
+                dump_one(&socket, &mut buf, request.clone(), seq as u32 + 1)?;
+            if interrupted {
+                out.restarts += 1;
+                continue;
+            }
+            out.messages.extend(messages);
+            out.malformed += malformed;
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// One dump request's answer: its messages, how many could not be parsed, and whether
+/// the kernel marked it interrupted.
+fn dump_one(
+    socket: &Socket,
+    buf: &mut [u8],
+    request: RouteNetlinkMessage,
+    seq: u32,
+) -> io::Result<(Vec<Received>, u64, bool)> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
+    let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(request));
+    packet.finalize();
+    let mut bytes = vec![0; packet.buffer_len()];
+    packet.serialize(&mut bytes);
+    socket.send(&bytes, 0)?;
+    let (mut out, mut bad, mut interrupted) = (Vec::new(), 0, false);
+    loop {
+        let n = socket.recv(&mut &mut buf[..], 0)?;
+        let mut at = &buf[..n];
+        while at.len() >= 16 {
+            let len = u32::from_ne_bytes([at[0], at[1], at[2], at[3]]) as usize;
+            if len < 16 || len > at.len() {
+                bad += 1;
+                break;
+            }
+            let flags = u16::from_ne_bytes([at[6], at[7]]);
+            interrupted |= flags & NLM_F_DUMP_INTR != 0;
+            match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&at[..len]) {
+                Ok(m) => match m.payload {
+                    NetlinkPayload::Done(_) => return Ok((out, bad, interrupted)),
+                    NetlinkPayload::Error(e) => {
+                        if let Some(code) = e.code {
+                            return Err(io::Error::from_raw_os_error(-code.get()));
+                        }
+                    }
+                    NetlinkPayload::InnerMessage(inner) => out.push((inner, flags)),
+                    _ => {}
+                },
+                Err(_) => bad += 1,
+            }
+            let step = (len + 3) & !3;
+            at = &at[step.min(at.len())..];
+        }
+    }
+}
+
+/// Moves the calling thread into the network namespace `name` (as `ip netns exec`
+/// does: `/run/netns/NAME`); sockets opened and threads started afterwards are of that
+/// namespace.
+pub fn enter_netns(name: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a namespace name: {name:?}"),
+        ));
+    }
+    let path = format!("/run/netns/{name}");
+    let file =
+        std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    // SAFETY: `setns` takes a descriptor this function holds open for the call and a
+    // namespace type; it touches no memory of this process.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{path}: {e}")));
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! A mirror of a Linux kernel's routing state over rtnetlink, published to lock-free
+//! readers.
+//!
+//! A forwarding plane beside Linux must know what the kernel knows, at once and exactly,
+//! without polling. The mirror subscribes first ([`kernel::Events`]: links, addresses,
+//! routes and rules of both families), then dumps each kind ([`kernel::dump`], started
+//! again where the kernel marks a dump interrupted), builds a [`fibre_fib::State`] in
+//! mirror mode from the dump, and applies what queued meanwhile. From then on each batch
+//! of notifications is applied incrementally and published as one version
+//! ([`Mirror::apply`]); an overflow of the subscribed socket (`ENOBUFS`) is answered by
+//! dumping again ([`Mirror::resync`]), counted, so that no update is lost silently.
+//!
+//! - `kernel`: the sockets and the wire format (`netlink-packet-route`'s).
+//! - `convert`: messages as fibre's links, addresses, routes and rules.
+//! - `mirror`: the state kept and published, with its counters.
+
+pub mod convert;
+pub mod kernel;
+pub mod mirror;
+
+pub use mirror::{Mirror, Stats};

@@ -1,0 +1,199 @@
+//! The mirrored state: built from a dump, kept by batches of notifications, each batch
+//! published to readers as one version, with the counters `fibre ctl stats` reports.
+
+use crate::convert::{change, Change, Skip};
+use crate::kernel::{self, Received};
+use fibre_fib::{Fib, FibReader, State};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// How many of the latest lags are kept for the quantiles.
+const LAGS: usize = 4096;
+
+/// What the mirror has done.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// The first dump is applied.
+    pub synced: bool,
+    /// Messages applied (from dumps and notifications).
+    pub updates: u64,
+    /// Batches of notifications published.
+    pub batches: u64,
+    /// Whole dumps after the first (each after an overflow).
+    pub resyncs: u64,
+    /// Overflows of the subscribed socket (`ENOBUFS`).
+    pub overflows: u64,
+    /// Dumps the kernel marked interrupted, each started again.
+    pub dump_restarts: u64,
+    /// Messages that could not be parsed, or that named what is not there: dropped.
+    pub malformed: u64,
+    /// Messages of what the mirror does not hold (other families, multicast routing,
+    /// encapsulations, neighbours): skipped.
+    pub skipped: u64,
+    /// The latest lags from a batch's arrival to its publication, oldest first.
+    lags: Vec<Duration>,
+    /// Where the next lag goes once `lags` is full.
+    next_lag: usize,
+}
+
+impl Stats {
+    /// The `q` quantile (0 to 1) of the latest lags, if any.
+    pub fn lag(&self, q: f64) -> Option<Duration> {
+        if self.lags.is_empty() {
+            return None;
+        }
+        let mut l = self.lags.clone();
+        l.sort_unstable();
+        let at = ((l.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+        Some(l[at])
+    }
+
+    fn record_lag(&mut self, d: Duration) {
+        if self.lags.len() < LAGS {
+            self.lags.push(d);
+        } else {
+            self.lags[self.next_lag] = d;
+            self.next_lag = (self.next_lag + 1) % LAGS;
+        }
+    }
+}
+
+/// The kernel's routing state mirrored and published.
+pub struct Mirror {
+    fib: Fib,
+    reader: FibReader,
+    stats: Stats,
+}
+
+impl Mirror {
+    /// The state of the current network namespace's kernel, dumped (the caller has
+    /// subscribed before, so that nothing changed meanwhile is missed), and a reader of
+    /// it.
+    pub fn sync() -> io::Result<(Mirror, FibReader)> {
+        let mut stats = Stats::default();
+        let state = dumped(&mut stats)?;
+        stats.synced = true;
+        let (fib, reader) = Fib::new(state);
+        let own = fib.reader();
+        Ok((
+            Mirror {
+                fib,
+                reader: own,
+                stats,
+            },
+            reader,
+        ))
+    }
+
+    /// Dumps the kernel's state again and publishes it in place of the mirror's (after
+    /// an overflow: what was lost is in the dump, what is gone is not).
+    pub fn resync(&mut self) -> io::Result<()> {
+        let state = dumped(&mut self.stats)?;
+        self.stats.resyncs += 1;
+        let _ = self.fib.change(|s| {
+            *s = state;
+            Ok::<(), ()>(())
+        });
+        Ok(())
+    }
+
+    /// Counts an overflow of the subscribed socket.
+    pub fn overflowed(&mut self) {
+        self.stats.overflows += 1;
+    }
+
+    /// Applies a batch of notifications (`malformed` more could not be parsed) that
+    /// arrived at `arrived`, and publishes the result as one version.
+    pub fn apply(&mut self, batch: Vec<Received>, malformed: u64, arrived: Instant) {
+        let stats = &mut self.stats;
+        stats.malformed += malformed;
+        let _ = self.fib.change(|s| {
+            for (msg, flags) in &batch {
+                apply_one(s, stats, msg, *flags);
+            }
+            Ok::<(), ()>(())
+        });
+        self.stats.batches += 1;
+        self.stats.record_lag(arrived.elapsed());
+    }
+
+    /// The mirrored state.
+    pub fn state(&self) -> &State {
+        self.fib.state()
+    }
+
+    /// The published snapshot.
+    pub fn snapshot(&self) -> std::sync::Arc<fibre_fib::Snapshot> {
+        self.reader.snapshot()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+/// A mirror state from a fresh dump.
+fn dumped(stats: &mut Stats) -> io::Result<State> {
+    let dump = kernel::dump()?;
+    stats.dump_restarts += dump.restarts;
+    stats.malformed += dump.malformed;
+    let mut state = State::mirrored();
+    state.set_multipath(multipath());
+    for (msg, _) in &dump.messages {
+        // A dump lists each key's routes in the kernel's order: each goes after those
+        // before it.
+        apply_one(&mut state, stats, msg, netlink_packet_core::NLM_F_APPEND);
+    }
+    Ok(state)
+}
+
+/// Applies one message to `state`, counting it.
+fn apply_one(
+    state: &mut State,
+    stats: &mut Stats,
+    msg: &netlink_packet_route::RouteNetlinkMessage,
+    flags: u16,
+) {
+    match change(msg, flags) {
+        Ok(c) => {
+            stats.updates += 1;
+            match c {
+                Change::Link(l, carrier) => state.mirror_link(l, carrier),
+                Change::DelLink(i) => state.mirror_del_link(i),
+                Change::Address(a) => state.mirror_address(a),
+                Change::DelAddress(link, local, len) => state.mirror_del_address(link, local, len),
+                Change::Route(r, op) => state.mirror_route(r, op),
+                Change::DelRoute(r) => state.mirror_del_route(&r),
+                Change::Rule(r) => state.mirror_rule(r),
+                Change::DelRule(r) => state.mirror_del_rule(&r),
+            }
+        }
+        Err(Skip::Malformed(_)) => stats.malformed += 1,
+        Err(Skip::NotFollowed | Skip::NotHeld) => stats.skipped += 1,
+    }
+}
+
+/// The namespace's multipath hash settings, read from its sysctls (the kernel announces no
+/// change of them: they are read at each dump). A seed of 0 is the kernel's random one,
+/// which it does not show: paths are then chosen with another hash than the kernel's.
+fn multipath() -> fibre_fib::Multipath {
+    let read = |key: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/proc/sys/net/{key}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut m = fibre_fib::Multipath::default();
+    if let Some(seed) = read("ipv4/fib_multipath_hash_seed") {
+        m.seed = seed;
+    }
+    if let Some(p) = read("ipv4/fib_multipath_hash_policy") {
+        m.policy_v4 = p.min(255) as u8;
+    }
+    if let Some(p) = read("ipv6/fib_multipath_hash_policy") {
+        m.policy_v6 = p.min(255) as u8;
+    }
+    m
+}
