@@ -1,7 +1,7 @@
 //! `fibre daemon` and `fibre ctl`: the kernel's routing state mirrored over rtnetlink
 //! (`fibre-mirror`), and a control client that asks it what the file-configured
 //! commands answer (`route get`, `route show`, `rule show`, `nexthop show`, `link show`,
-//! `addr show`) and `stats`.
+//! `addr show`), `neigh show` and `stats`.
 //!
 //! One thread owns the mirror: it applies each batch of notifications and answers each
 //! request in turn, so that a request sees whole batches only. The others feed it through
@@ -15,6 +15,7 @@ use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
 use fibre_mirror::kernel::{self, Batch, Events};
+use fibre_mirror::neigh::{lladdr_text, NeighState};
 use fibre_mirror::Mirror;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -45,8 +46,8 @@ pub struct CtlArgs {
     #[arg(long)]
     socket: PathBuf,
     /// The command: `route get ...`, `route show [table ID|all] [-4|-6]`, `rule show
-    /// [-4|-6]`, `nexthop show`, `link show`, `addr show [-4|-6]`, `stats`; `--json`
-    /// anywhere for JSON.
+    /// [-4|-6]`, `nexthop show`, `link show`, `addr show [-4|-6]`, `neigh show [nud all]
+    /// [-4|-6]`, `stats`; `--json` anywhere for JSON.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<String>,
 }
@@ -267,16 +268,60 @@ fn command(mirror: &Mirror, words: &[String], o: &mut Out) -> Done {
         ["addr", "show"] if rest.is_empty() => {
             route::addr_show(state, &route::families(v4, v6), json, o)
         }
+        ["neigh", "show"] if rest.is_empty() || rest == ["nud", "all"] => {
+            neigh_show(mirror, &route::families(v4, v6), !rest.is_empty(), json, o)
+        }
         ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => stats(mirror, json, o),
         _ => {
             writeln!(
                 o.err,
-                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, stats",
+                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, neigh show, stats",
                 words.join(" ")
             )?;
             Ok(1)
         }
     }
+}
+
+/// `neigh show [nud all]` of `fams`, as `ip neigh show` lists the entries (without `nud
+/// all`, those of state `NOARP` are left out, as `ip` leaves them).
+fn neigh_show(mirror: &Mirror, fams: &[Family], all: bool, json: bool, o: &mut Out) -> Done {
+    let state = mirror.state();
+    let mut list = Vec::new();
+    for n in mirror.neighbours().iter() {
+        if !fams.contains(&Family::of(n.dst)) || (!all && n.state == NeighState::Noarp) {
+            continue;
+        }
+        let dev = state
+            .link(n.link)
+            .map_or_else(|| n.link.to_string(), |l| l.name.clone());
+        if json {
+            let mut m = serde_json::Map::new();
+            m.insert("dst".into(), n.dst.to_string().into());
+            m.insert("dev".into(), dev.into());
+            if let Some(ll) = &n.lladdr {
+                m.insert("lladdr".into(), lladdr_text(ll).into());
+            }
+            if n.router {
+                m.insert("router".into(), serde_json::Value::Null);
+            }
+            m.insert("state".into(), serde_json::json!([n.state.name()]));
+            list.push(serde_json::Value::Object(m));
+        } else {
+            let mut line = format!("{} dev {dev}", n.dst);
+            if let Some(ll) = &n.lladdr {
+                line += &format!(" lladdr {}", lladdr_text(ll));
+            }
+            if n.router {
+                line += " router";
+            }
+            writeln!(o.out, "{line} {}", n.state.name())?;
+        }
+    }
+    if json {
+        writeln!(o.out, "{}", serde_json::Value::Array(list))?;
+    }
+    Ok(0)
 }
 
 /// `stats`: whether the mirror is synced, its routes per table and family, what it has
@@ -311,6 +356,7 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "dump_restarts": s.dump_restarts,
         "malformed": s.malformed,
         "skipped": s.skipped,
+        "neighbours": mirror.neighbours().len(),
         "lag_p50_us": us(0.5),
         "lag_p99_us": us(0.99),
         "lookup_memory_bytes": memory,

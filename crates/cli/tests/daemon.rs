@@ -121,7 +121,8 @@ fn ip_batch(ns: &Namespace, lines: &str) {
 }
 
 /// Both sides' listings of every table of both families (JSON objects as text, sorted:
-/// the kernel lists tables in its hash order) and of the rules of both families.
+/// the kernel lists tables in its hash order), of the rules of both families, and of the
+/// neighbours (as `ip neigh show` lists them, and with `nud all`).
 fn listings(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
     let mut kernel = Vec::new();
     let mut fibre = Vec::new();
@@ -140,6 +141,36 @@ fn listings(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
         kernel.extend(k.as_array().unwrap().iter().map(|r| format!("rule {r}")));
         let v = d.json(&["rule", "show", f, "--json"]);
         fibre.extend(v.as_array().unwrap().iter().map(|r| format!("rule {r}")));
+    }
+    for nud in [&[][..], &["nud", "all"][..]] {
+        let mut args = vec!["-j", "neigh", "show"];
+        args.extend(nud);
+        let k: Value = serde_json::from_str(&ns.ip(&args).expect("ip neigh show")).expect("JSON");
+        // The kernel's entries of multicast addresses come and go unannounced; the
+        // mirror holds none.
+        let unicast = |n: &&Value| {
+            n["dst"]
+                .as_str()
+                .and_then(|d| d.parse::<std::net::IpAddr>().ok())
+                .is_some_and(|d| !d.is_multicast())
+        };
+        kernel.extend(
+            k.as_array()
+                .unwrap()
+                .iter()
+                .filter(unicast)
+                .map(|n| format!("neigh {nud:?} {n}")),
+        );
+        let mut words = vec!["neigh", "show"];
+        words.extend(nud);
+        words.push("--json");
+        let v = d.json(&words);
+        fibre.extend(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|n| format!("neigh {nud:?} {n}")),
+        );
     }
     kernel.sort();
     fibre.sort();
@@ -245,6 +276,9 @@ rule add from 10.9.0.0/16 lookup 100 pref 1000
 rule add iif b1 lookup 100 pref 1001
 rule add fwmark 7/0xff blackhole pref 1002
 -6 rule add from 2001:db8:9::/48 lookup 100 pref 1000
+neigh add 10.0.0.2 lladdr 02:00:00:00:00:02 dev a0 nud permanent
+neigh add 10.0.1.2 lladdr 02:00:00:00:01:02 dev b0 nud noarp
+-6 neigh add 2001:db8::2 lladdr 02:00:00:00:00:12 dev a0 nud permanent router
 ";
 
 /// Queries asked of both after each round.
@@ -300,6 +334,9 @@ rule add to 10.7.0.0/16 lookup main pref 900
 rule del pref 1001
 route add 10.3.0.0/16 via 10.0.1.3 table 101
 rule add from 10.9.0.0/16 lookup 101 pref 999
+neigh replace 10.0.0.2 lladdr 02:00:00:00:00:22 dev a0 nud permanent
+neigh del 10.0.1.2 dev b0
+neigh add 10.0.5.2 lladdr 02:00:00:00:05:02 dev a1 nud permanent
 ",
     );
     caught_up(&ns, &d, 2);

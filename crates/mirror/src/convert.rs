@@ -6,6 +6,7 @@
 //! encapsulations, families other than IPv4 and IPv6) is not a change: it is skipped and
 //! counted by the caller ([`Skip`]), never an error that stops the mirror.
 
+use crate::neigh::{NeighState, Neighbour};
 use fibre_fib::names::{SCOPE_HOST, SCOPE_LINK, SCOPE_NOWHERE};
 use fibre_fib::rule::{Range, RuleLink};
 use fibre_fib::{
@@ -15,6 +16,9 @@ use fibre_fib::{
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_REPLACE};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkInfo};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
+};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteNextHopFlags,
     RouteType as WireRouteType, RouteVia,
@@ -42,6 +46,10 @@ pub enum Change {
     Rule(Rule),
     /// A rule removed.
     DelRule(Rule),
+    /// A neighbour entry, new or changed.
+    Neighbour(Neighbour),
+    /// A neighbour entry removed: its link and address.
+    DelNeighbour(LinkIndex, IpAddr),
 }
 
 /// Why a message is not a change.
@@ -77,6 +85,8 @@ pub fn change(msg: &RouteNetlinkMessage, flags: u16) -> Result<Change, Skip> {
         M::DelRoute(r) => route(r).map(Change::DelRoute),
         M::NewRule(r) => rule(r).map(Change::Rule),
         M::DelRule(r) => rule(r).map(Change::DelRule),
+        M::NewNeighbour(n) => neighbour(n).map(Change::Neighbour),
+        M::DelNeighbour(n) => neighbour(n).map(|n| Change::DelNeighbour(n.link, n.dst)),
         _ => Err(Skip::NotFollowed),
     }
 }
@@ -386,4 +396,46 @@ fn rule(m: &netlink_packet_route::rule::RuleMessage) -> Result<Rule, Skip> {
         _ => return Err(Skip::NotHeld),
     };
     Ok(r)
+}
+
+/// A neighbour entry (of IPv4 or IPv6: bridge FDB entries and others are not held, nor
+/// entries of multicast addresses: the kernel makes those, `NOARP`, whenever it sends to
+/// one, without a message, and their link-layer address is computed, not learned).
+fn neighbour(m: &NeighbourMessage) -> Result<Neighbour, Skip> {
+    family(m.header.family)?;
+    let (mut dst, mut lladdr) = (None, None);
+    for a in &m.attributes {
+        match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(v)) => {
+                dst = Some(IpAddr::V4(*v))
+            }
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(v)) => {
+                dst = Some(IpAddr::V6(*v))
+            }
+            NeighbourAttribute::LinkLayerAddress(b) => lladdr = Some(b.clone()),
+            _ => {}
+        }
+    }
+    let state = match m.header.state {
+        NeighbourState::Incomplete => NeighState::Incomplete,
+        NeighbourState::Reachable => NeighState::Reachable,
+        NeighbourState::Stale => NeighState::Stale,
+        NeighbourState::Delay => NeighState::Delay,
+        NeighbourState::Probe => NeighState::Probe,
+        NeighbourState::Failed => NeighState::Failed,
+        NeighbourState::Noarp => NeighState::Noarp,
+        NeighbourState::Permanent => NeighState::Permanent,
+        _ => NeighState::None,
+    };
+    let dst = dst.ok_or(Skip::Malformed("a neighbour without an address"))?;
+    if dst.is_multicast() {
+        return Err(Skip::NotHeld);
+    }
+    Ok(Neighbour {
+        link: m.header.ifindex,
+        dst,
+        lladdr,
+        state,
+        router: m.header.flags.contains(NeighbourFlags::Router),
+    })
 }

@@ -7,14 +7,17 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::rule::RuleMessage;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
 
-/// The groups the mirror follows: links, IPv4 and IPv6 addresses, routes and rules.
-const GROUPS: [u32; 7] = [
+/// The groups the mirror follows: links, IPv4 and IPv6 addresses, routes and rules,
+/// neighbours.
+const GROUPS: [u32; 8] = [
+    libc::RTNLGRP_NEIGH,
     libc::RTNLGRP_LINK,
     libc::RTNLGRP_IPV4_IFADDR,
     libc::RTNLGRP_IPV6_IFADDR,
@@ -148,7 +151,7 @@ fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
 }
 
 /// A dump of everything the mirror follows, in the order it is applied: links,
-/// addresses, rules, routes.
+/// addresses, rules, routes, neighbours.
 pub struct Dump {
     /// The messages, in order.
     pub messages: Vec<Received>,
@@ -158,7 +161,7 @@ pub struct Dump {
     pub restarts: u64,
 }
 
-/// Dumps links, addresses, rules and routes of both families, each kind again until the
+/// Dumps links, addresses, rules, routes and neighbours of both families, each kind again until the
 /// kernel gives it whole.
 pub fn dump() -> io::Result<Dump> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
@@ -170,6 +173,7 @@ pub fn dump() -> io::Result<Dump> {
         RouteNetlinkMessage::GetAddress(AddressMessage::default()),
         RouteNetlinkMessage::GetRule(RuleMessage::default()),
         RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+        RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
     ];
     let mut out = Dump {
         messages: Vec::new(),

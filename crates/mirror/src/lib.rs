@@ -13,9 +13,11 @@
 //! - `kernel`: the sockets and the wire format (`netlink-packet-route`'s).
 //! - `convert`: messages as fibre's links, addresses, routes and rules.
 //! - `mirror`: the state kept and published, with its counters.
+//! - `neigh`: neighbour entries, kept beside the routing state.
 
 pub mod convert;
 pub mod kernel;
 pub mod mirror;
+pub mod neigh;
 
 pub use mirror::{Mirror, Stats};

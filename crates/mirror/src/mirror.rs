@@ -3,6 +3,7 @@
 
 use crate::convert::{change, Change, Skip};
 use crate::kernel::{self, Received};
+use crate::neigh::Neighbours;
 use fibre_fib::{Fib, FibReader, State};
 use std::io;
 use std::time::{Duration, Instant};
@@ -62,6 +63,7 @@ impl Stats {
 pub struct Mirror {
     fib: Fib,
     reader: FibReader,
+    neighbours: Neighbours,
     stats: Stats,
 }
 
@@ -71,7 +73,7 @@ impl Mirror {
     /// it.
     pub fn sync() -> io::Result<(Mirror, FibReader)> {
         let mut stats = Stats::default();
-        let state = dumped(&mut stats)?;
+        let (state, neighbours) = dumped(&mut stats)?;
         stats.synced = true;
         let (fib, reader) = Fib::new(state);
         let own = fib.reader();
@@ -79,6 +81,7 @@ impl Mirror {
             Mirror {
                 fib,
                 reader: own,
+                neighbours,
                 stats,
             },
             reader,
@@ -88,7 +91,8 @@ impl Mirror {
     /// Dumps the kernel's state again and publishes it in place of the mirror's (after
     /// an overflow: what was lost is in the dump, what is gone is not).
     pub fn resync(&mut self) -> io::Result<()> {
-        let state = dumped(&mut self.stats)?;
+        let (state, neighbours) = dumped(&mut self.stats)?;
+        self.neighbours = neighbours;
         self.stats.resyncs += 1;
         let _ = self.fib.change(|s| {
             *s = state;
@@ -105,11 +109,11 @@ impl Mirror {
     /// Applies a batch of notifications (`malformed` more could not be parsed) that
     /// arrived at `arrived`, and publishes the result as one version.
     pub fn apply(&mut self, batch: Vec<Received>, malformed: u64, arrived: Instant) {
-        let stats = &mut self.stats;
+        let (stats, neighbours) = (&mut self.stats, &mut self.neighbours);
         stats.malformed += malformed;
         let _ = self.fib.change(|s| {
             for (msg, flags) in &batch {
-                apply_one(s, stats, msg, *flags);
+                apply_one(s, neighbours, stats, msg, *flags);
             }
             Ok::<(), ()>(())
         });
@@ -127,30 +131,43 @@ impl Mirror {
         self.reader.snapshot()
     }
 
+    /// The neighbour entries.
+    pub fn neighbours(&self) -> &Neighbours {
+        &self.neighbours
+    }
+
     /// The counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
 }
 
-/// A mirror state from a fresh dump.
-fn dumped(stats: &mut Stats) -> io::Result<State> {
+/// A mirror state and neighbour entries from a fresh dump.
+fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     let dump = kernel::dump()?;
     stats.dump_restarts += dump.restarts;
     stats.malformed += dump.malformed;
     let mut state = State::mirrored();
+    let mut neighbours = Neighbours::default();
     state.set_multipath(multipath());
     for (msg, _) in &dump.messages {
         // A dump lists each key's routes in the kernel's order: each goes after those
         // before it.
-        apply_one(&mut state, stats, msg, netlink_packet_core::NLM_F_APPEND);
+        apply_one(
+            &mut state,
+            &mut neighbours,
+            stats,
+            msg,
+            netlink_packet_core::NLM_F_APPEND,
+        );
     }
-    Ok(state)
+    Ok((state, neighbours))
 }
 
 /// Applies one message to `state`, counting it.
 fn apply_one(
     state: &mut State,
+    neighbours: &mut Neighbours,
     stats: &mut Stats,
     msg: &netlink_packet_route::RouteNetlinkMessage,
     flags: u16,
@@ -160,13 +177,18 @@ fn apply_one(
             stats.updates += 1;
             match c {
                 Change::Link(l, carrier) => state.mirror_link(l, carrier),
-                Change::DelLink(i) => state.mirror_del_link(i),
+                Change::DelLink(i) => {
+                    state.mirror_del_link(i);
+                    neighbours.remove_link(i);
+                }
                 Change::Address(a) => state.mirror_address(a),
                 Change::DelAddress(link, local, len) => state.mirror_del_address(link, local, len),
                 Change::Route(r, op) => state.mirror_route(r, op),
                 Change::DelRoute(r) => state.mirror_del_route(&r),
                 Change::Rule(r) => state.mirror_rule(r),
                 Change::DelRule(r) => state.mirror_del_rule(&r),
+                Change::Neighbour(n) => neighbours.put(n),
+                Change::DelNeighbour(link, dst) => neighbours.remove(link, dst),
             }
         }
         Err(Skip::Malformed(_)) => stats.malformed += 1,
