@@ -113,8 +113,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let started = Instant::now();
     let (mut mirror, _reader) = Mirror::sync()?;
     eprintln!(
-        "fibre daemon: synced in {:.3} s: {} links, {} IPv4 and {} IPv6 routes; control socket {}",
+        "fibre daemon: synced in {:.3} s (the kernel's dump {:.3} s): {} links, {} IPv4 and {} IPv6 routes; control socket {}",
         started.elapsed().as_secs_f64(),
+        mirror.stats().dump_time.as_secs_f64(),
         mirror.state().links().count(),
         mirror.state().routes(Family::V4, None).count(),
         mirror.state().routes(Family::V6, None).count(),
@@ -145,9 +146,30 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         });
     }
+    // Events taken out of the channel while gathering notifications, answered next.
+    let mut waiting = std::collections::VecDeque::new();
     let code = loop {
-        match rx.recv() {
-            Ok(Event::Netlink(Batch::Messages(batch, bad), at)) => mirror.apply(batch, bad, at),
+        let event = match waiting.pop_front() {
+            Some(e) => Ok(e),
+            None => rx.recv(),
+        };
+        match event {
+            Ok(Event::Netlink(Batch::Messages(mut batch, mut bad), at)) => {
+                // Every batch of notifications already waiting joins this one: one
+                // publication for all, however long the last one took.
+                while let Ok(e) = rx.try_recv() {
+                    match e {
+                        Event::Netlink(Batch::Messages(more, more_bad), _)
+                            if waiting.is_empty() =>
+                        {
+                            batch.extend(more);
+                            bad += more_bad;
+                        }
+                        other => waiting.push_back(other),
+                    }
+                }
+                mirror.apply(batch, bad, at)
+            }
             Ok(Event::Netlink(Batch::Overflow, _)) => {
                 mirror.overflowed();
                 eprintln!("fibre daemon: the netlink socket overflowed; dumping again");
@@ -357,6 +379,8 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "malformed": s.malformed,
         "skipped": s.skipped,
         "neighbours": mirror.neighbours().len(),
+        "dump_s": s.dump_time.as_secs_f64(),
+        "build_s": s.build_time.as_secs_f64(),
         "lag_p50_us": us(0.5),
         "lag_p99_us": us(0.99),
         "lookup_memory_bytes": memory,

@@ -28,6 +28,10 @@ pub struct Stats {
     pub dump_restarts: u64,
     /// Messages that could not be parsed, or that named what is not there: dropped.
     pub malformed: u64,
+    /// How long the last whole dump took the kernel to give (the messages received).
+    pub dump_time: Duration,
+    /// How long the last whole dump took to apply and publish, after it was received.
+    pub build_time: Duration,
     /// Messages of what the mirror does not hold (other families, multicast routing,
     /// encapsulations, neighbours): skipped.
     pub skipped: u64,
@@ -75,7 +79,9 @@ impl Mirror {
         let mut stats = Stats::default();
         let (state, neighbours) = dumped(&mut stats)?;
         stats.synced = true;
+        let compile = Instant::now();
         let (fib, reader) = Fib::new(state);
+        stats.build_time += compile.elapsed();
         let own = fib.reader();
         Ok((
             Mirror {
@@ -94,10 +100,12 @@ impl Mirror {
         let (state, neighbours) = dumped(&mut self.stats)?;
         self.neighbours = neighbours;
         self.stats.resyncs += 1;
+        let compile = Instant::now();
         let _ = self.fib.change(|s| {
             *s = state;
             Ok::<(), ()>(())
         });
+        self.stats.build_time += compile.elapsed();
         Ok(())
     }
 
@@ -144,7 +152,10 @@ impl Mirror {
 
 /// A mirror state and neighbour entries from a fresh dump.
 fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
+    let started = Instant::now();
     let dump = kernel::dump()?;
+    stats.dump_time = started.elapsed();
+    let built = Instant::now();
     stats.dump_restarts += dump.restarts;
     stats.malformed += dump.malformed;
     let mut state = State::mirrored();
@@ -161,6 +172,7 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             netlink_packet_core::NLM_F_APPEND,
         );
     }
+    stats.build_time = built.elapsed();
     Ok((state, neighbours))
 }
 
