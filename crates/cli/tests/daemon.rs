@@ -142,6 +142,12 @@ fn listings(ns: &Namespace, d: &Daemon) -> (Vec<String>, Vec<String>) {
         let v = d.json(&["rule", "show", f, "--json"]);
         fibre.extend(v.as_array().unwrap().iter().map(|r| format!("rule {r}")));
     }
+    let k: Value =
+        serde_json::from_str(&ns.ip(&["-j", "nexthop", "show"]).expect("ip nexthop show"))
+            .expect("JSON");
+    kernel.extend(k.as_array().unwrap().iter().map(|n| format!("nexthop {n}")));
+    let v = d.json(&["nexthop", "show", "--json"]);
+    fibre.extend(v.as_array().unwrap().iter().map(|n| format!("nexthop {n}")));
     for nud in [&[][..], &["nud", "all"][..]] {
         let mut args = vec!["-j", "neigh", "show"];
         args.extend(nud);
@@ -254,6 +260,7 @@ link add d0 type veth peer name d1
 link set a0 up
 link set a1 up
 link set b0 up
+link set b1 up
 link set d0 up
 link set d1 up
 addr add 10.0.0.1/24 dev a0
@@ -276,13 +283,27 @@ rule add from 10.9.0.0/16 lookup 100 pref 1000
 rule add iif b1 lookup 100 pref 1001
 rule add fwmark 7/0xff blackhole pref 1002
 -6 rule add from 2001:db8:9::/48 lookup 100 pref 1000
+nexthop add id 1 via 10.0.0.2 dev a0
+nexthop add id 2 via 10.0.1.2 dev b0
+nexthop add id 3 group 1/2,3
+nexthop add id 4 blackhole
+nexthop add id 5 via 2001:db8::2 dev a0
+nexthop add id 6 via 2001:db8:1::2 dev b0
+nexthop add id 7 group 5/6
+route add 10.10.0.0/16 nhid 3
+route add 10.11.0.0/16 nhid 4
+route add 2001:db8:10::/48 nhid 7
 neigh add 10.0.0.2 lladdr 02:00:00:00:00:02 dev a0 nud permanent
 neigh add 10.0.1.2 lladdr 02:00:00:00:01:02 dev b0 nud noarp
 -6 neigh add 2001:db8::2 lladdr 02:00:00:00:00:12 dev a0 nud permanent router
 ";
 
 /// Queries asked of both after each round.
-const QUERIES: [&str; 12] = [
+const QUERIES: [&str; 16] = [
+    "10.10.1.1",
+    "10.11.0.1",
+    "10.12.0.1",
+    "2001:db8:10::1",
     "10.1.2.3",
     "10.2.7.7",
     "10.3.0.1 from 10.9.1.1",
@@ -334,6 +355,11 @@ rule add to 10.7.0.0/16 lookup main pref 900
 rule del pref 1001
 route add 10.3.0.0/16 via 10.0.1.3 table 101
 rule add from 10.9.0.0/16 lookup 101 pref 999
+nexthop replace id 1 via 10.0.0.9 dev a0
+nexthop add id 8 via 10.0.1.8 dev b0
+nexthop replace id 3 group 1/8
+nexthop del id 2
+route add 10.12.0.0/16 nhid 8
 neigh replace 10.0.0.2 lladdr 02:00:00:00:00:22 dev a0 nud permanent
 neigh del 10.0.1.2 dev b0
 neigh add 10.0.5.2 lladdr 02:00:00:00:05:02 dev a1 nud permanent

@@ -2,6 +2,7 @@
 //! the routing groups, which queues every change the kernel announces, and one for
 //! dumps, which restarts a dump the kernel marks interrupted (`NLM_F_DUMP_INTR`).
 
+use crate::nexthop::{self, NexthopMessage};
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
@@ -15,8 +16,9 @@ use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
 
 /// The groups the mirror follows: links, IPv4 and IPv6 addresses, routes and rules,
-/// neighbours.
-const GROUPS: [u32; 8] = [
+/// nexthop objects, neighbours.
+const GROUPS: [u32; 9] = [
+    libc::RTNLGRP_NEXTHOP,
     libc::RTNLGRP_NEIGH,
     libc::RTNLGRP_LINK,
     libc::RTNLGRP_IPV4_IFADDR,
@@ -31,8 +33,52 @@ const GROUPS: [u32; 8] = [
 /// loaded with `ip -batch`) queue rather than overflow.
 pub const RECEIVE_BUFFER: usize = 64 << 20;
 
+/// A message the mirror reads.
+#[derive(Debug)]
+pub enum Message {
+    /// One the netlink crates decode.
+    Route(RouteNetlinkMessage),
+    /// A nexthop object, new or changed.
+    Nexthop(NexthopMessage),
+    /// A nexthop object removed: its id.
+    DelNexthop(u32),
+}
+
 /// A message as received, with its header's flags.
-pub type Received = (RouteNetlinkMessage, u16);
+pub type Received = (Message, u16);
+
+/// One netlink message (its whole bytes) read: a message, the end of a dump, or `None`
+/// for one to leave aside (an acknowledgement, a message of no interest). A kernel's
+/// error is an `Err` with its code; a message that cannot be parsed, `Err(None)`.
+fn read_one(bytes: &[u8]) -> Result<Option<Read>, Option<i32>> {
+    let kind = u16::from_ne_bytes([bytes[4], bytes[5]]);
+    if kind == nexthop::RTM_NEWNEXTHOP || kind == nexthop::RTM_DELNEXTHOP {
+        let m = nexthop::decode(&bytes[16..]).map_err(|_| None)?;
+        return Ok(Some(Read::Message(if kind == nexthop::RTM_NEWNEXTHOP {
+            Message::Nexthop(m)
+        } else {
+            Message::DelNexthop(m.id)
+        })));
+    }
+    match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
+        Ok(m) => match m.payload {
+            NetlinkPayload::Done(_) => Ok(Some(Read::Done)),
+            NetlinkPayload::Error(e) => match e.code {
+                Some(code) => Err(Some(code.get())),
+                None => Ok(None),
+            },
+            NetlinkPayload::InnerMessage(inner) => Ok(Some(Read::Message(Message::Route(inner)))),
+            _ => Ok(None),
+        },
+        Err(_) => Err(None),
+    }
+}
+
+/// What [`read_one`] read.
+enum Read {
+    Message(Message),
+    Done,
+}
 
 /// The subscribed socket: every change the kernel announces, queued from the moment it
 /// is made.
@@ -132,15 +178,10 @@ fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
             // A length that cannot be: the rest of the buffer cannot be framed.
             return bad + 1;
         }
-        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&bytes[..len]) {
-            Ok(m) => {
-                let flags = m.header.flags;
-                match m.payload {
-                    NetlinkPayload::InnerMessage(inner) => out.push((inner, flags)),
-                    NetlinkPayload::Error(e) if e.code.is_some() => bad += 1,
-                    _ => {}
-                }
-            }
+        let flags = u16::from_ne_bytes([bytes[6], bytes[7]]);
+        match read_one(&bytes[..len]) {
+            Ok(Some(Read::Message(m))) => out.push((m, flags)),
+            Ok(_) => {}
             Err(_) => bad += 1,
         }
         // Messages are aligned to 4 bytes.
@@ -151,7 +192,7 @@ fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
 }
 
 /// A dump of everything the mirror follows, in the order it is applied: links,
-/// addresses, rules, routes, neighbours.
+/// addresses, rules, nexthop objects, routes, neighbours.
 pub struct Dump {
     /// The messages, in order.
     pub messages: Vec<Received>,
@@ -168,23 +209,35 @@ pub fn dump() -> io::Result<Dump> {
     set_receive_buffer(&socket, RECEIVE_BUFFER)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
-    let requests = [
+    // Nexthop objects before the routes that name them.
+    let requests: Vec<Vec<u8>> = [
         RouteNetlinkMessage::GetLink(LinkMessage::default()),
         RouteNetlinkMessage::GetAddress(AddressMessage::default()),
         RouteNetlinkMessage::GetRule(RuleMessage::default()),
-        RouteNetlinkMessage::GetRoute(RouteMessage::default()),
-        RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
-    ];
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(seq, r)| request(r, seq as u32 + 1))
+    .chain([nexthop::dump_request(4)])
+    .chain(
+        [
+            RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+            RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(seq, r)| request(r, seq as u32 + 5)),
+    )
+    .collect();
     let mut out = Dump {
         messages: Vec::new(),
         malformed: 0,
         restarts: 0,
     };
     let mut buf = vec![0u8; 1 << 20];
-    for (seq, request) in requests.into_iter().enumerate() {
+    for request in &requests {
         loop {
-            let (messages, malformed, interrupted) =
-                dump_one(&socket, &mut buf, request.clone(), seq as u32 + 1)?;
+            let (messages, malformed, interrupted) = dump_one(&socket, &mut buf, request)?;
             if interrupted {
                 out.restarts += 1;
                 continue;
@@ -197,22 +250,26 @@ pub fn dump() -> io::Result<Dump> {
     Ok(out)
 }
 
+/// A dump request of `msg`, sequence number `seq`, serialized.
+fn request(msg: RouteNetlinkMessage, seq: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = seq;
+    let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+    packet.finalize();
+    let mut bytes = vec![0; packet.buffer_len()];
+    packet.serialize(&mut bytes);
+    bytes
+}
+
 /// One dump request's answer: its messages, how many could not be parsed, and whether
 /// the kernel marked it interrupted.
 fn dump_one(
     socket: &Socket,
     buf: &mut [u8],
-    request: RouteNetlinkMessage,
-    seq: u32,
+    request: &[u8],
 ) -> io::Result<(Vec<Received>, u64, bool)> {
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    header.sequence_number = seq;
-    let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(request));
-    packet.finalize();
-    let mut bytes = vec![0; packet.buffer_len()];
-    packet.serialize(&mut bytes);
-    socket.send(&bytes, 0)?;
+    socket.send(request, 0)?;
     let (mut out, mut bad, mut interrupted) = (Vec::new(), 0, false);
     loop {
         let n = socket.recv(&mut &mut buf[..], 0)?;
@@ -225,18 +282,16 @@ fn dump_one(
             }
             let flags = u16::from_ne_bytes([at[6], at[7]]);
             interrupted |= flags & NLM_F_DUMP_INTR != 0;
-            match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&at[..len]) {
-                Ok(m) => match m.payload {
-                    NetlinkPayload::Done(_) => return Ok((out, bad, interrupted)),
-                    NetlinkPayload::Error(e) => {
-                        if let Some(code) = e.code {
-                            return Err(io::Error::from_raw_os_error(-code.get()));
-                        }
-                    }
-                    NetlinkPayload::InnerMessage(inner) => out.push((inner, flags)),
-                    _ => {}
-                },
-                Err(_) => bad += 1,
+            match read_one(&at[..len]) {
+                Ok(Some(Read::Done)) => return Ok((out, bad, interrupted)),
+                Ok(Some(Read::Message(m))) => out.push((m, flags)),
+                Ok(None) => {}
+                // A kernel without nexthop objects refuses their dump: there are none.
+                Err(Some(code)) if -code == libc::EOPNOTSUPP || -code == libc::EINVAL => {
+                    return Ok((out, bad, interrupted))
+                }
+                Err(Some(code)) => return Err(io::Error::from_raw_os_error(-code)),
+                Err(None) => bad += 1,
             }
             let step = (len + 3) & !3;
             at = &at[step.min(at.len())..];

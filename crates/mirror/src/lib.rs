@@ -14,10 +14,12 @@
 //! - `convert`: messages as fibre's links, addresses, routes and rules.
 //! - `mirror`: the state kept and published, with its counters.
 //! - `neigh`: neighbour entries, kept beside the routing state.
+//! - `nexthop`: nexthop objects' messages, which the netlink crates do not decode yet.
 
 pub mod convert;
 pub mod kernel;
 pub mod mirror;
 pub mod neigh;
+pub mod nexthop;
 
 pub use mirror::{Mirror, Stats};

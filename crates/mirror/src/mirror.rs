@@ -2,8 +2,11 @@
 //! published to readers as one version, with the counters `fibre ctl stats` reports.
 
 use crate::convert::{change, Change, Skip};
-use crate::kernel::{self, Received};
+use crate::kernel::{self, Message, Received};
 use crate::neigh::Neighbours;
+use crate::nexthop::NexthopMessage;
+use fibre_fib::nexthop::NexthopKind;
+use fibre_fib::{Family, Nexthop};
 use fibre_fib::{Fib, FibReader, State};
 use std::io;
 use std::time::{Duration, Instant};
@@ -172,6 +175,14 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             netlink_packet_core::NLM_F_APPEND,
         );
     }
+    // A group dumped before its members (a lower id) takes their family now.
+    for (msg, _) in &dump.messages {
+        if let Message::Nexthop(nh) = msg {
+            if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
+                state.mirror_nexthop(nexthop_of(&state, nh));
+            }
+        }
+    }
     stats.build_time = built.elapsed();
     Ok((state, neighbours))
 }
@@ -181,9 +192,22 @@ fn apply_one(
     state: &mut State,
     neighbours: &mut Neighbours,
     stats: &mut Stats,
-    msg: &netlink_packet_route::RouteNetlinkMessage,
+    msg: &Message,
     flags: u16,
 ) {
+    let msg = match msg {
+        Message::Route(m) => m,
+        Message::Nexthop(nh) => {
+            stats.updates += 1;
+            state.mirror_nexthop(nexthop_of(state, nh));
+            return;
+        }
+        Message::DelNexthop(id) => {
+            stats.updates += 1;
+            state.mirror_del_nexthop(*id);
+            return;
+        }
+    };
     match change(msg, flags) {
         Ok(c) => {
             stats.updates += 1;
@@ -205,6 +229,24 @@ fn apply_one(
         }
         Err(Skip::Malformed(_)) => stats.malformed += 1,
         Err(Skip::NotFollowed | Skip::NotHeld) => stats.skipped += 1,
+    }
+}
+
+/// A reported nexthop object as the state holds it: a group is of its members' family
+/// (the kernel reports none), a blackhole of no family is IPv4's.
+fn nexthop_of(state: &State, m: &NexthopMessage) -> Nexthop {
+    let family = m.family.unwrap_or_else(|| match &m.kind {
+        NexthopKind::Group(members) => members
+            .iter()
+            .find_map(|(id, _)| state.nexthop(*id).map(|n| n.family))
+            .unwrap_or(Family::V4),
+        _ => Family::V4,
+    });
+    Nexthop {
+        id: m.id,
+        family,
+        kind: m.kind.clone(),
+        protocol: m.protocol,
     }
 }
 
