@@ -37,6 +37,11 @@ pub struct DaemonArgs {
     /// bursts queue; past it changes are lost and the daemon dumps again (counted).
     #[arg(long, default_value_t = kernel::RECEIVE_BUFFER)]
     receive_buffer: usize,
+    /// Serve Prometheus metrics over HTTP at this address (in the namespace the daemon
+    /// was started in): routes per table and family, updates, batches, overflows,
+    /// resyncs, lag quantiles, memory.
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// `fibre ctl`.
@@ -65,6 +70,8 @@ enum Event {
     Request(Vec<String>, mpsc::Sender<Reply>),
     /// SIGINT or SIGTERM.
     Stop(i32),
+    /// A scrape of the metrics, and where its text goes.
+    Metrics(mpsc::Sender<String>),
 }
 
 /// A reply to a client.
@@ -90,6 +97,14 @@ impl Reply {
 
 /// Runs `fibre daemon` until SIGINT or SIGTERM.
 pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // The metrics are served in the namespace the daemon was started in: bound before
+    // entering the mirrored one.
+    let metrics = match a.metrics {
+        Some(addr) => {
+            Some(std::net::TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?)
+        }
+        None => None,
+    };
     // Before any thread starts: they are all of the namespace.
     if let Some(ns) = &a.netns {
         kernel::enter_netns(ns)?;
@@ -146,6 +161,15 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         });
     }
+    if let Some(metrics) = metrics {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for conn in metrics.incoming().flatten() {
+                let tx = tx.clone();
+                std::thread::spawn(move || scrape(conn, tx));
+            }
+        });
+    }
     // Events taken out of the channel while gathering notifications, answered next.
     let mut waiting = std::collections::VecDeque::new();
     let code = loop {
@@ -184,6 +208,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(Event::Request(words, reply)) => {
                 let _ = reply.send(answer(&mirror, &words));
+            }
+            Ok(Event::Metrics(reply)) => {
+                let _ = reply.send(exposition(&mirror));
             }
             Ok(Event::Stop(sig)) => {
                 eprintln!("fibre daemon: signal {sig}: exiting");
@@ -393,6 +420,153 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         }
     }
     Ok(0)
+}
+
+/// One HTTP request for the metrics: its head read (bounded), the exposition written.
+fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut head = Vec::new();
+    let mut reader = BufReader::new(&conn).take(8 << 10);
+    // The request line and headers, up to the blank line.
+    loop {
+        let mut line = Vec::new();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let blank = line == b"\r\n" || line == b"\n";
+                head.extend(line);
+                if blank {
+                    break;
+                }
+            }
+        }
+    }
+    let get = head.starts_with(b"GET ");
+    let (status, body) = if !get {
+        ("405 Method Not Allowed", String::from("GET /metrics\n"))
+    } else {
+        let (rtx, rrx) = mpsc::channel();
+        if tx.send(Event::Metrics(rtx)).is_err() {
+            return;
+        }
+        match rrx.recv() {
+            Ok(text) => ("200 OK", text),
+            Err(_) => return,
+        }
+    };
+    let mut conn = conn;
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// The metrics in Prometheus' text exposition format.
+fn exposition(mirror: &Mirror) -> String {
+    use std::fmt::Write as _;
+    let s = mirror.stats();
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    let one = |v: f64| vec![(String::new(), v)];
+    metric(
+        "fibre_mirror_synced",
+        "gauge",
+        "Whether the first dump is applied.",
+        &one(f64::from(u8::from(s.synced))),
+    );
+    let mut routes = Vec::new();
+    let mut memory = Vec::new();
+    for f in [Family::V4, Family::V6] {
+        let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+        for r in mirror.state().routes(f, None) {
+            *counts.entry(r.table).or_default() += 1;
+        }
+        for (t, n) in counts {
+            routes.push((
+                format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
+                n as f64,
+            ));
+        }
+    }
+    for (f, t, bytes) in mirror.snapshot().memory_by_table() {
+        memory.push((
+            format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
+            bytes as f64,
+        ));
+    }
+    metric(
+        "fibre_mirror_routes",
+        "gauge",
+        "Routes mirrored, per table and family.",
+        &routes,
+    );
+    metric(
+        "fibre_lookup_memory_bytes",
+        "gauge",
+        "Memory of the compiled lookup structures, per table and family.",
+        &memory,
+    );
+    metric(
+        "fibre_mirror_neighbours",
+        "gauge",
+        "Neighbour entries mirrored.",
+        &one(mirror.neighbours().len() as f64),
+    );
+    for (name, help, v) in [
+        ("fibre_mirror_updates_total", "Messages applied.", s.updates),
+        (
+            "fibre_mirror_batches_total",
+            "Batches of notifications published.",
+            s.batches,
+        ),
+        (
+            "fibre_mirror_overflows_total",
+            "Overflows of the netlink socket.",
+            s.overflows,
+        ),
+        (
+            "fibre_mirror_resyncs_total",
+            "Whole dumps after the first.",
+            s.resyncs,
+        ),
+        (
+            "fibre_mirror_dump_restarts_total",
+            "Dumps the kernel marked interrupted.",
+            s.dump_restarts,
+        ),
+        (
+            "fibre_mirror_malformed_total",
+            "Messages dropped as malformed.",
+            s.malformed,
+        ),
+        (
+            "fibre_mirror_skipped_total",
+            "Messages of what the mirror does not hold.",
+            s.skipped,
+        ),
+    ] {
+        metric(name, "counter", help, &one(v as f64));
+    }
+    let lags: Vec<(String, f64)> = [0.5, 0.99]
+        .into_iter()
+        .filter_map(|q| {
+            s.lag(q)
+                .map(|d| (format!("{{quantile=\"{q}\"}}"), d.as_secs_f64()))
+        })
+        .collect();
+    metric(
+        "fibre_mirror_lag_seconds",
+        "summary",
+        "From a batch's arrival to its publication, over the latest batches.",
+        &lags,
+    );
+    out
 }
 
 /// Runs `fibre ctl`: sends the command, prints the reply, exits with its code.

@@ -331,7 +331,13 @@ fn ask_all(ns: &Namespace, d: &Daemon, when: &str) {
 fn the_daemon_mirrors_a_namespace_and_follows_its_changes() {
     let ns = namespace("mirror");
     ip_batch(&ns, SETUP);
-    let d = Daemon::start(&ns, &[]);
+    // A free port for the metrics, in this (the host's) namespace.
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let d = Daemon::start(&ns, &["--metrics", &metrics]);
     caught_up(&ns, &d, 1);
     assert_same(&ns, &d, "after the first dump");
     ask_all(&ns, &d, "after the first dump");
@@ -390,6 +396,32 @@ link del a1
     assert!(stats["batches"].as_u64().unwrap() > 0, "{stats}");
     assert_eq!(stats["resyncs"], 0, "{stats}");
     assert_eq!(stats["malformed"], 0, "{stats}");
+
+    // The metrics, scraped as Prometheus does.
+    let mut conn = std::net::TcpStream::connect(&metrics).expect("the metrics port");
+    std::io::Write::write_all(&mut conn, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+    let main_routes: Value = serde_json::from_str(
+        &ns.ip(&["-j", "-4", "route", "show", "table", "main"])
+            .unwrap(),
+    )
+    .unwrap();
+    let main_routes = main_routes.as_array().unwrap().len();
+    assert!(
+        page.contains(&format!(
+            "fibre_mirror_routes{{family=\"inet\",table=\"254\"}} {main_routes}\n"
+        )),
+        "{page}"
+    );
+    for name in [
+        "fibre_mirror_synced 1",
+        "fibre_mirror_updates_total",
+        "fibre_mirror_lag_seconds{quantile=\"0.99\"}",
+    ] {
+        assert!(page.contains(name), "{name} in {page}");
+    }
 
     // A request that is not a command gets an error; the daemon answers the next.
     let out = d.ctl(&["route", "frobnicate"]);
