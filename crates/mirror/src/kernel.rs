@@ -322,3 +322,88 @@ pub fn enter_netns(name: &str) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+    use rand::{Rng, SeedableRng};
+
+    /// A route notification as the kernel sends one, serialized.
+    fn route_message() -> Vec<u8> {
+        let mut r = RouteMessage::default();
+        r.header.address_family = netlink_packet_route::AddressFamily::Inet;
+        r.header.destination_prefix_length = 16;
+        r.header.table = 254;
+        r.header.kind = netlink_packet_route::route::RouteType::Unicast;
+        r.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet("10.1.0.0".parse().unwrap())),
+            RouteAttribute::Gateway(RouteAddress::Inet("10.0.0.2".parse().unwrap())),
+            RouteAttribute::Oif(2),
+        ];
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::NewRoute(r)),
+        );
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn a_notification_parses_and_becomes_a_route() {
+        let bytes = route_message();
+        let mut out = Vec::new();
+        assert_eq!(parse(&bytes, &mut out), 0);
+        assert_eq!(out.len(), 1);
+        let Message::Route(m) = &out[0].0 else {
+            panic!("a route message");
+        };
+        match crate::convert::change(m, 0) {
+            Ok(crate::convert::Change::Route(r, _)) => {
+                assert_eq!(r.dst.to_string(), "10.1.0.0/16");
+                assert_eq!(r.own_paths()[0].gateway, Some("10.0.0.2".parse().unwrap()));
+                assert_eq!(r.own_paths()[0].dev, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_and_cut_messages_are_counted_never_panicked_on() {
+        let good = route_message();
+        // Cut anywhere: the part is dropped and counted, or is no message at all.
+        for n in 0..good.len() {
+            let mut out = Vec::new();
+            let bad = parse(&good[..n], &mut out);
+            assert!(out.is_empty() || n == good.len(), "cut at {n}");
+            assert!(bad <= 1);
+        }
+        // A good message followed by garbage keeps the good one.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let mut bytes = good.clone();
+            let extra: usize = rng.gen_range(0..64);
+            bytes.extend((0..extra).map(|_| rng.gen::<u8>()));
+            let mut out = Vec::new();
+            parse(&bytes, &mut out);
+            assert!(!out.is_empty());
+        }
+        // Random bytes, with a plausible length in front or not.
+        for _ in 0..20000 {
+            let len: usize = rng.gen_range(0..96);
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            if len >= 16 && rng.gen() {
+                bytes[..4].copy_from_slice(&(len as u32).to_ne_bytes());
+            }
+            let mut out = Vec::new();
+            parse(&bytes, &mut out);
+            for (m, flags) in &out {
+                if let Message::Route(m) = m {
+                    let _ = crate::convert::change(m, *flags);
+                }
+            }
+        }
+    }
+}
