@@ -74,14 +74,19 @@ impl std::fmt::Debug for VectorAnswers<'_> {
     }
 }
 
-/// A batch's keys and what the passes around its search found.
+/// A batch's queries, keys and what the passes around its search found.
 struct Scratch {
     /// The whole queries of a batch that takes the general way.
     flows: Vec<Query>,
-    keys4: [u32; BATCH],
-    srcs4: [u32; BATCH],
-    keys6: [u128; BATCH],
+    keys: Keys,
     alike: Alike,
+}
+
+/// A batch's addresses as the search takes them.
+struct Keys {
+    dst4: [u32; BATCH],
+    src4: [u32; BATCH],
+    dst6: [u128; BATCH],
 }
 
 impl<'s> VectorAnswers<'s> {
@@ -172,9 +177,11 @@ impl<'s> VectorAnswers<'s> {
         let scratch = self.scratch.get_or_insert_with(|| {
             Box::new(Scratch {
                 flows: Vec::with_capacity(BATCH),
-                keys4: [0; BATCH],
-                srcs4: [0; BATCH],
-                keys6: [0; BATCH],
+                keys: Keys {
+                    dst4: [0; BATCH],
+                    src4: [0; BATCH],
+                    dst6: [0; BATCH],
+                },
                 alike: Alike::new(),
             })
         });
@@ -210,32 +217,14 @@ impl Snapshot {
         let quick = self
             .alike_way(Family::V4, v.iif)
             .filter(|way| way.c.input.is_some() == (v.src.len() == n));
-        let (ids, others, room) = out.reset(quick.as_ref().map_or(&[], |w| &w.plain().hops), n);
-        for at in (0..n).step_by(BATCH) {
-            let m = (n - at).min(BATCH);
-            let flow = |i: usize| flow(at + i);
-            let (
-                ids,
-                Scratch {
-                    flows,
-                    keys4,
-                    srcs4,
-                    alike,
-                    ..
-                },
-            ) = (&mut ids[at..at + m], &mut *room);
-            if let Some(way) = &quick {
-                quick::keys_v4(self.cpu, &v.dst[at..at + m], keys4);
-                if way.c.input.is_some() {
-                    quick::keys_v4(self.cpu, &v.src[at..at + m], srcs4);
-                }
-                if self.alike_v4(way, keys4, srcs4, flow, alike.start(m, 0)) {
-                    self.ids_alike(way, alike, flow, ids, others);
-                    continue;
-                }
+        self.lookup_vector(n, quick, flow, out, |way, at, keys, alike, flow| {
+            let m = alike.n;
+            quick::keys_v4(self.cpu, &v.dst[at..at + m], &mut keys.dst4);
+            if way.c.input.is_some() {
+                quick::keys_v4(self.cpu, &v.src[at..at + m], &mut keys.src4);
             }
-            self.ids_general(flow, flows, ids, others);
-        }
+            self.alike_v4(way, &keys.dst4, &keys.src4, flow, alike)
+        });
     }
 
     /// [`Snapshot::lookup_vector_v4`] for IPv6 flows.
@@ -250,22 +239,32 @@ impl Snapshot {
     ) {
         let n = v.check();
         let quick = self.alike_way(Family::V6, v.iif);
+        self.lookup_vector(n, quick, flow, out, |way, at, keys, alike, flow| {
+            quick::keys_v6(self.cpu, &v.dst[at..at + alike.n], &mut keys.dst6);
+            self.alike_v6(way, &keys.dst6, flow, alike)
+        });
+    }
+
+    /// The `n` flows of a vector, batch by batch: through the passes of flows alike where
+    /// `quick` allows (`passes(way, at, keys, alike, flow)` converts the addresses of the
+    /// batch from flow `at` on, `alike.n` of them, and runs them: `false` where the batch
+    /// is not mostly alike), else the general way.
+    fn lookup_vector<'s>(
+        &'s self,
+        n: usize,
+        quick: Option<AlikeWay<'s>>,
+        flow: impl Fn(usize) -> Query,
+        out: &mut VectorAnswers<'s>,
+        passes: impl Fn(&AlikeWay<'s>, usize, &mut Keys, &mut Alike, &dyn Fn(usize) -> Query) -> bool,
+    ) {
         let (ids, others, room) = out.reset(quick.as_ref().map_or(&[], |w| &w.plain().hops), n);
+        let Scratch { flows, keys, alike } = room;
         for at in (0..n).step_by(BATCH) {
             let m = (n - at).min(BATCH);
             let flow = |i: usize| flow(at + i);
-            let (
-                ids,
-                Scratch {
-                    flows,
-                    keys6,
-                    alike,
-                    ..
-                },
-            ) = (&mut ids[at..at + m], &mut *room);
+            let ids = &mut ids[at..at + m];
             if let Some(way) = &quick {
-                quick::keys_v6(self.cpu, &v.dst[at..at + m], keys6);
-                if self.alike_v6(way, keys6, flow, alike.start(m, 0)) {
+                if passes(way, at, keys, alike.start(m, 0), &flow) {
                     self.ids_alike(way, alike, flow, ids, others);
                     continue;
                 }
