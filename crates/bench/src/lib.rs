@@ -17,6 +17,7 @@ pub mod addresses;
 pub mod kernel;
 pub mod lookups;
 pub mod method;
+pub mod mirror;
 pub mod peers;
 pub mod report;
 pub mod rules;

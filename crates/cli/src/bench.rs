@@ -79,6 +79,33 @@ pub enum Command {
     /// What policy rules and source-specific routes cost a full route lookup, fibre's
     /// and the kernel's, on a sample of the real tables.
     Rules(RulesArgs),
+    /// The kernel mirror of `fibre daemon` on a namespace holding the real tables (as
+    /// root): its sync against the kernel's dump, a burst of changes followed (time,
+    /// publications, lag), its CPU time busy and idle.
+    Mirror(MirrorArgs),
+}
+
+/// Arguments of `fibre bench mirror`.
+#[derive(clap::Args)]
+pub struct MirrorArgs {
+    /// Route files (default: the shipped full tables). Repeat to add files.
+    #[arg(long)]
+    routes: Vec<PathBuf>,
+    /// Routes taken from each family's table (default: all).
+    #[arg(long)]
+    sample: Option<usize>,
+    /// Changes in the burst (half added, then removed).
+    #[arg(long, default_value_t = 10_000)]
+    updates: usize,
+    /// Folder for the report and figures (default: `bench-out/mirror-<UTC time>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also print the figures as a JSON line on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Count and skip malformed route lines.
+    #[arg(long)]
+    skip_bad: bool,
 }
 
 /// Arguments of `fibre bench rules`.
@@ -185,8 +212,55 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match args.command {
         Some(Command::Lookup(args)) => lookup(args),
         Some(Command::Rules(args)) => rules(args),
+        Some(Command::Mirror(args)) => mirror(args),
         None => studies(args.studies),
     }
+}
+
+/// `fibre bench mirror`: the mirror study on the tables, in a namespace.
+fn mirror(args: MirrorArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use fibre_bench::mirror::{markdown, mirror_study, MirrorConfig};
+    use std::io::Write;
+    let routes = if args.routes.is_empty() {
+        vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
+    } else {
+        args.routes.clone()
+    };
+    let file = crate::load_all_routes(&routes, args.skip_bad)?;
+    let (mut v4, mut v6) = (final_prefixes(&file.v4), final_prefixes(&file.v6));
+    if let Some(n) = args.sample {
+        v4.truncate(n);
+        v6.truncate(n);
+    }
+    let cfg = MirrorConfig {
+        updates: args.updates.max(2),
+        ..MirrorConfig::default()
+    };
+    let figures = mirror_study(&v4, &v6, &cfg)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("mirror-{}", utc_stamp())));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let report = markdown(&figures, &format!("{}.", run_of(&routes)));
+    std::fs::write(out.join("report.md"), &report)?;
+    let mut lines = String::new();
+    for f in &figures {
+        lines += &format!("{f}\n");
+    }
+    std::fs::write(out.join("figures.jsonl"), &lines)?;
+    let stdout = std::io::stdout();
+    let mut o = stdout.lock();
+    if args.json {
+        write!(o, "{lines}")?;
+    } else {
+        writeln!(o, "{report}")?;
+    }
+    eprintln!(
+        "fibre bench mirror: wrote {} (report.md, figures.jsonl)",
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `fibre bench rules`: the rules study on each family's table, the kernel beside.

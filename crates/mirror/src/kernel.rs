@@ -29,6 +29,10 @@ const GROUPS: [u32; 9] = [
     libc::RTNLGRP_IPV6_RULE,
 ];
 
+/// The most notifications one batch takes: a burst larger than this is published in
+/// parts, each soon.
+pub const BATCH_MESSAGES: usize = 1 << 16;
+
 /// The receive buffer asked for each socket: large, so that bursts of changes (a table
 /// loaded with `ip -batch`) queue rather than overflow.
 pub const RECEIVE_BUFFER: usize = 64 << 20;
@@ -112,22 +116,32 @@ impl Events {
         })
     }
 
-    /// Waits for the next changes and returns what has queued since, up to a megabyte.
+    /// Waits for the next changes and returns what has queued since.
     /// After an overflow, what is still queued is discarded: it is older than the loss
     /// (the kernel reports the overflow before the messages queued ahead of it), and the
     /// dump that must follow holds its effect, where applying it after the dump would
     /// bring back what a lost message had removed.
+    ///
+    /// Each notification is a datagram of its own: after waiting for the first, every
+    /// one already queued is taken too (up to [`BATCH_MESSAGES`]), so that a burst is
+    /// one batch, not one a message.
     pub fn receive(&mut self) -> io::Result<Batch> {
-        let n = match self.socket.recv(&mut &mut self.buf[..], 0) {
-            Ok(n) => n,
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                self.discard()?;
-                return Ok(Batch::Overflow);
-            }
-            Err(e) => return Err(e),
-        };
         let mut out = Vec::new();
-        let bad = parse(&self.buf[..n], &mut out);
+        let mut bad = 0;
+        let mut flags = 0;
+        while out.len() < BATCH_MESSAGES {
+            let n = match self.socket.recv(&mut &mut self.buf[..], flags) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.discard()?;
+                    return Ok(Batch::Overflow);
+                }
+                Err(e) if flags != 0 && e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            };
+            bad += parse(&self.buf[..n], &mut out);
+            flags = libc::MSG_DONTWAIT;
+        }
         Ok(Batch::Messages(out, bad))
     }
 }

@@ -1,0 +1,248 @@
+//! The mirror study (`fibre bench mirror`): how long the kernel mirror of `fibre daemon`
+//! takes to sync a namespace that holds the real tables, against the kernel's own dump of
+//! them, and how it follows a burst of changes made there: how long until it holds them
+//! all, the lag from a batch's arrival to its publication, the publications, and the CPU
+//! time it takes, while busy and while idle.
+//!
+//! The mirror runs as the daemon runs it (`fibre_mirror`: subscribe, dump, apply batches
+//! of notifications), on a thread of this process that entered the namespace; the kernel
+//! is asked with `ip -batch`, as an administrator or a routing daemon would change it.
+
+use crate::kernel::KernelFib;
+use fibre_kernel::netns::{gateway, OUTPUT_DEV};
+use fibre_lpm::{Key, Prefix};
+use fibre_mirror::kernel::{self as nl, Batch, Events};
+use fibre_mirror::Mirror;
+use serde_json::{json, Value};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// What the study changes.
+#[derive(Clone, Debug)]
+pub struct MirrorConfig {
+    /// Changes in the burst: routes added, then as many removed again (half each).
+    pub updates: usize,
+    /// How long the idle mirror's CPU time is watched.
+    pub idle: Duration,
+}
+
+impl Default for MirrorConfig {
+    fn default() -> Self {
+        MirrorConfig {
+            updates: 10_000,
+            idle: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The table of the route that ends a burst: once the mirror holds it, it holds every
+/// change made before.
+const SENTINEL_TABLE: u32 = 250;
+
+/// The CPU time this thread has taken (`/proc/thread-self/schedstat`).
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
+/// What the mirror's thread measured.
+struct Followed {
+    dump: Duration,
+    sync: Duration,
+    sync_dump: Duration,
+    sync_build: Duration,
+    idle_cpu: Duration,
+    busy_cpu: Duration,
+    caught_up: Instant,
+    publications: u64,
+    overflows: u64,
+    lag_p50: Option<Duration>,
+    lag_p99: Option<Duration>,
+    routes: usize,
+}
+
+/// Runs the study on `v4` and `v6` (loaded into a fresh namespace first): figures as
+/// JSON objects, or why it cannot run (it needs root).
+pub fn mirror_study(
+    v4: &[Prefix<u32>],
+    v6: &[Prefix<u128>],
+    cfg: &MirrorConfig,
+) -> Result<Vec<Value>, String> {
+    let k = KernelFib::new()?;
+    let io = |e: std::io::Error| e.to_string();
+    let load4 = k.load(v4).map_err(io)?;
+    let load6 = k.load(v6).map_err(io)?;
+    let name = k.namespace().name().to_string();
+    let (ready, started) = mpsc::channel::<Instant>();
+    let (go, burst_start) = mpsc::channel::<()>();
+    let idle = cfg.idle;
+    let mirror = std::thread::spawn(move || -> Result<Followed, String> {
+        let e = |e: std::io::Error| e.to_string();
+        nl::enter_netns(&name).map_err(e)?;
+        // The kernel's own dump of everything the mirror follows, the best of three.
+        let mut dump = Duration::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            nl::dump().map_err(e)?;
+            dump = dump.min(t.elapsed());
+        }
+        let mut events = Events::subscribe(nl::RECEIVE_BUFFER).map_err(e)?;
+        let t = Instant::now();
+        let (mut mirror, _reader) = Mirror::sync().map_err(e)?;
+        let sync = t.elapsed();
+        let routes = mirror.state().routes(fibre_fib::Family::V4, None).count()
+            + mirror.state().routes(fibre_fib::Family::V6, None).count();
+        // Idle: nothing changes; the mirror waits in `recv`.
+        let cpu = thread_cpu();
+        std::thread::sleep(idle);
+        let idle_cpu = thread_cpu() - cpu;
+        let _ = ready.send(Instant::now());
+        let _ = burst_start.recv();
+        let cpu = thread_cpu();
+        let before = mirror.stats().batches;
+        loop {
+            match events.receive().map_err(e)? {
+                Batch::Messages(b, bad) => mirror.apply(b, bad, Instant::now()),
+                Batch::Overflow => {
+                    mirror.overflowed();
+                    mirror.resync().map_err(e)?;
+                }
+            }
+            let sentinel = mirror
+                .state()
+                .routes(fibre_fib::Family::V4, Some(SENTINEL_TABLE))
+                .next()
+                .is_some();
+            if sentinel {
+                break;
+            }
+        }
+        let s = mirror.stats();
+        Ok(Followed {
+            dump,
+            sync,
+            sync_dump: s.dump_time,
+            sync_build: s.build_time,
+            idle_cpu,
+            busy_cpu: thread_cpu() - cpu,
+            caught_up: Instant::now(),
+            publications: s.batches - before,
+            overflows: s.overflows,
+            lag_p50: s.lag(0.5),
+            lag_p99: s.lag(0.99),
+            routes,
+        })
+    });
+    let Ok(_) = started.recv() else {
+        return Err(joined(mirror));
+    };
+    let mut burst = String::new();
+    let half = cfg.updates / 2;
+    for i in 0..half {
+        burst += &format!(
+            "route add 198.18.{}.{}/32 via {} dev {OUTPUT_DEV}\n",
+            i / 256 % 256,
+            i % 256,
+            gateway(<u32 as Key>::FAMILY, i % 8)
+        );
+    }
+    for i in 0..half {
+        burst += &format!("route del 198.18.{}.{}/32\n", i / 256 % 256, i % 256);
+    }
+    burst += &format!("route add unreachable 198.51.100.1/32 table {SENTINEL_TABLE}\n");
+    let _ = go.send(());
+    let start = Instant::now();
+    k.namespace().batch(&burst).map_err(io)?;
+    let kernel_done = start.elapsed();
+    let f = mirror
+        .join()
+        .map_err(|_| "the mirror's thread panicked".to_string())??;
+    let caught_up = f.caught_up.duration_since(start);
+    let secs = |d: Duration| d.as_secs_f64();
+    let changes = 2 * half + 1;
+    Ok(vec![json!({
+        "study": "mirror",
+        "routes_v4": v4.len(),
+        "routes_v6": v6.len(),
+        "routes_mirrored": f.routes,
+        "kernel_load_s": load4.seconds + load6.seconds,
+        "kernel_dump_s": secs(f.dump),
+        "sync_s": secs(f.sync),
+        "sync_dump_s": secs(f.sync_dump),
+        "sync_build_s": secs(f.sync_build),
+        "sync_over_dump": secs(f.sync) / secs(f.dump),
+        "updates": changes,
+        "kernel_updates_s": secs(kernel_done),
+        "kernel_updates_per_s": changes as f64 / secs(kernel_done),
+        "caught_up_s": secs(caught_up),
+        "mirror_updates_per_s": changes as f64 / secs(caught_up),
+        "publications": f.publications,
+        "overflows": f.overflows,
+        "lag_p50_s": f.lag_p50.map(secs),
+        "lag_p99_s": f.lag_p99.map(secs),
+        "busy_cpu_s": secs(f.busy_cpu),
+        "idle_cpu_s": secs(f.idle_cpu),
+        "idle_s": secs(idle),
+    })])
+}
+
+/// The mirror thread's error, once it has ended.
+fn joined(h: std::thread::JoinHandle<Result<Followed, String>>) -> String {
+    match h.join() {
+        Ok(Err(e)) => e,
+        Ok(Ok(_)) => "the mirror ended early".into(),
+        Err(_) => "the mirror's thread panicked".into(),
+    }
+}
+
+/// The report of the study's figures.
+pub fn markdown(figures: &[Value], header: &str) -> String {
+    let mut s = format!("# fibre bench mirror\n\n{header}\n\n");
+    for f in figures {
+        let g = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
+        s += &format!(
+            "Routes: {} IPv4 and {} IPv6, loaded into a namespace with `ip -batch` in {:.1} s; \
+             the mirror holds {} (with the kernel's own).\n\n\
+             | | seconds |\n|---|---:|\n\
+             | the kernel's dump of links, addresses, rules, nexthops, routes, neighbours | {:.3} |\n\
+             | the mirror's sync (subscribe, dump, build, compile, publish) | {:.3} |\n\
+             | of which its dump | {:.3} |\n\
+             | of which building and compiling | {:.3} |\n\n\
+             The sync takes {:.1} times the kernel's dump.\n\n\
+             A burst of {} changes ({} routes added, then removed, then a sentinel): the kernel \
+             made them in {:.3} s ({:.0} a second); the mirror held them all {:.3} s after the \
+             burst began ({:.0} a second), in {} publications ({} overflows). Lag from a \
+             batch's arrival to its publication: p50 {}, p99 {}. CPU time: {:.3} s while \
+             following the burst, {:.6} s idle over {:.1} s.\n",
+            f["routes_v4"],
+            f["routes_v6"],
+            g("kernel_load_s"),
+            f["routes_mirrored"],
+            g("kernel_dump_s"),
+            g("sync_s"),
+            g("sync_dump_s"),
+            g("sync_build_s"),
+            g("sync_over_dump"),
+            f["updates"],
+            f["updates"].as_u64().unwrap_or(0) / 2,
+            g("kernel_updates_s"),
+            g("kernel_updates_per_s"),
+            g("caught_up_s"),
+            g("mirror_updates_per_s"),
+            f["publications"],
+            f["overflows"],
+            f["lag_p50_s"]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{:.3} ms", v * 1e3)),
+            f["lag_p99_s"]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{:.3} ms", v * 1e3)),
+            g("busy_cpu_s"),
+            g("idle_cpu_s"),
+            g("idle_s"),
+        );
+    }
+    s
+}
