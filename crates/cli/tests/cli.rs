@@ -993,3 +993,43 @@ fn a_listing_cut_short_by_its_reader_ends_quietly() {
     assert!(status.code().is_some(), "{status:?}: killed, not ended");
     assert!(err.is_empty(), "nothing on standard error: {err}");
 }
+
+#[test]
+#[ignore = "needs root: loads routes into a network namespace and mirrors it"]
+fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
+    let out_dir = std::env::temp_dir().join(format!("fibre-mirror-{}", std::process::id()));
+    let out = fibre(
+        &[
+            "bench",
+            "mirror",
+            "--sample",
+            "2000",
+            "--updates",
+            "400",
+            "--json",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(f["routes_v4"], 2000);
+    assert_eq!(f["routes_v6"], 2000);
+    // The sample and the kernel's own routes (the namespace's links and addresses).
+    let mirrored = f["routes_mirrored"].as_u64().unwrap();
+    assert!((4000..4100).contains(&mirrored), "{f}");
+    assert_eq!(f["updates"], 401);
+    assert!(f["publications"].as_u64().unwrap() >= 1, "{f}");
+    for k in ["kernel_dump_s", "sync_s", "caught_up_s", "busy_cpu_s"] {
+        let v = f[k].as_f64().unwrap();
+        assert!(v > 0.0 && v.is_finite(), "{k}: {f}");
+    }
+    assert!(f["sync_s"].as_f64() >= f["sync_dump_s"].as_f64(), "{f}");
+    let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(report.contains("The sync takes"), "{report}");
+}
