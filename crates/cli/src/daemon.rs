@@ -157,7 +157,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 let tx = tx.clone();
-                std::thread::spawn(move || serve(conn, tx));
+                // Past the threads this system allows, the client is turned away; the
+                // daemon goes on.
+                let _ = std::thread::Builder::new().spawn(move || serve(conn, tx));
             }
         });
     }
@@ -166,7 +168,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         std::thread::spawn(move || {
             for conn in metrics.incoming().flatten() {
                 let tx = tx.clone();
-                std::thread::spawn(move || scrape(conn, tx));
+                let _ = std::thread::Builder::new().spawn(move || scrape(conn, tx));
             }
         });
     }
@@ -207,7 +209,13 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 break ExitCode::FAILURE;
             }
             Ok(Event::Request(words, reply)) => {
-                let _ = reply.send(answer(&mirror, &words));
+                // A command only reads the mirror: should one fail in a way not foreseen,
+                // its client gets an error and the daemon goes on.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    answer(&mirror, &words)
+                }))
+                .unwrap_or_else(|_| Reply::error("Error: the command failed".into()));
+                let _ = reply.send(r);
             }
             Ok(Event::Metrics(reply)) => {
                 let _ = reply.send(exposition(&mirror));

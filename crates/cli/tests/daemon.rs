@@ -427,6 +427,28 @@ link del a1
     let out = d.ctl(&["route", "frobnicate"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown command"));
+    let long = "x".repeat(10_000);
+    for bad in [
+        &["route", "get"][..],
+        &["route", "get", "999.1.1.1"],
+        &["route", "get", "10.1.1.1", "iif", "nosuchdev"],
+        &["route", "show", "table", "x"],
+        &["rule", "show", "extra"],
+        &["stats", "now"],
+        &[long.as_str()],
+    ] {
+        let out = d.ctl(bad);
+        assert!(!out.status.success(), "{bad:?} is refused");
+        assert!(!out.stderr.is_empty(), "{bad:?} says why");
+    }
+    for raw in [&b"[]\n"[..], b"[1, 2]\n", b"{\"a\": 1}\n", b"\n"] {
+        let mut conn = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+        std::io::Write::write_all(&mut conn, raw).unwrap();
+        let mut reply = String::new();
+        std::io::Read::read_to_string(&mut conn, &mut reply).unwrap();
+        let v: Value = serde_json::from_str(&reply).expect("a JSON reply");
+        assert_ne!(v["code"], 0, "{raw:?}: {reply}");
+    }
     let mut raw = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
     std::io::Write::write_all(&mut raw, b"not json\n").unwrap();
     let mut reply = String::new();
