@@ -1057,40 +1057,43 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
             let iif = first.iif;
             // Arriving flows' sources; none for flows this host sends.
             let src = |q: &Query| iif.and(q.src);
+            // Each flow's destination and (arriving) source of the vector's family.
+            fn sides<A>(
+                vector: &[Query],
+                src: impl Fn(&Query) -> Option<IpAddr>,
+                pick: impl Fn(IpAddr) -> Option<A>,
+            ) -> (Vec<A>, Vec<A>) {
+                let dst = vector.iter().filter_map(|q| pick(q.dst)).collect();
+                let src = vector
+                    .iter()
+                    .filter_map(|q| src(q).and_then(&pick))
+                    .collect();
+                (dst, src)
+            }
             match first.dst {
                 IpAddr::V4(_) => {
-                    let v4 = |a: IpAddr| match a {
+                    let (dst, src) = sides(&vector, src, |a| match a {
                         IpAddr::V4(a) => Some(a),
                         IpAddr::V6(_) => None,
+                    });
+                    let v = FlowVector {
+                        iif,
+                        dst: &dst,
+                        src: &src,
                     };
-                    let dst: Vec<_> = vector.iter().filter_map(|q| v4(q.dst)).collect();
-                    let src: Vec<_> = vector.iter().filter_map(|q| src(q).and_then(v4)).collect();
-                    snap.lookup_vector_v4(
-                        &FlowVector {
-                            iif,
-                            dst: &dst,
-                            src: &src,
-                        },
-                        flow,
-                        &mut out,
-                    );
+                    snap.lookup_vector_v4(&v, flow, &mut out);
                 }
                 IpAddr::V6(_) => {
-                    let v6 = |a: IpAddr| match a {
+                    let (dst, src) = sides(&vector, src, |a| match a {
                         IpAddr::V6(a) => Some(a),
                         IpAddr::V4(_) => None,
+                    });
+                    let v = FlowVector {
+                        iif,
+                        dst: &dst,
+                        src: &src,
                     };
-                    let dst: Vec<_> = vector.iter().filter_map(|q| v6(q.dst)).collect();
-                    let src: Vec<_> = vector.iter().filter_map(|q| src(q).and_then(v6)).collect();
-                    snap.lookup_vector_v6(
-                        &FlowVector {
-                            iif,
-                            dst: &dst,
-                            src: &src,
-                        },
-                        flow,
-                        &mut out,
-                    );
+                    snap.lookup_vector_v6(&v, flow, &mut out);
                 }
             }
             assert_eq!(out.len(), vector.len());
