@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 pub struct MirrorConfig {
     /// Changes in the burst: routes added, then as many removed again (half each).
     pub updates: usize,
+    /// Changes made one at a time after the burst (an `ip route` command each), for the
+    /// lag of a single update.
+    pub paced: usize,
     /// How long the idle mirror's CPU time is watched.
     pub idle: Duration,
 }
@@ -30,14 +33,40 @@ impl Default for MirrorConfig {
     fn default() -> Self {
         MirrorConfig {
             updates: 10_000,
+            paced: 200,
             idle: Duration::from_secs(2),
         }
     }
 }
 
-/// The table of the route that ends a burst: once the mirror holds it, it holds every
-/// change made before.
+/// The table of the routes that end a phase: once the mirror holds one, it holds every
+/// change made before. It is made before the mirror syncs.
 const SENTINEL_TABLE: u32 = 250;
+
+/// The sentinel routes: the table's first, the burst's end, the paced changes' end.
+const SENTINELS: [&str; 3] = ["198.51.100.0/32", "198.51.100.1/32", "198.51.100.2/32"];
+
+/// Applies what the kernel announces until the mirror holds sentinel route `dst`.
+fn follow_until(mirror: &mut Mirror, events: &mut Events, dst: &str) -> Result<(), String> {
+    let e = |e: std::io::Error| e.to_string();
+    let dst = fibre_fib::Net::parse(dst, None)?;
+    loop {
+        match events.receive().map_err(e)? {
+            Batch::Messages(b, bad) => mirror.apply(b, bad, Instant::now()),
+            Batch::Overflow => {
+                mirror.overflowed();
+                mirror.resync().map_err(e)?;
+            }
+        }
+        let held = mirror
+            .state()
+            .routes(fibre_fib::Family::V4, Some(SENTINEL_TABLE))
+            .any(|r| r.dst == dst);
+        if held {
+            return Ok(());
+        }
+    }
+}
 
 /// The CPU time this thread has taken (`/proc/thread-self/schedstat`).
 fn thread_cpu() -> Duration {
@@ -60,7 +89,21 @@ struct Followed {
     overflows: u64,
     lag_p50: Option<Duration>,
     lag_p99: Option<Duration>,
+    patched: u64,
+    compiled: u64,
+    paced: Paced,
     routes: usize,
+}
+
+/// What the mirror measured of the changes made one at a time.
+#[derive(Default)]
+struct Paced {
+    publications: u64,
+    patched: u64,
+    lags: usize,
+    lag_p50: Option<Duration>,
+    lag_p99: Option<Duration>,
+    lag_max: Option<Duration>,
 }
 
 /// Runs the study on `v4` and `v6` (loaded into a fresh namespace first): figures as
@@ -77,6 +120,13 @@ pub fn mirror_study(
     let name = k.namespace().name().to_string();
     let (ready, started) = mpsc::channel::<Instant>();
     let (go, burst_start) = mpsc::channel::<()>();
+    let (burst_done, burst_followed) = mpsc::channel::<()>();
+    k.namespace()
+        .batch(&format!(
+            "route add unreachable {} table {SENTINEL_TABLE}\n",
+            SENTINELS[0]
+        ))
+        .map_err(io)?;
     let idle = cfg.idle;
     let mirror = std::thread::spawn(move || -> Result<Followed, String> {
         let e = |e: std::io::Error| e.to_string();
@@ -102,36 +152,40 @@ pub fn mirror_study(
         let _ = burst_start.recv();
         let cpu = thread_cpu();
         let before = mirror.stats().batches;
-        loop {
-            match events.receive().map_err(e)? {
-                Batch::Messages(b, bad) => mirror.apply(b, bad, Instant::now()),
-                Batch::Overflow => {
-                    mirror.overflowed();
-                    mirror.resync().map_err(e)?;
-                }
-            }
-            let sentinel = mirror
-                .state()
-                .routes(fibre_fib::Family::V4, Some(SENTINEL_TABLE))
-                .next()
-                .is_some();
-            if sentinel {
-                break;
-            }
-        }
-        let s = mirror.stats();
+        let made = mirror.publications();
+        follow_until(&mut mirror, &mut events, SENTINELS[1])?;
+        let busy_cpu = thread_cpu() - cpu;
+        let caught_up = Instant::now();
+        let s = mirror.stats().clone();
+        let after = mirror.publications();
+        // One change at a time: each its own batch, its lag a single update's.
+        mirror.stats_mut().clear_lags();
+        let _ = burst_done.send(());
+        follow_until(&mut mirror, &mut events, SENTINELS[2])?;
+        let p = mirror.stats();
+        let paced = Paced {
+            publications: p.batches - s.batches,
+            patched: mirror.publications().patched - after.patched,
+            lags: p.lags(),
+            lag_p50: p.lag(0.5),
+            lag_p99: p.lag(0.99),
+            lag_max: p.lag(1.0),
+        };
         Ok(Followed {
             dump,
             sync,
             sync_dump: s.dump_time,
             sync_build: s.build_time,
             idle_cpu,
-            busy_cpu: thread_cpu() - cpu,
-            caught_up: Instant::now(),
+            busy_cpu,
+            caught_up,
             publications: s.batches - before,
             overflows: s.overflows,
             lag_p50: s.lag(0.5),
             lag_p99: s.lag(0.99),
+            patched: after.patched - made.patched,
+            compiled: after.compiled - made.compiled,
+            paced,
             routes,
         })
     });
@@ -151,11 +205,33 @@ pub fn mirror_study(
     for i in 0..half {
         burst += &format!("route del 198.18.{}.{}/32\n", i / 256 % 256, i % 256);
     }
-    burst += &format!("route add unreachable 198.51.100.1/32 table {SENTINEL_TABLE}\n");
+    burst += &format!(
+        "route add unreachable {} table {SENTINEL_TABLE}\n",
+        SENTINELS[1]
+    );
     let _ = go.send(());
     let start = Instant::now();
     k.namespace().batch(&burst).map_err(io)?;
     let kernel_done = start.elapsed();
+    if burst_followed.recv().is_err() {
+        return Err(joined(mirror));
+    }
+    // One `ip` command a change: a few milliseconds apart.
+    let paced = cfg.paced / 2;
+    for op in ["add", "del"] {
+        for i in 0..paced {
+            let dst = format!("198.19.{}.{}/32", i / 256 % 256, i % 256);
+            let gw = gateway(<u32 as Key>::FAMILY, i % 8).to_string();
+            let mut args = vec!["route", op, &dst];
+            if op == "add" {
+                args.extend(["via", &gw, "dev", OUTPUT_DEV]);
+            }
+            k.namespace().ip(&args).map_err(io)?;
+        }
+    }
+    k.namespace()
+        .ip(&["route", "add", "unreachable", SENTINELS[2], "table", "250"])
+        .map_err(io)?;
     let f = mirror
         .join()
         .map_err(|_| "the mirror's thread panicked".to_string())??;
@@ -182,6 +258,15 @@ pub fn mirror_study(
         "overflows": f.overflows,
         "lag_p50_s": f.lag_p50.map(secs),
         "lag_p99_s": f.lag_p99.map(secs),
+        "patched": f.patched,
+        "compiled": f.compiled,
+        "paced_updates": 2 * paced + 1,
+        "paced_publications": f.paced.publications,
+        "paced_patched": f.paced.patched,
+        "paced_lags": f.paced.lags,
+        "paced_lag_p50_s": f.paced.lag_p50.map(secs),
+        "paced_lag_p99_s": f.paced.lag_p99.map(secs),
+        "paced_lag_max_s": f.paced.lag_max.map(secs),
         "busy_cpu_s": secs(f.busy_cpu),
         "idle_cpu_s": secs(f.idle_cpu),
         "idle_s": secs(idle),
@@ -195,6 +280,12 @@ fn joined(h: std::thread::JoinHandle<Result<Followed, String>>) -> String {
         Ok(Ok(_)) => "the mirror ended early".into(),
         Err(_) => "the mirror's thread panicked".into(),
     }
+}
+
+/// Seconds as milliseconds, or `-`.
+fn ms(v: &Value) -> String {
+    v.as_f64()
+        .map_or("-".into(), |v| format!("{:.3} ms", v * 1e3))
 }
 
 /// The report of the study's figures.
@@ -213,9 +304,12 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
              The sync takes {:.1} times the kernel's dump.\n\n\
              A burst of {} changes ({} routes added, then removed, then a sentinel): the kernel \
              made them in {:.3} s ({:.0} a second); the mirror held them all {:.3} s after the \
-             burst began ({:.0} a second), in {} publications ({} overflows). Lag from a \
-             batch's arrival to its publication: p50 {}, p99 {}. CPU time: {:.3} s while \
-             following the burst, {:.6} s idle over {:.1} s.\n",
+             burst began ({:.0} a second), in {} publications ({} patched, {} compiled; {} \
+             overflows). Lag from a batch's arrival to its publication: p50 {}, p99 {}. CPU \
+             time: {:.3} s while following the burst, {:.6} s idle over {:.1} s.\n\n\
+             Then {} changes one at a time (an `ip route` command each): {} publications, {} \
+             patched. Lag from a change's arrival to its publication, over {} changes: p50 {}, \
+             p99 {}, max {}.\n",
             f["routes_v4"],
             f["routes_v6"],
             g("kernel_load_s"),
@@ -232,16 +326,21 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             g("caught_up_s"),
             g("mirror_updates_per_s"),
             f["publications"],
+            f["patched"],
+            f["compiled"],
             f["overflows"],
-            f["lag_p50_s"]
-                .as_f64()
-                .map_or("-".into(), |v| format!("{:.3} ms", v * 1e3)),
-            f["lag_p99_s"]
-                .as_f64()
-                .map_or("-".into(), |v| format!("{:.3} ms", v * 1e3)),
+            ms(&f["lag_p50_s"]),
+            ms(&f["lag_p99_s"]),
             g("busy_cpu_s"),
             g("idle_cpu_s"),
             g("idle_s"),
+            f["paced_updates"],
+            f["paced_publications"],
+            f["paced_patched"],
+            f["paced_lags"],
+            ms(&f["paced_lag_p50_s"]),
+            ms(&f["paced_lag_p99_s"]),
+            ms(&f["paced_lag_max_s"]),
         );
     }
     s

@@ -97,6 +97,10 @@ pub struct MirrorArgs {
     /// Changes in the burst (half added, then removed).
     #[arg(long, default_value_t = 10_000)]
     updates: usize,
+    /// Changes made one at a time after the burst (an `ip route` command each), for the
+    /// lag of a single update.
+    #[arg(long, default_value_t = 200)]
+    paced: usize,
     /// Folder for the report and figures (default: `bench-out/mirror-<UTC time>`).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -234,6 +238,7 @@ fn mirror(args: MirrorArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     let cfg = MirrorConfig {
         updates: args.updates.max(2),
+        paced: args.paced,
         ..MirrorConfig::default()
     };
     let figures = mirror_study(&v4, &v6, &cfg)?;

@@ -416,6 +416,8 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "neighbours": mirror.neighbours().len(),
         "dump_s": s.dump_time.as_secs_f64(),
         "build_s": s.build_time.as_secs_f64(),
+        "patched": mirror.publications().patched,
+        "compiled": mirror.publications().compiled,
         "lag_p50_us": us(0.5),
         "lag_p99_us": us(0.99),
         "lookup_memory_bytes": memory,
@@ -537,6 +539,16 @@ fn exposition(mirror: &Mirror) -> String {
             "fibre_mirror_overflows_total",
             "Overflows of the netlink socket.",
             s.overflows,
+        ),
+        (
+            "fibre_mirror_patched_total",
+            "Publications made by patching the lookup structures.",
+            mirror.publications().patched,
+        ),
+        (
+            "fibre_mirror_compiled_total",
+            "Publications made by compiling the lookup structures anew.",
+            mirror.publications().compiled,
         ),
         (
             "fibre_mirror_resyncs_total",

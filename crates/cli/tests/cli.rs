@@ -1006,6 +1006,8 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
             "2000",
             "--updates",
             "400",
+            "--paced",
+            "40",
             "--json",
             "--out",
             out_dir.to_str().unwrap(),
@@ -1030,6 +1032,14 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
         assert!(v > 0.0 && v.is_finite(), "{k}: {f}");
     }
     assert!(f["sync_s"].as_f64() >= f["sync_dump_s"].as_f64(), "{f}");
+    // Route changes are published by patches, never by compiling the state anew.
+    assert!(f["patched"].as_u64().unwrap() >= 1, "{f}");
+    assert_eq!(f["compiled"], 0, "{f}");
+    assert_eq!(f["paced_updates"], 41);
+    let paced = f["paced_publications"].as_u64().unwrap();
+    assert!(paced >= 1, "{f}");
+    assert_eq!(f["paced_patched"].as_u64(), Some(paced), "{f}");
+    assert!(f["paced_lag_p99_s"].as_f64().unwrap() > 0.0, "{f}");
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(report.contains("The sync takes"), "{report}");
 }

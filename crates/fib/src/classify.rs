@@ -230,7 +230,7 @@ impl CompiledRule {
 pub(crate) type Sets = [usize; 7];
 
 /// A family's rules, compiled.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Rules {
     /// The rules in priority order.
     pub(crate) list: Vec<CompiledRule>,
@@ -406,7 +406,7 @@ impl Candidates<'_> {
 }
 
 /// An LPM structure over the rules' prefixes of one selector.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum PrefixIndex {
     /// No rule selects by this prefix: every address has the set of no prefix.
     Unused,
@@ -415,7 +415,7 @@ enum PrefixIndex {
 }
 
 /// The bit sets of the rules each selector value lets through.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Index {
     /// Words of one set.
     words: usize,
@@ -438,7 +438,7 @@ struct Index {
 
 /// A range selector's sets: the values cut into intervals at every rule range's ends, each
 /// interval with the set of rules whose range holds it (and those with no range).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct RangeIndex {
     /// The first value of every interval but the first (which starts at 0).
     starts: Vec<u32>,

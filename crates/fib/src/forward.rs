@@ -117,7 +117,7 @@ impl<'s> AlikeWay<'s> {
     /// The structure the one search looks in.
     #[inline]
     pub(crate) fn plain(&self) -> &'s PlainTable {
-        self.direct.plain(&self.fib.tables)
+        self.direct.plain(self.fib)
     }
 }
 
@@ -282,7 +282,7 @@ impl Snapshot {
         c: &Checked,
         q: &Query,
     ) -> Option<Result<HopRef<'s>, NoRoute>> {
-        let t = direct.plain(&fib.tables);
+        let t = direct.plain(fib);
         match t.plain(q.dst) {
             Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
             Plain::Reject(e) => Some(Err(e)),
@@ -421,7 +421,7 @@ impl Snapshot {
                 if fib.rules.has_selective() || quick::martian_v4(d, s, input.is_some()) {
                     return None;
                 }
-                let t = direct.plain(&fib.tables);
+                let t = direct.plain(fib);
                 let hop = t.one_hop_v4(d)? as usize;
                 if let Some(i) = input {
                     // The quick source check (see `alike_v4`).
@@ -441,7 +441,7 @@ impl Snapshot {
                 {
                     return None;
                 }
-                let t = direct.plain(&fib.tables);
+                let t = direct.plain(fib);
                 Some(HopRef::Shared(&t.hops[t.one_hop_v6(d)? as usize]))
             }
         }
@@ -535,7 +535,7 @@ impl Snapshot {
         if !self.few_selected(fib, c, n, &mut odd, flow) {
             return false;
         }
-        let t = direct.plain(&fib.tables);
+        let t = direct.plain(fib);
         t.lookup_batch(Family::V4, &keys[..n], &[], &mut a.found[..n]);
         // The quick source check, as `source_checked` makes it: the source may be this
         // host's, or the flow is sent back out of its link.
@@ -570,7 +570,7 @@ impl Snapshot {
         if !self.few_selected(fib, c, n, &mut odd, flow) {
             return false;
         }
-        let t = direct.plain(&fib.tables);
+        let t = direct.plain(fib);
         t.lookup_batch(Family::V6, &[], &keys[..n], &mut a.found[..n]);
         let quick = quick::quick_hops(self.cpu, t, &a.found, &[0; BATCH], n, None, &mut a.hops);
         a.quick = quick & !odd;
@@ -776,7 +776,7 @@ impl Snapshot {
                 .direct
                 .as_ref()
                 .expect("flows alone have a direct search");
-            let t = direct.plain(&fib.tables);
+            let t = direct.plain(fib);
             let (k4, k6) = match family {
                 Family::V4 => (&keys4[..count], &[][..]),
                 Family::V6 => (&[][..], &keys6[..count]),

@@ -64,6 +64,7 @@ pub mod multipath;
 pub mod names;
 pub mod net;
 pub mod nexthop;
+mod patch;
 pub mod publish;
 pub mod query;
 #[allow(unsafe_code)]
@@ -82,7 +83,8 @@ pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};
 pub use nexthop::{Nexthop, NexthopId, NexthopKind};
-pub use publish::{Fib, FibReader};
+pub use patch::Touched;
+pub use publish::{Fib, FibReader, Publications};
 pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteType};
 pub use rule::{Rule, RuleAction};

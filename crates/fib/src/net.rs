@@ -109,6 +109,22 @@ impl Net {
         }
     }
 
+    /// A bound for ranges of prefixes in their order (family, bits, length): `bits` as
+    /// given, host bits and all. Not a prefix to keep.
+    pub(crate) fn bound(family: Family, bits: u128, len: u8) -> Net {
+        Net { family, bits, len }
+    }
+
+    /// The network address's bits ([`addr_bits`]).
+    pub(crate) fn bits(&self) -> u128 {
+        self.bits
+    }
+
+    /// The last address's bits ([`addr_bits`]).
+    pub(crate) fn last_bits(&self) -> u128 {
+        self.bits | !mask(self.family, self.len) & full(self.family)
+    }
+
     /// The prefix as a value and a mask over [`addr_bits`]: an address `a` is inside when
     /// `addr_bits(a) & mask == value`.
     pub(crate) fn value_and_mask(&self) -> (u128, u128) {

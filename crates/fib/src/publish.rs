@@ -7,6 +7,13 @@
 //! look up against all of it for as long as they hold it; a batch is never seen in part,
 //! and a batch that fails leaves the published state as it was.
 //!
+//! A batch of route changes is published by patching a snapshot rather than compiling the
+//! state anew ([`Touched`] says what a batch changed): the writer keeps the snapshot it
+//! published before the current one, waits for the readers still holding it to let it go,
+//! patches it with what it lacks, and swaps it in. Readers never wait; the writer waits
+//! only for readers of a snapshot two versions old. What a patch cannot follow is
+//! compiled, and the spare snapshot is then a copy of the compiled one.
+//!
 //! Beside the snapshot, both sides share the [`Exceptions`] learned from the network (path
 //! MTUs, redirects): [`FibReader::lookup`] applies them to the hop its route gives, and a
 //! link that is down or gone when a batch is published takes its exceptions with it.
@@ -14,17 +21,56 @@
 use crate::config::{self, ConfigError};
 use crate::exception::Exceptions;
 use crate::forward::Hop;
+use crate::link::LinkIndex;
+use crate::patch::Touched;
 use crate::query::{NoRoute, Query};
 use crate::snapshot::Snapshot;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The writer of a published routing state.
 pub struct Fib {
     state: State,
     published: Arc<ArcSwap<Snapshot>>,
     exceptions: Arc<Exceptions>,
+    /// The snapshot to patch into the next one, and what it lacks of the state.
+    spare: Option<(Arc<Snapshot>, Touched)>,
+    counts: Publications,
+}
+
+/// How a [`Fib`]'s publications were made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Publications {
+    /// Batches published by patching a snapshot.
+    pub patched: u64,
+    /// Batches published by compiling the state anew.
+    pub compiled: u64,
+    /// Times the writer gave up waiting for readers to let the spare snapshot go.
+    pub held_up: u64,
+}
+
+/// How long the writer waits for readers to let the spare snapshot go before compiling
+/// anew instead.
+const SPARE_WAIT: Duration = Duration::from_secs(1);
+
+/// Waits for every other holder of `snapshot` to let it go, up to [`SPARE_WAIT`].
+fn alone(snapshot: &mut Arc<Snapshot>) -> bool {
+    let started = Instant::now();
+    let mut spins = 0u32;
+    while Arc::get_mut(snapshot).is_none() {
+        if started.elapsed() > SPARE_WAIT {
+            return false;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    true
 }
 
 /// A reader of a published routing state.
@@ -41,7 +87,9 @@ pub const EXCEPTIONS: usize = 16_384;
 impl Fib {
     /// Publishes `state` and returns the writer and a first reader.
     pub fn new(state: State) -> (Fib, FibReader) {
-        let published = Arc::new(ArcSwap::from_pointee(state.snapshot()));
+        let snapshot = state.snapshot();
+        let spare = Arc::new(snapshot.clone());
+        let published = Arc::new(ArcSwap::from_pointee(snapshot));
         let exceptions = Arc::new(Exceptions::new(EXCEPTIONS));
         let reader = FibReader {
             published: Arc::clone(&published),
@@ -51,8 +99,73 @@ impl Fib {
             state,
             published,
             exceptions,
+            spare: Some((spare, Touched::nothing())),
+            counts: Publications {
+                compiled: 1,
+                ..Publications::default()
+            },
         };
         (fib, reader)
+    }
+
+    /// Applies changes that cannot fail, made by `f` to the state in place, and publishes
+    /// them in one swap. `f` says what it touched: a patch publishes route changes in
+    /// time proportional to them; anything else is compiled anew.
+    pub fn update(&mut self, f: impl FnOnce(&mut State, &mut Touched)) {
+        let up = self.links_up();
+        let mut touched = Touched::nothing();
+        f(&mut self.state, &mut touched);
+        self.publish(touched, &up);
+    }
+
+    /// How the publications so far were made.
+    pub fn publications(&self) -> Publications {
+        self.counts
+    }
+
+    fn links_up(&self) -> Vec<LinkIndex> {
+        self.state
+            .links()
+            .filter(|l| l.up)
+            .map(|l| l.index)
+            .collect()
+    }
+
+    /// Publishes the state, of which `touched` changed since the last publication (`up`:
+    /// the links up then).
+    fn publish(&mut self, touched: Touched, up: &[LinkIndex]) {
+        let patched = match self.spare.take() {
+            Some((mut spare, mut behind)) if !touched.is_everything() => {
+                behind.add(&touched);
+                if !alone(&mut spare) {
+                    self.counts.held_up += 1;
+                    None
+                } else {
+                    let snapshot = Arc::get_mut(&mut spare).expect("no other holder");
+                    snapshot.patch(&self.state, &behind).then_some(spare)
+                }
+            }
+            _ => None,
+        };
+        let compiled = patched.is_none();
+        let next = patched.unwrap_or_else(|| Arc::new(self.state.snapshot()));
+        let copy = compiled.then(|| Arc::new(Snapshot::clone(&next)));
+        let old = self.published.swap(next);
+        self.spare = Some(match copy {
+            // The spare's readers, if any, are those of a compiled snapshot's copy: none.
+            Some(copy) => (copy, Touched::nothing()),
+            None => (old, touched),
+        });
+        if compiled {
+            self.counts.compiled += 1;
+        } else {
+            self.counts.patched += 1;
+        }
+        for &index in up {
+            if !self.state.link(index).is_some_and(|l| l.up) {
+                self.exceptions.forget_link(index);
+            }
+        }
     }
 
     /// The state as last published.
@@ -72,13 +185,9 @@ impl Fib {
     pub fn change<E>(&mut self, f: impl FnOnce(&mut State) -> Result<(), E>) -> Result<(), E> {
         let mut next = self.state.clone();
         f(&mut next)?;
-        self.published.store(Arc::new(next.snapshot()));
-        for link in self.state.links().filter(|l| l.up) {
-            if !next.link(link.index).is_some_and(|l| l.up) {
-                self.exceptions.forget_link(link.index);
-            }
-        }
+        let up = self.links_up();
         self.state = next;
+        self.publish(Touched::everything(), &up);
         Ok(())
     }
 

@@ -26,9 +26,8 @@ use crate::route::{Path, Paths, Route, RouteType};
 use crate::source;
 use crate::state::State;
 use fibre_lpm::{Ipv4Table, Ipv6Table};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::Arc;
 
 /// One destination prefix of a compiled table.
 #[derive(Clone, Debug)]
@@ -43,16 +42,25 @@ pub(crate) struct Node {
 }
 
 /// One compiled table.
-#[derive(Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct CompiledTable {
     /// The table's id.
     pub(crate) id: u32,
     pub(crate) v4: Option<Ipv4Table>,
     pub(crate) v6: Option<Ipv6Table>,
+    /// The nodes, by the index the LPM structure gives (slots in `free` hold none).
     pub(crate) nodes: Vec<Node>,
     /// The forwarding lookup's structure (see [`PlainTable`]). Filled in once the
     /// snapshot's links and nexthops are known.
     pub(crate) plain: PlainTable,
+    /// Each node's answer as `plain` holds it encoded, kept for patching `plain` and the
+    /// merged searches made from it.
+    pub(crate) answers: Vec<Plain>,
+    /// The nodes whose answer is their parent's (no route of theirs answers a flow with
+    /// no output link): a change above one changes its answer too.
+    pub(crate) inheriting: BTreeSet<Net>,
+    /// Slots of `nodes` that a patch emptied, to fill again.
+    pub(crate) free: Vec<u32>,
 }
 
 /// What a node answers a flow with no output link, decided when the snapshot is compiled:
@@ -180,6 +188,9 @@ impl CompiledTable {
             v6,
             nodes,
             plain: PlainTable::default(),
+            answers: Vec::new(),
+            inheriting: BTreeSet::new(),
+            free: Vec::new(),
         }
     }
 
@@ -197,7 +208,7 @@ impl CompiledTable {
         let lpm = self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.plain.memory();
-        lpm + self.nodes.len() * std::mem::size_of::<Node>()
+        lpm + self.nodes.len() * (std::mem::size_of::<Node>() + std::mem::size_of::<Plain>())
             + self
                 .nodes
                 .iter()
@@ -209,7 +220,7 @@ impl CompiledTable {
 /// The LPM structure of the forwarding lookup: each destination prefix's answer to a flow
 /// with no output link (see [`Plain`]), encoded in the value, so that the search gives the
 /// answer with no further memory access but to the hop it names.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct PlainTable {
     v4: Option<Ipv4Table>,
     v6: Option<Ipv6Table>,
@@ -222,47 +233,143 @@ pub(crate) struct PlainTable {
     /// The paths of answers with several: hop and weight (the first entry of each answer's
     /// run holds the count).
     pub(crate) multi: Vec<(u32, u16)>,
+    /// Each hop's number in `hops`, so that answers through the same hop share it.
+    numbers: HashMap<Hop, u32>,
+    /// Each list of paths' start in `multi`, so that answers with the same paths share it.
+    lists: HashMap<Vec<(u32, u16)>, u32>,
+}
+
+/// A prefix's answer with its hops themselves rather than their numbers in a
+/// [`PlainTable`]: what is decided before the table numbers them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unnumbered {
+    /// The answer of the next shorter prefix (a node none of whose routes answers).
+    Up,
+    /// An answer with no hop.
+    Fixed(Plain),
+    /// One path, from a prefix this long.
+    One(Hop, u8),
+    /// Several paths (hop and weight), from a prefix this long.
+    Multi(Vec<(Hop, u16)>, u8),
 }
 
 impl PlainTable {
-    /// The structure of `answers`, each a destination prefix's, all of one family.
-    fn build(
-        family: Family,
-        answers: impl Iterator<Item = (Net, Plain)>,
-        hops: Vec<Hop>,
-        multi: Vec<(u32, u16)>,
-    ) -> PlainTable {
+    /// The number of `hop` among the table's hops (a new one is added).
+    fn number(&mut self, hop: Hop) -> u32 {
+        if let Some(&n) = self.numbers.get(&hop) {
+            return n;
+        }
+        let n = self.hops.len() as u32;
+        self.hops.push(hop);
+        self.backs.push(if hop.kind == RouteType::Unicast {
+            hop.dev
+        } else {
+            0
+        });
+        self.numbers.insert(hop, n);
+        n
+    }
+
+    /// The answer `u` with its hops numbered in this table; `up` is the answer of the
+    /// next shorter prefix.
+    pub(crate) fn numbered(&mut self, u: Unnumbered, up: Plain) -> Plain {
+        match u {
+            Unnumbered::Up => up,
+            Unnumbered::Fixed(p) => p,
+            Unnumbered::One(hop, len) => Plain::One {
+                hop: self.number(hop),
+                len,
+            },
+            Unnumbered::Multi(paths, len) => {
+                let count = paths.len();
+                let list: Vec<(u32, u16)> = paths
+                    .into_iter()
+                    .map(|(h, w)| (self.number(h), w))
+                    .collect();
+                let start = match self.lists.get(&list) {
+                    Some(&start) => start,
+                    None => {
+                        // The first entry holds the count, the paths follow.
+                        let start = self.multi.len() as u32;
+                        self.multi.push((count as u32, 0));
+                        self.multi.extend_from_slice(&list);
+                        self.lists.insert(list, start);
+                        start
+                    }
+                };
+                Plain::Multi {
+                    start,
+                    count: count as u16,
+                    len,
+                }
+            }
+        }
+    }
+
+    /// The hops of answer `p` of this table, as [`Unnumbered`] (`Miss` and `Thrown` are
+    /// kept as they are).
+    pub(crate) fn unnumbered(&self, p: Plain) -> Unnumbered {
+        match p {
+            Plain::One { hop, len } => Unnumbered::One(self.hops[hop as usize], len),
+            Plain::Multi { start, len, .. } => {
+                let start = start as usize;
+                let count = self.multi[start].0 as usize;
+                Unnumbered::Multi(
+                    self.multi[start + 1..start + 1 + count]
+                        .iter()
+                        .map(|&(hop, weight)| (self.hops[hop as usize], weight))
+                        .collect(),
+                    len,
+                )
+            }
+            other => Unnumbered::Fixed(other),
+        }
+    }
+
+    /// Makes the LPM structure of `answers`, each a destination prefix's, all of one
+    /// family (the hops they name numbered already).
+    fn fill(&mut self, family: Family, answers: impl Iterator<Item = (Net, Plain)>) {
         let codes = answers.map(|(d, p)| (d, p.encode()));
-        let (mut v4, mut v6) = (None, None);
         match family {
             Family::V4 => {
-                v4 = Some(Ipv4Table::build(
+                self.v4 = Some(Ipv4Table::build(
                     codes.map(|(d, c)| (d.v4().expect("IPv4"), c)),
                 ))
             }
             Family::V6 => {
-                v6 = Some(Ipv6Table::build(
+                self.v6 = Some(Ipv6Table::build(
                     codes.map(|(d, c)| (d.v6().expect("IPv6"), c)),
                 ))
             }
         }
-        let backs = hops
-            .iter()
-            .map(|h| {
-                if h.kind == RouteType::Unicast {
-                    h.dev
-                } else {
-                    0
-                }
-            })
-            .collect();
-        PlainTable {
-            v4,
-            v6,
-            hops,
-            backs,
-            multi,
+    }
+
+    /// Sets the answer of prefix `dst` (`None`: it has none, the search takes a shorter
+    /// prefix's).
+    pub(crate) fn set(&mut self, dst: Net, answer: Option<Plain>) {
+        match (dst.v4(), dst.v6()) {
+            (Some(p), _) => {
+                let t = self.v4.get_or_insert_with(Ipv4Table::new);
+                match answer {
+                    Some(a) => t.insert(p, a.encode()),
+                    None => t.remove(&p),
+                };
+            }
+            (_, Some(p)) => {
+                let t = self.v6.get_or_insert_with(Ipv6Table::new);
+                match answer {
+                    Some(a) => t.insert(p, a.encode()),
+                    None => t.remove(&p),
+                };
+            }
+            _ => {}
         }
+    }
+
+    /// Whether the table has numbered so many hops or paths that patches should give way
+    /// to a fresh compile, which numbers only those in use.
+    pub(crate) fn is_worn(&self) -> bool {
+        self.hops.len() >= 1 << (PLAIN_PAYLOAD - 1) || self.multi.len() >= 1 << (PLAIN_PAYLOAD - 1)
     }
 
     /// The answer for `dst`.
@@ -316,6 +423,8 @@ impl PlainTable {
             + self.hops.len() * std::mem::size_of::<Hop>()
             + self.backs.len() * 4
             + self.multi.len() * 8
+            + self.numbers.len() * (std::mem::size_of::<Hop>() + 4)
+            + self.lists.keys().map(|l| l.len() * 8 + 32).sum::<usize>()
     }
 }
 
@@ -327,7 +436,7 @@ impl PlainTable {
 /// each prefix answers with the first of those tables that has an answer for it (its own
 /// longest match there), so the local routes of IPv6 stay ahead of longer prefixes in
 /// `main`, as the kernel's walk keeps them.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Direct {
     /// The one table the walk visits, or the tables merged.
     pub(crate) from: DirectFrom,
@@ -336,29 +445,39 @@ pub(crate) struct Direct {
 }
 
 /// Where a [`Direct`] search looks.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum DirectFrom {
     /// The walk visits one table: its own structure.
     Table(usize),
-    /// The tables the walk visits, merged (shared by walks through the same tables).
-    Merged(Arc<PlainTable>),
+    /// The tables the walk visits, merged: one of the family's [`Merged`] searches
+    /// (shared by walks through the same tables).
+    Merged(usize),
+}
+
+/// The search that answers as a walk through some of a family's tables in turn.
+#[derive(Clone, Debug)]
+pub(crate) struct Merged {
+    /// The tables (positions in the family's), in the walk's order.
+    pub(crate) seq: Vec<usize>,
+    /// Each prefix of any of them, with the answer of the first table that answers.
+    pub(crate) plain: PlainTable,
 }
 
 impl Direct {
-    /// The structure to search among the family's tables.
+    /// The structure to search among the family's.
     #[inline]
-    pub(crate) fn plain<'a>(&'a self, tables: &'a [CompiledTable]) -> &'a PlainTable {
-        self.from.plain(tables)
+    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a PlainTable {
+        self.from.plain(fib)
     }
 }
 
 impl DirectFrom {
-    /// The structure to search among the family's tables.
+    /// The structure to search among the family's.
     #[inline]
-    pub(crate) fn plain<'a>(&'a self, tables: &'a [CompiledTable]) -> &'a PlainTable {
+    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a PlainTable {
         match self {
-            DirectFrom::Table(t) => &tables[*t].plain,
-            DirectFrom::Merged(p) => p,
+            DirectFrom::Table(t) => &fib.tables[*t].plain,
+            DirectFrom::Merged(m) => &fib.merged[*m].plain,
         }
     }
 }
@@ -408,15 +527,30 @@ fn covering(table: &CompiledTable, net: Net) -> Option<u32> {
     Some(node)
 }
 
+/// The answer at prefix `net` of a walk through the tables `seq` (positions in
+/// `tables`) in order: the first table's that answers; [`Plain::Miss`] where none does
+/// (the caller knows what follows).
+pub(crate) fn merged_answer(tables: &[CompiledTable], seq: &[usize], net: Net) -> Unnumbered {
+    for &t in seq {
+        let table = &tables[t];
+        let Some(node) = covering(table, net) else {
+            continue;
+        };
+        match table.answers[node as usize] {
+            Plain::Miss | Plain::Thrown => continue,
+            other => return table.plain.unnumbered(other),
+        }
+    }
+    Unnumbered::Fixed(Plain::Miss)
+}
+
 /// The search that answers as a walk through the tables `seq` (positions in `tables`,
-/// whose nodes' plain answers `answers` holds) in order; where none of them answers,
-/// `miss` (the walk's error, or `None`: [`Plain::Miss`], the walk goes on).
+/// their answers made) in order, made or found among `merged`.
 fn merge_tables(
     family: Family,
     tables: &[CompiledTable],
-    answers: &[Vec<Plain>],
     seq: &[usize],
-    made: &mut HashMap<Vec<usize>, Arc<PlainTable>>,
+    merged: &mut Vec<Merged>,
 ) -> DirectFrom {
     // Tables with no route add nothing; one table alone is searched as it is. Where no
     // table answers, the search says [`Plain::Miss`], and its caller knows what follows.
@@ -430,8 +564,8 @@ fn merge_tables(
     }
     // The same tables in the same order (the default rules' walk, and their run) share
     // one structure.
-    if let Some(p) = made.get(&seq) {
-        return DirectFrom::Merged(Arc::clone(p));
+    if let Some(m) = merged.iter().position(|m| m.seq == seq) {
+        return DirectFrom::Merged(m);
     }
     let mut prefixes: Vec<Net> = seq
         .iter()
@@ -439,65 +573,23 @@ fn merge_tables(
         .collect();
     prefixes.sort_unstable();
     prefixes.dedup();
-    let mut hops: Vec<Hop> = Vec::new();
-    let mut interned: HashMap<Hop, u32> = HashMap::new();
-    let mut multi: Vec<(u32, u16)> = Vec::new();
-    let mut sets: HashMap<Vec<(u32, u16)>, u32> = HashMap::new();
-    let mut intern = |h: Hop| {
-        *interned.entry(h).or_insert_with(|| {
-            hops.push(h);
-            hops.len() as u32 - 1
+    let mut plain = PlainTable::default();
+    let answers: Vec<(Net, Plain)> = prefixes
+        .into_iter()
+        .map(|net| {
+            let u = merged_answer(tables, &seq, net);
+            (net, plain.numbered(u, Plain::Miss))
         })
-    };
-    let mut merged = Vec::with_capacity(prefixes.len());
-    for net in prefixes {
-        let mut answer = Plain::Miss;
-        for &t in &seq {
-            let table = &tables[t];
-            let Some(node) = covering(table, net) else {
-                continue;
-            };
-            answer = match answers[t][node as usize] {
-                Plain::Miss | Plain::Thrown => continue,
-                Plain::One { hop, len } => Plain::One {
-                    hop: intern(table.plain.hops[hop as usize]),
-                    len,
-                },
-                Plain::Multi { start, len, .. } => {
-                    let start = start as usize;
-                    let count = table.plain.multi[start].0 as usize;
-                    let paths: Vec<(u32, u16)> = table.plain.multi[start + 1..start + 1 + count]
-                        .iter()
-                        .map(|&(hop, weight)| (intern(table.plain.hops[hop as usize]), weight))
-                        .collect();
-                    // Prefixes with the same paths share one list.
-                    let at = *sets.entry(paths).or_insert_with_key(|paths| {
-                        let at = multi.len() as u32;
-                        multi.push((count as u32, 0));
-                        multi.extend_from_slice(paths);
-                        at
-                    });
-                    Plain::Multi {
-                        start: at,
-                        count: count as u16,
-                        len,
-                    }
-                }
-                other => other,
-            };
-            break;
-        }
-        merged.push((net, answer));
-    }
-    let p = Arc::new(PlainTable::build(family, merged.into_iter(), hops, multi));
-    made.insert(seq, Arc::clone(&p));
-    DirectFrom::Merged(p)
+        .collect();
+    plain.fill(family, answers.into_iter());
+    merged.push(Merged { seq, plain });
+    DirectFrom::Merged(merged.len() - 1)
 }
 
 /// Consecutive rules with the same selectors that each only look up a table: a flow
 /// that reaches the first matches them all and takes the first answer of their tables,
 /// in order. The forwarding lookup searches them as one merged structure.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Run {
     /// The position of the rule after the run.
     pub(crate) end: usize,
@@ -548,7 +640,7 @@ fn lookup_runs(rules: &Rules) -> Vec<(usize, usize, Vec<usize>)> {
 }
 
 /// The rules and tables of one family.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct FamilyFib {
     /// The rules the walk follows. IPv4 before any rule was added has two with no
     /// selector, `main` (holding `local` too while they are merged) and `default`: the
@@ -562,6 +654,8 @@ pub(crate) struct FamilyFib {
     pub(crate) direct: Option<Direct>,
     /// The runs of rules searched as one ([`Run`]).
     pub(crate) runs: Vec<Run>,
+    /// The searches of several tables merged, which `direct` and `runs` name.
+    pub(crate) merged: Vec<Merged>,
     /// For each rule, the run it starts (`u32::MAX`: none).
     run_at: Vec<u32>,
 }
@@ -570,6 +664,11 @@ impl FamilyFib {
     /// A table by id.
     pub(crate) fn table(&self, id: u32) -> Option<&CompiledTable> {
         self.ids.get(&id).map(|&i| &self.tables[i])
+    }
+
+    /// A table's position by id.
+    pub(crate) fn position(&self, id: u32) -> Option<usize> {
+        self.ids.get(&id).copied()
     }
 
     /// Where the forwarding lookup searches for rule `rule`, which looks up table
@@ -591,7 +690,7 @@ impl FamilyFib {
     pub(crate) fn searched(&self, key: usize) -> &PlainTable {
         match self.tables.get(key) {
             Some(t) => &t.plain,
-            None => self.runs[key - self.tables.len()].from.plain(&self.tables),
+            None => self.runs[key - self.tables.len()].from.plain(self),
         }
     }
 }
@@ -738,7 +837,7 @@ pub(crate) enum WalkFor {
 }
 
 /// A compiled, immutable routing state: what readers look up against.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Snapshot {
     pub(crate) v4: FamilyFib,
     pub(crate) v6: FamilyFib,
@@ -756,16 +855,22 @@ pub struct Snapshot {
     /// looked up (the kernel's `fib4_has_custom_rules`, `fib_has_custom_local_routes`).
     pub(crate) v4_full_source_check: bool,
     /// This host's IPv4 addresses, sorted: what a source check looks for first.
-    v4_locals: Vec<u32>,
+    pub(crate) v4_locals: Vec<u32>,
     /// The IPv4 addresses that have a host route of type `broadcast` in some table,
     /// sorted (a source that is one is checked in full).
-    v4_broadcasts: Vec<u32>,
+    pub(crate) v4_broadcasts: Vec<u32>,
     /// Both of the above, for a quick answer that a source is neither.
     pub(crate) v4_own: AddrFilter,
     /// Some IPv6 prefix has several routes of one metric (and source prefix): which one
     /// a flow arriving on a link takes depends on the link (it prefers routes leaving
     /// by it), so such flows take the full walk.
     pub(crate) v6_input_prefers: bool,
+    /// How many IPv6 nodes are such ([`prefers_input`]), kept for patches.
+    pub(crate) v6_prefers: usize,
+    /// IPv4's `local` and `main` were compiled as one table (no IPv4 rule yet).
+    pub(crate) v4_merged: bool,
+    /// IPv4's rules were compiled (else the two default lookups).
+    pub(crate) v4_custom_rules: bool,
     /// AVX2, if this CPU has it: the lookup passes of flows alike use it (`quick`).
     pub(crate) cpu: Option<crate::quick::Avx2>,
     /// By link index: whether flows arriving on the link can be flows alike (it exists
@@ -823,6 +928,20 @@ fn sorted_v4(addrs: impl Iterator<Item = IpAddr>) -> Vec<u32> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// Whether IPv6 node `n` has several routes of one metric (and source prefix): which one
+/// a flow arriving on a link takes depends on the link (it prefers routes leaving by it).
+/// Prefixes whose every destination is matched strictly, such as each link's
+/// `fe80::/64` and `ff00::/8`, take the full walk anyway.
+pub(crate) fn prefers_input(n: &Node) -> bool {
+    let strict = n.dst.len() > 0
+        && needs_strict_oif(n.dst.addr())
+        && (n.dst.len() >= 10 || (n.dst.len() >= 8 && n.dst.addr().is_multicast()));
+    !strict
+        && n.routes
+            .windows(2)
+            .any(|w| w[0].metric == w[1].metric && w[0].src == w[1].src)
 }
 
 /// The routes of `table` whose destination holds `addr`: all a lookup of `addr` can visit.
@@ -908,6 +1027,7 @@ impl State {
                 ids,
                 direct: None,
                 runs: Vec::new(),
+                merged: Vec::new(),
                 run_at: Vec::new(),
             }
         };
@@ -939,6 +1059,9 @@ impl State {
             v4_broadcasts: Vec::new(),
             v4_own: AddrFilter::default(),
             v6_input_prefers: false,
+            v6_prefers: 0,
+            v4_merged: !self.v4_unmerged(),
+            v4_custom_rules: self.v4_custom_rules(),
             cpu: crate::quick::Avx2::detect(),
             alike_inputs: Vec::new(),
         };
@@ -954,19 +1077,14 @@ impl State {
             }
         }
         snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
-        // (Prefixes whose every destination is matched strictly, such as each link's
-        // `fe80::/64` and `ff00::/8`, take the full walk anyway.)
-        snapshot.v6_input_prefers = snapshot.v6.tables.iter().any(|t| {
-            t.nodes.iter().any(|n| {
-                let strict = n.dst.len() > 0
-                    && needs_strict_oif(n.dst.addr())
-                    && (n.dst.len() >= 10 || (n.dst.len() >= 8 && n.dst.addr().is_multicast()));
-                !strict
-                    && n.routes
-                        .windows(2)
-                        .any(|w| w[0].metric == w[1].metric && w[0].src == w[1].src)
-            })
-        });
+        snapshot.v6_prefers = snapshot
+            .v6
+            .tables
+            .iter()
+            .flat_map(|t| &t.nodes)
+            .filter(|n| prefers_input(n))
+            .count();
+        snapshot.v6_input_prefers = snapshot.v6_prefers > 0;
         snapshot.v4_broadcasts = sorted_v4(snapshot.v4.tables.iter().flat_map(|t| {
             t.nodes
                 .iter()
@@ -979,33 +1097,56 @@ impl State {
             snapshot.v4_own.insert(a);
         }
         for f in [Family::V4, Family::V6] {
-            let plains: Vec<_> = snapshot
-                .fib(f)
-                .tables
-                .iter()
-                .map(|t| snapshot.plain_answers(t))
-                .collect();
+            for t in 0..snapshot.fib(f).tables.len() {
+                let table = &snapshot.fib(f).tables[t];
+                let found: Vec<Unnumbered> = table
+                    .nodes
+                    .iter()
+                    .map(|n| snapshot.unnumbered_answer(table.id, n))
+                    .collect();
+                let fib = match f {
+                    Family::V4 => &mut snapshot.v4,
+                    Family::V6 => &mut snapshot.v6,
+                };
+                let table = &mut fib.tables[t];
+                let mut plain = PlainTable::default();
+                let mut answers: Vec<Plain> = Vec::with_capacity(found.len());
+                for (node, u) in table.nodes.iter().zip(found) {
+                    if u == Unnumbered::Up {
+                        table.inheriting.insert(node.dst);
+                    }
+                    // A node's parent comes before it (a shorter prefix of the same bits
+                    // sorts first), so its answer is known.
+                    let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
+                    answers.push(plain.numbered(u, up));
+                }
+                plain.fill(
+                    f,
+                    table
+                        .nodes
+                        .iter()
+                        .map(|n| n.dst)
+                        .zip(answers.iter().copied()),
+                );
+                table.plain = plain;
+                table.answers = answers;
+            }
             let fib = match f {
                 Family::V4 => &mut snapshot.v4,
                 Family::V6 => &mut snapshot.v6,
             };
-            let mut answers = Vec::with_capacity(plains.len());
-            for (t, (plain, hops, multi)) in fib.tables.iter_mut().zip(plains) {
-                let nodes = t.nodes.iter().map(|n| n.dst).zip(plain.iter().copied());
-                t.plain = PlainTable::build(f, nodes, hops, multi);
-                answers.push(plain);
-            }
-            let mut made = HashMap::new();
+            let mut merged = Vec::new();
             fib.direct = residual_walk(&fib.rules).map(|(seq, miss)| Direct {
-                from: merge_tables(f, &fib.tables, &answers, &seq, &mut made),
+                from: merge_tables(f, &fib.tables, &seq, &mut merged),
                 miss,
             });
             fib.run_at = vec![u32::MAX; fib.rules.list.len()];
             for (first, end, seq) in lookup_runs(&fib.rules) {
                 fib.run_at[first] = fib.runs.len() as u32;
-                let from = merge_tables(f, &fib.tables, &answers, &seq, &mut made);
+                let from = merge_tables(f, &fib.tables, &seq, &mut merged);
                 fib.runs.push(Run { end, from });
             }
+            fib.merged = merged;
         }
         snapshot
     }
@@ -1019,63 +1160,38 @@ impl Snapshot {
         }
     }
 
-    /// Each node's [`Plain`] answer, with the hops and multipath paths they point at.
-    #[allow(clippy::type_complexity)]
-    fn plain_answers(&self, table: &CompiledTable) -> (Vec<Plain>, Vec<Hop>, Vec<(u32, u16)>) {
-        let mut plain: Vec<Plain> = Vec::with_capacity(table.nodes.len());
-        let mut hops: Vec<Hop> = Vec::new();
-        let mut interned: HashMap<Hop, u32> = HashMap::new();
-        let mut multi: Vec<(u32, u16)> = Vec::new();
-        let mut intern = |h: Hop| {
-            *interned.entry(h).or_insert_with(|| {
-                hops.push(h);
-                hops.len() as u32 - 1
-            })
-        };
-        for node in &table.nodes {
-            let len = node.dst.len();
-            let v6 = node.dst.family() == Family::V6;
-            // A node's parent comes before it (a shorter prefix of the same bits sorts
-            // first), so its answer is known.
-            let up = || node.parent.map_or(Plain::Miss, |p| plain[p as usize]);
-            let answer = if node.routes.iter().any(|r| r.tos != 0 || r.src.len() > 0) {
-                Plain::Flow
-            } else {
-                match self.select(node.routes.iter(), len, None, true) {
-                    None if v6 && len == 0 => Plain::Miss,
-                    None => up(),
-                    Some(TableResult::Miss) => up(),
-                    Some(TableResult::Thrown) => Plain::Thrown,
-                    Some(TableResult::Reject(e)) => Plain::Reject(e),
-                    Some(TableResult::Hit(route, len)) => {
-                        let hop = |p: &Path| self.hop_of(route, table.id, p, false);
-                        let paths: Vec<&Path> = self.usable(route, None).collect();
-                        if route.kind == RouteType::Broadcast || paths.is_empty() {
-                            Plain::Flow
-                        } else if paths.len() == 1 {
-                            Plain::One {
-                                hop: intern(hop(paths[0])),
-                                len,
-                            }
-                        } else {
-                            // The first entry holds the count, the paths follow.
-                            let start = multi.len() as u32;
-                            multi.push((paths.len() as u32, 0));
-                            for p in &paths {
-                                multi.push((intern(hop(p)), p.weight));
-                            }
-                            Plain::Multi {
-                                start,
-                                count: paths.len() as u16,
-                                len,
-                            }
-                        }
-                    }
-                }
-            };
-            plain.push(answer);
+    pub(crate) fn fib_mut(&mut self, f: Family) -> &mut FamilyFib {
+        match f {
+            Family::V4 => &mut self.v4,
+            Family::V6 => &mut self.v6,
         }
-        (plain, hops, multi)
+    }
+
+    /// The answer of a node of table `table` to a flow with no output link, its hops
+    /// not yet numbered.
+    pub(crate) fn unnumbered_answer(&self, table: u32, node: &Node) -> Unnumbered {
+        let len = node.dst.len();
+        let v6 = node.dst.family() == Family::V6;
+        if node.routes.iter().any(|r| r.tos != 0 || r.src.len() > 0) {
+            return Unnumbered::Fixed(Plain::Flow);
+        }
+        match self.select(node.routes.iter(), len, None, true) {
+            None if v6 && len == 0 => Unnumbered::Fixed(Plain::Miss),
+            None | Some(TableResult::Miss) => Unnumbered::Up,
+            Some(TableResult::Thrown) => Unnumbered::Fixed(Plain::Thrown),
+            Some(TableResult::Reject(e)) => Unnumbered::Fixed(Plain::Reject(e)),
+            Some(TableResult::Hit(route, len)) => {
+                let hop = |p: &Path| self.hop_of(route, table, p, false);
+                let paths: Vec<&Path> = self.usable(route, None).collect();
+                if route.kind == RouteType::Broadcast || paths.is_empty() {
+                    Unnumbered::Fixed(Plain::Flow)
+                } else if paths.len() == 1 {
+                    Unnumbered::One(hop(paths[0]), len)
+                } else {
+                    Unnumbered::Multi(paths.iter().map(|p| (hop(p), p.weight)).collect(), len)
+                }
+            }
+        }
     }
 
     /// A link by index.
@@ -1119,7 +1235,9 @@ impl Snapshot {
                     .map(|d| &d.from)
                     .chain(fib.runs.iter().map(|r| &r.from))
                     .filter_map(|from| match from {
-                        DirectFrom::Merged(p) => seen.insert(Arc::as_ptr(p)).then(|| p.memory()),
+                        DirectFrom::Merged(m) => {
+                            seen.insert(*m).then(|| fib.merged[*m].plain.memory())
+                        }
                         DirectFrom::Table(_) => None,
                     })
                     .sum();

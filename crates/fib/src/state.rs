@@ -240,6 +240,11 @@ impl State {
             .flat_map(|(_, routes)| routes.values().flatten())
     }
 
+    /// The routes of one table, keyed by destination and source prefix.
+    pub(crate) fn table_routes(&self, family: Family, table: u32) -> Option<&TableRoutes> {
+        self.tables.get(&(family, table))
+    }
+
     /// The rules of a family, in the order they are walked.
     pub fn rules(&self, family: Family) -> &[Rule] {
         &self.rules[fam_ix(family)]

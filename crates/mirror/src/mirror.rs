@@ -7,7 +7,7 @@ use crate::neigh::Neighbours;
 use crate::nexthop::NexthopMessage;
 use fibre_fib::nexthop::NexthopKind;
 use fibre_fib::{Family, Nexthop};
-use fibre_fib::{Fib, FibReader, State};
+use fibre_fib::{Fib, FibReader, State, Touched};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,17 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Forgets the lags recorded so far (to measure a new phase's).
+    pub fn clear_lags(&mut self) {
+        self.lags.clear();
+        self.next_lag = 0;
+    }
+
+    /// How many lags are recorded (at most the latest 4,096).
+    pub fn lags(&self) -> usize {
+        self.lags.len()
+    }
+
     /// The `q` quantile (0 to 1) of the latest lags, if any.
     pub fn lag(&self, q: f64) -> Option<Duration> {
         if self.lags.is_empty() {
@@ -104,9 +115,9 @@ impl Mirror {
         self.neighbours = neighbours;
         self.stats.resyncs += 1;
         let compile = Instant::now();
-        let _ = self.fib.change(|s| {
+        self.fib.update(|s, touched| {
             *s = state;
-            Ok::<(), ()>(())
+            touched.all();
         });
         self.stats.build_time += compile.elapsed();
         Ok(())
@@ -122,11 +133,10 @@ impl Mirror {
     pub fn apply(&mut self, batch: Vec<Received>, malformed: u64, arrived: Instant) {
         let (stats, neighbours) = (&mut self.stats, &mut self.neighbours);
         stats.malformed += malformed;
-        let _ = self.fib.change(|s| {
+        self.fib.update(|s, touched| {
             for (msg, flags) in &batch {
-                apply_one(s, neighbours, stats, msg, *flags);
+                apply_one(s, neighbours, stats, touched, msg, *flags);
             }
-            Ok::<(), ()>(())
         });
         self.stats.batches += 1;
         self.stats.record_lag(arrived.elapsed());
@@ -147,9 +157,19 @@ impl Mirror {
         &self.neighbours
     }
 
+    /// The counters, to reset the lags.
+    pub fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+
     /// The counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// How the publications were made: patched, or compiled anew.
+    pub fn publications(&self) -> fibre_fib::Publications {
+        self.fib.publications()
     }
 }
 
@@ -164,6 +184,8 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     let mut state = State::mirrored();
     let mut neighbours = Neighbours::default();
     state.set_multipath(multipath());
+    // A fresh state: compiled whole, whatever it touched.
+    let mut touched = Touched::everything();
     for (msg, _) in &dump.messages {
         // A dump lists each key's routes in the kernel's order: each goes after those
         // before it.
@@ -171,6 +193,7 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             &mut state,
             &mut neighbours,
             stats,
+            &mut touched,
             msg,
             netlink_packet_core::NLM_F_APPEND,
         );
@@ -187,11 +210,12 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     Ok((state, neighbours))
 }
 
-/// Applies one message to `state`, counting it.
+/// Applies one message to `state`, counting it and saying what it touched.
 fn apply_one(
     state: &mut State,
     neighbours: &mut Neighbours,
     stats: &mut Stats,
+    touched: &mut Touched,
     msg: &Message,
     flags: u16,
 ) {
@@ -199,11 +223,13 @@ fn apply_one(
         Message::Route(m) => m,
         Message::Nexthop(nh) => {
             stats.updates += 1;
+            touched.all();
             state.mirror_nexthop(nexthop_of(state, nh));
             return;
         }
         Message::DelNexthop(id) => {
             stats.updates += 1;
+            touched.all();
             state.mirror_del_nexthop(*id);
             return;
         }
@@ -211,6 +237,16 @@ fn apply_one(
     match change(msg, flags) {
         Ok(c) => {
             stats.updates += 1;
+            match &c {
+                Change::Route(r, _) | Change::DelRoute(r) => touched.route(r.table, r.dst),
+                Change::Neighbour(_) | Change::DelNeighbour(..) => {}
+                // The kernel announces a link or an address again for changes the
+                // mirror does not hold (statistics, an address's DAD ending).
+                Change::Link(l, carrier)
+                    if state.link(l.index) == Some(l) && state.carrier(l.index) == *carrier => {}
+                Change::Address(a) if state.addresses().contains(a) => {}
+                _ => touched.all(),
+            }
             match c {
                 Change::Link(l, carrier) => state.mirror_link(l, carrier),
                 Change::DelLink(i) => {

@@ -1,0 +1,727 @@
+//! Patching a compiled snapshot in place after routes changed, rather than compiling the
+//! whole state again.
+//!
+//! A batch of route changes touches a few destination prefixes of a few tables, while a
+//! compile of the full Internet tables takes seconds. A patch makes each touched prefix's
+//! node again from the state's routes (added, given its new routes, or emptied), updates
+//! the LPM structures in place, and computes again the answers that depend on it: its
+//! own, those of the nodes below it that take their parent's, and the merged searches'
+//! at and under it. What a patch does not follow (links, addresses, rules, nexthop
+//! objects, multipath settings, a table appearing or going) is compiled anew.
+//!
+//! A patched snapshot answers every lookup as one compiled from the same state; the tests
+//! hold the two to that over random batches of changes.
+
+use crate::names::{TABLE_LOCAL, TABLE_MAIN};
+use crate::net::{Family, Net};
+use crate::route::{Route, RouteType};
+use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Node, Plain, Snapshot};
+use crate::state::{State, TableRoutes};
+use std::collections::BTreeSet;
+
+/// What a batch of changes touched: the destination prefixes whose routes changed, by
+/// family and table, or more than routes.
+#[derive(Clone, Debug, Default)]
+pub struct Touched {
+    routes: BTreeSet<(Family, u32, Net)>,
+    everything: bool,
+}
+
+/// Past this many touched prefixes a compile is as quick as a patch.
+const MAX_PATCHED: usize = 200_000;
+
+impl Touched {
+    /// Nothing touched yet.
+    pub fn nothing() -> Touched {
+        Touched::default()
+    }
+
+    /// Everything touched: the state is compiled anew.
+    pub fn everything() -> Touched {
+        Touched {
+            routes: BTreeSet::new(),
+            everything: true,
+        }
+    }
+
+    /// The routes of destination `dst` in table `table` changed.
+    pub fn route(&mut self, table: u32, dst: Net) {
+        if !self.everything {
+            self.routes.insert((dst.family(), table, dst));
+        }
+    }
+
+    /// Something other than routes changed.
+    pub fn all(&mut self) {
+        self.everything = true;
+        self.routes.clear();
+    }
+
+    /// What `other` touched, added.
+    pub fn add(&mut self, other: &Touched) {
+        if other.everything {
+            self.all();
+        } else if !self.everything {
+            self.routes.extend(other.routes.iter().copied());
+        }
+    }
+
+    /// Whether more than routes changed.
+    pub fn is_everything(&self) -> bool {
+        self.everything
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        !self.everything && self.routes.is_empty()
+    }
+}
+
+/// The state's tables a compiled table is made of, in order (IPv4's `local` and `main`
+/// are one while they are merged).
+fn sources(state: &State, family: Family, id: u32, v4_merged: bool) -> Vec<&TableRoutes> {
+    if family == Family::V4 && v4_merged && id == TABLE_MAIN {
+        [TABLE_LOCAL, TABLE_MAIN]
+            .iter()
+            .filter_map(|&t| state.table_routes(family, t))
+            .collect()
+    } else {
+        state.table_routes(family, id).into_iter().collect()
+    }
+}
+
+/// The routes of destination `dst` among `sources`, as a compiled node holds them: by
+/// source prefix, longest first, each source prefix's routes in the kernel's order, the
+/// tables' in turn.
+pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> Vec<Route> {
+    let mut by_src: Vec<(Net, &[Route])> = Vec::new();
+    for table in sources {
+        for ((_, src), list) in table
+            .range((dst, Net::default_of(dst.family()))..)
+            .take_while(|((d, _), _)| *d == dst)
+        {
+            by_src.push((*src, list));
+        }
+    }
+    // Stable: the tables' order kept within a source prefix.
+    by_src.sort_by_key(|(src, _)| *src);
+    let mut routes: Vec<Route> = by_src
+        .into_iter()
+        .flat_map(|(_, l)| l.iter().cloned())
+        .collect();
+    routes.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
+    routes
+}
+
+/// The destinations of `sources` strictly inside `dst` with none between them and it.
+fn children(sources: &[&TableRoutes], dst: Net) -> Vec<Net> {
+    let family = dst.family();
+    let mut out = Vec::new();
+    if dst.len() == family.bits() {
+        return out;
+    }
+    let mut from = Net::bound(family, dst.bits(), dst.len() + 1);
+    loop {
+        let next = sources
+            .iter()
+            .filter_map(|t| {
+                t.range((from, Net::default_of(family))..)
+                    .find(|(_, list)| !list.is_empty())
+                    .map(|((d, _), _)| *d)
+            })
+            .min();
+        let Some(child) = next.filter(|c| dst.covers(c)) else {
+            return out;
+        };
+        out.push(child);
+        // Past the child's own subtree.
+        if child.last_bits() >= dst.last_bits() {
+            return out;
+        }
+        from = Net::bound(family, child.last_bits() + 1, 0);
+    }
+}
+
+/// The elements of `set` strictly inside `dst`, in order.
+fn inside(set: &BTreeSet<Net>, dst: Net) -> Vec<Net> {
+    let family = dst.family();
+    set.range(
+        Net::bound(family, dst.bits(), dst.len() + 1)
+            ..=Net::bound(family, dst.last_bits(), u8::MAX),
+    )
+    .filter(|n| dst.covers(n))
+    .copied()
+    .collect()
+}
+
+impl CompiledTable {
+    /// The node of exactly `dst`.
+    fn node_at(&self, dst: Net) -> Option<u32> {
+        match (&self.v4, &self.v6) {
+            (Some(t), _) => t.get(&dst.v4()?),
+            (_, Some(t)) => t.get(&dst.v6()?),
+            _ => None,
+        }
+    }
+
+    /// The node of the longest prefix present strictly shorter than `dst` and holding it.
+    fn node_above(&self, dst: Net) -> Option<u32> {
+        (0..dst.len())
+            .rev()
+            .find_map(|len| self.node_at(Net::new(dst.addr(), len).expect("shorter")))
+    }
+
+    fn map(&mut self, dst: Net, node: Option<u32>) {
+        match (dst.v4(), dst.v6()) {
+            (Some(p), _) => {
+                let t = self.v4.get_or_insert_with(Default::default);
+                match node {
+                    Some(n) => t.insert(p, n),
+                    None => t.remove(&p),
+                };
+            }
+            (_, Some(p)) => {
+                let t = self.v6.get_or_insert_with(Default::default);
+                match node {
+                    Some(n) => t.insert(p, n),
+                    None => t.remove(&p),
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Snapshot {
+    /// Brings this snapshot, compiled from `state` but for what `touched` names, up to
+    /// `state` in place. False if it cannot be patched (more than routes changed, or too
+    /// much): compile the state anew.
+    pub(crate) fn patch(&mut self, state: &State, touched: &Touched) -> bool {
+        if touched.everything
+            || touched.routes.len() > MAX_PATCHED
+            || self.v4_merged == state.v4_unmerged()
+            || self.v4_custom_rules != state.v4_custom_rules()
+        {
+            return false;
+        }
+        // The touched prefixes of each compiled table, and its state's tables.
+        let mut work: Vec<(Family, usize, Vec<Net>)> = Vec::new();
+        for &(family, id, dst) in &touched.routes {
+            let merged = family == Family::V4 && self.v4_merged && id == TABLE_LOCAL;
+            let id = if merged { TABLE_MAIN } else { id };
+            let have = sources(state, family, id, self.v4_merged);
+            let Some(t) = self.fib(family).position(id) else {
+                if have.is_empty() {
+                    continue;
+                }
+                // A table appeared.
+                return false;
+            };
+            if have.is_empty() {
+                // A table went.
+                return false;
+            }
+            match work.iter_mut().find(|(f, p, _)| *f == family && *p == t) {
+                Some((_, _, dsts)) => dsts.push(dst),
+                None => work.push((family, t, vec![dst])),
+            }
+        }
+        let worn = |f: &crate::snapshot::FamilyFib| {
+            f.tables.iter().any(|t| t.plain.is_worn()) || f.merged.iter().any(|m| m.plain.is_worn())
+        };
+        if worn(&self.v4) || worn(&self.v6) {
+            return false;
+        }
+        let mut v4_hosts: Vec<Net> = Vec::new();
+        for (family, t, mut dsts) in work {
+            dsts.sort_unstable();
+            dsts.dedup();
+            let id = self.fib(family).tables[t].id;
+            let have = sources(state, family, id, self.v4_merged);
+            // Out while it changes, for the answers' checks to read the snapshot.
+            let mut table = std::mem::take(&mut self.fib_mut(family).tables[t]);
+            let changed = self.patch_table(&mut table, &have, &dsts);
+            self.fib_mut(family).tables[t] = table;
+            self.patch_merged(state, family, t, &changed);
+            v4_hosts.extend(dsts.iter().filter(|d| family == Family::V4 && d.is_host()));
+        }
+        self.v6_input_prefers = self.v6_prefers > 0;
+        self.v4_full_source_check = state.v4_custom_rules() || state.v4_custom_local_routes();
+        if !v4_hosts.is_empty() {
+            self.patch_broadcasts(&v4_hosts);
+        }
+        true
+    }
+
+    /// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted) from its
+    /// state's tables `have`; returns the prefixes whose answers may have changed.
+    fn patch_table(
+        &mut self,
+        table: &mut CompiledTable,
+        have: &[&TableRoutes],
+        dsts: &[Net],
+    ) -> Vec<Net> {
+        // Each touched prefix's node made again, added or emptied.
+        for &dst in dsts {
+            let routes = routes_at(have, dst);
+            let at = table.node_at(dst);
+            if let Some(i) = at {
+                let old = &table.nodes[i as usize];
+                self.v6_prefers -= (dst.family() == Family::V6 && prefers_input(old)) as usize;
+            }
+            let node = Node {
+                dst,
+                routes,
+                parent: None,
+            };
+            self.v6_prefers += (dst.family() == Family::V6 && prefers_input(&node)) as usize;
+            match (at, node.routes.is_empty()) {
+                (Some(i), true) => {
+                    table.map(dst, None);
+                    table.plain.set(dst, None);
+                    table.inheriting.remove(&dst);
+                    table.nodes[i as usize] = node;
+                    table.answers[i as usize] = Plain::Miss;
+                    table.free.push(i);
+                }
+                (Some(i), false) => table.nodes[i as usize].routes = node.routes,
+                (None, false) => {
+                    let i = match table.free.pop() {
+                        Some(i) => {
+                            table.nodes[i as usize] = node;
+                            i
+                        }
+                        None => {
+                            table.nodes.push(node);
+                            table.answers.push(Plain::Miss);
+                            table.nodes.len() as u32 - 1
+                        }
+                    };
+                    table.map(dst, Some(i));
+                }
+                (None, true) => {}
+            }
+        }
+        // Parents: of each touched node, and of the nodes right below each touched
+        // prefix. Ancestors come first, so a deeper prefix's say is the last.
+        for &dst in dsts {
+            let here = table.node_at(dst);
+            let above = table.node_above(dst);
+            if let Some(i) = here {
+                table.nodes[i as usize].parent = above;
+            }
+            for child in children(have, dst) {
+                if let Some(c) = table.node_at(child) {
+                    table.nodes[c as usize].parent = here.or(above);
+                }
+            }
+        }
+        // Answers: of each touched node, then of the nodes below that take their
+        // parent's (parents first, in the prefixes' order).
+        let mut changed: Vec<Net> = Vec::with_capacity(dsts.len());
+        for &dst in dsts {
+            changed.push(dst);
+            if let Some(i) = table.node_at(dst) {
+                self.answer_again(table, i);
+            }
+            for below in inside(&table.inheriting, dst) {
+                if let Some(i) = table.node_at(below) {
+                    self.answer_again(table, i);
+                    changed.push(below);
+                }
+            }
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        changed
+    }
+
+    /// Computes node `i`'s answer again (its parent's is up to date).
+    fn answer_again(&self, table: &mut CompiledTable, i: u32) {
+        let node = &table.nodes[i as usize];
+        let u = self.unnumbered_answer(table.id, node);
+        let dst = node.dst;
+        if u == crate::snapshot::Unnumbered::Up {
+            table.inheriting.insert(dst);
+        } else {
+            table.inheriting.remove(&dst);
+        }
+        let up = node
+            .parent
+            .map_or(Plain::Miss, |p| table.answers[p as usize]);
+        let answer = table.plain.numbered(u, up);
+        table.answers[i as usize] = answer;
+        table.plain.set(dst, Some(answer));
+    }
+
+    /// Patches the merged searches holding table `t` of `family` at prefixes `changed`
+    /// (sorted) of it, and at the other tables' prefixes inside them.
+    fn patch_merged(&mut self, state: &State, family: Family, t: usize, changed: &[Net]) {
+        let v4_merged = self.v4_merged;
+        let fib = self.fib_mut(family);
+        for m in 0..fib.merged.len() {
+            if !fib.merged[m].seq.contains(&t) {
+                continue;
+            }
+            let seq = fib.merged[m].seq.clone();
+            let others: Vec<Vec<&TableRoutes>> = seq
+                .iter()
+                .filter(|&&o| o != t)
+                .map(|&o| sources(state, family, fib.tables[o].id, v4_merged))
+                .collect();
+            let mut at: Vec<Net> = changed.to_vec();
+            for &p in changed {
+                for have in &others {
+                    for table in have {
+                        let family = p.family();
+                        at.extend(
+                            table
+                                .range(
+                                    (
+                                        Net::bound(family, p.bits(), p.len() + 1),
+                                        Net::default_of(family),
+                                    )..,
+                                )
+                                .map(|((d, _), _)| *d)
+                                .take_while(|d| d.bits() <= p.last_bits())
+                                .filter(|d| p.covers(d)),
+                        );
+                    }
+                }
+            }
+            at.sort_unstable();
+            at.dedup();
+            for net in at {
+                let present = seq.iter().any(|&s| fib.tables[s].node_at(net).is_some());
+                let answer = present.then(|| {
+                    let u = merged_answer(&fib.tables, &seq, net);
+                    fib.merged[m].plain.numbered(u, Plain::Miss)
+                });
+                fib.merged[m].plain.set(net, answer);
+            }
+        }
+    }
+
+    /// The IPv4 host prefixes `hosts` changed: which are broadcast addresses again.
+    fn patch_broadcasts(&mut self, hosts: &[Net]) {
+        for &h in hosts {
+            let a = match h.addr() {
+                std::net::IpAddr::V4(a) => u32::from(a),
+                std::net::IpAddr::V6(_) => continue,
+            };
+            let broadcast = self.v4.tables.iter().any(|t| {
+                t.node_at(h).is_some_and(|i| {
+                    t.nodes[i as usize]
+                        .routes
+                        .iter()
+                        .any(|r| r.kind == RouteType::Broadcast)
+                })
+            });
+            match (self.v4_broadcasts.binary_search(&a), broadcast) {
+                (Err(at), true) => self.v4_broadcasts.insert(at, a),
+                (Ok(at), false) => {
+                    self.v4_broadcasts.remove(at);
+                }
+                _ => {}
+            }
+        }
+        self.v4_own = Default::default();
+        for &a in self.v4_locals.iter().chain(&self.v4_broadcasts) {
+            self.v4_own.insert(a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use crate::publish::Fib;
+    use crate::query::Query;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::net::IpAddr;
+
+    const LINKS: &str = "\
+link add a0 type veth peer name a1
+link add b0 type veth peer name b1
+link set a0 up
+link set a1 up
+link set b0 up
+link set b1 up
+addr add 10.0.0.1/24 dev a0
+addr add 10.1.0.1/24 dev b0
+addr add fd00::1/64 dev a0
+addr add fd01::1/64 dev b0
+route add 10.50.0.0/16 via 10.0.0.2 table 100
+route add 2001:db8:50::/48 via fd00::2 table 100
+";
+
+    /// Rules that send some flows to table 100 and leave the rest to the defaults.
+    const RULES: &str = "\
+rule add from 10.1.0.0/24 lookup 100 pref 100
+rule add to 10.9.0.0/16 lookup 100 pref 200
+rule add from fd01::/64 lookup 100 pref 100
+";
+
+    /// A random prefix from a small space, so that prefixes nest and repeat.
+    fn prefix(rng: &mut StdRng, v6: bool) -> String {
+        if v6 {
+            let len = [0, 16, 32, 40, 48, 56, 64, 96, 128][rng.gen_range(0..9)];
+            let (a, b, c) = (
+                rng.gen_range(0..3u16),
+                rng.gen_range(0..4u16),
+                rng.gen_range(0..3u16),
+            );
+            let addr = format!("2001:db8:{a:x}{b:x}::{c:x}");
+            let net = Net::new(addr.parse().unwrap(), len).unwrap();
+            format!("{}/{}", net.addr(), len)
+        } else {
+            let len = [0, 8, 12, 16, 20, 24, 28, 32][rng.gen_range(0..8)];
+            let addr = IpAddr::from([
+                10,
+                rng.gen_range(8..11),
+                rng.gen_range(0..3) * 16,
+                rng.gen_range(0..3),
+            ]);
+            let net = Net::new(addr, len).unwrap();
+            format!("{}/{}", net.addr(), len)
+        }
+    }
+
+    /// A random route change line for `dst`, and the table it names.
+    fn change(rng: &mut StdRng, v6: bool, dst: &str) -> (String, u32) {
+        let table = [TABLE_MAIN, TABLE_MAIN, TABLE_MAIN, 100, TABLE_LOCAL][rng.gen_range(0..5)];
+        let (gw, gw2, dev) = if v6 {
+            ("fd00::2", "fd01::2", "a0")
+        } else {
+            ("10.0.0.2", "10.1.0.2", "b0")
+        };
+        let metric = [0, 100, 200][rng.gen_range(0..3)];
+        let how = match rng.gen_range(0..12) {
+            0 => "blackhole".to_string(),
+            1 => "unreachable".to_string(),
+            2 => "prohibit".to_string(),
+            3 => "throw".to_string(),
+            4 => format!("dev {dev}"),
+            5 => format!("nexthop via {gw} nexthop via {gw2} weight 3"),
+            6 if !v6 => "broadcast dev b0".to_string(),
+            7 if table == TABLE_LOCAL => format!("local dev {dev}"),
+            n if n % 2 == 0 => format!("via {gw}"),
+            _ => format!("via {gw2}"),
+        };
+        let (kind, rest) = match how.split_once(' ') {
+            Some((
+                k @ ("blackhole" | "unreachable" | "prohibit" | "throw" | "broadcast" | "local"),
+                r,
+            )) => (k, r.to_string()),
+            _ => match how.as_str() {
+                k @ ("blackhole" | "unreachable" | "prohibit" | "throw") => (k, String::new()),
+                _ => ("", how.clone()),
+            },
+        };
+        let op = ["add", "add", "replace", "del", "append"][rng.gen_range(0..5)];
+        let line = if op == "del" {
+            format!("route del {dst} table {table}")
+        } else {
+            format!("route {op} {kind} {dst} {rest} metric {metric} table {table}")
+        };
+        (line, table)
+    }
+
+    /// The destinations looked up: each route's first and last address and random ones.
+    fn destinations(rng: &mut StdRng, state: &State) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = Vec::new();
+        for f in [Family::V4, Family::V6] {
+            for r in state.routes(f, None) {
+                out.push(r.dst.addr());
+                out.push(r.dst.last());
+            }
+        }
+        for _ in 0..200 {
+            let v6 = rng.gen_bool(0.5);
+            let p: Net = Net::parse(&prefix(rng, v6), None).unwrap();
+            let bits =
+                crate::net::addr_bits(p.addr()) | rng.gen::<u128>() & (p.last_bits() - p.bits());
+            out.push(crate::net::addr_from_bits(p.family(), bits));
+        }
+        out
+    }
+
+    /// `patched` answers every query as `fresh` does: the full walk, single lookups and
+    /// batches, for flows this host sends and flows arriving on a link.
+    fn same_answers(patched: &Snapshot, fresh: &Snapshot, dsts: &[IpAddr], what: &str) {
+        let a1 = fresh.links().find(|l| l.name == "a1").unwrap().index;
+        let mut flows = Vec::new();
+        for &dst in dsts {
+            flows.push(Query::to(dst));
+            let src: IpAddr = if dst.is_ipv4() {
+                [10, 0, 0, 9].into()
+            } else {
+                "fd01::9".parse().unwrap()
+            };
+            flows.push(Query {
+                iif: Some(a1),
+                src: Some(src),
+                ..Query::to(dst)
+            });
+            // From an address routes name: a broadcast or local one is refused.
+            flows.push(Query {
+                iif: Some(a1),
+                src: Some(dst),
+                ..Query::to(src)
+            });
+        }
+        // What the lookups derive from all routes.
+        assert_eq!(patched.v4_broadcasts, fresh.v4_broadcasts, "{what}");
+        assert_eq!(patched.v4_own.words(), fresh.v4_own.words(), "{what}");
+        assert_eq!(patched.v6_input_prefers, fresh.v6_input_prefers, "{what}");
+        assert_eq!(
+            patched.v4_full_source_check, fresh.v4_full_source_check,
+            "{what}"
+        );
+        for q in &flows {
+            assert_eq!(patched.route(q), fresh.route(q), "{what}: route {q:?}");
+            assert_eq!(
+                patched.lookup(q).map(Hop::from),
+                fresh.lookup(q).map(Hop::from),
+                "{what}: lookup {q:?}"
+            );
+        }
+        let mut a = vec![Err(crate::query::NoRoute::NetworkUnreachable); flows.len()];
+        let mut b = a.clone();
+        patched.lookup_batch(&flows, &mut a);
+        fresh.lookup_batch(&flows, &mut b);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(
+                a.map(Hop::from),
+                b.map(Hop::from),
+                "{what}: batch {:?}",
+                flows[i]
+            );
+        }
+    }
+
+    use crate::forward::Hop;
+
+    /// Random batches of route changes (every type, nested and repeated prefixes, both
+    /// families, the merged IPv4 tables, a table of rules, the local table) published by
+    /// patches answer every lookup as the state compiled anew; and they were patched.
+    #[test]
+    fn patched_snapshots_answer_as_compiled_ones() {
+        for (seed, rules) in [(1u64, false), (2, true), (3, false), (4, true)] {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut state = State::new();
+            config::apply_text(&mut state, "links", LINKS).unwrap();
+            if rules {
+                config::apply_text(&mut state, "rules", RULES).unwrap();
+            }
+            let (mut fib, reader) = Fib::new(state);
+            let mut applied = 0;
+            for round in 0..60 {
+                let lines: Vec<(String, u32, bool)> = (0..rng.gen_range(1..12))
+                    .map(|_| {
+                        let v6 = rng.gen_bool(0.5);
+                        let dst = prefix(&mut rng, v6);
+                        let (line, table) = change(&mut rng, v6, &dst);
+                        (line, table, v6)
+                    })
+                    .collect();
+                fib.update(|state, touched| {
+                    for (line, table, _) in &lines {
+                        let dst = line.split_whitespace().find(|w| w.contains('/')).unwrap();
+                        touched.route(*table, Net::parse(dst, None).unwrap());
+                        // Refused lines (a route that exists, a gateway off-link) change
+                        // nothing.
+                        applied += config::apply_text(state, "batch", line).is_ok() as usize;
+                    }
+                });
+                let fresh = fib.state().snapshot();
+                let dsts = destinations(&mut rng, fib.state());
+                same_answers(
+                    &reader.snapshot(),
+                    &fresh,
+                    &dsts,
+                    &format!("seed {seed} round {round}"),
+                );
+            }
+            let p = fib.publications();
+            assert!(p.patched >= 50, "seed {seed}: {p:?}");
+            eprintln!(
+                "seed {seed}: {applied} changes applied, {p:?}, {} routes",
+                fib.state().routes(Family::V4, None).count()
+                    + fib.state().routes(Family::V6, None).count()
+            );
+        }
+    }
+
+    /// Nodes whose routes all have dead paths take their parent's answer: when only the
+    /// parent changes (replaced, deleted, made a reject route), theirs follow.
+    #[test]
+    fn nodes_taking_their_parents_answer_follow_it() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "links", LINKS).unwrap();
+        let (mut fib, reader) = Fib::new(state);
+        let routes = "\
+route add 10.8.0.0/13 via 10.0.0.2
+route add 10.9.0.0/16 via 10.0.0.3
+route add 10.9.2.0/24 via 10.0.0.4
+route add 2001:db8::/32 via fd00::2
+route add 2001:db8:1::/48 via fd00::3
+route add 2001:db8:1:2::/64 via fd00::4
+";
+        let nets: Vec<Net> = routes
+            .lines()
+            .map(|l| Net::parse(l.split_whitespace().nth(2).unwrap(), None).unwrap())
+            .collect();
+        let check = |fib: &Fib, what: &str| {
+            let fresh = fib.state().snapshot();
+            let dsts: Vec<IpAddr> = nets.iter().flat_map(|n| [n.addr(), n.last()]).collect();
+            same_answers(&reader.snapshot(), &fresh, &dsts, what);
+        };
+        fib.update(|s, t| {
+            config::apply_text(s, "routes", routes).unwrap();
+            nets.iter().for_each(|n| t.route(TABLE_MAIN, *n));
+        });
+        check(&fib, "added");
+        // The longer prefixes' paths die: their nodes take the shortest's answer.
+        fib.update(|s, t| {
+            for &n in &nets[1..3]
+                .iter()
+                .chain(&nets[4..6])
+                .copied()
+                .collect::<Vec<_>>()
+            {
+                let mut r = s
+                    .routes(n.family(), Some(TABLE_MAIN))
+                    .find(|r| r.dst == n)
+                    .unwrap()
+                    .clone();
+                if let crate::route::Paths::Own(paths) = &mut r.paths {
+                    paths.iter_mut().for_each(|p| p.dead = true);
+                }
+                s.mirror_route(r, crate::state::RouteOp::Replace);
+                t.route(TABLE_MAIN, n);
+            }
+        });
+        check(&fib, "paths dead");
+        for (i, change) in [
+            "route replace 10.8.0.0/13 via 10.0.0.5\nroute replace 2001:db8::/32 via fd00::5",
+            "route replace 10.8.0.0/13 via 10.1.0.5\nroute replace 2001:db8::/32 via fd01::5",
+            "route del 10.8.0.0/13\nroute del 2001:db8::/32",
+            "route add blackhole 10.8.0.0/13\nroute add prohibit 2001:db8::/32",
+            "route replace 10.8.0.0/13 via 10.0.0.2\nroute replace 2001:db8::/32 via fd00::2",
+        ]
+        .iter()
+        .enumerate()
+        {
+            fib.update(|s, t| {
+                config::apply_text(s, "change", change).unwrap();
+                t.route(TABLE_MAIN, nets[0]);
+                t.route(TABLE_MAIN, nets[3]);
+            });
+            check(&fib, &format!("change {i}: {change}"));
+        }
+        assert_eq!(fib.publications().compiled, 1, "{:?}", fib.publications());
+    }
+}
