@@ -318,7 +318,7 @@ fn command(mirror: &Mirror, words: &[String], o: &mut Out) -> Done {
     let w: Vec<&str> = words.iter().take(2).map(String::as_str).collect();
     match w.as_slice() {
         ["route", "get"] => route::route_get(&mirror.snapshot(), &words[2..], json, o),
-        ["route", "show"] => route::route_show(state, &rest, v6, json, o),
+        ["route", "show"] => route::route_show(state, &rest, v4, v6, json, o),
         ["rule", "show"] if rest.is_empty() => route::rule_show(state, v6, json, o),
         ["nexthop", "show"] if rest.is_empty() => route::nexthop_show(state, json, o),
         ["link", "show"] if rest.is_empty() => route::link_show(state, json, o),

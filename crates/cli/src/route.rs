@@ -125,7 +125,7 @@ pub fn run(args: RouteArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let Some(state) = load(&a.config) else {
                 return Ok(ExitCode::FAILURE);
             };
-            stdio(|o| route_show(&state, &a.words, a.v6, a.json, o))
+            stdio(|o| route_show(&state, &a.words, a.v4, a.v6, a.json, o))
         }
     }
 }
@@ -234,7 +234,14 @@ fn many(
 
 /// `route show [table ID|all]` of `state` (`v6`: IPv6, else IPv4), as `ip route show`
 /// lists it.
-pub fn route_show(state: &State, words: &[String], v6: bool, json: bool, o: &mut Out) -> Done {
+pub fn route_show(
+    state: &State,
+    words: &[String],
+    v4: bool,
+    v6: bool,
+    json: bool,
+    o: &mut Out,
+) -> Done {
     let table = match words {
         [] => Some(fibre_fib::names::TABLE_MAIN),
         [t, id] if t == "table" && id == "all" => None,
@@ -253,10 +260,14 @@ pub fn route_show(state: &State, words: &[String], v6: bool, json: bool, o: &mut
             return Ok(1);
         }
     };
-    // `ip route show` lists IPv4 unless told otherwise.
-    let family = if v6 { Family::V6 } else { Family::V4 };
+    // `ip route show` lists IPv4 unless told otherwise, but `table all` both families.
+    let fams = match (table, v4, v6) {
+        (None, false, false) => families(false, false),
+        (_, _, true) => vec![Family::V6],
+        _ => vec![Family::V4],
+    };
     let mut list = Vec::new();
-    for r in state.routes(family, table) {
+    for r in fams.into_iter().flat_map(|f| state.routes(f, table)) {
         if json {
             list.push(show::route_json(state, r));
         } else {

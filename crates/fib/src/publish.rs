@@ -12,7 +12,8 @@
 //! published before the current one, waits for the readers still holding it to let it go,
 //! patches it with what it lacks, and swaps it in. Readers never wait; the writer waits
 //! only for readers of a snapshot two versions old. What a patch cannot follow is
-//! compiled, and the spare snapshot is then a copy of the compiled one.
+//! compiled, and the spare snapshot is then a copy of the compiled one, made on a thread
+//! of its own while the compiled one is already published.
 //!
 //! Beside the snapshot, both sides share the [`Exceptions`] learned from the network (path
 //! MTUs, redirects): [`FibReader::lookup`] applies them to the hop its route gives, and a
@@ -36,7 +37,7 @@ pub struct Fib {
     published: Arc<ArcSwap<Snapshot>>,
     exceptions: Arc<Exceptions>,
     /// The snapshot to patch into the next one, and what it lacks of the state.
-    spare: Option<(Arc<Snapshot>, Touched)>,
+    spare: Option<(Spare, Touched)>,
     counts: Publications,
 }
 
@@ -49,6 +50,37 @@ pub struct Publications {
     pub compiled: u64,
     /// Times the writer gave up waiting for readers to let the spare snapshot go.
     pub held_up: u64,
+}
+
+/// The snapshot a [`Fib`] patches next.
+enum Spare {
+    /// The snapshot published before the current one (readers may still hold it).
+    Retired(Arc<Snapshot>),
+    /// A copy of the current one, being made.
+    Copying(std::thread::JoinHandle<Snapshot>),
+}
+
+impl Spare {
+    /// A copy of `snapshot`, made on a thread of its own (here, if none can start).
+    fn copy_of(snapshot: &Arc<Snapshot>) -> Spare {
+        let from = Arc::clone(snapshot);
+        match std::thread::Builder::new()
+            .name("fibre-spare".into())
+            .spawn(move || Snapshot::clone(&from))
+        {
+            Ok(handle) => Spare::Copying(handle),
+            Err(_) => Spare::Retired(Arc::new(Snapshot::clone(snapshot))),
+        }
+    }
+
+    /// The spare, once no reader holds it (false: readers held it too long, or the copy
+    /// failed).
+    fn take(self) -> Option<Arc<Snapshot>> {
+        match self {
+            Spare::Retired(mut s) => alone(&mut s).then_some(s),
+            Spare::Copying(handle) => handle.join().ok().map(Arc::new),
+        }
+    }
 }
 
 /// How long the writer waits for readers to let the spare snapshot go before compiling
@@ -87,9 +119,9 @@ pub const EXCEPTIONS: usize = 16_384;
 impl Fib {
     /// Publishes `state` and returns the writer and a first reader.
     pub fn new(state: State) -> (Fib, FibReader) {
-        let snapshot = state.snapshot();
-        let spare = Arc::new(snapshot.clone());
-        let published = Arc::new(ArcSwap::from_pointee(snapshot));
+        let snapshot = Arc::new(state.snapshot());
+        let spare = Spare::copy_of(&snapshot);
+        let published = Arc::new(ArcSwap::new(snapshot));
         let exceptions = Arc::new(Exceptions::new(EXCEPTIONS));
         let reader = FibReader {
             published: Arc::clone(&published),
@@ -135,26 +167,28 @@ impl Fib {
     /// the links up then).
     fn publish(&mut self, touched: Touched, up: &[LinkIndex]) {
         let patched = match self.spare.take() {
-            Some((mut spare, mut behind)) if !touched.is_everything() => {
+            Some((spare, mut behind)) if !touched.is_everything() => {
                 behind.add(&touched);
-                if !alone(&mut spare) {
-                    self.counts.held_up += 1;
-                    None
-                } else {
-                    let snapshot = Arc::get_mut(&mut spare).expect("no other holder");
-                    snapshot.patch(&self.state, &behind).then_some(spare)
+                match spare.take() {
+                    None => {
+                        self.counts.held_up += 1;
+                        None
+                    }
+                    Some(mut spare) => {
+                        let snapshot = Arc::get_mut(&mut spare).expect("no other holder");
+                        snapshot.patch(&self.state, &behind).then_some(spare)
+                    }
                 }
             }
             _ => None,
         };
         let compiled = patched.is_none();
         let next = patched.unwrap_or_else(|| Arc::new(self.state.snapshot()));
-        let copy = compiled.then(|| Arc::new(Snapshot::clone(&next)));
+        let copy = compiled.then(|| Spare::copy_of(&next));
         let old = self.published.swap(next);
         self.spare = Some(match copy {
-            // The spare's readers, if any, are those of a compiled snapshot's copy: none.
             Some(copy) => (copy, Touched::nothing()),
-            None => (old, touched),
+            None => (Spare::Retired(old), touched),
         });
         if compiled {
             self.counts.compiled += 1;
