@@ -410,6 +410,7 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "batches": s.batches,
         "resyncs": s.resyncs,
         "overflows": s.overflows,
+        "backoffs": s.backoffs,
         "dump_restarts": s.dump_restarts,
         "malformed": s.malformed,
         "skipped": s.skipped,
@@ -421,6 +422,7 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "lag_p50_us": us(0.5),
         "lag_p99_us": us(0.99),
         "lookup_memory_bytes": memory,
+        "resident_bytes": resident_bytes(),
     });
     if json {
         writeln!(o.out, "{v}")?;
@@ -430,6 +432,14 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         }
     }
     Ok(0)
+}
+
+/// The daemon's resident memory (`VmRSS` of `/proc/self/status`), if the system says.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// One HTTP request for the metrics: its head read (bounded), the exposition written.
@@ -523,6 +533,12 @@ fn exposition(mirror: &Mirror) -> String {
         &memory,
     );
     metric(
+        "fibre_resident_bytes",
+        "gauge",
+        "The daemon's resident memory.",
+        &one(resident_bytes().unwrap_or(0) as f64),
+    );
+    metric(
         "fibre_mirror_neighbours",
         "gauge",
         "Neighbour entries mirrored.",
@@ -539,6 +555,11 @@ fn exposition(mirror: &Mirror) -> String {
             "fibre_mirror_overflows_total",
             "Overflows of the netlink socket.",
             s.overflows,
+        ),
+        (
+            "fibre_mirror_backoffs_total",
+            "Resyncs that backed off first, an overflow following the last resync closely.",
+            s.backoffs,
         ),
         (
             "fibre_mirror_patched_total",

@@ -568,33 +568,41 @@ fn an_overflow_is_counted_and_the_mirror_converges_to_the_kernel() {
     let d = Daemon::start(&ns, &["--receive-buffer", "4096"]);
     caught_up(&ns, &d, 1);
     let pid = d.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let mut burst = String::new();
-    for i in 0..3000 {
-        burst += &format!(
-            "route add 10.{}.{}.0/24 via 10.0.0.2\n",
-            1 + i / 250,
-            i % 250
-        );
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success())
+    };
+    // Twice, seconds apart: the second resync backs off first.
+    for round in 0..2 {
+        signal("-STOP");
+        let mut burst = String::new();
+        for i in 0..3000 {
+            burst += &format!(
+                "route replace 10.{}.{}.0/24 via 10.0.0.{}\n",
+                1 + i / 250,
+                i % 250,
+                2 + round
+            );
+        }
+        for i in 0..500 {
+            burst += &format!(
+                "route del 10.{}.{}.0/24\n",
+                1 + i / 250,
+                (i + round * 7) % 250
+            );
+        }
+        ip_batch(&ns, &burst);
+        signal("-CONT");
+        caught_up(&ns, &d, 2 + round as u32);
+        assert_same(&ns, &d, &format!("after overflow {round}"));
     }
-    for i in 0..500 {
-        burst += &format!("route del 10.{}.{}.0/24\n", 1 + i / 250, i % 250);
-    }
-    ip_batch(&ns, &burst);
-    assert!(Command::new("kill")
-        .args(["-CONT", &pid])
-        .status()
-        .unwrap()
-        .success());
-    caught_up(&ns, &d, 2);
-    assert_same(&ns, &d, "after the overflow");
     let stats = d.json(&["stats", "--json"]);
-    assert!(stats["overflows"].as_u64().unwrap() >= 1, "{stats}");
-    assert!(stats["resyncs"].as_u64().unwrap() >= 1, "{stats}");
+    assert!(stats["overflows"].as_u64().unwrap() >= 2, "{stats}");
+    assert!(stats["resyncs"].as_u64().unwrap() >= 2, "{stats}");
+    assert!(stats["backoffs"].as_u64().unwrap() >= 1, "{stats}");
 }
 
 /// The lines of a shipped data file (`data/ris-2026-05-11`, gzip).

@@ -27,6 +27,8 @@ pub struct Stats {
     pub resyncs: u64,
     /// Overflows of the subscribed socket (`ENOBUFS`).
     pub overflows: u64,
+    /// Resyncs that backed off first (an overflow soon after the last resync).
+    pub backoffs: u64,
     /// Dumps the kernel marked interrupted, each started again.
     pub dump_restarts: u64,
     /// Messages that could not be parsed, or that named what is not there: dropped.
@@ -83,7 +85,16 @@ pub struct Mirror {
     reader: FibReader,
     neighbours: Neighbours,
     stats: Stats,
+    /// When the last resync ended, and the back-off before the next.
+    last_resync: Option<Instant>,
+    backoff: Duration,
 }
+
+/// Overflows closer together than this back off before dumping again.
+const BACKOFF_WINDOW: Duration = Duration::from_secs(10);
+/// The first back-off, doubled at each overflow in the window, up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 impl Mirror {
     /// The state of the current network namespace's kernel, dumped (the caller has
@@ -103,14 +114,28 @@ impl Mirror {
                 reader: own,
                 neighbours,
                 stats,
+                last_resync: None,
+                backoff: Duration::ZERO,
             },
             reader,
         ))
     }
 
     /// Dumps the kernel's state again and publishes it in place of the mirror's (after
-    /// an overflow: what was lost is in the dump, what is gone is not).
+    /// an overflow: what was lost is in the dump, what is gone is not). Overflows that
+    /// follow one another within seconds back off first, 10 ms doubling up to 2 s, so that
+    /// a storm of changes is dumped once it eases rather than over and over.
     pub fn resync(&mut self) -> io::Result<()> {
+        self.backoff = match self.last_resync {
+            Some(t) if t.elapsed() < BACKOFF_WINDOW => {
+                (self.backoff * 2).clamp(BACKOFF_FIRST, BACKOFF_MAX)
+            }
+            _ => Duration::ZERO,
+        };
+        if !self.backoff.is_zero() {
+            self.stats.backoffs += 1;
+            std::thread::sleep(self.backoff);
+        }
         let (state, neighbours) = dumped(&mut self.stats)?;
         self.neighbours = neighbours;
         self.stats.resyncs += 1;
@@ -120,6 +145,7 @@ impl Mirror {
             touched.all();
         });
         self.stats.build_time += compile.elapsed();
+        self.last_resync = Some(Instant::now());
         Ok(())
     }
 
