@@ -6,8 +6,12 @@
 //! node again from the state's routes (added, given its new routes, or emptied), updates
 //! the LPM structures in place, and computes again the answers that depend on it: its
 //! own, those of the nodes below it that take their parent's, and the merged searches'
-//! at and under it. What a patch does not follow (links, addresses, rules, nexthop
-//! objects, multipath settings, a table appearing or going) is compiled anew.
+//! at and under it. The state notes which destinations' routes changed, however they
+//! changed (a command, a report, or what a link going down took with it). Links,
+//! addresses, the multipath settings and new nexthop objects are taken as they are now;
+//! what a patch does not follow (rules changing, a nexthop object that routes may use
+//! standing for other paths, the loopback link changing, a table appearing or going) is
+//! compiled anew.
 //!
 //! A patched snapshot answers every lookup as one compiled from the same state; the tests
 //! hold the two to that over random batches of changes.
@@ -20,10 +24,12 @@ use crate::state::{State, TableRoutes};
 use std::collections::BTreeSet;
 
 /// What a batch of changes touched: the destination prefixes whose routes changed, by
-/// family and table, or more than routes.
+/// family and table (noted by the state itself under [`crate::Fib::update`]), whether
+/// anything besides routes changed, or everything.
 #[derive(Clone, Debug, Default)]
 pub struct Touched {
     routes: BTreeSet<(Family, u32, Net)>,
+    others: bool,
     everything: bool,
 }
 
@@ -40,6 +46,7 @@ impl Touched {
     pub fn everything() -> Touched {
         Touched {
             routes: BTreeSet::new(),
+            others: true,
             everything: true,
         }
     }
@@ -51,7 +58,13 @@ impl Touched {
         }
     }
 
-    /// Something other than routes changed.
+    /// Something besides routes changed: links, addresses, rules, nexthop objects,
+    /// multipath settings (a patch takes them as they are, or compiles anew).
+    pub fn others(&mut self) {
+        self.others = true;
+    }
+
+    /// The state was replaced: compile it anew.
     pub fn all(&mut self) {
         self.everything = true;
         self.routes.clear();
@@ -63,6 +76,7 @@ impl Touched {
             self.all();
         } else if !self.everything {
             self.routes.extend(other.routes.iter().copied());
+            self.others |= other.others;
         }
     }
 
@@ -73,7 +87,7 @@ impl Touched {
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        !self.everything && self.routes.is_empty()
+        !self.everything && !self.others && self.routes.is_empty()
     }
 }
 
@@ -232,6 +246,9 @@ impl Snapshot {
         if worn(&self.v4) || worn(&self.v6) {
             return false;
         }
+        if touched.others && !self.take_others(state) {
+            return false;
+        }
         let mut v4_hosts: Vec<Net> = Vec::new();
         for (family, t, mut dsts) in work {
             dsts.sort_unstable();
@@ -250,7 +267,32 @@ impl Snapshot {
         if !v4_hosts.is_empty() {
             self.patch_broadcasts(&v4_hosts);
         }
+        if touched.others || !v4_hosts.is_empty() {
+            self.own_again();
+        }
         true
+    }
+
+    /// Takes the state's links, addresses, nexthop objects and multipath settings as they
+    /// are; false if an answer already made may depend on what changed (the rules, a
+    /// nexthop object's paths, the loopback link), and the state must be compiled anew.
+    fn take_others(&mut self, state: &State) -> bool {
+        if [Family::V4, Family::V6]
+            .iter()
+            .any(|&f| state.rules(f) != &self.rule_source[f as usize][..])
+        {
+            return false;
+        }
+        let (nexthops, object_paths) = crate::snapshot::objects(state);
+        // A new object no route used yet, or one gone that no route uses any more (the
+        // routes that did are gone with it, noted), changes no answer made.
+        let same_paths = self
+            .object_paths
+            .iter()
+            .all(|(id, paths)| object_paths.get(id).is_none_or(|p| p == paths));
+        let lo = self.lo;
+        self.take_links(state, nexthops, object_paths);
+        same_paths && self.lo == lo
     }
 
     /// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted) from its
@@ -453,6 +495,8 @@ addr add 10.0.0.1/24 dev a0
 addr add 10.1.0.1/24 dev b0
 addr add fd00::1/64 dev a0
 addr add fd01::1/64 dev b0
+nexthop add id 1 via 10.0.0.2 dev a0
+nexthop add id 2 via fd00::2 dev a0
 route add 10.50.0.0/16 via 10.0.0.2 table 100
 route add 2001:db8:50::/48 via fd00::2 table 100
 ";
@@ -506,6 +550,8 @@ rule add from fd01::/64 lookup 100 pref 100
             4 => format!("dev {dev}"),
             5 => format!("nexthop via {gw} nexthop via {gw2} weight 3"),
             6 if !v6 => "broadcast dev b0".to_string(),
+            6 => "nhid 2".to_string(),
+            11 if !v6 => "nhid 1".to_string(),
             7 if table == TABLE_LOCAL => format!("local dev {dev}"),
             n if n % 2 == 0 => format!("via {gw}"),
             _ => format!("via {gw2}"),
@@ -605,8 +651,11 @@ rule add from fd01::/64 lookup 100 pref 100
     use crate::forward::Hop;
 
     /// Random batches of route changes (every type, nested and repeated prefixes, both
-    /// families, the merged IPv4 tables, a table of rules, the local table) published by
-    /// patches answer every lookup as the state compiled anew; and they were patched.
+    /// families, the merged IPv4 tables, a table of rules, the local table, nexthop
+    /// objects), now and then with a link going down or up, addresses, nexthop objects or
+    /// rules changing, published by patches (or compiles where a patch cannot follow)
+    /// answer every lookup as the state compiled anew. The state notes the routes changed
+    /// on its own.
     #[test]
     fn patched_snapshots_answer_as_compiled_ones() {
         for (seed, rules) in [(1u64, false), (2, true), (3, false), (4, true)] {
@@ -627,13 +676,39 @@ rule add from fd01::/64 lookup 100 pref 100
                         (line, table, v6)
                     })
                     .collect();
+                // Now and then a change besides routes: a link down and up, addresses,
+                // nexthop objects (new ones, or one that routes use changed), a rule.
+                let other = match rng.gen_range(0..30) {
+                    0 => Some("link set b0 down".to_string()),
+                    1 | 2 => Some("link set b0 up".to_string()),
+                    3 => Some(format!("addr add 10.1.0.{}/24 dev b0", rng.gen_range(5..9))),
+                    4 => Some(format!("addr del 10.1.0.{}/24 dev b0", rng.gen_range(5..9))),
+                    5 => Some(format!("addr add fd01::{}/64 dev b0", rng.gen_range(5..9))),
+                    6 => Some(format!("addr del fd01::{}/64 dev b0", rng.gen_range(5..9))),
+                    7 => Some(format!(
+                        "nexthop add id {} via 10.1.0.2 dev b0",
+                        rng.gen_range(10..1000)
+                    )),
+                    8 => Some(format!(
+                        "nexthop replace id 1 via 10.0.0.{} dev a0",
+                        rng.gen_range(2..5)
+                    )),
+                    9 => Some(format!(
+                        "rule add to 10.{}.0.0/16 lookup 100",
+                        rng.gen_range(8..11)
+                    )),
+                    _ => None,
+                };
                 fib.update(|state, touched| {
-                    for (line, table, _) in &lines {
-                        let dst = line.split_whitespace().find(|w| w.contains('/')).unwrap();
-                        touched.route(*table, Net::parse(dst, None).unwrap());
+                    // The routes each line changes, the state notes itself.
+                    for (line, _, _) in &lines {
                         // Refused lines (a route that exists, a gateway off-link) change
                         // nothing.
                         applied += config::apply_text(state, "batch", line).is_ok() as usize;
+                    }
+                    if let Some(line) = &other {
+                        let _ = config::apply_text(state, "other", line);
+                        touched.others();
                     }
                 });
                 let fresh = fib.state().snapshot();
@@ -646,7 +721,8 @@ rule add from fd01::/64 lookup 100 pref 100
                 );
             }
             let p = fib.publications();
-            assert!(p.patched >= 50, "seed {seed}: {p:?}");
+            // Both ways were taken: most batches patched, a few compiled.
+            assert!(p.patched >= 40 && p.compiled >= 2, "seed {seed}: {p:?}");
             eprintln!(
                 "seed {seed}: {applied} changes applied, {p:?}, {} routes",
                 fib.state().routes(Family::V4, None).count()
@@ -723,5 +799,51 @@ route add 2001:db8:1:2::/64 via fd00::4
             check(&fib, &format!("change {i}: {change}"));
         }
         assert_eq!(fib.publications().compiled, 1, "{:?}", fib.publications());
+    }
+
+    /// A link going down kills paths and takes routes with it, unannounced; coming up it
+    /// brings them back; addresses come and go: each published by a patch, answering as
+    /// the state compiled anew.
+    #[test]
+    fn links_and_addresses_changing_are_patched() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "links", LINKS).unwrap();
+        let (mut fib, reader) = Fib::new(state);
+        let routes = "\
+route add 10.8.0.0/16 nexthop via 10.0.0.2 nexthop via 10.1.0.2
+route add 10.9.0.0/16 via 10.1.0.2
+route add 10.10.0.0/16 via 10.0.0.2
+route add 2001:db8:1::/48 nexthop via fd00::2 nexthop via fd01::2
+route add 2001:db8:2::/48 via fd01::2
+";
+        let dsts: Vec<IpAddr> = ["10.8.1.1", "10.9.1.1", "10.10.1.1", "10.1.0.9", "10.1.0.7"]
+            .iter()
+            .chain(&["2001:db8:1::1", "2001:db8:2::1", "fd01::9"])
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let mut patched = fib.publications().patched;
+        for (i, (change, others)) in [
+            (routes, false),
+            ("link set b0 down", true),
+            ("link set b0 up", true),
+            ("addr add 10.1.0.7/24 dev b0", true),
+            ("addr add fd01::7/64 dev b0", true),
+            ("addr del 10.1.0.7/24 dev b0", true),
+            ("addr del 10.1.0.1/24 dev b0", true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            fib.update(|s, t| {
+                config::apply_text(s, "change", change).unwrap();
+                if others {
+                    t.others();
+                }
+            });
+            let fresh = fib.state().snapshot();
+            same_answers(&reader.snapshot(), &fresh, &dsts, &format!("{i}: {change}"));
+            patched += 1;
+            assert_eq!(fib.publications().patched, patched, "{i}: {change}");
+        }
     }
 }

@@ -141,12 +141,18 @@ impl Fib {
     }
 
     /// Applies changes that cannot fail, made by `f` to the state in place, and publishes
-    /// them in one swap. `f` says what it touched: a patch publishes route changes in
-    /// time proportional to them; anything else is compiled anew.
+    /// them in one swap. The state notes which routes changed; `f` says whether anything
+    /// else did ([`Touched::others`]) or the state was replaced ([`Touched::all`]). A
+    /// patch publishes the changes in time proportional to them; what it cannot follow is
+    /// compiled anew.
     pub fn update(&mut self, f: impl FnOnce(&mut State, &mut Touched)) {
         let up = self.links_up();
         let mut touched = Touched::nothing();
+        self.state.keep_journal();
         f(&mut self.state, &mut touched);
+        for (_, table, dst) in self.state.take_journal() {
+            touched.route(table, dst);
+        }
         self.publish(touched, &up);
     }
 

@@ -846,7 +846,10 @@ pub struct Snapshot {
     addrs: Vec<Address>,
     nexthops: BTreeMap<NexthopId, Nexthop>,
     /// The paths each nexthop object stands for (a group's members; a blackhole has none).
-    object_paths: BTreeMap<NexthopId, Vec<Path>>,
+    pub(crate) object_paths: BTreeMap<NexthopId, Vec<Path>>,
+    /// The rules the walk was compiled from, of each family (a patch compiles anew
+    /// if they changed).
+    pub(crate) rule_source: [Vec<crate::rule::Rule>; 2],
     /// The loopback link's index (local delivery goes through it).
     pub(crate) lo: LinkIndex,
     /// The multipath hash seed and policies.
@@ -1031,28 +1034,19 @@ impl State {
                 run_at: Vec::new(),
             }
         };
-        let links: BTreeMap<LinkIndex, Link> = self.links().map(|l| (l.index, l.clone())).collect();
-        let nexthops: BTreeMap<NexthopId, Nexthop> =
-            self.nexthops().map(|n| (n.id, n.clone())).collect();
-        let object_paths = nexthops
-            .keys()
-            .map(|&id| (id, resolve_object(&nexthops, &links, id)))
-            .collect();
         let mut snapshot = Snapshot {
             v4: fam(Family::V4),
             v6: fam(Family::V6),
-            lo: links
-                .values()
-                .find(|l| l.kind == LinkKind::Loopback)
-                .map_or(1, |l| l.index),
-            links,
-            carrier: self
-                .links()
-                .map(|l| (l.index, self.carrier(l.index)))
-                .collect(),
-            addrs: self.addresses().to_vec(),
-            nexthops,
-            object_paths,
+            lo: 1,
+            links: BTreeMap::new(),
+            carrier: BTreeMap::new(),
+            addrs: Vec::new(),
+            nexthops: BTreeMap::new(),
+            object_paths: BTreeMap::new(),
+            rule_source: [
+                self.rules(Family::V4).to_vec(),
+                self.rules(Family::V6).to_vec(),
+            ],
             multipath: self.multipath(),
             v4_full_source_check: self.v4_custom_rules() || self.v4_custom_local_routes(),
             v4_locals: Vec::new(),
@@ -1065,18 +1059,8 @@ impl State {
             cpu: crate::quick::Avx2::detect(),
             alike_inputs: Vec::new(),
         };
-        for l in snapshot.links.values() {
-            // Kernel link indices are small and dense; a sparse one takes the map.
-            let i = l.index as usize;
-            // No link has index 0, which the quick hop pass takes for none.
-            if l.kind != LinkKind::Loopback && i != 0 && i < 1 << 20 {
-                if snapshot.alike_inputs.len() <= i {
-                    snapshot.alike_inputs.resize(i + 1, false);
-                }
-                snapshot.alike_inputs[i] = true;
-            }
-        }
-        snapshot.v4_locals = sorted_v4(snapshot.addrs.iter().map(|a| a.local));
+        let (nexthops, object_paths) = objects(self);
+        snapshot.take_links(self, nexthops, object_paths);
         snapshot.v6_prefers = snapshot
             .v6
             .tables
@@ -1093,9 +1077,7 @@ impl State {
                 })
                 .map(|n| n.dst.addr())
         }));
-        for &a in snapshot.v4_locals.iter().chain(&snapshot.v4_broadcasts) {
-            snapshot.v4_own.insert(a);
-        }
+        snapshot.own_again();
         for f in [Family::V4, Family::V6] {
             for t in 0..snapshot.fib(f).tables.len() {
                 let table = &snapshot.fib(f).tables[t];
@@ -1152,7 +1134,67 @@ impl State {
     }
 }
 
+/// The state's nexthop objects, and the paths each stands for.
+#[allow(clippy::type_complexity)]
+pub(crate) fn objects(
+    state: &State,
+) -> (BTreeMap<NexthopId, Nexthop>, BTreeMap<NexthopId, Vec<Path>>) {
+    let links: BTreeMap<LinkIndex, &Link> = state.links().map(|l| (l.index, l)).collect();
+    let nexthops: BTreeMap<NexthopId, Nexthop> =
+        state.nexthops().map(|n| (n.id, n.clone())).collect();
+    let object_paths = nexthops
+        .keys()
+        .map(|&id| (id, resolve_object(&nexthops, &links, id)))
+        .collect();
+    (nexthops, object_paths)
+}
+
 impl Snapshot {
+    /// Takes the state's links, addresses and nexthop objects (`objects`), and what is
+    /// derived of them but the answers.
+    pub(crate) fn take_links(
+        &mut self,
+        state: &State,
+        nexthops: BTreeMap<NexthopId, Nexthop>,
+        object_paths: BTreeMap<NexthopId, Vec<Path>>,
+    ) {
+        self.links = state.links().map(|l| (l.index, l.clone())).collect();
+        self.lo = self
+            .links
+            .values()
+            .find(|l| l.kind == LinkKind::Loopback)
+            .map_or(1, |l| l.index);
+        self.carrier = state
+            .links()
+            .map(|l| (l.index, state.carrier(l.index)))
+            .collect();
+        self.addrs = state.addresses().to_vec();
+        self.nexthops = nexthops;
+        self.object_paths = object_paths;
+        self.multipath = state.multipath();
+        self.alike_inputs.clear();
+        for l in self.links.values() {
+            // Kernel link indices are small and dense; a sparse one takes the map.
+            let i = l.index as usize;
+            // No link has index 0, which the quick hop pass takes for none.
+            if l.kind != LinkKind::Loopback && i != 0 && i < 1 << 20 {
+                if self.alike_inputs.len() <= i {
+                    self.alike_inputs.resize(i + 1, false);
+                }
+                self.alike_inputs[i] = true;
+            }
+        }
+        self.v4_locals = sorted_v4(self.addrs.iter().map(|a| a.local));
+    }
+
+    /// Makes the filter of this host's and the broadcast addresses again.
+    pub(crate) fn own_again(&mut self) {
+        self.v4_own = AddrFilter::default();
+        for &a in self.v4_locals.iter().chain(&self.v4_broadcasts) {
+            self.v4_own.insert(a);
+        }
+    }
+
     pub(crate) fn fib(&self, f: Family) -> &FamilyFib {
         match f {
             Family::V4 => &self.v4,
@@ -2077,7 +2119,7 @@ impl Snapshot {
 /// The paths a nexthop object stands for (a group's members; a blackhole has none).
 fn resolve_object(
     nexthops: &BTreeMap<NexthopId, Nexthop>,
-    links: &BTreeMap<LinkIndex, Link>,
+    links: &BTreeMap<LinkIndex, &Link>,
     id: NexthopId,
 ) -> Vec<Path> {
     let one = |nh: &Nexthop, weight: u16| match nh.kind {

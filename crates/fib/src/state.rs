@@ -121,6 +121,17 @@ pub struct State {
     mirrored: bool,
     /// Each link's carrier as the kernel reported it (a mirror only).
     carriers: BTreeMap<LinkIndex, bool>,
+    /// While kept ([`State::keep_journal`]): the destinations whose routes changed, by
+    /// family and table, however they changed (a command, a report, or what a link or
+    /// an address took with it). A published snapshot is patched at them.
+    journal: Option<BTreeSet<(Family, u32, Net)>>,
+}
+
+/// Notes in `journal`, if kept, that the routes of `dst` in table `table` changed.
+fn note(journal: &mut Option<BTreeSet<(Family, u32, Net)>>, family: Family, table: u32, dst: Net) {
+    if let Some(j) = journal {
+        j.insert((family, table, dst));
+    }
 }
 
 mod mirror;
@@ -175,6 +186,7 @@ impl State {
             multipath: Multipath::default(),
             mirrored: false,
             carriers: BTreeMap::new(),
+            journal: None,
         }
     }
 
@@ -238,6 +250,17 @@ impl State {
             .iter()
             .filter(move |((f, t), _)| *f == family && table.is_none_or(|id| id == *t))
             .flat_map(|(_, routes)| routes.values().flatten())
+    }
+
+    /// Starts noting the destinations whose routes change (see [`State::take_journal`]).
+    pub fn keep_journal(&mut self) {
+        self.journal = Some(BTreeSet::new());
+    }
+
+    /// The destinations whose routes changed since [`State::keep_journal`], by family,
+    /// table and destination; no more are noted.
+    pub fn take_journal(&mut self) -> BTreeSet<(Family, u32, Net)> {
+        self.journal.take().unwrap_or_default()
     }
 
     /// The routes of one table, keyed by destination and source prefix.
@@ -990,17 +1013,22 @@ impl State {
         if list.iter().any(|r| same_route(r, &route)) {
             return;
         }
+        note(&mut self.journal, route.family(), route.table, route.dst);
         let at = insert_position(list, &route, true);
         list.insert(at, route);
     }
 
     fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(&Route) -> bool) {
-        for ((f, _), table) in self.tables.iter_mut() {
+        for ((f, t), table) in self.tables.iter_mut() {
             if *f != family {
                 continue;
             }
-            for list in table.values_mut() {
+            for ((dst, _), list) in table.iter_mut() {
+                let before = list.len();
                 list.retain(|r| !gone(r));
+                if list.len() != before {
+                    note(&mut self.journal, *f, *t, *dst);
+                }
             }
             table.retain(|_, l| !l.is_empty());
         }
@@ -1010,11 +1038,12 @@ impl State {
     /// paths through the link die; a route all of whose paths died is removed. Unless
     /// `force`, local routes' paths (scope nowhere) survive.
     fn flush_dev(&mut self, index: LinkIndex, family: Option<Family>, force: bool) {
-        for ((f, _), table) in self.tables.iter_mut() {
+        for ((f, t), table) in self.tables.iter_mut() {
             if family.is_some_and(|x| x != *f) {
                 continue;
             }
-            for list in table.values_mut() {
+            for ((dst, _), list) in table.iter_mut() {
+                let mut changed = false;
                 list.retain_mut(|r| {
                     let Paths::Own(paths) = &mut r.paths else {
                         return true;
@@ -1022,14 +1051,19 @@ impl State {
                     let mut alive = 0;
                     for p in paths.iter_mut() {
                         if p.dev == index && (force || p.scope != SCOPE_NOWHERE) {
+                            changed |= !p.dead;
                             p.dead = true;
                         }
                         if !p.dead {
                             alive += 1;
                         }
                     }
+                    changed |= alive == 0;
                     alive > 0
                 });
+                if changed {
+                    note(&mut self.journal, *f, *t, *dst);
+                }
             }
             table.retain(|_, l| !l.is_empty());
         }
@@ -1038,17 +1072,22 @@ impl State {
     /// The kernel's `fib_sync_up` (IPv4, when the link comes up) and `rt6_sync_up` (IPv6,
     /// when it is up with its carrier): paths of `family` through the link live again.
     fn revive_dev(&mut self, index: LinkIndex, family: Family) {
-        for ((f, _), table) in self.tables.iter_mut() {
+        for ((f, t), table) in self.tables.iter_mut() {
             if *f != family {
                 continue;
             }
-            for list in table.values_mut() {
+            for ((dst, _), list) in table.iter_mut() {
+                let mut changed = false;
                 for r in list.iter_mut() {
                     if let Paths::Own(paths) = &mut r.paths {
                         for p in paths.iter_mut().filter(|p| p.dev == index) {
+                            changed |= p.dead;
                             p.dead = false;
                         }
                     }
+                }
+                if changed {
+                    note(&mut self.journal, *f, *t, *dst);
                 }
             }
         }
@@ -1064,6 +1103,7 @@ impl State {
             self.v6_tables_made.insert(route.table);
         }
         let (table_key, key) = ((family, route.table), (route.dst, route.src));
+        note(&mut self.journal, family, route.table, route.dst);
         let table = self.tables.entry(table_key).or_default();
         let list = table.entry(key).or_default();
         let local = family == Family::V4 && route.kind == RouteType::Local;
@@ -1103,6 +1143,7 @@ impl State {
             src
         };
         let list = t.get_mut(&(dst, src)).ok_or_else(no_such)?;
+        note(&mut self.journal, family, table, dst);
         if family == Family::V6 {
             // `ip6_route_del`: type, scope and source are not compared; a gateway given
             // deletes that one path of an ECMP group, else the whole group goes.
@@ -1166,7 +1207,11 @@ impl State {
 
     /// `ip route flush table ID` (of a family).
     pub fn flush_table(&mut self, family: Family, table: u32) {
-        self.tables.remove(&(family, table));
+        if let Some(gone) = self.tables.remove(&(family, table)) {
+            for (dst, _) in gone.keys() {
+                note(&mut self.journal, family, table, *dst);
+            }
+        }
     }
 
     /// The kernel's checks of a new route, filling in what it derives (each path's scope

@@ -249,13 +249,13 @@ fn apply_one(
         Message::Route(m) => m,
         Message::Nexthop(nh) => {
             stats.updates += 1;
-            touched.all();
+            touched.others();
             state.mirror_nexthop(nexthop_of(state, nh));
             return;
         }
         Message::DelNexthop(id) => {
             stats.updates += 1;
-            touched.all();
+            touched.others();
             state.mirror_del_nexthop(*id);
             return;
         }
@@ -263,15 +263,16 @@ fn apply_one(
     match change(msg, flags) {
         Ok(c) => {
             stats.updates += 1;
+            // Routes the state notes itself, whatever removed them.
             match &c {
-                Change::Route(r, _) | Change::DelRoute(r) => touched.route(r.table, r.dst),
+                Change::Route(..) | Change::DelRoute(_) => {}
                 Change::Neighbour(_) | Change::DelNeighbour(..) => {}
                 // The kernel announces a link or an address again for changes the
                 // mirror does not hold (statistics, an address's DAD ending).
                 Change::Link(l, carrier)
                     if state.link(l.index) == Some(l) && state.carrier(l.index) == *carrier => {}
                 Change::Address(a) if state.addresses().contains(a) => {}
-                _ => touched.all(),
+                _ => touched.others(),
             }
             match c {
                 Change::Link(l, carrier) => state.mirror_link(l, carrier),

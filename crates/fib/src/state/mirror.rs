@@ -106,6 +106,7 @@ impl State {
             && route.kind == RouteType::Local
             && route.protocol != PROTO_KERNEL;
         self.v4_custom_local_routes |= local;
+        note(&mut self.journal, family, route.table, route.dst);
         let list = self
             .tables
             .entry((family, route.table))
@@ -181,6 +182,7 @@ impl State {
         let Some(list) = table.get_mut(&key) else {
             return;
         };
+        note(&mut self.journal, family, route.table, route.dst);
         let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
         match family {
             Family::V4 => {
