@@ -1,0 +1,22 @@
+//! # fibre-dataplane: the packet path
+//!
+//! Frames come in from Linux interfaces, are checked, routed with `fibre-fib`, rewritten
+//! and sent out, a vector of them at a time, each stage counting what it costs per
+//! packet. This crate grows stage by stage; what it has so far:
+//!
+//! - [`input`]: a received frame checked as the kernel's `ip_rcv` and `ipv6_rcv` check it,
+//!   and sorted: a packet to route (with what the route lookup needs), one for the kernel
+//!   (ARP, neighbour discovery, multicast, what fibre does not handle), or one dropped,
+//!   with the reason counted.
+//! - [`rewrite`]: a forwarded packet's TTL or hop limit taken down by one, the IPv4
+//!   checksum updated incrementally, its MAC addresses set.
+//! - [`checksum`]: the Internet checksum, whole and incremental.
+//!
+//! The wire formats are read by hand, in the manner of smoltcp's views, because the input
+//! stage is the hot path and must say exactly which of the kernel's checks a frame
+//! failed; the tests hold them to `etherparse`, which builds and reads the packets they
+//! use.
+
+pub mod checksum;
+pub mod input;
+pub mod rewrite;
