@@ -11,6 +11,10 @@
 //! - [`rewrite`]: a forwarded packet's TTL or hop limit taken down by one, the IPv4
 //!   checksum updated incrementally, its MAC addresses set.
 //! - [`checksum`]: the Internet checksum, whole and incremental.
+//! - [`pool`]: packet buffers made once, taken and given back in bulk.
+//! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
+//!   neighbour, rewrite), each packet's fate counted.
+//! - [`runtime`]: what each stage costs per packet, as VPP's `show runtime` shows it.
 //!
 //! The wire formats are read by hand, in the manner of smoltcp's views, because the input
 //! stage is the hot path and must say exactly which of the kernel's checks a frame
@@ -19,4 +23,7 @@
 
 pub mod checksum;
 pub mod input;
+pub mod pipeline;
+pub mod pool;
 pub mod rewrite;
+pub mod runtime;

@@ -50,7 +50,7 @@ impl Query {
 }
 
 /// Why a query has no route: the kernel's error, printed as `ip` prints it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NoRoute {
     /// No rule gave an answer, or a rule said `unreachable` (`ENETUNREACH`).
     NetworkUnreachable,
