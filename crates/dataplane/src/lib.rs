@@ -15,14 +15,19 @@
 //! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
 //!   neighbour, rewrite), each packet's fate counted.
 //! - [`runtime`]: what each stage costs per packet, as VPP's `show runtime` shows it.
+//! - [`neighbour`]: fixed neighbour entries from `neigh add` lines, for runs offline.
+//! - [`capture`]: pcap and pcapng files in, pcapng out (a block per output link), for
+//!   runs offline.
 //!
 //! The wire formats are read by hand, in the manner of smoltcp's views, because the input
 //! stage is the hot path and must say exactly which of the kernel's checks a frame
 //! failed; the tests hold them to `etherparse`, which builds and reads the packets they
 //! use.
 
+pub mod capture;
 pub mod checksum;
 pub mod input;
+pub mod neighbour;
 pub mod pipeline;
 pub mod pool;
 pub mod rewrite;
