@@ -3,6 +3,7 @@
 //! pipeline reads the kernel's table, which `fibre-mirror` keeps.)
 
 use crate::pipeline::Neighbours;
+use fibre_fib::link::parse_mac;
 use fibre_fib::LinkIndex;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,20 +20,6 @@ fn is_neighbour(line: &str) -> bool {
         line.split_whitespace().next(),
         Some("neigh" | "neighbour" | "neighbor" | "n")
     )
-}
-
-/// A MAC address written as `ip` writes it (`02:00:00:00:00:01`).
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0u8; 6];
-    let mut parts = text.split(':');
-    for b in mac.iter_mut() {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }
 
 impl StaticNeighbours {
@@ -165,7 +152,5 @@ mod tests {
             assert_eq!(err.0, 7);
             assert!(err.1.contains(why), "{bad}: {}", err.1);
         }
-        assert_eq!(parse_mac("0:1:2:3:4:ff"), Some([0, 1, 2, 3, 4, 255]));
-        assert_eq!(parse_mac("0:1:2:3:4:5:6"), None);
     }
 }
