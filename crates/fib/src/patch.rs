@@ -483,6 +483,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::net::IpAddr;
+    use std::sync::Arc;
 
     const LINKS: &str = "\
 link add a0 type veth peer name a1
@@ -845,5 +846,10 @@ route add 2001:db8:2::/48 via fd01::2
             patched += 1;
             assert_eq!(fib.publications().patched, patched, "{i}: {change}");
         }
+        // A batch that changes nothing a snapshot holds publishes nothing.
+        let before = Arc::as_ptr(&reader.snapshot());
+        fib.update(|_, _| {});
+        assert_eq!(Arc::as_ptr(&reader.snapshot()), before);
+        assert_eq!(fib.publications().patched, patched);
     }
 }

@@ -172,6 +172,11 @@ impl Fib {
     /// Publishes the state, of which `touched` changed since the last publication (`up`:
     /// the links up then).
     fn publish(&mut self, touched: Touched, up: &[LinkIndex]) {
+        if touched.is_empty() {
+            // Nothing a snapshot holds changed (a neighbour, an announcement repeated):
+            // the published one stands.
+            return;
+        }
         let patched = match self.spare.take() {
             Some((spare, mut behind)) if !touched.is_everything() => {
                 behind.add(&touched);
