@@ -3,7 +3,7 @@
 
 /// `a + b` in ones' complement.
 #[inline]
-fn add(a: u16, b: u16) -> u16 {
+pub(crate) fn add(a: u16, b: u16) -> u16 {
     let s = a as u32 + b as u32;
     ((s & 0xffff) + (s >> 16)) as u16
 }

@@ -10,6 +10,8 @@
 //!   with the reason counted.
 //! - [`rewrite`]: a forwarded packet's TTL or hop limit taken down by one, the IPv4
 //!   checksum updated incrementally, its MAC addresses set.
+//! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
+//!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
 //! - [`checksum`]: the Internet checksum, whole and incremental.
 //! - [`pool`]: packet buffers made once, taken and given back in bulk.
 //! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
@@ -26,6 +28,7 @@
 
 pub mod capture;
 pub mod checksum;
+pub mod icmp;
 pub mod input;
 pub mod neighbour;
 pub mod pipeline;

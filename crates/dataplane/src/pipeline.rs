@@ -11,13 +11,19 @@
 //!   this host's own destinations go to the kernel;
 //! - neighbour: the TTL or hop limit and the MTU checked, the next hop's MAC address found
 //!   (without one, the packet goes to the kernel, which resolves it);
-//! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named.
+//! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named;
+//! - icmp: the packets the route and neighbour stages refused for a reason the kernel
+//!   answers (no route, an unreachable or prohibit route, the TTL run out, over the MTU)
+//!   made, in their own buffers, into the ICMP or ICMPv6 error the kernel would send back
+//!   ([`crate::icmp`]), within its limits. The stage runs only on vectors that have such
+//!   packets.
 //!
-//! Not yet: the ICMP errors a router sends for what it drops here (time exceeded,
-//! unreachable, packet too big) are counted but not made, and IPv4 packets too big
-//! without DF are dropped rather than fragmented.
+//! Not yet: IPv4 packets over the MTU without DF are dropped (the kernel fragments
+//! them), and no redirects are sent for packets that leave by the link they came in on
+//! (the kernel sends them, and forwards the packet as fibre does).
 
-use crate::input::{self, Input, Packet4, Packet6};
+use crate::icmp::{self, RateLimit};
+use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
 use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
@@ -65,11 +71,16 @@ pub enum Dropped {
     Input(input::Drop),
     /// The FIB's answer: no route, a reject route or rule, a martian source.
     NoRoute(NoRoute),
-    /// The TTL or hop limit would reach 0 (ICMP time exceeded, not made yet).
+    /// The TTL or hop limit would reach 0.
     TtlExpired,
-    /// Longer than the route's or the output link's MTU (ICMP packet too big or
-    /// fragmentation needed, not made yet).
+    /// Longer than the route's or the output link's MTU: IPv6, or IPv4 with DF.
     TooBig,
+    /// IPv4 without DF, longer than the MTU: the kernel would fragment it; fibre does
+    /// not yet.
+    WouldFragment,
+    /// IPv6: a source that must not leave its link (unspecified; link-local, answered
+    /// with "beyond scope").
+    SourceScope,
     /// The route names a link the snapshot does not hold.
     NoLink,
 }
@@ -79,10 +90,36 @@ pub enum Dropped {
 pub enum Fate {
     /// Rewritten, to be sent out of this link.
     Out(LinkIndex),
+    /// Answered: the buffer now holds the ICMP or ICMPv6 error sent back to the packet's
+    /// source, to be sent out of the link.
+    Icmp(icmp::Error, LinkIndex),
     /// To the kernel, untouched.
     Kernel(Handed),
     /// Dropped.
     Drop(Dropped),
+}
+
+impl Fate {
+    /// The link the packet's buffer is to be sent out of, if it is to be sent.
+    pub fn output(&self) -> Option<LinkIndex> {
+        match *self {
+            Fate::Out(link) | Fate::Icmp(_, link) => Some(link),
+            _ => None,
+        }
+    }
+}
+
+/// Why a packet the kernel would answer with an error was not answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unanswered {
+    /// The packet is one the kernel does not answer (an ICMP error, a later fragment).
+    pub not_answered: u64,
+    /// Over the limits on errors.
+    pub rate_limited: u64,
+    /// No unicast route back to the packet's source, or no source address for it.
+    pub no_route_back: u64,
+    /// No MAC address for the way back.
+    pub unresolved: u64,
 }
 
 /// The stages, their counters, and the room they work in (made once, reused).
@@ -96,8 +133,20 @@ pub struct Pipeline {
     pub neighbour: StageCounters,
     /// The rewrite stage's cost.
     pub rewrite: StageCounters,
+    /// The ICMP stage's cost (over the packets it answered or refused).
+    pub icmp: StageCounters,
     /// Packets by fate.
     pub fates: HashMap<Fate, u64>,
+    /// Packets the kernel would answer with an error that got none, by reason.
+    pub unanswered: Unanswered,
+    /// The limits on errors.
+    pub limit: RateLimit,
+    /// The IP identification of the next IPv4 error.
+    ip_id: u16,
+    /// The clock the limits read.
+    epoch: Option<Instant>,
+    /// Packets to answer: their index, the error, the MTU it reports.
+    errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
     hops: Vec<Option<Hop>>,
     v4: Vec<(usize, Packet4)>,
@@ -117,12 +166,13 @@ impl Pipeline {
     }
 
     /// The stages' counters in order, named.
-    pub fn stages(&self) -> [(&'static str, StageCounters); 4] {
+    pub fn stages(&self) -> [(&'static str, StageCounters); 5] {
         [
             ("input", self.input),
             ("route", self.route),
             ("neighbour", self.neighbour),
             ("rewrite", self.rewrite),
+            ("icmp", self.icmp),
         ]
     }
 
@@ -165,6 +215,7 @@ impl Pipeline {
         let t = Instant::now();
         self.hops.clear();
         self.hops.resize(n, None);
+        self.errors.clear();
         let mut answers = self.answers.take().unwrap_or_default().recycle();
         if !self.v4.is_empty() {
             self.dst4.clear();
@@ -179,7 +230,7 @@ impl Pipeline {
             };
             snap.lookup_vector_v4(&flow, |k| query4(iif, &v4[k].1), &mut answers);
             for (k, &(i, _)) in self.v4.iter().enumerate() {
-                route_fate(answers.get(k), i, &mut self.hops, fates);
+                route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
             }
         }
         if !self.v6.is_empty() {
@@ -196,7 +247,7 @@ impl Pipeline {
             };
             snap.lookup_vector_v6(&flow, |k| query6(iif, &v6[k].1), &mut answers);
             for (k, &(i, _)) in self.v6.iter().enumerate() {
-                route_fate(answers.get(k), i, &mut self.hops, fates);
+                route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
             }
         }
         self.answers = Some(answers.recycle());
@@ -209,18 +260,29 @@ impl Pipeline {
         next.clear();
         for (i, fate) in fates.iter_mut().enumerate() {
             let Some(hop) = self.hops[i] else { continue };
-            let (dst, hops_left, len) = match self.inputs[i] {
-                Input::V4(p) => (IpAddr::V4(p.dst), p.ttl, p.len as u32),
-                Input::V6(p) => (IpAddr::V6(p.dst), p.hop_limit, 40 + p.len as u32),
+            let (dst, hops_left, len, df) = match self.inputs[i] {
+                Input::V4(p) => (IpAddr::V4(p.dst), p.ttl, p.len as u32, p.df),
+                Input::V6(p) => (IpAddr::V6(p.dst), p.hop_limit, 40 + p.len as u32, true),
                 _ => continue,
             };
             let Some(link) = snap.link(hop.dev) else {
                 *fate = Fate::Drop(Dropped::NoLink);
                 continue;
             };
+            let mtu = hop.mtu.unwrap_or(link.mtu).min(link.mtu);
             *fate = if hops_left <= 1 {
+                self.errors.push((i, icmp::Error::TimeExceeded, 0));
                 Fate::Drop(Dropped::TtlExpired)
-            } else if len > hop.mtu.unwrap_or(link.mtu).min(link.mtu) {
+            } else if let Some(refused) = source_scope(&self.inputs[i], iif, hop.dev) {
+                if refused {
+                    self.errors.push((i, icmp::Error::BeyondScope, 0));
+                }
+                Fate::Drop(Dropped::SourceScope)
+            } else if len > mtu && !df {
+                Fate::Drop(Dropped::WouldFragment)
+            } else if len > mtu {
+                let mtu = if dst.is_ipv6() { mtu.max(1280) } else { mtu };
+                self.errors.push((i, icmp::Error::TooBig, mtu));
                 Fate::Drop(Dropped::TooBig)
             } else {
                 match neighbours.mac(hop.dev, hop.gateway.unwrap_or(dst)) {
@@ -249,23 +311,141 @@ impl Pipeline {
         self.rewrite.add(next.len(), t);
         self.next = next;
 
+        if !self.errors.is_empty() {
+            let t = Instant::now();
+            self.answer(snap, neighbours, iif, pool, packets, fates);
+            self.icmp.add(self.errors.len(), t);
+        }
+
         for f in fates.iter() {
             *self.fates.entry(*f).or_default() += 1;
         }
     }
 }
 
-/// The FIB's answer `answer` for packet `i`: a hop to forward through, or its fate.
+impl Pipeline {
+    /// The ICMP stage: each packet of `self.errors` made into its error, sent back by the
+    /// route to its source, if the kernel would answer it and the limits allow.
+    fn answer(
+        &mut self,
+        snap: &Snapshot,
+        neighbours: &impl Neighbours,
+        iif: LinkIndex,
+        pool: &mut Pool,
+        packets: &[BufferId],
+        fates: &mut [Fate],
+    ) {
+        let epoch = *self.epoch.get_or_insert_with(Instant::now);
+        let now = epoch.elapsed().as_nanos() as u64;
+        for &(i, error, mtu) in &self.errors {
+            let id = packets[i];
+            let (back, tos, ipproto, ip_len) = match self.inputs[i] {
+                Input::V4(p) => (IpAddr::V4(p.src), p.tos & 0x1e, 1, p.len as usize),
+                Input::V6(p) => (IpAddr::V6(p.src), 0, 58, 40 + p.len as usize),
+                _ => continue,
+            };
+            let ip = &pool.frame(id)[ETHERNET_LEN..];
+            if !(if back.is_ipv4() {
+                icmp::answers_v4(ip)
+            } else {
+                icmp::answers_v6(ip)
+            }) {
+                self.unanswered.not_answered += 1;
+                continue;
+            }
+            if !error.unlimited() && !self.limit.overall(now) {
+                self.unanswered.rate_limited += 1;
+                continue;
+            }
+            // A link-local source is answered on the link the packet came in on.
+            let scoped = matches!(back, IpAddr::V6(a) if a.is_unicast_link_local());
+            let query = Query {
+                tos,
+                ipproto,
+                oif: scoped.then_some(iif),
+                ..Query::to(back)
+            };
+            let route = match snap.route(&query) {
+                Ok(a) if a.kind == RouteType::Unicast => a,
+                _ => {
+                    self.unanswered.no_route_back += 1;
+                    continue;
+                }
+            };
+            let (Some(src), Some(link)) = (route.prefsrc, snap.link(route.dev)) else {
+                self.unanswered.no_route_back += 1;
+                continue;
+            };
+            if !error.unlimited() && !self.limit.to(back, now) {
+                self.unanswered.rate_limited += 1;
+                continue;
+            }
+            let frame = pool.frame(id);
+            let dst_mac = match neighbours.mac(route.dev, route.gateway.unwrap_or(back)) {
+                Some(m) => m,
+                // The way back is the way the packet came: to the host that sent it.
+                None if route.dev == iif => frame[6..12].try_into().unwrap_or([0; 6]),
+                None => {
+                    self.unanswered.unresolved += 1;
+                    continue;
+                }
+            };
+            let size = pool.buffer_size();
+            let buffer = pool.resize(id, size);
+            let made = match src {
+                IpAddr::V4(src) => {
+                    self.ip_id = self.ip_id.wrapping_add(1);
+                    icmp::answer_v4(buffer, ip_len, error, mtu, src, self.ip_id)
+                }
+                IpAddr::V6(src) => icmp::answer_v6(buffer, ip_len, error, mtu, src),
+            };
+            let Some(len) = made else { continue };
+            rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
+            fates[i] = Fate::Icmp(error, route.dev);
+        }
+    }
+}
+
+/// The FIB's answer `answer` for packet `i`: a hop to forward through, or its fate (and
+/// the error that answers it, if the kernel answers it).
 fn route_fate(
     answer: Result<&Hop, NoRoute>,
     i: usize,
     hops: &mut [Option<Hop>],
     fates: &mut [Fate],
+    errors: &mut Vec<(usize, icmp::Error, u32)>,
 ) {
     match answer {
         Ok(hop) if hop.kind == RouteType::Unicast => hops[i] = Some(*hop),
         Ok(_) => fates[i] = Fate::Kernel(Handed::Local),
-        Err(e) => fates[i] = Fate::Drop(Dropped::NoRoute(e)),
+        Err(e) => {
+            fates[i] = Fate::Drop(Dropped::NoRoute(e));
+            let error = match e {
+                NoRoute::NetworkUnreachable => icmp::Error::NetUnreachable,
+                NoRoute::HostUnreachable => icmp::Error::HostUnreachable,
+                NoRoute::Prohibited => icmp::Error::Prohibited,
+                _ => return,
+            };
+            errors.push((i, error, 0));
+        }
+    }
+}
+
+/// IPv6's check of a forwarded packet's source (`ip6_forward`), for one that leaves by
+/// another link than it came in on: `None` if it may leave; `Some(true)` if it may not
+/// and is answered (a link-local source), `Some(false)` if it is dropped unanswered (the
+/// unspecified address).
+fn source_scope(input: &Input, iif: LinkIndex, oif: LinkIndex) -> Option<bool> {
+    let Input::V6(p) = input else { return None };
+    if iif == oif {
+        return None;
+    }
+    if p.src.is_unspecified() {
+        Some(false)
+    } else if p.src.is_unicast_link_local() {
+        Some(true)
+    } else {
+        None
     }
 }
 
@@ -341,6 +521,16 @@ route add 10.7.0.0/16 via 10.0.1.2
         out
     }
 
+    /// An IPv4 frame with DF cleared (its checksum made again).
+    fn without_df(mut frame: Vec<u8>) -> Vec<u8> {
+        let h = &mut frame[ETHERNET_LEN..ETHERNET_LEN + 20];
+        h[6] &= !0x40;
+        h[10..12].fill(0);
+        let sum = crate::checksum::checksum(h);
+        h[10..12].copy_from_slice(&sum.to_be_bytes());
+        frame
+    }
+
     fn udp6(to: [u8; 6], src: &str, dst: &str, hops: u8) -> Vec<u8> {
         let a = |s: &str| s.parse::<Ipv6Addr>().unwrap().octets();
         let b = PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], to)
@@ -392,6 +582,11 @@ route add 10.7.0.0/16 via 10.0.1.2
                 "over the route's MTU",
                 udp4(a0.mac, src, [10, 3, 0, 1], 64, 1000),
                 Fate::Drop(Dropped::TooBig),
+            ),
+            (
+                "over the route's MTU without DF",
+                without_df(udp4(a0.mac, src, [10, 3, 0, 1], 64, 1000)),
+                Fate::Drop(Dropped::WouldFragment),
             ),
             (
                 "the route's MTU exactly",
@@ -488,6 +683,192 @@ route add 10.7.0.0/16 via 10.0.1.2
         assert_eq!(pipeline.input.packets, cases.len() as u64);
         assert_eq!(pipeline.fates.values().sum::<u64>(), cases.len() as u64);
         assert_eq!(pipeline.fates[&Fate::Out(b0.index)], 3);
+        // No route back to the source: the six the kernel would answer go unanswered.
+        assert_eq!(pipeline.unanswered.no_route_back, 6);
+        assert_eq!(pipeline.icmp.packets, 6);
+    }
+
+    /// The error a packet is answered with, and the MTU it reports; `None`: dropped.
+    type Answered = Option<(icmp::Error, u32)>;
+
+    /// With a way back to the sources, what the kernel answers is answered: the buffer
+    /// holds the error, from the router's address on the way back, to the packet's
+    /// source, sent to the host the packet came from.
+    #[test]
+    fn refused_packets_are_answered_as_the_kernel_answers_them() {
+        let mut state = State::new();
+        let back = "route add 192.0.2.0/24 via 10.0.0.2\nroute add 2001:db8:9::/48 via fd00::2\n";
+        config::apply_text(&mut state, "config", &format!("{CONFIG}{back}")).unwrap();
+        let snap = state.snapshot();
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
+        let (a0, b0) = (link("a0"), link("b0"));
+        let everyone_on_b0 = move |l: LinkIndex, _: IpAddr| (l == b0.index).then_some(NEIGHBOUR);
+        let src = [192, 0, 2, 7];
+        let sender = [2, 9, 9, 9, 9, 9];
+        use icmp::Error::*;
+        let cases: Vec<(&str, Vec<u8>, Answered)> = vec![
+            (
+                "TTL 1",
+                udp4(a0.mac, src, [10, 1, 2, 3], 1, 8),
+                Some((TimeExceeded, 0)),
+            ),
+            (
+                "unreachable",
+                udp4(a0.mac, src, [10, 5, 0, 1], 64, 8),
+                Some((HostUnreachable, 0)),
+            ),
+            (
+                "no route",
+                udp4(a0.mac, src, [11, 0, 0, 1], 64, 8),
+                Some((NetUnreachable, 0)),
+            ),
+            (
+                "DF over the MTU",
+                udp4(a0.mac, src, [10, 3, 0, 1], 64, 1000),
+                Some((TooBig, 1000)),
+            ),
+            ("blackhole", udp4(a0.mac, src, [10, 6, 0, 1], 64, 8), None),
+            (
+                "IPv6 hop limit 1",
+                udp6(a0.mac, "2001:db8:9::1", "2001:db8:1::5", 1),
+                Some((TimeExceeded, 0)),
+            ),
+            (
+                "IPv6 prohibited",
+                udp6(a0.mac, "2001:db8:9::1", "2001:db8:7::5", 64),
+                Some((Prohibited, 0)),
+            ),
+            (
+                "IPv6 no route",
+                udp6(a0.mac, "2001:db8:9::1", "2001:db8:2::5", 64),
+                Some((NetUnreachable, 0)),
+            ),
+            (
+                "IPv6 link-local source",
+                udp6(a0.mac, "fe80::9", "2001:db8:1::5", 64),
+                Some((BeyondScope, 0)),
+            ),
+        ];
+        let mut pool = Pool::new(64, 2048);
+        let mut ids = Vec::new();
+        pool.alloc(cases.len(), &mut ids);
+        for (id, (_, frame, _)) in ids.iter().zip(&cases) {
+            pool.fill(*id, frame);
+        }
+        let mut pipeline = Pipeline::new();
+        let mut fates = Vec::new();
+        let arrival = Arrival {
+            link: a0.index,
+            mac: a0.mac,
+        };
+        pipeline.run(&snap, &everyone_on_b0, arrival, &mut pool, &ids, &mut fates);
+        for ((what, frame, want), (id, got)) in cases.iter().zip(ids.iter().zip(&fates)) {
+            let Some((error, mtu)) = *want else {
+                assert!(matches!(got, Fate::Drop(_)), "{what}: {got:?}");
+                continue;
+            };
+            assert_eq!(*got, Fate::Icmp(error, a0.index), "{what}");
+            let now = pool.frame(*id);
+            assert_eq!(
+                (&now[..6], &now[6..12]),
+                (&sender[..], &a0.mac[..]),
+                "{what}"
+            );
+            let p = etherparse::SlicedPacket::from_ethernet(now).unwrap();
+            let (from, to): (IpAddr, IpAddr) = match p.net {
+                Some(etherparse::NetSlice::Ipv4(ip)) => (
+                    ip.header().source_addr().into(),
+                    ip.header().destination_addr().into(),
+                ),
+                Some(etherparse::NetSlice::Ipv6(ip)) => (
+                    ip.header().source_addr().into(),
+                    ip.header().destination_addr().into(),
+                ),
+                _ => panic!("{what}: not IP"),
+            };
+            let (kind, code, quoted) = match p.transport {
+                Some(etherparse::TransportSlice::Icmpv4(m)) => {
+                    assert_eq!(from, "10.0.0.1".parse::<IpAddr>().unwrap(), "{what}");
+                    assert_eq!(to, IpAddr::from(src), "{what}");
+                    if error == TooBig {
+                        assert_eq!(
+                            u16::from_be_bytes([m.bytes5to8()[2], m.bytes5to8()[3]]) as u32,
+                            mtu
+                        );
+                    }
+                    ((m.type_u8(), m.code_u8()), error.icmp(), m.payload())
+                }
+                Some(etherparse::TransportSlice::Icmpv6(m)) => {
+                    let IpAddr::V6(to) = to else { panic!() };
+                    assert_eq!(to.octets(), frame[22..38], "{what}");
+                    // From the address source selection gives for the way back: the
+                    // link's link-local one for a link-local destination.
+                    let want = if to.is_unicast_link_local() {
+                        let on_a0 = |a: &&fibre_fib::Address| a.link == a0.index;
+                        let local = |a: &&fibre_fib::Address| a.scope == 253;
+                        state
+                            .addresses()
+                            .iter()
+                            .filter(on_a0)
+                            .find(local)
+                            .unwrap()
+                            .local
+                    } else {
+                        "fd00::1".parse().unwrap()
+                    };
+                    assert_eq!(from, want, "{what}");
+                    ((m.type_u8(), m.code_u8()), error.icmpv6(), m.payload())
+                }
+                _ => panic!("{what}: not ICMP"),
+            };
+            assert_eq!(kind, code, "{what}");
+            assert_eq!(
+                quoted,
+                &frame[ETHERNET_LEN..ETHERNET_LEN + quoted.len()],
+                "{what}"
+            );
+        }
+        assert_eq!(pipeline.unanswered, Unanswered::default());
+
+        // An error does not answer an error: the time exceeded just made, sent back
+        // through the router with TTL 1, is dropped unanswered.
+        // (From another host's address: from the router's own it would be a martian.)
+        let mut again = pool.frame(ids[0]).to_vec();
+        again[..6].copy_from_slice(&a0.mac);
+        again[ETHERNET_LEN + 8] = 1;
+        again[ETHERNET_LEN + 12..ETHERNET_LEN + 16].copy_from_slice(&[192, 0, 2, 8]);
+        again[ETHERNET_LEN + 10..ETHERNET_LEN + 12].fill(0);
+        let sum = crate::checksum::checksum(&again[ETHERNET_LEN..ETHERNET_LEN + 20]);
+        again[ETHERNET_LEN + 10..ETHERNET_LEN + 12].copy_from_slice(&sum.to_be_bytes());
+        pool.fill(ids[0], &again);
+        fates.clear();
+        pipeline.run(
+            &snap,
+            &everyone_on_b0,
+            arrival,
+            &mut pool,
+            &ids[..1],
+            &mut fates,
+        );
+        assert_eq!(fates, [Fate::Drop(Dropped::TtlExpired)]);
+        assert_eq!(pipeline.unanswered.not_answered, 1);
+
+        // Over the limits: a flood of TTL 1 from one source gets its burst of 6.
+        let flood: Vec<_> = (0..40)
+            .map(|_| udp4(a0.mac, [192, 0, 2, 9], [10, 1, 2, 3], 1, 8))
+            .collect();
+        pool.free(&ids);
+        let mut ids = Vec::new();
+        pool.alloc(flood.len(), &mut ids);
+        for (id, f) in ids.iter().zip(&flood) {
+            pool.fill(*id, f);
+        }
+        fates.clear();
+        let mut fresh = Pipeline::new();
+        fresh.run(&snap, &everyone_on_b0, arrival, &mut pool, &ids, &mut fates);
+        let answered = fates.iter().filter(|f| matches!(f, Fate::Icmp(..))).count();
+        assert_eq!(answered, 6);
+        assert_eq!(fresh.unanswered.rate_limited, 34);
     }
 
     /// Vectors of random destinations: each packet the pipeline sends out leaves by the

@@ -98,6 +98,19 @@ impl Pool {
         &mut self.data[i * self.size..i * self.size + self.lens[i] as usize]
     }
 
+    /// Sets the length of buffer `id`'s frame to `len` (at most the buffer size; bytes past
+    /// the old length are what the buffer last held) and returns the frame. Empty if `id`
+    /// is not taken.
+    pub fn resize(&mut self, id: BufferId, len: usize) -> &mut [u8] {
+        let i = id as usize;
+        if !self.taken.get(i).copied().unwrap_or(false) {
+            return &mut [];
+        }
+        let len = len.min(self.size);
+        self.lens[i] = len as u16;
+        &mut self.data[i * self.size..i * self.size + len]
+    }
+
     /// Puts `frame` in buffer `id`, cut to the buffer's size; returns the bytes kept (0 if
     /// the buffer is not taken).
     pub fn fill(&mut self, id: BufferId, frame: &[u8]) -> usize {

@@ -1,0 +1,549 @@
+//! The ICMP and ICMPv6 errors a router answers the packets it cannot forward with, made
+//! in the packet's own buffer, and the limits on how many it sends.
+//!
+//! Which packets get an answer, and what it holds, follow the kernel's `__icmp_send` and
+//! `icmp6_send`:
+//!
+//! - no error answers an error (an ICMP error, an ICMPv6 error), nor an IPv4 fragment
+//!   other than the first;
+//! - the error goes back to the packet's source from the address the route back to it
+//!   gives (the kernel's default, `icmp_errors_use_inbound_ifaddr=0`);
+//! - IPv4: TOS the packet's with precedence "internetwork control", TTL 64, DF clear, and
+//!   as much of the packet as fits in 576 bytes (RFC 1812, 4.3.2.3);
+//! - IPv6: traffic class 0, hop limit 64, and as much of the packet as fits in 1280 bytes
+//!   (RFC 4443, 2.4).
+//!
+//! The limits are the kernel's defaults: overall 1000 errors a second with bursts of 50
+//! (`net.ipv4.icmp_msgs_per_sec`, `icmp_msgs_burst`), and to each destination one a
+//! second with bursts of 6 (`icmp_ratelimit`, `inet_peer_xrlim_allow`). Errors that path
+//! MTU discovery needs (fragmentation needed, packet too big) are not limited, as the
+//! kernel does not limit them. The kernel keeps a bucket for every destination in a tree;
+//! here a fixed table of buckets is indexed by the destination's hash, a destination
+//! taking the slot of another that hashed alike, so that the table costs nothing to keep
+//! and cannot grow. A destination that loses its slot starts afresh: the overall limit
+//! still holds.
+
+use crate::checksum;
+use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Bytes an IPv4 error may have in all (RFC 1812, 4.3.2.3).
+pub const IPV4_ERROR_MAX: usize = 576;
+/// Bytes an IPv6 error may have in all: the minimum MTU (RFC 4443, 2.4).
+pub const IPV6_ERROR_MAX: usize = 1280;
+/// The TTL and hop limit errors leave with (`net.ipv4.ip_default_ttl`,
+/// `net.ipv6.conf.*.hop_limit`).
+pub const ERROR_HOPS: u8 = 64;
+
+/// An error a packet is answered with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// The TTL or hop limit ran out (ICMP type 11, ICMPv6 type 3; code 0).
+    TimeExceeded,
+    /// No route, or a rule said `unreachable` (ICMP net unreachable; ICMPv6 no route).
+    NetUnreachable,
+    /// An `unreachable` route (ICMP host unreachable; ICMPv6 no route).
+    HostUnreachable,
+    /// A `prohibit` route or rule (ICMP administratively filtered, code 13; ICMPv6
+    /// administratively prohibited, code 1).
+    Prohibited,
+    /// IPv6: a link-local source leaving its link (ICMPv6 beyond scope of source
+    /// address, code 2).
+    BeyondScope,
+    /// Over the MTU of the way on: IPv4 with DF, fragmentation needed (type 3, code 4);
+    /// IPv6, packet too big (type 2). The MTU goes in the error.
+    TooBig,
+}
+
+impl Error {
+    /// Every error, in the order of their counters.
+    pub const ALL: [Error; 6] = [
+        Error::TimeExceeded,
+        Error::NetUnreachable,
+        Error::HostUnreachable,
+        Error::Prohibited,
+        Error::BeyondScope,
+        Error::TooBig,
+    ];
+
+    /// The error's name in counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            Error::TimeExceeded => "time-exceeded",
+            Error::NetUnreachable => "net-unreachable",
+            Error::HostUnreachable => "host-unreachable",
+            Error::Prohibited => "prohibited",
+            Error::BeyondScope => "beyond-scope",
+            Error::TooBig => "too-big",
+        }
+    }
+
+    /// ICMP type and code.
+    pub fn icmp(self) -> (u8, u8) {
+        match self {
+            Error::TimeExceeded => (11, 0),
+            Error::NetUnreachable => (3, 0),
+            Error::HostUnreachable | Error::BeyondScope => (3, 1),
+            Error::Prohibited => (3, 13),
+            Error::TooBig => (3, 4),
+        }
+    }
+
+    /// ICMPv6 type and code.
+    pub fn icmpv6(self) -> (u8, u8) {
+        match self {
+            Error::TimeExceeded => (3, 0),
+            Error::NetUnreachable | Error::HostUnreachable => (1, 0),
+            Error::Prohibited => (1, 1),
+            Error::BeyondScope => (1, 2),
+            Error::TooBig => (2, 0),
+        }
+    }
+
+    /// Whether the limits spare it: path MTU discovery must not be starved.
+    pub fn unlimited(self) -> bool {
+        self == Error::TooBig
+    }
+}
+
+/// Whether the kernel answers the IPv4 packet `ip` (its header first) with an error: not
+/// a fragment other than the first, not an ICMP error (nor ICMP too short to say).
+pub fn answers_v4(ip: &[u8]) -> bool {
+    let Some(h) = ip.get(..20) else { return false };
+    let header_len = (h[0] & 0xf) as usize * 4;
+    if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
+        return false;
+    }
+    if h[9] != 1 {
+        return true;
+    }
+    // ICMP: only informational messages are answered.
+    match ip.get(header_len) {
+        Some(&t) => !matches!(t, 3 | 4 | 5 | 11 | 12) && t <= 18,
+        None => false,
+    }
+}
+
+/// Whether the kernel answers the IPv6 packet `ip` (its header first) with an error
+/// (`is_ineligible`): not an ICMPv6 error, found past the extension headers (nor ICMPv6
+/// too short to say, unless it is a later fragment, which cannot say).
+pub fn answers_v6(ip: &[u8]) -> bool {
+    let Some(h) = ip.get(..40) else { return false };
+    let (mut next, mut at) = (h[6], 40usize);
+    // Hop-by-hop, routing, destination options, fragment: each says what follows.
+    for _ in 0..8 {
+        match next {
+            0 | 43 | 60 => {
+                let Some(e) = ip.get(at..at + 2) else {
+                    return true;
+                };
+                next = e[0];
+                at += (e[1] as usize + 1) * 8;
+            }
+            44 => {
+                let Some(e) = ip.get(at..at + 8) else {
+                    return true;
+                };
+                if u16::from_be_bytes([e[2], e[3]]) & 0xfff8 != 0 {
+                    // A later fragment: what it carries cannot be told.
+                    return true;
+                }
+                next = e[0];
+                at += 8;
+            }
+            _ => break,
+        }
+    }
+    if next != 58 {
+        return true;
+    }
+    // ICMPv6: informational messages (type 128 and over) are answered.
+    ip.get(at).is_some_and(|&t| t & 0x80 != 0)
+}
+
+/// Makes, in place of the IPv4 packet in `buffer` (a whole packet buffer, holding the
+/// received frame: its Ethernet header, then `ip_len` bytes of packet), the ICMP `error`
+/// answering it, from `src`, with IP identification `id`; `mtu` goes in a fragmentation
+/// needed error. The Ethernet addresses are left for the caller. Returns the error's
+/// frame length; `None` if `buffer` does not hold the packet.
+pub fn answer_v4(
+    buffer: &mut [u8],
+    ip_len: usize,
+    error: Error,
+    mtu: u32,
+    src: Ipv4Addr,
+    id: u16,
+) -> Option<usize> {
+    const AT: usize = ETHERNET_LEN + 20 + 8;
+    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(20))?;
+    let dst = [orig[12], orig[13], orig[14], orig[15]];
+    let tos = (orig[1] & 0x1e) | 0xc0;
+    let quoted = ip_len
+        .min(IPV4_ERROR_MAX - 28)
+        .min(buffer.len().saturating_sub(AT));
+    buffer.copy_within(ETHERNET_LEN..ETHERNET_LEN + quoted, AT);
+    buffer[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let total = 20 + 8 + quoted;
+    let ip = &mut buffer[ETHERNET_LEN..ETHERNET_LEN + 20];
+    ip[0] = 0x45;
+    ip[1] = tos;
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    ip[4..6].copy_from_slice(&id.to_be_bytes());
+    ip[6..8].fill(0);
+    ip[8] = ERROR_HOPS;
+    ip[9] = 1;
+    ip[10..12].fill(0);
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst);
+    let sum = checksum::checksum(ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let (kind, code) = error.icmp();
+    let icmp = &mut buffer[ETHERNET_LEN + 20..AT + quoted];
+    icmp[..8].copy_from_slice(&[kind, code, 0, 0, 0, 0, 0, 0]);
+    if error == Error::TooBig {
+        icmp[6..8].copy_from_slice(&(mtu.min(u16::MAX as u32) as u16).to_be_bytes());
+    }
+    let sum = checksum::checksum(icmp);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    Some(ETHERNET_LEN + total)
+}
+
+/// Makes, in place of the IPv6 packet in `buffer` (as [`answer_v4`]; `ip_len` counts the
+/// fixed header), the ICMPv6 `error` answering it, from `src`; `mtu` goes in a packet
+/// too big error. Returns the error's frame length; `None` if `buffer` does not hold the
+/// packet.
+pub fn answer_v6(
+    buffer: &mut [u8],
+    ip_len: usize,
+    error: Error,
+    mtu: u32,
+    src: Ipv6Addr,
+) -> Option<usize> {
+    const AT: usize = ETHERNET_LEN + 40 + 8;
+    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(40))?;
+    let mut dst = [0; 16];
+    dst.copy_from_slice(&orig[8..24]);
+    let quoted = ip_len
+        .min(IPV6_ERROR_MAX - 48)
+        .min(buffer.len().saturating_sub(AT));
+    buffer.copy_within(ETHERNET_LEN..ETHERNET_LEN + quoted, AT);
+    buffer[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let payload = 8 + quoted;
+    let ip = &mut buffer[ETHERNET_LEN..ETHERNET_LEN + 40];
+    ip[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+    ip[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
+    ip[6] = 58;
+    ip[7] = ERROR_HOPS;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst);
+    let (kind, code) = error.icmpv6();
+    let param = if error == Error::TooBig { mtu } else { 0 };
+    let icmp = &mut buffer[ETHERNET_LEN + 40..AT + quoted];
+    icmp[..4].copy_from_slice(&[kind, code, 0, 0]);
+    icmp[4..8].copy_from_slice(&param.to_be_bytes());
+    let sum = !checksum::add(
+        pseudo_header_sum(src, dst.into(), payload),
+        checksum::sum(icmp),
+    );
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    Some(ETHERNET_LEN + 40 + payload)
+}
+
+/// The sum of the IPv6 pseudo-header of an ICMPv6 message of `len` bytes (RFC 8200, 8.1).
+fn pseudo_header_sum(src: Ipv6Addr, dst: Ipv6Addr, len: usize) -> u16 {
+    let mut p = [0u8; 40];
+    p[..16].copy_from_slice(&src.octets());
+    p[16..32].copy_from_slice(&dst.octets());
+    p[32..36].copy_from_slice(&(len as u32).to_be_bytes());
+    p[39] = 58;
+    checksum::sum(&p)
+}
+
+/// A token bucket: `tokens` nanoseconds of credit, earned one a nanosecond since `last`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    tokens: u64,
+    last: u64,
+}
+
+impl Bucket {
+    /// Takes `cost` if there is that much credit at `now`, credit capped at `cap`.
+    fn take(&mut self, now: u64, cost: u64, cap: u64) -> bool {
+        self.tokens = (self.tokens + now.saturating_sub(self.last)).min(cap);
+        self.last = now.max(self.last);
+        if self.tokens >= cost {
+            self.tokens -= cost;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The limits on errors sent: overall, and to each destination.
+#[derive(Clone, Debug)]
+pub struct RateLimit {
+    /// Nanoseconds of credit an error costs overall.
+    cost: u64,
+    /// Errors overall in a burst.
+    burst: u64,
+    overall: Bucket,
+    /// Nanoseconds between errors to one destination.
+    interval: u64,
+    /// Errors to one destination in a burst.
+    peer_burst: u64,
+    peers: Vec<(Option<u128>, Bucket)>,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit::new(1000, 50, 1_000_000_000, 6)
+    }
+}
+
+impl RateLimit {
+    /// At most `per_second` errors a second overall, in bursts of `burst`; to one
+    /// destination one every `interval_ns`, in bursts of `peer_burst`. Each starts full.
+    pub fn new(per_second: u64, burst: u64, interval_ns: u64, peer_burst: u64) -> RateLimit {
+        let cost = 1_000_000_000 / per_second.max(1);
+        RateLimit {
+            cost,
+            burst,
+            overall: Bucket {
+                tokens: cost * burst,
+                last: 0,
+            },
+            interval: interval_ns,
+            peer_burst,
+            peers: vec![(None, Bucket::default()); 4096],
+        }
+    }
+
+    /// Whether an error may go out at `now` (nanoseconds on any clock that does not go
+    /// back) under the overall limit; if so, it is counted.
+    pub fn overall(&mut self, now: u64) -> bool {
+        self.overall.take(now, self.cost, self.cost * self.burst)
+    }
+
+    /// Whether an error may go to `dst` at `now` under the destination's limit; if so,
+    /// it is counted.
+    pub fn to(&mut self, dst: IpAddr, now: u64) -> bool {
+        let key = u128::from(match dst {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        });
+        let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) >> 116) as usize
+            % self.peers.len();
+        let cap = self.interval * self.peer_burst;
+        let (k, bucket) = &mut self.peers[slot];
+        if *k != Some(key) {
+            *k = Some(key);
+            *bucket = Bucket {
+                tokens: cap,
+                last: now,
+            };
+        }
+        bucket.take(now, self.interval, cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::{Icmpv4Type, Icmpv6Type, PacketBuilder, SlicedPacket, TransportSlice};
+    use rand::{Rng, SeedableRng};
+
+    fn udp4(payload: usize) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 51, 100, 7], [203, 0, 113, 9], 5)
+            .udp(4000, 53);
+        let mut out = Vec::new();
+        b.write(&mut out, &vec![0x5a; payload]).unwrap();
+        out
+    }
+
+    /// An IPv4 error holds what the kernel's does: the addresses swapped for the router's,
+    /// the type, code and MTU, checksums that hold, and the packet quoted up to 576 bytes.
+    #[test]
+    fn ipv4_errors_quote_the_packet_within_576_bytes() {
+        for (payload, error, mtu) in [
+            (8, Error::TimeExceeded, 0),
+            (1400, Error::TooBig, 1000),
+            (520, Error::HostUnreachable, 0),
+            (0, Error::Prohibited, 0),
+        ] {
+            let frame = udp4(payload);
+            let ip_len = frame.len() - ETHERNET_LEN;
+            let mut buffer = frame.clone();
+            buffer.resize(2048, 0);
+            let len = answer_v4(&mut buffer, ip_len, error, mtu, [10, 0, 0, 1].into(), 7).unwrap();
+            assert_eq!(len - ETHERNET_LEN, (ip_len + 28).min(576), "{error:?}");
+            let p = SlicedPacket::from_ethernet(&buffer[..len]).unwrap();
+            let Some(etherparse::NetSlice::Ipv4(ip)) = p.net else {
+                panic!("{error:?}: not IPv4")
+            };
+            let h = ip.header().to_header();
+            assert_eq!(h.source, [10, 0, 0, 1]);
+            assert_eq!(h.destination, [198, 51, 100, 7]);
+            assert_eq!(
+                (h.time_to_live, h.dont_fragment, h.dscp.value()),
+                (64, false, 48)
+            );
+            assert_eq!(h.header_checksum, h.calc_header_checksum());
+            let Some(TransportSlice::Icmpv4(icmp)) = p.transport else {
+                panic!("{error:?}: not ICMP")
+            };
+            let whole = &buffer[ETHERNET_LEN + 20..len];
+            assert!(checksum::holds(whole), "{error:?}: the ICMP checksum");
+            let (t, c) = error.icmp();
+            assert_eq!((icmp.type_u8(), icmp.code_u8()), (t, c), "{error:?}");
+            if error == Error::TooBig {
+                let Icmpv4Type::DestinationUnreachable(u) = icmp.icmp_type() else {
+                    panic!()
+                };
+                assert_eq!(
+                    u,
+                    etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded {
+                        next_hop_mtu: 1000
+                    }
+                );
+            }
+            let quoted = icmp.payload();
+            assert_eq!(quoted, &frame[ETHERNET_LEN..ETHERNET_LEN + quoted.len()]);
+        }
+    }
+
+    /// An IPv6 error holds what the kernel's does, within 1280 bytes, its checksum over
+    /// the pseudo-header holding.
+    #[test]
+    fn ipv6_errors_quote_the_packet_within_1280_bytes() {
+        let src: Ipv6Addr = "2001:db8:9::1".parse().unwrap();
+        let router: Ipv6Addr = "fd01::1".parse().unwrap();
+        for (payload, error, mtu) in [
+            (8, Error::TimeExceeded, 0),
+            (1400, Error::TooBig, 1280),
+            (100, Error::Prohibited, 0),
+            (1300, Error::BeyondScope, 0),
+        ] {
+            let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv6(
+                    src.octets(),
+                    [0x20, 1, 0xd, 0xb8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5],
+                    9,
+                )
+                .udp(4000, 53);
+            let mut frame = Vec::new();
+            b.write(&mut frame, &vec![0x5a; payload]).unwrap();
+            let ip_len = frame.len() - ETHERNET_LEN;
+            let mut buffer = frame.clone();
+            buffer.resize(2048, 0);
+            let len = answer_v6(&mut buffer, ip_len, error, mtu, router).unwrap();
+            assert_eq!(len - ETHERNET_LEN, (ip_len + 48).min(1280), "{error:?}");
+            let p = SlicedPacket::from_ethernet(&buffer[..len]).unwrap();
+            let Some(etherparse::NetSlice::Ipv6(ip)) = p.net else {
+                panic!("{error:?}: not IPv6")
+            };
+            let h = ip.header().to_header();
+            assert_eq!((h.source, h.destination), (router.octets(), src.octets()));
+            assert_eq!(h.hop_limit, 64);
+            let Some(TransportSlice::Icmpv6(icmp)) = p.transport else {
+                panic!("{error:?}: not ICMPv6")
+            };
+            let want = icmp
+                .header()
+                .icmp_type
+                .calc_checksum(router.octets(), src.octets(), icmp.payload())
+                .unwrap();
+            assert_eq!(icmp.header().checksum, want, "{error:?}");
+            if error == Error::TooBig {
+                assert_eq!(icmp.icmp_type(), Icmpv6Type::PacketTooBig { mtu: 1280 });
+            }
+            let (t, c) = error.icmpv6();
+            assert_eq!((icmp.type_u8(), icmp.code_u8()), (t, c), "{error:?}");
+            let quoted = icmp.payload();
+            assert_eq!(quoted, &frame[ETHERNET_LEN..ETHERNET_LEN + quoted.len()]);
+        }
+    }
+
+    /// Errors do not answer errors, nor later fragments; queries and other protocols are
+    /// answered.
+    #[test]
+    fn errors_answer_what_the_kernel_answers() {
+        let ip = |proto: u8, offset: u16, first: &[u8]| {
+            let mut h = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, proto, 0, 0];
+            h[6..8].copy_from_slice(&offset.to_be_bytes());
+            h.extend([198, 51, 100, 7, 203, 0, 113, 9]);
+            h.extend(first);
+            h
+        };
+        assert!(answers_v4(&ip(17, 0, &[0; 8])));
+        assert!(answers_v4(&ip(17, 0x2000, &[0; 8])), "a first fragment");
+        assert!(!answers_v4(&ip(17, 0x0010, &[0; 8])), "a later fragment");
+        assert!(answers_v4(&ip(1, 0, &[8, 0])), "an echo request");
+        assert!(!answers_v4(&ip(1, 0, &[3, 1])), "an unreachable");
+        assert!(!answers_v4(&ip(1, 0, &[11, 0])), "a time exceeded");
+        assert!(!answers_v4(&ip(1, 0, &[])), "ICMP too short to say");
+        let ip6 = |next: u8, rest: &[u8]| {
+            let mut h = vec![0x60, 0, 0, 0, 0, rest.len() as u8, next, 64];
+            h.extend([0x20, 1, 0xd, 0xb8].iter().chain(&[0; 12]));
+            h.extend([0x20, 1, 0xd, 0xb8].iter().chain(&[1; 12]));
+            h.extend(rest);
+            h
+        };
+        assert!(answers_v6(&ip6(17, &[0; 8])));
+        assert!(answers_v6(&ip6(58, &[128, 0])), "an echo request");
+        assert!(!answers_v6(&ip6(58, &[1, 0])), "an unreachable");
+        assert!(!answers_v6(&ip6(58, &[])), "ICMPv6 too short to say");
+        assert!(
+            !answers_v6(&ip6(60, &[58, 0, 0, 0, 0, 0, 0, 0, 2, 0])),
+            "a packet too big behind destination options"
+        );
+        assert!(
+            answers_v6(&ip6(44, &[58, 0, 0, 8, 0, 0, 0, 1])),
+            "a later fragment cannot say"
+        );
+    }
+
+    /// The limits hold over a random stream of errors: to one destination never more
+    /// than its burst plus one an interval, overall never more than the burst plus the
+    /// rate; and a destination that has waited gets its burst again.
+    #[test]
+    fn the_limits_hold_as_a_reference_counts() {
+        let second = 1_000_000_000;
+        let mut limit = RateLimit::default();
+        let a: IpAddr = "198.51.100.7".parse().unwrap();
+        let sent = (0..20).filter(|_| limit.to(a, 5)).count();
+        assert_eq!(sent, 6, "a burst of 6");
+        assert!(!limit.to(a, second / 2), "half a second later");
+        assert!(limit.to(a, 5 + second), "a second later");
+        assert!(
+            limit.to("2001:db8::7".parse().unwrap(), 5),
+            "another destination"
+        );
+        let sent = (0..20).filter(|_| limit.to(a, 100 * second)).count();
+        assert_eq!(sent, 6, "waited long: a burst again");
+
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let mut limit = RateLimit::default();
+        let mut now = 0u64;
+        let mut times = Vec::new();
+        for _ in 0..200_000 {
+            now += rng.gen_range(0..200_000);
+            if limit.overall(now) {
+                times.push(now);
+            }
+        }
+        // All the credit spent, but for what the last errors were refused for want of.
+        let earned = 50 + (now / 1_000_000) as usize;
+        assert!(
+            times.len() <= earned && times.len() + 2 >= earned,
+            "{} errors sent, {earned} earned",
+            times.len()
+        );
+        for (i, t) in times.iter().enumerate() {
+            // In any second, at most 1000 and the burst.
+            let within = times[i..].iter().take_while(|u| **u < t + second).count();
+            assert!(within <= 1050, "{within} errors in a second from {t}");
+        }
+    }
+}
