@@ -5,6 +5,7 @@
 
 mod bench;
 mod daemon;
+mod forward;
 mod lookup;
 mod route;
 
@@ -44,6 +45,9 @@ enum Command {
     /// Mirror the kernel's routing state over rtnetlink (links, addresses, routes, rules),
     /// in the foreground, answering `fibre ctl` on a control socket.
     Daemon(daemon::DaemonArgs),
+    /// Forward one link's capture offline (pcap or pcapng in, pcapng out, a block per
+    /// output link) through the packet path, printing each stage's cost and each fate.
+    Forward(forward::ForwardArgs),
     /// Ask a running `fibre daemon`: `route get ...`, `route show ...`, `rule show`,
     /// `nexthop show`, `link show`, `addr show`, `stats`.
     Ctl(daemon::CtlArgs),
@@ -61,6 +65,7 @@ fn main() -> ExitCode {
         Command::Addr(args) => route::addrs(args),
         Command::Daemon(args) => daemon::run(args),
         Command::Ctl(args) => daemon::ctl(args),
+        Command::Forward(args) => forward::run(args),
     };
     match result {
         Ok(code) => code,

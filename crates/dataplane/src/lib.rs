@@ -20,6 +20,10 @@
 //! - [`neighbour`]: fixed neighbour entries from `neigh add` lines, for runs offline.
 //! - [`capture`]: pcap and pcapng files in, pcapng out (a block per output link), for
 //!   runs offline.
+//! - [`packet`]: frames in and out of a Linux link through an `AF_PACKET` socket, a
+//!   vector per system call.
+//! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
+//!   forward`.
 //!
 //! The wire formats are read by hand, in the manner of smoltcp's views, because the input
 //! stage is the hot path and must say exactly which of the kernel's checks a frame
@@ -31,6 +35,8 @@ pub mod checksum;
 pub mod icmp;
 pub mod input;
 pub mod neighbour;
+pub mod offline;
+pub mod packet;
 pub mod pipeline;
 pub mod pool;
 pub mod rewrite;

@@ -141,6 +141,10 @@ pub struct Pipeline {
     pub unanswered: Unanswered,
     /// The limits on errors.
     pub limit: RateLimit,
+    /// When each packet of the vector about to run was received, in nanoseconds, for the
+    /// limits on errors to read (a run offline gives its capture's times); empty: the
+    /// time the errors are made, on a monotonic clock.
+    pub times: Vec<u64>,
     /// The IP identification of the next IPv4 error.
     ip_id: u16,
     /// The clock the limits read.
@@ -336,8 +340,12 @@ impl Pipeline {
         fates: &mut [Fate],
     ) {
         let epoch = *self.epoch.get_or_insert_with(Instant::now);
-        let now = epoch.elapsed().as_nanos() as u64;
+        let clock = epoch.elapsed().as_nanos() as u64;
+        // In the packets' order, as they came (the route stage found some, the
+        // neighbour stage others), so that the limits count them as they came.
+        self.errors.sort_unstable_by_key(|e| e.0);
         for &(i, error, mtu) in &self.errors {
+            let now = self.times.get(i).copied().unwrap_or(clock);
             let id = packets[i];
             let (back, tos, ipproto, ip_len) = match self.inputs[i] {
                 Input::V4(p) => (IpAddr::V4(p.src), p.tos & 0x1e, 1, p.len as usize),

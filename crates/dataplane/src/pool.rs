@@ -38,6 +38,18 @@ impl Pool {
         }
     }
 
+    /// Where buffer `id`'s bytes start, and how many it holds at most: for a socket to
+    /// fill or read it (the frame's length is then set with [`Pool::resize`]). `None` if
+    /// `id` is not taken. The bytes stay where they are while the pool lives, and no other
+    /// buffer's overlap them.
+    pub fn raw(&mut self, id: BufferId) -> Option<(*mut u8, usize)> {
+        let i = id as usize;
+        if !self.taken.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        Some((self.data[i * self.size..].as_mut_ptr(), self.size))
+    }
+
     /// Bytes a buffer holds at most.
     pub fn buffer_size(&self) -> usize {
         self.size

@@ -1,0 +1,162 @@
+//! `fibre forward`: one link's capture through the packet path offline. The
+//! configuration (`ip` command lines, `neigh add` lines among them) makes the router;
+//! the frames the capture holds arrive on `--iif`; what the pipeline sends is written to
+//! a pcapng file, each frame on an interface block named after the link it left by; and
+//! each stage's cost and each fate's count are printed.
+
+use fibre_dataplane::capture::{fate_name, read_capture, SentCapture};
+use fibre_dataplane::neighbour::StaticNeighbours;
+use fibre_dataplane::offline::{self, VECTOR};
+use fibre_dataplane::pipeline::{Arrival, Pipeline};
+use fibre_dataplane::runtime;
+use fibre_fib::{config, State};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `fibre forward`.
+#[derive(clap::Args)]
+pub struct ForwardArgs {
+    /// The router: a file of `ip` command lines (links, addresses, routes, rules,
+    /// nexthops), with `neigh add ADDR lladdr MAC dev DEV` lines for the neighbours.
+    #[arg(long)]
+    config: PathBuf,
+    /// The link the capture's frames arrive on.
+    #[arg(long)]
+    iif: String,
+    /// The capture in (pcap or pcapng, Ethernet).
+    #[arg(long = "in")]
+    input: PathBuf,
+    /// The frames sent, as pcapng (an interface block per output link).
+    #[arg(long = "out")]
+    output: PathBuf,
+    /// Packets in a vector (1 to 256).
+    #[arg(long, default_value_t = VECTOR)]
+    vector: usize,
+    /// Print the counters as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `fibre forward`.
+pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let file = a.config.display().to_string();
+    let text = match std::fs::read_to_string(&a.config) {
+        Ok(t) => t,
+        Err(e) => return Err(format!("{file}: {e}").into()),
+    };
+    let (rest, lines) = StaticNeighbours::split(&text);
+    let mut state = State::new();
+    if let Err(e) = config::apply_text(&mut state, &file, &rest) {
+        eprintln!("{e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let snap = state.snapshot();
+    let index = |name: &str| snap.links().find(|l| l.name == name).map(|l| l.index);
+    let neighbours = match StaticNeighbours::parse(&lines, index) {
+        Ok(n) => n,
+        Err((line, why)) => {
+            eprintln!("{file}:{line}: {why}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let Some(iif) = snap.links().find(|l| l.name == a.iif) else {
+        return Err(format!("--iif {}: no such link in {file}", a.iif).into());
+    };
+    let arrival = Arrival {
+        link: iif.index,
+        mac: iif.mac,
+    };
+    let input = a.input.display().to_string();
+    let bytes = std::fs::read(&a.input).map_err(|e| format!("{input}: {e}"))?;
+    let capture = read_capture(&bytes).map_err(|e| format!("{input}: {e}"))?;
+    if let Some(why) = &capture.broken {
+        eprintln!("{input}: cut short, the frames before kept: {why}");
+    }
+
+    let mut pipeline = Pipeline::new();
+    let (fates, sent) = offline::forward(
+        &mut pipeline,
+        &snap,
+        &neighbours,
+        arrival,
+        &capture.frames,
+        a.vector,
+    );
+    let out =
+        std::fs::File::create(&a.output).map_err(|e| format!("{}: {e}", a.output.display()))?;
+    let mut writer = SentCapture::new(std::io::BufWriter::new(out))?;
+    offline::write_sent(&snap, &capture.frames, &sent, &mut writer)?;
+    writer.finish()?;
+
+    let mut by_fate: BTreeMap<String, u64> = BTreeMap::new();
+    for f in &fates {
+        *by_fate.entry(fate_name(f)).or_default() += 1;
+    }
+    let mut by_link: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &sent {
+        let name = snap.link(s.link).map_or("?", |l| l.name.as_str());
+        *by_link.entry(name.to_string()).or_default() += 1;
+    }
+    let u = pipeline.unanswered;
+    let mhz = runtime::cpu_mhz();
+    if a.json {
+        let stages: Vec<_> = pipeline
+            .stages()
+            .iter()
+            .map(|(name, c)| {
+                json!({
+                    "stage": name,
+                    "calls": c.calls,
+                    "packets": c.packets,
+                    "per_call": c.per_call(),
+                    "ns_per_packet": c.ns_per_packet(),
+                    "cycles_per_packet": mhz.map(|m| c.cycles_per_packet(m)),
+                })
+            })
+            .collect();
+        let report = json!({
+            "frames": capture.frames.len(),
+            "skipped": capture.skipped,
+            "broken": capture.broken,
+            "sent": sent.len(),
+            "sent_by_link": by_link,
+            "fates": by_fate,
+            "unanswered": {
+                "not_answered": u.not_answered,
+                "rate_limited": u.rate_limited,
+                "no_route_back": u.no_route_back,
+                "unresolved": u.unresolved,
+            },
+            "stages": stages,
+        });
+        println!("{report}");
+    } else {
+        println!(
+            "{} frames in on {}, {} sent to {}",
+            capture.frames.len(),
+            a.iif,
+            sent.len(),
+            a.output.display()
+        );
+        if capture.skipped > 0 {
+            println!("{} frames of other link types left out", capture.skipped);
+        }
+        for (link, n) in &by_link {
+            println!("  out {link:<12} {n:>10}");
+        }
+        println!("fates:");
+        for (name, n) in &by_fate {
+            println!("  {name:<32} {n:>10}");
+        }
+        if u != Default::default() {
+            println!(
+                "errors not sent: {} not answered (errors, later fragments), {} over the limits, {} no route back, {} unresolved",
+                u.not_answered, u.rate_limited, u.no_route_back, u.unresolved
+            );
+        }
+        print!("{}", runtime::table(&pipeline.stages(), mhz));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,174 @@
+//! A capture forwarded offline: the frames one link received, through the pipeline in
+//! vectors, and what it sends written out as a capture on each output link would show
+//! it. This is `fibre forward`'s work, and the way the pipeline is compared with the
+//! kernel packet by packet.
+
+use crate::capture::{Frame, SentCapture};
+use crate::pipeline::{Arrival, Fate, Neighbours, Pipeline};
+use crate::pool::Pool;
+use fibre_fib::Snapshot;
+use std::io::Write;
+
+/// Packets in a vector at most.
+pub const VECTOR: usize = 256;
+
+/// A frame the pipeline sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    /// Which received frame it came of (its index in the capture).
+    pub of: usize,
+    /// The link it left by.
+    pub link: fibre_fib::LinkIndex,
+    /// The frame as sent.
+    pub data: Vec<u8>,
+}
+
+/// Forwards `frames`, received on `arrival`, with the routes of `snap` and the neighbours
+/// of `neighbours`, in vectors of `vector` packets (at most [`VECTOR`]); returns each
+/// frame's fate and the frames sent, in order. `pipeline` counts. The limits on errors
+/// read the frames' capture times, so that a run gives the same whatever its vectors.
+pub fn forward(
+    pipeline: &mut Pipeline,
+    snap: &Snapshot,
+    neighbours: &impl Neighbours,
+    arrival: Arrival,
+    frames: &[Frame],
+    vector: usize,
+) -> (Vec<Fate>, Vec<Sent>) {
+    let vector = vector.clamp(1, VECTOR);
+    // Room for the longest frame, and for an error made of it (a frame is cut to its
+    // buffer, as a receive ring cuts it to the link's MTU).
+    let size = frames
+        .iter()
+        .map(|f| f.data.len())
+        .max()
+        .unwrap_or(0)
+        .max(2048);
+    let mut pool = Pool::new(vector, size);
+    let mut fates = Vec::with_capacity(frames.len());
+    let mut sent = Vec::new();
+    let mut ids = Vec::with_capacity(vector);
+    for (n, chunk) in frames.chunks(vector).enumerate() {
+        ids.clear();
+        pool.alloc(chunk.len(), &mut ids);
+        for (&id, frame) in ids.iter().zip(chunk) {
+            pool.fill(id, &frame.data);
+        }
+        let start = fates.len();
+        pipeline.times.clear();
+        pipeline
+            .times
+            .extend(chunk.iter().map(|f| f.timestamp.as_nanos() as u64));
+        pipeline.run(snap, neighbours, arrival, &mut pool, &ids, &mut fates);
+        for (k, (&id, fate)) in ids.iter().zip(&fates[start..]).enumerate() {
+            if let Some(link) = fate.output() {
+                sent.push(Sent {
+                    of: n * vector + k,
+                    link,
+                    data: pool.frame(id).to_vec(),
+                });
+            }
+        }
+        pool.free(&ids);
+    }
+    (fates, sent)
+}
+
+/// Writes the frames `sent` to `out`, each on its link's interface block, at the time
+/// its received frame was captured.
+pub fn write_sent<W: Write>(
+    snap: &Snapshot,
+    frames: &[Frame],
+    sent: &[Sent],
+    out: &mut SentCapture<W>,
+) -> Result<(), String> {
+    for s in sent {
+        let name = snap.link(s.link).map_or("?", |l| l.name.as_str());
+        out.write(s.link, name, frames[s.of].timestamp, &s.data)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::read_capture;
+    use crate::neighbour::StaticNeighbours;
+    use etherparse::PacketBuilder;
+    use fibre_fib::{config, State};
+    use std::time::Duration;
+
+    /// A capture forwarded in vectors of any size sends the same frames, in the same
+    /// order, as one packet at a time; and the capture written holds them on their links.
+    #[test]
+    fn vectors_of_any_size_forward_alike() {
+        let text = "\
+link add a0 type veth peer name a1
+link add b0 type veth peer name b1
+link set a0 up
+link set b0 up
+addr add 10.0.0.1/24 dev a0
+addr add 10.0.1.1/24 dev b0
+route add 10.1.0.0/16 via 10.0.1.2
+route add 192.0.2.0/24 via 10.0.0.2
+neigh add 10.0.1.2 lladdr 02:aa:00:00:00:02 dev b0
+neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
+";
+        let (rest, lines) = StaticNeighbours::split(text);
+        let mut state = State::new();
+        config::apply_text(&mut state, "config", &rest).unwrap();
+        let snap = state.snapshot();
+        let index = |name: &str| snap.links().find(|l| l.name == name).map(|l| l.index);
+        let neighbours = StaticNeighbours::parse(&lines, index).unwrap();
+        let a0 = snap.link(index("a0").unwrap()).unwrap().clone();
+        let frames: Vec<Frame> = (0..700u32)
+            .map(|i| {
+                let dst = [10, 1 + (i % 3 == 0) as u8, (i >> 8) as u8, i as u8];
+                let b = PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], a0.mac)
+                    .ipv4([192, 0, 2, (i % 200) as u8], dst, (i % 4) as u8 + 1)
+                    .udp(4000, 53);
+                let mut data = Vec::new();
+                b.write(&mut data, &[0; 8]).unwrap();
+                Frame {
+                    timestamp: Duration::from_micros(i as u64),
+                    data,
+                }
+            })
+            .collect();
+        let arrival = Arrival {
+            link: a0.index,
+            mac: a0.mac,
+        };
+        let mut one = Pipeline::new();
+        let (fates, sent) = forward(&mut one, &snap, &neighbours, arrival, &frames, 1);
+        assert!(sent.len() > 200 && fates.len() == 700);
+        assert!(
+            sent.iter().any(|s| s.link == a0.index),
+            "errors go back out of a0"
+        );
+        for vector in [7, 64, 256, 1000] {
+            let mut p = Pipeline::new();
+            let (f, s) = forward(&mut p, &snap, &neighbours, arrival, &frames, vector);
+            let first = |a: &[Fate], b: &[Fate]| a.iter().zip(b).position(|(x, y)| x != y);
+            assert_eq!(
+                first(&f, &fates),
+                None,
+                "vectors of {vector}: the first fate apart"
+            );
+            assert_eq!(f.len(), fates.len());
+            let apart = s.iter().zip(&sent).position(|(x, y)| x != y);
+            assert_eq!(
+                apart, None,
+                "vectors of {vector}: the first frame sent apart"
+            );
+            assert_eq!(s.len(), sent.len());
+        }
+        let mut out = SentCapture::new(Vec::new()).unwrap();
+        write_sent(&snap, &frames, &sent, &mut out).unwrap();
+        let back = read_capture(&out.finish().unwrap()).unwrap();
+        assert_eq!(back.frames.len(), sent.len());
+        for (f, s) in back.frames.iter().zip(&sent) {
+            assert_eq!((&f.data, f.timestamp), (&s.data, frames[s.of].timestamp));
+        }
+    }
+}
