@@ -3,7 +3,7 @@
 //! interface block named after its output link, as a capture on each link would show.
 
 use crate::pipeline::Fate;
-use fibre_fib::LinkIndex;
+use fibre_fib::{LinkIndex, NoRoute};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::{
@@ -23,6 +23,9 @@ pub struct Frame {
     pub timestamp: Duration,
     /// The frame, from its Ethernet header.
     pub data: Vec<u8>,
+    /// The interface it was captured on: its position in [`Capture::interfaces`] (0 in a
+    /// pcap file, which has one).
+    pub interface: usize,
 }
 
 /// The frames of a capture, and where it broke off if it did.
@@ -30,6 +33,8 @@ pub struct Frame {
 pub struct Capture {
     /// The Ethernet frames, in order.
     pub frames: Vec<Frame>,
+    /// The names of the capture's interfaces, when it says them (pcapng `if_name`).
+    pub interfaces: Vec<Option<String>>,
     /// Frames of other link types, left out.
     pub skipped: usize,
     /// Why the capture stops before its end (a truncated file): the frames before are
@@ -51,6 +56,13 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, String> {
                 Some(Ok(Block::EnhancedPacket(p))) => {
                     Some((p.interface_id, p.timestamp, p.data.into_owned()))
                 }
+                Some(Ok(Block::InterfaceDescription(i))) => {
+                    out.interfaces.push(i.options.iter().find_map(|o| match o {
+                        InterfaceDescriptionOption::IfName(n) => Some(n.to_string()),
+                        _ => None,
+                    }));
+                    None
+                }
                 Some(Ok(_)) => None,
                 Some(Err(e)) => {
                     out.broken = Some(format!(
@@ -66,7 +78,11 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, String> {
                     .get(interface as usize)
                     .is_some_and(|i| i.linktype == DataLink::ETHERNET);
                 if ethernet {
-                    out.frames.push(Frame { timestamp, data });
+                    out.frames.push(Frame {
+                        timestamp,
+                        data,
+                        interface: interface as usize,
+                    });
                 } else {
                     out.skipped += 1;
                 }
@@ -80,6 +96,7 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, String> {
                 Ok(p) if ethernet => out.frames.push(Frame {
                     timestamp: p.timestamp,
                     data: p.data.into_owned(),
+                    interface: 0,
                 }),
                 Ok(_) => out.skipped += 1,
                 Err(e) => {
@@ -168,7 +185,17 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Kernel(Handed::Local) => "kernel:local".into(),
         Fate::Kernel(Handed::Unresolved) => "kernel:unresolved".into(),
         Fate::Drop(Dropped::Input(d)) => format!("drop:{}", d.name()),
-        Fate::Drop(Dropped::NoRoute(e)) => format!("drop:{}", e.words()),
+        Fate::Drop(Dropped::NoRoute(e)) => format!(
+            "drop:{}",
+            match e {
+                NoRoute::NetworkUnreachable => "no-route",
+                NoRoute::HostUnreachable => "unreachable",
+                NoRoute::Prohibited => "prohibited",
+                NoRoute::Invalid => "blackhole-or-invalid",
+                NoRoute::NetworkDown => "link-down",
+                NoRoute::NoDevice => "no-device",
+            }
+        ),
         Fate::Drop(Dropped::TtlExpired) => "drop:ttl-expired".into(),
         Fate::Drop(Dropped::TooBig) => "drop:too-big".into(),
         Fate::Drop(Dropped::WouldFragment) => "drop:would-fragment".into(),
@@ -187,6 +214,7 @@ mod tests {
             .map(|i| Frame {
                 timestamp: Duration::from_millis(1000 + i as u64),
                 data: vec![i; 60 + i as usize],
+                interface: 0,
             })
             .collect()
     }
@@ -219,14 +247,20 @@ mod tests {
             .unwrap();
         }
         let ng = ng.finish().unwrap();
-        for bytes in [&pcap, &ng] {
+        for (bytes, on) in [(&pcap, [0, 0, 0, 0, 0]), (&ng, [0, 1, 0, 1, 0])] {
+            let mut want = frames();
+            for (f, i) in want.iter_mut().zip(on) {
+                f.interface = i;
+            }
             let c = read_capture(bytes).unwrap();
-            assert_eq!(c.frames, frames());
+            assert_eq!(c.frames, want);
             assert!(c.broken.is_none());
             let cut = read_capture(&bytes[..bytes.len() - 10]).unwrap();
-            assert_eq!(cut.frames, frames()[..4]);
+            assert_eq!(cut.frames, want[..4]);
             assert!(cut.broken.is_some());
         }
+        let names = read_capture(&ng).unwrap().interfaces;
+        assert_eq!(names, [Some("l0".to_string()), Some("l1".to_string())]);
         assert!(read_capture(b"nonsense").is_err());
         // Two interface blocks, named after the links.
         let mut reader = PcapNgReader::new(&ng[..]).unwrap();

@@ -132,6 +132,7 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
                 Frame {
                     timestamp: Duration::from_micros(i as u64),
                     data,
+                    interface: 0,
                 }
             })
             .collect();
@@ -169,6 +170,12 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
         assert_eq!(back.frames.len(), sent.len());
         for (f, s) in back.frames.iter().zip(&sent) {
             assert_eq!((&f.data, f.timestamp), (&s.data, frames[s.of].timestamp));
+            let link = snap.link(s.link).unwrap().name.clone();
+            assert_eq!(
+                back.interfaces[f.interface],
+                Some(link),
+                "on its link's block"
+            );
         }
     }
 }

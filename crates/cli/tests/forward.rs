@@ -1,0 +1,426 @@
+//! `fibre forward` as a user runs it: a configuration and a capture in, a capture out.
+//! Its output is held to the kernel's: the same configuration in a network namespace,
+//! the same frames sent into it over veth, what the kernel sends on each link captured
+//! and compared packet by packet with what fibre writes for that link, both directions,
+//! IPv4 and IPv6, forwarded packets and ICMP errors alike.
+
+use etherparse::PacketBuilder;
+use fibre_dataplane::capture::{read_capture, Frame};
+use fibre_dataplane::packet::PacketSocket;
+use fibre_kernel::netns::Namespace;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::DataLink;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const FIBRE: &str = env!("CARGO_BIN_EXE_fibre");
+
+/// The router: two links, routes of every type, a rule, fixed neighbours. `a1` and `b1`
+/// are the hosts' ends of the links (moved to another namespace on the kernel's side).
+const ROUTER: &str = "\
+link add a0 address 02:00:00:00:0a:00 type veth peer name a1 address 02:00:00:00:0a:01
+link add b0 address 02:00:00:00:0b:00 mtu 1400 type veth peer name b1 address 02:00:00:00:0b:01
+link set a0 up
+link set a1 up
+link set b0 up
+link set b1 up
+addr add 10.0.0.1/24 dev a0
+addr add 10.0.1.1/24 dev b0
+addr add fd00::1/64 dev a0
+addr add fd01::1/64 dev b0
+route add 10.1.0.0/16 via 10.0.1.2
+route add 10.3.0.0/16 via 10.0.1.2 mtu 1000
+route add unreachable 10.5.0.0/16
+route add prohibit 10.6.0.0/16
+route add blackhole 10.7.0.0/16
+route add 192.0.2.0/24 via 10.0.0.2
+route add 192.0.2.64/26 via 10.0.0.2 mtu 1280
+route add 10.1.0.0/16 via 10.0.1.3 table 100
+rule add from 192.0.2.128/25 lookup 100
+route add 2001:db8:1::/48 via fd01::2
+route add unreachable 2001:db8:5::/48
+route add prohibit 2001:db8:6::/48
+route add 2001:db8:9::/48 via fd00::2
+neigh add 10.0.1.2 lladdr 02:00:00:00:0b:02 dev b0
+neigh add 10.0.1.3 lladdr 02:00:00:00:0b:03 dev b0
+neigh add 10.0.0.2 lladdr 02:00:00:00:0a:02 dev a0
+neigh add fd01::2 lladdr 02:00:00:00:0b:02 dev b0
+neigh add fd00::2 lladdr 02:00:00:00:0a:02 dev a0
+neigh add fe80::99 lladdr 02:00:00:00:0a:09 dev a0
+";
+
+const A0: [u8; 6] = [2, 0, 0, 0, 0x0a, 0];
+const B0: [u8; 6] = [2, 0, 0, 0, 0x0b, 0];
+const HOST_A: [u8; 6] = [2, 0, 0, 0, 0x0a, 0x02];
+const HOST_B: [u8; 6] = [2, 0, 0, 0, 0x0b, 0x02];
+
+fn v6(s: &str) -> [u8; 16] {
+    s.parse::<std::net::Ipv6Addr>().unwrap().octets()
+}
+
+fn udp4(from: [u8; 6], to: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, n: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(from, to)
+        .ipv4(src, dst, ttl)
+        .udp(4000, 53);
+    let mut out = Vec::new();
+    b.write(&mut out, &vec![0x5a; n]).unwrap();
+    out
+}
+
+fn udp6(from: [u8; 6], to: [u8; 6], src: &str, dst: &str, hops: u8, n: usize) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(from, to)
+        .ipv6(v6(src), v6(dst), hops)
+        .udp(4000, 53);
+    let mut out = Vec::new();
+    b.write(&mut out, &vec![0x5a; n]).unwrap();
+    out
+}
+
+fn tcp4(from: [u8; 6], to: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(from, to)
+        .ipv4(src, dst, ttl)
+        .tcp(40000, 443, 7, 64240)
+        .syn();
+    let mut out = Vec::new();
+    b.write(&mut out, &[]).unwrap();
+    out
+}
+
+fn ping4(from: [u8; 6], to: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(from, to)
+        .ipv4(src, dst, ttl)
+        .icmpv4_echo_request(9, 1);
+    let mut out = Vec::new();
+    b.write(&mut out, &[1; 56]).unwrap();
+    out
+}
+
+/// Frames arriving on `a0` from host A: each case that makes an error from a source of
+/// its own, so that the kernel's limits per destination never bite.
+fn from_a() -> Vec<Vec<u8>> {
+    let s = |k: u8| [192, 0, 2, k];
+    let mut out = vec![
+        udp4(HOST_A, A0, s(1), [10, 1, 2, 3], 64, 8),
+        udp4(HOST_A, A0, s(1), [10, 1, 2, 4], 2, 100),
+        tcp4(HOST_A, A0, s(1), [10, 1, 9, 9], 64),
+        ping4(HOST_A, A0, s(1), [10, 1, 2, 3], 64),
+        // Through the rule to table 100's gateway.
+        udp4(HOST_A, A0, s(200), [10, 1, 2, 3], 64, 8),
+        udp4(HOST_A, A0, s(10), [10, 1, 2, 3], 1, 8),
+        ping4(HOST_A, A0, s(11), [10, 1, 2, 3], 1),
+        udp4(HOST_A, A0, s(12), [10, 5, 0, 1], 64, 8),
+        udp4(HOST_A, A0, s(13), [10, 6, 0, 1], 64, 8),
+        udp4(HOST_A, A0, s(14), [10, 7, 0, 1], 64, 8),
+        udp4(HOST_A, A0, s(15), [11, 0, 0, 1], 64, 8),
+        // Over b0's MTU with DF; at it exactly.
+        udp4(HOST_A, A0, s(16), [10, 1, 0, 9], 64, 1400 - 28 + 1),
+        udp4(HOST_A, A0, s(1), [10, 1, 0, 9], 64, 1400 - 28),
+        // Over the route's MTU.
+        udp4(HOST_A, A0, s(17), [10, 3, 0, 1], 64, 1100),
+        // A big one quoted in its error up to 576 bytes.
+        udp4(HOST_A, A0, s(18), [10, 5, 0, 2], 64, 1200),
+        udp6(HOST_A, A0, "2001:db8:9::1", "2001:db8:1::5", 64, 8),
+        udp6(HOST_A, A0, "2001:db8:9::1", "2001:db8:1::6", 2, 300),
+        udp6(HOST_A, A0, "2001:db8:9::10", "2001:db8:1::5", 1, 8),
+        udp6(HOST_A, A0, "2001:db8:9::11", "2001:db8:5::5", 64, 8),
+        udp6(HOST_A, A0, "2001:db8:9::12", "2001:db8:6::5", 64, 8),
+        udp6(HOST_A, A0, "2001:db8:9::13", "2001:db8:77::5", 64, 8),
+        udp6(
+            HOST_A,
+            A0,
+            "2001:db8:9::14",
+            "2001:db8:1::5",
+            64,
+            1400 - 48 + 1,
+        ),
+        udp6(HOST_A, A0, "2001:db8:9::1", "2001:db8:1::5", 64, 1400 - 48),
+        udp6(HOST_A, A0, "fe80::99", "2001:db8:1::5", 64, 8),
+    ];
+    // A bad checksum: dropped by both.
+    let mut bad = udp4(HOST_A, A0, s(1), [10, 1, 2, 3], 64, 8);
+    bad[24] ^= 0xff;
+    out.push(bad);
+    out
+}
+
+/// Frames arriving on `b0` from host B, bound for A's side.
+fn from_b() -> Vec<Vec<u8>> {
+    let s = |k: u8| [10, 1, 0, k];
+    vec![
+        udp4(HOST_B, B0, s(1), [192, 0, 2, 9], 64, 8),
+        tcp4(HOST_B, B0, s(1), [192, 0, 2, 9], 30),
+        udp4(HOST_B, B0, s(20), [192, 0, 2, 9], 1, 8),
+        udp4(HOST_B, B0, s(21), [10, 5, 0, 1], 64, 8),
+        // Over the MTU of the route to 192.0.2.64/26.
+        udp4(HOST_B, B0, s(22), [192, 0, 2, 70], 64, 1300),
+        udp6(HOST_B, B0, "2001:db8:1::7", "2001:db8:9::1", 64, 8),
+        udp6(HOST_B, B0, "2001:db8:1::20", "2001:db8:9::1", 1, 8),
+        udp6(HOST_B, B0, "2001:db8:1::21", "2001:db8:6::1", 64, 8),
+    ]
+}
+
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        ..PcapHeader::default()
+    };
+    let mut w = PcapWriter::with_header(std::fs::File::create(path).unwrap(), header).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let t = Duration::from_millis(1000 + i as u64);
+        w.write_packet(&PcapPacket::new(t, f.len() as u32, f))
+            .unwrap();
+    }
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fibre-forward-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `fibre forward`; its JSON report and the frames it sent, by link.
+fn fibre_forward(
+    dir: &Path,
+    iif: &str,
+    frames: &[Vec<u8>],
+) -> (Value, BTreeMap<String, Vec<Vec<u8>>>) {
+    let config = dir.join("router.conf");
+    std::fs::write(&config, ROUTER).unwrap();
+    let input = dir.join(format!("{iif}.pcap"));
+    let output = dir.join(format!("{iif}-sent.pcapng"));
+    write_pcap(&input, frames);
+    let out = Command::new(FIBRE)
+        .args(["forward", "--json", "--iif", iif, "--config"])
+        .arg(&config)
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fibre forward: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = read_capture(&std::fs::read(&output).unwrap()).unwrap();
+    let mut by_link: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+    for Frame {
+        data, interface, ..
+    } in sent.frames
+    {
+        let name = sent.interfaces[interface].clone().unwrap();
+        by_link.entry(name).or_default().push(data);
+    }
+    (report, by_link)
+}
+
+/// Whether a frame the kernel sent is its own doing rather than forwarding's or an
+/// error's: neighbour discovery, router solicitations, multicast listener reports.
+fn kernels_own(f: &[u8]) -> bool {
+    let ethertype = u16::from_be_bytes([f[12], f[13]]);
+    if f[0] & 1 == 1 || (ethertype != 0x0800 && ethertype != 0x86dd) {
+        return true;
+    }
+    ethertype == 0x86dd && f[20] == 58 && (130..=143).contains(&f[54])
+}
+
+/// A frame with what may differ between two correct routers set to zero: an ICMP error's
+/// IP identification and header checksum, an ICMPv6 error's flow label.
+fn normal(mut f: Vec<u8>) -> Vec<u8> {
+    match u16::from_be_bytes([f[12], f[13]]) {
+        0x0800 if f[23] == 1 && matches!(f[34], 3 | 11) => {
+            f[18..20].fill(0);
+            f[24..26].fill(0);
+        }
+        0x86dd if f[20] == 58 && f[54] < 128 => {
+            f[15] &= 0xf0;
+            f[16..18].fill(0);
+        }
+        _ => {}
+    }
+    f
+}
+
+/// The kernel's side: the router namespace with `ROUTER`, the hosts' ends of its links
+/// in another namespace, the frames sent in there; what each host end receives.
+fn kernel_forward(
+    router: &Namespace,
+    hosts: &Namespace,
+    iif_peer: &str,
+    frames: &[Vec<u8>],
+) -> BTreeMap<String, Vec<Vec<u8>>> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            hosts.enter().unwrap();
+            let a1 = PacketSocket::open_named("a1").unwrap();
+            let b1 = PacketSocket::open_named("b1").unwrap();
+            let into = if iif_peer == "a1" { &a1 } else { &b1 };
+            // What the links said before (neighbour discovery on coming up) is not ours.
+            std::thread::sleep(Duration::from_millis(200));
+            while a1.receive_frame().unwrap().is_some() {}
+            while b1.receive_frame().unwrap().is_some() {}
+            let mut got: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+            let read = |got: &mut BTreeMap<String, Vec<Vec<u8>>>| {
+                for (name, sock) in [("a0", &a1), ("b0", &b1)] {
+                    while let Some(f) = sock.receive_frame().unwrap() {
+                        if !kernels_own(&f) {
+                            got.entry(name.to_string()).or_default().push(f);
+                        }
+                    }
+                }
+            };
+            for f in frames {
+                into.send_frame(f).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                read(&mut got);
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            read(&mut got);
+            let _ = router;
+            got
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// The same capture through `fibre forward` and through the kernel's forwarding, on the
+/// same router, gives the same frames on each link, in the same order: forwarded
+/// packets byte for byte, errors but for their IP identification or flow label.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets"]
+fn fibre_forward_sends_what_the_kernel_sends() {
+    let router = Namespace::create("fwd-router").unwrap();
+    let hosts = Namespace::create("fwd-hosts").unwrap();
+    for (k, v) in [
+        ("net.ipv4.ip_forward", "1"),
+        ("net.ipv6.conf.all.forwarding", "1"),
+        ("net.ipv6.conf.all.accept_dad", "0"),
+        ("net.ipv6.conf.default.accept_dad", "0"),
+        ("net.ipv4.conf.all.rp_filter", "0"),
+        ("net.ipv4.conf.default.rp_filter", "0"),
+    ] {
+        router.sysctl(k, v).unwrap();
+    }
+    router.batch("link set lo up\n").unwrap();
+    router.batch(ROUTER).unwrap();
+    for peer in ["a1", "b1"] {
+        router
+            .ip(&["link", "set", peer, "netns", hosts.name()])
+            .unwrap();
+        hosts.ip(&["link", "set", peer, "up"]).unwrap();
+    }
+    // The links' carriers come up with their peers'.
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = scratch("kernel");
+    for (iif, peer, frames) in [("a0", "a1", from_a()), ("b0", "b1", from_b())] {
+        let kernel = kernel_forward(&router, &hosts, peer, &frames);
+        let (report, fibre) = fibre_forward(&dir, iif, &frames);
+        let links: Vec<&String> = kernel.keys().chain(fibre.keys()).collect();
+        for link in links {
+            let k: Vec<Vec<u8>> = kernel
+                .get(link)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(normal)
+                .collect();
+            let f: Vec<Vec<u8>> = fibre
+                .get(link)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(normal)
+                .collect();
+            for (i, (a, b)) in k.iter().zip(&f).enumerate() {
+                assert_eq!(
+                    a, b,
+                    "arriving on {iif}, frame {i} out of {link}: the kernel's, then fibre's"
+                );
+            }
+            for extra in k.iter().skip(f.len()).chain(f.iter().skip(k.len())) {
+                eprintln!("{link}: extra {:02x?}", &extra[..extra.len().min(80)]);
+            }
+            assert_eq!(
+                k.len(),
+                f.len(),
+                "arriving on {iif}: frames out of {link}, the kernel's and fibre's"
+            );
+        }
+        let sent = report["sent"].as_u64().unwrap();
+        assert!(sent >= frames.len() as u64 / 2, "{report}");
+        assert_eq!(report["frames"].as_u64(), Some(frames.len() as u64));
+    }
+    // Every kind of error was among them.
+    let (report, _) = fibre_forward(&dir, "a0", &from_a());
+    for fate in [
+        "icmp:time-exceeded",
+        "icmp:host-unreachable",
+        "icmp:net-unreachable",
+        "icmp:prohibited",
+        "icmp:too-big",
+        "icmp:beyond-scope",
+        "drop:bad-checksum",
+    ] {
+        assert!(report["fates"][fate].as_u64() > Some(0), "{fate}: {report}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Bad input gets a clear error: a bad configuration line by file and line, a link the
+/// configuration lacks; a cut capture keeps the frames before the cut and says so.
+#[test]
+fn bad_input_is_named_and_a_cut_capture_keeps_what_came_before() {
+    let dir = scratch("input");
+    let config = dir.join("router.conf");
+    std::fs::write(
+        &config,
+        format!("{ROUTER}route add 10.9.0.0/16 via nowhere\n"),
+    )
+    .unwrap();
+    let input = dir.join("in.pcap");
+    write_pcap(&input, &from_a());
+    let output = dir.join("out.pcapng");
+    let run = |config: &Path, iif: &str, input: &Path| {
+        Command::new(FIBRE)
+            .args(["forward", "--iif", iif, "--config"])
+            .arg(config)
+            .arg("--in")
+            .arg(input)
+            .arg("--out")
+            .arg(&output)
+            .output()
+            .unwrap()
+    };
+    let out = run(&config, "a0", &input);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let line = ROUTER.lines().count() + 1;
+    assert!(err.contains(&format!("router.conf:{line}:")), "{err}");
+
+    std::fs::write(&config, ROUTER).unwrap();
+    let out = run(&config, "nosuch", &input);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
+
+    let bytes = std::fs::read(&input).unwrap();
+    let cut = dir.join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 20]).unwrap();
+    let out = run(&config, "a0", &cut);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cut short"), "{err}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let n = from_a().len() - 1;
+    assert!(said.starts_with(&format!("{n} frames in on a0")), "{said}");
+    assert!(
+        said.contains("route") && said.contains("ns/packet"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
