@@ -11,6 +11,7 @@
 //! output, the errors and the exit code. A malformed request gets an error reply; nothing
 //! a client sends or fails to send stops the daemon.
 
+use crate::forwarding::Forwarding;
 use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
@@ -42,6 +43,13 @@ pub struct DaemonArgs {
     /// resyncs, lag quantiles, memory.
     #[arg(long)]
     metrics: Option<std::net::SocketAddr>,
+    /// Forward packets between these links (names, comma-separated), with the mirrored
+    /// routes and neighbours; the kernel's own forwarding may be off.
+    #[arg(long, value_delimiter = ',')]
+    forward: Vec<String>,
+    /// Forwarding workers, each pinned to a core of its own.
+    #[arg(long, default_value_t = 1, requires = "forward")]
+    workers: usize,
 }
 
 /// `fibre ctl`.
@@ -126,7 +134,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Subscribed before the dump: what changes meanwhile queues, and is applied after.
     let mut events = Events::subscribe(a.receive_buffer)?;
     let started = Instant::now();
-    let (mut mirror, _reader) = Mirror::sync()?;
+    let (mut mirror, reader) = Mirror::sync()?;
     eprintln!(
         "fibre daemon: synced in {:.3} s (the kernel's dump {:.3} s): {} links, {} IPv4 and {} IPv6 routes; control socket {}",
         started.elapsed().as_secs_f64(),
@@ -136,6 +144,17 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         mirror.state().routes(Family::V6, None).count(),
         a.socket.display()
     );
+    let mut forwarding = if a.forward.is_empty() {
+        None
+    } else {
+        let f = Forwarding::start(&mirror, reader, &a.forward, a.workers)?;
+        eprintln!(
+            "fibre daemon: forwarding between {} with {} worker(s) (AF_PACKET)",
+            a.forward.join(", "),
+            a.workers
+        );
+        Some(f)
+    };
     {
         let tx = tx.clone();
         std::thread::spawn(move || loop {
@@ -194,7 +213,10 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                         other => waiting.push_back(other),
                     }
                 }
-                mirror.apply(batch, bad, at)
+                mirror.apply(batch, bad, at);
+                if let Some(f) = &mut forwarding {
+                    f.publish_neighbours(&mirror, false);
+                }
             }
             Ok(Event::Netlink(Batch::Overflow, _)) => {
                 mirror.overflowed();
@@ -202,6 +224,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 if let Err(e) = mirror.resync() {
                     eprintln!("fibre daemon: the dump failed: {e}");
                     break ExitCode::FAILURE;
+                }
+                if let Some(f) = &mut forwarding {
+                    f.publish_neighbours(&mirror, true);
                 }
             }
             Ok(Event::Failed(e)) => {
@@ -212,13 +237,17 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 // A command only reads the mirror: should one fail in a way not foreseen,
                 // its client gets an error and the daemon goes on.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    answer(&mirror, &words)
+                    answer(&mirror, forwarding.as_ref(), &words)
                 }))
                 .unwrap_or_else(|_| Reply::error("Error: the command failed".into()));
                 let _ = reply.send(r);
             }
             Ok(Event::Metrics(reply)) => {
-                let _ = reply.send(exposition(&mirror));
+                let mut text = exposition(&mirror);
+                if let Some(f) = &forwarding {
+                    f.metrics(&mut text);
+                }
+                let _ = reply.send(text);
             }
             Ok(Event::Stop(sig)) => {
                 eprintln!("fibre daemon: signal {sig}: exiting");
@@ -228,6 +257,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     };
     let _ = std::fs::remove_file(&a.socket);
+    if let Some(f) = forwarding {
+        f.stop();
+    }
     Ok(code)
 }
 
@@ -280,14 +312,14 @@ fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
 }
 
 /// The reply to a command, run on the mirror as it stands.
-fn answer(mirror: &Mirror, words: &[String]) -> Reply {
+fn answer(mirror: &Mirror, forwarding: Option<&Forwarding>, words: &[String]) -> Reply {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let done = {
         let mut o = Out {
             out: &mut out,
             err: &mut err,
         };
-        command(mirror, words, &mut o)
+        command(mirror, forwarding, words, &mut o)
     };
     let code = match done {
         Ok(code) => code,
@@ -304,7 +336,12 @@ fn answer(mirror: &Mirror, words: &[String]) -> Reply {
 }
 
 /// Runs a control command's words on the mirror.
-fn command(mirror: &Mirror, words: &[String], o: &mut Out) -> Done {
+fn command(
+    mirror: &Mirror,
+    forwarding: Option<&Forwarding>,
+    words: &[String],
+    o: &mut Out,
+) -> Done {
     let json = words.iter().any(|w| w == "--json" || w == "-j");
     let v4 = words.iter().any(|w| w == "-4");
     let v6 = words.iter().any(|w| w == "-6");
@@ -328,7 +365,9 @@ fn command(mirror: &Mirror, words: &[String], o: &mut Out) -> Done {
         ["neigh", "show"] if rest.is_empty() || rest == ["nud", "all"] => {
             neigh_show(mirror, &route::families(v4, v6), !rest.is_empty(), json, o)
         }
-        ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => stats(mirror, json, o),
+        ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => {
+            stats(mirror, forwarding, json, o)
+        }
         _ => {
             writeln!(
                 o.err,
@@ -383,7 +422,7 @@ fn neigh_show(mirror: &Mirror, fams: &[Family], all: bool, json: bool, o: &mut O
 
 /// `stats`: whether the mirror is synced, its routes per table and family, what it has
 /// applied, resynchronised and dropped, its lag, its memory.
-fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
+fn stats(mirror: &Mirror, forwarding: Option<&Forwarding>, json: bool, o: &mut Out) -> Done {
     let s = mirror.stats();
     let state = mirror.state();
     let mut tables = Vec::new();
@@ -403,7 +442,7 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         .iter()
         .map(|(_, _, b)| b)
         .sum();
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "synced": s.synced,
         "tables": tables,
         "updates": s.updates,
@@ -424,11 +463,24 @@ fn stats(mirror: &Mirror, json: bool, o: &mut Out) -> Done {
         "lookup_memory_bytes": memory,
         "resident_bytes": resident_bytes(),
     });
+    if let Some(f) = forwarding {
+        v["forwarding"] = f.stats();
+    }
     if json {
         writeln!(o.out, "{v}")?;
     } else if let serde_json::Value::Object(m) = v {
-        for (k, v) in m {
-            writeln!(o.out, "{k}: {v}")?;
+        for (k, v) in &m {
+            if k != "forwarding" {
+                writeln!(o.out, "{k}: {v}")?;
+            }
+        }
+        if let (Some(f), Some(serde_json::Value::Object(fwd))) = (forwarding, m.get("forwarding")) {
+            for (k, v) in fwd {
+                if k != "stages" {
+                    writeln!(o.out, "forwarding {k}: {v}")?;
+                }
+            }
+            write!(o.out, "{}", f.runtime_table())?;
         }
     }
     Ok(0)

@@ -6,6 +6,7 @@
 mod bench;
 mod daemon;
 mod forward;
+mod forwarding;
 mod lookup;
 mod route;
 
@@ -42,8 +43,9 @@ enum Command {
     Link(route::ListArgs),
     /// Addresses of a configuration, as `ip addr show` lists them.
     Addr(route::ListArgs),
-    /// Mirror the kernel's routing state over rtnetlink (links, addresses, routes, rules),
-    /// in the foreground, answering `fibre ctl` on a control socket.
+    /// Mirror the kernel's routing state over rtnetlink (links, addresses, routes, rules,
+    /// neighbours), in the foreground, answering `fibre ctl` on a control socket; with
+    /// `--forward`, forward packets between links with it.
     Daemon(daemon::DaemonArgs),
     /// Forward one link's capture offline (pcap or pcapng in, pcapng out, a block per
     /// output link) through the packet path, printing each stage's cost and each fate.

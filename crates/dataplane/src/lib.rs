@@ -22,6 +22,9 @@
 //!   runs offline.
 //! - [`packet`]: frames in and out of a Linux link through an `AF_PACKET` socket, a
 //!   vector per system call.
+//! - [`worker`]: forwarding threads, pinned, reading the forwarded links through
+//!   `AF_PACKET` sockets in a fanout group, with the FIB's and the neighbour table's
+//!   current versions taken once per vector.
 //! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
 //!   forward`.
 //!
@@ -41,3 +44,4 @@ pub mod pipeline;
 pub mod pool;
 pub mod rewrite;
 pub mod runtime;
+pub mod worker;

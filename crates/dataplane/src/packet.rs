@@ -24,6 +24,7 @@ const ALL: u16 = (libc::ETH_P_ALL as u16).to_be();
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
+    truncated: std::cell::Cell<u64>,
 }
 
 /// Room for the system calls of one vector: made once per worker, reused.
@@ -51,13 +52,45 @@ impl Batch {
 impl PacketSocket {
     /// A socket on the link of index `ifindex`, not blocking.
     pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
+        PacketSocket::open_as(ifindex, ALL)
+    }
+
+    /// A socket that only sends on the link of index `ifindex`: bound to no protocol, it
+    /// is given no frame to read.
+    pub fn open_for_sending(ifindex: u32) -> io::Result<PacketSocket> {
+        PacketSocket::open_as(ifindex, 0)
+    }
+
+    /// Joins the socket to fanout group `group` of its network namespace, hashed by flow:
+    /// the link's frames are spread over the group's sockets, a flow's to one.
+    pub fn join_fanout(&self, group: u16) -> io::Result<()> {
+        let arg: libc::c_int =
+            group as libc::c_int | (libc::PACKET_FANOUT_HASH as libc::c_int) << 16;
+        // SAFETY: the option's value is a live c_int of the size given.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_FANOUT,
+                (&arg as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// A socket on link `ifindex` for `protocol` (network order; 0: none).
+    fn open_as(ifindex: u32, protocol: u16) -> io::Result<PacketSocket> {
         // SAFETY: socket takes no pointers; the descriptor it returns is checked and
         // then owned by `fd` alone.
         let fd = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                ALL as i32,
+                protocol as i32,
             )
         };
         if fd < 0 {
@@ -101,7 +134,7 @@ impl PacketSocket {
         // SAFETY: sockaddr_ll is plain data, valid all zero.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = ALL;
+        addr.sll_protocol = protocol;
         addr.sll_ifindex = ifindex as i32;
         // SAFETY: the address is a live sockaddr_ll of the size given.
         let r = unsafe {
@@ -114,7 +147,11 @@ impl PacketSocket {
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(PacketSocket { fd, ifindex })
+        Ok(PacketSocket {
+            fd,
+            ifindex,
+            truncated: Default::default(),
+        })
     }
 
     /// A socket on the link named `name` in this thread's network namespace.
@@ -133,6 +170,13 @@ impl PacketSocket {
         self.ifindex
     }
 
+    /// Frames received longer than a buffer, dropped (taken: the count starts again).
+    /// Frames merged by the link's receive offload (GRO, LRO) are such: forwarded links
+    /// want it off.
+    pub fn take_truncated(&self) -> u64 {
+        self.truncated.take()
+    }
+
     /// Waits up to `timeout` for a frame to read; whether there is one.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let ready = wait_any(&[self.fd.as_raw_fd()], timeout)?;
@@ -141,7 +185,8 @@ impl PacketSocket {
 
     /// Receives up to `max` frames (at most 256) into buffers taken from `pool`, appended
     /// to `ids`; returns how many came (0: none waiting). Frames longer than a buffer
-    /// are cut to it.
+    /// are dropped and counted ([`PacketSocket::take_truncated`]): cut, they would be
+    /// sent on wrong.
     pub fn receive(
         &self,
         pool: &mut Pool,
@@ -191,12 +236,22 @@ impl PacketSocket {
         } else {
             got as usize
         };
-        for (k, h) in batch.headers[..got].iter().enumerate() {
-            pool.resize(ids[start + k], h.msg_len as usize);
+        let mut kept = start;
+        for k in 0..got {
+            let h = &batch.headers[k];
+            let id = ids[start + k];
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.truncated.set(self.truncated.get() + 1);
+                pool.free(&[id]);
+                continue;
+            }
+            pool.resize(id, h.msg_len as usize);
+            ids[kept] = id;
+            kept += 1;
         }
         pool.free(&ids[start + got..]);
-        ids.truncate(start + got);
-        Ok(got)
+        ids.truncate(kept);
+        Ok(kept - start)
     }
 
     /// Sends the frames of buffers `ids` of `pool` out of the link; returns how many

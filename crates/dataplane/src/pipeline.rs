@@ -141,6 +141,9 @@ pub struct Pipeline {
     pub unanswered: Unanswered,
     /// The limits on errors.
     pub limit: RateLimit,
+    /// The next hops of the last vector that had no MAC address (a link, an address),
+    /// for the kernel to be asked to resolve.
+    pub unresolved: Vec<(LinkIndex, IpAddr)>,
     /// When each packet of the vector about to run was received, in nanoseconds, for the
     /// limits on errors to read (a run offline gives its capture's times); empty: the
     /// time the errors are made, on a monotonic clock.
@@ -262,6 +265,7 @@ impl Pipeline {
         let t = Instant::now();
         let mut next = std::mem::take(&mut self.next);
         next.clear();
+        self.unresolved.clear();
         for (i, fate) in fates.iter_mut().enumerate() {
             let Some(hop) = self.hops[i] else { continue };
             let (dst, hops_left, len, df) = match self.inputs[i] {
@@ -289,12 +293,19 @@ impl Pipeline {
                 self.errors.push((i, icmp::Error::TooBig, mtu));
                 Fate::Drop(Dropped::TooBig)
             } else {
-                match neighbours.mac(hop.dev, hop.gateway.unwrap_or(dst)) {
+                let via = hop.gateway.unwrap_or(dst);
+                match neighbours.mac(hop.dev, via) {
                     Some(m) => {
                         next.push((i, m));
                         Fate::Out(hop.dev)
                     }
-                    None => Fate::Kernel(Handed::Unresolved),
+                    None => {
+                        if !self.unresolved.contains(&(hop.dev, via)) && self.unresolved.len() < 64
+                        {
+                            self.unresolved.push((hop.dev, via));
+                        }
+                        Fate::Kernel(Handed::Unresolved)
+                    }
                 }
             };
         }

@@ -4,7 +4,8 @@
 
 use crate::nexthop::{self, NexthopMessage};
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
@@ -262,6 +263,67 @@ pub fn dump() -> io::Result<Dump> {
         }
     }
     Ok(out)
+}
+
+/// Asks the kernel to resolve neighbours: what a packet path does for a next hop it has
+/// no MAC address for, when the kernel's own forwarding (which would ask) is off. Each
+/// request is `ip neigh replace ADDR dev DEV use` (`NTF_USE`): the kernel starts
+/// resolving (ARP, neighbour solicitation) and announces the entry when it has it, which
+/// the mirror then holds.
+pub struct Resolver {
+    socket: Socket,
+    seq: u32,
+}
+
+impl Resolver {
+    /// A netlink socket for the requests, in this thread's network namespace.
+    pub fn new() -> io::Result<Resolver> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind_auto()?;
+        socket.connect(&SocketAddr::new(0, 0))?;
+        socket.set_non_blocking(true)?;
+        Ok(Resolver { socket, seq: 0 })
+    }
+
+    /// Asks for `addr` on link `ifindex`. The kernel's answer (an error for a link gone)
+    /// is not awaited: the entry's announcement is the answer that matters.
+    pub fn resolve(&mut self, ifindex: u32, addr: std::net::IpAddr) -> io::Result<()> {
+        use netlink_packet_route::neighbour::{
+            NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourState,
+        };
+        use netlink_packet_route::AddressFamily;
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = if addr.is_ipv4() {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        msg.header.ifindex = ifindex;
+        msg.header.state = NeighbourState::Permanent;
+        msg.header.flags = NeighbourFlags::Use;
+        msg.attributes
+            .push(NeighbourAttribute::Destination(match addr {
+                std::net::IpAddr::V4(a) => NeighbourAddress::Inet(a),
+                std::net::IpAddr::V6(a) => NeighbourAddress::Inet6(a),
+            }));
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE;
+        self.seq = self.seq.wrapping_add(1);
+        header.sequence_number = self.seq;
+        let mut packet = NetlinkMessage::new(
+            header,
+            NetlinkPayload::from(RouteNetlinkMessage::NewNeighbour(msg)),
+        );
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        self.socket.send(&bytes, 0)?;
+        // What the kernel said of earlier requests is not needed: read it away, so
+        // that its queue never fills.
+        let mut buf = [0u8; 4096];
+        while matches!(self.socket.recv(&mut &mut buf[..], 0), Ok(n) if n > 0) {}
+        Ok(())
+    }
 }
 
 /// A dump request of `msg`, sequence number `seq`, serialized.

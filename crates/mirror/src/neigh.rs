@@ -77,22 +77,38 @@ pub struct Neighbour {
 #[derive(Clone, Debug, Default)]
 pub struct Neighbours {
     entries: BTreeMap<(LinkIndex, IpAddr), Neighbour>,
+    version: u64,
 }
 
 impl Neighbours {
     /// An entry as the kernel reports it, new or changed.
     pub fn put(&mut self, n: Neighbour) {
-        self.entries.insert((n.link, n.dst), n);
+        if self.entries.get(&(n.link, n.dst)) != Some(&n) {
+            self.version += 1;
+            self.entries.insert((n.link, n.dst), n);
+        }
     }
 
     /// An entry the kernel removed.
     pub fn remove(&mut self, link: LinkIndex, dst: IpAddr) {
-        self.entries.remove(&(link, dst));
+        if self.entries.remove(&(link, dst)).is_some() {
+            self.version += 1;
+        }
     }
 
     /// The entries of a link that went away.
     pub fn remove_link(&mut self, link: LinkIndex) {
+        let before = self.entries.len();
         self.entries.retain(|&(l, _), _| l != link);
+        if self.entries.len() != before {
+            self.version += 1;
+        }
+    }
+
+    /// A number that changes whenever an entry does (a dump's table starts again at
+    /// its own count, so that readers compare it with the last they saw, not order it).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The entry of `dst` on `link`.

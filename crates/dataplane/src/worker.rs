@@ -1,0 +1,415 @@
+//! Forwarding workers: threads, each pinned to a core, that take vectors of frames from
+//! the forwarded links, run them through the pipeline with the FIB's current snapshot and
+//! the current neighbour table, and send what the pipeline sends.
+//!
+//! Every worker reads every forwarded link: each link's sockets are joined in one
+//! `PACKET_FANOUT` group hashed by flow, so that the kernel spreads the link's flows over
+//! the workers and a flow's packets stay in order on one. The FIB snapshot and the
+//! neighbour table are taken once per vector, without a lock. A next hop with no MAC
+//! address is asked of the kernel (`NTF_USE`, at most once a second each), which
+//! resolves it and announces it, and the mirror publishes it; meanwhile its packets wait,
+//! as the kernel queues packets for a neighbour it resolves (up to 64 a next hop, 256 a
+//! worker, 3 seconds), and go through the pipeline again when the table changes. (The
+//! kernel sees every frame a link receives too, and drops those it does not forward.)
+//! What each worker counted is added to the shared counters every tenth of a
+//! second, so that no packet takes a lock.
+
+use crate::packet::{wait_any, Batch, PacketSocket};
+use crate::pipeline::{Arrival, Fate, Handed, Neighbours, Pipeline, Unanswered};
+use crate::pool::{BufferId, Pool};
+use crate::runtime::StageCounters;
+use arc_swap::ArcSwap;
+use fibre_fib::{FibReader, LinkIndex};
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// MAC addresses of usable neighbour entries, by link and address.
+pub type NeighbourMacs = HashMap<(LinkIndex, IpAddr), [u8; 6]>;
+
+/// The neighbour table the workers read, published whole by its one writer.
+#[derive(Default)]
+pub struct SharedNeighbours {
+    table: ArcSwap<NeighbourMacs>,
+}
+
+impl SharedNeighbours {
+    /// Publishes `table` for the workers' next vectors.
+    pub fn publish(&self, table: NeighbourMacs) {
+        self.table.store(Arc::new(table));
+    }
+
+    /// The current table.
+    pub fn load(&self) -> Arc<NeighbourMacs> {
+        self.table.load_full()
+    }
+}
+
+impl Neighbours for NeighbourMacs {
+    fn mac(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]> {
+        self.get(&(link, addr)).copied()
+    }
+}
+
+/// What the workers counted, together.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// The stages' costs, in [`Pipeline::stages`] order.
+    pub stages: Vec<(&'static str, StageCounters)>,
+    /// Packets by fate.
+    pub fates: HashMap<Fate, u64>,
+    /// Errors not sent, by reason.
+    pub unanswered: Unanswered,
+    /// Frames received.
+    pub received: u64,
+    /// Frames sent.
+    pub sent: u64,
+    /// Frames the output link had no room for (or could not be opened for), dropped.
+    pub send_failed: u64,
+    /// Neighbours asked of the kernel.
+    pub resolve_requests: u64,
+    /// Packets that waited for a neighbour in vain (or found no room to wait), dropped.
+    pub unresolved_dropped: u64,
+    /// Frames received longer than a buffer (merged by receive offload), dropped.
+    pub truncated: u64,
+}
+
+impl Counters {
+    fn add(&mut self, p: &mut Pipeline, io: &mut Io) {
+        let stages = p.stages();
+        if self.stages.is_empty() {
+            self.stages = stages
+                .iter()
+                .map(|(n, _)| (*n, StageCounters::default()))
+                .collect();
+        }
+        for ((_, total), (_, c)) in self.stages.iter_mut().zip(stages) {
+            total.calls += c.calls;
+            total.packets += c.packets;
+            total.time += c.time;
+        }
+        for (f, n) in p.fates.drain() {
+            *self.fates.entry(f).or_default() += n;
+        }
+        let u = std::mem::take(&mut p.unanswered);
+        self.unanswered.not_answered += u.not_answered;
+        self.unanswered.rate_limited += u.rate_limited;
+        self.unanswered.no_route_back += u.no_route_back;
+        self.unanswered.unresolved += u.unresolved;
+        for s in [
+            &mut p.input,
+            &mut p.route,
+            &mut p.neighbour,
+            &mut p.rewrite,
+            &mut p.icmp,
+        ] {
+            *s = StageCounters::default();
+        }
+        self.received += std::mem::take(&mut io.received);
+        self.sent += std::mem::take(&mut io.sent);
+        self.send_failed += std::mem::take(&mut io.send_failed);
+        self.resolve_requests += std::mem::take(&mut io.resolve_requests);
+        self.unresolved_dropped += std::mem::take(&mut io.unresolved_dropped);
+        self.truncated += std::mem::take(&mut io.truncated);
+    }
+}
+
+/// A worker's I/O counts since it last added them.
+#[derive(Default)]
+struct Io {
+    received: u64,
+    sent: u64,
+    send_failed: u64,
+    resolve_requests: u64,
+    unresolved_dropped: u64,
+    truncated: u64,
+}
+
+/// Packets waiting for their next hop's MAC address: each its buffer, the link it came
+/// in on, when it started waiting.
+#[derive(Default)]
+struct Waiting {
+    packets: Vec<(BufferId, Arrival, Instant)>,
+    /// The neighbour table they last went through the pipeline with.
+    seen: Option<Arc<NeighbourMacs>>,
+}
+
+/// Packets a worker holds waiting at most.
+const WAITING_MAX: usize = 256;
+/// How long a packet waits for its neighbour.
+const WAIT_FOR: Duration = Duration::from_secs(3);
+
+/// What the workers share: the routes, the neighbours, the counters, the stop flag.
+pub struct Shared {
+    /// The FIB's snapshots.
+    pub fib: FibReader,
+    /// The neighbour table.
+    pub neighbours: SharedNeighbours,
+    /// The counters, added to by every worker.
+    pub counters: Mutex<Counters>,
+    /// Set to stop the workers.
+    pub stop: AtomicBool,
+}
+
+/// Asks the kernel to resolve a neighbour (the daemon's netlink socket does it).
+pub type Resolve = Box<dyn FnMut(u32, IpAddr) -> io::Result<()> + Send>;
+
+/// Starts `workers` workers on links `links` (interface indexes), the n-th pinned to the
+/// n-th core if the system has it; `resolver` makes each worker's way to ask the kernel
+/// for neighbours. Sockets are opened before this returns, so that a link that cannot be
+/// opened is an error here; the workers run until `shared.stop` is set.
+pub fn start(
+    shared: Arc<Shared>,
+    links: &[u32],
+    workers: usize,
+    mut resolver: impl FnMut() -> io::Result<Resolve>,
+) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    // Room in a buffer for the largest frame a forwarded link takes.
+    let snap = shared.fib.snapshot();
+    let mtu = links
+        .iter()
+        .filter_map(|&l| snap.link(l).map(|l| l.mtu as usize))
+        .max()
+        .unwrap_or(1500);
+    drop(snap);
+    let buffer = (mtu + 18).max(2048);
+    let mut handles = Vec::new();
+    let mut all = Vec::new();
+    for _ in 0..workers.max(1) {
+        let mut ports = Vec::new();
+        for &ifindex in links {
+            let rx = PacketSocket::open(ifindex)?;
+            if workers > 1 {
+                rx.join_fanout(ifindex as u16)?;
+            }
+            ports.push(rx);
+        }
+        all.push((ports, resolver()?));
+    }
+    for (n, (ports, resolve)) in all.into_iter().enumerate() {
+        let shared = shared.clone();
+        let core = cores.get(n % cores.len().max(1)).copied();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("fibre-worker-{n}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        core_affinity::set_for_current(core);
+                    }
+                    run(&shared, ports, resolve, buffer);
+                })?,
+        );
+    }
+    Ok(handles)
+}
+
+/// What one vector's run works with.
+struct Vector<'a> {
+    pool: &'a mut Pool,
+    pipeline: &'a mut Pipeline,
+    batch: &'a mut Batch,
+    io: &'a mut Io,
+    fates: &'a mut Vec<Fate>,
+    out: &'a mut HashMap<LinkIndex, Vec<BufferId>>,
+    senders: &'a mut HashMap<LinkIndex, Option<PacketSocket>>,
+}
+
+impl Vector<'_> {
+    /// Runs the pipeline over `ids` (arrived on `arrival`), sends what it sends, keeps
+    /// waiting what waits for a neighbour (since `since`), frees the rest.
+    fn run(
+        &mut self,
+        snap: &fibre_fib::Snapshot,
+        neighbours: &Arc<NeighbourMacs>,
+        arrival: Arrival,
+        ids: &[BufferId],
+        since: Instant,
+        waiting: &mut Waiting,
+    ) {
+        self.fates.clear();
+        self.pipeline
+            .run(snap, &**neighbours, arrival, self.pool, ids, self.fates);
+        let mut free = Vec::with_capacity(0);
+        for (&id, fate) in ids.iter().zip(self.fates.iter()) {
+            match fate.output() {
+                Some(link) => self.out.entry(link).or_default().push(id),
+                None if *fate == Fate::Kernel(Handed::Unresolved)
+                    && waiting.packets.len() < WAITING_MAX =>
+                {
+                    waiting.packets.push((id, arrival, since));
+                    waiting.seen = Some(neighbours.clone());
+                }
+                None => {
+                    if *fate == Fate::Kernel(Handed::Unresolved) {
+                        self.io.unresolved_dropped += 1;
+                    }
+                    free.push(id);
+                }
+            }
+        }
+        for (&link, frames) in self.out.iter_mut() {
+            if frames.is_empty() {
+                continue;
+            }
+            let sender = self
+                .senders
+                .entry(link)
+                .or_insert_with(|| PacketSocket::open_for_sending(link).ok());
+            let went = match sender {
+                Some(s) => s.send(self.pool, frames, self.batch).unwrap_or(0),
+                None => 0,
+            };
+            self.io.sent += went as u64;
+            self.io.send_failed += (frames.len() - went) as u64;
+            self.pool.free(frames);
+            frames.clear();
+        }
+        self.pool.free(&free);
+    }
+}
+
+/// Asks the kernel for the next hops of `unresolved`, each at most once a second.
+fn ask(
+    unresolved: &[(LinkIndex, IpAddr)],
+    asked: &mut HashMap<(LinkIndex, IpAddr), Instant>,
+    resolve: &mut Resolve,
+    io: &mut Io,
+) {
+    let now = Instant::now();
+    for &(link, addr) in unresolved {
+        let last = asked
+            .entry((link, addr))
+            .or_insert(now - Duration::from_secs(2));
+        if now.duration_since(*last) >= Duration::from_secs(1) {
+            *last = now;
+            io.resolve_requests += 1;
+            let _ = resolve(link, addr);
+        }
+    }
+}
+
+/// A worker's loop.
+fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: usize) {
+    let mut pool = Pool::new(1024, buffer);
+    let mut pipeline = Pipeline::new();
+    let mut batch = Batch::new();
+    let mut io = Io::default();
+    let mut ids: Vec<BufferId> = Vec::with_capacity(256);
+    let mut fates: Vec<Fate> = Vec::with_capacity(256);
+    let mut out: HashMap<LinkIndex, Vec<BufferId>> = HashMap::new();
+    let mut senders: HashMap<LinkIndex, Option<PacketSocket>> = HashMap::new();
+    let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
+    let fds: Vec<i32> = ports.iter().map(|p| p.as_raw_fd()).collect();
+    let mut waiting = Waiting::default();
+    let mut again: Vec<(BufferId, Arrival, Instant)> = Vec::new();
+    let mut added = Instant::now();
+    while !shared.stop.load(Ordering::Relaxed) {
+        let ready = wait_any(&fds, Duration::from_millis(10)).unwrap_or_default();
+        for k in ready {
+            let port = &ports[k];
+            // A few vectors from one link, then the next: no link starves the others.
+            for _ in 0..4 {
+                ids.clear();
+                let n = port
+                    .receive(&mut pool, 256, &mut batch, &mut ids)
+                    .unwrap_or(0);
+                io.truncated += port.take_truncated();
+                if n == 0 {
+                    break;
+                }
+                io.received += n as u64;
+                let snap = shared.fib.snapshot();
+                let link = port.ifindex();
+                let Some(mac) = snap.link(link).map(|l| l.mac) else {
+                    pool.free(&ids);
+                    continue;
+                };
+                let arrival = Arrival { link, mac };
+                let mut vector = Vector {
+                    pool: &mut pool,
+                    pipeline: &mut pipeline,
+                    batch: &mut batch,
+                    io: &mut io,
+                    fates: &mut fates,
+                    out: &mut out,
+                    senders: &mut senders,
+                };
+                vector.run(
+                    &snap,
+                    &shared.neighbours.load(),
+                    arrival,
+                    &ids,
+                    Instant::now(),
+                    &mut waiting,
+                );
+                drop(snap);
+                ask(&pipeline.unresolved, &mut asked, &mut resolve, &mut io);
+                if n < 256 {
+                    break;
+                }
+            }
+        }
+        // Packets waiting for a neighbour: again through the pipeline once the table
+        // changed; dropped once they waited long enough.
+        if !waiting.packets.is_empty() {
+            let neighbours = shared.neighbours.load();
+            let changed = !waiting
+                .seen
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, &neighbours));
+            let now = Instant::now();
+            let (stale, kept): (Vec<_>, Vec<_>) = waiting
+                .packets
+                .drain(..)
+                .partition(|(_, _, since)| now.duration_since(*since) >= WAIT_FOR);
+            for (id, _, _) in stale {
+                pool.free(&[id]);
+                io.unresolved_dropped += 1;
+            }
+            if changed {
+                again.clear();
+                again.extend(kept);
+                let snap = shared.fib.snapshot();
+                while let Some(&(_, arrival, _)) = again.first() {
+                    let group: Vec<_> = again.iter().filter(|w| w.1 == arrival).copied().collect();
+                    again.retain(|w| w.1 != arrival);
+                    for chunk in group.chunks(256) {
+                        ids.clear();
+                        ids.extend(chunk.iter().map(|w| w.0));
+                        let since = chunk.iter().map(|w| w.2).min().unwrap_or(now);
+                        let mut vector = Vector {
+                            pool: &mut pool,
+                            pipeline: &mut pipeline,
+                            batch: &mut batch,
+                            io: &mut io,
+                            fates: &mut fates,
+                            out: &mut out,
+                            senders: &mut senders,
+                        };
+                        vector.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
+                    }
+                }
+                waiting.seen = Some(neighbours);
+            } else {
+                waiting.packets.extend(kept);
+            }
+        }
+        if added.elapsed() >= Duration::from_millis(100) {
+            added = Instant::now();
+            if asked.len() > 4096 {
+                asked.retain(|_, t| t.elapsed() < Duration::from_secs(1));
+            }
+            if let Ok(mut c) = shared.counters.lock() {
+                c.add(&mut pipeline, &mut io);
+            }
+        }
+    }
+    if let Ok(mut c) = shared.counters.lock() {
+        c.add(&mut pipeline, &mut io);
+    }
+}
