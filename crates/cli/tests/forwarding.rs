@@ -1,0 +1,389 @@
+//! `fibre daemon --forward` end to end, as root: host A, veth, a router namespace whose
+//! kernel does not forward (`ip_forward=0`, IPv6 `forwarding=0`) and whose daemon does,
+//! veth, host B. Real pings, a real TCP transfer, real ICMP errors, routes changed with
+//! `ip route` while traffic flows, malformed frames thrown at the router.
+
+use fibre_dataplane::packet::PacketSocket;
+use fibre_kernel::netns::Namespace;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `fibre daemon --forward`; stopped when dropped.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(router: &Namespace) -> Daemon {
+        let socket = std::env::temp_dir().join(format!("fibre-{}.sock", router.name()));
+        let child = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["daemon", "--netns", router.name(), "--socket"])
+            .arg(&socket)
+            .args(["--forward", "r0,r1", "--workers", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fibre daemon starts");
+        let d = Daemon { child, socket };
+        wait_for("the workers", || {
+            d.socket.exists() && d.stats().get("forwarding").is_some()
+        });
+        d
+    }
+
+    fn stats(&self) -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(["stats", "--json"])
+            .output()
+            .expect("fibre ctl runs");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    fn fate(&self, name: &str) -> u64 {
+        self.stats()["forwarding"]["fates"][name]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Waits until `done` holds; the bound only guards against a hang.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "waited in vain for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs a command inside a namespace.
+fn exec(ns: &Namespace, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .args(args)
+        .output()
+        .expect("ip netns exec")
+}
+
+fn ping(ns: &Namespace, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["ping", "-n", "-c", "2", "-i", "0.2", "-W", "2"];
+    all.extend(args);
+    let out = exec(ns, &all);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success(), text)
+}
+
+/// Host A (`h0`, 10.0.0.2, fd00::2) — `r0` router `r1` — host B (`h1`, 10.0.1.2, fd01::2,
+/// and 10.9.9.9 on its loopback); `r1` and `h1` with an MTU of 1400. The hosts' links
+/// compute their checksums and cut their segments themselves: what crosses a veth pair
+/// otherwise leaves that to a device that is not there, and a packet socket would read
+/// it unfinished.
+fn topology() -> (Namespace, Namespace, Namespace) {
+    let a = Namespace::create("fwd-a").unwrap();
+    let r = Namespace::create("fwd-r").unwrap();
+    let b = Namespace::create("fwd-b").unwrap();
+    for ns in [&a, &r, &b] {
+        for (k, v) in [
+            ("net.ipv6.conf.all.accept_dad", "0"),
+            ("net.ipv6.conf.default.accept_dad", "0"),
+        ] {
+            ns.sysctl(k, v).unwrap();
+        }
+    }
+    for (k, v) in [
+        ("net.ipv4.ip_forward", "0"),
+        ("net.ipv6.conf.all.forwarding", "0"),
+    ] {
+        r.sysctl(k, v).unwrap();
+    }
+    a.ip(&[
+        "link",
+        "add",
+        "h0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "r0",
+        "netns",
+        r.name(),
+    ])
+    .unwrap();
+    b.ip(&[
+        "link",
+        "add",
+        "h1",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "r1",
+        "netns",
+        r.name(),
+    ])
+    .unwrap();
+    a.batch(
+        "link set lo up\naddr add 10.0.0.2/24 dev h0\naddr add fd00::2/64 dev h0\nlink set h0 up\n\
+         route add default via 10.0.0.1\nroute add default via fd00::1\n",
+    )
+    .unwrap();
+    b.batch(
+        "link set lo up\nlink set h1 mtu 1400\naddr add 10.0.1.2/24 dev h1\naddr add fd01::2/64 dev h1\n\
+         addr add 10.9.9.9/32 dev lo\nlink set h1 up\nroute add default via 10.0.1.1\nroute add default via fd01::1\n",
+    )
+    .unwrap();
+    r.batch(
+        "link set lo up\nlink set r1 mtu 1400\naddr add 10.0.0.1/24 dev r0\naddr add fd00::1/64 dev r0\n\
+         addr add 10.0.1.1/24 dev r1\naddr add fd01::1/64 dev r1\nlink set r0 up\nlink set r1 up\n\
+         route add 10.9.9.0/24 via 10.0.1.2\nroute add unreachable 10.66.0.0/16\nroute add unreachable 2001:db8:66::/48\n",
+    )
+    .unwrap();
+    for (ns, dev) in [(&a, "h0"), (&b, "h1")] {
+        let out = exec(
+            ns,
+            &[
+                "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "ethtool: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (a, r, b)
+}
+
+/// The router's kernel forwards nothing; fibre forwards pings both ways in both
+/// families, a 100 MB TCP transfer intact, follows a route changed under it, answers TTL
+/// 1, an unreachable route and a packet over the MTU with the errors the kernel would
+/// send, and drops and counts malformed frames without a worker failing.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, ping, ethtool"]
+fn the_daemon_forwards_between_hosts_with_the_kernels_forwarding_off() {
+    let (a, r, b) = topology();
+    // Without fibre, nothing crosses: the kernel's forwarding is off.
+    let (ok, text) = ping(&a, &["-c", "1", "10.0.1.2"]);
+    assert!(!ok, "forwarded without fibre: {text}");
+
+    let daemon = Daemon::start(&r);
+    for (from, to) in [
+        (&a, "10.0.1.2"),
+        (&a, "fd01::2"),
+        (&b, "10.0.0.2"),
+        (&b, "fd00::2"),
+        (&a, "10.9.9.9"),
+    ] {
+        let (ok, text) = ping(from, &[to]);
+        assert!(ok, "ping {to}: {text}");
+        assert!(text.contains("ttl=63"), "one hop on: {text}");
+    }
+
+    // TTL 1, hop limit 1: time exceeded, from the router's address on the way back.
+    let (_, text) = ping(&a, &["-t", "1", "10.0.1.2"]);
+    assert!(
+        text.contains("From 10.0.0.1") && text.contains("Time to live exceeded"),
+        "{text}"
+    );
+    let (_, text) = ping(&a, &["-t", "1", "fd01::2"]);
+    assert!(
+        text.contains("From fd00::1") && text.contains("Time exceeded"),
+        "{text}"
+    );
+    // An unreachable route.
+    let (_, text) = ping(&a, &["10.66.0.1"]);
+    assert!(text.contains("Destination Host Unreachable"), "{text}");
+    let (_, text) = ping(&a, &["2001:db8:66::1"]);
+    assert!(text.contains("Destination unreachable"), "{text}");
+    // Over r1's MTU: fragmentation needed with DF, packet too big.
+    let (_, text) = ping(&a, &["-M", "do", "-s", "1400", "10.0.1.2"]);
+    assert!(
+        text.contains("Frag needed") && text.contains("mtu = 1400"),
+        "{text}"
+    );
+    let (_, text) = ping(&a, &["-s", "1400", "fd01::2"]);
+    assert!(
+        text.contains("Packet too big") && text.contains("mtu=1400"),
+        "{text}"
+    );
+
+    // A route changed under traffic steers the next packets.
+    r.ip(&["route", "replace", "unreachable", "10.9.9.0/24"])
+        .unwrap();
+    wait_for("the change", || {
+        ping(&a, &["-c", "1", "10.9.9.9"]).1.contains("Unreachable")
+    });
+    r.ip(&["route", "replace", "10.9.9.0/24", "via", "10.0.1.2"])
+        .unwrap();
+    wait_for("the change back", || ping(&a, &["-c", "1", "10.9.9.9"]).0);
+
+    // 100 MB over TCP, A to B, checked on arrival.
+    let sum = transfer(&a, &b, 100 << 20);
+    assert_eq!(sum.0, 100 << 20, "every byte arrived");
+    assert_eq!(sum.1, sum.2, "what arrived is what was sent");
+    let sent = daemon.fate("sent");
+    assert!(
+        sent > 50_000,
+        "the transfer went through fibre: {sent} packets sent"
+    );
+
+    // Malformed frames at the router: dropped and counted, the workers go on.
+    let router_mac = mac_of(&r, "r0");
+    malformed(&a, router_mac);
+    wait_for("the malformed frames counted", || {
+        [
+            "drop:short-header",
+            "drop:bad-version",
+            "drop:bad-checksum",
+            "drop:bad-length",
+        ]
+        .iter()
+        .all(|f| daemon.fate(f) >= 1)
+    });
+    let (ok, text) = ping(&a, &["10.0.1.2"]);
+    assert!(ok, "after malformed frames: {text}");
+    let stats = daemon.stats();
+    let stages = stats["forwarding"]["stages"].as_array().unwrap();
+    assert!(stages
+        .iter()
+        .any(|s| s["stage"] == "route" && s["packets"].as_u64() > Some(50_000)));
+}
+
+/// The MAC address of `dev` in `ns`.
+fn mac_of(ns: &Namespace, dev: &str) -> [u8; 6] {
+    let out = ns.ip(&["-j", "link", "show", "dev", dev]).unwrap();
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let text = v[0]["address"].as_str().unwrap();
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(text.split(':')) {
+        *m = u8::from_str_radix(p, 16).unwrap();
+    }
+    mac
+}
+
+/// Sends malformed frames from A's link to the router: a header cut short, a wrong
+/// version, a wrong checksum, a total length past the frame.
+fn malformed(a: &Namespace, router: [u8; 6]) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            a.enter().unwrap();
+            let sock = PacketSocket::open_named("h0").unwrap();
+            let mut good = vec![0u8; 14 + 28];
+            good[..6].copy_from_slice(&router);
+            good[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+            good[12..14].copy_from_slice(&[8, 0]);
+            let ip = &mut good[14..34];
+            ip.copy_from_slice(&[
+                0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 2, 10, 0, 1, 2,
+            ]);
+            let sum = !fold(ip);
+            good[24..26].copy_from_slice(&sum.to_be_bytes());
+            let short = good[..14 + 12].to_vec();
+            let mut version = good.clone();
+            version[14] = 0x55;
+            let mut checksum = good.clone();
+            checksum[24] ^= 0xff;
+            let mut length = good.clone();
+            length[16..18].copy_from_slice(&400u16.to_be_bytes());
+            length[24..26].fill(0);
+            let sum = !fold(&length[14..34]);
+            length[24..26].copy_from_slice(&sum.to_be_bytes());
+            for f in [short, version, checksum, length] {
+                sock.send_frame(&f).unwrap();
+            }
+        })
+        .join()
+        .unwrap()
+    });
+}
+
+/// The ones' complement sum of a header.
+fn fold(h: &[u8]) -> u16 {
+    let mut s: u32 = h
+        .chunks(2)
+        .map(|w| u16::from_be_bytes([w[0], w[1]]) as u32)
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Sends `n` bytes of a known stream from A to B over TCP; (bytes received, the
+/// stream's checksum as sent, as received).
+fn transfer(a: &Namespace, b: &Namespace, n: usize) -> (usize, u64, u64) {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let receiver = s.spawn(move || {
+            b.enter().unwrap();
+            let listener = std::net::TcpListener::bind("10.0.1.2:5201").unwrap();
+            ready_tx.send(()).unwrap();
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let (mut got, mut sum) = (0usize, 0u64);
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        sum = checksum(sum, got, &buf[..k]);
+                        got += k;
+                    }
+                    Err(e) => panic!("receiving: {e} after {got} bytes"),
+                }
+            }
+            (got, sum)
+        });
+        let sender = s.spawn(move || {
+            a.enter().unwrap();
+            ready_rx.recv().unwrap();
+            let mut conn = std::net::TcpStream::connect("10.0.1.2:5201").unwrap();
+            let mut sum = 0u64;
+            let mut sent = 0usize;
+            let mut chunk = vec![0u8; 1 << 16];
+            while sent < n {
+                let k = chunk.len().min(n - sent);
+                for (i, c) in chunk[..k].iter_mut().enumerate() {
+                    *c = stream_byte(sent + i);
+                }
+                sum = checksum(sum, sent, &chunk[..k]);
+                conn.write_all(&chunk[..k]).unwrap();
+                sent += k;
+            }
+            sum
+        });
+        let sent = sender.join().unwrap();
+        let (got, received) = receiver.join().unwrap();
+        (got, sent, received)
+    })
+}
+
+/// Byte `i` of the stream: a pattern no shift of itself matches.
+fn stream_byte(i: usize) -> u8 {
+    (i.wrapping_mul(2654435761) >> 13) as u8
+}
+
+/// A position-weighted checksum of `data` found at `at` in the stream.
+fn checksum(mut sum: u64, at: usize, data: &[u8]) -> u64 {
+    for (i, &b) in data.iter().enumerate() {
+        sum = sum.wrapping_add((b as u64 + 1).wrapping_mul((at + i) as u64 | 1));
+    }
+    sum
+}
