@@ -211,6 +211,11 @@ fn the_daemon_forwards_between_hosts_with_the_kernels_forwarding_off() {
     assert!(text.contains("Destination Host Unreachable"), "{text}");
     let (_, text) = ping(&a, &["2001:db8:66::1"]);
     assert!(text.contains("Destination unreachable"), "{text}");
+    // IPv4's answered by fibre; IPv6's by the kernel, which answers a reject route
+    // whether it forwards or not, so fibre leaves it be rather than answer twice.
+    wait_for("the unreachables counted", || {
+        daemon.fate("icmp:host-unreachable") >= 2 && daemon.fate("drop:unreachable") >= 2
+    });
     // Over r1's MTU: fragmentation needed with DF, packet too big.
     let (_, text) = ping(&a, &["-M", "do", "-s", "1400", "10.0.1.2"]);
     assert!(

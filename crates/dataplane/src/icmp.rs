@@ -175,6 +175,9 @@ pub fn answer_v4(
     id: u16,
 ) -> Option<usize> {
     const AT: usize = ETHERNET_LEN + 20 + 8;
+    if buffer.len() < AT {
+        return None;
+    }
     let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(20))?;
     let dst = [orig[12], orig[13], orig[14], orig[15]];
     let tos = (orig[1] & 0x1e) | 0xc0;
@@ -220,6 +223,9 @@ pub fn answer_v6(
     src: Ipv6Addr,
 ) -> Option<usize> {
     const AT: usize = ETHERNET_LEN + 40 + 8;
+    if buffer.len() < AT {
+        return None;
+    }
     let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(40))?;
     let mut dst = [0; 16];
     dst.copy_from_slice(&orig[8..24]);
@@ -269,7 +275,10 @@ struct Bucket {
 impl Bucket {
     /// Takes `cost` if there is that much credit at `now`, credit capped at `cap`.
     fn take(&mut self, now: u64, cost: u64, cap: u64) -> bool {
-        self.tokens = (self.tokens + now.saturating_sub(self.last)).min(cap);
+        self.tokens = self
+            .tokens
+            .saturating_add(now.saturating_sub(self.last))
+            .min(cap);
         self.last = now.max(self.last);
         if self.tokens >= cost {
             self.tokens -= cost;
@@ -476,6 +485,25 @@ mod tests {
             h.extend(first);
             h
         };
+        // A buffer too short for an error's headers is refused, not written past.
+        let mut short = udp4(8);
+        short.truncate(40);
+        assert_eq!(
+            answer_v4(
+                &mut short,
+                20,
+                Error::TimeExceeded,
+                0,
+                [10, 0, 0, 1].into(),
+                1
+            ),
+            None
+        );
+        let mut short = vec![0x60; 60];
+        assert_eq!(
+            answer_v6(&mut short, 40, Error::TimeExceeded, 0, Ipv6Addr::LOCALHOST),
+            None
+        );
         assert!(answers_v4(&ip(17, 0, &[0; 8])));
         assert!(answers_v4(&ip(17, 0x2000, &[0; 8])), "a first fragment");
         assert!(!answers_v4(&ip(17, 0x0010, &[0; 8])), "a later fragment");

@@ -47,7 +47,12 @@ impl Pool {
         if !self.taken.get(i).copied().unwrap_or(false) {
             return None;
         }
-        Some((self.data[i * self.size..].as_mut_ptr(), self.size))
+        // Through the vector's own pointer, not a slice of it, so that pointers to two
+        // buffers taken one after the other are both still valid.
+        Some((
+            self.data.as_mut_ptr().wrapping_add(i * self.size),
+            self.size,
+        ))
     }
 
     /// Bytes a buffer holds at most.

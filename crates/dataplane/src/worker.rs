@@ -297,6 +297,7 @@ fn ask(
 fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: usize) {
     let mut pool = Pool::new(1024, buffer);
     let mut pipeline = Pipeline::new();
+    pipeline.kernel_answers_ipv6_rejects = true;
     let mut batch = Batch::new();
     let mut io = Io::default();
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
@@ -310,6 +311,51 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
     let mut added = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         let ready = wait_any(&fds, Duration::from_millis(10)).unwrap_or_default();
+        // Packets waiting for a neighbour: again through the pipeline once the table
+        // changed, before what came after them; dropped once they waited long enough.
+        if !waiting.packets.is_empty() {
+            let neighbours = shared.neighbours.load();
+            let changed = !waiting
+                .seen
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, &neighbours));
+            let now = Instant::now();
+            let (stale, kept): (Vec<_>, Vec<_>) = waiting
+                .packets
+                .drain(..)
+                .partition(|(_, _, since)| now.duration_since(*since) >= WAIT_FOR);
+            for (id, _, _) in stale {
+                pool.free(&[id]);
+                io.unresolved_dropped += 1;
+            }
+            if changed {
+                again.clear();
+                again.extend(kept);
+                let snap = shared.fib.snapshot();
+                while let Some(&(_, arrival, _)) = again.first() {
+                    let group: Vec<_> = again.iter().filter(|w| w.1 == arrival).copied().collect();
+                    again.retain(|w| w.1 != arrival);
+                    for chunk in group.chunks(256) {
+                        ids.clear();
+                        ids.extend(chunk.iter().map(|w| w.0));
+                        let since = chunk.iter().map(|w| w.2).min().unwrap_or(now);
+                        let mut vector = Vector {
+                            pool: &mut pool,
+                            pipeline: &mut pipeline,
+                            batch: &mut batch,
+                            io: &mut io,
+                            fates: &mut fates,
+                            out: &mut out,
+                            senders: &mut senders,
+                        };
+                        vector.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
+                    }
+                }
+                waiting.seen = Some(neighbours);
+            } else {
+                waiting.packets.extend(kept);
+            }
+        }
         for k in ready {
             let port = &ports[k];
             // A few vectors from one link, then the next: no link starves the others.
@@ -352,51 +398,6 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 if n < 256 {
                     break;
                 }
-            }
-        }
-        // Packets waiting for a neighbour: again through the pipeline once the table
-        // changed; dropped once they waited long enough.
-        if !waiting.packets.is_empty() {
-            let neighbours = shared.neighbours.load();
-            let changed = !waiting
-                .seen
-                .as_ref()
-                .is_some_and(|s| Arc::ptr_eq(s, &neighbours));
-            let now = Instant::now();
-            let (stale, kept): (Vec<_>, Vec<_>) = waiting
-                .packets
-                .drain(..)
-                .partition(|(_, _, since)| now.duration_since(*since) >= WAIT_FOR);
-            for (id, _, _) in stale {
-                pool.free(&[id]);
-                io.unresolved_dropped += 1;
-            }
-            if changed {
-                again.clear();
-                again.extend(kept);
-                let snap = shared.fib.snapshot();
-                while let Some(&(_, arrival, _)) = again.first() {
-                    let group: Vec<_> = again.iter().filter(|w| w.1 == arrival).copied().collect();
-                    again.retain(|w| w.1 != arrival);
-                    for chunk in group.chunks(256) {
-                        ids.clear();
-                        ids.extend(chunk.iter().map(|w| w.0));
-                        let since = chunk.iter().map(|w| w.2).min().unwrap_or(now);
-                        let mut vector = Vector {
-                            pool: &mut pool,
-                            pipeline: &mut pipeline,
-                            batch: &mut batch,
-                            io: &mut io,
-                            fates: &mut fates,
-                            out: &mut out,
-                            senders: &mut senders,
-                        };
-                        vector.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
-                    }
-                }
-                waiting.seen = Some(neighbours);
-            } else {
-                waiting.packets.extend(kept);
             }
         }
         if added.elapsed() >= Duration::from_millis(100) {
