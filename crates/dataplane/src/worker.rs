@@ -208,18 +208,23 @@ pub fn start(
     Ok(handles)
 }
 
-/// What one vector's run works with.
-struct Vector<'a> {
-    pool: &'a mut Pool,
-    pipeline: &'a mut Pipeline,
-    batch: &'a mut Batch,
-    io: &'a mut Io,
-    fates: &'a mut Vec<Fate>,
-    out: &'a mut HashMap<LinkIndex, Vec<BufferId>>,
-    senders: &'a mut HashMap<LinkIndex, Option<PacketSocket>>,
+/// What a worker's vectors run with: made once, reused.
+struct Vector {
+    pool: Pool,
+    pipeline: Pipeline,
+    batch: Batch,
+    io: Io,
+    fates: Vec<Fate>,
+    /// Buffers to send, by output link.
+    out: HashMap<LinkIndex, Vec<BufferId>>,
+    /// A sending socket per output link, opened at its first frame (`None`: it could
+    /// not be).
+    senders: HashMap<LinkIndex, Option<PacketSocket>>,
+    /// Buffers to give back.
+    free: Vec<BufferId>,
 }
 
-impl Vector<'_> {
+impl Vector {
     /// Runs the pipeline over `ids` (arrived on `arrival`), sends what it sends, keeps
     /// waiting what waits for a neighbour (since `since`), frees the rest.
     fn run(
@@ -232,9 +237,15 @@ impl Vector<'_> {
         waiting: &mut Waiting,
     ) {
         self.fates.clear();
-        self.pipeline
-            .run(snap, &**neighbours, arrival, self.pool, ids, self.fates);
-        let mut free = Vec::with_capacity(0);
+        self.pipeline.run(
+            snap,
+            &**neighbours,
+            arrival,
+            &mut self.pool,
+            ids,
+            &mut self.fates,
+        );
+        self.free.clear();
         for (&id, fate) in ids.iter().zip(self.fates.iter()) {
             match fate.output() {
                 Some(link) => self.out.entry(link).or_default().push(id),
@@ -248,7 +259,7 @@ impl Vector<'_> {
                     if *fate == Fate::Kernel(Handed::Unresolved) {
                         self.io.unresolved_dropped += 1;
                     }
-                    free.push(id);
+                    self.free.push(id);
                 }
             }
         }
@@ -261,7 +272,7 @@ impl Vector<'_> {
                 .entry(link)
                 .or_insert_with(|| PacketSocket::open_for_sending(link).ok());
             let went = match sender {
-                Some(s) => s.send(self.pool, frames, self.batch).unwrap_or(0),
+                Some(s) => s.send(&mut self.pool, frames, &mut self.batch).unwrap_or(0),
                 None => 0,
             };
             self.io.sent += went as u64;
@@ -269,7 +280,7 @@ impl Vector<'_> {
             self.pool.free(frames);
             frames.clear();
         }
-        self.pool.free(&free);
+        self.pool.free(&self.free);
     }
 }
 
@@ -295,15 +306,19 @@ fn ask(
 
 /// A worker's loop.
 fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: usize) {
-    let mut pool = Pool::new(1024, buffer);
     let mut pipeline = Pipeline::new();
     pipeline.kernel_answers_ipv6_rejects = true;
-    let mut batch = Batch::new();
-    let mut io = Io::default();
+    let mut v = Vector {
+        pool: Pool::new(1024, buffer),
+        pipeline,
+        batch: Batch::new(),
+        io: Io::default(),
+        fates: Vec::with_capacity(256),
+        out: HashMap::new(),
+        senders: HashMap::new(),
+        free: Vec::with_capacity(256),
+    };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
-    let mut fates: Vec<Fate> = Vec::with_capacity(256);
-    let mut out: HashMap<LinkIndex, Vec<BufferId>> = HashMap::new();
-    let mut senders: HashMap<LinkIndex, Option<PacketSocket>> = HashMap::new();
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
     let fds: Vec<i32> = ports.iter().map(|p| p.as_raw_fd()).collect();
     let mut waiting = Waiting::default();
@@ -325,8 +340,8 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 .drain(..)
                 .partition(|(_, _, since)| now.duration_since(*since) >= WAIT_FOR);
             for (id, _, _) in stale {
-                pool.free(&[id]);
-                io.unresolved_dropped += 1;
+                v.pool.free(&[id]);
+                v.io.unresolved_dropped += 1;
             }
             if changed {
                 again.clear();
@@ -339,16 +354,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                         ids.clear();
                         ids.extend(chunk.iter().map(|w| w.0));
                         let since = chunk.iter().map(|w| w.2).min().unwrap_or(now);
-                        let mut vector = Vector {
-                            pool: &mut pool,
-                            pipeline: &mut pipeline,
-                            batch: &mut batch,
-                            io: &mut io,
-                            fates: &mut fates,
-                            out: &mut out,
-                            senders: &mut senders,
-                        };
-                        vector.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
+                        v.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
                     }
                 }
                 waiting.seen = Some(neighbours);
@@ -362,30 +368,21 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
             for _ in 0..4 {
                 ids.clear();
                 let n = port
-                    .receive(&mut pool, 256, &mut batch, &mut ids)
+                    .receive(&mut v.pool, 256, &mut v.batch, &mut ids)
                     .unwrap_or(0);
-                io.truncated += port.take_truncated();
+                v.io.truncated += port.take_truncated();
                 if n == 0 {
                     break;
                 }
-                io.received += n as u64;
+                v.io.received += n as u64;
                 let snap = shared.fib.snapshot();
                 let link = port.ifindex();
                 let Some(mac) = snap.link(link).map(|l| l.mac) else {
-                    pool.free(&ids);
+                    v.pool.free(&ids);
                     continue;
                 };
                 let arrival = Arrival { link, mac };
-                let mut vector = Vector {
-                    pool: &mut pool,
-                    pipeline: &mut pipeline,
-                    batch: &mut batch,
-                    io: &mut io,
-                    fates: &mut fates,
-                    out: &mut out,
-                    senders: &mut senders,
-                };
-                vector.run(
+                v.run(
                     &snap,
                     &shared.neighbours.load(),
                     arrival,
@@ -394,7 +391,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                     &mut waiting,
                 );
                 drop(snap);
-                ask(&pipeline.unresolved, &mut asked, &mut resolve, &mut io);
+                ask(&v.pipeline.unresolved, &mut asked, &mut resolve, &mut v.io);
                 if n < 256 {
                     break;
                 }
@@ -406,11 +403,11 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 asked.retain(|_, t| t.elapsed() < Duration::from_secs(1));
             }
             if let Ok(mut c) = shared.counters.lock() {
-                c.add(&mut pipeline, &mut io);
+                c.add(&mut v.pipeline, &mut v.io);
             }
         }
     }
     if let Ok(mut c) = shared.counters.lock() {
-        c.add(&mut pipeline, &mut io);
+        c.add(&mut v.pipeline, &mut v.io);
     }
 }
