@@ -8,6 +8,9 @@
 //! - [`kernel`]: the same routes and lookups in the Linux kernel of a private namespace.
 //! - [`peers`]: other longest-prefix-match libraries measured beside fibre.
 //! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
+//! - [`pipeline`]: `fibre bench pipeline`, what the packet path costs a packet, stage by
+//!   stage, in memory on the full tables; [`veth`]: the kernel's forwarding and fibre's
+//!   on the same veth topology, their loss-free rates.
 //! - [`rules`]: `fibre bench rules`, what policy rules and source-specific routes cost
 //!   fibre's full route lookup and the kernel's.
 
@@ -19,7 +22,9 @@ pub mod lookups;
 pub mod method;
 pub mod mirror;
 pub mod peers;
+pub mod pipeline;
 pub mod report;
 pub mod rules;
 pub mod source;
 pub mod studies;
+pub mod veth;

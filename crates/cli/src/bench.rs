@@ -83,6 +83,60 @@ pub enum Command {
     /// root): its sync against the kernel's dump, a burst of changes followed (time,
     /// publications, lag), its CPU time busy and idle.
     Mirror(MirrorArgs),
+    /// What the packet path costs a packet, stage by stage, in memory on the full tables
+    /// (1..N cores, by vector size); and, as root, the kernel's forwarding and fibre's on
+    /// the same veth topology, their loss-free rates.
+    Pipeline(PipelineArgs),
+}
+
+/// Arguments of `fibre bench pipeline`.
+#[derive(clap::Args)]
+pub struct PipelineArgs {
+    /// Route files (default: the shipped full tables). Repeat to add files.
+    #[arg(long)]
+    routes: Vec<PathBuf>,
+    /// Folder for the report, plots and figures (default: `bench-out/pipeline-<UTC time>`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also print every figure as a JSON line on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Repetitions per measurement (the highest and lowest are dropped).
+    #[arg(long, default_value_t = 12)]
+    repetitions: usize,
+    /// Packets each thread forwards per repetition.
+    #[arg(long, default_value_t = 1 << 20)]
+    packets: usize,
+    /// Distinct flows generated per family.
+    #[arg(long, default_value_t = 1 << 16)]
+    flows: usize,
+    /// Highest thread count (default: the CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Packets per vector of the stage and core figures (1 to 256).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..=256))]
+    vector: u16,
+    /// Vector sizes of the vector study, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
+    vectors: Vec<usize>,
+    /// Leave out the veth study (the kernel and fibre forwarding between namespaces).
+    #[arg(long)]
+    no_veth: bool,
+    /// Routes of each family the veth study's router holds (default: all).
+    #[arg(long)]
+    veth_routes: Option<usize>,
+    /// Milliseconds a veth trial offers its rate for.
+    #[arg(long, default_value_t = 1000)]
+    trial_ms: u64,
+    /// Halvings of the veth study's search for the loss-free rate.
+    #[arg(long, default_value_t = 8)]
+    steps: usize,
+    /// Seed of the flows.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Count and skip malformed route lines.
+    #[arg(long)]
+    skip_bad: bool,
 }
 
 /// Arguments of `fibre bench mirror`.
@@ -217,6 +271,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Some(Command::Lookup(args)) => lookup(args),
         Some(Command::Rules(args)) => rules(args),
         Some(Command::Mirror(args)) => mirror(args),
+        Some(Command::Pipeline(args)) => pipeline(args),
         None => studies(args.studies),
     }
 }
@@ -346,6 +401,166 @@ fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         out.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `fibre bench pipeline`: the packet path in memory, then over veth against the kernel.
+fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    use fibre_bench::pipeline::{markdown, pipeline_study, plots, Flows, PipelineConfig, Router};
+    use fibre_bench::veth::{kernel_forwarding, veth_study, Engine, Topology, VethConfig};
+    use std::io::Write;
+    if args.repetitions == 0 || args.packets == 0 || args.flows == 0 {
+        return Err("--repetitions, --packets and --flows must be at least 1".into());
+    }
+    let routes = if args.routes.is_empty() {
+        vec![shipped("rib-v4.txt.gz"), shipped("rib-v6.txt.gz")]
+    } else {
+        args.routes.clone()
+    };
+    let file = crate::load_all_routes(&routes, args.skip_bad)?;
+    let (v4, v6) = (final_prefixes(&file.v4), final_prefixes(&file.v6));
+    if v4.is_empty() && v6.is_empty() {
+        return Err("the route files hold no routes".into());
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cfg = PipelineConfig {
+        repetitions: args.repetitions,
+        flows: args.flows,
+        packets: args.packets,
+        threads: (1..=args.threads.unwrap_or(cpus).max(1)).collect(),
+        vector: args.vector as usize,
+        vectors: args.vectors.clone(),
+        seed: args.seed,
+        ..PipelineConfig::default()
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("pipeline-{}", utc_stamp())));
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("fibre bench pipeline: writing to {}", out.display());
+    let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
+    );
+    progress.enable_steady_tick(std::time::Duration::from_millis(200));
+    let mut figures = Vec::new();
+    let json = args.json;
+    let mut emit = |f: serde_json::Value| {
+        let _ = writeln!(jsonl, "{f}");
+        if json {
+            progress.suspend(|| println!("{f}"));
+        }
+        figures.push(f);
+    };
+    let mut step = |s: &str| progress.set_message(s.to_string());
+    step(&format!(
+        "building the router: {} IPv4 and {} IPv6 routes",
+        v4.len(),
+        v6.len()
+    ));
+    let router = Router::new(&v4, &v6)?;
+    if !v4.is_empty() {
+        let flows = Flows::new(&router, &v4, &cfg);
+        pipeline_study(&router, &flows, v4.len(), &cfg, &mut emit, &mut step)?;
+    }
+    if !v6.is_empty() {
+        let flows = Flows::new(&router, &v6, &cfg);
+        pipeline_study(&router, &flows, v6.len(), &cfg, &mut emit, &mut step)?;
+    }
+    drop(router);
+    let veth_missing = if args.no_veth {
+        Some("left out (--no-veth)".to_string())
+    } else {
+        fibre_kernel::netns::unavailable_reason()
+    };
+    if veth_missing.is_none() {
+        let (mut v4s, mut v6s) = (v4.clone(), v6.clone());
+        if let Some(n) = args.veth_routes {
+            v4s.truncate(n);
+            v6s.truncate(n);
+        }
+        step(&format!(
+            "veth: loading {} IPv4 and {} IPv6 routes into the router's namespace",
+            v4s.len(),
+            v6s.len()
+        ));
+        let topology = Topology::new(&v4s, &v6s)?;
+        let exe = std::env::current_exe()?;
+        let engines = [
+            Engine {
+                name: "kernel",
+                start: Box::new(|t| Ok(Box::new(kernel_forwarding(t)?))),
+            },
+            Engine {
+                name: "fibre",
+                start: Box::new(move |t| Ok(Box::new(FibreDaemon::start(&exe, t.router.name())?))),
+            },
+        ];
+        let vcfg = VethConfig {
+            trial: std::time::Duration::from_millis(args.trial_ms.max(10)),
+            steps: args.steps,
+            seed: args.seed,
+            ..VethConfig::default()
+        };
+        veth_study(&topology, &v4s, &v6s, &engines, &vcfg, &mut emit, &mut step)?;
+    }
+    progress.finish_and_clear();
+    jsonl.flush()?;
+    let mut md = format!("# fibre bench pipeline\n\n{}.\n\n", run_of(&routes));
+    if let Some(why) = &veth_missing {
+        md += &format!("**The veth study is missing: {why}.**\n\n");
+    }
+    md += &markdown(&figures);
+    let drawn = plots(&figures, &out)?;
+    for p in &drawn {
+        md += &format!("![{}]({})\n\n", file_name(p), file_name(p));
+    }
+    std::fs::write(out.join("report.md"), &md)?;
+    if !json {
+        println!("{md}");
+    }
+    eprintln!(
+        "fibre bench pipeline: wrote {} (report.md, figures.jsonl, {} plots)",
+        out.display(),
+        drawn.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `fibre daemon --forward` on the veth study's router, one worker; stopped when dropped.
+struct FibreDaemon {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl FibreDaemon {
+    fn start(exe: &Path, netns: &str) -> Result<FibreDaemon, String> {
+        use fibre_bench::veth::{ROUTER_IN, ROUTER_OUT};
+        let socket = std::env::temp_dir().join(format!("fibre-bench-{netns}.sock"));
+        let child = std::process::Command::new(exe)
+            .args(["daemon", "--netns", netns, "--socket"])
+            .arg(&socket)
+            .args([
+                "--forward",
+                &format!("{ROUTER_IN},{ROUTER_OUT}"),
+                "--workers",
+                "1",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("fibre daemon: {e}"))?;
+        Ok(FibreDaemon { child, socket })
+    }
+}
+
+impl Drop for FibreDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
 }
 
 /// The shipped data folder: under the current directory, or beside the sources.

@@ -1,13 +1,15 @@
 //! A capture forwarded offline: the frames one link received, through the pipeline in
 //! vectors, and what it sends written out as a capture on each output link would show
 //! it. This is `fibre forward`'s work, and the way the pipeline is compared with the
-//! kernel packet by packet.
+//! kernel packet by packet. Copying a frame into its buffer is counted as the
+//! `receive` stage, copying what is sent out of it as the `output` stage.
 
 use crate::capture::{Frame, SentCapture};
 use crate::pipeline::{Arrival, Fate, Neighbours, Pipeline};
 use crate::pool::Pool;
 use fibre_fib::Snapshot;
 use std::io::Write;
+use std::time::Instant;
 
 /// Packets in a vector at most.
 pub const VECTOR: usize = 256;
@@ -50,16 +52,20 @@ pub fn forward(
     let mut ids = Vec::with_capacity(vector);
     for (n, chunk) in frames.chunks(vector).enumerate() {
         ids.clear();
+        let t = Instant::now();
         pool.alloc(chunk.len(), &mut ids);
         for (&id, frame) in ids.iter().zip(chunk) {
             pool.fill(id, &frame.data);
         }
+        pipeline.receive.add(ids.len(), t);
         let start = fates.len();
         pipeline.times.clear();
         pipeline
             .times
             .extend(chunk.iter().map(|f| f.timestamp.as_nanos() as u64));
         pipeline.run(snap, neighbours, arrival, &mut pool, &ids, &mut fates);
+        let t = Instant::now();
+        let before = sent.len();
         for (k, (&id, fate)) in ids.iter().zip(&fates[start..]).enumerate() {
             if let Some(link) = fate.output() {
                 sent.push(Sent {
@@ -70,6 +76,7 @@ pub fn forward(
             }
         }
         pool.free(&ids);
+        pipeline.output.add(sent.len() - before, t);
     }
     (fates, sent)
 }

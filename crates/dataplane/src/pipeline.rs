@@ -18,6 +18,11 @@
 //!   ([`crate::icmp`]), within its limits. The stage runs only on vectors that have such
 //!   packets.
 //!
+//! Taking frames in and sending them out is the caller's (a worker's sockets, a capture
+//! offline, memory in the benchmark), which counts what it costs in the pipeline's
+//! `receive` and `output` counters, so that `show runtime` covers a packet's whole way;
+//! [`Output`] sorts a vector's frames by the link they leave by.
+//!
 //! Not yet: IPv4 packets over the MTU without DF are dropped (the kernel fragments
 //! them), and no redirects are sent for packets that leave by the link they came in on
 //! (the kernel sends them, and forwards the packet as fibre does).
@@ -36,6 +41,85 @@ use std::time::Instant;
 pub trait Neighbours {
     /// The MAC address, if the entry is usable.
     fn mac(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]>;
+
+    /// A number that changes whenever the table's answers may change: while it stays
+    /// the same, the pipeline keeps the answers it got, vector after vector. `None`
+    /// (the default): it keeps none past a vector.
+    fn version(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// An address as one 128-bit number: IPv6 as it is, IPv4 as its IPv4-mapped IPv6 form
+/// (which no link's neighbour has), so that both families key one table.
+#[inline]
+pub fn address_bits(addr: IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().to_bits(),
+        IpAddr::V6(a) => a.to_bits(),
+    }
+}
+
+/// The address whose [`address_bits`] are `bits`.
+#[inline]
+pub fn address_of_bits(bits: u128) -> IpAddr {
+    let v6 = Ipv6Addr::from_bits(bits);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Slots of the neighbour stage's cache.
+const NEIGHBOUR_SLOTS: usize = 256;
+
+/// The neighbour stage's cache of MAC addresses: a slot per (link, next hop), chosen by
+/// a multiplicative hash, each holding the last next hop that fell in it. A router sends
+/// through few next hops, so nearly every packet finds its own in a few instructions,
+/// where the neighbour table costs a full hash lookup. Kept while the table's
+/// [`Neighbours::version`] stays the same.
+#[derive(Default)]
+struct NeighbourCache {
+    version: Option<u64>,
+    slots: Vec<Option<(LinkIndex, u128, [u8; 6])>>,
+}
+
+impl NeighbourCache {
+    /// Starts a vector with `neighbours`: what the cache holds goes if the table changed
+    /// (or cannot say whether it did).
+    fn start(&mut self, neighbours: &impl Neighbours) {
+        let version = neighbours.version();
+        if self.slots.is_empty() {
+            self.slots = vec![None; NEIGHBOUR_SLOTS];
+        } else if version.is_none() || version != self.version {
+            self.slots.iter_mut().for_each(|s| *s = None);
+        }
+        self.version = version;
+    }
+
+    /// The MAC address of the address whose [`address_bits`] are `bits` on `link`, from
+    /// the cache or else from `neighbours`. (The address travels as its bits: an
+    /// `IpAddr` made afresh for every packet and read back whole stalls the CPU, its
+    /// parts stored separately.)
+    #[inline]
+    fn mac(
+        &mut self,
+        neighbours: &impl Neighbours,
+        link: LinkIndex,
+        bits: u128,
+    ) -> Option<[u8; 6]> {
+        let h =
+            (bits as u64 ^ (bits >> 64) as u64 ^ link as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (h >> 56) as usize % NEIGHBOUR_SLOTS;
+        if let Some((l, b, mac)) = self.slots[slot] {
+            if l == link && b == bits {
+                return Some(mac);
+            }
+        }
+        let mac = neighbours.mac(link, address_of_bits(bits))?;
+        self.slots[slot] = Some((link, bits, mac));
+        Some(mac)
+    }
 }
 
 impl<F: Fn(LinkIndex, IpAddr) -> Option<[u8; 6]>> Neighbours for F {
@@ -109,6 +193,41 @@ impl Fate {
     }
 }
 
+/// The output stage's sorting: the buffers of a vector to send, by the link they leave
+/// by, in the order they came. A router has a few links, so the queues are a short list
+/// searched in order, made once and reused.
+#[derive(Default)]
+pub struct Output {
+    queues: Vec<(LinkIndex, Vec<BufferId>)>,
+}
+
+impl Output {
+    /// Queues `id` to leave by `link`.
+    #[inline]
+    pub fn push(&mut self, link: LinkIndex, id: BufferId) {
+        match self.queues.iter_mut().find(|(l, _)| *l == link) {
+            Some((_, q)) => q.push(id),
+            None => self.queues.push((link, vec![id])),
+        }
+    }
+
+    /// The queues, each a link and its buffers (empty queues included: they are kept
+    /// for the next vector).
+    pub fn queues(&mut self) -> impl Iterator<Item = (LinkIndex, &mut Vec<BufferId>)> {
+        self.queues.iter_mut().map(|(l, q)| (*l, q))
+    }
+
+    /// Buffers queued on every link.
+    pub fn len(&self) -> usize {
+        self.queues.iter().map(|(_, q)| q.len()).sum()
+    }
+
+    /// Whether no buffer is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Why a packet the kernel would answer with an error was not answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Unanswered {
@@ -125,6 +244,9 @@ pub struct Unanswered {
 /// The stages, their counters, and the room they work in (made once, reused).
 #[derive(Default)]
 pub struct Pipeline {
+    /// What taking the frames in cost (the system call that received them, or the copy
+    /// that stands for it), counted by the caller that does it.
+    pub receive: StageCounters,
     /// The input stage's cost.
     pub input: StageCounters,
     /// The route stage's cost.
@@ -135,6 +257,9 @@ pub struct Pipeline {
     pub rewrite: StageCounters,
     /// The ICMP stage's cost (over the packets it answered or refused).
     pub icmp: StageCounters,
+    /// What sending the frames out cost (sorted by link with [`Output`], and the system
+    /// call that sends them, or what stands for it), counted by the caller that does it.
+    pub output: StageCounters,
     /// Packets by fate.
     pub fates: HashMap<Fate, u64>,
     /// Packets the kernel would answer with an error that got none, by reason.
@@ -160,14 +285,17 @@ pub struct Pipeline {
     errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
     hops: Vec<Option<Hop>>,
-    v4: Vec<(usize, Packet4)>,
-    v6: Vec<(usize, Packet6)>,
+    /// The IPv4 packets' and the IPv6 packets' indexes.
+    v4: Vec<usize>,
+    v6: Vec<usize>,
     dst4: Vec<Ipv4Addr>,
     src4: Vec<Ipv4Addr>,
     dst6: Vec<Ipv6Addr>,
     src6: Vec<Ipv6Addr>,
     answers: Option<VectorAnswers<'static>>,
-    next: Vec<(usize, [u8; 6])>,
+    neighbour_cache: NeighbourCache,
+    /// Packets to send: their index, the next hop's MAC address, the output link's.
+    next: Vec<(usize, [u8; 6], [u8; 6])>,
 }
 
 impl Pipeline {
@@ -177,13 +305,28 @@ impl Pipeline {
     }
 
     /// The stages' counters in order, named.
-    pub fn stages(&self) -> [(&'static str, StageCounters); 5] {
+    pub fn stages(&self) -> [(&'static str, StageCounters); 7] {
         [
+            ("receive", self.receive),
             ("input", self.input),
             ("route", self.route),
             ("neighbour", self.neighbour),
             ("rewrite", self.rewrite),
             ("icmp", self.icmp),
+            ("output", self.output),
+        ]
+    }
+
+    /// The stages' counters, mutably, in [`Pipeline::stages`] order.
+    pub fn stages_mut(&mut self) -> [&mut StageCounters; 7] {
+        [
+            &mut self.receive,
+            &mut self.input,
+            &mut self.route,
+            &mut self.neighbour,
+            &mut self.rewrite,
+            &mut self.icmp,
+            &mut self.output,
         ]
     }
 
@@ -205,20 +348,36 @@ impl Pipeline {
         fates.resize(start + n, Fate::Drop(Dropped::NoLink));
         let fates = &mut fates[start..];
 
-        // Input.
+        // Input. Each frame's findings are written in place and read back by reference
+        // (a copy of a record just stored in parts stalls the CPU).
         let t = Instant::now();
-        self.inputs.clear();
+        // Records past the vector's are left as they are: each of the first `n` is
+        // written before it is read.
+        if self.inputs.len() < n {
+            self.inputs.resize(n, Input::Drop(input::Drop::ShortFrame));
+        }
         self.v4.clear();
         self.v6.clear();
+        self.dst4.clear();
+        self.src4.clear();
+        self.dst6.clear();
+        self.src6.clear();
         for (i, &id) in packets.iter().enumerate() {
-            let input = input::classify(pool.frame(id), mac);
-            match input {
-                Input::V4(p) => self.v4.push((i, p)),
-                Input::V6(p) => self.v6.push((i, p)),
-                Input::Kernel(k) => fates[i] = Fate::Kernel(Handed::Input(k)),
-                Input::Drop(d) => fates[i] = Fate::Drop(Dropped::Input(d)),
+            input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
+            match &self.inputs[i] {
+                Input::V4(p) => {
+                    self.v4.push(i);
+                    self.dst4.push(p.dst);
+                    self.src4.push(p.src);
+                }
+                Input::V6(p) => {
+                    self.v6.push(i);
+                    self.dst6.push(p.dst);
+                    self.src6.push(p.src);
+                }
+                Input::Kernel(k) => fates[i] = Fate::Kernel(Handed::Input(*k)),
+                Input::Drop(d) => fates[i] = Fate::Drop(Dropped::Input(*d)),
             }
-            self.inputs.push(input);
         }
         self.input.add(n, t);
 
@@ -228,37 +387,44 @@ impl Pipeline {
         self.hops.resize(n, None);
         self.errors.clear();
         let mut answers = self.answers.take().unwrap_or_default().recycle();
+        let inputs = &self.inputs;
         if !self.v4.is_empty() {
-            self.dst4.clear();
-            self.src4.clear();
-            self.dst4.extend(self.v4.iter().map(|(_, p)| p.dst));
-            self.src4.extend(self.v4.iter().map(|(_, p)| p.src));
             let v4 = &self.v4;
             let flow = FlowVector {
                 iif: Some(iif),
                 dst: &self.dst4,
                 src: &self.src4,
             };
-            snap.lookup_vector_v4(&flow, |k| query4(iif, &v4[k].1), &mut answers);
-            for (k, &(i, _)) in self.v4.iter().enumerate() {
+            snap.lookup_vector_v4(
+                &flow,
+                |k| match &inputs[v4[k]] {
+                    Input::V4(p) => query4(iif, p),
+                    _ => Query::to(IpAddr::V4(self.dst4[k])),
+                },
+                &mut answers,
+            );
+            for (k, &i) in self.v4.iter().enumerate() {
                 route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
             }
         }
         if !self.v6.is_empty() {
             answers = answers.recycle();
-            self.dst6.clear();
-            self.src6.clear();
-            self.dst6.extend(self.v6.iter().map(|(_, p)| p.dst));
-            self.src6.extend(self.v6.iter().map(|(_, p)| p.src));
             let v6 = &self.v6;
             let flow = FlowVector {
                 iif: Some(iif),
                 dst: &self.dst6,
                 src: &self.src6,
             };
-            snap.lookup_vector_v6(&flow, |k| query6(iif, &v6[k].1), &mut answers);
+            snap.lookup_vector_v6(
+                &flow,
+                |k| match &inputs[v6[k]] {
+                    Input::V6(p) => query6(iif, p),
+                    _ => Query::to(IpAddr::V6(self.dst6[k])),
+                },
+                &mut answers,
+            );
             let before = self.errors.len();
-            for (k, &(i, _)) in self.v6.iter().enumerate() {
+            for (k, &i) in self.v6.iter().enumerate() {
                 route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
             }
             if self.kernel_answers_ipv6_rejects {
@@ -274,19 +440,38 @@ impl Pipeline {
         let mut next = std::mem::take(&mut self.next);
         next.clear();
         self.unresolved.clear();
+        // Packets of a vector mostly leave by one link: the last link's answer is kept
+        // for the next packet. Next hops' MAC addresses come through the cache.
+        let mut last_link: Option<(LinkIndex, u32, [u8; 6])> = None;
+        self.neighbour_cache.start(neighbours);
         for (i, fate) in fates.iter_mut().enumerate() {
             let Some(hop) = self.hops[i] else { continue };
-            let (dst, hops_left, len, df) = match self.inputs[i] {
-                Input::V4(p) => (IpAddr::V4(p.dst), p.ttl, p.len as u32, p.df),
-                Input::V6(p) => (IpAddr::V6(p.dst), p.hop_limit, 40 + p.len as u32, true),
+            let (dst_bits, v6, hops_left, len, df) = match &self.inputs[i] {
+                Input::V4(p) => (
+                    p.dst.to_ipv6_mapped().to_bits(),
+                    false,
+                    p.ttl,
+                    p.len as u32,
+                    p.df,
+                ),
+                Input::V6(p) => (p.dst.to_bits(), true, p.hop_limit, 40 + p.len as u32, true),
                 _ => continue,
             };
-            let Some(link) = snap.link(hop.dev) else {
-                *fate = Fate::Drop(Dropped::NoLink);
-                continue;
+            let (link_mtu, src_mac) = match last_link {
+                Some((dev, mtu, mac)) if dev == hop.dev => (mtu, mac),
+                _ => match snap.link(hop.dev) {
+                    Some(l) => {
+                        last_link = Some((hop.dev, l.mtu, l.mac));
+                        (l.mtu, l.mac)
+                    }
+                    None => {
+                        *fate = Fate::Drop(Dropped::NoLink);
+                        continue;
+                    }
+                },
             };
-            let mut mtu = hop.mtu.unwrap_or(link.mtu).min(link.mtu);
-            if dst.is_ipv6() {
+            let mut mtu = hop.mtu.unwrap_or(link_mtu).min(link_mtu);
+            if v6 {
                 // IPv6 links carry 1280 bytes at least (`ip6_forward`).
                 mtu = mtu.max(1280);
             }
@@ -304,13 +489,17 @@ impl Pipeline {
                 self.errors.push((i, icmp::Error::TooBig, mtu));
                 Fate::Drop(Dropped::TooBig)
             } else {
-                let via = hop.gateway.unwrap_or(dst);
-                match neighbours.mac(hop.dev, via) {
+                let via = match hop.gateway {
+                    Some(g) => address_bits(g),
+                    None => dst_bits,
+                };
+                match self.neighbour_cache.mac(neighbours, hop.dev, via) {
                     Some(m) => {
-                        next.push((i, m));
+                        next.push((i, m, src_mac));
                         Fate::Out(hop.dev)
                     }
                     None => {
+                        let via = address_of_bits(via);
                         if !self.unresolved.contains(&(hop.dev, via)) && self.unresolved.len() < 64
                         {
                             self.unresolved.push((hop.dev, via));
@@ -324,9 +513,7 @@ impl Pipeline {
 
         // Rewrite.
         let t = Instant::now();
-        for &(i, dst_mac) in &next {
-            let Fate::Out(dev) = fates[i] else { continue };
-            let src_mac = snap.link(dev).map_or([0; 6], |l| l.mac);
+        for &(i, dst_mac, src_mac) in &next {
             let frame = pool.frame_mut(packets[i]);
             match self.inputs[i] {
                 Input::V4(_) => rewrite::decrement_ttl(frame),
@@ -343,8 +530,21 @@ impl Pipeline {
             self.icmp.add(self.errors.len(), t);
         }
 
-        for f in fates.iter() {
-            *self.fates.entry(*f).or_default() += 1;
+        // Counted by runs of one fate (a vector's packets mostly share theirs), so that
+        // the table is touched once a run, not once a packet.
+        let mut run: Option<(Fate, u64)> = None;
+        for &f in fates.iter() {
+            match &mut run {
+                Some((g, n)) if *g == f => *n += 1,
+                _ => {
+                    if let Some((g, n)) = run.replace((f, 1)) {
+                        *self.fates.entry(g).or_default() += n;
+                    }
+                }
+            }
+        }
+        if let Some((g, n)) = run {
+            *self.fates.entry(g).or_default() += n;
         }
     }
 }

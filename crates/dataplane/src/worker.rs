@@ -15,7 +15,9 @@
 //! second, so that no packet takes a lock.
 
 use crate::packet::{wait_any, Batch, PacketSocket};
-use crate::pipeline::{Arrival, Fate, Handed, Neighbours, Pipeline, Unanswered};
+use crate::pipeline::{
+    address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
+};
 use crate::pool::{BufferId, Pool};
 use crate::runtime::StageCounters;
 use arc_swap::ArcSwap;
@@ -24,12 +26,79 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// MAC addresses of usable neighbour entries, by link and address.
-pub type NeighbourMacs = HashMap<(LinkIndex, IpAddr), [u8; 6]>;
+///
+/// An address is kept as one 128-bit number ([`address_bits`]), hashed with the link
+/// index in two words, with a fast hash seeded at random (its keys are the kernel's
+/// neighbour entries, not what a packet chooses). Each table has a version of its own,
+/// new at every change, so that the pipeline may keep its answers while it stays.
+#[derive(Clone, Debug)]
+pub struct NeighbourMacs {
+    map: HashMap<(LinkIndex, u128), [u8; 6], foldhash::fast::RandomState>,
+    version: u64,
+}
+
+/// The next version a neighbour table takes.
+fn next_version() -> u64 {
+    static VERSIONS: AtomicU64 = AtomicU64::new(1);
+    VERSIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+fn neighbour_key(link: LinkIndex, addr: IpAddr) -> (LinkIndex, u128) {
+    (link, address_bits(addr))
+}
+
+impl Default for NeighbourMacs {
+    fn default() -> Self {
+        NeighbourMacs {
+            map: HashMap::default(),
+            version: next_version(),
+        }
+    }
+}
+
+impl NeighbourMacs {
+    /// An empty table.
+    pub fn new() -> NeighbourMacs {
+        NeighbourMacs::default()
+    }
+
+    /// Sets the MAC address of `addr` on `link`.
+    pub fn insert(&mut self, link: LinkIndex, addr: IpAddr, mac: [u8; 6]) {
+        self.map.insert(neighbour_key(link, addr), mac);
+        self.version = next_version();
+    }
+
+    /// The MAC address of `addr` on `link`.
+    #[inline]
+    pub fn get(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]> {
+        self.map.get(&neighbour_key(link, addr)).copied()
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl FromIterator<((LinkIndex, IpAddr), [u8; 6])> for NeighbourMacs {
+    fn from_iter<I: IntoIterator<Item = ((LinkIndex, IpAddr), [u8; 6])>>(iter: I) -> Self {
+        let mut t = NeighbourMacs::new();
+        for ((link, addr), mac) in iter {
+            t.insert(link, addr, mac);
+        }
+        t
+    }
+}
 
 /// The neighbour table the workers read, published whole by its one writer.
 #[derive(Default)]
@@ -51,7 +120,11 @@ impl SharedNeighbours {
 
 impl Neighbours for NeighbourMacs {
     fn mac(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]> {
-        self.get(&(link, addr)).copied()
+        self.get(link, addr)
+    }
+
+    fn version(&self) -> Option<u64> {
+        Some(self.version)
     }
 }
 
@@ -100,13 +173,7 @@ impl Counters {
         self.unanswered.rate_limited += u.rate_limited;
         self.unanswered.no_route_back += u.no_route_back;
         self.unanswered.unresolved += u.unresolved;
-        for s in [
-            &mut p.input,
-            &mut p.route,
-            &mut p.neighbour,
-            &mut p.rewrite,
-            &mut p.icmp,
-        ] {
+        for s in p.stages_mut() {
             *s = StageCounters::default();
         }
         self.received += std::mem::take(&mut io.received);
@@ -216,7 +283,7 @@ struct Vector {
     io: Io,
     fates: Vec<Fate>,
     /// Buffers to send, by output link.
-    out: HashMap<LinkIndex, Vec<BufferId>>,
+    out: Output,
     /// A sending socket per output link, opened at its first frame (`None`: it could
     /// not be).
     senders: HashMap<LinkIndex, Option<PacketSocket>>,
@@ -245,10 +312,11 @@ impl Vector {
             ids,
             &mut self.fates,
         );
+        let t = Instant::now();
         self.free.clear();
         for (&id, fate) in ids.iter().zip(self.fates.iter()) {
             match fate.output() {
-                Some(link) => self.out.entry(link).or_default().push(id),
+                Some(link) => self.out.push(link, id),
                 None if *fate == Fate::Kernel(Handed::Unresolved)
                     && waiting.packets.len() < WAITING_MAX =>
                 {
@@ -263,7 +331,8 @@ impl Vector {
                 }
             }
         }
-        for (&link, frames) in self.out.iter_mut() {
+        let out = self.out.len();
+        for (link, frames) in self.out.queues() {
             if frames.is_empty() {
                 continue;
             }
@@ -281,6 +350,7 @@ impl Vector {
             frames.clear();
         }
         self.pool.free(&self.free);
+        self.pipeline.output.add(out, t);
     }
 }
 
@@ -314,7 +384,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
         batch: Batch::new(),
         io: Io::default(),
         fates: Vec::with_capacity(256),
-        out: HashMap::new(),
+        out: Output::default(),
         senders: HashMap::new(),
         free: Vec::with_capacity(256),
     };
@@ -367,6 +437,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
             // A few vectors from one link, then the next: no link starves the others.
             for _ in 0..4 {
                 ids.clear();
+                let t = Instant::now();
                 let n = port
                     .receive(&mut v.pool, 256, &mut v.batch, &mut ids)
                     .unwrap_or(0);
@@ -374,6 +445,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 if n == 0 {
                     break;
                 }
+                v.pipeline.receive.add(n, t);
                 v.io.received += n as u64;
                 let snap = shared.fib.snapshot();
                 let link = port.ifindex();

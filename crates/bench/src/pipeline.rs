@@ -1,0 +1,1034 @@
+//! The pipeline study (`fibre bench pipeline`): what fibre's packet path costs a packet,
+//! stage by stage, in memory, on the full real tables.
+//!
+//! The router has an input link and an output link; every route of the table leaves by
+//! the output link through one of [`GATEWAYS`] gateways, each with a neighbour entry, as
+//! a router with full tables and a few peers has. A built-in generator makes the
+//! shortest UDP frames to matched addresses of the table, from hosts on the input link's
+//! subnet: 60 bytes for IPv4 (64 on the wire with the frame check sequence), 62 for IPv6
+//! (66 on the wire, the shortest an IPv6 UDP frame can be). Flows that the router would
+//! not forward (a destination that the local table or a link's subnet answers) are left
+//! out before measuring, and every measured packet must leave by the output link, or
+//! the run fails: what is measured is the forwarding path.
+//!
+//! Each thread runs its own [`Pipeline`] over vectors of frames taken from its own
+//! [`Pool`], as a worker does:
+//!
+//! - **receive**: buffers taken from the pool in bulk and each frame copied into one (this
+//!   stands for the socket or the NIC: a receive system call copies the frame into the
+//!   buffer the same way);
+//! - **input, route, neighbour, rewrite**: the pipeline's stages, as the daemon runs them;
+//! - **output**: the frames sorted by output link ([`Output`]) and their buffers given
+//!   back in bulk, as after a send (the system call itself is not made: that is the
+//!   veth study's part).
+//!
+//! Every stage times itself once per vector (a monotonic clock read, shared by the
+//! vector's packets); the wall time of the whole loop, clock reads included, over its
+//! packets is the figure a packet costs. Cycles are nanoseconds at the CPU's nominal
+//! frequency. The method is [`crate::method`]'s: repetitions, the highest and lowest
+//! dropped, threads pinned one per core and started together.
+
+use crate::addresses;
+use crate::kernel::GATEWAYS;
+use crate::method::{measure, Method, Stat};
+use crate::studies::to_ip;
+use fibre_dataplane::checksum;
+use fibre_dataplane::pipeline::{Arrival, Fate, Output, Pipeline};
+use fibre_dataplane::pool::{BufferId, Pool};
+use fibre_dataplane::runtime::StageCounters;
+use fibre_dataplane::worker::NeighbourMacs;
+use fibre_fib::{config, LinkIndex, Snapshot, State};
+use fibre_kernel::netns::gateway;
+use fibre_lpm::{Key, Prefix};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::fmt::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The seeds' budget: a 64-byte frame at 10 Gbit/s, 14.88 million a second.
+pub const BUDGET_NS: f64 = 67.2;
+
+/// The input link's name, address and MAC address.
+pub const INPUT: &str = "in0";
+/// The output link's name.
+pub const OUTPUT: &str = "out0";
+const INPUT_MAC: [u8; 6] = [0x02, 0xf1, 0, 0, 0, 1];
+const OUTPUT_MAC: [u8; 6] = [0x02, 0xf1, 0, 0, 0, 2];
+const HOST_MAC: [u8; 6] = [0x02, 0xf1, 0, 0, 1, 1];
+/// The input link's subnets, where the flows come from.
+const INPUT_NET4: Ipv4Addr = Ipv4Addr::new(10, 199, 0, 0);
+const INPUT_NET6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x199, 0, 0, 0, 0, 0, 0);
+
+/// The stages in the order a packet goes through them, as [`Pipeline::stages`] names them.
+pub const STAGES: [&str; 7] = [
+    "receive",
+    "input",
+    "route",
+    "neighbour",
+    "rewrite",
+    "icmp",
+    "output",
+];
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// Repetitions per measurement.
+    pub repetitions: usize,
+    /// Distinct flows generated per family.
+    pub flows: usize,
+    /// Packets each thread forwards per repetition.
+    pub packets: usize,
+    /// Thread counts to measure, one core each (up to the CPUs).
+    pub threads: Vec<usize>,
+    /// Packets per vector of the stage and thread figures.
+    pub vector: usize,
+    /// Vector sizes of the vector study.
+    pub vectors: Vec<usize>,
+    /// Buffers in each thread's pool.
+    pub pool: usize,
+    /// Seed of the flows.
+    pub seed: u64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            repetitions: 12,
+            flows: 1 << 16,
+            packets: 1 << 20,
+            threads: vec![1],
+            vector: 256,
+            vectors: vec![1, 4, 16, 64, 256],
+            pool: 4096,
+            seed: 1,
+        }
+    }
+}
+
+/// The router of the study: its routes, its neighbours, the link frames arrive on.
+pub struct Router {
+    /// The routes.
+    pub snapshot: Snapshot,
+    /// The gateways' MAC addresses.
+    pub neighbours: NeighbourMacs,
+    /// The input link.
+    pub arrival: Arrival,
+    /// The output link.
+    pub output: LinkIndex,
+}
+
+/// The MAC address of gateway `i`.
+fn gateway_mac(i: usize) -> [u8; 6] {
+    [0x02, 0xf2, 0, 0, (i >> 8) as u8, i as u8]
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
+impl Router {
+    /// The router with `v4` and `v6` in its main tables, route `i` of a family through
+    /// gateway `i mod GATEWAYS`.
+    pub fn new(v4: &[Prefix<u32>], v6: &[Prefix<u128>]) -> Result<Router, String> {
+        let mut state = State::new();
+        let setup = format!(
+            "link add {INPUT} type veth peer name {OUTPUT}
+link set {INPUT} address {}
+link set {OUTPUT} address {}
+link set {INPUT} up
+link set {OUTPUT} up
+addr add 10.199.0.1/16 dev {INPUT}
+addr add 10.200.0.1/16 dev {OUTPUT}
+-6 addr add fd00:199::1/64 dev {INPUT} nodad
+-6 addr add fd00:200::1/64 dev {OUTPUT} nodad
+",
+            mac_text(INPUT_MAC),
+            mac_text(OUTPUT_MAC)
+        );
+        config::apply_text(&mut state, "router", &setup).map_err(|e| e.to_string())?;
+        add_routes(&mut state, v4)?;
+        add_routes(&mut state, v6)?;
+        let index = |name: &str| {
+            state
+                .links()
+                .find(|l| l.name == name)
+                .map(|l| l.index)
+                .ok_or_else(|| format!("no link {name}"))
+        };
+        let (input, output) = (index(INPUT)?, index(OUTPUT)?);
+        let mut neighbours = NeighbourMacs::default();
+        for i in 0..GATEWAYS {
+            for family in [4, 6] {
+                neighbours.insert(output, gateway(family, i), gateway_mac(i));
+            }
+        }
+        Ok(Router {
+            snapshot: state.snapshot(),
+            neighbours,
+            arrival: Arrival {
+                link: input,
+                mac: INPUT_MAC,
+            },
+            output,
+        })
+    }
+}
+
+/// Adds `routes` to `state`'s main table, through the gateways.
+fn add_routes<K: Key>(state: &mut State, routes: &[Prefix<K>]) -> Result<(), String> {
+    let mut lines = String::with_capacity(routes.len() * 48);
+    for (i, p) in routes.iter().enumerate() {
+        let _ = writeln!(
+            lines,
+            "{}route add {p} via {} dev {OUTPUT}",
+            if K::FAMILY == 6 { "-6 " } else { "" },
+            gateway(K::FAMILY, i % GATEWAYS)
+        );
+    }
+    config::apply_text(state, &format!("IPv{} routes", K::FAMILY), &lines)
+        .map_err(|e| e.to_string())
+}
+
+/// The shortest IPv4 UDP frame from `src` to `dst`: 60 bytes, TTL 64, its header
+/// checksum right (the UDP checksum is left out, as IPv4 allows).
+pub fn udp_frame_v4(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    ports: (u16, u16),
+) -> Vec<u8> {
+    let mut f = vec![0u8; 60];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&46u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let c = checksum::checksum(ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f[34..36].copy_from_slice(&ports.0.to_be_bytes());
+    f[36..38].copy_from_slice(&ports.1.to_be_bytes());
+    f[38..40].copy_from_slice(&26u16.to_be_bytes());
+    f
+}
+
+/// The shortest IPv6 UDP frame from `src` to `dst`: 62 bytes, hop limit 64, the UDP
+/// checksum right.
+pub fn udp_frame_v6(
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    ports: (u16, u16),
+) -> Vec<u8> {
+    let mut f = vec![0u8; 62];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let ip = &mut f[14..54];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&8u16.to_be_bytes());
+    ip[6] = 17;
+    ip[7] = 64;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
+    f[54..56].copy_from_slice(&ports.0.to_be_bytes());
+    f[56..58].copy_from_slice(&ports.1.to_be_bytes());
+    f[58..60].copy_from_slice(&8u16.to_be_bytes());
+    // The pseudo-header (addresses, length, next header) and the UDP header.
+    let mut pseudo = Vec::with_capacity(48);
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&8u32.to_be_bytes());
+    pseudo.extend_from_slice(&17u32.to_be_bytes());
+    pseudo.extend_from_slice(&f[54..62]);
+    let c = match checksum::checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    f[60..62].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// `count` frames of family `K` to matched addresses of `table`, from random hosts of the
+/// input link's subnet and random ports, addressed from `src_mac` to `dst_mac`.
+pub fn flows<K: Key>(
+    table: &[Prefix<K>],
+    count: usize,
+    seed: u64,
+    dst_mac: [u8; 6],
+    src_mac: [u8; 6],
+) -> Vec<Vec<u8>> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_f10b);
+    addresses::matched(table, count, seed)
+        .into_iter()
+        .map(|k| {
+            let ports = (rng.gen_range(1024..65535), rng.gen_range(1..1024));
+            match to_ip(k) {
+                IpAddr::V4(dst) => {
+                    let host: u32 = rng.gen_range(2..0xffff);
+                    let src = Ipv4Addr::from(u32::from(INPUT_NET4) | host);
+                    udp_frame_v4(dst_mac, src_mac, src, dst, ports)
+                }
+                IpAddr::V6(dst) => {
+                    let host: u64 = rng.gen_range(2..u64::MAX);
+                    let src = Ipv6Addr::from(u128::from(INPUT_NET6) | host as u128);
+                    udp_frame_v6(dst_mac, src_mac, src, dst, ports)
+                }
+            }
+        })
+        .collect()
+}
+
+/// The frames of `frames` that `router` forwards out of its output link; how many it
+/// would not (its own, a link's subnet).
+fn forwarded(router: &Router, frames: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, usize) {
+    let mut pipeline = Pipeline::new();
+    let mut pool = Pool::new(256, 2048);
+    let (mut ids, mut fates) = (Vec::new(), Vec::new());
+    let mut kept = Vec::with_capacity(frames.len());
+    let mut left = 0;
+    for chunk in frames.chunks(256) {
+        ids.clear();
+        fates.clear();
+        pool.alloc(chunk.len(), &mut ids);
+        for (&id, f) in ids.iter().zip(chunk) {
+            pool.fill(id, f);
+        }
+        pipeline.run(
+            &router.snapshot,
+            &router.neighbours,
+            router.arrival,
+            &mut pool,
+            &ids,
+            &mut fates,
+        );
+        pool.free(&ids);
+        for (f, fate) in chunk.iter().zip(&fates) {
+            if *fate == Fate::Out(router.output) {
+                kept.push(f.clone());
+            } else {
+                left += 1;
+            }
+        }
+    }
+    (kept, left)
+}
+
+/// One thread's forwarding loop and what it works with.
+struct Lane<'a> {
+    router: &'a Router,
+    frames: &'a [[u8; 64]],
+    len: usize,
+    next: usize,
+    pipeline: Pipeline,
+    pool: Pool,
+    ids: Vec<BufferId>,
+    fates: Vec<Fate>,
+    output: Output,
+    rest: Vec<BufferId>,
+    /// Packets that did not leave by the output link (there must be none).
+    strays: u64,
+}
+
+impl<'a> Lane<'a> {
+    fn new(router: &'a Router, flows: &'a Flows, pool: usize, first: usize) -> Lane<'a> {
+        let frames = &flows.frames[..];
+        Lane {
+            router,
+            frames,
+            len: flows.len,
+            next: first % frames.len().max(1),
+            pipeline: Pipeline::new(),
+            pool: Pool::new(pool.max(256), 2048),
+            ids: Vec::with_capacity(256),
+            fates: Vec::with_capacity(256),
+            output: Output::default(),
+            rest: Vec::with_capacity(256),
+            strays: 0,
+        }
+    }
+
+    /// Forwards `packets` packets in vectors of `vector`; the counters start afresh.
+    fn forward(&mut self, packets: usize, vector: usize) -> u64 {
+        for s in self.pipeline.stages_mut() {
+            *s = StageCounters::default();
+        }
+        let mut done = 0;
+        while done < packets {
+            let n = vector.min(packets - done);
+            // Receive: buffers in bulk, a frame copied into each.
+            let t = Instant::now();
+            self.ids.clear();
+            self.pool.alloc(n, &mut self.ids);
+            for &id in &self.ids {
+                self.pool.fill(id, &self.frames[self.next][..self.len]);
+                self.next += 1;
+                if self.next == self.frames.len() {
+                    self.next = 0;
+                }
+            }
+            self.pipeline.receive.add(n, t);
+            self.fates.clear();
+            self.pipeline.run(
+                &self.router.snapshot,
+                &self.router.neighbours,
+                self.router.arrival,
+                &mut self.pool,
+                &self.ids,
+                &mut self.fates,
+            );
+            // Output: sorted by link, the buffers given back as after a send.
+            let t = Instant::now();
+            self.rest.clear();
+            for (&id, fate) in self.ids.iter().zip(&self.fates) {
+                match fate.output() {
+                    Some(link) => self.output.push(link, id),
+                    None => self.rest.push(id),
+                }
+            }
+            let out = self.output.len();
+            for (link, queue) in self.output.queues() {
+                if link != self.router.output {
+                    self.strays += queue.len() as u64;
+                }
+                self.pool.free(queue);
+                queue.clear();
+            }
+            self.strays += self.rest.len() as u64;
+            self.pool.free(&self.rest);
+            self.pipeline.output.add(out, t);
+            done += n;
+        }
+        done as u64
+    }
+}
+
+/// One measurement: `threads` lanes forwarding `frames`, vectors of `vector` packets.
+struct Measured {
+    /// Wall ns per packet (per thread, and over all threads), trimmed over repetitions.
+    per_packet: Stat,
+    throughput: Stat,
+    /// Each stage's ns per packet, averaged over threads, trimmed over repetitions.
+    stages: Vec<Stat>,
+}
+
+fn measure_lanes(
+    router: &Router,
+    flows: &Flows,
+    cfg: &PipelineConfig,
+    threads: usize,
+    vector: usize,
+) -> Result<Measured, String> {
+    let reps = cfg.repetitions.max(1);
+    // Per repetition, per thread, each stage's ns per packet.
+    let stages: Mutex<Vec<Vec<[f64; 7]>>> = Mutex::new(vec![Vec::new(); reps]);
+    let strays = Mutex::new(0u64);
+    let per_thread = flows.frames.len() / threads.max(1);
+    let timing = measure(
+        Method {
+            repetitions: reps,
+            threads,
+        },
+        |t| Lane::new(router, flows, cfg.pool, t * per_thread),
+        |lane, rep| {
+            let n = lane.forward(cfg.packets, vector);
+            let mut ns = [0.0; 7];
+            for (k, (_, c)) in lane.pipeline.stages().iter().enumerate() {
+                ns[k] = c.time.as_nanos() as f64 / n.max(1) as f64;
+            }
+            if let Ok(mut s) = stages.lock() {
+                s[rep].push(ns);
+            }
+            if let Ok(mut s) = strays.lock() {
+                *s += std::mem::take(&mut lane.strays);
+            }
+            n
+        },
+    );
+    let strays = strays.into_inner().unwrap_or(0);
+    if strays > 0 {
+        return Err(format!(
+            "{strays} packets did not leave by the output link: the measurement would not be of forwarding"
+        ));
+    }
+    let stages = stages.into_inner().unwrap_or_default();
+    let stage_stats = (0..7)
+        .map(|k| {
+            let per_rep: Vec<f64> = stages
+                .iter()
+                .map(|threads| {
+                    threads.iter().map(|ns| ns[k]).sum::<f64>() / threads.len().max(1) as f64
+                })
+                .collect();
+            Stat::trimmed(&per_rep)
+        })
+        .collect();
+    Ok(Measured {
+        per_packet: timing.per_op,
+        throughput: timing.throughput,
+        stages: stage_stats,
+    })
+}
+
+/// The flows of one family, ready to measure: those the router forwards, side by side
+/// in memory a cache line each, as a receive ring holds them.
+pub struct Flows {
+    /// The family.
+    pub family: u8,
+    /// The frames, each in the first `len` bytes of its line.
+    pub frames: Vec<[u8; 64]>,
+    /// The frames' length.
+    pub len: usize,
+    /// Generated flows left out because the router does not forward them.
+    pub left_out: usize,
+}
+
+impl Flows {
+    /// `cfg.flows` flows to matched addresses of `table`, those `router` forwards.
+    pub fn new<K: Key>(router: &Router, table: &[Prefix<K>], cfg: &PipelineConfig) -> Flows {
+        let frames = flows(table, cfg.flows, cfg.seed, INPUT_MAC, HOST_MAC);
+        let (frames, left_out) = forwarded(router, frames);
+        let len = frames.first().map_or(0, Vec::len);
+        Flows {
+            family: K::FAMILY,
+            frames: frames
+                .iter()
+                .map(|f| {
+                    let mut line = [0u8; 64];
+                    line[..f.len()].copy_from_slice(f);
+                    line
+                })
+                .collect(),
+            len,
+            left_out,
+        }
+    }
+}
+
+fn base(family: u8, routes: usize, threads: usize, vector: usize) -> Value {
+    json!({"study": "pipeline", "family": family, "routes": routes,
+           "threads": threads, "vector": vector})
+}
+
+/// Runs the study on one family's flows through `router` (holding `routes` routes of
+/// the family); every figure goes to `emit` as it is measured, `step` hears what comes
+/// next.
+pub fn pipeline_study(
+    router: &Router,
+    flows: &Flows,
+    routes: usize,
+    cfg: &PipelineConfig,
+    emit: &mut dyn FnMut(Value),
+    step: &mut dyn FnMut(&str),
+) -> Result<(), String> {
+    let family = flows.family;
+    if flows.frames.is_empty() {
+        return Err(format!("IPv{family}: no flow the router forwards"));
+    }
+    let mhz = fibre_dataplane::runtime::cpu_mhz();
+    let cycles = |ns: f64| mhz.map(|m| ns * m / 1e3);
+    let mut threads: Vec<usize> = cfg.threads.clone();
+    threads.sort_unstable();
+    threads.dedup();
+    for &t in &threads {
+        step(&format!(
+            "IPv{family}: {t} thread(s), vectors of {}",
+            cfg.vector
+        ));
+        let m = measure_lanes(router, flows, cfg, t, cfg.vector)?;
+        if t == threads[0] {
+            for (k, name) in STAGES.iter().enumerate() {
+                let s = m.stages[k];
+                let mut f = base(family, routes, t, cfg.vector);
+                f["metric"] = json!("stage");
+                f["stage"] = json!(name);
+                f["ns_per_packet"] = json!(s.mean);
+                f["mean_dev"] = json!(s.mean_dev);
+                f["cycles_per_packet"] = json!(cycles(s.mean));
+                emit(f);
+            }
+            let forwarding: f64 = m
+                .stages
+                .iter()
+                .zip(STAGES)
+                .filter(|(_, n)| *n != "receive")
+                .map(|(s, _)| s.mean)
+                .sum();
+            let mut f = base(family, routes, t, cfg.vector);
+            f["metric"] = json!("forwarding");
+            f["ns_per_packet"] = json!(forwarding);
+            f["cycles_per_packet"] = json!(cycles(forwarding));
+            f["budget_ns"] = json!(BUDGET_NS);
+            emit(f);
+        }
+        let mut f = base(family, routes, t, cfg.vector);
+        f["metric"] = json!("packet");
+        f["ns_per_packet"] = json!(m.per_packet.mean);
+        f["mean_dev"] = json!(m.per_packet.mean_dev);
+        f["cycles_per_packet"] = json!(cycles(m.per_packet.mean));
+        f["throughput_ns"] = json!(m.throughput.mean);
+        f["mpps"] = json!(1e3 / m.throughput.mean);
+        f["mpps_per_core"] = json!(1e3 / m.throughput.mean / t as f64);
+        f["flows"] = json!(flows.frames.len());
+        f["left_out"] = json!(flows.left_out);
+        emit(f);
+    }
+    for &v in &cfg.vectors {
+        step(&format!("IPv{family}: vectors of {v}"));
+        let m = measure_lanes(router, flows, cfg, 1, v.clamp(1, 256))?;
+        let mut f = base(family, routes, 1, v);
+        f["metric"] = json!("vector");
+        f["ns_per_packet"] = json!(m.per_packet.mean);
+        f["mean_dev"] = json!(m.per_packet.mean_dev);
+        f["cycles_per_packet"] = json!(cycles(m.per_packet.mean));
+        emit(f);
+    }
+    Ok(())
+}
+
+/// The figures of `family` and `metric`.
+fn of<'a>(
+    figures: &'a [Value],
+    study: &'a str,
+    metric: Option<&'a str>,
+) -> impl Iterator<Item = &'a Value> {
+    figures
+        .iter()
+        .filter(move |f| f["study"] == study && metric.is_none_or(|m| f["metric"] == m))
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
+}
+
+fn show(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |x| format!("{x:.digits$}"))
+}
+
+/// The report of a run's figures, in Markdown.
+pub fn markdown(figures: &[Value]) -> String {
+    let mut md = String::new();
+    let families: Vec<u64> = [4, 6]
+        .into_iter()
+        .filter(|f| figures.iter().any(|x| x["family"] == *f))
+        .collect();
+    let stage = |fam: u64, name: &str| {
+        of(figures, "pipeline", Some("stage")).find(|f| f["family"] == fam && f["stage"] == name)
+    };
+    if of(figures, "pipeline", Some("stage")).next().is_some() {
+        let first = of(figures, "pipeline", Some("stage"))
+            .next()
+            .cloned()
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "## In memory, one core: what each stage costs a packet\n\nVectors of {} packets, \
+             {} thread; ns and cycles per packet (± mean deviation). The budget is {BUDGET_NS} ns: \
+             a 64-byte frame at 10 Gbit/s.\n",
+            first["vector"], first["threads"]
+        );
+        let mut head = "| stage |".to_string();
+        let mut rule = "|---|".to_string();
+        for fam in &families {
+            let _ = write!(head, " IPv{fam} ns | IPv{fam} cycles |");
+            rule += "---:|---:|";
+        }
+        let _ = writeln!(md, "{head}\n{rule}");
+        for name in STAGES {
+            let mut row = format!("| {name} |");
+            for &fam in &families {
+                let f = stage(fam, name);
+                let ns = f.and_then(|f| num(&f["ns_per_packet"]));
+                let dev = f.and_then(|f| num(&f["mean_dev"]));
+                let cyc = f.and_then(|f| num(&f["cycles_per_packet"]));
+                let _ = write!(
+                    row,
+                    " {} ± {} | {} |",
+                    show(ns, 2),
+                    show(dev, 2),
+                    show(cyc, 0)
+                );
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        let mut row = "| **input … output** (the budget's stages) |".to_string();
+        for &fam in &families {
+            let f = of(figures, "pipeline", Some("forwarding")).find(|f| f["family"] == fam);
+            let ns = f.and_then(|f| num(&f["ns_per_packet"]));
+            let cyc = f.and_then(|f| num(&f["cycles_per_packet"]));
+            let within = ns.map_or("", |n| if n <= BUDGET_NS { " ✓" } else { " ✗" });
+            let _ = write!(row, " **{}**{within} | {} |", show(ns, 2), show(cyc, 0));
+        }
+        let _ = writeln!(md, "{row}");
+        let mut row =
+            "| the whole loop, wall clock (receive and clock reads included) |".to_string();
+        for &fam in &families {
+            let f = of(figures, "pipeline", Some("packet"))
+                .find(|f| f["family"] == fam && f["threads"] == first["threads"]);
+            let ns = f.and_then(|f| num(&f["ns_per_packet"]));
+            let cyc = f.and_then(|f| num(&f["cycles_per_packet"]));
+            let _ = write!(row, " {} | {} |", show(ns, 2), show(cyc, 0));
+        }
+        let _ = writeln!(md, "{row}\n");
+    }
+    if of(figures, "pipeline", Some("packet")).next().is_some() {
+        let _ = writeln!(
+            md,
+            "## In memory, by cores: millions of packets a second\n\nEach thread pinned to a \
+             core of its own (threads past the CPUs share them), all forwarding at once; the \
+             rate is all packets over the wall time of the run.\n"
+        );
+        let mut head = "| threads |".to_string();
+        let mut rule = "|---:|".to_string();
+        for fam in &families {
+            let _ = write!(head, " IPv{fam} Mpps | IPv{fam} Mpps per core |");
+            rule += "---:|---:|";
+        }
+        let _ = writeln!(md, "{head}\n{rule}");
+        let mut threads: Vec<u64> = of(figures, "pipeline", Some("packet"))
+            .filter_map(|f| f["threads"].as_u64())
+            .collect();
+        threads.sort_unstable();
+        threads.dedup();
+        for t in threads {
+            let mut row = format!("| {t} |");
+            for &fam in &families {
+                let f = of(figures, "pipeline", Some("packet"))
+                    .find(|f| f["family"] == fam && f["threads"] == t);
+                let _ = write!(
+                    row,
+                    " {} | {} |",
+                    show(f.and_then(|f| num(&f["mpps"])), 2),
+                    show(f.and_then(|f| num(&f["mpps_per_core"])), 2)
+                );
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        md.push('\n');
+    }
+    if of(figures, "pipeline", Some("vector")).next().is_some() {
+        let _ = writeln!(
+            md,
+            "## In memory, one core, by vector size: ns per packet\n\nThe whole loop over its \
+             packets. Every stage reads the clock once per vector, so small vectors pay for \
+             seven clock reads over few packets: part of what batching saves.\n"
+        );
+        let mut head = "| vector |".to_string();
+        let mut rule = "|---:|".to_string();
+        for fam in &families {
+            let _ = write!(head, " IPv{fam} ns |");
+            rule += "---:|";
+        }
+        let _ = writeln!(md, "{head}\n{rule}");
+        let mut vectors: Vec<u64> = of(figures, "pipeline", Some("vector"))
+            .filter_map(|f| f["vector"].as_u64())
+            .collect();
+        vectors.sort_unstable();
+        vectors.dedup();
+        for v in vectors {
+            let mut row = format!("| {v} |");
+            for &fam in &families {
+                let f = of(figures, "pipeline", Some("vector"))
+                    .find(|f| f["family"] == fam && f["vector"] == v);
+                let _ = write!(
+                    row,
+                    " {} |",
+                    show(f.and_then(|f| num(&f["ns_per_packet"])), 2)
+                );
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        md.push('\n');
+    }
+    let veth: Vec<&Value> = of(figures, "veth", None).collect();
+    if !veth.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Over veth: host A, router, host B; the kernel and fibre\n\nShortest UDP \
+             frames (64 bytes on the wire for IPv4, 66 for IPv6) to matched addresses of the \
+             tables. The router's work on one CPU, host A's generator on another. Loss-free: \
+             the highest rate offered for a whole trial with nothing lost. fibre runs as \
+             `fibre daemon --forward` with one worker over `AF_PACKET`, the kernel's forwarding \
+             off.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| family | engine | loss-free Mpps | forwarded at host A's fastest, Mpps | host A's fastest, Mpps |\n|---|---|---:|---:|---:|"
+        );
+        for f in &veth {
+            let bound = if f["generator_bound"] == true {
+                " (host A's limit)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                md,
+                "| IPv{} | {} | {}{bound} | {} | {} |",
+                f["family"],
+                f["engine"].as_str().unwrap_or("?"),
+                show(num(&f["loss_free_mpps"]), 3),
+                show(num(&f["forwarded_at_max_mpps"]), 3),
+                show(num(&f["offered_max_mpps"]), 3)
+            );
+        }
+        for &fam in &families {
+            let rate = |e: &str, k: &str| {
+                veth.iter()
+                    .find(|f| f["family"] == fam && f["engine"] == e)
+                    .and_then(|f| num(&f[k]))
+            };
+            if let (Some(fib), Some(ker)) = (
+                rate("fibre", "loss_free_mpps"),
+                rate("kernel", "loss_free_mpps"),
+            ) {
+                if ker > 0.0 {
+                    let _ = writeln!(
+                        md,
+                        "\nIPv{fam}: fibre's loss-free rate is {:.2}× the kernel's.",
+                        fib / ker
+                    );
+                }
+            }
+        }
+        md.push('\n');
+    }
+    md
+}
+
+/// Draws the run's plots into `dir`: rate by cores, cost by vector size; the files
+/// written.
+pub fn plots(figures: &[Value], dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut written = Vec::new();
+    let series = |metric: &str, x: &str, y: &str| -> Vec<(String, Vec<(f64, f64)>)> {
+        [4u64, 6]
+            .into_iter()
+            .map(|fam| {
+                let mut pts: Vec<(f64, f64)> = of(figures, "pipeline", Some(metric))
+                    .filter(|f| f["family"] == fam)
+                    .filter_map(|f| Some((f[x].as_f64()?, num(&f[y])?)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                (format!("IPv{fam}"), pts)
+            })
+            .filter(|(_, p)| !p.is_empty())
+            .collect()
+    };
+    for (stem, title, metric, x, y, x_desc, y_desc, log_x) in [
+        (
+            "pipeline-cores",
+            "In memory: forwarding rate by cores",
+            "packet",
+            "threads",
+            "mpps",
+            "threads (one core each)",
+            "Mpps",
+            false,
+        ),
+        (
+            "pipeline-vector",
+            "In memory: cost by vector size, one core",
+            "vector",
+            "vector",
+            "ns_per_packet",
+            "packets per vector (log)",
+            "ns per packet",
+            true,
+        ),
+    ] {
+        let s = series(metric, x, y);
+        if s.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{stem}.svg"));
+        line_plot(&path, title, x_desc, y_desc, &s, log_x)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// A line plot of `series` (a name and its points), y from zero.
+fn line_plot(
+    path: &std::path::Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+    log_x: bool,
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        return Ok(());
+    }
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let colors = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+    macro_rules! draw {
+        ($chart:expr) => {{
+            let mut chart = $chart.map_err(|e| err(&e))?;
+            chart
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .x_label_formatter(&|x| format!("{x:.0}"))
+                .draw()
+                .map_err(|e| err(&e))?;
+            for (k, (name, p)) in series.iter().enumerate() {
+                let color = colors[k % colors.len()];
+                chart
+                    .draw_series(LineSeries::new(p.iter().copied(), color.stroke_width(2)))
+                    .map_err(|e| err(&e))?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                    });
+                chart
+                    .draw_series(p.iter().map(|q| Circle::new(*q, 3, color.filled())))
+                    .map_err(|e| err(&e))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| err(&e))?;
+        }};
+    }
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70);
+    if log_x {
+        draw!(builder.build_cartesian_2d((x0.max(1.0)..x1 * 1.5).log_scale(), 0.0..y1 * 1.15));
+    } else {
+        draw!(builder.build_cartesian_2d((x0 - 0.2)..(x1 + 0.2), 0.0..y1 * 1.15));
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fibre_lpm::Prefix;
+
+    fn p4(s: &str) -> Prefix<u32> {
+        s.parse().unwrap()
+    }
+
+    fn p6(s: &str) -> Prefix<u128> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn generated_frames_are_forwarded_through_their_routes_gateways() {
+        let v4 = [
+            p4("198.51.100.0/24"),
+            p4("203.0.113.0/25"),
+            p4("192.0.2.0/24"),
+        ];
+        let v6 = [p6("2001:db8::/32"), p6("2001:db8:1::/48")];
+        let router = Router::new(&v4, &v6).unwrap();
+        let cfg = PipelineConfig {
+            flows: 500,
+            ..PipelineConfig::default()
+        };
+        for flows in [
+            Flows::new(&router, &v4, &cfg),
+            Flows::new(&router, &v6, &cfg),
+        ] {
+            assert_eq!(flows.left_out, 0, "every matched address is routed");
+            assert_eq!(flows.frames.len(), 500);
+            let mut lane = Lane::new(&router, &flows, 1024, 0);
+            assert_eq!(lane.forward(1000, 64), 1000);
+            assert_eq!(lane.strays, 0);
+            let p = &lane.pipeline;
+            assert_eq!((p.input.packets, p.output.packets), (1000, 1000));
+            assert_eq!(p.fates[&Fate::Out(router.output)], 1000);
+            // The frames as the output stage saw them: TTL down, gateway's MAC.
+            let mut pool = Pool::new(4, 2048);
+            let mut ids = Vec::new();
+            pool.alloc(1, &mut ids);
+            pool.fill(ids[0], &flows.frames[0][..flows.len]);
+            let mut fates = Vec::new();
+            let mut p = Pipeline::new();
+            p.run(
+                &router.snapshot,
+                &router.neighbours,
+                router.arrival,
+                &mut pool,
+                &ids,
+                &mut fates,
+            );
+            let f = pool.frame(ids[0]);
+            assert_eq!(&f[6..12], &OUTPUT_MAC);
+            assert_eq!(&f[0..4], &[0x02, 0xf2, 0, 0]);
+            let ttl = if flows.family == 4 { f[22] } else { f[21] };
+            assert_eq!(ttl, 63);
+            if flows.family == 4 {
+                assert!(checksum::holds(&f[14..34]), "header checksum updated");
+            }
+        }
+    }
+
+    #[test]
+    fn frames_the_router_does_not_forward_are_left_out() {
+        // A route covering the router's own subnets: some flows go to its own address
+        // or to a link's subnet, not through a gateway.
+        let v4 = [p4("10.199.0.0/30"), p4("198.51.100.0/24")];
+        let router = Router::new(&v4, &[]).unwrap();
+        let cfg = PipelineConfig {
+            flows: 400,
+            ..PipelineConfig::default()
+        };
+        let flows = Flows::new(&router, &v4, &cfg);
+        assert!(flows.left_out > 0, "10.199.0.1 is the router's own");
+        assert_eq!(flows.frames.len() + flows.left_out, 400);
+    }
+
+    #[test]
+    fn the_ipv6_udp_checksum_is_right() {
+        let f = udp_frame_v6(
+            [0; 6],
+            [0; 6],
+            "fd00::1".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+            (1000, 53),
+        );
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&f[22..54]);
+        pseudo.extend_from_slice(&8u32.to_be_bytes());
+        pseudo.extend_from_slice(&17u32.to_be_bytes());
+        pseudo.extend_from_slice(&f[54..62]);
+        assert!(checksum::holds(&pseudo));
+        let f4 = udp_frame_v4(
+            [0; 6],
+            [0; 6],
+            "10.0.0.1".parse().unwrap(),
+            "192.0.2.1".parse().unwrap(),
+            (1, 2),
+        );
+        assert!(checksum::holds(&f4[14..34]));
+        assert_eq!(f4.len(), 60);
+    }
+}

@@ -1,0 +1,516 @@
+//! The veth study (the second half of `fibre bench pipeline`): the same router forwarded
+//! by the kernel and by fibre, on the same topology in the same run, as root.
+//!
+//! Three namespaces: host A, veth, the router, veth, host B. The router holds the real
+//! tables (route `i` through gateway `i mod GATEWAYS` on host B's link, each gateway a
+//! permanent neighbour entry on host B's link, with a MAC address that is not host B's).
+//! Host A sends the pipeline study's frames (the shortest UDP frames, to matched
+//! addresses of the tables) from a packet socket, paced; host B's kernel drops them as
+//! soon as it sees they are for another host, so that they cost little. What the router
+//! sent out of its link to host B (the link's transmit counter) against what host A sent
+//! is the loss.
+//!
+//! The CPUs are split so that the router has one core whoever forwards: the generator
+//! runs on the last CPU; the router's receive work is steered to CPU 0 (receive packet
+//! steering on its input link), where the kernel forwards in its receive softirq, and
+//! where fibre's one worker is pinned. With fibre forwarding, the kernel's forwarding is
+//! off, but the kernel still receives every frame (a packet socket taps the link; it does
+//! not take the frame away) and drops it: that cost is fibre's on `AF_PACKET`, and is in
+//! its figure.
+//!
+//! A trial offers a rate for a fixed time; the loss-free rate is found by halving the
+//! interval between a rate that lost nothing and one that lost (RFC 2544's throughput);
+//! the rate forwarded when host A sends as fast as it can is shown too. Host A's
+//! fastest is the ceiling of what can be found: a router that loses nothing at it is
+//! marked as bound by the generator.
+
+use crate::kernel::GATEWAYS;
+use crate::pipeline::flows;
+use fibre_dataplane::packet::{Batch, PacketSocket};
+use fibre_dataplane::pool::{BufferId, Pool};
+use fibre_kernel::netns::{gateway, Namespace};
+use fibre_lpm::{Key, Prefix};
+use serde_json::{json, Value};
+use std::fmt::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Host A's link, the router's links, host B's link.
+pub const HOST_A_DEV: &str = "ha0";
+/// The router's link to host A.
+pub const ROUTER_IN: &str = "r0";
+/// The router's link to host B.
+pub const ROUTER_OUT: &str = "r1";
+/// Host B's link.
+pub const HOST_B_DEV: &str = "hb0";
+
+const HOST_A_MAC: [u8; 6] = [0x02, 0xa0, 0, 0, 0, 2];
+const ROUTER_IN_MAC: [u8; 6] = [0x02, 0xa0, 0, 0, 0, 1];
+const ROUTER_OUT_MAC: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 1];
+const HOST_B_MAC: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 2];
+/// The gateways' MAC address: on host B's link, but not host B's own, so that host B's
+/// kernel drops the frames as soon as it sees them (they are for another host).
+const GATEWAY_MAC: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 0x99];
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct VethConfig {
+    /// How long a trial offers its rate.
+    pub trial: Duration,
+    /// Halvings of the search interval.
+    pub steps: usize,
+    /// Distinct flows host A sends (at most 4096).
+    pub flows: usize,
+    /// Seed of the flows.
+    pub seed: u64,
+}
+
+impl Default for VethConfig {
+    fn default() -> Self {
+        VethConfig {
+            trial: Duration::from_secs(1),
+            steps: 8,
+            flows: 4096,
+            seed: 1,
+        }
+    }
+}
+
+/// The three namespaces, set up, with the routes loaded in the router.
+pub struct Topology {
+    /// Host A.
+    pub host_a: Namespace,
+    /// The router.
+    pub router: Namespace,
+    /// Host B.
+    pub host_b: Namespace,
+    /// Routes loaded per family.
+    pub routes: (usize, usize),
+    /// The CPU host A's generator runs on.
+    pub generator_cpu: usize,
+    /// The CPU the router's work is steered to.
+    pub router_cpu: usize,
+}
+
+fn io(e: std::io::Error) -> String {
+    e.to_string()
+}
+
+/// Runs `args` in namespace `ns` (`ip netns exec`).
+fn exec(ns: &Namespace, args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .args(args)
+        .output()
+        .map_err(|e| format!("{args:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{args:?} in {}: {}",
+            ns.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+impl Topology {
+    /// Sets up host A, the router with `v4` and `v6` as its routes, and host B. The
+    /// kernel's forwarding is off until [`kernel_forwarding`] turns it on.
+    pub fn new(v4: &[Prefix<u32>], v6: &[Prefix<u128>]) -> Result<Topology, String> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            return Err("the veth study needs two CPUs: one for host A, one for the router".into());
+        }
+        let host_a = Namespace::create("veth-a").map_err(io)?;
+        let router = Namespace::create("veth-r").map_err(io)?;
+        let host_b = Namespace::create("veth-b").map_err(io)?;
+        let t = Topology {
+            host_a,
+            router,
+            host_b,
+            routes: (v4.len(), v6.len()),
+            generator_cpu: cpus - 1,
+            router_cpu: 0,
+        };
+        let (a, b) = (t.host_a.name(), t.host_b.name());
+        t.router
+            .batch(&format!(
+                "link set lo up
+link add {ROUTER_IN} address {} type veth peer name {HOST_A_DEV} netns {a} address {}
+link add {ROUTER_OUT} address {} type veth peer name {HOST_B_DEV} netns {b} address {}
+link set {ROUTER_IN} up
+link set {ROUTER_OUT} up
+addr add 10.199.0.1/16 dev {ROUTER_IN}
+addr add 10.200.0.1/16 dev {ROUTER_OUT}
+addr add fd00:199::1/64 dev {ROUTER_IN} nodad
+addr add fd00:200::1/64 dev {ROUTER_OUT} nodad
+",
+                mac_text(ROUTER_IN_MAC),
+                mac_text(HOST_A_MAC),
+                mac_text(ROUTER_OUT_MAC),
+                mac_text(HOST_B_MAC),
+            ))
+            .map_err(io)?;
+        t.host_a
+            .batch(&format!(
+                "link set lo up
+link set {HOST_A_DEV} up
+addr add 10.199.0.2/16 dev {HOST_A_DEV}
+addr add fd00:199::2/64 dev {HOST_A_DEV} nodad
+"
+            ))
+            .map_err(io)?;
+        t.host_b
+            .batch(&format!(
+                "link set lo up
+link set {HOST_B_DEV} up
+addr add 10.200.0.2/16 dev {HOST_B_DEV}
+addr add fd00:200::2/64 dev {HOST_B_DEV} nodad
+"
+            ))
+            .map_err(io)?;
+        let mut neigh = String::new();
+        for i in 0..GATEWAYS {
+            for family in [4, 6] {
+                let _ = writeln!(
+                    neigh,
+                    "neigh replace {} lladdr {} dev {ROUTER_OUT} nud permanent",
+                    gateway(family, i),
+                    mac_text(GATEWAY_MAC)
+                );
+            }
+        }
+        t.router.batch(&neigh).map_err(io)?;
+        load(&t.router, v4)?;
+        load(&t.router, v6)?;
+        // The router's receive work on the router's CPU, whichever CPU sent the frame.
+        let mask = format!("{:x}", 1u64 << t.router_cpu);
+        exec(
+            &t.router,
+            &[
+                "sh",
+                "-c",
+                &format!("echo {mask} > /sys/class/net/{ROUTER_IN}/queues/rx-0/rps_cpus"),
+            ],
+        )?;
+        for (k, v) in [
+            ("net.ipv4.ip_forward", "0"),
+            ("net.ipv6.conf.all.forwarding", "0"),
+        ] {
+            t.router.sysctl(k, v).map_err(io)?;
+        }
+        Ok(t)
+    }
+
+    /// Frames the router has sent out of its link to host B.
+    fn forwarded(&self) -> Result<u64, String> {
+        let out = self
+            .router
+            .ip(&["-j", "-s", "link", "show", "dev", ROUTER_OUT])
+            .map_err(io)?;
+        let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j -s link: {e}"))?;
+        v[0]["stats64"]["tx"]["packets"]
+            .as_u64()
+            .ok_or_else(|| format!("no transmit counter in {out}"))
+    }
+}
+
+/// Loads `routes` into the router's main table through the gateways.
+fn load<K: Key>(router: &Namespace, routes: &[Prefix<K>]) -> Result<(), String> {
+    let mut lines = String::with_capacity(routes.len() * 48);
+    for (i, p) in routes.iter().enumerate() {
+        let _ = writeln!(
+            lines,
+            "route add {p} via {} dev {ROUTER_OUT}",
+            gateway(K::FAMILY, i % GATEWAYS)
+        );
+    }
+    router.batch_family(K::FAMILY, &lines).map_err(io)
+}
+
+/// The kernel forwarding (both families) until the guard is dropped.
+pub struct KernelForwarding<'a>(&'a Namespace);
+
+/// Turns the router's kernel forwarding on.
+pub fn kernel_forwarding(t: &Topology) -> Result<KernelForwarding<'_>, String> {
+    for k in ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"] {
+        t.router.sysctl(k, "1").map_err(io)?;
+    }
+    Ok(KernelForwarding(&t.router))
+}
+
+impl Drop for KernelForwarding<'_> {
+    fn drop(&mut self) {
+        for k in ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"] {
+            let _ = self.0.sysctl(k, "0");
+        }
+    }
+}
+
+/// Host A's generator: the frames in a pool, sent from a packet socket.
+struct Generator {
+    socket: PacketSocket,
+    pool: Pool,
+    ids: Vec<BufferId>,
+    batch: Batch,
+}
+
+/// Frames per send call.
+const BURST: usize = 64;
+
+impl Generator {
+    /// Opens host A's link from this thread (which enters host A's namespace) with
+    /// `frames` ready.
+    fn new(t: &Topology, frames: &[Vec<u8>]) -> Result<Generator, String> {
+        t.host_a.enter().map_err(io)?;
+        let ifindex = t.host_a.ifindex(HOST_A_DEV).map_err(io)?;
+        let socket = PacketSocket::open_for_sending(ifindex).map_err(io)?;
+        let n = frames.len().clamp(BURST, 4096);
+        let mut pool = Pool::new(n, 128);
+        let mut ids = Vec::with_capacity(n);
+        pool.alloc(n, &mut ids);
+        for (k, &id) in ids.iter().enumerate() {
+            pool.fill(id, &frames[k % frames.len()]);
+        }
+        Ok(Generator {
+            socket,
+            pool,
+            ids,
+            batch: Batch::new(),
+        })
+    }
+
+    /// Sends for `time` at `rate` frames a second (as fast as it can: `None`); how many
+    /// went.
+    fn send(&mut self, time: Duration, rate: Option<f64>) -> u64 {
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut k = 0;
+        loop {
+            let elapsed = start.elapsed();
+            if elapsed >= time {
+                break;
+            }
+            if let Some(r) = rate {
+                if ((elapsed.as_secs_f64() * r) as u64) < sent + BURST as u64 {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            let burst = &self.ids[k..k + BURST];
+            k = (k + BURST) % (self.ids.len() - BURST + 1);
+            sent += self
+                .socket
+                .send(&mut self.pool, burst, &mut self.batch)
+                .unwrap_or(0) as u64;
+        }
+        sent
+    }
+}
+
+/// One trial's outcome.
+#[derive(Clone, Copy, Debug)]
+struct Trial {
+    sent: u64,
+    forwarded: u64,
+    seconds: f64,
+}
+
+impl Trial {
+    fn lost(&self) -> u64 {
+        self.sent.saturating_sub(self.forwarded)
+    }
+}
+
+/// Runs trials on a generator thread of host A's; `trial(rate)` is one trial.
+fn with_generator<R>(
+    t: &Topology,
+    frames: &[Vec<u8>],
+    cfg: &VethConfig,
+    body: impl FnOnce(&mut dyn FnMut(Option<f64>) -> Result<Trial, String>) -> Result<R, String>,
+) -> Result<R, String> {
+    let (to_gen, from_main) = std::sync::mpsc::channel::<Option<Option<f64>>>();
+    let (to_main, from_gen) = std::sync::mpsc::channel::<Result<u64, String>>();
+    let cpu = t.generator_cpu;
+    let trial_time = cfg.trial;
+    std::thread::scope(|s| {
+        let frames = &frames;
+        s.spawn(move || {
+            if let Some(core) = core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.id == cpu)
+            {
+                core_affinity::set_for_current(core);
+            }
+            let mut g = match Generator::new(t, frames) {
+                Ok(g) => g,
+                Err(e) => {
+                    let _ = to_main.send(Err(e));
+                    return;
+                }
+            };
+            while let Ok(Some(rate)) = from_main.recv() {
+                let _ = to_main.send(Ok(g.send(trial_time, rate)));
+            }
+        });
+        let mut trial = |rate: Option<f64>| -> Result<Trial, String> {
+            let before = t.forwarded()?;
+            let start = Instant::now();
+            to_gen
+                .send(Some(rate))
+                .map_err(|_| "the generator stopped".to_string())?;
+            let sent = from_gen
+                .recv()
+                .map_err(|_| "the generator stopped".to_string())??;
+            let seconds = start.elapsed().as_secs_f64();
+            // What is still queued drains.
+            std::thread::sleep(Duration::from_millis(200));
+            let forwarded = t.forwarded()?.saturating_sub(before);
+            Ok(Trial {
+                sent,
+                forwarded,
+                seconds,
+            })
+        };
+        let r = body(&mut trial);
+        let _ = to_gen.send(None);
+        r
+    })
+}
+
+/// One engine's figures for one family.
+#[derive(Clone, Copy, Debug)]
+pub struct Rates {
+    /// The highest rate offered that lost nothing (frames a second).
+    pub loss_free: f64,
+    /// Whether nothing was lost even at host A's fastest (the router may do more).
+    pub generator_bound: bool,
+    /// Host A's fastest rate.
+    pub offered_max: f64,
+    /// What the router forwarded at host A's fastest.
+    pub forwarded_at_max: f64,
+}
+
+/// Measures the engine currently forwarding in `t` with `frames`: waits until a slow
+/// trial loses nothing (the engine is ready: fibre's mirror has the routes), then
+/// host A's fastest, then the loss-free rate by halving.
+fn rates(
+    t: &Topology,
+    frames: &[Vec<u8>],
+    cfg: &VethConfig,
+    step: &mut dyn FnMut(&str),
+) -> Result<Rates, String> {
+    with_generator(t, frames, cfg, |trial| {
+        let slow = 20_000.0;
+        let ready_by = Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = trial(Some(slow))?;
+            if r.sent > 0 && r.lost() == 0 {
+                break;
+            }
+            if Instant::now() > ready_by {
+                return Err(format!(
+                    "the router never forwarded everything at {slow} frames/s: {} of {} lost",
+                    r.lost(),
+                    r.sent
+                ));
+            }
+        }
+        let max = trial(None)?;
+        let offered_max = max.sent as f64 / max.seconds;
+        let forwarded_at_max = max.forwarded as f64 / max.seconds;
+        step(&format!(
+            "host A's fastest {:.2} Mpps, forwarded {:.2} Mpps; searching the loss-free rate",
+            offered_max / 1e6,
+            forwarded_at_max / 1e6
+        ));
+        if max.lost() == 0 {
+            return Ok(Rates {
+                loss_free: offered_max,
+                generator_bound: true,
+                offered_max,
+                forwarded_at_max,
+            });
+        }
+        let (mut lo, mut hi) = (slow, offered_max);
+        for _ in 0..cfg.steps {
+            let mid = (lo + hi) / 2.0;
+            let r = trial(Some(mid))?;
+            if r.lost() == 0 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(Rates {
+            loss_free: lo,
+            generator_bound: false,
+            offered_max,
+            forwarded_at_max,
+        })
+    })
+}
+
+/// Something running until dropped: an engine forwarding.
+pub trait Running {}
+impl<T> Running for T {}
+
+/// How an engine is started in a topology: what it returns stops it when dropped.
+pub type Start<'a> = Box<dyn Fn(&'a Topology) -> Result<Box<dyn Running + 'a>, String> + 'a>;
+
+/// A way to make the router forward: its name and how to start it.
+pub struct Engine<'a> {
+    /// The name figures carry.
+    pub name: &'static str,
+    /// Starts the engine in the topology.
+    pub start: Start<'a>,
+}
+
+/// Runs the study: for each family with routes, each engine's rates with frames to
+/// matched addresses of `v4` or `v6`; every figure goes to `emit`, `step` hears what
+/// comes next.
+pub fn veth_study<'a>(
+    t: &'a Topology,
+    v4: &[Prefix<u32>],
+    v6: &[Prefix<u128>],
+    engines: &[Engine<'a>],
+    cfg: &VethConfig,
+    emit: &mut dyn FnMut(Value),
+    step: &mut dyn FnMut(&str),
+) -> Result<(), String> {
+    let n = cfg.flows.clamp(BURST, 4096);
+    let families: Vec<(u8, Vec<Vec<u8>>)> = [
+        (!v4.is_empty()).then(|| (4, flows(v4, n, cfg.seed, ROUTER_IN_MAC, HOST_A_MAC))),
+        (!v6.is_empty()).then(|| (6, flows(v6, n, cfg.seed, ROUTER_IN_MAC, HOST_A_MAC))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for engine in engines {
+        step(&format!("{} forwarding: starting", engine.name));
+        let guard = (engine.start)(t)?;
+        for (family, frames) in &families {
+            step(&format!("{} forwarding IPv{family}", engine.name));
+            let r = rates(t, frames, cfg, step)?;
+            emit(json!({
+                "study": "veth", "engine": engine.name, "family": family,
+                "routes": if *family == 4 { t.routes.0 } else { t.routes.1 },
+                "frame_bytes": frames[0].len() + 4,
+                "loss_free_mpps": r.loss_free / 1e6,
+                "generator_bound": r.generator_bound,
+                "offered_max_mpps": r.offered_max / 1e6,
+                "forwarded_at_max_mpps": r.forwarded_at_max / 1e6,
+                "trial_seconds": cfg.trial.as_secs_f64(),
+                "router_cpu": t.router_cpu,
+                "generator_cpu": t.generator_cpu,
+            }));
+        }
+        drop(guard);
+    }
+    Ok(())
+}
