@@ -18,6 +18,11 @@
 //! not take the frame away) and drops it: that cost is fibre's on `AF_PACKET`, and is in
 //! its figure.
 //!
+//! What a forwarded frame costs the router's core is measured at one rate that every
+//! engine forwards without loss: the core's busy time (`/proc/stat`: all but idle) over
+//! the frames forwarded. Host A's fastest bounds the rates that can be found on a
+//! machine of two cores; the cost per frame is bound by nothing but the router.
+//!
 //! A trial offers a rate for a fixed time; the loss-free rate is found by halving the
 //! interval between a rate that lost nothing and one that lost (RFC 2544's throughput);
 //! the rate forwarded when host A sends as fast as it can is shown too. Host A's
@@ -67,6 +72,11 @@ pub struct VethConfig {
     pub flows: usize,
     /// Seed of the flows.
     pub seed: u64,
+    /// The rate (frames a second) at which what a forwarded frame costs the router's
+    /// core is measured, the same for every engine.
+    pub cost_rate: f64,
+    /// How long the cost is measured for.
+    pub cost_time: Duration,
 }
 
 impl Default for VethConfig {
@@ -76,8 +86,36 @@ impl Default for VethConfig {
             steps: 8,
             flows: 4096,
             seed: 1,
+            cost_rate: 200_000.0,
+            cost_time: Duration::from_secs(3),
         }
     }
+}
+
+/// CPU `cpu`'s busy time so far (all but idle and I/O wait), in nanoseconds, from
+/// `/proc/stat`'s clock ticks.
+fn cpu_busy_ns(cpu: usize) -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let name = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .ok_or_else(|| format!("no {name} in /proc/stat"))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(k, _)| *k != 3 && *k != 4)
+        .map(|(_, t)| t)
+        .sum();
+    // /proc/stat counts in USER_HZ, 100 a second: fixed in Linux's interface to user space.
+    Ok(busy as f64 * 1e9 / 100.0)
 }
 
 /// The three namespaces, set up, with the routes loaded in the router.
@@ -318,6 +356,8 @@ struct Trial {
     sent: u64,
     forwarded: u64,
     seconds: f64,
+    /// The router's core's busy time during the trial, in nanoseconds.
+    router_busy_ns: f64,
 }
 
 impl Trial {
@@ -331,12 +371,13 @@ fn with_generator<R>(
     t: &Topology,
     frames: &[Vec<u8>],
     cfg: &VethConfig,
-    body: impl FnOnce(&mut dyn FnMut(Option<f64>) -> Result<Trial, String>) -> Result<R, String>,
+    body: impl FnOnce(&mut dyn FnMut(Option<f64>, bool) -> Result<Trial, String>) -> Result<R, String>,
 ) -> Result<R, String> {
-    let (to_gen, from_main) = std::sync::mpsc::channel::<Option<Option<f64>>>();
+    // A trial's rate and length; `None`: stop.
+    let (to_gen, from_main) = std::sync::mpsc::channel::<Option<(Option<f64>, Duration)>>();
     let (to_main, from_gen) = std::sync::mpsc::channel::<Result<u64, String>>();
     let cpu = t.generator_cpu;
-    let trial_time = cfg.trial;
+    let (trial_time, cost_time) = (cfg.trial, cfg.cost_time);
     std::thread::scope(|s| {
         let frames = &frames;
         s.spawn(move || {
@@ -354,20 +395,23 @@ fn with_generator<R>(
                     return;
                 }
             };
-            while let Ok(Some(rate)) = from_main.recv() {
-                let _ = to_main.send(Ok(g.send(trial_time, rate)));
+            while let Ok(Some((rate, time))) = from_main.recv() {
+                let _ = to_main.send(Ok(g.send(time, rate)));
             }
         });
-        let mut trial = |rate: Option<f64>| -> Result<Trial, String> {
+        let mut trial = |rate: Option<f64>, cost: bool| -> Result<Trial, String> {
             let before = t.forwarded()?;
+            let busy_before = cpu_busy_ns(t.router_cpu)?;
             let start = Instant::now();
+            let time = if cost { cost_time } else { trial_time };
             to_gen
-                .send(Some(rate))
+                .send(Some((rate, time)))
                 .map_err(|_| "the generator stopped".to_string())?;
             let sent = from_gen
                 .recv()
                 .map_err(|_| "the generator stopped".to_string())??;
             let seconds = start.elapsed().as_secs_f64();
+            let router_busy_ns = cpu_busy_ns(t.router_cpu)? - busy_before;
             // What is still queued drains.
             std::thread::sleep(Duration::from_millis(200));
             let forwarded = t.forwarded()?.saturating_sub(before);
@@ -375,6 +419,7 @@ fn with_generator<R>(
                 sent,
                 forwarded,
                 seconds,
+                router_busy_ns,
             })
         };
         let r = body(&mut trial);
@@ -394,6 +439,10 @@ pub struct Rates {
     pub offered_max: f64,
     /// What the router forwarded at host A's fastest.
     pub forwarded_at_max: f64,
+    /// The router's core's busy time per frame forwarded, at [`VethConfig::cost_rate`].
+    pub core_ns_per_frame: f64,
+    /// Frames lost while that was measured.
+    pub cost_lost: u64,
 }
 
 /// Measures the engine currently forwarding in `t` with `frames`: waits until a slow
@@ -409,7 +458,7 @@ fn rates(
         let slow = 20_000.0;
         let ready_by = Instant::now() + Duration::from_secs(120);
         loop {
-            let r = trial(Some(slow))?;
+            let r = trial(Some(slow), false)?;
             if r.sent > 0 && r.lost() == 0 {
                 break;
             }
@@ -421,7 +470,10 @@ fn rates(
                 ));
             }
         }
-        let max = trial(None)?;
+        let cost = trial(Some(cfg.cost_rate), true)?;
+        let core_ns_per_frame = cost.router_busy_ns / cost.forwarded.max(1) as f64;
+        let cost_lost = cost.lost();
+        let max = trial(None, false)?;
         let offered_max = max.sent as f64 / max.seconds;
         let forwarded_at_max = max.forwarded as f64 / max.seconds;
         step(&format!(
@@ -435,12 +487,14 @@ fn rates(
                 generator_bound: true,
                 offered_max,
                 forwarded_at_max,
+                core_ns_per_frame,
+                cost_lost,
             });
         }
         let (mut lo, mut hi) = (slow, offered_max);
         for _ in 0..cfg.steps {
             let mid = (lo + hi) / 2.0;
-            let r = trial(Some(mid))?;
+            let r = trial(Some(mid), false)?;
             if r.lost() == 0 {
                 lo = mid;
             } else {
@@ -452,6 +506,8 @@ fn rates(
             generator_bound: false,
             offered_max,
             forwarded_at_max,
+            core_ns_per_frame,
+            cost_lost,
         })
     })
 }
@@ -505,6 +561,9 @@ pub fn veth_study<'a>(
                 "generator_bound": r.generator_bound,
                 "offered_max_mpps": r.offered_max / 1e6,
                 "forwarded_at_max_mpps": r.forwarded_at_max / 1e6,
+                "core_ns_per_frame": r.core_ns_per_frame,
+                "cost_rate_kpps": cfg.cost_rate / 1e3,
+                "cost_lost": r.cost_lost,
                 "trial_seconds": cfg.trial.as_secs_f64(),
                 "router_cpu": t.router_cpu,
                 "generator_cpu": t.generator_cpu,

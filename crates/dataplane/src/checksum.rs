@@ -12,6 +12,7 @@ pub(crate) fn add(a: u16, b: u16) -> u16 {
 /// padded with zero). Summed four bytes at a time into a wide accumulator and folded at
 /// the end, which ones' complement arithmetic allows (RFC 1071, section 2): an IPv4
 /// header is five additions.
+#[inline]
 pub fn sum(data: &[u8]) -> u16 {
     let mut s: u64 = 0;
     let mut quads = data.chunks_exact(4);
@@ -37,6 +38,7 @@ pub fn checksum(data: &[u8]) -> u16 {
 }
 
 /// Whether `data`, its checksum field included, is intact: its sum is all ones.
+#[inline]
 pub fn holds(data: &[u8]) -> bool {
     sum(data) == 0xffff
 }

@@ -209,6 +209,10 @@ struct Waiting {
 const WAITING_MAX: usize = 256;
 /// How long a packet waits for its neighbour.
 const WAIT_FOR: Duration = Duration::from_secs(3);
+/// How long a worker keeps reading its links without sleeping once frames stop coming:
+/// a worker put to sleep and woken for every few frames spends more on the two than
+/// on the frames, so while traffic flows it reads on, as NAPI's busy polling does.
+const SPIN_FOR: Duration = Duration::from_micros(200);
 
 /// What the workers share: the routes, the neighbours, the counters, the stop flag.
 pub struct Shared {
@@ -391,11 +395,17 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
     let fds: Vec<i32> = ports.iter().map(|p| p.as_raw_fd()).collect();
+    let all: Vec<usize> = (0..ports.len()).collect();
+    let mut last_frame = Instant::now() - SPIN_FOR;
     let mut waiting = Waiting::default();
     let mut again: Vec<(BufferId, Arrival, Instant)> = Vec::new();
     let mut added = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
-        let ready = wait_any(&fds, Duration::from_millis(10)).unwrap_or_default();
+        let ready = if last_frame.elapsed() < SPIN_FOR {
+            all.clone()
+        } else {
+            wait_any(&fds, Duration::from_millis(10)).unwrap_or_default()
+        };
         // Packets waiting for a neighbour: again through the pipeline once the table
         // changed, before what came after them; dropped once they waited long enough.
         if !waiting.packets.is_empty() {
@@ -447,6 +457,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 }
                 v.pipeline.receive.add(n, t);
                 v.io.received += n as u64;
+                last_frame = Instant::now();
                 let snap = shared.fib.snapshot();
                 let link = port.ifindex();
                 let Some(mac) = snap.link(link).map(|l| l.mac) else {

@@ -1,0 +1,242 @@
+//! `fibre bench pipeline` run as a user runs it, on a sample of the shipped tables: the
+//! figures it must give are there and hold what they say (every stage of the forwarding
+//! path costs something, errors cost nothing when there are none, rates follow from
+//! times), the report and plots are written, and, as root, the kernel and fibre both
+//! forward over veth and get a loss-free rate each.
+
+use serde_json::Value;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A route file of the first `n` routes of each shipped table.
+fn sample(dir: &Path, n: usize) -> PathBuf {
+    let path = dir.join("sample.txt");
+    let mut out = std::fs::File::create(&path).unwrap();
+    for name in ["rib-v4.txt.gz", "rib-v6.txt.gz"] {
+        let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../data/ris-2026-05-11")
+            .join(name);
+        let file = std::fs::File::open(&file).unwrap();
+        for line in std::io::BufReader::new(flate2::read::GzDecoder::new(file))
+            .lines()
+            .take(n)
+        {
+            writeln!(out, "{}", line.unwrap()).unwrap();
+        }
+    }
+    path
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("fibre-bench-pipeline-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `fibre bench pipeline ARGS --json`; its figures.
+fn run(dir: &Path, args: &[&str]) -> Vec<Value> {
+    let routes = sample(dir, 3000);
+    let out = Command::new(env!("CARGO_BIN_EXE_fibre"))
+        .args(["bench", "pipeline", "--routes"])
+        .arg(&routes)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("fibre runs");
+    assert!(
+        out.status.success(),
+        "fibre bench pipeline failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let written = std::fs::read_to_string(dir.join("out/figures.jsonl")).unwrap();
+    assert_eq!(
+        written.lines().count(),
+        figures.len(),
+        "the same figures in the file"
+    );
+    figures
+}
+
+fn num(f: &Value, k: &str) -> f64 {
+    f[k].as_f64().unwrap_or_else(|| panic!("no {k} in {f}"))
+}
+
+#[test]
+fn the_packet_path_is_measured_stage_by_stage_in_memory() {
+    let dir = temp_dir("memory");
+    let figures = run(
+        &dir,
+        &[
+            "--no-veth",
+            "--repetitions",
+            "3",
+            "--packets",
+            "8192",
+            "--flows",
+            "2048",
+            "--threads",
+            "2",
+            "--vectors",
+            "1,256",
+        ],
+    );
+    for family in [4, 6] {
+        let of = |metric: &str| -> Vec<&Value> {
+            figures
+                .iter()
+                .filter(|f| {
+                    f["study"] == "pipeline" && f["family"] == family && f["metric"] == metric
+                })
+                .collect()
+        };
+        let stages = of("stage");
+        let names: Vec<&str> = stages
+            .iter()
+            .map(|f| f["stage"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "receive",
+                "input",
+                "route",
+                "neighbour",
+                "rewrite",
+                "icmp",
+                "output"
+            ],
+            "IPv{family}"
+        );
+        for f in &stages {
+            let ns = num(f, "ns_per_packet");
+            if f["stage"] == "icmp" {
+                assert_eq!(ns, 0.0, "no packet needs an error: {f}");
+            } else {
+                assert!(ns > 0.0 && ns < 100_000.0, "{f}");
+            }
+        }
+        let forwarding = of("forwarding");
+        assert_eq!(forwarding.len(), 1);
+        let sum: f64 = stages
+            .iter()
+            .filter(|f| f["stage"] != "receive")
+            .map(|f| num(f, "ns_per_packet"))
+            .sum();
+        assert!((num(forwarding[0], "ns_per_packet") - sum).abs() < 1e-6 * sum.max(1.0));
+        let packets = of("packet");
+        assert_eq!(packets.len(), 2, "1 and 2 threads");
+        for f in &packets {
+            let mpps = num(f, "mpps");
+            assert!(
+                (mpps - 1e3 / num(f, "throughput_ns")).abs() < 1e-9 * mpps.max(1.0),
+                "{f}"
+            );
+            assert!(
+                (num(f, "mpps_per_core") * f["threads"].as_f64().unwrap() - mpps).abs()
+                    < 1e-9 * mpps.max(1.0),
+                "{f}"
+            );
+            // The whole loop takes at least what its stages took.
+            assert!(num(f, "ns_per_packet") >= 0.5 * sum, "{f}");
+            assert!(f["flows"].as_u64().unwrap() > 1000, "{f}");
+        }
+        let vectors: Vec<u64> = of("vector")
+            .iter()
+            .map(|f| f["vector"].as_u64().unwrap())
+            .collect();
+        assert_eq!(vectors, [1, 256]);
+    }
+    let report = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
+    for text in [
+        "| route |",
+        "input … output",
+        "by cores",
+        "by vector size",
+        "The veth study is missing",
+    ] {
+        assert!(report.contains(text), "{text} not in:\n{report}");
+    }
+    for plot in ["pipeline-cores.svg", "pipeline-vector.svg"] {
+        assert!(dir.join("out").join(plot).exists(), "{plot}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_vector_out_of_range_is_refused() {
+    for v in ["0", "257"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["bench", "pipeline", "--no-veth", "--vector", v])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--vector"),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root: network namespaces, veth and a packet socket"]
+fn the_kernel_and_fibre_both_forward_over_veth() {
+    let dir = temp_dir("veth");
+    let figures = run(
+        &dir,
+        &[
+            "--repetitions",
+            "1",
+            "--packets",
+            "4096",
+            "--flows",
+            "1024",
+            "--threads",
+            "1",
+            "--vectors",
+            "256",
+            "--veth-routes",
+            "1000",
+            "--trial-ms",
+            "200",
+            "--steps",
+            "2",
+        ],
+    );
+    let veth: Vec<&Value> = figures.iter().filter(|f| f["study"] == "veth").collect();
+    let seen: Vec<(u64, &str)> = veth
+        .iter()
+        .map(|f| (f["family"].as_u64().unwrap(), f["engine"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [(4, "kernel"), (6, "kernel"), (4, "fibre"), (6, "fibre")]
+    );
+    for f in &veth {
+        // The study waits until a slow trial loses nothing before it measures: every
+        // engine forwarded the slow rate whole, so its loss-free rate is at least that.
+        assert!(num(f, "loss_free_mpps") >= 0.02, "{f}");
+        assert!(
+            num(f, "offered_max_mpps") >= num(f, "loss_free_mpps") * 0.999,
+            "{f}"
+        );
+        assert!(num(f, "forwarded_at_max_mpps") > 0.0, "{f}");
+        assert!(num(f, "core_ns_per_frame") > 0.0, "{f}");
+        assert_eq!(
+            f["frame_bytes"],
+            if f["family"] == 4 { 64 } else { 66 },
+            "{f}"
+        );
+    }
+    let report = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
+    assert!(report.contains("loss-free rate is"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
