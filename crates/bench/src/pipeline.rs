@@ -615,6 +615,43 @@ fn show(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |x| format!("{x:.digits$}"))
 }
 
+/// Writes to `md` a table of the figures of `metric`: a row per value of `column`, and
+/// for each family a column per field of `fields` (a heading, the figure's key).
+fn family_table(
+    md: &mut String,
+    figures: &[Value],
+    families: &[u64],
+    (metric, column): (&str, &str),
+    fields: &[(&str, &str)],
+) {
+    let mut head = format!("| {column} |");
+    let mut rule = "|---:|".to_string();
+    for fam in families {
+        for (title, _) in fields {
+            let _ = write!(head, " IPv{fam} {title} |");
+            rule += "---:|";
+        }
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    let mut keys: Vec<u64> = of(figures, "pipeline", Some(metric))
+        .filter_map(|f| f[column].as_u64())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for k in keys {
+        let mut row = format!("| {k} |");
+        for &fam in families {
+            let f = of(figures, "pipeline", Some(metric))
+                .find(|f| f["family"] == fam && f[column] == k);
+            for (_, key) in fields {
+                let _ = write!(row, " {} |", show(f.and_then(|f| num(&f[*key])), 2));
+            }
+        }
+        let _ = writeln!(md, "{row}");
+    }
+    md.push('\n');
+}
+
 /// The report of a run's figures, in Markdown.
 pub fn markdown(figures: &[Value]) -> String {
     let mut md = String::new();
@@ -688,33 +725,13 @@ pub fn markdown(figures: &[Value]) -> String {
              core of its own (threads past the CPUs share them), all forwarding at once; the \
              rate is all packets over the wall time of the run.\n"
         );
-        let mut head = "| threads |".to_string();
-        let mut rule = "|---:|".to_string();
-        for fam in &families {
-            let _ = write!(head, " IPv{fam} Mpps | IPv{fam} Mpps per core |");
-            rule += "---:|---:|";
-        }
-        let _ = writeln!(md, "{head}\n{rule}");
-        let mut threads: Vec<u64> = of(figures, "pipeline", Some("packet"))
-            .filter_map(|f| f["threads"].as_u64())
-            .collect();
-        threads.sort_unstable();
-        threads.dedup();
-        for t in threads {
-            let mut row = format!("| {t} |");
-            for &fam in &families {
-                let f = of(figures, "pipeline", Some("packet"))
-                    .find(|f| f["family"] == fam && f["threads"] == t);
-                let _ = write!(
-                    row,
-                    " {} | {} |",
-                    show(f.and_then(|f| num(&f["mpps"])), 2),
-                    show(f.and_then(|f| num(&f["mpps_per_core"])), 2)
-                );
-            }
-            let _ = writeln!(md, "{row}");
-        }
-        md.push('\n');
+        family_table(
+            &mut md,
+            figures,
+            &families,
+            ("packet", "threads"),
+            &[("Mpps", "mpps"), ("Mpps per core", "mpps_per_core")],
+        );
     }
     if of(figures, "pipeline", Some("vector")).next().is_some() {
         let _ = writeln!(
@@ -723,32 +740,13 @@ pub fn markdown(figures: &[Value]) -> String {
              packets. Every stage reads the clock once per vector, so small vectors pay for \
              seven clock reads over few packets: part of what batching saves.\n"
         );
-        let mut head = "| vector |".to_string();
-        let mut rule = "|---:|".to_string();
-        for fam in &families {
-            let _ = write!(head, " IPv{fam} ns |");
-            rule += "---:|";
-        }
-        let _ = writeln!(md, "{head}\n{rule}");
-        let mut vectors: Vec<u64> = of(figures, "pipeline", Some("vector"))
-            .filter_map(|f| f["vector"].as_u64())
-            .collect();
-        vectors.sort_unstable();
-        vectors.dedup();
-        for v in vectors {
-            let mut row = format!("| {v} |");
-            for &fam in &families {
-                let f = of(figures, "pipeline", Some("vector"))
-                    .find(|f| f["family"] == fam && f["vector"] == v);
-                let _ = write!(
-                    row,
-                    " {} |",
-                    show(f.and_then(|f| num(&f["ns_per_packet"])), 2)
-                );
-            }
-            let _ = writeln!(md, "{row}");
-        }
-        md.push('\n');
+        family_table(
+            &mut md,
+            figures,
+            &families,
+            ("vector", "vector"),
+            &[("ns", "ns_per_packet")],
+        );
     }
     let veth: Vec<&Value> = of(figures, "veth", None).collect();
     if !veth.is_empty() {
@@ -1025,6 +1023,31 @@ mod tests {
         let flows = Flows::new(&router, &v4, &cfg);
         assert!(flows.left_out > 0, "10.199.0.1 is the router's own");
         assert_eq!(flows.frames.len() + flows.left_out, 400);
+    }
+
+    #[test]
+    fn the_report_has_a_row_per_thread_count_and_vector_size() {
+        let figures = vec![
+            json!({"study": "pipeline", "family": 4, "metric": "packet", "threads": 2,
+                   "vector": 256, "ns_per_packet": 80.0, "mpps": 25.0, "mpps_per_core": 12.5}),
+            json!({"study": "pipeline", "family": 4, "metric": "packet", "threads": 1,
+                   "vector": 256, "ns_per_packet": 80.0, "mpps": 12.5, "mpps_per_core": 12.5}),
+            json!({"study": "pipeline", "family": 6, "metric": "vector", "threads": 1,
+                   "vector": 16, "ns_per_packet": 120.5}),
+            json!({"study": "pipeline", "family": 4, "metric": "vector", "threads": 1,
+                   "vector": 16, "ns_per_packet": null}),
+        ];
+        let md = markdown(&figures);
+        assert!(
+            md.contains(
+                "| threads | IPv4 Mpps | IPv4 Mpps per core | IPv6 Mpps | IPv6 Mpps per core |"
+            ),
+            "{md}"
+        );
+        let one = md.find("| 1 | 12.50 | 12.50 | – | – |").expect(&md);
+        let two = md.find("| 2 | 25.00 | 12.50 | – | – |").expect(&md);
+        assert!(one < two, "rows in order of threads");
+        assert!(md.contains("| 16 | – | 120.50 |"), "{md}");
     }
 
     #[test]

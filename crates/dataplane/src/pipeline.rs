@@ -777,6 +777,31 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
     /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
     /// forwarded leaves by the link the FIB's single lookup names for it.
+    /// `frames` through a fresh pipeline as one vector arrived on `link`: the pipeline
+    /// with its counters, the pool holding the frames as they left, their buffers, their
+    /// fates.
+    fn run_once(
+        snap: &Snapshot,
+        neighbours: &impl Neighbours,
+        link: &fibre_fib::Link,
+        frames: &[&[u8]],
+    ) -> (Pipeline, Pool, Vec<BufferId>, Vec<Fate>) {
+        let mut pool = Pool::new(64, 2048);
+        let mut ids = Vec::new();
+        pool.alloc(frames.len(), &mut ids);
+        for (id, frame) in ids.iter().zip(frames) {
+            pool.fill(*id, frame);
+        }
+        let mut fates = Vec::new();
+        let arrival = Arrival {
+            link: link.index,
+            mac: link.mac,
+        };
+        let mut pipeline = Pipeline::new();
+        pipeline.run(snap, neighbours, arrival, &mut pool, &ids, &mut fates);
+        (pipeline, pool, ids, fates)
+    }
+
     #[test]
     fn each_packet_meets_its_fate() {
         let mut state = State::new();
@@ -872,19 +897,8 @@ route add 10.7.0.0/16 via 10.0.1.2
                 Fate::Kernel(Handed::Input(input::Kernel::LinkLocal)),
             ),
         ];
-        let mut pool = Pool::new(64, 2048);
-        let mut ids = Vec::new();
-        pool.alloc(cases.len(), &mut ids);
-        for (id, (_, frame, _)) in ids.iter().zip(&cases) {
-            pool.fill(*id, frame);
-        }
-        let mut pipeline = Pipeline::new();
-        let mut fates = Vec::new();
-        let arrival = Arrival {
-            link: a0.index,
-            mac: a0.mac,
-        };
-        pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+        let frames: Vec<&[u8]> = cases.iter().map(|(_, f, _)| &f[..]).collect();
+        let (pipeline, pool, ids, fates) = run_once(&snap, &neighbours, &a0, &frames);
         for ((what, frame, want), (id, got)) in cases.iter().zip(ids.iter().zip(&fates)) {
             assert_eq!(got, want, "{what}");
             let now = pool.frame(*id);
@@ -982,19 +996,13 @@ route add 10.7.0.0/16 via 10.0.1.2
                 Some((BeyondScope, 0)),
             ),
         ];
-        let mut pool = Pool::new(64, 2048);
-        let mut ids = Vec::new();
-        pool.alloc(cases.len(), &mut ids);
-        for (id, (_, frame, _)) in ids.iter().zip(&cases) {
-            pool.fill(*id, frame);
-        }
-        let mut pipeline = Pipeline::new();
-        let mut fates = Vec::new();
+        let frames: Vec<&[u8]> = cases.iter().map(|(_, f, _)| &f[..]).collect();
+        let (mut pipeline, mut pool, ids, mut fates) =
+            run_once(&snap, &everyone_on_b0, &a0, &frames);
         let arrival = Arrival {
             link: a0.index,
             mac: a0.mac,
         };
-        pipeline.run(&snap, &everyone_on_b0, arrival, &mut pool, &ids, &mut fates);
         for ((what, frame, want), (id, got)) in cases.iter().zip(ids.iter().zip(&fates)) {
             let Some((error, mtu)) = *want else {
                 assert!(matches!(got, Fate::Drop(_)), "{what}: {got:?}");
