@@ -255,7 +255,10 @@ impl PacketSocket {
     }
 
     /// Sends the frames of buffers `ids` of `pool` out of the link; returns how many
-    /// went (the rest, if any, the link had no room for).
+    /// went. A frame the link refuses on its own (longer than the link takes) is
+    /// skipped and the rest still go; once the link has no room, the rest are not
+    /// sent. An error of the socket itself is returned only if no frame went, so that
+    /// what went is always counted.
     pub fn send(&self, pool: &mut Pool, ids: &[BufferId], batch: &mut Batch) -> io::Result<usize> {
         let mut sent = 0;
         for chunk in ids.chunks(256) {
@@ -276,27 +279,37 @@ impl PacketSocket {
                 h.msg_hdr.msg_iovlen = 1;
                 batch.headers.push(h);
             }
-            // SAFETY: each header names one iovec of `batch.iovecs`, alive and unmoved
-            // during the call; each iovec spans a frame of a buffer of `pool` (or
-            // nothing), which the kernel only reads.
-            let n = unsafe {
-                libc::sendmmsg(
-                    self.fd.as_raw_fd(),
-                    batch.headers.as_mut_ptr(),
-                    batch.headers.len() as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(sent),
-                    _ => Err(e),
+            let mut from = 0;
+            while from < chunk.len() {
+                let rest = &mut batch.headers[from..];
+                // SAFETY: each header names one iovec of `batch.iovecs`, alive and unmoved
+                // during the call; each iovec spans a frame of a buffer of `pool` (or
+                // nothing), which the kernel only reads. `rest` holds `rest.len()`
+                // headers.
+                let n = unsafe {
+                    libc::sendmmsg(
+                        self.fd.as_raw_fd(),
+                        rest.as_mut_ptr(),
+                        rest.len() as libc::c_uint,
+                        libc::MSG_DONTWAIT,
+                    )
                 };
-            }
-            sent += n as usize;
-            if (n as usize) < chunk.len() {
-                break;
+                if n >= 0 {
+                    // Fewer than asked: the next frame failed, and the next call says why.
+                    sent += n as usize;
+                    from += n as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // This frame alone is refused (too long, empty): the rest go on.
+                    Some(libc::EMSGSIZE | libc::EINVAL) => from += 1,
+                    // No room now: the rest are not sent.
+                    Some(libc::EAGAIN | libc::EINTR | libc::ENOBUFS) => return Ok(sent),
+                    // The socket or the link itself: nothing more will go.
+                    _ if sent > 0 => return Ok(sent),
+                    _ => return Err(e),
+                }
             }
         }
         Ok(sent)
@@ -385,6 +398,45 @@ mod tests {
         f[12..14].copy_from_slice(&[0x88, 0xb5]);
         f[14..16].copy_from_slice(&i.to_be_bytes());
         f
+    }
+
+    /// A frame longer than the link takes is refused alone: the frames around it go,
+    /// and are counted.
+    #[test]
+    #[ignore = "needs root: a network namespace and a veth pair"]
+    fn a_frame_the_link_refuses_does_not_stop_the_rest() {
+        let ns = Namespace::create("packet").unwrap();
+        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
+            .unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                ns.enter().unwrap();
+                let a = PacketSocket::open_named("x0").unwrap();
+                let b = PacketSocket::open_named("x1").unwrap();
+                let mut pool = Pool::new(64, 4096);
+                let mut batch = Batch::new();
+                let mut ids = Vec::new();
+                // The MTU is 1500: 1514 bytes go, 3000 do not.
+                let lens = [60, 3000, 1514, 3000, 3000, 100];
+                pool.alloc(lens.len(), &mut ids);
+                for (k, (&id, &len)) in ids.iter().zip(&lens).enumerate() {
+                    pool.fill(id, &frame(k as u16, len));
+                }
+                let went = a.send(&mut pool, &ids, &mut batch).unwrap();
+                assert_eq!(went, 3, "the three frames the link takes");
+                let mut got = Vec::new();
+                while got.len() < 3 && b.wait(Duration::from_secs(2)).unwrap() {
+                    while let Some(f) = b.receive_frame().unwrap() {
+                        if f[12..14] == [0x88, 0xb5] {
+                            got.push(u16::from_be_bytes([f[14], f[15]]));
+                        }
+                    }
+                }
+                assert_eq!(got, [0, 2, 5], "in order, the refused ones left out");
+            })
+            .join()
+            .unwrap()
+        });
     }
 
     /// Vectors of frames sent out of one end of a veth pair arrive whole and in order at
