@@ -12,7 +12,7 @@ use fibre_dataplane::runtime;
 use fibre_fib::{config, State};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Arguments of `fibre forward`.
@@ -39,28 +39,35 @@ pub struct ForwardArgs {
     json: bool,
 }
 
-/// Runs `fibre forward`.
-pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let file = a.config.display().to_string();
-    let text = match std::fs::read_to_string(&a.config) {
-        Ok(t) => t,
-        Err(e) => return Err(format!("{file}: {e}").into()),
-    };
+/// A router's configuration file: `ip` command lines, and `neigh add ADDR lladdr MAC dev
+/// DEV` lines for its neighbours (read once the links exist). `None` after printing
+/// `FILE:LINE: reason` for the first bad line.
+pub fn load_router(path: &Path) -> Option<(State, StaticNeighbours)> {
+    let file = path.display().to_string();
+    let text = config::read(path).map_err(|e| eprintln!("{e}")).ok()?;
     let (rest, lines) = StaticNeighbours::split(&text);
     let mut state = State::new();
     if let Err(e) = config::apply_text(&mut state, &file, &rest) {
         eprintln!("{e}");
-        return Ok(ExitCode::FAILURE);
+        return None;
     }
-    let snap = state.snapshot();
-    let index = |name: &str| snap.links().find(|l| l.name == name).map(|l| l.index);
-    let neighbours = match StaticNeighbours::parse(&lines, index) {
-        Ok(n) => n,
+    let index = |name: &str| state.links().find(|l| l.name == name).map(|l| l.index);
+    match StaticNeighbours::parse(&lines, index) {
+        Ok(n) => Some((state, n)),
         Err((line, why)) => {
             eprintln!("{file}:{line}: {why}");
-            return Ok(ExitCode::FAILURE);
+            None
         }
+    }
+}
+
+/// Runs `fibre forward`.
+pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let file = a.config.display().to_string();
+    let Some((state, neighbours)) = load_router(&a.config) else {
+        return Ok(ExitCode::FAILURE);
     };
+    let snap = state.snapshot();
     let Some(iif) = snap.links().find(|l| l.name == a.iif) else {
         return Err(format!("--iif {}: no such link in {file}", a.iif).into());
     };

@@ -2,7 +2,7 @@
 //! file of `ip` command lines.
 
 use clap::{Args, Subcommand};
-use fibre_fib::{config, show, Family, Query, Snapshot, State};
+use fibre_fib::{show, Family, Query, Snapshot, State};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -103,9 +103,11 @@ enum ListCommand {
     Show(ShowArgs),
 }
 
-/// The configuration's state, or `None` after printing `FILE:LINE: reason`.
+/// The configuration's state, or `None` after printing `FILE:LINE: reason`. Its
+/// `neigh add` lines (a router's configuration for `fibre forward` has them) are checked
+/// and take no part in routing.
 fn load(path: &std::path::Path) -> Option<State> {
-    config::load(path).map_err(|e| eprintln!("{e}")).ok()
+    crate::forward::load_router(path).map(|(state, _)| state)
 }
 
 /// The families `-4` and `-6` choose (both when neither is given).

@@ -771,6 +771,70 @@ fn fibre_kernel_unavailable() -> bool {
     !root || Command::new("ip").arg("-V").output().is_err()
 }
 
+/// The router configuration `fibre forward` takes, `neigh add` lines and all, answers
+/// `fibre route get` too; a bad neighbour line is named by file and line.
+#[test]
+fn route_get_takes_a_forwarding_config_with_its_neighbours() {
+    let conf = temp_file(
+        "forwarding.conf",
+        "link add a0 type veth peer name a1\nlink set a0 up\nlink set a1 up\n\
+         addr add 10.0.0.1/24 dev a0\nneigh add 10.0.0.2 lladdr 02:00:00:00:00:02 dev a0\n\
+         route add 10.2.0.0/16 via 10.0.0.2\n",
+    );
+    let out = fibre(
+        &[
+            "route",
+            "get",
+            "--config",
+            conf.to_str().unwrap(),
+            "10.2.3.4",
+            "--json",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v[0]["gateway"], "10.0.0.2");
+    let bad = temp_file(
+        "bad-neigh.conf",
+        "link add a0 type veth peer name a1\nneigh add 10.0.0.2 lladdr 02:00:00:00:00:02 dev b9\n",
+    );
+    let out = fibre(
+        &[
+            "route",
+            "get",
+            "--config",
+            bad.to_str().unwrap(),
+            "10.0.0.2",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad-neigh.conf:2: dev: no link b9"), "{err}");
+    assert!(stdout(&out).is_empty());
+    // A file that stops being text is named with the line where it does.
+    let path = std::env::temp_dir().join(format!("fibre-cli-{}-binary.conf", std::process::id()));
+    std::fs::write(&path, b"link set lo up\nroute add \xff\xfe\n").unwrap();
+    let out = fibre(
+        &[
+            "route",
+            "get",
+            "--config",
+            path.to_str().unwrap(),
+            "127.0.0.1",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("binary.conf:2: not UTF-8 text"), "{err}");
+}
+
 #[test]
 fn route_get_answers_from_a_config_and_a_bad_line_names_file_and_line() {
     let conf = temp_file(

@@ -54,24 +54,30 @@ impl std::error::Error for ConfigError {}
 
 /// Reads and applies a configuration file to a fresh state.
 pub fn load(path: &FsPath) -> Result<State, ConfigError> {
+    let text = read(path)?;
+    let mut state = State::new();
+    apply_text(&mut state, &path.display().to_string(), &text)?;
+    Ok(state)
+}
+
+/// Reads a configuration file's text: an error names the file, and the line where the
+/// text stops being UTF-8.
+pub fn read(path: &FsPath) -> Result<String, ConfigError> {
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| ConfigError {
         file: file.clone(),
         line: 0,
         reason: e.to_string(),
     })?;
-    let text = String::from_utf8(bytes).map_err(|e| {
+    String::from_utf8(bytes).map_err(|e| {
         let upto = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line = upto.iter().filter(|&&b| b == b'\n').count() + 1;
         ConfigError {
-            file: file.clone(),
+            file,
             line,
             reason: "not UTF-8 text".into(),
         }
-    })?;
-    let mut state = State::new();
-    apply_text(&mut state, &file, &text)?;
-    Ok(state)
+    })
 }
 
 /// Applies the lines of `text` (named `file` in errors) to `state`: all of them, or, on the
