@@ -126,7 +126,8 @@ fn gateway_mac(i: usize) -> [u8; 6] {
     [0x02, 0xf2, 0, 0, (i >> 8) as u8, i as u8]
 }
 
-fn mac_text(m: [u8; 6]) -> String {
+/// A MAC address as `ip` writes it.
+pub(crate) fn mac_text(m: [u8; 6]) -> String {
     m.map(|b| format!("{b:02x}")).join(":")
 }
 
@@ -193,6 +194,22 @@ fn add_routes<K: Key>(state: &mut State, routes: &[Prefix<K>]) -> Result<(), Str
         .map_err(|e| e.to_string())
 }
 
+/// A frame of `len` zero bytes under an Ethernet header.
+fn ethernet(len: usize, dst_mac: [u8; 6], src_mac: [u8; 6], ethertype: u16) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    f
+}
+
+/// A UDP header's ports and length in `udp` (its checksum left as it is).
+fn udp_header(udp: &mut [u8], ports: (u16, u16), len: u16) {
+    udp[0..2].copy_from_slice(&ports.0.to_be_bytes());
+    udp[2..4].copy_from_slice(&ports.1.to_be_bytes());
+    udp[4..6].copy_from_slice(&len.to_be_bytes());
+}
+
 /// The shortest IPv4 UDP frame from `src` to `dst`: 60 bytes, TTL 64, its header
 /// checksum right (the UDP checksum is left out, as IPv4 allows).
 pub fn udp_frame_v4(
@@ -202,10 +219,7 @@ pub fn udp_frame_v4(
     dst: Ipv4Addr,
     ports: (u16, u16),
 ) -> Vec<u8> {
-    let mut f = vec![0u8; 60];
-    f[0..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let mut f = ethernet(60, dst_mac, src_mac, 0x0800);
     let ip = &mut f[14..34];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&46u16.to_be_bytes());
@@ -215,9 +229,7 @@ pub fn udp_frame_v4(
     ip[16..20].copy_from_slice(&dst.octets());
     let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
-    f[34..36].copy_from_slice(&ports.0.to_be_bytes());
-    f[36..38].copy_from_slice(&ports.1.to_be_bytes());
-    f[38..40].copy_from_slice(&26u16.to_be_bytes());
+    udp_header(&mut f[34..42], ports, 26);
     f
 }
 
@@ -230,10 +242,7 @@ pub fn udp_frame_v6(
     dst: Ipv6Addr,
     ports: (u16, u16),
 ) -> Vec<u8> {
-    let mut f = vec![0u8; 62];
-    f[0..6].copy_from_slice(&dst_mac);
-    f[6..12].copy_from_slice(&src_mac);
-    f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    let mut f = ethernet(62, dst_mac, src_mac, 0x86dd);
     let ip = &mut f[14..54];
     ip[0] = 0x60;
     ip[4..6].copy_from_slice(&8u16.to_be_bytes());
@@ -241,9 +250,7 @@ pub fn udp_frame_v6(
     ip[7] = 64;
     ip[8..24].copy_from_slice(&src.octets());
     ip[24..40].copy_from_slice(&dst.octets());
-    f[54..56].copy_from_slice(&ports.0.to_be_bytes());
-    f[56..58].copy_from_slice(&ports.1.to_be_bytes());
-    f[58..60].copy_from_slice(&8u16.to_be_bytes());
+    udp_header(&mut f[54..62], ports, 8);
     // The pseudo-header (addresses, length, next header) and the UDP header.
     let mut pseudo = Vec::with_capacity(48);
     pseudo.extend_from_slice(&src.octets());

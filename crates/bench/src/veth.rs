@@ -30,7 +30,7 @@
 //! marked as bound by the generator.
 
 use crate::kernel::GATEWAYS;
-use crate::pipeline::flows;
+use crate::pipeline::{flows, mac_text};
 use fibre_dataplane::packet::{Batch, PacketSocket};
 use fibre_dataplane::pool::{BufferId, Pool};
 use fibre_kernel::netns::{gateway, Namespace};
@@ -56,10 +56,6 @@ const HOST_B_MAC: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 2];
 /// The gateways' MAC address: on host B's link, but not host B's own, so that host B's
 /// kernel drops the frames as soon as it sees them (they are for another host).
 const GATEWAY_MAC: [u8; 6] = [0x02, 0xb0, 0, 0, 0, 0x99];
-
-fn mac_text(m: [u8; 6]) -> String {
-    m.map(|b| format!("{b:02x}")).join(":")
-}
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -193,24 +189,16 @@ addr add fd00:200::1/64 dev {ROUTER_OUT} nodad
                 mac_text(HOST_B_MAC),
             ))
             .map_err(io)?;
-        t.host_a
-            .batch(&format!(
+        for (host, dev, net) in [(&t.host_a, HOST_A_DEV, 199), (&t.host_b, HOST_B_DEV, 200)] {
+            host.batch(&format!(
                 "link set lo up
-link set {HOST_A_DEV} up
-addr add 10.199.0.2/16 dev {HOST_A_DEV}
-addr add fd00:199::2/64 dev {HOST_A_DEV} nodad
+link set {dev} up
+addr add 10.{net}.0.2/16 dev {dev}
+addr add fd00:{net}::2/64 dev {dev} nodad
 "
             ))
             .map_err(io)?;
-        t.host_b
-            .batch(&format!(
-                "link set lo up
-link set {HOST_B_DEV} up
-addr add 10.200.0.2/16 dev {HOST_B_DEV}
-addr add fd00:200::2/64 dev {HOST_B_DEV} nodad
-"
-            ))
-            .map_err(io)?;
+        }
         let mut neigh = String::new();
         for i in 0..GATEWAYS {
             for family in [4, 6] {

@@ -771,6 +771,18 @@ fn fibre_kernel_unavailable() -> bool {
     !root || Command::new("ip").arg("-V").output().is_err()
 }
 
+/// `fibre route get --config CONF ADDR`, which must fail and print nothing: what it
+/// says on standard error.
+fn route_get_refused(conf: &std::path::Path, addr: &str) -> String {
+    let out = fibre(
+        &["route", "get", "--config", conf.to_str().unwrap(), addr],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(stdout(&out).is_empty());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// The router configuration `fibre forward` takes, `neigh add` lines and all, answers
 /// `fibre route get` too; a bad neighbour line is named by file and line.
 #[test]
@@ -803,35 +815,12 @@ fn route_get_takes_a_forwarding_config_with_its_neighbours() {
         "bad-neigh.conf",
         "link add a0 type veth peer name a1\nneigh add 10.0.0.2 lladdr 02:00:00:00:00:02 dev b9\n",
     );
-    let out = fibre(
-        &[
-            "route",
-            "get",
-            "--config",
-            bad.to_str().unwrap(),
-            "10.0.0.2",
-        ],
-        None,
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = route_get_refused(&bad, "10.0.0.2");
     assert!(err.contains("bad-neigh.conf:2: dev: no link b9"), "{err}");
-    assert!(stdout(&out).is_empty());
     // A file that stops being text is named with the line where it does.
     let path = std::env::temp_dir().join(format!("fibre-cli-{}-binary.conf", std::process::id()));
     std::fs::write(&path, b"link set lo up\nroute add \xff\xfe\n").unwrap();
-    let out = fibre(
-        &[
-            "route",
-            "get",
-            "--config",
-            path.to_str().unwrap(),
-            "127.0.0.1",
-        ],
-        None,
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = route_get_refused(&path, "127.0.0.1");
     assert!(err.contains("binary.conf:2: not UTF-8 text"), "{err}");
 }
 
@@ -869,23 +858,11 @@ fn route_get_answers_from_a_config_and_a_bad_line_names_file_and_line() {
         "bad.conf",
         "link set lo up\nroute add 10.0.0.0/8 via 1.2.3.4\nroute add 10.9.0.0/16 dev lo\n",
     );
-    let out = fibre(
-        &[
-            "route",
-            "get",
-            "--config",
-            bad.to_str().unwrap(),
-            "127.0.0.1",
-        ],
-        None,
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = route_get_refused(&bad, "127.0.0.1");
     assert!(
         err.contains("bad.conf:2: Error: Nexthop has invalid gateway."),
         "{err}"
     );
-    assert!(stdout(&out).is_empty());
 }
 
 /// A small table for `fibre bench rules`: /24s and /48s away from the router's subnets.

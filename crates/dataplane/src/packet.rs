@@ -400,11 +400,9 @@ mod tests {
         f
     }
 
-    /// A frame longer than the link takes is refused alone: the frames around it go,
-    /// and are counted.
-    #[test]
-    #[ignore = "needs root: a network namespace and a veth pair"]
-    fn a_frame_the_link_refuses_does_not_stop_the_rest() {
+    /// Runs `test` with packet sockets on both ends of a fresh veth pair (`x0`, `x1`),
+    /// on a thread inside a namespace of its own.
+    fn on_veth_pair(test: impl FnOnce(&PacketSocket, &PacketSocket) + Send) {
         let ns = Namespace::create("packet").unwrap();
         ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
             .unwrap();
@@ -413,29 +411,39 @@ mod tests {
                 ns.enter().unwrap();
                 let a = PacketSocket::open_named("x0").unwrap();
                 let b = PacketSocket::open_named("x1").unwrap();
-                let mut pool = Pool::new(64, 4096);
-                let mut batch = Batch::new();
-                let mut ids = Vec::new();
-                // The MTU is 1500: 1514 bytes go, 3000 do not.
-                let lens = [60, 3000, 1514, 3000, 3000, 100];
-                pool.alloc(lens.len(), &mut ids);
-                for (k, (&id, &len)) in ids.iter().zip(&lens).enumerate() {
-                    pool.fill(id, &frame(k as u16, len));
-                }
-                let went = a.send(&mut pool, &ids, &mut batch).unwrap();
-                assert_eq!(went, 3, "the three frames the link takes");
-                let mut got = Vec::new();
-                while got.len() < 3 && b.wait(Duration::from_secs(2)).unwrap() {
-                    while let Some(f) = b.receive_frame().unwrap() {
-                        if f[12..14] == [0x88, 0xb5] {
-                            got.push(u16::from_be_bytes([f[14], f[15]]));
-                        }
-                    }
-                }
-                assert_eq!(got, [0, 2, 5], "in order, the refused ones left out");
+                test(&a, &b);
             })
             .join()
             .unwrap()
+        });
+    }
+
+    /// A frame longer than the link takes is refused alone: the frames around it go,
+    /// and are counted.
+    #[test]
+    #[ignore = "needs root: a network namespace and a veth pair"]
+    fn a_frame_the_link_refuses_does_not_stop_the_rest() {
+        on_veth_pair(|a, b| {
+            let mut pool = Pool::new(64, 4096);
+            let mut batch = Batch::new();
+            let mut ids = Vec::new();
+            // The MTU is 1500: 1514 bytes go, 3000 do not.
+            let lens = [60, 3000, 1514, 3000, 3000, 100];
+            pool.alloc(lens.len(), &mut ids);
+            for (k, (&id, &len)) in ids.iter().zip(&lens).enumerate() {
+                pool.fill(id, &frame(k as u16, len));
+            }
+            let went = a.send(&mut pool, &ids, &mut batch).unwrap();
+            assert_eq!(went, 3, "the three frames the link takes");
+            let mut got = Vec::new();
+            while got.len() < 3 && b.wait(Duration::from_secs(2)).unwrap() {
+                while let Some(f) = b.receive_frame().unwrap() {
+                    if f[12..14] == [0x88, 0xb5] {
+                        got.push(u16::from_be_bytes([f[14], f[15]]));
+                    }
+                }
+            }
+            assert_eq!(got, [0, 2, 5], "in order, the refused ones left out");
         });
     }
 
@@ -445,50 +453,40 @@ mod tests {
     #[test]
     #[ignore = "needs root: a network namespace and a veth pair"]
     fn vectors_cross_a_veth_pair_whole_and_in_order() {
-        let ns = Namespace::create("packet").unwrap();
-        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
-            .unwrap();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                ns.enter().unwrap();
-                let a = PacketSocket::open_named("x0").unwrap();
-                let b = PacketSocket::open_named("x1").unwrap();
-                let mut pool = Pool::new(1024, 2048);
-                let mut batch = Batch::new();
-                let mut ids = Vec::new();
-                pool.alloc(600, &mut ids);
-                let sent: Vec<Vec<u8>> = (0..600).map(|i| frame(i, 60 + i as usize * 2)).collect();
-                for (&id, f) in ids.iter().zip(&sent) {
-                    pool.fill(id, f);
-                }
-                let mut went = 0;
-                while went < ids.len() {
-                    went += a.send(&mut pool, &ids[went..], &mut batch).unwrap();
+        on_veth_pair(|a, b| {
+            let mut pool = Pool::new(1024, 2048);
+            let mut batch = Batch::new();
+            let mut ids = Vec::new();
+            pool.alloc(600, &mut ids);
+            let sent: Vec<Vec<u8>> = (0..600).map(|i| frame(i, 60 + i as usize * 2)).collect();
+            for (&id, f) in ids.iter().zip(&sent) {
+                pool.fill(id, f);
+            }
+            let mut went = 0;
+            while went < ids.len() {
+                went += a.send(&mut pool, &ids[went..], &mut batch).unwrap();
+            }
+            pool.free(&ids);
+            let mut got = Vec::new();
+            let mut ids = Vec::new();
+            while got.len() < sent.len() && b.wait(Duration::from_secs(2)).unwrap() {
+                ids.clear();
+                let n = b.receive(&mut pool, 256, &mut batch, &mut ids).unwrap();
+                assert!(n <= 256);
+                for &id in &ids {
+                    if pool.frame(id)[12..14] == [0x88, 0xb5] {
+                        got.push(pool.frame(id).to_vec());
+                    }
                 }
                 pool.free(&ids);
-                let mut got = Vec::new();
-                let mut ids = Vec::new();
-                while got.len() < sent.len() && b.wait(Duration::from_secs(2)).unwrap() {
-                    ids.clear();
-                    let n = b.receive(&mut pool, 256, &mut batch, &mut ids).unwrap();
-                    assert!(n <= 256);
-                    for &id in &ids {
-                        if pool.frame(id)[12..14] == [0x88, 0xb5] {
-                            got.push(pool.frame(id).to_vec());
-                        }
-                    }
-                    pool.free(&ids);
-                }
-                assert_eq!(got.len(), sent.len());
-                assert!(got == sent, "frames arrive whole and in order");
-                assert_eq!(pool.available(), 1024, "every buffer back");
-                // Nothing sent by x0 is read on x0.
-                while let Some(f) = a.receive_frame().unwrap() {
-                    assert_ne!(f[12..14], [0x88, 0xb5], "a frame x0 sent read back on x0");
-                }
-            })
-            .join()
-            .unwrap()
+            }
+            assert_eq!(got.len(), sent.len());
+            assert!(got == sent, "frames arrive whole and in order");
+            assert_eq!(pool.available(), 1024, "every buffer back");
+            // Nothing sent by x0 is read on x0.
+            while let Some(f) = a.receive_frame().unwrap() {
+                assert_ne!(f[12..14], [0x88, 0xb5], "a frame x0 sent read back on x0");
+            }
         });
     }
 }
