@@ -45,3 +45,4 @@ pub mod pool;
 pub mod rewrite;
 pub mod runtime;
 pub mod worker;
+pub mod xdp;

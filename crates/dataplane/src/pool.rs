@@ -1,21 +1,39 @@
 //! Packet buffers made once and handed out in bulk: no allocation per packet.
 //!
-//! A [`Pool`] holds `count` buffers of `size` bytes in one allocation. A buffer is named
-//! by its index ([`BufferId`]), as VPP names its buffers, so that a vector of packets is
-//! a vector of `u32`s; the frame in a buffer is its first `len` bytes. Buffers are taken
-//! and given back many at a time, from a stack of free ones (the most recently freed,
-//! whose memory is warmest, goes out first). A buffer given back twice, or one that was
-//! never taken, is refused and counted: the pool's free stack is never corrupted.
+//! A [`Pool`] holds `count` buffers of `size` bytes in one page-aligned allocation, so
+//! that the same memory can be lent to the kernel as an AF_XDP UMEM, where frames are
+//! received into and sent from without a copy. A buffer is named by its index
+//! ([`BufferId`]), as VPP names its buffers, so that a vector of packets is a vector of
+//! `u32`s; the frame in a buffer is `len` bytes from an offset in it (0, unless the kernel
+//! placed the frame past a headroom). Buffers are taken and given back many at a time,
+//! from a stack of free ones (the most recently freed, whose memory is warmest, goes out
+//! first). A buffer given back twice, or one that was never taken, is refused and
+//! counted: the pool's free stack is never corrupted.
+//!
+//! The bytes are reached through a raw pointer, never through one slice over the whole
+//! area: while a buffer is lent to the kernel (taken from the pool, its index in an AF_XDP
+//! ring) the kernel may write it at any moment, so a Rust reference may only ever span
+//! the one buffer a caller holds.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
 
 /// A buffer's index in its pool.
 pub type BufferId = u32;
 
+/// Alignment of the pool's area: a page, as an AF_XDP UMEM must be.
+const AREA_ALIGN: usize = 4096;
+
 /// Preallocated packet buffers.
 #[derive(Debug)]
 pub struct Pool {
-    data: Vec<u8>,
+    /// `count * size` bytes, zeroed at the start, aligned to a page; owned by the pool.
+    area: NonNull<u8>,
+    layout: Layout,
     size: usize,
     lens: Vec<u16>,
+    /// Where each buffer's frame starts in it.
+    offsets: Vec<u16>,
     /// The free buffers, a stack.
     free: Vec<BufferId>,
     /// Whether each buffer is taken.
@@ -24,35 +42,96 @@ pub struct Pool {
     refused: u64,
 }
 
+// SAFETY: the pool owns its area alone (nothing else holds the pointer but what the
+// kernel is lent, which is not bound to a thread), so moving it to another thread moves
+// all access with it.
+unsafe impl Send for Pool {}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: `area` was allocated in `Pool::new` with `layout` and is freed once,
+        // here.
+        unsafe { std::alloc::dealloc(self.area.as_ptr(), self.layout) }
+    }
+}
+
 impl Pool {
     /// `count` buffers of `size` bytes each (a frame's most: at most 65,535).
     pub fn new(count: usize, size: usize) -> Pool {
-        let size = size.min(u16::MAX as usize);
+        let size = size.clamp(1, u16::MAX as usize);
+        let count = count.max(1);
+        let layout = Layout::from_size_align(count * size, AREA_ALIGN).expect("pool too large");
+        // SAFETY: the layout's size is at least 1 (count and size are).
+        let area = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(area) = NonNull::new(area) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         Pool {
-            data: vec![0; count * size],
+            area,
+            layout,
             size,
             lens: vec![0; count],
+            offsets: vec![0; count],
             free: (0..count as BufferId).rev().collect(),
             taken: vec![false; count],
             refused: 0,
         }
     }
 
-    /// Where buffer `id`'s bytes start, and how many it holds at most: for a socket to
-    /// fill or read it (the frame's length is then set with [`Pool::resize`]). `None` if
-    /// `id` is not taken. The bytes stay where they are while the pool lives, and no other
-    /// buffer's overlap them.
+    /// Buffers in the pool.
+    pub fn count(&self) -> usize {
+        self.taken.len()
+    }
+
+    /// The whole area, to lend to the kernel as a UMEM: page-aligned, `count() *
+    /// buffer_size()` bytes, buffer `i` at `i * buffer_size()`. It stays where it is while
+    /// the pool lives. Whoever lends it must have the kernel write only buffers it holds
+    /// taken, and stop before the pool is dropped.
+    pub fn area(&self) -> NonNull<[u8]> {
+        NonNull::slice_from_raw_parts(self.area, self.layout.size())
+    }
+
+    fn is_taken(&self, i: usize) -> bool {
+        self.taken.get(i).copied().unwrap_or(false)
+    }
+
+    /// Where buffer `i`'s frame starts, and the room from there to the buffer's end.
+    fn span(&self, i: usize) -> (*mut u8, usize) {
+        let offset = self.offsets[i] as usize;
+        (
+            // In bounds: `i < count` and `offset < size`, so the pointer stays in the area.
+            self.area.as_ptr().wrapping_add(i * self.size + offset),
+            self.size - offset,
+        )
+    }
+
+    /// Where buffer `id`'s frame starts, and how many bytes it may hold from there: for a
+    /// socket to fill or read it (the frame's length is then set with [`Pool::resize`]).
+    /// `None` if `id` is not taken. The bytes stay where they are while the pool lives,
+    /// and no other buffer's overlap them.
     pub fn raw(&mut self, id: BufferId) -> Option<(*mut u8, usize)> {
         let i = id as usize;
-        if !self.taken.get(i).copied().unwrap_or(false) {
-            return None;
+        self.is_taken(i).then(|| self.span(i))
+    }
+
+    /// Places buffer `id`'s frame at `offset` bytes into it, `len` long (both cut to the
+    /// buffer), as the kernel placed a received frame; false if `id` is not taken.
+    pub fn place(&mut self, id: BufferId, offset: usize, len: usize) -> bool {
+        let i = id as usize;
+        if !self.is_taken(i) {
+            return false;
         }
-        // Through the vector's own pointer, not a slice of it, so that pointers to two
-        // buffers taken one after the other are both still valid.
-        Some((
-            self.data.as_mut_ptr().wrapping_add(i * self.size),
-            self.size,
-        ))
+        let offset = offset.min(self.size - 1);
+        self.offsets[i] = offset as u16;
+        self.lens[i] = len.min(self.size - offset) as u16;
+        true
+    }
+
+    /// Where buffer `id`'s frame starts in it, and its length (`None` if not taken).
+    pub fn placement(&self, id: BufferId) -> Option<(usize, usize)> {
+        let i = id as usize;
+        self.is_taken(i)
+            .then(|| (self.offsets[i] as usize, self.lens[i] as usize))
     }
 
     /// Bytes a buffer holds at most.
@@ -70,14 +149,15 @@ impl Pool {
         self.refused
     }
 
-    /// Takes up to `n` buffers, appended to `out` (their frames empty); returns how many
-    /// it took (fewer when the pool runs short).
+    /// Takes up to `n` buffers, appended to `out` (their frames empty, at the buffer's
+    /// start); returns how many it took (fewer when the pool runs short).
     pub fn alloc(&mut self, n: usize, out: &mut Vec<BufferId>) -> usize {
         let n = n.min(self.free.len());
         let from = self.free.len() - n;
         for &id in &self.free[from..] {
             self.taken[id as usize] = true;
             self.lens[id as usize] = 0;
+            self.offsets[id as usize] = 0;
         }
         out.extend(self.free.drain(from..).rev());
         n
@@ -97,46 +177,66 @@ impl Pool {
         }
     }
 
+    /// The first `len` bytes of buffer `i`'s frame span (`len` within its room).
+    fn bytes(&self, i: usize, len: usize) -> &[u8] {
+        let (start, room) = self.span(i);
+        debug_assert!(len <= room);
+        // SAFETY: buffer `i` is taken (every caller checked), so neither the pool nor the
+        // kernel writes it but through `self`; the span lies inside the area, which lives
+        // as long as `self`, and no other buffer's bytes overlap it.
+        unsafe { std::slice::from_raw_parts(start, len.min(room)) }
+    }
+
+    /// As [`Pool::bytes`], to change.
+    fn bytes_mut(&mut self, i: usize, len: usize) -> &mut [u8] {
+        let (start, room) = self.span(i);
+        debug_assert!(len <= room);
+        // SAFETY: as in `bytes`; the pool is borrowed mutably, so this is the only
+        // reference to the span while it lives.
+        unsafe { std::slice::from_raw_parts_mut(start, len.min(room)) }
+    }
+
     /// The frame in buffer `id` (empty if it is not taken).
     pub fn frame(&self, id: BufferId) -> &[u8] {
         let i = id as usize;
-        if !self.taken.get(i).copied().unwrap_or(false) {
+        if !self.is_taken(i) {
             return &[];
         }
-        &self.data[i * self.size..i * self.size + self.lens[i] as usize]
+        self.bytes(i, self.lens[i] as usize)
     }
 
     /// The frame in buffer `id`, to change in place (empty if it is not taken).
     pub fn frame_mut(&mut self, id: BufferId) -> &mut [u8] {
         let i = id as usize;
-        if !self.taken.get(i).copied().unwrap_or(false) {
+        if !self.is_taken(i) {
             return &mut [];
         }
-        &mut self.data[i * self.size..i * self.size + self.lens[i] as usize]
+        let len = self.lens[i] as usize;
+        self.bytes_mut(i, len)
     }
 
-    /// Sets the length of buffer `id`'s frame to `len` (at most the buffer size; bytes past
-    /// the old length are what the buffer last held) and returns the frame. Empty if `id`
-    /// is not taken.
+    /// Sets the length of buffer `id`'s frame to `len` (at most the room from its start
+    /// to the buffer's end; bytes past the old length are what the buffer last held) and
+    /// returns the frame. Empty if `id` is not taken.
     pub fn resize(&mut self, id: BufferId, len: usize) -> &mut [u8] {
         let i = id as usize;
-        if !self.taken.get(i).copied().unwrap_or(false) {
+        if !self.is_taken(i) {
             return &mut [];
         }
-        let len = len.min(self.size);
+        let len = len.min(self.size - self.offsets[i] as usize);
         self.lens[i] = len as u16;
-        &mut self.data[i * self.size..i * self.size + len]
+        self.bytes_mut(i, len)
     }
 
-    /// Puts `frame` in buffer `id`, cut to the buffer's size; returns the bytes kept (0 if
+    /// Puts `frame` in buffer `id`, cut to the buffer's room; returns the bytes kept (0 if
     /// the buffer is not taken).
     pub fn fill(&mut self, id: BufferId, frame: &[u8]) -> usize {
         let i = id as usize;
-        if !self.taken.get(i).copied().unwrap_or(false) {
+        if !self.is_taken(i) {
             return 0;
         }
-        let n = frame.len().min(self.size);
-        self.data[i * self.size..i * self.size + n].copy_from_slice(&frame[..n]);
+        let n = frame.len().min(self.size - self.offsets[i] as usize);
+        self.bytes_mut(i, n).copy_from_slice(&frame[..n]);
         self.lens[i] = n as u16;
         n
     }
@@ -189,5 +289,43 @@ mod tests {
         pool.free(&out);
         assert_eq!(pool.available(), 512);
         assert!(pool.frame_mut(3).is_empty(), "a free buffer has no frame");
+    }
+
+    /// A frame placed past a headroom (as the kernel places one it receives) is read,
+    /// grown and cut within its own buffer, and the next take starts it at 0 again.
+    #[test]
+    fn a_placed_frame_stays_inside_its_buffer() {
+        let mut pool = Pool::new(4, 256);
+        assert_eq!(pool.area().len(), 4 * 256);
+        assert_eq!(pool.area().cast::<u8>().as_ptr() as usize % AREA_ALIGN, 0);
+        let mut ids = Vec::new();
+        pool.alloc(2, &mut ids);
+        let (a, b) = (ids[0], ids[1]);
+        assert!(pool.place(a, 200, 100));
+        assert_eq!(
+            pool.placement(a),
+            Some((200, 56)),
+            "cut to the buffer's end"
+        );
+        pool.frame_mut(a).fill(0xaa);
+        pool.fill(b, &[0xbb; 256]);
+        assert_eq!(pool.frame(a), &[0xaa; 56][..]);
+        assert_eq!(pool.resize(a, 1000).len(), 56);
+        assert_eq!(pool.resize(a, 10).len(), 10);
+        let (start, room) = pool.raw(a).expect("taken");
+        assert_eq!(room, 56);
+        assert_eq!(
+            start as usize - pool.area().cast::<u8>().as_ptr() as usize,
+            a as usize * 256 + 200
+        );
+        assert_eq!(pool.frame(b), &[0xbb; 256][..], "the neighbour untouched");
+        pool.free(&[a]);
+        assert!(!pool.place(a, 0, 1), "a free buffer is not placed");
+        assert_eq!(pool.placement(a), None);
+        let mut again = Vec::new();
+        pool.alloc(1, &mut again);
+        assert_eq!(again, [a]);
+        assert_eq!(pool.placement(a), Some((0, 0)));
+        assert_eq!(pool.resize(a, 256).len(), 256);
     }
 }

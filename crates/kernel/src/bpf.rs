@@ -37,6 +37,8 @@ pub const R2: Reg = 2;
 pub const R3: Reg = 3;
 /// Fourth argument.
 pub const R4: Reg = 4;
+/// Fifth argument.
+pub const R5: Reg = 5;
 /// Callee-saved.
 pub const R6: Reg = 6;
 /// Callee-saved.
@@ -100,6 +102,30 @@ pub const fn jeq_imm(dst: Reg, imm: i32, off: i16) -> Insn {
 pub const fn jlt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
     insn(0xa5, dst, 0, off, imm)
 }
+/// `if dst != imm goto +off`.
+pub const fn jne_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(0x55, dst, 0, off, imm)
+}
+/// `if dst > imm goto +off` (unsigned).
+pub const fn jgt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(0x25, dst, 0, off, imm)
+}
+/// `if dst > src goto +off` (unsigned).
+pub const fn jgt_reg(dst: Reg, src: Reg, off: i16) -> Insn {
+    insn(0x2d, dst, src, off, 0)
+}
+/// `goto +off`.
+pub const fn ja(off: i16) -> Insn {
+    insn(0x05, 0, 0, off, 0)
+}
+/// `dst &= imm` (64-bit).
+pub const fn and_imm(dst: Reg, imm: i32) -> Insn {
+    insn(0x57, dst, 0, 0, imm)
+}
+/// `dst >>= imm` (64-bit, logical).
+pub const fn rsh_imm(dst: Reg, imm: i32) -> Insn {
+    insn(0x77, dst, 0, 0, imm)
+}
 /// Calls kernel helper number `helper`.
 pub const fn call(helper: i32) -> Insn {
     insn(0x85, 0, 0, 0, helper)
@@ -118,6 +144,8 @@ pub fn load_map(dst: Reg, map: &Map) -> [Insn; 2] {
 
 /// Helper `bpf_map_lookup_elem`.
 pub const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
+/// Helper `bpf_redirect_map`.
+pub const HELPER_REDIRECT_MAP: i32 = 51;
 /// Helper `bpf_fib_lookup`.
 pub const HELPER_FIB_LOOKUP: i32 = 69;
 
@@ -125,7 +153,9 @@ const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_LINK_CREATE: libc::c_long = 28;
 
 /// Makes the `bpf(2)` system call `cmd` with `attr`.
 ///
@@ -170,12 +200,18 @@ pub enum MapType {
     Array = 2,
     /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
     PerCpuArray = 6,
+    /// `BPF_MAP_TYPE_LPM_TRIE`: keys are a prefix length (`u32`, host order) and an
+    /// address, looked up by longest prefix.
+    LpmTrie = 11,
+    /// `BPF_MAP_TYPE_XSKMAP`: AF_XDP sockets by index (the receive queue's, as a rule).
+    XskMap = 17,
 }
 
-/// An array map: keys are `u32` indices.
+/// A map.
 #[derive(Debug)]
 pub struct Map {
     fd: OwnedFd,
+    key_size: u32,
     value_size: u32,
     entries: u32,
     map_type: MapType,
@@ -204,14 +240,33 @@ struct MapElemAttr {
     flags: u64,
 }
 
+/// `BPF_F_NO_PREALLOC`, which an LPM trie requires.
+const BPF_F_NO_PREALLOC: u32 = 1;
+
 impl Map {
-    /// A new array map of `entries` values of `value_size` bytes.
+    /// A new map indexed by `u32` (an array or an XSKMAP) of `entries` values of
+    /// `value_size` bytes.
     pub fn new(map_type: MapType, value_size: u32, entries: u32, name: &str) -> io::Result<Map> {
+        Map::create(map_type, 4, value_size, entries, name)
+    }
+
+    /// A new map of `entries` elements with keys of `key_size` bytes.
+    pub fn create(
+        map_type: MapType,
+        key_size: u32,
+        value_size: u32,
+        entries: u32,
+        name: &str,
+    ) -> io::Result<Map> {
         let mut attr = MapCreateAttr {
             map_type: map_type as u32,
-            key_size: 4,
+            key_size,
             value_size,
             max_entries: entries,
+            map_flags: match map_type {
+                MapType::LpmTrie => BPF_F_NO_PREALLOC,
+                _ => 0,
+            },
             ..Default::default()
         };
         for (d, s) in attr.map_name.iter_mut().zip(name.bytes().take(15)) {
@@ -222,6 +277,7 @@ impl Map {
         let fd = unsafe { take_fd(sys_bpf(BPF_MAP_CREATE, &mut attr)?) };
         Ok(Map {
             fd,
+            key_size,
             value_size,
             entries,
             map_type,
@@ -232,7 +288,7 @@ impl Map {
     /// possible CPU, each rounded up to 8 bytes).
     pub fn element_bytes(&self) -> io::Result<usize> {
         Ok(match self.map_type {
-            MapType::Array => self.value_size as usize,
+            MapType::Array | MapType::LpmTrie | MapType::XskMap => self.value_size as usize,
             MapType::PerCpuArray => {
                 possible_cpus()? * (self.value_size as usize).next_multiple_of(8)
             }
@@ -257,6 +313,43 @@ impl Map {
         // `value`, whose length was checked to be the element size the kernel reads;
         // both live across the call.
         unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(|_| ())
+    }
+
+    /// Writes the element of `key` (`key_size` bytes) with `value` (`element_bytes()`).
+    pub fn update(&self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        if key.len() != self.key_size as usize || value.len() != self.element_bytes()? {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "map key or value size wrong",
+            ));
+        }
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `key` and `value` were checked to be the key and element sizes the
+        // kernel reads; both live across the call.
+        unsafe { sys_bpf(BPF_MAP_UPDATE_ELEM, &mut attr) }.map(|_| ())
+    }
+
+    /// Deletes the element of `key` (`key_size` bytes).
+    pub fn delete(&self, key: &[u8]) -> io::Result<()> {
+        if key.len() != self.key_size as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "map key size wrong",
+            ));
+        }
+        let mut attr = MapElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: `key` was checked to be the key size the kernel reads; it lives across
+        // the call, and a delete reads no value.
+        unsafe { sys_bpf(BPF_MAP_DELETE_ELEM, &mut attr) }.map(|_| ())
     }
 
     /// Reads element `index`.
@@ -304,6 +397,31 @@ struct ProgLoadAttr {
     kern_version: u32,
     prog_flags: u32,
     prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+    /// The rest of the attribute's union, zero.
+    _rest: [u64; 4],
+}
+
+/// `BPF_XDP`, the attach type of an XDP link.
+const ATTACH_XDP: u32 = 37;
+
+/// How an XDP program is attached to a link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver, before any socket buffer is made (`XDP_FLAGS_DRV_MODE`).
+    Driver = 4,
+    /// After the socket buffer is made, on any link (`XDP_FLAGS_SKB_MODE`).
+    Generic = 2,
 }
 
 #[repr(C)]
@@ -331,6 +449,8 @@ struct TestRunAttr {
 
 /// The XDP program type.
 pub const PROG_TYPE_XDP: u32 = 6;
+/// The attach type an XDP program attached by a BPF link is loaded for.
+pub const ATTACH_TYPE_XDP: u32 = ATTACH_XDP;
 
 /// A loaded program.
 #[derive(Debug)]
@@ -351,6 +471,17 @@ impl Program {
     /// Loads `insns` as a program of `prog_type` under the GPL (which `bpf_fib_lookup`
     /// requires). On rejection, the error carries the verifier's log.
     pub fn load(prog_type: u32, insns: &[Insn], name: &str) -> io::Result<Program> {
+        Program::load_for(prog_type, 0, insns, name)
+    }
+
+    /// As [`Program::load`], for `expected_attach_type` (`BPF_XDP` for an XDP program
+    /// attached by a BPF link).
+    pub fn load_for(
+        prog_type: u32,
+        expected_attach_type: u32,
+        insns: &[Insn],
+        name: &str,
+    ) -> io::Result<Program> {
         let license = CString::new("GPL").expect("no NUL");
         let mut log = vec![0u8; 1 << 16];
         let mut attr = ProgLoadAttr {
@@ -361,6 +492,7 @@ impl Program {
             log_level: 1,
             log_size: log.len() as u32,
             log_buf: log.as_mut_ptr() as u64,
+            expected_attach_type,
             ..Default::default()
         };
         for (d, s) in attr.prog_name.iter_mut().zip(name.bytes().take(15)) {
@@ -383,6 +515,22 @@ impl Program {
                 ))
             }
         }
+    }
+
+    /// Attaches the program (an XDP one) to interface `ifindex` in `mode`, through a BPF
+    /// link: it stays attached while the returned descriptor is open, and is detached
+    /// when it closes, however the process ends.
+    pub fn attach_xdp(&self, ifindex: u32, mode: XdpMode) -> io::Result<OwnedFd> {
+        let mut attr = LinkCreateAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: ATTACH_XDP,
+            flags: mode as u32,
+            ..Default::default()
+        };
+        // SAFETY: a link-create attribute for XDP carries no pointer; the descriptor it
+        // returns is new and ours alone.
+        Ok(unsafe { take_fd(sys_bpf(BPF_LINK_CREATE, &mut attr)?) })
     }
 
     /// Runs the program `repeat` times on `data` with context `ctx` (in the calling
