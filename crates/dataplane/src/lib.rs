@@ -46,3 +46,4 @@ pub mod rewrite;
 pub mod runtime;
 pub mod worker;
 pub mod xdp;
+pub mod xsk;
