@@ -50,6 +50,33 @@ pub struct DaemonArgs {
     /// Forwarding workers, each pinned to a core of its own.
     #[arg(long, default_value_t = 1, requires = "forward")]
     workers: usize,
+    /// How the workers read and send: `xdp` (AF_XDP sockets, an XDP program on each
+    /// link passing the kernel's frames to it), `packet` (AF_PACKET sockets), or `auto`
+    /// (AF_XDP where every link takes it, else AF_PACKET). With AF_XDP, worker `n` reads
+    /// receive queue `n`: a link with fewer queues than workers leaves the rest out.
+    #[arg(long, value_enum, default_value_t = Io::Auto, requires = "forward")]
+    io: Io,
+}
+
+/// `--io`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Io {
+    /// AF_XDP where it can be, else AF_PACKET.
+    Auto,
+    /// AF_XDP.
+    Xdp,
+    /// AF_PACKET.
+    Packet,
+}
+
+impl From<Io> for fibre_dataplane::worker::IoMode {
+    fn from(io: Io) -> Self {
+        match io {
+            Io::Auto => Self::Auto,
+            Io::Xdp => Self::Xdp,
+            Io::Packet => Self::Packet,
+        }
+    }
 }
 
 /// `fibre ctl`.
@@ -147,12 +174,16 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut forwarding = if a.forward.is_empty() {
         None
     } else {
-        let f = Forwarding::start(&mirror, reader, &a.forward, a.workers)?;
+        let f = Forwarding::start(&mirror, reader, &a.forward, a.workers, a.io.into())?;
+        let (io, fallback) = f.io();
         eprintln!(
-            "fibre daemon: forwarding between {} with {} worker(s) (AF_PACKET)",
+            "fibre daemon: forwarding between {} with {} worker(s) ({io})",
             a.forward.join(", "),
-            a.workers
+            f.workers()
         );
+        if let Some(why) = fallback {
+            eprintln!("fibre daemon: not AF_XDP: {why}");
+        }
         Some(f)
     };
     {
@@ -215,7 +246,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 }
                 mirror.apply(batch, bad, at);
                 if let Some(f) = &mut forwarding {
-                    f.publish_neighbours(&mirror, false);
+                    f.publish(&mirror, false);
                 }
             }
             Ok(Event::Netlink(Batch::Overflow, _)) => {
@@ -226,7 +257,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     break ExitCode::FAILURE;
                 }
                 if let Some(f) = &mut forwarding {
-                    f.publish_neighbours(&mirror, true);
+                    f.publish(&mirror, true);
                 }
             }
             Ok(Event::Failed(e)) => {

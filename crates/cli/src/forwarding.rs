@@ -1,12 +1,15 @@
 //! `fibre daemon --forward`: the forwarding workers beside the mirror. The mirror's
-//! thread publishes the neighbour table to them whenever an entry changes; they read the
-//! FIB's snapshots as the mirror publishes them; their counters are shown by `fibre ctl
-//! stats` and in the metrics.
+//! thread publishes the neighbour table to them whenever an entry changes, and, when the
+//! workers use AF_XDP, this host's destinations to the links' XDP programs (so that
+//! what is for the kernel reaches it); the workers read the FIB's snapshots as the
+//! mirror publishes them; their counters are shown by `fibre ctl stats` and in the
+//! metrics.
 
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::runtime;
-use fibre_dataplane::worker::{self, Counters, NeighbourMacs, Resolve, Shared};
-use fibre_fib::FibReader;
+use fibre_dataplane::worker::{self, Counters, IoMode, NeighbourMacs, Resolve, Shared};
+use fibre_dataplane::xdp::{LinkProgram, LocalDestinations};
+use fibre_fib::{Family, FibReader, RouteType};
 use fibre_mirror::kernel::Resolver;
 use fibre_mirror::Mirror;
 use serde_json::{json, Value};
@@ -22,15 +25,25 @@ pub struct Forwarding {
     workers: usize,
     /// The neighbour table's version last published.
     published: Option<u64>,
+    /// How the workers read and send.
+    io: String,
+    /// Why AF_XDP is not used, if it was to be used where it could.
+    fallback: Option<String>,
+    /// This host's destinations, for the XDP programs (AF_XDP only).
+    local: Option<LocalDestinations>,
+    /// The programs, attached while they live.
+    _programs: Vec<LinkProgram>,
 }
 
 impl Forwarding {
-    /// Starts `workers` workers forwarding between the links named `names`.
+    /// Starts `workers` workers forwarding between the links named `names`, reading and
+    /// sending as `mode` says.
     pub fn start(
         mirror: &Mirror,
         fib: FibReader,
         names: &[String],
         workers: usize,
+        mode: IoMode,
     ) -> Result<Forwarding, String> {
         let mut links = Vec::new();
         for name in names {
@@ -53,14 +66,88 @@ impl Forwarding {
             links: names.to_vec(),
             workers: workers.max(1),
             published: None,
+            io: String::new(),
+            fallback: None,
+            local: None,
+            _programs: Vec::new(),
         };
         forwarding.publish_neighbours(mirror, true);
-        forwarding.handles = worker::start(shared, &links, workers, || {
-            let mut r = Resolver::new()?;
-            Ok(Box::new(move |link, addr| r.resolve(link, addr)) as Resolve)
-        })
+        // This host's destinations go in before any program is attached, so that none of
+        // the kernel's frames reaches a worker.
+        let mut local_error = None;
+        if mode != IoMode::Packet {
+            match LocalDestinations::new() {
+                Ok(l) => forwarding.local = Some(l),
+                Err(e) if mode == IoMode::Xdp => return Err(format!("--io xdp: {e}")),
+                Err(e) => local_error = Some(format!("BPF maps: {e}")),
+            }
+            forwarding.publish_local(mirror)?;
+        }
+        let started = worker::start(
+            shared,
+            &links,
+            workers,
+            mode,
+            forwarding.local.as_ref(),
+            || {
+                let mut r = Resolver::new()?;
+                Ok(Box::new(move |link, addr| r.resolve(link, addr)) as Resolve)
+            },
+        )
         .map_err(|e| format!("--forward: {e}"))?;
+        forwarding.handles = started.handles;
+        forwarding.workers = forwarding.handles.len();
+        forwarding.io = started.io;
+        forwarding.fallback = local_error.or(started.fallback);
+        forwarding._programs = started.programs;
+        if forwarding._programs.is_empty() {
+            forwarding.local = None;
+        }
         Ok(forwarding)
+    }
+
+    /// How the workers read and send, and why not AF_XDP if it could not be.
+    pub fn io(&self) -> (&str, Option<&str>) {
+        (&self.io, self.fallback.as_deref())
+    }
+
+    /// The workers running.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Gives the XDP programs this host's destinations as the mirror holds them now:
+    /// the prefix of every local, broadcast, anycast and multicast route of any table.
+    pub fn publish_local(&mut self, mirror: &Mirror) -> Result<(), String> {
+        let Some(local) = &mut self.local else {
+            return Ok(());
+        };
+        let state = mirror.state();
+        let prefixes: Vec<_> = [Family::V4, Family::V6]
+            .into_iter()
+            .flat_map(|f| state.routes(f, None))
+            .filter(|r| {
+                matches!(
+                    r.kind,
+                    RouteType::Local
+                        | RouteType::Broadcast
+                        | RouteType::Anycast
+                        | RouteType::Multicast
+                )
+            })
+            .map(|r| (r.dst.addr(), r.dst.len()))
+            .collect();
+        local
+            .set(prefixes)
+            .map_err(|e| format!("the XDP programs' local destinations: {e}"))
+    }
+
+    /// Publishes what changed in the mirror to the workers (and their programs).
+    pub fn publish(&mut self, mirror: &Mirror, force: bool) {
+        self.publish_neighbours(mirror, force);
+        if let Err(e) = self.publish_local(mirror) {
+            eprintln!("fibre daemon: {e}");
+        }
     }
 
     /// Publishes the mirror's usable neighbour entries if they changed (or `force`).
@@ -120,6 +207,11 @@ impl Forwarding {
         json!({
             "links": self.links,
             "workers": self.workers,
+            "io": self.io,
+            "io_fallback": self.fallback,
+            "local_destinations": self.local.as_ref().map(|l| l.len()),
+            "kernel_unreached": c.kernel_unreached,
+            "bad_descriptors": c.bad_descriptors,
             "received": c.received,
             "sent": c.sent,
             "send_failed": c.send_failed,

@@ -2,15 +2,23 @@
 //! the forwarded links, run them through the pipeline with the FIB's current snapshot and
 //! the current neighbour table, and send what the pipeline sends.
 //!
-//! Every worker reads every forwarded link: each link's sockets are joined in one
-//! `PACKET_FANOUT` group hashed by flow, so that the kernel spreads the link's flows over
-//! the workers and a flow's packets stay in order on one. The FIB snapshot and the
-//! neighbour table are taken once per vector, without a lock. A next hop with no MAC
+//! Every worker reads every forwarded link, in one of two ways:
+//!
+//! - **AF_XDP** ([`crate::xsk`]), where the links take an XDP program: each link's
+//!   program ([`crate::xdp`]) passes the kernel's frames to the kernel and redirects the
+//!   rest to the socket of the worker that owns the frame's receive queue (worker `n`,
+//!   queue `n`; a link with fewer queues than workers leaves the extra workers out). The
+//!   frames lie in the worker's pool from the moment they arrive until they are sent.
+//! - **AF_PACKET** ([`crate::packet`]) otherwise: each link's sockets are joined in one
+//!   `PACKET_FANOUT` group hashed by flow, so that the kernel spreads the link's flows
+//!   over the workers and a flow's packets stay in order on one. The kernel sees every
+//!   frame too, and drops those it does not forward.
+//!
+//! The FIB snapshot and the neighbour table are taken once per vector, without a lock. A next hop with no MAC
 //! address is asked of the kernel (`NTF_USE`, at most once a second each), which
 //! resolves it and announces it, and the mirror publishes it; meanwhile its packets wait,
 //! as the kernel queues packets for a neighbour it resolves (up to 64 a next hop, 256 a
-//! worker, 3 seconds), and go through the pipeline again when the table changes. (The
-//! kernel sees every frame a link receives too, and drops those it does not forward.)
+//! worker, 3 seconds), and go through the pipeline again when the table changes.
 //! What each worker counted is added to the shared counters every tenth of a
 //! second, so that no packet takes a lock.
 
@@ -20,12 +28,15 @@ use crate::pipeline::{
 };
 use crate::pool::{BufferId, Pool};
 use crate::runtime::StageCounters;
+use crate::xdp::{LinkProgram, LocalDestinations, XDP_PASS};
+use crate::xsk::{XskPorts, CHUNK_SIZES, HEADROOM, RING};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
+use fibre_kernel::bpf::XdpMode;
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -149,6 +160,12 @@ pub struct Counters {
     pub unresolved_dropped: u64,
     /// Frames received longer than a buffer (merged by receive offload), dropped.
     pub truncated: u64,
+    /// Frames for the kernel that reached a worker through AF_XDP, which cannot hand
+    /// them back (the XDP program passes the kernel's frames itself; these slipped past
+    /// it, as when a local route was added an instant before), dropped.
+    pub kernel_unreached: u64,
+    /// AF_XDP descriptors that named no buffer lent to the kernel, ignored.
+    pub bad_descriptors: u64,
 }
 
 impl Counters {
@@ -182,6 +199,8 @@ impl Counters {
         self.resolve_requests += std::mem::take(&mut io.resolve_requests);
         self.unresolved_dropped += std::mem::take(&mut io.unresolved_dropped);
         self.truncated += std::mem::take(&mut io.truncated);
+        self.kernel_unreached += std::mem::take(&mut io.kernel_unreached);
+        self.bad_descriptors += std::mem::take(&mut io.bad_descriptors);
     }
 }
 
@@ -194,6 +213,8 @@ struct Io {
     resolve_requests: u64,
     unresolved_dropped: u64,
     truncated: u64,
+    kernel_unreached: u64,
+    bad_descriptors: u64,
 }
 
 /// Packets waiting for their next hop's MAC address: each its buffer, the link it came
@@ -229,16 +250,98 @@ pub struct Shared {
 /// Asks the kernel to resolve a neighbour (the daemon's netlink socket does it).
 pub type Resolve = Box<dyn FnMut(u32, IpAddr) -> io::Result<()> + Send>;
 
+/// How the workers reach their links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// AF_XDP where every link takes it, else AF_PACKET.
+    Auto,
+    /// AF_XDP, or an error.
+    Xdp,
+    /// AF_PACKET.
+    Packet,
+}
+
+/// The workers started, and how they reach their links.
+pub struct Started {
+    /// The threads.
+    pub handles: Vec<std::thread::JoinHandle<()>>,
+    /// How they read and send: `AF_XDP (driver)`, `AF_XDP (generic)` or `AF_PACKET`.
+    pub io: String,
+    /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
+    pub fallback: Option<String>,
+    /// The XDP programs on the links: attached while these live.
+    pub programs: Vec<LinkProgram>,
+}
+
+/// A worker's ports and the pool they lend, in the order they must drop in.
+struct Lent {
+    ports: XskPorts,
+    pool: Pool,
+}
+
+/// Opens AF_XDP sockets for up to `workers` workers on `links` (worker `n` on queue `n`;
+/// fewer if a link has fewer queues) and attaches each link's program.
+fn open_xdp(
+    links: &[u32],
+    workers: usize,
+    mtu: usize,
+    local: &LocalDestinations,
+) -> io::Result<(Vec<Lent>, Vec<LinkProgram>, XdpMode)> {
+    let chunk = CHUNK_SIZES
+        .into_iter()
+        .find(|&c| mtu + 18 + HEADROOM <= c)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("an MTU of {mtu} does not fit an AF_XDP chunk"),
+            )
+        })?;
+    let count = (links.len() * 2 * RING as usize).max(4096);
+    let mut programs = links
+        .iter()
+        .map(|_| LinkProgram::new(local, XDP_PASS))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut lent = Vec::new();
+    for queue in 0..workers.max(1) {
+        let mut pool = Pool::new(count, chunk);
+        // SAFETY: the ports and their pool stay together in a `Lent`, then in one
+        // worker's `Vector`, both of which drop the ports first; only the pool hands out
+        // its buffers.
+        match unsafe { XskPorts::open(&mut pool, links, queue as u32) } {
+            Ok(ports) => lent.push(Lent { ports, pool }),
+            Err(e) if queue == 0 => return Err(e),
+            // Fewer queues than workers: the workers there are are enough.
+            Err(_) => break,
+        }
+    }
+    for (queue, l) in lent.iter().enumerate() {
+        for (program, (_, fd)) in programs.iter().zip(l.ports.sockets()) {
+            program.set_socket(queue as u32, fd)?;
+        }
+    }
+    let mut mode = XdpMode::Driver;
+    for (program, &link) in programs.iter_mut().zip(links) {
+        if program.attach(link)? == XdpMode::Generic {
+            mode = XdpMode::Generic;
+        }
+    }
+    Ok((lent, programs, mode))
+}
+
 /// Starts `workers` workers on links `links` (interface indexes), the n-th pinned to the
-/// n-th core if the system has it; `resolver` makes each worker's way to ask the kernel
-/// for neighbours. Sockets are opened before this returns, so that a link that cannot be
-/// opened is an error here; the workers run until `shared.stop` is set.
+/// n-th core if the system has it, reading and sending as `mode` says (AF_XDP consults
+/// `local` for this host's destinations); `resolver` makes each worker's way to ask the
+/// kernel for neighbours. Sockets are opened and programs attached before this returns,
+/// so that a link that cannot be opened is an error here; the workers run until
+/// `shared.stop` is set.
 pub fn start(
     shared: Arc<Shared>,
     links: &[u32],
     workers: usize,
+    mode: IoMode,
+    local: Option<&LocalDestinations>,
     mut resolver: impl FnMut() -> io::Result<Resolve>,
-) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+) -> io::Result<Started> {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     // Room in a buffer for the largest frame a forwarded link takes.
     let snap = shared.fib.snapshot();
@@ -248,49 +351,181 @@ pub fn start(
         .max()
         .unwrap_or(1500);
     drop(snap);
-    let buffer = (mtu + 18).max(2048);
-    let mut handles = Vec::new();
-    let mut all = Vec::new();
-    for _ in 0..workers.max(1) {
-        let mut ports = Vec::new();
-        for &ifindex in links {
-            let rx = PacketSocket::open(ifindex)?;
-            if workers > 1 {
-                rx.join_fanout(ifindex as u16)?;
+    let mut started = Started {
+        handles: Vec::new(),
+        io: "AF_PACKET".into(),
+        fallback: None,
+        programs: Vec::new(),
+    };
+    let mut all: Vec<(Ports, Pool, Resolve)> = Vec::new();
+    if mode != IoMode::Packet {
+        let opened = match local {
+            Some(local) => open_xdp(links, workers, mtu, local),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no map of local destinations",
+            )),
+        };
+        match opened {
+            Ok((lent, programs, xdp)) => {
+                for Lent { ports, pool } in lent {
+                    all.push((Ports::Xdp(ports), pool, resolver()?));
+                }
+                started.programs = programs;
+                started.io = match xdp {
+                    XdpMode::Driver => "AF_XDP (driver)",
+                    XdpMode::Generic => "AF_XDP (generic)",
+                }
+                .into();
             }
-            ports.push(rx);
+            Err(e) if mode == IoMode::Xdp => return Err(e),
+            Err(e) => started.fallback = Some(e.to_string()),
         }
-        all.push((ports, resolver()?));
     }
-    for (n, (ports, resolve)) in all.into_iter().enumerate() {
+    if all.is_empty() {
+        let buffer = (mtu + 18).max(2048);
+        for _ in 0..workers.max(1) {
+            let mut rx = Vec::new();
+            for &ifindex in links {
+                let socket = PacketSocket::open(ifindex)?;
+                if workers > 1 {
+                    socket.join_fanout(ifindex as u16)?;
+                }
+                rx.push(socket);
+            }
+            let ports = Ports::Packet {
+                rx,
+                senders: HashMap::new(),
+            };
+            all.push((ports, Pool::new(1024, buffer), resolver()?));
+        }
+    }
+    for (n, (ports, pool, resolve)) in all.into_iter().enumerate() {
         let shared = shared.clone();
         let core = cores.get(n % cores.len().max(1)).copied();
-        handles.push(
+        started.handles.push(
             std::thread::Builder::new()
                 .name(format!("fibre-worker-{n}"))
                 .spawn(move || {
                     if let Some(core) = core {
                         core_affinity::set_for_current(core);
                     }
-                    run(&shared, ports, resolve, buffer);
+                    run(&shared, ports, pool, resolve);
                 })?,
         );
     }
-    Ok(handles)
+    Ok(started)
+}
+
+/// How a worker reaches its links.
+enum Ports {
+    /// A packet socket per link to read; one per output link to send from, opened at
+    /// its first frame (`None`: it could not be).
+    Packet {
+        rx: Vec<PacketSocket>,
+        senders: HashMap<LinkIndex, Option<PacketSocket>>,
+    },
+    /// An AF_XDP socket per link, sharing the worker's pool.
+    Xdp(XskPorts),
+}
+
+impl Ports {
+    fn len(&self) -> usize {
+        match self {
+            Ports::Packet { rx, .. } => rx.len(),
+            Ports::Xdp(x) => x.len(),
+        }
+    }
+
+    fn fd(&self, k: usize) -> RawFd {
+        match self {
+            Ports::Packet { rx, .. } => rx[k].as_raw_fd(),
+            Ports::Xdp(x) => x.fd(k),
+        }
+    }
+
+    fn ifindex(&self, k: usize) -> u32 {
+        match self {
+            Ports::Packet { rx, .. } => rx[k].ifindex(),
+            Ports::Xdp(x) => x.ifindex(k),
+        }
+    }
+
+    /// Whether the kernel has its own copy of every frame (so a packet for it needs
+    /// nothing more).
+    fn kernel_has_its_copy(&self) -> bool {
+        matches!(self, Ports::Packet { .. })
+    }
+
+    /// Up to 256 frames from link `k`, appended to `ids`; how many.
+    fn receive(
+        &mut self,
+        k: usize,
+        pool: &mut Pool,
+        batch: &mut Batch,
+        ids: &mut Vec<BufferId>,
+        io: &mut Io,
+    ) -> usize {
+        match self {
+            Ports::Packet { rx, .. } => {
+                let n = rx[k].receive(pool, 256, batch, ids).unwrap_or(0);
+                io.truncated += rx[k].take_truncated();
+                n
+            }
+            Ports::Xdp(x) => x.receive(k, pool, 256, ids),
+        }
+    }
+
+    /// Sends `frames` out of `link`; returns how many went. Every buffer is dealt with:
+    /// given back, or lent to the kernel until it is sent.
+    fn send(
+        &mut self,
+        link: LinkIndex,
+        pool: &mut Pool,
+        batch: &mut Batch,
+        frames: &[BufferId],
+    ) -> usize {
+        match self {
+            Ports::Packet { senders, .. } => {
+                let sender = senders
+                    .entry(link)
+                    .or_insert_with(|| PacketSocket::open_for_sending(link).ok());
+                let went = match sender {
+                    Some(s) => s.send(pool, frames, batch).unwrap_or(0),
+                    None => 0,
+                };
+                pool.free(frames);
+                went
+            }
+            Ports::Xdp(x) => x.send(link, pool, frames),
+        }
+    }
+
+    /// AF_XDP's upkeep between vectors: buffers sent are taken back, the fill rings
+    /// topped up, the transmit rings flushed.
+    fn service(&mut self, pool: &mut Pool, io: &mut Io) {
+        if let Ports::Xdp(x) = self {
+            x.complete(pool);
+            x.fill(pool);
+            x.flush();
+            io.bad_descriptors += std::mem::take(&mut x.bad_descriptors);
+        }
+    }
 }
 
 /// What a worker's vectors run with: made once, reused.
 struct Vector {
+    /// Before the pool, so that it drops first: AF_XDP sockets lend the pool's buffers
+    /// to the kernel until they close.
+    ports: Ports,
     pool: Pool,
     pipeline: Pipeline,
+    /// The system calls' headers, for AF_PACKET.
     batch: Batch,
     io: Io,
     fates: Vec<Fate>,
     /// Buffers to send, by output link.
     out: Output,
-    /// A sending socket per output link, opened at its first frame (`None`: it could
-    /// not be).
-    senders: HashMap<LinkIndex, Option<PacketSocket>>,
     /// Buffers to give back.
     free: Vec<BufferId>,
 }
@@ -318,21 +553,23 @@ impl Vector {
         );
         let t = Instant::now();
         self.free.clear();
+        let kernel_has_its_copy = self.ports.kernel_has_its_copy();
         for (&id, fate) in ids.iter().zip(self.fates.iter()) {
-            match fate.output() {
-                Some(link) => self.out.push(link, id),
-                None if *fate == Fate::Kernel(Handed::Unresolved)
-                    && waiting.packets.len() < WAITING_MAX =>
-                {
+            match fate {
+                Fate::Out(link) | Fate::Icmp(_, link) => self.out.push(*link, id),
+                Fate::Kernel(Handed::Unresolved) if waiting.packets.len() < WAITING_MAX => {
                     waiting.packets.push((id, arrival, since));
                     waiting.seen = Some(neighbours.clone());
                 }
-                None => {
-                    if *fate == Fate::Kernel(Handed::Unresolved) {
-                        self.io.unresolved_dropped += 1;
-                    }
+                Fate::Kernel(Handed::Unresolved) => {
+                    self.io.unresolved_dropped += 1;
                     self.free.push(id);
                 }
+                Fate::Kernel(_) if !kernel_has_its_copy => {
+                    self.io.kernel_unreached += 1;
+                    self.free.push(id);
+                }
+                _ => self.free.push(id),
             }
         }
         let out = self.out.len();
@@ -340,17 +577,11 @@ impl Vector {
             if frames.is_empty() {
                 continue;
             }
-            let sender = self
-                .senders
-                .entry(link)
-                .or_insert_with(|| PacketSocket::open_for_sending(link).ok());
-            let went = match sender {
-                Some(s) => s.send(&mut self.pool, frames, &mut self.batch).unwrap_or(0),
-                None => 0,
-            };
+            let went = self
+                .ports
+                .send(link, &mut self.pool, &mut self.batch, frames);
             self.io.sent += went as u64;
             self.io.send_failed += (frames.len() - went) as u64;
-            self.pool.free(frames);
             frames.clear();
         }
         self.pool.free(&self.free);
@@ -379,28 +610,31 @@ fn ask(
 }
 
 /// A worker's loop.
-fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: usize) {
+fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
-    pipeline.kernel_answers_ipv6_rejects = true;
+    // Through AF_PACKET the kernel sees the frame too, and answers an IPv6 reject route
+    // itself (forwarding or not); through AF_XDP it does not see it, and fibre answers.
+    pipeline.kernel_answers_ipv6_rejects = ports.kernel_has_its_copy();
     let mut v = Vector {
-        pool: Pool::new(1024, buffer),
+        ports,
+        pool,
         pipeline,
         batch: Batch::new(),
         io: Io::default(),
         fates: Vec::with_capacity(256),
         out: Output::default(),
-        senders: HashMap::new(),
         free: Vec::with_capacity(256),
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
-    let fds: Vec<i32> = ports.iter().map(|p| p.as_raw_fd()).collect();
-    let all: Vec<usize> = (0..ports.len()).collect();
+    let fds: Vec<RawFd> = (0..v.ports.len()).map(|k| v.ports.fd(k)).collect();
+    let all: Vec<usize> = (0..v.ports.len()).collect();
     let mut last_frame = Instant::now() - SPIN_FOR;
     let mut waiting = Waiting::default();
     let mut again: Vec<(BufferId, Arrival, Instant)> = Vec::new();
     let mut added = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
+        v.ports.service(&mut v.pool, &mut v.io);
         let ready = if last_frame.elapsed() < SPIN_FOR {
             all.clone()
         } else {
@@ -443,15 +677,13 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
             }
         }
         for k in ready {
-            let port = &ports[k];
             // A few vectors from one link, then the next: no link starves the others.
             for _ in 0..4 {
                 ids.clear();
                 let t = Instant::now();
-                let n = port
-                    .receive(&mut v.pool, 256, &mut v.batch, &mut ids)
-                    .unwrap_or(0);
-                v.io.truncated += port.take_truncated();
+                let n = v
+                    .ports
+                    .receive(k, &mut v.pool, &mut v.batch, &mut ids, &mut v.io);
                 if n == 0 {
                     break;
                 }
@@ -459,7 +691,7 @@ fn run(shared: &Shared, ports: Vec<PacketSocket>, mut resolve: Resolve, buffer: 
                 v.io.received += n as u64;
                 last_frame = Instant::now();
                 let snap = shared.fib.snapshot();
-                let link = port.ifindex();
+                let link = v.ports.ifindex(k);
                 let Some(mac) = snap.link(link).map(|l| l.mac) else {
                     v.pool.free(&ids);
                     continue;

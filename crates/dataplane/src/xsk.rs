@@ -58,6 +58,13 @@ pub struct XskPorts {
     pub bad_descriptors: u64,
 }
 
+// SAFETY: what keeps `XskPorts` from being `Send` is the UMEM's pointer to the pool's
+// area, which `xdpilone` uses only to register the area when the UMEM is made (and in
+// `Umem::frame`, never called here); the rings are `Send`, and the sockets are
+// descriptors. The ports move to their worker's thread whole, with their pool, and are
+// used there alone.
+unsafe impl Send for XskPorts {}
+
 fn error(e: Errno) -> io::Error {
     io::Error::from_raw_os_error(e.get_raw())
 }
@@ -99,10 +106,16 @@ impl XskPorts {
         // (the caller's promise) as long as the UMEM and its sockets, which `XskPorts`
         // owns and drops before the pool.
         let umem = unsafe { Umem::new(config, pool.area()) }.map_err(error)?;
-        let rings = SocketConfig {
+        // The UMEM's own socket asks to be woken only when the kernel needs it; the
+        // sockets sharing its UMEM inherit that, and may not ask again.
+        let rings = |first: bool| SocketConfig {
             rx_size: NonZeroU32::new(RING),
             tx_size: NonZeroU32::new(RING),
-            bind_flags: SocketConfig::XDP_BIND_NEED_WAKEUP,
+            bind_flags: if first {
+                SocketConfig::XDP_BIND_NEED_WAKEUP
+            } else {
+                0
+            },
         };
         let mut ports = Vec::new();
         for (k, &ifindex) in links.iter().enumerate() {
@@ -118,7 +131,7 @@ impl XskPorts {
             }
             .map_err(error)?;
             let device = umem.fq_cq(&socket).map_err(error)?;
-            let user = umem.rx_tx(&socket, &rings).map_err(error)?;
+            let user = umem.rx_tx(&socket, &rings(k == 0)).map_err(error)?;
             let rx = user.map_rx().map_err(error)?;
             let tx = user.map_tx().map_err(error)?;
             umem.bind(&user).map_err(|e| {
