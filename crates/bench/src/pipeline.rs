@@ -764,9 +764,11 @@ pub fn markdown(figures: &[Value]) -> String {
              tables. The router's work on one CPU, host A's generator on another. Loss-free: \
              the highest rate offered for a whole trial with nothing lost. The router core's \
              ns per frame: its busy time over the frames forwarded, at {} thousand frames a \
-             second for every engine. fibre runs as `fibre daemon --forward` with one worker \
-             over `AF_PACKET`, the kernel's forwarding off; the kernel still receives every \
-             frame and routes it to drop it, on the same core.\n",
+             second for every engine. fibre runs as `fibre daemon --forward` with one worker, \
+             the kernel's forwarding off: over `AF_XDP`, an XDP program redirects the frames \
+             it forwards to its socket before the kernel makes anything of them; over \
+             `AF_PACKET`, the kernel still receives every frame and routes it to drop it, on \
+             the same core.\n",
             veth.first()
                 .map_or("?".into(), |f| f["cost_rate_kpps"].to_string())
         );
@@ -796,33 +798,40 @@ pub fn markdown(figures: &[Value]) -> String {
             );
         }
         for &fam in &families {
-            let rate = |e: &str, k: &str| {
+            let of = |e: &str, k: &str| {
                 veth.iter()
                     .find(|f| f["family"] == fam && f["engine"] == e)
                     .and_then(|f| num(&f[k]))
             };
-            if let (Some(fib), Some(ker)) = (
-                rate("fibre", "loss_free_mpps"),
-                rate("kernel", "loss_free_mpps"),
-            ) {
-                if ker > 0.0 {
-                    let _ = writeln!(
-                        md,
-                        "\nIPv{fam}: fibre's loss-free rate is {:.2}× the kernel's.",
-                        fib / ker
-                    );
+            let fibres: Vec<&str> = veth
+                .iter()
+                .filter(|f| f["family"] == fam)
+                .filter_map(|f| f["engine"].as_str())
+                .filter(|e| e.starts_with("fibre"))
+                .collect();
+            for e in fibres {
+                if let (Some(fib), Some(ker)) =
+                    (of(e, "loss_free_mpps"), of("kernel", "loss_free_mpps"))
+                {
+                    if ker > 0.0 {
+                        let _ = writeln!(
+                            md,
+                            "\nIPv{fam}: {e}'s loss-free rate is {:.2}× the kernel's.",
+                            fib / ker
+                        );
+                    }
                 }
-            }
-            if let (Some(fib), Some(ker)) = (
-                rate("fibre", "core_ns_per_frame"),
-                rate("kernel", "core_ns_per_frame"),
-            ) {
-                if ker > 0.0 {
-                    let _ = writeln!(
-                        md,
-                        "IPv{fam}: a frame costs the router's core {:.2}× as much with fibre as with the kernel.",
-                        fib / ker
-                    );
+                if let (Some(fib), Some(ker)) = (
+                    of(e, "core_ns_per_frame"),
+                    of("kernel", "core_ns_per_frame"),
+                ) {
+                    if ker > 0.0 {
+                        let _ = writeln!(
+                            md,
+                            "IPv{fam}: a frame costs the router's core {:.2}× as much with {e} as with the kernel.",
+                            fib / ker
+                        );
+                    }
                 }
             }
         }

@@ -493,8 +493,20 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 start: Box::new(|t| Ok(Box::new(kernel_forwarding(t)?))),
             },
             Engine {
-                name: "fibre",
-                start: Box::new(move |t| Ok(Box::new(FibreDaemon::start(&exe, t.router.name())?))),
+                name: "fibre AF_XDP",
+                start: Box::new(|t| {
+                    Ok(Box::new(FibreDaemon::start(&exe, t.router.name(), "xdp")?))
+                }),
+            },
+            Engine {
+                name: "fibre AF_PACKET",
+                start: Box::new(|t| {
+                    Ok(Box::new(FibreDaemon::start(
+                        &exe,
+                        t.router.name(),
+                        "packet",
+                    )?))
+                }),
             },
         ];
         let vcfg = VethConfig {
@@ -528,14 +540,15 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// `fibre daemon --forward` on the veth study's router, one worker; stopped when dropped.
+/// `fibre daemon --forward` on the veth study's router, one worker, reading and sending
+/// by `--io`; stopped when dropped.
 struct FibreDaemon {
     child: std::process::Child,
     socket: PathBuf,
 }
 
 impl FibreDaemon {
-    fn start(exe: &Path, netns: &str) -> Result<FibreDaemon, String> {
+    fn start(exe: &Path, netns: &str, io: &str) -> Result<FibreDaemon, String> {
         use fibre_bench::veth::{ROUTER_IN, ROUTER_OUT};
         let socket = std::env::temp_dir().join(format!("fibre-bench-{netns}.sock"));
         let child = std::process::Command::new(exe)
@@ -546,6 +559,8 @@ impl FibreDaemon {
                 &format!("{ROUTER_IN},{ROUTER_OUT}"),
                 "--workers",
                 "1",
+                "--io",
+                io,
             ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -218,7 +218,14 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
         .collect();
     assert_eq!(
         seen,
-        [(4, "kernel"), (6, "kernel"), (4, "fibre"), (6, "fibre")]
+        [
+            (4, "kernel"),
+            (6, "kernel"),
+            (4, "fibre AF_XDP"),
+            (6, "fibre AF_XDP"),
+            (4, "fibre AF_PACKET"),
+            (6, "fibre AF_PACKET")
+        ]
     );
     for f in &veth {
         // The study waits until a slow trial loses nothing before it measures: every
