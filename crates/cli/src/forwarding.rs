@@ -212,6 +212,12 @@ impl Forwarding {
             "local_destinations": self.local.as_ref().map(|l| l.len()),
             "kernel_unreached": c.kernel_unreached,
             "bad_descriptors": c.bad_descriptors,
+            "xsk": {
+                "rx_dropped": c.xsk.rx_dropped,
+                "rx_ring_full": c.xsk.rx_ring_full,
+                "fill_ring_empty": c.xsk.fill_ring_empty,
+                "invalid_descriptors": c.xsk.invalid_descriptors,
+            },
             "received": c.received,
             "sent": c.sent,
             "send_failed": c.send_failed,

@@ -29,7 +29,7 @@ use crate::pipeline::{
 use crate::pool::{BufferId, Pool};
 use crate::runtime::StageCounters;
 use crate::xdp::{LinkProgram, LocalDestinations, XDP_PASS};
-use crate::xsk::{XskPorts, CHUNK_SIZES, HEADROOM, RING};
+use crate::xsk::{XskPorts, XskStatistics, CHUNK_SIZES, HEADROOM, RING};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
 use fibre_kernel::bpf::XdpMode;
@@ -166,6 +166,8 @@ pub struct Counters {
     pub kernel_unreached: u64,
     /// AF_XDP descriptors that named no buffer lent to the kernel, ignored.
     pub bad_descriptors: u64,
+    /// What the kernel counted for the AF_XDP sockets.
+    pub xsk: XskStatistics,
 }
 
 impl Counters {
@@ -201,6 +203,11 @@ impl Counters {
         self.truncated += std::mem::take(&mut io.truncated);
         self.kernel_unreached += std::mem::take(&mut io.kernel_unreached);
         self.bad_descriptors += std::mem::take(&mut io.bad_descriptors);
+        let x = std::mem::take(&mut io.xsk);
+        self.xsk.rx_dropped += x.rx_dropped;
+        self.xsk.rx_ring_full += x.rx_ring_full;
+        self.xsk.fill_ring_empty += x.fill_ring_empty;
+        self.xsk.invalid_descriptors += x.invalid_descriptors;
     }
 }
 
@@ -215,6 +222,8 @@ struct Io {
     truncated: u64,
     kernel_unreached: u64,
     bad_descriptors: u64,
+    /// The kernel's AF_XDP counts since they were last added.
+    xsk: XskStatistics,
 }
 
 /// Packets waiting for their next hop's MAC address: each its buffer, the link it came
@@ -633,6 +642,7 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut waiting = Waiting::default();
     let mut again: Vec<(BufferId, Arrival, Instant)> = Vec::new();
     let mut added = Instant::now();
+    let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
         let ready = if last_frame.elapsed() < SPIN_FOR {
@@ -714,6 +724,16 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
         }
         if added.elapsed() >= Duration::from_millis(100) {
             added = Instant::now();
+            if let Ports::Xdp(x) = &v.ports {
+                let now = x.statistics();
+                v.io.xsk = XskStatistics {
+                    rx_dropped: now.rx_dropped - xsk_seen.rx_dropped,
+                    rx_ring_full: now.rx_ring_full - xsk_seen.rx_ring_full,
+                    fill_ring_empty: now.fill_ring_empty - xsk_seen.fill_ring_empty,
+                    invalid_descriptors: now.invalid_descriptors - xsk_seen.invalid_descriptors,
+                };
+                xsk_seen = now;
+            }
             if asked.len() > 4096 {
                 asked.retain(|_, t| t.elapsed() < Duration::from_secs(1));
             }

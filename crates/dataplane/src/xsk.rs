@@ -47,6 +47,19 @@ fn kick(port: &mut Port) {
     }
 }
 
+/// What the kernel counted for AF_XDP sockets, since they were opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XskStatistics {
+    /// Frames dropped on the way to a receive ring (in all, the next two among them).
+    pub rx_dropped: u64,
+    /// Of those, dropped because the receive ring was full: the worker fell behind.
+    pub rx_ring_full: u64,
+    /// Times a frame found no buffer in the fill ring.
+    pub fill_ring_empty: u64,
+    /// Descriptors the kernel refused (receive and transmit).
+    pub invalid_descriptors: u64,
+}
+
 /// A worker's AF_XDP sockets on its forwarded links, sharing one UMEM: its pool.
 pub struct XskPorts {
     /// Dropped first (fields drop in order): the sockets close, and the kernel stops
@@ -291,6 +304,21 @@ impl XskPorts {
         let before = pool.refused();
         pool.free(&done);
         self.bad_descriptors += pool.refused() - before;
+    }
+
+    /// The kernel's counts for every link's socket, added: frames it dropped (no room
+    /// in the receive ring, or no buffer in the fill ring), and descriptors it refused.
+    pub fn statistics(&self) -> XskStatistics {
+        let mut total = XskStatistics::default();
+        for port in &self.ports {
+            if let Ok(s) = port.device.statistics_v2() {
+                total.rx_dropped += s.rx_dropped;
+                total.rx_ring_full += s.rx_ring_full;
+                total.fill_ring_empty += s.rx_fill_ring_empty_descs;
+                total.invalid_descriptors += s.rx_invalid_descs + s.tx_invalid_descs;
+            }
+        }
+        total
     }
 
     /// Frames lent to the kernel to receive into, on all links.
