@@ -598,7 +598,14 @@ mod tests {
         assert_eq!(std::mem::size_of::<TestRunAttr>(), 80);
         assert_eq!(std::mem::size_of::<MapCreateAttr>(), 7 * 4 + 16);
         assert_eq!(std::mem::size_of::<MapElemAttr>(), 32);
-        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 64);
+        assert_eq!(std::mem::size_of::<ProgLoadAttr>(), 72);
+        assert_eq!(std::mem::size_of::<LinkCreateAttr>(), 4 * 4 + 32);
+        assert_eq!(
+            bytes(jne_imm(R5, 0x40, -2)),
+            [0x55, 0x05, 0xfe, 0xff, 0x40, 0, 0, 0]
+        );
+        assert_eq!(bytes(jgt_reg(R4, R3, 7)), [0x2d, 0x34, 7, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes(rsh_imm(R0, 32)), [0x77, 0x00, 0, 0, 32, 0, 0, 0]);
     }
 
     #[test]
