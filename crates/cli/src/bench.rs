@@ -297,11 +297,7 @@ fn mirror(args: MirrorArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         ..MirrorConfig::default()
     };
     let figures = mirror_study(&v4, &v6, &cfg)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("mirror-{}", utc_stamp())));
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let out = output_folder(&args.out, "mirror", None)?;
     let report = markdown(&figures, &format!("{}.", run_of(&routes)));
     std::fs::write(out.join("report.md"), &report)?;
     let mut lines = String::new();
@@ -357,17 +353,9 @@ fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         seed: args.seed,
         kernel: missing.is_none(),
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("rules-{}", utc_stamp())));
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    eprintln!("fibre bench rules: writing to {}", out.display());
+    let out = output_folder(&args.out, "rules", Some("fibre bench rules"))?;
     let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
-    let progress = ProgressBar::new_spinner();
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
-    );
+    let progress = spinner();
     let mut figures = Vec::new();
     let json = args.json;
     let mut emit = |f: Figure| {
@@ -432,17 +420,9 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
         seed: args.seed,
         ..PipelineConfig::default()
     };
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bench-out").join(format!("pipeline-{}", utc_stamp())));
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    eprintln!("fibre bench pipeline: writing to {}", out.display());
+    let out = output_folder(&args.out, "pipeline", Some("fibre bench pipeline"))?;
     let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
-    let progress = ProgressBar::new_spinner();
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
-    );
+    let progress = spinner();
     progress.enable_steady_tick(std::time::Duration::from_millis(200));
     let mut figures = Vec::new();
     let json = args.json;
@@ -639,12 +619,7 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         cfg.many_sizes = s;
     }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("bench-out").join(utc_stamp()));
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    eprintln!("fibre bench: writing to {}", out.display());
+    let out = output_folder(&args.out, "", Some("fibre bench"))?;
     let mut jsonl = std::io::BufWriter::new(std::fs::File::create(out.join("figures.jsonl"))?);
     let input = StudyInput {
         v4: &v4,
@@ -741,6 +716,37 @@ fn run_of(routes: &[PathBuf]) -> String {
 }
 
 /// The current UTC time as `YYYYMMDD-HHMMSS`.
+/// The folder a study writes to: `out`, or `bench-out/<prefix>-<UTC time>` (no prefix:
+/// the time alone), made if missing; `command`, if given, says where it writes.
+fn output_folder(
+    out: &Option<PathBuf>,
+    prefix: &str,
+    command: Option<&str>,
+) -> Result<PathBuf, String> {
+    let out = out.clone().unwrap_or_else(|| {
+        let name = if prefix.is_empty() {
+            utc_stamp()
+        } else {
+            format!("{prefix}-{}", utc_stamp())
+        };
+        PathBuf::from("bench-out").join(name)
+    });
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if let Some(command) = command {
+        eprintln!("{command}: writing to {}", out.display());
+    }
+    Ok(out)
+}
+
+/// A spinner with the time elapsed and what is being done.
+fn spinner() -> ProgressBar {
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
+    );
+    progress
+}
+
 fn utc_stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -817,10 +823,7 @@ fn lookup(args: LookupArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         seed: args.seed,
         publish_every: args.publish_every,
     };
-    let progress = ProgressBar::new_spinner();
-    progress.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
-    );
+    let progress = spinner();
     progress.enable_steady_tick(std::time::Duration::from_millis(200));
     let json = args.json;
     let name = args.addresses.as_deref().map(file_name);
