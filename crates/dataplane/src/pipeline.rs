@@ -10,7 +10,10 @@
 //! - route: the FIB's answer for the flow as it arrived on the link, rules and all;
 //!   this host's own destinations go to the kernel;
 //! - neighbour: the TTL or hop limit and the MTU checked, the next hop's MAC address found
-//!   (without one, the packet goes to the kernel, which resolves it);
+//!   (without one, the packet goes to the kernel, which resolves it). What a hop of the
+//!   searched table comes to (its link, MTU and MAC addresses: VPP's adjacency) is made
+//!   once and kept from vector to vector while the snapshot and the neighbour table stay
+//!   the same, so that most packets find theirs by the route stage's answer id alone;
 //! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named;
 //! - icmp: the packets the route and neighbour stages refused for a reason the kernel
 //!   answers (no route, an unreachable or prohibit route, the TTL run out, over the MTU)
@@ -119,6 +122,99 @@ impl NeighbourCache {
         let mac = neighbours.mac(link, address_of_bits(bits))?;
         self.slots[slot] = Some((link, bits, mac));
         Some(mac)
+    }
+}
+
+/// Hops an adjacency table holds at most (a router's tables name a few hundred).
+const ADJACENCY_SLOTS: usize = 1 << 16;
+
+/// What the neighbour stage makes of a hop of the searched table, once for all the
+/// packets through it (VPP's adjacency): the link it leaves by, the MTU, the MAC
+/// addresses.
+#[derive(Clone, Copy, Debug, Default)]
+struct Adjacency {
+    /// The epoch of [`Adjacencies`] it was made in.
+    epoch: u64,
+    /// The output link.
+    dev: LinkIndex,
+    /// The route's MTU, or the link's if lower or the route sets none.
+    mtu: u32,
+    /// The output link's MAC address.
+    src_mac: [u8; 6],
+    /// The gateway's [`address_bits`]; `None`: the destination is on the link (its
+    /// MAC address is each packet's own).
+    gateway: Option<u128>,
+    /// The gateway's MAC address, if it has one.
+    gateway_mac: Option<[u8; 6]>,
+}
+
+impl Adjacency {
+    /// The adjacency of `hop` in `snap`, through `cache` to `neighbours`; `None` if its
+    /// link is not in the snapshot.
+    fn new(
+        snap: &Snapshot,
+        hop: &Hop,
+        neighbours: &impl Neighbours,
+        cache: &mut NeighbourCache,
+    ) -> Option<Adjacency> {
+        let link = snap.link(hop.dev)?;
+        let gateway = hop.gateway.map(address_bits);
+        Some(Adjacency {
+            epoch: 0,
+            dev: hop.dev,
+            mtu: hop.mtu.unwrap_or(link.mtu).min(link.mtu),
+            src_mac: link.mac,
+            gateway,
+            gateway_mac: gateway.and_then(|g| cache.mac(neighbours, hop.dev, g)),
+        })
+    }
+}
+
+/// A family's adjacencies, by the id of the hop of the searched table they were made
+/// for ([`VectorAnswers::ids`]). They are kept while what they were made of stays: the
+/// snapshot's content ([`Snapshot::serial`]), the table searched, and the neighbour
+/// table's [`Neighbours::version`] (with none, for one vector only). A slot is current
+/// if it was made in the current epoch, so that starting afresh clears nothing.
+#[derive(Default)]
+struct Adjacencies {
+    made_of: Option<(u64, usize, usize, u64)>,
+    epoch: u64,
+    slots: Vec<Adjacency>,
+}
+
+impl Adjacencies {
+    /// Starts a vector whose answers name `hops` of the snapshot numbered `serial`,
+    /// with the neighbour table at `version`.
+    fn start(&mut self, serial: u64, hops: &[Hop], version: Option<u64>) {
+        let made_of = version.map(|v| (serial, hops.as_ptr() as usize, hops.len(), v));
+        if made_of.is_none() || made_of != self.made_of {
+            self.epoch += 1;
+            self.made_of = made_of;
+        }
+        let want = hops.len().min(ADJACENCY_SLOTS);
+        if self.slots.len() < want {
+            self.slots.resize(want, Adjacency::default());
+        }
+    }
+
+    /// The current adjacency of hop `id`, if made. (A reference: the pipeline reads a
+    /// few of its fields, and a copy of the whole had cost a nanosecond a packet.)
+    #[inline]
+    fn get(&self, id: u32) -> Option<&Adjacency> {
+        self.slots
+            .get(id as usize)
+            .filter(|a| a.epoch == self.epoch)
+    }
+
+    /// Keeps `a` as hop `id`'s adjacency (ids past the slots, answers made for one flow
+    /// among them, are not kept).
+    fn keep(&mut self, id: u32, a: Adjacency) {
+        if let Some(slot) = self.slots.get_mut(id as usize) {
+            *slot = Adjacency {
+                epoch: self.epoch,
+                ..a
+            };
+        }
     }
 }
 
@@ -284,7 +380,10 @@ pub struct Pipeline {
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
-    hops: Vec<Option<Hop>>,
+    /// The IPv4 and the IPv6 packets the route stage found a unicast hop for: their
+    /// index, and the id of their answer (in `answers4` or `answers6`).
+    forward4: Vec<(usize, u32)>,
+    forward6: Vec<(usize, u32)>,
     /// The IPv4 packets' and the IPv6 packets' indexes.
     v4: Vec<usize>,
     v6: Vec<usize>,
@@ -292,8 +391,11 @@ pub struct Pipeline {
     src4: Vec<Ipv4Addr>,
     dst6: Vec<Ipv6Addr>,
     src6: Vec<Ipv6Addr>,
-    answers: Option<VectorAnswers<'static>>,
+    answers4: Option<VectorAnswers<'static>>,
+    answers6: Option<VectorAnswers<'static>>,
     neighbour_cache: NeighbourCache,
+    /// Each family's adjacencies, by the id of the hop they were made for.
+    adjacencies: [Adjacencies; 2],
     /// Packets to send: their index, the next hop's MAC address, the output link's.
     next: Vec<(usize, [u8; 6], [u8; 6])>,
 }
@@ -383,10 +485,11 @@ impl Pipeline {
 
         // Route.
         let t = Instant::now();
-        self.hops.clear();
-        self.hops.resize(n, None);
         self.errors.clear();
-        let mut answers = self.answers.take().unwrap_or_default().recycle();
+        self.forward4.clear();
+        self.forward6.clear();
+        let mut answers4 = self.answers4.take().unwrap_or_default().recycle();
+        let mut answers6 = self.answers6.take().unwrap_or_default().recycle();
         let inputs = &self.inputs;
         if !self.v4.is_empty() {
             let v4 = &self.v4;
@@ -401,14 +504,13 @@ impl Pipeline {
                     Input::V4(p) => query4(iif, p),
                     _ => Query::to(IpAddr::V4(self.dst4[k])),
                 },
-                &mut answers,
+                &mut answers4,
             );
             for (k, &i) in self.v4.iter().enumerate() {
-                route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
+                route_fate(&answers4, k, i, &mut self.forward4, fates, &mut self.errors);
             }
         }
         if !self.v6.is_empty() {
-            answers = answers.recycle();
             let v6 = &self.v6;
             let flow = FlowVector {
                 iif: Some(iif),
@@ -421,17 +523,16 @@ impl Pipeline {
                     Input::V6(p) => query6(iif, p),
                     _ => Query::to(IpAddr::V6(self.dst6[k])),
                 },
-                &mut answers,
+                &mut answers6,
             );
             let before = self.errors.len();
             for (k, &i) in self.v6.iter().enumerate() {
-                route_fate(answers.get(k), i, &mut self.hops, fates, &mut self.errors);
+                route_fate(&answers6, k, i, &mut self.forward6, fates, &mut self.errors);
             }
             if self.kernel_answers_ipv6_rejects {
                 self.errors.truncate(before);
             }
         }
-        self.answers = Some(answers.recycle());
         let routed = self.v4.len() + self.v6.len();
         self.route.add(routed, t);
 
@@ -440,75 +541,22 @@ impl Pipeline {
         let mut next = std::mem::take(&mut self.next);
         next.clear();
         self.unresolved.clear();
-        // Packets of a vector mostly leave by one link: the last link's answer is kept
-        // for the next packet. Next hops' MAC addresses come through the cache.
-        let mut last_link: Option<(LinkIndex, u32, [u8; 6])> = None;
         self.neighbour_cache.start(neighbours);
-        for (i, fate) in fates.iter_mut().enumerate() {
-            let Some(hop) = self.hops[i] else { continue };
-            let (dst_bits, v6, hops_left, len, df) = match &self.inputs[i] {
-                Input::V4(p) => (
-                    p.dst.to_ipv6_mapped().to_bits(),
-                    false,
-                    p.ttl,
-                    p.len as u32,
-                    p.df,
-                ),
-                Input::V6(p) => (p.dst.to_bits(), true, p.hop_limit, 40 + p.len as u32, true),
-                _ => continue,
-            };
-            let (link_mtu, src_mac) = match last_link {
-                Some((dev, mtu, mac)) if dev == hop.dev => (mtu, mac),
-                _ => match snap.link(hop.dev) {
-                    Some(l) => {
-                        last_link = Some((hop.dev, l.mtu, l.mac));
-                        (l.mtu, l.mac)
-                    }
-                    None => {
-                        *fate = Fate::Drop(Dropped::NoLink);
-                        continue;
-                    }
-                },
-            };
-            let mut mtu = hop.mtu.unwrap_or(link_mtu).min(link_mtu);
-            if v6 {
-                // IPv6 links carry 1280 bytes at least (`ip6_forward`).
-                mtu = mtu.max(1280);
-            }
-            *fate = if hops_left <= 1 {
-                self.errors.push((i, icmp::Error::TimeExceeded, 0));
-                Fate::Drop(Dropped::TtlExpired)
-            } else if let Some(refused) = source_scope(&self.inputs[i], iif, hop.dev) {
-                if refused {
-                    self.errors.push((i, icmp::Error::BeyondScope, 0));
-                }
-                Fate::Drop(Dropped::SourceScope)
-            } else if len > mtu && !df {
-                Fate::Drop(Dropped::WouldFragment)
-            } else if len > mtu {
-                self.errors.push((i, icmp::Error::TooBig, mtu));
-                Fate::Drop(Dropped::TooBig)
-            } else {
-                let via = match hop.gateway {
-                    Some(g) => address_bits(g),
-                    None => dst_bits,
-                };
-                match self.neighbour_cache.mac(neighbours, hop.dev, via) {
-                    Some(m) => {
-                        next.push((i, m, src_mac));
-                        Fate::Out(hop.dev)
-                    }
-                    None => {
-                        let via = address_of_bits(via);
-                        if !self.unresolved.contains(&(hop.dev, via)) && self.unresolved.len() < 64
-                        {
-                            self.unresolved.push((hop.dev, via));
-                        }
-                        Fate::Kernel(Handed::Unresolved)
-                    }
-                }
-            };
-        }
+        let version = neighbours.version();
+        let mut forward = std::mem::take(&mut self.forward4);
+        self.adjacencies[0].start(snap.serial(), answers4.hops(), version);
+        self.neighbour_family(
+            snap, neighbours, iif, &answers4, &forward, fates, &mut next, 0,
+        );
+        self.forward4 = forward;
+        forward = std::mem::take(&mut self.forward6);
+        self.adjacencies[1].start(snap.serial(), answers6.hops(), version);
+        self.neighbour_family(
+            snap, neighbours, iif, &answers6, &forward, fates, &mut next, 1,
+        );
+        self.forward6 = forward;
+        self.answers4 = Some(answers4.recycle());
+        self.answers6 = Some(answers6.recycle());
         self.neighbour.add(routed, t);
 
         // Rewrite.
@@ -550,6 +598,96 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// The neighbour stage over one family's packets to forward (`forward`: each one's
+    /// index and its answer's id in `answers`), through the family's adjacencies
+    /// (`self.adjacencies[family]`, made here for hops that have none yet); those that
+    /// may leave go to `next` with their MAC addresses.
+    #[allow(clippy::too_many_arguments)]
+    fn neighbour_family(
+        &mut self,
+        snap: &Snapshot,
+        neighbours: &impl Neighbours,
+        iif: LinkIndex,
+        answers: &VectorAnswers<'_>,
+        forward: &[(usize, u32)],
+        fates: &mut [Fate],
+        next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
+        family: usize,
+    ) {
+        for &(i, id) in forward {
+            let (hops_left, len, df, v6) = match &self.inputs[i] {
+                Input::V4(p) => (p.ttl, p.len as u32, p.df, false),
+                Input::V6(p) => (p.hop_limit, 40 + p.len as u32, true, true),
+                _ => continue,
+            };
+            let made;
+            let adjacency = if let Some(a) = self.adjacencies[family].get(id) {
+                a
+            } else {
+                let a = match answers.answer(id) {
+                    Ok(hop) => Adjacency::new(snap, hop, neighbours, &mut self.neighbour_cache),
+                    Err(_) => None,
+                };
+                let Some(a) = a else {
+                    fates[i] = Fate::Drop(Dropped::NoLink);
+                    continue;
+                };
+                self.adjacencies[family].keep(id, a);
+                made = a;
+                &made
+            };
+            let mtu = if v6 {
+                // IPv6 links carry 1280 bytes at least (`ip6_forward`).
+                adjacency.mtu.max(1280)
+            } else {
+                adjacency.mtu
+            };
+            fates[i] = if hops_left <= 1 {
+                self.errors.push((i, icmp::Error::TimeExceeded, 0));
+                Fate::Drop(Dropped::TtlExpired)
+            } else if let Some(refused) = source_scope(&self.inputs[i], iif, adjacency.dev) {
+                if refused {
+                    self.errors.push((i, icmp::Error::BeyondScope, 0));
+                }
+                Fate::Drop(Dropped::SourceScope)
+            } else if len > mtu && !df {
+                Fate::Drop(Dropped::WouldFragment)
+            } else if len > mtu {
+                self.errors.push((i, icmp::Error::TooBig, mtu));
+                Fate::Drop(Dropped::TooBig)
+            } else {
+                let (via, mac) = match adjacency.gateway {
+                    Some(g) => (g, adjacency.gateway_mac),
+                    None => {
+                        let dst = match &self.inputs[i] {
+                            Input::V4(p) => p.dst.to_ipv6_mapped().to_bits(),
+                            Input::V6(p) => p.dst.to_bits(),
+                            _ => continue,
+                        };
+                        (
+                            dst,
+                            self.neighbour_cache.mac(neighbours, adjacency.dev, dst),
+                        )
+                    }
+                };
+                match mac {
+                    Some(m) => {
+                        next.push((i, m, adjacency.src_mac));
+                        Fate::Out(adjacency.dev)
+                    }
+                    None => {
+                        let via = address_of_bits(via);
+                        let wanted = (adjacency.dev, via);
+                        if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
+                            self.unresolved.push(wanted);
+                        }
+                        Fate::Kernel(Handed::Unresolved)
+                    }
+                }
+            };
+        }
+    }
+
     /// The ICMP stage: each packet of `self.errors` made into its error, sent back by the
     /// route to its source, if the kernel would answer it and the limits allow.
     fn answer(
@@ -639,17 +777,21 @@ impl Pipeline {
     }
 }
 
-/// The FIB's answer `answer` for packet `i`: a hop to forward through, or its fate (and
-/// the error that answers it, if the kernel answers it).
+/// The FIB's answer for flow `k` of a family's `answers`, packet `i`: a hop to forward
+/// through (the packet and the answer's id go to `forward`), or its fate (and the error
+/// that answers it, if the kernel answers it).
+#[inline]
 fn route_fate(
-    answer: Result<&Hop, NoRoute>,
+    answers: &VectorAnswers<'_>,
+    k: usize,
     i: usize,
-    hops: &mut [Option<Hop>],
+    forward: &mut Vec<(usize, u32)>,
     fates: &mut [Fate],
     errors: &mut Vec<(usize, icmp::Error, u32)>,
 ) {
-    match answer {
-        Ok(hop) if hop.kind == RouteType::Unicast => hops[i] = Some(*hop),
+    let id = answers.ids()[k];
+    match answers.answer(id) {
+        Ok(hop) if hop.kind == RouteType::Unicast => forward.push((i, id)),
         Ok(_) => fates[i] = Fate::Kernel(Handed::Local),
         Err(e) => {
             fates[i] = Fate::Drop(Dropped::NoRoute(e));
@@ -774,9 +916,6 @@ route add 10.7.0.0/16 via 10.0.1.2
         out
     }
 
-    /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
-    /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
-    /// forwarded leaves by the link the FIB's single lookup names for it.
     /// `frames` through a fresh pipeline as one vector arrived on `link`: the pipeline
     /// with its counters, the pool holding the frames as they left, their buffers, their
     /// fates.
@@ -802,6 +941,103 @@ route add 10.7.0.0/16 via 10.0.1.2
         (pipeline, pool, ids, fates)
     }
 
+    /// A neighbour table that says when it changed, as the daemon's does.
+    struct Versioned {
+        macs: HashMap<(LinkIndex, IpAddr), [u8; 6]>,
+        version: u64,
+    }
+
+    impl Neighbours for Versioned {
+        fn mac(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]> {
+            self.macs.get(&(link, addr)).copied()
+        }
+
+        fn version(&self) -> Option<u64> {
+            Some(self.version)
+        }
+    }
+
+    /// The neighbour stage keeps what it made of each hop (its adjacency) from vector to
+    /// vector, and makes it again when the neighbour table's version or the routes
+    /// change: the next packets leave with the new MAC address, go to the kernel when
+    /// their gateway has none, and follow a route replaced.
+    #[test]
+    fn adjacencies_follow_the_neighbour_table_and_the_routes() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "config", CONFIG).unwrap();
+        let snap = state.snapshot();
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
+        let (a0, b0) = (link("a0"), link("b0"));
+        let frames = [
+            udp4(a0.mac, [192, 0, 2, 7], [10, 1, 2, 3], 64, 8),
+            udp6(a0.mac, "2001:db8::7", "2001:db8:1::5", 64),
+        ];
+        let (gw4, gw6): (IpAddr, IpAddr) =
+            ("10.0.1.2".parse().unwrap(), "fd01::2".parse().unwrap());
+        let gw4_new: IpAddr = "10.0.1.3".parse().unwrap();
+        let mut pipeline = Pipeline::new();
+        let mut pool = Pool::new(64, 2048);
+        // Each frame's fate and the destination MAC address it left with.
+        let mut run = |pipeline: &mut Pipeline, snap: &Snapshot, n: &Versioned| {
+            let mut ids = Vec::new();
+            pool.alloc(frames.len(), &mut ids);
+            for (id, frame) in ids.iter().zip(&frames) {
+                pool.fill(*id, frame);
+            }
+            let mut fates = Vec::new();
+            let arrival = Arrival {
+                link: a0.index,
+                mac: a0.mac,
+            };
+            pipeline.run(snap, n, arrival, &mut pool, &ids, &mut fates);
+            let out: Vec<(Fate, [u8; 6])> = ids
+                .iter()
+                .zip(&fates)
+                .map(|(&id, &f)| (f, pool.frame(id)[..6].try_into().unwrap()))
+                .collect();
+            pool.free(&ids);
+            out
+        };
+        let (m1, m2, m3) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 3]);
+        let mut n = Versioned {
+            macs: HashMap::from([((b0.index, gw4), m1), ((b0.index, gw6), m1)]),
+            version: 1,
+        };
+        let out = Fate::Out(b0.index);
+        assert_eq!(run(&mut pipeline, &snap, &n), [(out, m1), (out, m1)]);
+        assert_eq!(run(&mut pipeline, &snap, &n), [(out, m1), (out, m1)]);
+        // The gateways move to another MAC address.
+        n.macs.insert((b0.index, gw4), m2);
+        n.macs.insert((b0.index, gw6), m2);
+        n.version += 1;
+        assert_eq!(run(&mut pipeline, &snap, &n), [(out, m2), (out, m2)]);
+        // The IPv4 gateway goes: its packets go to the kernel, which resolves it.
+        n.macs.remove(&(b0.index, gw4));
+        n.version += 1;
+        let fates: Vec<Fate> = run(&mut pipeline, &snap, &n).iter().map(|f| f.0).collect();
+        assert_eq!(fates, [Fate::Kernel(Handed::Unresolved), out]);
+        assert_eq!(pipeline.unresolved, [(b0.index, gw4)]);
+        // The route moves to another gateway, the neighbour table unchanged.
+        n.macs.insert((b0.index, gw4_new), m3);
+        n.version += 1;
+        assert_eq!(
+            run(&mut pipeline, &snap, &n)[0].0,
+            Fate::Kernel(Handed::Unresolved)
+        );
+        config::apply_text(
+            &mut state,
+            "change",
+            "route replace 10.1.0.0/16 via 10.0.1.3\n",
+        )
+        .unwrap();
+        let changed = state.snapshot();
+        assert_ne!(changed.serial(), snap.serial());
+        assert_eq!(run(&mut pipeline, &changed, &n), [(out, m3), (out, m2)]);
+    }
+
+    /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
+    /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
+    /// forwarded leaves by the link the FIB's single lookup names for it.
     #[test]
     fn each_packet_meets_its_fate() {
         let mut state = State::new();

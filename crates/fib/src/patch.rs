@@ -211,6 +211,8 @@ impl Snapshot {
     /// `state` in place. False if it cannot be patched (more than routes changed, or too
     /// much): compile the state anew.
     pub(crate) fn patch(&mut self, state: &State, touched: &Touched) -> bool {
+        // Whatever follows changes the content (or the snapshot is compiled anew).
+        self.serial = crate::snapshot::new_serial();
         if touched.everything
             || touched.routes.len() > MAX_PATCHED
             || self.v4_merged == state.v4_unmerged()

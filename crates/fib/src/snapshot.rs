@@ -879,6 +879,16 @@ pub struct Snapshot {
     /// By link index: whether flows arriving on the link can be flows alike (it exists
     /// and is not the loopback), for the forwarding lookup's quick way.
     pub(crate) alike_inputs: Vec<bool>,
+    /// This content's number ([`Snapshot::serial`]).
+    pub(crate) serial: u64,
+}
+
+/// The serial of the next snapshot compiled or patched.
+static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A serial no snapshot had.
+pub(crate) fn new_serial() -> u64 {
+    NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The IPv4 addresses among `addrs`, sorted and deduplicated.
@@ -1035,6 +1045,7 @@ impl State {
             }
         };
         let mut snapshot = Snapshot {
+            serial: new_serial(),
             v4: fam(Family::V4),
             v6: fam(Family::V6),
             lo: 1,
@@ -1193,6 +1204,14 @@ impl Snapshot {
         for &a in self.v4_locals.iter().chain(&self.v4_broadcasts) {
             self.v4_own.insert(a);
         }
+    }
+
+    /// A number that names this snapshot's content: every snapshot compiled, and every
+    /// patch of one, gets a number no snapshot had before; a clone keeps its original's
+    /// (their content is the same). A reader that keeps what it derived from a
+    /// snapshot's answers (a packet path's adjacencies) keeps it while the serial stays.
+    pub fn serial(&self) -> u64 {
+        self.serial
     }
 
     pub(crate) fn fib(&self, f: Family) -> &FamilyFib {

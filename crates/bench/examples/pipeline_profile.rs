@@ -1,0 +1,54 @@
+//! The in-memory pipeline of `fibre bench pipeline` on one family's full table, looped
+//! long enough for a profiler to see its stages rather than the table's build:
+//!
+//! ```sh
+//! cargo build --release -p fibre-bench --example pipeline_profile
+//! perf record -o pipeline.perf target/release/examples/pipeline_profile 6 40
+//! perf report -i pipeline.perf --no-children --sort symbol
+//! ```
+//!
+//! The arguments are the family (4 or 6) and the repetitions (each 2^20 packets); it
+//! prints each stage's ns per packet as the bench does, so a change can be judged by its
+//! figures and its profile at once.
+
+use fibre_bench::pipeline::{pipeline_study, Flows, PipelineConfig, Router};
+use fibre_bench::source::{final_prefixes, read_route_file};
+use std::path::Path;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let family: u8 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(6);
+    let repetitions: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(40);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11");
+    let read = |name: &str| read_route_file(&root.join(name), false).map_err(|e| e.to_string());
+    let cfg = PipelineConfig {
+        repetitions,
+        vectors: vec![],
+        ..PipelineConfig::default()
+    };
+    let (router, flows, routes) = if family == 4 {
+        let v4 = final_prefixes(&read("rib-v4.txt.gz")?.v4);
+        let router = Router::new(&v4, &[])?;
+        let flows = Flows::new(&router, &v4, &cfg);
+        (router, flows, v4.len())
+    } else {
+        let v6 = final_prefixes(&read("rib-v6.txt.gz")?.v6);
+        let router = Router::new(&[], &v6)?;
+        let flows = Flows::new(&router, &v6, &cfg);
+        (router, flows, v6.len())
+    };
+    eprintln!(
+        "IPv{family}: {routes} routes, {} flows; forwarding",
+        flows.frames.len()
+    );
+    let mut emit = |f: serde_json::Value| {
+        if f["metric"] == "stage" || f["metric"] == "forwarding" {
+            println!(
+                "{:>12} {:6.2} ns",
+                f["stage"].as_str().unwrap_or("input … output"),
+                f["ns_per_packet"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    };
+    pipeline_study(&router, &flows, routes, &cfg, &mut emit, &mut |_| {})
+}
