@@ -224,6 +224,7 @@ impl Forwarding {
             "resolve_requests": c.resolve_requests,
             "unresolved_dropped": c.unresolved_dropped,
             "truncated": c.truncated,
+            "ring_dropped": c.ring_dropped,
             "fates": fates(&c),
             "icmp_unanswered": {
                 "not_answered": c.unanswered.not_answered,
@@ -304,6 +305,11 @@ impl Forwarding {
                 "fibre_frames_truncated_total",
                 "Frames longer than a buffer (merged by receive offload), dropped.",
                 c.truncated,
+            ),
+            (
+                "fibre_ring_dropped_total",
+                "Frames the AF_PACKET receive rings had no free block for, dropped.",
+                c.ring_dropped,
             ),
             (
                 "fibre_unresolved_dropped_total",

@@ -20,11 +20,17 @@
 //! - [`neighbour`]: fixed neighbour entries from `neigh add` lines, for runs offline.
 //! - [`capture`]: pcap and pcapng files in, pcapng out (a block per output link), for
 //!   runs offline.
-//! - [`packet`]: frames in and out of a Linux link through an `AF_PACKET` socket, a
-//!   vector per system call.
-//! - [`worker`]: forwarding threads, pinned, reading the forwarded links through
-//!   `AF_PACKET` sockets in a fanout group, with the FIB's and the neighbour table's
-//!   current versions taken once per vector.
+//! - [`packet`]: frames out of (and, for tests and tools, into) a Linux link through an
+//!   `AF_PACKET` socket, a vector per system call.
+//! - [`ring`]: frames in from a Linux link through an `AF_PACKET` socket's
+//!   `TPACKET_V3` receive ring, without a system call while frames flow.
+//! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
+//!   kernel's passes on to it, the rest goes to fibre's AF_XDP sockets.
+//! - [`xsk`]: AF_XDP sockets over a worker's pool, frames received and sent in place.
+//! - [`worker`]: forwarding threads, pinned, reading the forwarded links through AF_XDP
+//!   sockets (or, where a link takes no XDP program, `AF_PACKET` receive rings in a
+//!   fanout group), with the FIB's and the neighbour table's current versions taken
+//!   once per vector.
 //! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
 //!   forward`.
 //!
@@ -43,6 +49,7 @@ pub mod packet;
 pub mod pipeline;
 pub mod pool;
 pub mod rewrite;
+pub mod ring;
 pub mod runtime;
 pub mod worker;
 pub mod xdp;

@@ -1,5 +1,7 @@
-//! Frames in and out of a Linux link through an `AF_PACKET` socket, a vector at a time
-//! (`recvmmsg`, `sendmmsg`), straight into and out of the pool's buffers.
+//! Frames out of a Linux link through an `AF_PACKET` socket, a vector at a time
+//! (`sendmmsg`), straight out of the pool's buffers; and one frame at a time in and
+//! out, for tests and tools. Workers receive through the socket's ring
+//! ([`crate::ring`]).
 //!
 //! An `AF_PACKET` socket sees every frame the link receives, beside the kernel, which
 //! gets them all as well: with the kernel's forwarding off, the kernel answers what is
@@ -7,9 +9,7 @@
 //! fibre forwards. The socket ignores the frames sent on the link (its own among them),
 //! so that nothing sent is read back as received.
 //!
-//! This is the I/O that works on any link. It costs a copy each way and a system call
-//! per vector each way; AF_XDP, which hands frames over in shared memory, is the fast
-//! path still to come.
+//! This is the I/O that works on any link, where AF_XDP ([`crate::xsk`]) does not.
 
 use crate::pool::{BufferId, Pool};
 use std::io;
@@ -24,7 +24,6 @@ const ALL: u16 = (libc::ETH_P_ALL as u16).to_be();
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
-    truncated: std::cell::Cell<u64>,
 }
 
 /// Room for the system calls of one vector: made once per worker, reused.
@@ -84,13 +83,21 @@ impl PacketSocket {
 
     /// A socket on link `ifindex` for `protocol` (network order; 0: none).
     fn open_as(ifindex: u32, protocol: u16) -> io::Result<PacketSocket> {
+        let mut socket = PacketSocket::unbound()?;
+        socket.bind(ifindex, protocol)?;
+        Ok(socket)
+    }
+
+    /// A socket bound to no link yet, not blocking, ignoring the frames sent on the
+    /// link it will be bound to.
+    pub(crate) fn unbound() -> io::Result<PacketSocket> {
         // SAFETY: socket takes no pointers; the descriptor it returns is checked and
         // then owned by `fd` alone.
         let fd = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                protocol as i32,
+                0,
             )
         };
         if fd < 0 {
@@ -131,6 +138,18 @@ impl PacketSocket {
                 break;
             }
         }
+        Ok(PacketSocket { fd, ifindex: 0 })
+    }
+
+    /// Binds the socket to every protocol of link `ifindex`: from now on it is given
+    /// the link's frames.
+    pub(crate) fn bind_all(&mut self, ifindex: u32) -> io::Result<()> {
+        self.bind(ifindex, ALL)
+    }
+
+    /// Binds the socket to `protocol` (network order; 0: none) on link `ifindex`.
+    fn bind(&mut self, ifindex: u32, protocol: u16) -> io::Result<()> {
+        let fd = &self.fd;
         // SAFETY: sockaddr_ll is plain data, valid all zero.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -147,11 +166,8 @@ impl PacketSocket {
         if r != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(PacketSocket {
-            fd,
-            ifindex,
-            truncated: Default::default(),
-        })
+        self.ifindex = ifindex;
+        Ok(())
     }
 
     /// A socket on the link named `name` in this thread's network namespace.
@@ -170,88 +186,10 @@ impl PacketSocket {
         self.ifindex
     }
 
-    /// Frames received longer than a buffer, dropped (taken: the count starts again).
-    /// Frames merged by the link's receive offload (GRO, LRO) are such: forwarded links
-    /// want it off.
-    pub fn take_truncated(&self) -> u64 {
-        self.truncated.take()
-    }
-
     /// Waits up to `timeout` for a frame to read; whether there is one.
     pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
         let ready = wait_any(&[self.fd.as_raw_fd()], timeout)?;
         Ok(!ready.is_empty())
-    }
-
-    /// Receives up to `max` frames (at most 256) into buffers taken from `pool`, appended
-    /// to `ids`; returns how many came (0: none waiting). Frames longer than a buffer
-    /// are dropped and counted ([`PacketSocket::take_truncated`]): cut, they would be
-    /// sent on wrong.
-    pub fn receive(
-        &self,
-        pool: &mut Pool,
-        max: usize,
-        batch: &mut Batch,
-        ids: &mut Vec<BufferId>,
-    ) -> io::Result<usize> {
-        let start = ids.len();
-        let n = pool.alloc(max.min(256), ids);
-        batch.headers.clear();
-        batch.iovecs.clear();
-        for &id in &ids[start..] {
-            let (base, len) = pool.raw(id).expect("just taken");
-            batch.iovecs.push(libc::iovec {
-                iov_base: base.cast(),
-                iov_len: len,
-            });
-        }
-        for iov in batch.iovecs.iter_mut() {
-            // SAFETY: mmsghdr is plain data, valid all zero.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
-            batch.headers.push(h);
-        }
-        // SAFETY: each header names one iovec of `batch.iovecs`, which lives and does not
-        // move during the call; each iovec spans one buffer of `pool`, taken above and
-        // borrowed mutably here, whose bytes no other buffer's overlap. The kernel writes
-        // at most `iov_len` bytes into each.
-        let got = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                batch.headers.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        let got = if got < 0 {
-            let e = io::Error::last_os_error();
-            pool.free(&ids[start..]);
-            ids.truncate(start);
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(e),
-            };
-        } else {
-            got as usize
-        };
-        let mut kept = start;
-        for k in 0..got {
-            let h = &batch.headers[k];
-            let id = ids[start + k];
-            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                self.truncated.set(self.truncated.get() + 1);
-                pool.free(&[id]);
-                continue;
-            }
-            pool.resize(id, h.msg_len as usize);
-            ids[kept] = id;
-            kept += 1;
-        }
-        pool.free(&ids[start + got..]);
-        ids.truncate(kept);
-        Ok(kept - start)
     }
 
     /// Sends the frames of buffers `ids` of `pool` out of the link; returns how many
@@ -444,49 +382,6 @@ mod tests {
                 }
             }
             assert_eq!(got, [0, 2, 5], "in order, the refused ones left out");
-        });
-    }
-
-    /// Vectors of frames sent out of one end of a veth pair arrive whole and in order at
-    /// the other, read a vector at a time into the pool; none sent is read back on the
-    /// end that sent it.
-    #[test]
-    #[ignore = "needs root: a network namespace and a veth pair"]
-    fn vectors_cross_a_veth_pair_whole_and_in_order() {
-        on_veth_pair(|a, b| {
-            let mut pool = Pool::new(1024, 2048);
-            let mut batch = Batch::new();
-            let mut ids = Vec::new();
-            pool.alloc(600, &mut ids);
-            let sent: Vec<Vec<u8>> = (0..600).map(|i| frame(i, 60 + i as usize * 2)).collect();
-            for (&id, f) in ids.iter().zip(&sent) {
-                pool.fill(id, f);
-            }
-            let mut went = 0;
-            while went < ids.len() {
-                went += a.send(&mut pool, &ids[went..], &mut batch).unwrap();
-            }
-            pool.free(&ids);
-            let mut got = Vec::new();
-            let mut ids = Vec::new();
-            while got.len() < sent.len() && b.wait(Duration::from_secs(2)).unwrap() {
-                ids.clear();
-                let n = b.receive(&mut pool, 256, &mut batch, &mut ids).unwrap();
-                assert!(n <= 256);
-                for &id in &ids {
-                    if pool.frame(id)[12..14] == [0x88, 0xb5] {
-                        got.push(pool.frame(id).to_vec());
-                    }
-                }
-                pool.free(&ids);
-            }
-            assert_eq!(got.len(), sent.len());
-            assert!(got == sent, "frames arrive whole and in order");
-            assert_eq!(pool.available(), 1024, "every buffer back");
-            // Nothing sent by x0 is read on x0.
-            while let Some(f) = a.receive_frame().unwrap() {
-                assert_ne!(f[12..14], [0x88, 0xb5], "a frame x0 sent read back on x0");
-            }
         });
     }
 }

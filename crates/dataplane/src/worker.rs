@@ -9,10 +9,12 @@
 //!   rest to the socket of the worker that owns the frame's receive queue (worker `n`,
 //!   queue `n`; a link with fewer queues than workers leaves the extra workers out). The
 //!   frames lie in the worker's pool from the moment they arrive until they are sent.
-//! - **AF_PACKET** ([`crate::packet`]) otherwise: each link's sockets are joined in one
-//!   `PACKET_FANOUT` group hashed by flow, so that the kernel spreads the link's flows
-//!   over the workers and a flow's packets stay in order on one. The kernel sees every
-//!   frame too, and drops those it does not forward.
+//! - **AF_PACKET** otherwise: each worker reads each link through a socket's
+//!   `TPACKET_V3` receive ring ([`crate::ring`]) and sends with `sendmmsg`
+//!   ([`crate::packet`]). Each link's sockets are joined in one `PACKET_FANOUT` group
+//!   hashed by flow, so that the kernel spreads the link's flows over the workers and a
+//!   flow's packets stay in order on one. The kernel sees every frame too, and drops
+//!   those it does not forward.
 //!
 //! The FIB snapshot and the neighbour table are taken once per vector, without a lock. A next hop with no MAC
 //! address is asked of the kernel (`NTF_USE`, at most once a second each), which
@@ -27,6 +29,7 @@ use crate::pipeline::{
     address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
 };
 use crate::pool::{BufferId, Pool};
+use crate::ring::ReceiveRing;
 use crate::runtime::StageCounters;
 use crate::xdp::{LinkProgram, LocalDestinations, XDP_PASS};
 use crate::xsk::{XskPorts, XskStatistics, CHUNK_SIZES, HEADROOM, RING};
@@ -164,8 +167,12 @@ pub struct Counters {
     /// them back (the XDP program passes the kernel's frames itself; these slipped past
     /// it, as when a local route was added an instant before), dropped.
     pub kernel_unreached: u64,
-    /// AF_XDP descriptors that named no buffer lent to the kernel, ignored.
+    /// AF_XDP descriptors that named no buffer lent to the kernel, and `AF_PACKET`
+    /// ring blocks whose frames did not fit in them, ignored.
     pub bad_descriptors: u64,
+    /// Frames the `AF_PACKET` receive rings had no free block for, dropped by the
+    /// kernel.
+    pub ring_dropped: u64,
     /// What the kernel counted for the AF_XDP sockets.
     pub xsk: XskStatistics,
 }
@@ -203,6 +210,7 @@ impl Counters {
         self.truncated += std::mem::take(&mut io.truncated);
         self.kernel_unreached += std::mem::take(&mut io.kernel_unreached);
         self.bad_descriptors += std::mem::take(&mut io.bad_descriptors);
+        self.ring_dropped += std::mem::take(&mut io.ring_dropped);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
         self.xsk.rx_ring_full += x.rx_ring_full;
@@ -222,6 +230,7 @@ struct Io {
     truncated: u64,
     kernel_unreached: u64,
     bad_descriptors: u64,
+    ring_dropped: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
@@ -396,11 +405,8 @@ pub fn start(
         for _ in 0..workers.max(1) {
             let mut rx = Vec::new();
             for &ifindex in links {
-                let socket = PacketSocket::open(ifindex)?;
-                if workers > 1 {
-                    socket.join_fanout(ifindex as u16)?;
-                }
-                rx.push(socket);
+                let fanout = (workers > 1).then_some(ifindex as u16);
+                rx.push(ReceiveRing::open(ifindex, fanout)?);
             }
             let ports = Ports::Packet {
                 rx,
@@ -431,7 +437,7 @@ enum Ports {
     /// A packet socket per link to read; one per output link to send from, opened at
     /// its first frame (`None`: it could not be).
     Packet {
-        rx: Vec<PacketSocket>,
+        rx: Vec<ReceiveRing>,
         senders: HashMap<LinkIndex, Option<PacketSocket>>,
     },
     /// An AF_XDP socket per link, sharing the worker's pool.
@@ -471,14 +477,14 @@ impl Ports {
         &mut self,
         k: usize,
         pool: &mut Pool,
-        batch: &mut Batch,
         ids: &mut Vec<BufferId>,
         io: &mut Io,
     ) -> usize {
         match self {
             Ports::Packet { rx, .. } => {
-                let n = rx[k].receive(pool, 256, batch, ids).unwrap_or(0);
+                let n = rx[k].receive(pool, 256, ids);
                 io.truncated += rx[k].take_truncated();
+                io.bad_descriptors += rx[k].take_bad_blocks();
                 n
             }
             Ports::Xdp(x) => x.receive(k, pool, 256, ids),
@@ -691,9 +697,7 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
             for _ in 0..4 {
                 ids.clear();
                 let t = Instant::now();
-                let n = v
-                    .ports
-                    .receive(k, &mut v.pool, &mut v.batch, &mut ids, &mut v.io);
+                let n = v.ports.receive(k, &mut v.pool, &mut ids, &mut v.io);
                 if n == 0 {
                     break;
                 }
@@ -724,6 +728,11 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
         }
         if added.elapsed() >= Duration::from_millis(100) {
             added = Instant::now();
+            if let Ports::Packet { rx, .. } = &v.ports {
+                for ring in rx {
+                    v.io.ring_dropped += ring.statistics().map_or(0, |s| s.dropped);
+                }
+            }
             if let Ports::Xdp(x) = &v.ports {
                 let now = x.statistics();
                 v.io.xsk = XskStatistics {
