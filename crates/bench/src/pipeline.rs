@@ -768,7 +768,10 @@ pub fn markdown(figures: &[Value]) -> String {
              the kernel's forwarding off: over `AF_XDP`, an XDP program redirects the frames \
              it forwards to its socket before the kernel makes anything of them; over \
              `AF_PACKET`, the kernel still receives every frame and routes it to drop it, on \
-             the same core.\n",
+             the same core. fibre's worker reads on without sleeping while frames flow (it \
+             sleeps 200 µs after the last), so its core is busy whatever the rate: for fibre \
+             that column bounds a frame's cost from above, it does not measure it; the stage \
+             table above does.\n",
             veth.first()
                 .map_or("?".into(), |f| f["cost_rate_kpps"].to_string())
         );
@@ -828,7 +831,7 @@ pub fn markdown(figures: &[Value]) -> String {
                     if ker > 0.0 {
                         let _ = writeln!(
                             md,
-                            "IPv{fam}: a frame costs the router's core {:.2}× as much with {e} as with the kernel.",
+                            "IPv{fam}: the router's core is busy {:.2}× as long a frame with {e} as with the kernel (an upper bound for fibre, which polls).",
                             fib / ker
                         );
                     }

@@ -21,7 +21,7 @@ use xdpilone::{
 };
 
 /// Entries of each ring: fill, completion, receive, transmit.
-pub const RING: u32 = 1024;
+pub const RING: u32 = 4096;
 
 /// One link's socket.
 struct Port {
@@ -69,6 +69,8 @@ pub struct XskPorts {
     frame_size: u64,
     /// Descriptors the kernel gave back that named no buffer lent to it.
     pub bad_descriptors: u64,
+    /// Room for the buffers of one ring's worth, reused.
+    scratch: Vec<BufferId>,
 }
 
 // SAFETY: what keeps `XskPorts` from being `Send` is the UMEM's pointer to the pool's
@@ -168,6 +170,7 @@ impl XskPorts {
             umem,
             frame_size: frame_size as u64,
             bad_descriptors: 0,
+            scratch: Vec::with_capacity(RING as usize),
         };
         xsk.fill(pool);
         Ok(xsk)
@@ -201,31 +204,39 @@ impl XskPorts {
     /// Tops up every link's fill ring with free buffers, so that it can receive; each
     /// link keeps at most half the pool's buffers or the ring, whichever is fewer.
     pub fn fill(&mut self, pool: &mut Pool) {
+        for k in 0..self.ports.len() {
+            self.fill_port(k, pool, 32);
+        }
+    }
+
+    /// Tops up link `k`'s fill ring if it lacks at least `least` buffers (or has none).
+    fn fill_port(&mut self, k: usize, pool: &mut Pool, least: u32) {
         let share = (pool.count() as u32 / 2 / self.ports.len().max(1) as u32).min(RING);
-        let mut ids = Vec::new();
-        for port in &mut self.ports {
-            let want = share.saturating_sub(port.lent);
-            if want < 32 && port.lent > 0 {
-                continue;
-            }
-            ids.clear();
-            pool.alloc(want as usize, &mut ids);
-            let mut writer = port.device.fill(ids.len() as u32);
-            let room = (writer.capacity() as usize).min(ids.len());
-            let size = self.frame_size;
-            let went = writer.insert(ids[..room].iter().map(|&id| u64::from(id) * size));
-            writer.commit();
-            drop(writer);
-            pool.free(&ids[went as usize..]);
-            port.lent += went;
-            if port.device.needs_wakeup() {
-                port.device.wake();
-            }
+        let port = &mut self.ports[k];
+        let want = share.saturating_sub(port.lent);
+        if want == 0 || (want < least && port.lent > 0) {
+            return;
+        }
+        let ids = &mut self.scratch;
+        ids.clear();
+        pool.alloc(want as usize, ids);
+        let mut writer = port.device.fill(ids.len() as u32);
+        let room = (writer.capacity() as usize).min(ids.len());
+        let size = self.frame_size;
+        let went = writer.insert(ids[..room].iter().map(|&id| u64::from(id) * size));
+        writer.commit();
+        drop(writer);
+        pool.free(&ids[went as usize..]);
+        port.lent += went;
+        if port.device.needs_wakeup() {
+            port.device.wake();
         }
     }
 
     /// Receives up to `max` frames from link `k` into `ids` (appended), in the pool's
-    /// buffers where the kernel put them; returns how many.
+    /// buffers where the kernel put them; returns how many. The link's fill ring gets
+    /// as many buffers back at once: left to the next round of upkeep, it ran dry while
+    /// a busy worker read on (the kernel's `fill_ring_empty`).
     pub fn receive(
         &mut self,
         k: usize,
@@ -250,33 +261,48 @@ impl XskPorts {
             }
         }
         reader.release();
+        drop(reader);
+        if n > 0 {
+            self.fill_port(k, pool, 1);
+        }
         n
     }
 
     /// Sends the frames of `ids` out of link `ifindex` from where they lie; returns how
     /// many went into its transmit ring. Those are the kernel's until they complete
     /// ([`XskPorts::complete`]); the rest (no such link, or no room) are given back to
-    /// the pool here.
+    /// the pool here. What the link finished sending is taken back first, and once more
+    /// if the ring is short of room: the kernel stops sending while the completion ring
+    /// is full.
     pub fn send(&mut self, ifindex: u32, pool: &mut Pool, ids: &[BufferId]) -> usize {
         let size = self.frame_size;
-        let Some(port) = self.ports.iter_mut().find(|p| p.ifindex == ifindex) else {
+        let Some(k) = self.ports.iter().position(|p| p.ifindex == ifindex) else {
             pool.free(ids);
             return 0;
         };
-        let mut writer = port.tx.transmit(ids.len() as u32);
-        let room = (writer.capacity() as usize).min(ids.len());
-        let went = writer.insert(ids[..room].iter().map(|&id| {
-            let (offset, len) = pool.placement(id).unwrap_or((0, 0));
-            XdpDesc {
-                addr: u64::from(id) * size + offset as u64,
-                len: len as u32,
-                options: 0,
+        let mut went = 0;
+        for attempt in 0..2 {
+            self.complete_port(k, pool);
+            let port = &mut self.ports[k];
+            let rest = &ids[went..];
+            let mut writer = port.tx.transmit(rest.len() as u32);
+            let room = (writer.capacity() as usize).min(rest.len());
+            went += writer.insert(rest[..room].iter().map(|&id| {
+                let (offset, len) = pool.placement(id).unwrap_or((0, 0));
+                XdpDesc {
+                    addr: u64::from(id) * size + offset as u64,
+                    len: len as u32,
+                    options: 0,
+                }
+            })) as usize;
+            writer.commit();
+            drop(writer);
+            kick(port);
+            if went == ids.len() || attempt == 1 {
+                break;
             }
-        })) as usize;
-        writer.commit();
-        drop(writer);
+        }
         pool.free(&ids[went..]);
-        kick(port);
         went
     }
 
@@ -289,20 +315,26 @@ impl XskPorts {
 
     /// Takes back the buffers every link's kernel side has finished sending.
     pub fn complete(&mut self, pool: &mut Pool) {
-        let size = self.frame_size;
-        let mut done: Vec<BufferId> = Vec::new();
-        for port in &mut self.ports {
-            let mut reader = port.device.complete(RING);
-            while let Some(addr) = reader.read() {
-                match u32::try_from(addr / size) {
-                    Ok(id) => done.push(id),
-                    Err(_) => self.bad_descriptors += 1,
-                }
-            }
-            reader.release();
+        for k in 0..self.ports.len() {
+            self.complete_port(k, pool);
         }
+    }
+
+    /// Takes back the buffers link `k` has finished sending.
+    fn complete_port(&mut self, k: usize, pool: &mut Pool) {
+        let size = self.frame_size;
+        let done = &mut self.scratch;
+        done.clear();
+        let mut reader = self.ports[k].device.complete(RING);
+        while let Some(addr) = reader.read() {
+            match u32::try_from(addr / size) {
+                Ok(id) => done.push(id),
+                Err(_) => self.bad_descriptors += 1,
+            }
+        }
+        reader.release();
         let before = pool.refused();
-        pool.free(&done);
+        pool.free(done);
         self.bad_descriptors += pool.refused() - before;
     }
 
