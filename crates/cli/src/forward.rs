@@ -5,6 +5,7 @@
 //! each stage's cost and each fate's count are printed.
 
 use fibre_dataplane::capture::{fate_name, read_capture, SentCapture};
+use fibre_dataplane::icmp::{Limits, RateLimit};
 use fibre_dataplane::neighbour::StaticNeighbours;
 use fibre_dataplane::offline::{self, VECTOR};
 use fibre_dataplane::pipeline::{Arrival, Pipeline};
@@ -83,6 +84,8 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
 
     let mut pipeline = Pipeline::new();
+    // Errors limited as this machine's kernel limits them.
+    pipeline.limit = RateLimit::new(&Limits::read());
     let (fates, sent) = offline::forward(
         &mut pipeline,
         &snap,

@@ -6,6 +6,7 @@
 //! metrics.
 
 use fibre_dataplane::capture::fate_name;
+use fibre_dataplane::icmp::{Limits, Overall};
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{self, Counters, IoMode, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::xdp::{LinkProgram, LocalDestinations};
@@ -54,11 +55,15 @@ impl Forwarding {
                 .ok_or_else(|| format!("--forward {name}: no such link"))?;
             links.push(link.index);
         }
+        // The namespace's settings: the daemon entered it before any thread started.
+        let icmp_limits = Limits::read();
         let shared = Arc::new(Shared {
             fib,
             neighbours: Default::default(),
             counters: Default::default(),
             stop: Default::default(),
+            icmp_limits,
+            icmp_overall: Arc::new(Overall::new(icmp_limits.per_second, icmp_limits.burst)),
         });
         let mut forwarding = Forwarding {
             shared: shared.clone(),

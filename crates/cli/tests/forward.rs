@@ -146,6 +146,28 @@ fn from_a() -> Vec<Vec<u8>> {
     out
 }
 
+/// Frames arriving on `a0` in bursts, ten from each source, so that the kernel's limits
+/// per destination bite: an unreachable route (IPv4 pays twice, `ip_error` then the
+/// error's own limit), TTL 1, IPv6's unreachable route (its own interval), and packets
+/// too big (never limited).
+fn bursts() -> Vec<Vec<u8>> {
+    let s = |k: u8| [192, 0, 2, k];
+    let mut out = Vec::new();
+    for _ in 0..10 {
+        out.push(udp4(HOST_A, A0, s(40), [10, 5, 0, 1], 64, 8));
+    }
+    for _ in 0..10 {
+        out.push(udp4(HOST_A, A0, s(41), [10, 1, 2, 3], 1, 8));
+    }
+    for _ in 0..10 {
+        out.push(udp6(HOST_A, A0, "2001:db8:9::40", "2001:db8:5::5", 64, 8));
+    }
+    for _ in 0..10 {
+        out.push(udp4(HOST_A, A0, s(42), [10, 1, 0, 9], 64, 1400));
+    }
+    out
+}
+
 /// Frames arriving on `b0` from host B, bound for A's side.
 fn from_b() -> Vec<Vec<u8>> {
     let s = |k: u8| [10, 1, 0, k];
@@ -318,7 +340,11 @@ fn fibre_forward_sends_what_the_kernel_sends() {
     // The links' carriers come up with their peers'.
     std::thread::sleep(Duration::from_millis(300));
     let dir = scratch("kernel");
-    for (iif, peer, frames) in [("a0", "a1", from_a()), ("b0", "b1", from_b())] {
+    for (iif, peer, frames) in [
+        ("a0", "a1", from_a()),
+        ("b0", "b1", from_b()),
+        ("a0", "a1", bursts()),
+    ] {
         let kernel = kernel_forward(&router, &hosts, peer, &frames);
         let (report, fibre) = fibre_forward(&dir, iif, &frames);
         let links: Vec<&String> = kernel.keys().chain(fibre.keys()).collect();
@@ -354,6 +380,11 @@ fn fibre_forward_sends_what_the_kernel_sends() {
         }
         let sent = report["sent"].as_u64().unwrap();
         assert!(sent >= frames.len() as u64 / 2, "{report}");
+        if iif == "a0" && frames.len() == 40 {
+            // 2 + 6 + 6 + 10 errors: the limits bit, and the comparison held.
+            assert_eq!(sent, 24, "{report}");
+            assert_eq!(report["unanswered"]["rate_limited"], 16, "{report}");
+        }
         assert_eq!(report["frames"].as_u64(), Some(frames.len() as u64));
     }
     // Every kind of error was among them.

@@ -13,19 +13,35 @@
 //! - IPv6: traffic class 0, hop limit 64, and as much of the packet as fits in 1280 bytes
 //!   (RFC 4443, 2.4).
 //!
-//! The limits are the kernel's defaults: overall 1000 errors a second with bursts of 50
-//! (`net.ipv4.icmp_msgs_per_sec`, `icmp_msgs_burst`), and to each destination one a
-//! second with bursts of 6 (`icmp_ratelimit`, `inet_peer_xrlim_allow`). Errors that path
-//! MTU discovery needs (fragmentation needed, packet too big) are not limited, as the
-//! kernel does not limit them. The kernel keeps a bucket for every destination in a tree;
-//! here a fixed table of buckets is indexed by the destination's hash, a destination
-//! taking the slot of another that hashed alike, so that the table costs nothing to keep
-//! and cannot grow. A destination that loses its slot starts afresh: the overall limit
-//! still holds.
+//! The limits are the kernel's (its settings read from `/proc/sys` where a namespace has
+//! them, [`Limits::read`]), checked in its order (`__icmp_send`, `icmp6_send`):
+//!
+//! 1. an IPv4 packet without a route first pays its source's bucket the kernel's
+//!    `ip_error` toll (a second, in bursts of five);
+//! 2. the overall limit (1000 errors a second in bursts of 50, `icmp_msgs_per_sec`,
+//!    `icmp_msgs_burst`) must have credit left, shared by every worker as the kernel
+//!    shares it within a namespace;
+//! 3. there must be a route back;
+//! 4. the destination's limit must allow it: one a second for IPv4 (`icmp_ratelimit`),
+//!    one every 100 ms for IPv6 (`net.ipv6.icmp.ratelimit`), in bursts of 6
+//!    (`inet_peer_xrlim_allow`);
+//! 5. only then is the overall credit spent, so that one destination's refused errors do
+//!    not use up everyone's.
+//!
+//! Errors that path MTU discovery needs (fragmentation needed, packet too big) are not
+//! limited, as the kernel does not limit them. The kernel keeps a bucket for every
+//! destination in a tree; here each worker keeps a fixed table of buckets indexed by the
+//! destination's hash, a destination taking the slot of another that hashed alike, so
+//! that the table costs nothing to keep and cannot grow. A destination that loses its
+//! slot starts afresh, and one whose packets reach two workers has a bucket in each: the
+//! overall limit still holds.
 
 use crate::checksum;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Bytes an IPv4 error may have in all (RFC 1812, 4.3.2.3).
 pub const IPV4_ERROR_MAX: usize = 576;
@@ -289,16 +305,153 @@ impl Bucket {
     }
 }
 
-/// The limits on errors sent: overall, and to each destination.
+/// The limits on errors, as the kernel's settings give them (`net.ipv4.icmp_msgs_per_sec`,
+/// `icmp_msgs_burst`, `icmp_ratelimit`, `net.ipv6.icmp.ratelimit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Errors a second overall, both families.
+    pub per_second: u64,
+    /// Errors overall in a burst.
+    pub burst: u64,
+    /// Nanoseconds between IPv4 errors to one destination (0: no limit).
+    pub interval_v4: u64,
+    /// Nanoseconds between IPv6 errors to one destination (0: no limit).
+    pub interval_v6: u64,
+}
+
+impl Default for Limits {
+    /// The kernel's defaults: 1000 a second in bursts of 50 overall; to one destination
+    /// one a second (IPv4) and one every 100 ms (IPv6, since the kernel dropped the
+    /// interval's scaling by the route's prefix length).
+    fn default() -> Limits {
+        Limits {
+            per_second: 1000,
+            burst: 50,
+            interval_v4: 1_000_000_000,
+            interval_v6: 100_000_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The settings of the calling thread's network namespace, from `/proc/sys`; the
+    /// defaults for any that cannot be read.
+    pub fn read() -> Limits {
+        let value = |path: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("/proc/sys/net/{path}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let d = Limits::default();
+        let ms = 1_000_000;
+        Limits {
+            per_second: value("ipv4/icmp_msgs_per_sec").unwrap_or(d.per_second),
+            burst: value("ipv4/icmp_msgs_burst").unwrap_or(d.burst),
+            interval_v4: value("ipv4/icmp_ratelimit").map_or(d.interval_v4, |v| v * ms),
+            interval_v6: value("ipv6/icmp/ratelimit").map_or(d.interval_v6, |v| v * ms),
+        }
+    }
+}
+
+/// The limit on errors overall, one for every worker of a router as the kernel keeps one
+/// for a namespace (`icmp_global_allow`, `icmp_global_consume`): credit, spent one an
+/// error and allowed to go below zero; while any is left an error may go; once none is,
+/// credit is earned back at the rate for the time since it last was, in steps of at
+/// least 20 ms and at most a second's worth, up to the burst.
+#[derive(Debug)]
+pub struct Overall {
+    per_second: u64,
+    burst: i64,
+    credit: AtomicI64,
+    /// When credit was last earned, in nanoseconds of [`Overall::now`].
+    stamp: AtomicU64,
+    epoch: Instant,
+}
+
+/// The least time credit is earned for at once (the kernel's `HZ / 50`).
+const EARN_STEP: u64 = 20_000_000;
+
+impl Overall {
+    /// A limit of `per_second` errors a second in bursts of `burst`, its credit full.
+    pub fn new(per_second: u64, burst: u64) -> Overall {
+        let burst = burst.min(i64::MAX as u64) as i64;
+        Overall {
+            per_second,
+            burst,
+            credit: AtomicI64::new(burst),
+            stamp: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the limit was made: the clock its users share.
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether an error may go at `now` (nanoseconds on a clock that does not go back);
+    /// nothing is spent until [`Overall::spend`], once the destination's limit allowed it
+    /// too (so that no one destination's errors starve the others).
+    pub fn allows(&self, now: u64) -> bool {
+        if self.credit.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        let stamp = self.stamp.load(Ordering::Relaxed);
+        let waited = now.saturating_sub(stamp);
+        let since = waited.min(1_000_000_000);
+        if since < EARN_STEP {
+            return false;
+        }
+        let earned = u128::from(self.per_second) * u128::from(since) / 1_000_000_000;
+        if earned == 0 {
+            return false;
+        }
+        // The stamp moves on by the time the credit earned stands for, so that the
+        // remainder is not lost (the kernel counts in ticks that divide evenly), or to
+        // now after a second or more.
+        let paid = (earned * 1_000_000_000 / u128::from(self.per_second.max(1))) as u64;
+        let next = if waited > 1_000_000_000 {
+            now
+        } else {
+            stamp + paid
+        };
+        let earned = earned.min(i64::MAX as u128) as i64;
+        // One worker earns it; another that raced it finds the credit earned.
+        if self
+            .stamp
+            .compare_exchange(stamp, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _ = self
+                .credit
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                    Some(c.saturating_add(earned).min(self.burst))
+                });
+        }
+        true
+    }
+
+    /// Spends an error's credit. The kernel spends 0, 1 or 2 at random (so that the
+    /// limit cannot be read off from outside); this spends their mean.
+    pub fn spend(&self) {
+        self.credit.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The kernel's `ip_error` toll: what an IPv4 packet without a route (an unreachable or
+/// prohibit route, or none) costs its source's bucket before the error is even asked for
+/// (`net.ipv4.route.error_cost`, a second, and `error_burst`, five; their defaults).
+const ROUTE_ERROR_COST: u64 = 1_000_000_000;
+const ROUTE_ERROR_BURST: u64 = 5 * ROUTE_ERROR_COST;
+
+/// The limits on errors sent: overall (shared), and to each destination (this worker's).
 #[derive(Clone, Debug)]
 pub struct RateLimit {
-    /// Nanoseconds of credit an error costs overall.
-    cost: u64,
-    /// Errors overall in a burst.
-    burst: u64,
-    overall: Bucket,
-    /// Nanoseconds between errors to one destination.
-    interval: u64,
+    overall: Arc<Overall>,
+    /// Nanoseconds between errors to one destination, IPv4 and IPv6.
+    interval: [u64; 2],
     /// Errors to one destination in a burst.
     peer_burst: u64,
     peers: Vec<(Option<u128>, Bucket)>,
@@ -306,53 +459,69 @@ pub struct RateLimit {
 
 impl Default for RateLimit {
     fn default() -> RateLimit {
-        RateLimit::new(1000, 50, 1_000_000_000, 6)
+        RateLimit::new(&Limits::default())
     }
 }
 
 impl RateLimit {
-    /// At most `per_second` errors a second overall, in bursts of `burst`; to one
-    /// destination one every `interval_ns`, in bursts of `peer_burst`. Each starts full.
-    pub fn new(per_second: u64, burst: u64, interval_ns: u64, peer_burst: u64) -> RateLimit {
-        let cost = 1_000_000_000 / per_second.max(1);
+    /// The limits `limits`, with an overall limit of its own.
+    pub fn new(limits: &Limits) -> RateLimit {
+        RateLimit::sharing(
+            limits,
+            Arc::new(Overall::new(limits.per_second, limits.burst)),
+        )
+    }
+
+    /// The limits `limits` to each destination, sharing the overall limit `overall`
+    /// with other workers. Each destination's limit starts full.
+    pub fn sharing(limits: &Limits, overall: Arc<Overall>) -> RateLimit {
         RateLimit {
-            cost,
-            burst,
-            overall: Bucket {
-                tokens: cost * burst,
-                last: 0,
-            },
-            interval: interval_ns,
-            peer_burst,
+            overall,
+            interval: [limits.interval_v4, limits.interval_v6],
+            peer_burst: 6,
             peers: vec![(None, Bucket::default()); 4096],
         }
     }
 
-    /// Whether an error may go out at `now` (nanoseconds on any clock that does not go
-    /// back) under the overall limit; if so, it is counted.
-    pub fn overall(&mut self, now: u64) -> bool {
-        self.overall.take(now, self.cost, self.cost * self.burst)
+    /// The overall limit.
+    pub fn overall(&self) -> &Overall {
+        &self.overall
     }
 
-    /// Whether an error may go to `dst` at `now` under the destination's limit; if so,
-    /// it is counted.
-    pub fn to(&mut self, dst: IpAddr, now: u64) -> bool {
+    /// The bucket of destination `dst` at `now`, made full if the slot held another.
+    fn peer(&mut self, dst: IpAddr, now: u64) -> &mut Bucket {
         let key = u128::from(match dst {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
             IpAddr::V6(a) => a,
         });
         let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) >> 116) as usize
             % self.peers.len();
-        let cap = self.interval * self.peer_burst;
         let (k, bucket) = &mut self.peers[slot];
         if *k != Some(key) {
             *k = Some(key);
             *bucket = Bucket {
-                tokens: cap,
+                tokens: u64::MAX,
                 last: now,
             };
         }
-        bucket.take(now, self.interval, cap)
+        bucket
+    }
+
+    /// Whether an error may go to `dst` at `now` under the destination's limit; if so,
+    /// it is counted.
+    pub fn to(&mut self, dst: IpAddr, now: u64) -> bool {
+        let interval = self.interval[usize::from(dst.is_ipv6())];
+        let cap = interval.saturating_mul(self.peer_burst);
+        self.peer(dst, now).take(now, interval, cap)
+    }
+
+    /// Whether an IPv4 packet without a route, from `src`, may be answered at all at
+    /// `now`: the kernel's `ip_error` charges the source's bucket (the same one
+    /// [`RateLimit::to`] charges) before it asks for the error, so that such errors cost
+    /// a destination twice.
+    pub fn route_error(&mut self, src: IpAddr, now: u64) -> bool {
+        self.peer(src, now)
+            .take(now, ROUTE_ERROR_COST, ROUTE_ERROR_BURST)
     }
 }
 
@@ -532,6 +701,70 @@ mod tests {
         );
     }
 
+    /// An IPv4 packet without a route pays its source's bucket before its error's own
+    /// charge, as the kernel's `ip_error` does: two such errors in a burst, then one
+    /// for a packet that comes two seconds after the last, none for one a second after;
+    /// IPv6's interval is its own (100 ms); packet too big is never limited.
+    #[test]
+    fn route_errors_cost_their_source_twice() {
+        let second = 1_000_000_000;
+        let mut limit = RateLimit::default();
+        let a: IpAddr = "198.51.100.7".parse().unwrap();
+        let unreachable =
+            |limit: &mut RateLimit, now| limit.route_error(a, now) && limit.to(a, now);
+        let sent = (0..10).filter(|_| unreachable(&mut limit, 5)).count();
+        assert_eq!(sent, 2, "a burst of two");
+        assert!(!unreachable(&mut limit, 5 + second), "a second later");
+        assert!(
+            !unreachable(&mut limit, 5 + 2 * second),
+            "a second after that"
+        );
+        assert!(
+            unreachable(&mut limit, 5 + 4 * second),
+            "two seconds after that"
+        );
+        // The time exceeded errors to the same source pay once.
+        let b: IpAddr = "198.51.100.8".parse().unwrap();
+        assert_eq!((0..10).filter(|_| limit.to(b, 5)).count(), 6);
+
+        let c: IpAddr = "2001:db8::7".parse().unwrap();
+        assert_eq!((0..10).filter(|_| limit.to(c, 5)).count(), 6);
+        assert!(!limit.to(c, 5 + second / 20), "50 ms later");
+        assert!(limit.to(c, 5 + second / 10), "100 ms later");
+        assert!(Error::TooBig.unlimited() && !Error::HostUnreachable.unlimited());
+    }
+
+    /// The overall limit is one for every worker: what one spends, the others lack;
+    /// asking spends nothing.
+    #[test]
+    fn workers_share_the_overall_limit() {
+        let limits = Limits::default();
+        let overall = Arc::new(Overall::new(limits.per_second, limits.burst));
+        let one = RateLimit::sharing(&limits, overall.clone());
+        let two = RateLimit::sharing(&limits, overall);
+        for _ in 0..1000 {
+            assert!(one.overall().allows(1));
+        }
+        for _ in 0..50 {
+            assert!(two.overall().allows(1));
+            two.overall().spend();
+        }
+        assert!(!one.overall().allows(1), "the burst spent by the other");
+        assert!(
+            !one.overall().allows(1 + 10_000_000),
+            "10 ms later: not yet earned"
+        );
+        assert!(
+            one.overall().allows(1 + 20_000_000),
+            "20 ms later: 20 earned"
+        );
+        for _ in 0..20 {
+            assert!(two.overall().allows(1 + 20_000_000));
+            two.overall().spend();
+        }
+        assert!(!one.overall().allows(1 + 20_000_000));
+    }
+
     /// The limits hold over a random stream of errors: to one destination never more
     /// than its burst plus one an interval, overall never more than the burst plus the
     /// rate; and a destination that has waited gets its burst again.
@@ -552,19 +785,20 @@ mod tests {
         assert_eq!(sent, 6, "waited long: a burst again");
 
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        let mut limit = RateLimit::default();
+        let overall = Overall::new(1000, 50);
         let mut now = 0u64;
         let mut times = Vec::new();
         for _ in 0..200_000 {
             now += rng.gen_range(0..200_000);
-            if limit.overall(now) {
+            if overall.allows(now) {
+                overall.spend();
                 times.push(now);
             }
         }
-        // All the credit spent, but for what the last errors were refused for want of.
+        // All the credit spent, but for what the last step had not yet earned (20 ms).
         let earned = 50 + (now / 1_000_000) as usize;
         assert!(
-            times.len() <= earned && times.len() + 2 >= earned,
+            times.len() <= earned && times.len() + 21 >= earned,
             "{} errors sent, {earned} earned",
             times.len()
         );

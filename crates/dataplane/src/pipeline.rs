@@ -360,7 +360,7 @@ pub struct Pipeline {
     pub fates: HashMap<Fate, u64>,
     /// Packets the kernel would answer with an error that got none, by reason.
     pub unanswered: Unanswered,
-    /// The limits on errors.
+    /// The limits on errors (a worker's shares its overall limit with the others').
     pub limit: RateLimit,
     /// IPv6 packets with no route, or a reject route, are left unanswered: the kernel
     /// answers them itself, forwarding on or off (`ip6_pkt_discard`), when it sees every
@@ -375,8 +375,6 @@ pub struct Pipeline {
     pub times: Vec<u64>,
     /// The IP identification of the next IPv4 error.
     ip_id: u16,
-    /// The clock the limits read.
-    epoch: Option<Instant>,
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
@@ -699,8 +697,7 @@ impl Pipeline {
         packets: &[BufferId],
         fates: &mut [Fate],
     ) {
-        let epoch = *self.epoch.get_or_insert_with(Instant::now);
-        let clock = epoch.elapsed().as_nanos() as u64;
+        let clock = self.limit.overall().now();
         // In the packets' order, as they came (the route stage found some, the
         // neighbour stage others), so that the limits count them as they came.
         self.errors.sort_unstable_by_key(|e| e.0);
@@ -724,7 +721,19 @@ impl Pipeline {
                 self.unanswered.not_answered += 1;
                 continue;
             }
-            if !error.unlimited() && !self.limit.overall(now) {
+            let limited = !error.unlimited();
+            // An IPv4 packet without a route pays its source's toll first (`ip_error`).
+            let no_route = matches!(
+                error,
+                icmp::Error::NetUnreachable
+                    | icmp::Error::HostUnreachable
+                    | icmp::Error::Prohibited
+            );
+            if limited && back.is_ipv4() && no_route && !self.limit.route_error(back, now) {
+                self.unanswered.rate_limited += 1;
+                continue;
+            }
+            if limited && !self.limit.overall().allows(now) {
                 self.unanswered.rate_limited += 1;
                 continue;
             }
@@ -747,9 +756,12 @@ impl Pipeline {
                 self.unanswered.no_route_back += 1;
                 continue;
             };
-            if !error.unlimited() && !self.limit.to(back, now) {
-                self.unanswered.rate_limited += 1;
-                continue;
+            if limited {
+                if !self.limit.to(back, now) {
+                    self.unanswered.rate_limited += 1;
+                    continue;
+                }
+                self.limit.overall().spend();
             }
             let frame = pool.frame(id);
             let dst_mac = match neighbours.mac(route.dev, route.gateway.unwrap_or(back)) {

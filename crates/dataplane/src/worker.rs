@@ -24,6 +24,7 @@
 //! What each worker counted is added to the shared counters every tenth of a
 //! second, so that no packet takes a lock.
 
+use crate::icmp::{self, RateLimit};
 use crate::packet::{wait_any, Batch, PacketSocket};
 use crate::pipeline::{
     address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
@@ -263,6 +264,10 @@ pub struct Shared {
     pub counters: Mutex<Counters>,
     /// Set to stop the workers.
     pub stop: AtomicBool,
+    /// The limits on ICMP and ICMPv6 errors.
+    pub icmp_limits: icmp::Limits,
+    /// The overall limit on errors, which the workers share as the kernel's CPUs do.
+    pub icmp_overall: Arc<icmp::Overall>,
 }
 
 /// Asks the kernel to resolve a neighbour (the daemon's netlink socket does it).
@@ -627,6 +632,7 @@ fn ask(
 /// A worker's loop.
 fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
+    pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
     // Through AF_PACKET the kernel sees the frame too, and answers an IPv6 reject route
     // itself (forwarding or not); through AF_XDP it does not see it, and fibre answers.
     pipeline.kernel_answers_ipv6_rejects = ports.kernel_has_its_copy();
