@@ -768,8 +768,14 @@ impl Pipeline {
                 Some(m) => m,
                 // The way back is the way the packet came: to the host that sent it.
                 None if route.dev == iif => frame[6..12].try_into().unwrap_or([0; 6]),
+                // The kernel would queue the error and resolve; here it is counted, and
+                // the kernel asked to resolve, so that the next ones go.
                 None => {
                     self.unanswered.unresolved += 1;
+                    let wanted = (route.dev, route.gateway.unwrap_or(back));
+                    if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
+                        self.unresolved.push(wanted);
+                    }
                     continue;
                 }
             };
@@ -1050,6 +1056,30 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
     /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
     /// forwarded leaves by the link the FIB's single lookup names for it.
+    /// An error whose way back has no MAC address is not sent, and its neighbour is
+    /// asked for, as a packet's next hop is.
+    #[test]
+    fn an_error_with_no_way_back_asks_for_its_neighbour() {
+        let mut state = State::new();
+        let back = "route add 192.0.2.0/24 via 10.0.1.9\n";
+        config::apply_text(&mut state, "config", &format!("{CONFIG}{back}")).unwrap();
+        let snap = state.snapshot();
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
+        let (a0, b0) = (link("a0"), link("b0"));
+        let gw: IpAddr = "10.0.1.2".parse().unwrap();
+        let neighbours =
+            move |l: LinkIndex, a: IpAddr| (l == b0.index && a == gw).then_some(NEIGHBOUR);
+        let frame = udp4(a0.mac, [192, 0, 2, 7], [10, 1, 2, 3], 1, 8);
+        let (pipeline, pool, ids, fates) = run_once(&snap, &neighbours, &a0, &[&frame]);
+        assert_eq!(fates, [Fate::Drop(Dropped::TtlExpired)]);
+        assert_eq!(pipeline.unanswered.unresolved, 1);
+        assert_eq!(
+            pipeline.unresolved,
+            [(b0.index, "10.0.1.9".parse().unwrap())]
+        );
+        assert_eq!(pool.frame(ids[0]), &frame[..], "left as it came");
+    }
+
     #[test]
     fn each_packet_meets_its_fate() {
         let mut state = State::new();

@@ -332,6 +332,7 @@ mod tests {
         let ns = Namespace::create("ring").unwrap();
         ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
             .unwrap();
+        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
         std::thread::scope(|s| {
             s.spawn(|| {
                 ns.enter().unwrap();

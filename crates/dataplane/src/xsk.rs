@@ -399,6 +399,7 @@ mod tests {
              link set x0 up\nlink set x1 up\naddr add 10.1.0.1/24 dev x1\n",
         )
         .unwrap();
+        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
         let x1 = ns.ifindex("x1").unwrap();
         std::thread::scope(|s| {
             s.spawn(|| {

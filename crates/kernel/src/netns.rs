@@ -59,6 +59,33 @@ impl Namespace {
         run(Command::new("ip").args(["-n", &self.name]).args(args))
     }
 
+    /// Waits until each of `links` is operationally up (a veth is once its peer is up
+    /// too; frames sent before are dropped), at most `within`; an error naming the links
+    /// still down after that.
+    pub fn wait_up(&self, links: &[&str], within: std::time::Duration) -> io::Result<()> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let mut down = Vec::new();
+            for link in links {
+                // `ip -br link show dev NAME`: the name, then the state.
+                let out = self.ip(&["-br", "link", "show", "dev", link])?;
+                if out.split_whitespace().nth(1) != Some("UP") {
+                    down.push(*link);
+                }
+            }
+            if down.is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{}: still down in {}", down.join(", "), self.name),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Runs `ip -n NAME -batch -` on `commands` (one command per line); fails at the
     /// first command that fails, with ip's message.
     pub fn batch(&self, commands: &str) -> io::Result<()> {
