@@ -28,8 +28,9 @@
 //! 5. only then is the overall credit spent, so that one destination's refused errors do
 //!    not use up everyone's.
 //!
-//! Errors that path MTU discovery needs (fragmentation needed, packet too big) are not
-//! limited, as the kernel does not limit them. The kernel keeps a bucket for every
+//! Which errors are limited, the rate masks say (`icmp_ratemask`,
+//! `net.ipv6.icmp.ratemask`): by default every one but those path MTU discovery needs,
+//! fragmentation needed (never limited) and packet too big. The kernel keeps a bucket for every
 //! destination in a tree; here each worker keeps a fixed table of buckets indexed by the
 //! destination's hash, a destination taking the slot of another that hashed alike, so
 //! that the table costs nothing to keep and cannot grow. A destination that loses its
@@ -114,11 +115,6 @@ impl Error {
             Error::BeyondScope => (1, 2),
             Error::TooBig => (2, 0),
         }
-    }
-
-    /// Whether the limits spare it: path MTU discovery must not be starved.
-    pub fn unlimited(self) -> bool {
-        self == Error::TooBig
     }
 }
 
@@ -317,6 +313,10 @@ pub struct Limits {
     pub interval_v4: u64,
     /// Nanoseconds between IPv6 errors to one destination (0: no limit).
     pub interval_v6: u64,
+    /// The ICMP types limited, a bit each (`net.ipv4.icmp_ratemask`).
+    pub ratemask_v4: u32,
+    /// The ICMPv6 types limited, a bit each (`net.ipv6.icmp.ratemask`).
+    pub ratemask_v6: [u64; 4],
 }
 
 impl Default for Limits {
@@ -329,8 +329,34 @@ impl Default for Limits {
             burst: 50,
             interval_v4: 1_000_000_000,
             interval_v6: 100_000_000,
+            // Destination unreachable, source quench, time exceeded, parameter problem.
+            ratemask_v4: 0x1818,
+            // Every error but packet too big (0-1, 3-127).
+            ratemask_v6: [!0b100, !0, 0, 0],
         }
     }
+}
+
+/// The types an ICMPv6 rate mask as `/proc/sys` shows it names (`0-1,3-127`: numbers
+/// and ranges, comma-separated; empty: none); `None` if it is not one.
+pub fn parse_ratemask_v6(text: &str) -> Option<[u64; 4]> {
+    let mut mask = [0u64; 4];
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u8>().ok()?, b.trim().parse::<u8>().ok()?),
+            None => {
+                let t = part.trim().parse::<u8>().ok()?;
+                (t, t)
+            }
+        };
+        if from > to {
+            return None;
+        }
+        for t in from..=to {
+            mask[usize::from(t / 64)] |= 1 << (t % 64);
+        }
+    }
+    Some(mask)
 }
 
 impl Limits {
@@ -351,6 +377,11 @@ impl Limits {
             burst: value("ipv4/icmp_msgs_burst").unwrap_or(d.burst),
             interval_v4: value("ipv4/icmp_ratelimit").map_or(d.interval_v4, |v| v * ms),
             interval_v6: value("ipv6/icmp/ratelimit").map_or(d.interval_v6, |v| v * ms),
+            ratemask_v4: value("ipv4/icmp_ratemask").map_or(d.ratemask_v4, |v| v as u32),
+            ratemask_v6: std::fs::read_to_string("/proc/sys/net/ipv6/icmp/ratemask")
+                .ok()
+                .and_then(|t| parse_ratemask_v6(&t))
+                .unwrap_or(d.ratemask_v6),
         }
     }
 }
@@ -455,6 +486,9 @@ pub struct RateLimit {
     /// Errors to one destination in a burst.
     peer_burst: u64,
     peers: Vec<(Option<u128>, Bucket)>,
+    /// The types limited, IPv4 and IPv6.
+    ratemask_v4: u32,
+    ratemask_v6: [u64; 4],
 }
 
 impl Default for RateLimit {
@@ -480,6 +514,21 @@ impl RateLimit {
             interval: [limits.interval_v4, limits.interval_v6],
             peer_burst: 6,
             peers: vec![(None, Bucket::default()); 4096],
+            ratemask_v4: limits.ratemask_v4,
+            ratemask_v6: limits.ratemask_v6,
+        }
+    }
+
+    /// Whether the limits apply to `error` (IPv6 if `v6`), as the rate masks say; never to
+    /// IPv4's fragmentation needed, which path MTU discovery must not be starved of
+    /// (`icmpv4_mask_allow`, `icmpv6_mask_allow`).
+    pub fn applies(&self, error: Error, v6: bool) -> bool {
+        if v6 {
+            let (t, _) = error.icmpv6();
+            self.ratemask_v6[usize::from(t / 64)] >> (t % 64) & 1 == 1
+        } else {
+            let (t, code) = error.icmp();
+            !(t == 3 && code == 4) && t < 32 && self.ratemask_v4 >> t & 1 == 1
         }
     }
 
@@ -731,7 +780,45 @@ mod tests {
         assert_eq!((0..10).filter(|_| limit.to(c, 5)).count(), 6);
         assert!(!limit.to(c, 5 + second / 20), "50 ms later");
         assert!(limit.to(c, 5 + second / 10), "100 ms later");
-        assert!(Error::TooBig.unlimited() && !Error::HostUnreachable.unlimited());
+    }
+
+    /// The rate masks say which errors are limited: by default every one but
+    /// fragmentation needed and packet too big; a mask of nothing limits none; the
+    /// IPv6 mask reads as `/proc/sys` shows it.
+    #[test]
+    fn the_rate_masks_choose_what_is_limited() {
+        let limit = RateLimit::default();
+        for e in Error::ALL {
+            assert_eq!(limit.applies(e, false), e != Error::TooBig, "IPv4 {e:?}");
+            assert_eq!(limit.applies(e, true), e != Error::TooBig, "IPv6 {e:?}");
+        }
+        assert_eq!(
+            parse_ratemask_v6("0-1,3-127"),
+            Some(Limits::default().ratemask_v6)
+        );
+        assert_eq!(parse_ratemask_v6(""), Some([0; 4]));
+        assert_eq!(parse_ratemask_v6("2, 255"), Some([0b100, 0, 0, 1 << 63]));
+        assert_eq!(parse_ratemask_v6("5-3"), None);
+        assert_eq!(parse_ratemask_v6("0-256"), None);
+        let none = RateLimit::new(&Limits {
+            ratemask_v4: 0,
+            ratemask_v6: [0; 4],
+            ..Limits::default()
+        });
+        let all = RateLimit::new(&Limits {
+            ratemask_v4: !0,
+            ratemask_v6: [!0; 4],
+            ..Limits::default()
+        });
+        for e in Error::ALL {
+            assert!(!none.applies(e, false) && !none.applies(e, true), "{e:?}");
+            assert_eq!(
+                all.applies(e, false),
+                e != Error::TooBig,
+                "{e:?}: IPv4's is never"
+            );
+            assert!(all.applies(e, true), "{e:?}: IPv6's follows the mask");
+        }
     }
 
     /// The overall limit is one for every worker: what one spends, the others lack;

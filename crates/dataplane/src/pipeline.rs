@@ -721,7 +721,7 @@ impl Pipeline {
                 self.unanswered.not_answered += 1;
                 continue;
             }
-            let limited = !error.unlimited();
+            let limited = self.limit.applies(error, back.is_ipv6());
             // An IPv4 packet without a route pays its source's toll first (`ip_error`).
             let no_route = matches!(
                 error,
