@@ -1053,9 +1053,6 @@ route add 10.7.0.0/16 via 10.0.1.2
         assert_eq!(run(&mut pipeline, &changed, &n), [(out, m3), (out, m2)]);
     }
 
-    /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
-    /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
-    /// forwarded leaves by the link the FIB's single lookup names for it.
     /// An error whose way back has no MAC address is not sent, and its neighbour is
     /// asked for, as a packet's next hop is.
     #[test]
@@ -1080,6 +1077,9 @@ route add 10.7.0.0/16 via 10.0.1.2
         assert_eq!(pool.frame(ids[0]), &frame[..], "left as it came");
     }
 
+    /// Packets arriving on `a0` each meet their fate: forwarded (rewritten as a router
+    /// rewrites them), to the kernel, or dropped, each for its reason; and every packet
+    /// forwarded leaves by the link the FIB's single lookup names for it.
     #[test]
     fn each_packet_meets_its_fate() {
         let mut state = State::new();
