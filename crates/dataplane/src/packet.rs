@@ -323,13 +323,13 @@ pub fn wait_any(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<usize>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use fibre_kernel::netns::Namespace;
 
-    /// A frame of the local experimental EtherType, numbered: nothing else on the link
-    /// (the kernel's own neighbour discovery) looks like it.
-    fn frame(i: u16, len: usize) -> Vec<u8> {
+    /// A frame of `len` bytes of the local experimental EtherType, numbered `i`: nothing
+    /// else on the link (the kernel's own neighbour discovery) looks like it.
+    pub(crate) fn frame(i: u16, len: usize) -> Vec<u8> {
         let mut f = vec![0u8; len];
         f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
         f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);

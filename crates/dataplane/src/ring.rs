@@ -308,19 +308,10 @@ fn frame_at(block: &[u8], at: usize) -> Option<(&[u8], usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packet::tests::frame as numbered;
     use crate::packet::Batch;
     use fibre_kernel::netns::Namespace;
     use std::time::{Duration, Instant};
-
-    /// A frame of `len` bytes of an experimental EtherType, numbered `i`.
-    fn numbered(i: u16, len: usize) -> Vec<u8> {
-        let mut f = vec![0u8; len];
-        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-        f[12..14].copy_from_slice(&[0x88, 0xb5]);
-        f[14..16].copy_from_slice(&i.to_be_bytes());
-        f
-    }
 
     /// Vectors of frames sent out of one end of a veth pair arrive whole and in order in
     /// the other end's ring, read a vector at a time into the pool; frames longer than a
