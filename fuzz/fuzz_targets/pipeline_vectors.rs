@@ -9,6 +9,9 @@
 //! - an error sent back is well formed: lengths that agree with the frame, checksums that
 //!   hold (ICMPv6 over its pseudo-header), within 576 bytes of IPv4 or 1280 of IPv6, from
 //!   one of the router's addresses, to the packet's source;
+//! - an IPv4 packet cut into fragments is cut well: each fragment rewritten as a
+//!   forwarded packet is, its header right, every piece but the last a multiple of 8
+//!   bytes, together the packet's payload at its offset;
 //! - nothing else leaves, and a packet not sent is left as it came.
 //!
 //! The input is split into frames by a two-byte length each; a flag byte before each frame
@@ -169,6 +172,47 @@ fn check_error(answer: &[u8], came: &Input) {
     }
 }
 
+/// The fragments an IPv4 packet (`came`, read by the input stage as `input`) was cut
+/// into: each to the neighbour from the link's `mac`, its header's checksum holding, the
+/// TTL one lower, the ID, addresses and protocol the packet's, DF clear; every piece but
+/// the last a multiple of 8 bytes that says more follow; together, at their offsets, the
+/// packet's payload.
+fn check_fragments(pieces: &[&[u8]], came: &[u8], input: &Input, mac: [u8; 6]) {
+    let Input::V4(p) = input else {
+        panic!("fragmented a frame the input stage made {input:?}");
+    };
+    assert!(pieces.len() >= 2, "a packet cut into one piece");
+    let h0 = &came[ETHERNET_LEN..ETHERNET_LEN + 20];
+    let payload = &came[ETHERNET_LEN + 20..ETHERNET_LEN + p.len as usize];
+    let start = (u16::from_be_bytes([h0[6], h0[7]]) & 0x1fff) as usize * 8;
+    let mut at = start;
+    for (k, f) in pieces.iter().enumerate() {
+        assert_eq!(&f[..6], &NEIGHBOUR, "to the neighbour");
+        assert_eq!(&f[6..12], &mac, "from the link");
+        let h = &f[ETHERNET_LEN..ETHERNET_LEN + 20];
+        assert!(checksum::holds(h), "a fragment's header checksum");
+        assert_eq!(h[8], p.ttl - 1, "the TTL one lower");
+        assert_eq!(
+            (&h[4..6], h[9], &h[12..20]),
+            (&h0[4..6], h0[9], &h0[12..20])
+        );
+        let field = u16::from_be_bytes([h[6], h[7]]);
+        assert_eq!(field & 0xc000, 0, "DF and the reserved bit clear");
+        assert_eq!((field & 0x1fff) as usize * 8, at, "the fragment's offset");
+        let data = &f[ETHERNET_LEN + 20..];
+        assert_eq!(u16::from_be_bytes([h[2], h[3]]) as usize, 20 + data.len());
+        assert_eq!(data, &payload[at - start..at - start + data.len()]);
+        at += data.len();
+        let last = k + 1 == pieces.len();
+        if !last {
+            assert_eq!(data.len() % 8, 0, "a piece not the last is a multiple of 8");
+        }
+        let more_came = h0[6] & 0x20 != 0;
+        assert_eq!(field & 0x2000 != 0, !last || more_came, "more fragments");
+    }
+    assert_eq!(at - start, payload.len(), "the whole payload");
+}
+
 fuzz_target!(|data: &[u8]| {
     let snap = snapshot();
     let Some((&which, data)) = data.split_first() else {
@@ -190,14 +234,23 @@ fuzz_target!(|data: &[u8]| {
     let mut pipeline = Pipeline::new();
     let mut fates = Vec::new();
     let half = ids.len() / 2;
-    for vector in [&ids[..half], &ids[half..]] {
+    // Each vector's later fragments, by the index of their packet in `ids`.
+    let mut later: Vec<(usize, u32)> = Vec::new();
+    for (at, vector) in [(0, &ids[..half]), (half, &ids[half..])] {
         pipeline.run(snap, &neighbour, arrival, &mut pool, vector, &mut fates);
+        later.extend(pipeline.fragments.iter().map(|&(i, b)| (at + i, b)));
     }
     assert_eq!(fates.len(), frames.len(), "a fate for every packet");
-    for ((&id, came), fate) in ids.iter().zip(&frames).zip(&fates) {
+    for (i, ((&id, came), fate)) in ids.iter().zip(&frames).zip(&fates).enumerate() {
         let left = pool.frame(id);
         let input = classify(came, link.mac);
         match *fate {
+            Fate::Fragmented(out) => {
+                let out = snap.link(out).expect("sent out of a link the router has");
+                let mut pieces = vec![left];
+                pieces.extend(later.iter().filter(|f| f.0 == i).map(|f| pool.frame(f.1)));
+                check_fragments(&pieces, came, &input, out.mac);
+            }
             Fate::Out(out) => {
                 let out = snap.link(out).expect("sent out of a link the router has");
                 assert_eq!(left.len(), came.len(), "a forwarded frame keeps its length");
@@ -233,5 +286,6 @@ fuzz_target!(|data: &[u8]| {
     }
     // Every buffer can go back.
     pool.free(&ids);
+    pool.free(&later.iter().map(|f| f.1).collect::<Vec<_>>());
     assert_eq!(pool.available(), pool.count());
 });

@@ -403,6 +403,12 @@ impl<'a> Lane<'a> {
                     None => self.rest.push(id),
                 }
             }
+            for &(i, f) in &self.pipeline.fragments {
+                match self.fates[i].output() {
+                    Some(link) => self.output.push(link, f),
+                    None => self.rest.push(f),
+                }
+            }
             let out = self.output.len();
             for (link, queue) in self.output.queues() {
                 if link != self.router.output {

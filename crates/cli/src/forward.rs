@@ -132,6 +132,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             "broken": capture.broken,
             "sent": sent.len(),
             "sent_by_link": by_link,
+            "fragments_made": pipeline.fragments_made,
             "fates": by_fate,
             "unanswered": {
                 "not_answered": u.not_answered,

@@ -226,6 +226,7 @@ impl Forwarding {
             "received": c.received,
             "sent": c.sent,
             "send_failed": c.send_failed,
+            "fragments_made": c.fragments_made,
             "resolve_requests": c.resolve_requests,
             "unresolved_dropped": c.unresolved_dropped,
             "truncated": c.truncated,
@@ -296,6 +297,11 @@ impl Forwarding {
                 c.received,
             ),
             ("fibre_frames_sent_total", "Frames sent.", c.sent),
+            (
+                "fibre_fragments_made_total",
+                "Fragments made of IPv4 packets over the MTU without DF.",
+                c.fragments_made,
+            ),
             (
                 "fibre_frames_send_failed_total",
                 "Frames an output link had no room for, dropped.",

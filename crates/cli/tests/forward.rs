@@ -66,8 +66,22 @@ fn udp4(from: [u8; 6], to: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, n: usiz
         .ipv4(src, dst, ttl)
         .udp(4000, 53);
     let mut out = Vec::new();
-    b.write(&mut out, &vec![0x5a; n]).unwrap();
+    // A counting payload, so that fragments out of place would show.
+    let payload: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    b.write(&mut out, &payload).unwrap();
     out
+}
+
+/// An IPv4 frame with its flags and fragment offset field set to `field` (DF clear
+/// unless it says so), its header checksum made again.
+fn flags(mut f: Vec<u8>, field: u16) -> Vec<u8> {
+    f[20..22].copy_from_slice(&field.to_be_bytes());
+    f[24..26].fill(0);
+    let h = etherparse::Ipv4HeaderSlice::from_slice(&f[14..])
+        .unwrap()
+        .to_header();
+    f[24..26].copy_from_slice(&h.calc_header_checksum().to_be_bytes());
+    f
 }
 
 fn udp6(from: [u8; 6], to: [u8; 6], src: &str, dst: &str, hops: u8, n: usize) -> Vec<u8> {
@@ -120,6 +134,15 @@ fn from_a() -> Vec<Vec<u8>> {
         udp4(HOST_A, A0, s(1), [10, 1, 0, 9], 64, 1400 - 28),
         // Over the route's MTU.
         udp4(HOST_A, A0, s(17), [10, 3, 0, 1], 64, 1100),
+        // Without DF, over b0's MTU and over the route's: cut into fragments. Then a
+        // fragment cut again: its offset (100 units of 8) added, more following.
+        flags(udp4(HOST_A, A0, s(19), [10, 1, 0, 9], 64, 1380), 0),
+        flags(udp4(HOST_A, A0, s(19), [10, 3, 0, 1], 64, 1472), 0),
+        flags(
+            udp4(HOST_A, A0, s(19), [10, 3, 0, 1], 64, 1200),
+            0x2000 | 100,
+        ),
+        flags(udp4(HOST_A, A0, s(19), [10, 3, 0, 1], 64, 1200), 100),
         // A big one quoted in its error up to 576 bytes.
         udp4(HOST_A, A0, s(18), [10, 5, 0, 2], 64, 1200),
         udp6(HOST_A, A0, "2001:db8:9::1", "2001:db8:1::5", 64, 8),
@@ -176,8 +199,9 @@ fn from_b() -> Vec<Vec<u8>> {
         tcp4(HOST_B, B0, s(1), [192, 0, 2, 9], 30),
         udp4(HOST_B, B0, s(20), [192, 0, 2, 9], 1, 8),
         udp4(HOST_B, B0, s(21), [10, 5, 0, 1], 64, 8),
-        // Over the MTU of the route to 192.0.2.64/26.
+        // Over the MTU of the route to 192.0.2.64/26: with DF, then without.
         udp4(HOST_B, B0, s(22), [192, 0, 2, 70], 64, 1300),
+        flags(udp4(HOST_B, B0, s(23), [192, 0, 2, 70], 64, 1300), 0),
         udp6(HOST_B, B0, "2001:db8:1::7", "2001:db8:9::1", 64, 8),
         udp6(HOST_B, B0, "2001:db8:1::20", "2001:db8:9::1", 1, 8),
         udp6(HOST_B, B0, "2001:db8:1::21", "2001:db8:6::1", 64, 8),
@@ -387,8 +411,9 @@ fn fibre_forward_sends_what_the_kernel_sends() {
         }
         assert_eq!(report["frames"].as_u64(), Some(frames.len() as u64));
     }
-    // Every kind of error was among them.
+    // Every kind of error was among them; four packets were cut in two.
     let (report, _) = fibre_forward(&dir, "a0", &from_a());
+    assert_eq!(report["fragments_made"], 8, "{report}");
     for fate in [
         "icmp:time-exceeded",
         "icmp:host-unreachable",
@@ -396,6 +421,7 @@ fn fibre_forward_sends_what_the_kernel_sends() {
         "icmp:prohibited",
         "icmp:too-big",
         "icmp:beyond-scope",
+        "sent:fragmented",
         "drop:bad-checksum",
     ] {
         assert!(report["fates"][fate].as_u64() > Some(0), "{fate}: {report}");

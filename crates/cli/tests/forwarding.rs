@@ -286,6 +286,17 @@ fn forwards_with_the_kernels_forwarding_off(io: &str) {
         text.contains("Packet too big") && text.contains("mtu=1400"),
         "{text}"
     );
+    // Without DF, over r1's MTU: fibre cuts the echo requests into fragments, which B
+    // puts back together and answers. (To B's other address: A has learned the path
+    // MTU to 10.0.1.2 above, and would cut them itself.)
+    let cut = daemon.fate("sent:fragmented");
+    let (ok, text) = ping(&a, &["-M", "dont", "-s", "1400", "10.9.9.9"]);
+    assert!(ok && text.contains("1408 bytes from 10.9.9.9"), "{text}");
+    wait_for("the fragmented requests counted", || {
+        daemon.fate("sent:fragmented") >= cut + 2
+    });
+    let made = daemon.stats()["forwarding"]["fragments_made"].as_u64();
+    assert!(made >= Some(4), "two fragments a request: {made:?}");
 
     // A route changed under traffic steers the next packets.
     r.ip(&["route", "replace", "unreachable", "10.9.9.0/24"])

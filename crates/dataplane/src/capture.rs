@@ -180,6 +180,7 @@ pub fn fate_name(fate: &Fate) -> String {
     use crate::pipeline::{Dropped, Handed};
     match fate {
         Fate::Out(_) => "sent".into(),
+        Fate::Fragmented(_) => "sent:fragmented".into(),
         Fate::Icmp(e, _) => format!("icmp:{}", e.name()),
         Fate::Kernel(Handed::Input(k)) => format!("kernel:{}", k.name()),
         Fate::Kernel(Handed::Local) => "kernel:local".into(),
@@ -198,7 +199,7 @@ pub fn fate_name(fate: &Fate) -> String {
         ),
         Fate::Drop(Dropped::TtlExpired) => "drop:ttl-expired".into(),
         Fate::Drop(Dropped::TooBig) => "drop:too-big".into(),
-        Fate::Drop(Dropped::WouldFragment) => "drop:would-fragment".into(),
+        Fate::Drop(Dropped::NoBufferToFragment) => "drop:no-buffer-to-fragment".into(),
         Fate::Drop(Dropped::SourceScope) => "drop:source-scope".into(),
         Fate::Drop(Dropped::NoLink) => "drop:no-link".into(),
     }

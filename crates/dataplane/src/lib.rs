@@ -10,6 +10,8 @@
 //!   with the reason counted.
 //! - [`rewrite`]: a forwarded packet's TTL or hop limit taken down by one, the IPv4
 //!   checksum updated incrementally, its MAC addresses set.
+//! - [`fragment`]: an IPv4 packet over the MTU without DF cut into fragments, as the
+//!   kernel cuts it.
 //! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
 //!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
 //! - [`checksum`]: the Internet checksum, whole and incremental.
@@ -41,6 +43,7 @@
 
 pub mod capture;
 pub mod checksum;
+pub mod fragment;
 pub mod icmp;
 pub mod input;
 pub mod neighbour;

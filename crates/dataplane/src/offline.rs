@@ -46,7 +46,10 @@ pub fn forward(
         .max()
         .unwrap_or(0)
         .max(2048);
-    let mut pool = Pool::new(vector, size);
+    // And room for the later fragments of packets cut for an MTU: eight a packet, or
+    // 32 MiB of them if fewer (what does not fit is dropped and counted).
+    let spare = (vector * 8).min((32 << 20) / size).max(vector);
+    let mut pool = Pool::new(vector + spare, size);
     let mut fates = Vec::with_capacity(frames.len());
     let mut sent = Vec::new();
     let mut ids = Vec::with_capacity(vector);
@@ -66,6 +69,7 @@ pub fn forward(
         pipeline.run(snap, neighbours, arrival, &mut pool, &ids, &mut fates);
         let t = Instant::now();
         let before = sent.len();
+        let mut later = pipeline.fragments.iter().peekable();
         for (k, (&id, fate)) in ids.iter().zip(&fates[start..]).enumerate() {
             if let Some(link) = fate.output() {
                 sent.push(Sent {
@@ -73,9 +77,20 @@ pub fn forward(
                     link,
                     data: pool.frame(id).to_vec(),
                 });
+                // A packet cut into fragments: the others after its first.
+                while let Some(&(_, f)) = later.next_if(|f| f.0 == k) {
+                    sent.push(Sent {
+                        of: n * vector + k,
+                        link,
+                        data: pool.frame(f).to_vec(),
+                    });
+                }
             }
         }
         pool.free(&ids);
+        for &(_, f) in &pipeline.fragments {
+            pool.free(&[f]);
+        }
         pipeline.output.add(sent.len() - before, t);
     }
     (fates, sent)

@@ -15,6 +15,8 @@
 //!   once and kept from vector to vector while the snapshot and the neighbour table stay
 //!   the same, so that most packets find theirs by the route stage's answer id alone;
 //! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named;
+//!   an IPv4 packet over the MTU without DF cut into fragments ([`crate::fragment`]),
+//!   the later ones in buffers of their own;
 //! - icmp: the packets the route and neighbour stages refused for a reason the kernel
 //!   answers (no route, an unreachable or prohibit route, the TTL run out, over the MTU)
 //!   made, in their own buffers, into the ICMP or ICMPv6 error the kernel would send back
@@ -26,10 +28,10 @@
 //! `receive` and `output` counters, so that `show runtime` covers a packet's whole way;
 //! [`Output`] sorts a vector's frames by the link they leave by.
 //!
-//! Not yet: IPv4 packets over the MTU without DF are dropped (the kernel fragments
-//! them), and no redirects are sent for packets that leave by the link they came in on
+//! Not yet: no redirects are sent for packets that leave by the link they came in on
 //! (the kernel sends them, and forwards the packet as fibre does).
 
+use crate::fragment;
 use crate::icmp::{self, RateLimit};
 use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
 use crate::pool::{BufferId, Pool};
@@ -255,9 +257,9 @@ pub enum Dropped {
     TtlExpired,
     /// Longer than the route's or the output link's MTU: IPv6, or IPv4 with DF.
     TooBig,
-    /// IPv4 without DF, longer than the MTU: the kernel would fragment it; fibre does
-    /// not yet.
-    WouldFragment,
+    /// IPv4 without DF, longer than the MTU, and the pool had no buffers left for its
+    /// fragments (or the MTU no room for one).
+    NoBufferToFragment,
     /// IPv6: a source that must not leave its link (unspecified; link-local, answered
     /// with "beyond scope").
     SourceScope,
@@ -270,6 +272,10 @@ pub enum Dropped {
 pub enum Fate {
     /// Rewritten, to be sent out of this link.
     Out(LinkIndex),
+    /// Rewritten and cut into fragments (IPv4 without DF, over the MTU): the buffer holds
+    /// the first, [`Pipeline::fragments`] the others, to be sent out of this link after
+    /// it.
+    Fragmented(LinkIndex),
     /// Answered: the buffer now holds the ICMP or ICMPv6 error sent back to the packet's
     /// source, to be sent out of the link.
     Icmp(icmp::Error, LinkIndex),
@@ -283,7 +289,7 @@ impl Fate {
     /// The link the packet's buffer is to be sent out of, if it is to be sent.
     pub fn output(&self) -> Option<LinkIndex> {
         match *self {
-            Fate::Out(link) | Fate::Icmp(_, link) => Some(link),
+            Fate::Out(link) | Fate::Fragmented(link) | Fate::Icmp(_, link) => Some(link),
             _ => None,
         }
     }
@@ -373,8 +379,22 @@ pub struct Pipeline {
     /// limits on errors to read (a run offline gives its capture's times); empty: the
     /// time the errors are made, on a monotonic clock.
     pub times: Vec<u64>,
+    /// The later fragments of the vector's packets whose fate is [`Fate::Fragmented`]:
+    /// each its packet's index and a buffer of the pool, in the packets' order and each
+    /// packet's in the fragments' order. The caller holds these buffers: it sends each
+    /// packet's after the packet's own (its first fragment), by the same link, and gives
+    /// back what it does not send.
+    pub fragments: Vec<(usize, BufferId)>,
+    /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
+    pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
     ip_id: u16,
+    /// The packets to cut into fragments: their index, the MTU of the way on.
+    cut: Vec<(usize, u32)>,
+    /// A packet being cut, copied out of its buffer, which takes its first fragment.
+    whole: Vec<u8>,
+    /// Buffers just taken for a packet's later fragments.
+    spare: Vec<BufferId>,
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
@@ -539,6 +559,8 @@ impl Pipeline {
         let mut next = std::mem::take(&mut self.next);
         next.clear();
         self.unresolved.clear();
+        self.cut.clear();
+        self.fragments.clear();
         self.neighbour_cache.start(neighbours);
         let version = neighbours.version();
         let mut forward = std::mem::take(&mut self.forward4);
@@ -566,6 +588,9 @@ impl Pipeline {
                 _ => rewrite::decrement_hop_limit(frame),
             };
             rewrite::set_macs(frame, dst_mac, src_mac);
+        }
+        if !self.cut.is_empty() {
+            self.fragment(pool, packets, fates);
         }
         self.rewrite.add(next.len(), t);
         self.next = next;
@@ -648,9 +673,7 @@ impl Pipeline {
                     self.errors.push((i, icmp::Error::BeyondScope, 0));
                 }
                 Fate::Drop(Dropped::SourceScope)
-            } else if len > mtu && !df {
-                Fate::Drop(Dropped::WouldFragment)
-            } else if len > mtu {
+            } else if len > mtu && df {
                 self.errors.push((i, icmp::Error::TooBig, mtu));
                 Fate::Drop(Dropped::TooBig)
             } else {
@@ -671,7 +694,12 @@ impl Pipeline {
                 match mac {
                     Some(m) => {
                         next.push((i, m, adjacency.src_mac));
-                        Fate::Out(adjacency.dev)
+                        if len > mtu {
+                            self.cut.push((i, mtu));
+                            Fate::Fragmented(adjacency.dev)
+                        } else {
+                            Fate::Out(adjacency.dev)
+                        }
                     }
                     None => {
                         let via = address_of_bits(via);
@@ -683,6 +711,56 @@ impl Pipeline {
                     }
                 }
             };
+        }
+    }
+
+    /// Cuts each packet of `self.cut` into fragments: the first in the packet's own
+    /// buffer, the others in buffers taken from `pool` (into `self.fragments`). A packet
+    /// the pool has too few buffers for is dropped whole, the buffers it got given back.
+    fn fragment(&mut self, pool: &mut Pool, packets: &[BufferId], fates: &mut [Fate]) {
+        for &(i, mtu) in &self.cut {
+            let Input::V4(p) = self.inputs[i] else {
+                continue;
+            };
+            let id = packets[i];
+            let ip_len = p.len as usize;
+            let Some(pieces) = fragment::pieces(ip_len, mtu as usize) else {
+                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
+                continue;
+            };
+            // The packet without the frame's padding, out of the buffer its first
+            // fragment is written to.
+            self.whole.clear();
+            let frame = pool.frame(id);
+            self.whole
+                .extend_from_slice(&frame[..(ETHERNET_LEN + ip_len).min(frame.len())]);
+            let later = pieces.clone().count() - 1;
+            self.spare.clear();
+            if pool.alloc(later, &mut self.spare) < later {
+                pool.free(&self.spare);
+                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
+                continue;
+            }
+            let size = pool.buffer_size();
+            let mut whole = true;
+            for (k, piece) in pieces.enumerate() {
+                let buffer = if k == 0 { id } else { self.spare[k - 1] };
+                match fragment::write(&self.whole, piece, pool.resize(buffer, size)) {
+                    Some(len) => {
+                        pool.resize(buffer, len);
+                    }
+                    None => whole = false,
+                }
+            }
+            if whole {
+                self.fragments.extend(self.spare.iter().map(|&b| (i, b)));
+                self.fragments_made += 1 + later as u64;
+            } else {
+                // The frame was shorter than its header said (the input stage refuses
+                // such frames, so this is not reached), or a buffer too small.
+                pool.free(&self.spare);
+                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
+            }
         }
     }
 
@@ -1122,7 +1200,7 @@ route add 10.7.0.0/16 via 10.0.1.2
             (
                 "over the route's MTU without DF",
                 without_df(udp4(a0.mac, src, [10, 3, 0, 1], 64, 1000)),
-                Fate::Drop(Dropped::WouldFragment),
+                Fate::Fragmented(b0.index),
             ),
             (
                 "the route's MTU exactly",
@@ -1199,7 +1277,8 @@ route add 10.7.0.0/16 via 10.0.1.2
                     "{what}: the rest as it came"
                 );
                 assert_eq!(*dev, b0.index);
-            } else {
+            } else if !matches!(got, Fate::Fragmented(_)) {
+                // (Fragments have a test of their own.)
                 assert_eq!(now, &frame[..], "{what}: untouched");
             }
         }
@@ -1211,6 +1290,107 @@ route add 10.7.0.0/16 via 10.0.1.2
         // No route back to the source: the six the kernel would answer go unanswered.
         assert_eq!(pipeline.unanswered.no_route_back, 6);
         assert_eq!(pipeline.icmp.packets, 6);
+    }
+
+    /// An IPv4 UDP frame to `dst` without DF, `payload` bytes of a counting pattern.
+    fn unfragmented(to: [u8; 6], dst: [u8; 4], payload: usize) -> Vec<u8> {
+        let data: Vec<u8> = (0..payload).map(|i| (i * 7 + i / 256) as u8).collect();
+        let mut out = Vec::new();
+        PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], to)
+            .ipv4([192, 0, 2, 7], dst, 64)
+            .udp(4000, 53)
+            .write(&mut out, &data)
+            .unwrap();
+        without_df(out)
+    }
+
+    /// IPv4 packets over the MTU without DF leave in fragments: the first in the
+    /// packet's buffer, the rest in [`Pipeline::fragments`] in order, each rewritten
+    /// (MACs, TTL) and cut as [`fragment`] cuts the rewritten packet; the packets around
+    /// them are forwarded as ever. With too few buffers free, the packet is dropped and
+    /// counted, and the pool gets back every buffer it lent.
+    #[test]
+    fn packets_over_the_mtu_without_df_leave_in_fragments() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "config", CONFIG).unwrap();
+        let snap = state.snapshot();
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
+        let (a0, b0) = (link("a0"), link("b0"));
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        // 10.3.0.0/16 has an MTU of 1000: 1028 bytes make two fragments, 1988 three.
+        let frames = [
+            udp4(a0.mac, [192, 0, 2, 7], [10, 1, 2, 3], 64, 8),
+            unfragmented(a0.mac, [10, 3, 0, 1], 1000),
+            unfragmented(a0.mac, [10, 1, 0, 1], 1000),
+            unfragmented(a0.mac, [10, 3, 0, 2], 1960),
+        ];
+        let refs: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        let (pipeline, pool, ids, fates) = run_once(&snap, &neighbours, &a0, &refs);
+        let out = Fate::Out(b0.index);
+        let cut = Fate::Fragmented(b0.index);
+        assert_eq!(fates, [out, cut, out, cut]);
+        let later: Vec<usize> = pipeline.fragments.iter().map(|f| f.0).collect();
+        assert_eq!(later, [1, 3, 3], "one later fragment, then two");
+        for (i, frame) in frames.iter().enumerate().filter(|(i, _)| fates[*i] == cut) {
+            // What the router sends: the packet rewritten, then cut.
+            let mut rewritten = frame.clone();
+            rewrite::decrement_ttl(&mut rewritten);
+            rewrite::set_macs(&mut rewritten, NEIGHBOUR, b0.mac);
+            let ip_len = rewritten.len() - ETHERNET_LEN;
+            let expected: Vec<Vec<u8>> = fragment::pieces(ip_len, 1000)
+                .unwrap()
+                .map(|p| {
+                    let mut f = vec![0; 2048];
+                    let n = fragment::write(&rewritten, p, &mut f).unwrap();
+                    f.truncate(n);
+                    f
+                })
+                .collect();
+            let mut sent = vec![pool.frame(ids[i]).to_vec()];
+            sent.extend(
+                pipeline
+                    .fragments
+                    .iter()
+                    .filter(|f| f.0 == i)
+                    .map(|f| pool.frame(f.1).to_vec()),
+            );
+            assert_eq!(sent, expected, "packet {i}");
+            for f in &sent {
+                assert!(f.len() - ETHERNET_LEN <= 1000);
+                let h = Ipv4HeaderSlice::from_slice(&f[ETHERNET_LEN..]).unwrap();
+                assert_eq!(h.ttl(), 63);
+            }
+        }
+        assert_eq!(pipeline.fates[&cut], 2);
+
+        // A pool with one buffer to spare: the two-fragment packet goes, the
+        // three-fragment one is dropped, its one buffer given back.
+        let mut pool = Pool::new(5, 2048);
+        let mut ids = Vec::new();
+        pool.alloc(4, &mut ids);
+        for (id, frame) in ids.iter().zip(&frames) {
+            pool.fill(*id, frame);
+        }
+        let mut pipeline = Pipeline::new();
+        let mut fates = Vec::new();
+        let arrival = Arrival {
+            link: a0.index,
+            mac: a0.mac,
+        };
+        pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+        assert_eq!(
+            fates,
+            [out, cut, out, Fate::Drop(Dropped::NoBufferToFragment)]
+        );
+        assert_eq!(pipeline.fragments.len(), 1);
+        assert_eq!(
+            pool.available(),
+            0,
+            "the one spare holds the later fragment"
+        );
+        pool.free(&[pipeline.fragments[0].1]);
+        pool.free(&ids);
+        assert_eq!((pool.available(), pool.refused()), (5, 0));
     }
 
     /// The error a packet is answered with, and the MTU it reports; `None`: dropped.

@@ -152,6 +152,8 @@ pub struct Counters {
     pub fates: HashMap<Fate, u64>,
     /// Errors not sent, by reason.
     pub unanswered: Unanswered,
+    /// Fragments made of IPv4 packets over the MTU without DF.
+    pub fragments_made: u64,
     /// Frames received.
     pub received: u64,
     /// Frames sent.
@@ -200,6 +202,7 @@ impl Counters {
         self.unanswered.rate_limited += u.rate_limited;
         self.unanswered.no_route_back += u.no_route_back;
         self.unanswered.unresolved += u.unresolved;
+        self.fragments_made += std::mem::take(&mut p.fragments_made);
         for s in p.stages_mut() {
             *s = StageCounters::default();
         }
@@ -574,9 +577,17 @@ impl Vector {
         let t = Instant::now();
         self.free.clear();
         let kernel_has_its_copy = self.ports.kernel_has_its_copy();
-        for (&id, fate) in ids.iter().zip(self.fates.iter()) {
+        // Each packet's later fragments follow its first, in order.
+        let mut later = self.pipeline.fragments.iter().peekable();
+        for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
             match fate {
                 Fate::Out(link) | Fate::Icmp(_, link) => self.out.push(*link, id),
+                Fate::Fragmented(link) => {
+                    self.out.push(*link, id);
+                    while let Some(&(_, f)) = later.next_if(|f| f.0 == i) {
+                        self.out.push(*link, f);
+                    }
+                }
                 Fate::Kernel(Handed::Unresolved) if waiting.packets.len() < WAITING_MAX => {
                     waiting.packets.push((id, arrival, since));
                     waiting.seen = Some(neighbours.clone());
