@@ -174,9 +174,9 @@ fn check_error(answer: &[u8], came: &Input) {
 
 /// The fragments an IPv4 packet (`came`, read by the input stage as `input`) was cut
 /// into: each to the neighbour from the link's `mac`, its header's checksum holding, the
-/// TTL one lower, the ID, addresses and protocol the packet's, DF clear; every piece but
-/// the last a multiple of 8 bytes that says more follow; together, at their offsets, the
-/// packet's payload.
+/// TTL one lower, the ID, addresses and protocol the packet's; every piece but the last a
+/// multiple of 8 bytes; the flags and offset field as the kernel writes it; together, at
+/// their offsets, the packet's payload.
 fn check_fragments(pieces: &[&[u8]], came: &[u8], input: &Input, mac: [u8; 6]) {
     let Input::V4(p) = input else {
         panic!("fragmented a frame the input stage made {input:?}");
@@ -196,19 +196,19 @@ fn check_fragments(pieces: &[&[u8]], came: &[u8], input: &Input, mac: [u8; 6]) {
             (&h[4..6], h[9], &h[12..20]),
             (&h0[4..6], h0[9], &h0[12..20])
         );
-        let field = u16::from_be_bytes([h[6], h[7]]);
-        assert_eq!(field & 0xc000, 0, "DF and the reserved bit clear");
-        assert_eq!((field & 0x1fff) as usize * 8, at, "the fragment's offset");
         let data = &f[ETHERNET_LEN + 20..];
         assert_eq!(u16::from_be_bytes([h[2], h[3]]) as usize, 20 + data.len());
         assert_eq!(data, &payload[at - start..at - start + data.len()]);
-        at += data.len();
         let last = k + 1 == pieces.len();
         if !last {
             assert_eq!(data.len() % 8, 0, "a piece not the last is a multiple of 8");
         }
-        let more_came = h0[6] & 0x20 != 0;
-        assert_eq!(field & 0x2000 != 0, !last || more_came, "more fragments");
+        // The flags and offset field as the kernel writes it: the offset in units of 8
+        // (unmasked, past 8,191 into the flags), MF but on the last, DF clear.
+        let more = !last || h0[6] & 0x20 != 0;
+        let field = (at / 8) as u16 | if more { 0x2000 } else { 0 };
+        assert_eq!(u16::from_be_bytes([h[6], h[7]]), field, "flags and offset");
+        at += data.len();
     }
     assert_eq!(at - start, payload.len(), "the whole payload");
 }

@@ -320,6 +320,9 @@ fn forwarded(router: &Router, frames: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, usize) {
             &mut fates,
         );
         pool.free(&ids);
+        for &(_, f) in &pipeline.fragments {
+            pool.free(&[f]);
+        }
         for (f, fate) in chunk.iter().zip(&fates) {
             if *fate == Fate::Out(router.output) {
                 kept.push(f.clone());

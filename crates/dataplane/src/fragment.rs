@@ -9,7 +9,9 @@
 //!   the kernel writes it: DF stays clear (the packet did not have it), and so does the
 //!   reserved bit.
 //! - A fragment cut again keeps its place: its offset is added to each piece's, and if
-//!   more fragments followed it, every piece says more follow.
+//!   more fragments followed it, every piece says more follow. The sum is written as the
+//!   kernel writes it, unmasked: a piece past the field's 8,191 units (a malformed
+//!   fragment, which the kernel forwards all the same) spills into the flags.
 //! - Packets with IP options never come here (the input stage hands them to the kernel),
 //!   so every header is the plain 20 bytes, and no option needs dropping from the later
 //!   fragments.
@@ -98,9 +100,10 @@ pub fn write(frame: &[u8], piece: Piece, out: &mut [u8]) -> Option<usize> {
     out[ETHERNET_LEN + HEADER..].copy_from_slice(payload);
     let h = &mut out[ETHERNET_LEN..ETHERNET_LEN + HEADER];
     let field = u16::from_be_bytes([ip[6], ip[7]]);
-    let offset = (field & OFFSET) as usize + piece.offset / 8;
+    // At most 8,191 + 8,189 units: no overflow, but it may reach the flags' bits.
+    let offset = (field & OFFSET) + (piece.offset / 8) as u16;
     let more = !piece.last || field & MORE_FRAGMENTS != 0;
-    let field = offset as u16 & OFFSET | if more { MORE_FRAGMENTS } else { 0 };
+    let field = offset | if more { MORE_FRAGMENTS } else { 0 };
     h[2..4].copy_from_slice(&((HEADER + piece.len) as u16).to_be_bytes());
     h[6..8].copy_from_slice(&field.to_be_bytes());
     h[10..12].fill(0);
@@ -198,43 +201,65 @@ mod tests {
         assert!(!more);
     }
 
-    /// Random packets, MTUs and fragments (of fragments too), against a simple reference
-    /// of the kernel's rule: every piece but the last a multiple of 8 that fits, the last
-    /// the rest that fits; together the payload, in order; MF as the packet's on the
-    /// last; offsets added to the packet's own.
+    /// Random packets, MTUs and fragments (of fragments too, up to the field's last
+    /// offset), against a reference of the kernel's rule: pieces of the MTU's room less
+    /// the header rounded down to 8 while more than the room is left, then the rest;
+    /// each fragment's flags and offset field the packet's offset plus the piece's, in
+    /// units of 8, unmasked, with MF but on the last (there too if the packet had it);
+    /// together the payload, in order.
     #[test]
-    fn random_packets_reassemble_and_each_fragment_fits() {
+    fn random_packets_are_cut_as_the_kernel_cuts_them() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(13);
         for _ in 0..2000 {
             let payload = rng.gen_range(1..1800);
             let mtu = rng.gen_range(68..1600);
-            let (offset, more) = (rng.gen_range(0..100u16), rng.gen_bool(0.3));
+            let offset = match rng.gen_range(0..4) {
+                0 => 0,
+                1 => rng.gen_range(8000..=OFFSET),
+                _ => rng.gen_range(0..=OFFSET),
+            };
+            let more = rng.gen_bool(0.3);
             let field = offset | if more { MORE_FRAGMENTS } else { 0 };
             let f = frame(payload, rng.gen(), field);
-            let ip_len = f.len() - ETHERNET_LEN;
+            let data = f.len() - ETHERNET_LEN - HEADER;
             let frags = cut(&f, mtu);
-            // The reference: pieces of (mtu - 20) rounded down to 8 while more is left.
-            let room = (mtu - HEADER) & !7;
-            let data = ip_len - HEADER;
-            let expected = if data <= mtu - HEADER {
-                1
-            } else {
-                1 + (data - (mtu - HEADER)).div_ceil(room)
-            };
-            assert_eq!(frags.len(), expected, "{payload} bytes, MTU {mtu}");
-            for (k, g) in frags.iter().enumerate() {
-                let ip = &g[ETHERNET_LEN..];
-                assert!(ip.len() <= mtu);
-                assert!(checksum::holds(&ip[..HEADER]));
-                if k + 1 < frags.len() {
-                    assert_eq!((ip.len() - HEADER) % 8, 0);
-                    assert!(Ipv4HeaderSlice::from_slice(ip).unwrap().more_fragments());
-                }
+            // The reference, as `ip_frag_next` goes.
+            let (room, mut left, mut at) = (mtu - HEADER, data, offset as usize * 8);
+            let mut expected = Vec::new();
+            while left > 0 {
+                let len = if left > room { room & !7 } else { left };
+                left -= len;
+                let more = left > 0 || more;
+                expected.push((
+                    len,
+                    (at >> 3) as u16 | if more { MORE_FRAGMENTS } else { 0 },
+                ));
+                at += len;
             }
-            let (got, last_more, first) = reassemble(&frags);
-            assert_eq!(got, f[ETHERNET_LEN + HEADER..]);
-            assert_eq!(last_more, more);
-            assert_eq!(first, offset as usize * 8);
+            let got: Vec<(usize, u16)> = frags
+                .iter()
+                .map(|g| {
+                    let ip = &g[ETHERNET_LEN..];
+                    assert!(ip.len() <= mtu);
+                    assert!(checksum::holds(&ip[..HEADER]));
+                    (ip.len() - HEADER, u16::from_be_bytes([ip[6], ip[7]]))
+                })
+                .collect();
+            assert_eq!(
+                got, expected,
+                "{payload} bytes, MTU {mtu}, field {field:#x}"
+            );
+            let joined: Vec<u8> = frags
+                .iter()
+                .flat_map(|g| g[ETHERNET_LEN + HEADER..].to_vec())
+                .collect();
+            assert_eq!(joined, f[ETHERNET_LEN + HEADER..]);
+            if offset < 7000 {
+                let (got, last_more, first) = reassemble(&frags);
+                assert_eq!(got, f[ETHERNET_LEN + HEADER..]);
+                assert_eq!(last_more, more);
+                assert_eq!(first, offset as usize * 8);
+            }
         }
     }
 

@@ -46,9 +46,14 @@ pub fn forward(
         .max()
         .unwrap_or(0)
         .max(2048);
-    // And room for the later fragments of packets cut for an MTU: eight a packet, or
-    // 32 MiB of them if fewer (what does not fit is dropped and counted).
-    let spare = (vector * 8).min((32 << 20) / size).max(vector);
+    // And room for the later fragments of packets cut for an MTU: eight a packet, and
+    // at least enough for any one packet cut for the least MTU a link may have (68
+    // bytes: pieces of 48), within 64 MiB. A vector whose packets need more has those
+    // it cannot serve dropped and counted.
+    let spare = (vector * 8)
+        .max(u16::MAX as usize / 48 + 1)
+        .min((64 << 20) / size)
+        .max(vector);
     let mut pool = Pool::new(vector + spare, size);
     let mut fates = Vec::with_capacity(frames.len());
     let mut sent = Vec::new();

@@ -389,11 +389,12 @@ pub struct Pipeline {
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
     ip_id: u16,
-    /// The packets to cut into fragments: their index, the MTU of the way on.
-    cut: Vec<(usize, u32)>,
+    /// The packets to cut into fragments: their index, the MTU of the way on, where
+    /// their later fragments' buffers are in `spare`.
+    cut: Vec<(usize, u32, std::ops::Range<usize>)>,
     /// A packet being cut, copied out of its buffer, which takes its first fragment.
     whole: Vec<u8>,
-    /// Buffers just taken for a packet's later fragments.
+    /// Buffers taken for the later fragments of the packets of `cut`, in order.
     spare: Vec<BufferId>,
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
@@ -560,19 +561,20 @@ impl Pipeline {
         next.clear();
         self.unresolved.clear();
         self.cut.clear();
+        self.spare.clear();
         self.fragments.clear();
         self.neighbour_cache.start(neighbours);
         let version = neighbours.version();
         let mut forward = std::mem::take(&mut self.forward4);
         self.adjacencies[0].start(snap.serial(), answers4.hops(), version);
         self.neighbour_family(
-            snap, neighbours, iif, &answers4, &forward, fates, &mut next, 0,
+            snap, neighbours, iif, &answers4, &forward, pool, fates, &mut next, 0,
         );
         self.forward4 = forward;
         forward = std::mem::take(&mut self.forward6);
         self.adjacencies[1].start(snap.serial(), answers6.hops(), version);
         self.neighbour_family(
-            snap, neighbours, iif, &answers6, &forward, fates, &mut next, 1,
+            snap, neighbours, iif, &answers6, &forward, pool, fates, &mut next, 1,
         );
         self.forward6 = forward;
         self.answers4 = Some(answers4.recycle());
@@ -624,7 +626,9 @@ impl Pipeline {
     /// The neighbour stage over one family's packets to forward (`forward`: each one's
     /// index and its answer's id in `answers`), through the family's adjacencies
     /// (`self.adjacencies[family]`, made here for hops that have none yet); those that
-    /// may leave go to `next` with their MAC addresses.
+    /// may leave go to `next` with their MAC addresses. An IPv4 packet to cut into
+    /// fragments gets its later fragments' buffers from `pool` here, before anything in
+    /// it changes: one the pool cannot serve is dropped as it came.
     #[allow(clippy::too_many_arguments)]
     fn neighbour_family(
         &mut self,
@@ -633,6 +637,7 @@ impl Pipeline {
         iif: LinkIndex,
         answers: &VectorAnswers<'_>,
         forward: &[(usize, u32)],
+        pool: &mut Pool,
         fates: &mut [Fate],
         next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
         family: usize,
@@ -692,14 +697,18 @@ impl Pipeline {
                     }
                 };
                 match mac {
+                    Some(m) if len > mtu => {
+                        let (dev, src_mac) = (adjacency.dev, adjacency.src_mac);
+                        if self.reserve(pool, i, len, mtu) {
+                            next.push((i, m, src_mac));
+                            Fate::Fragmented(dev)
+                        } else {
+                            Fate::Drop(Dropped::NoBufferToFragment)
+                        }
+                    }
                     Some(m) => {
                         next.push((i, m, adjacency.src_mac));
-                        if len > mtu {
-                            self.cut.push((i, mtu));
-                            Fate::Fragmented(adjacency.dev)
-                        } else {
-                            Fate::Out(adjacency.dev)
-                        }
+                        Fate::Out(adjacency.dev)
                     }
                     None => {
                         let via = address_of_bits(via);
@@ -714,17 +723,38 @@ impl Pipeline {
         }
     }
 
-    /// Cuts each packet of `self.cut` into fragments: the first in the packet's own
-    /// buffer, the others in buffers taken from `pool` (into `self.fragments`). A packet
-    /// the pool has too few buffers for is dropped whole, the buffers it got given back.
+    /// Takes from `pool` the buffers packet `i` (`len` bytes, to an MTU of `mtu`) needs
+    /// for its later fragments and records it to be cut; false, with nothing taken, if
+    /// the pool has too few or the MTU leaves no room for a fragment.
+    fn reserve(&mut self, pool: &mut Pool, i: usize, len: u32, mtu: u32) -> bool {
+        let Some(pieces) = fragment::pieces(len as usize, mtu as usize) else {
+            return false;
+        };
+        let later = pieces.count() - 1;
+        let first = self.spare.len();
+        if pool.alloc(later, &mut self.spare) < later {
+            pool.free(&self.spare[first..]);
+            self.spare.truncate(first);
+            return false;
+        }
+        self.cut.push((i, mtu, first..self.spare.len()));
+        true
+    }
+
+    /// Cuts each packet of `self.cut`, rewritten, into fragments: the first in the
+    /// packet's own buffer, the others in the buffers taken for them (into
+    /// `self.fragments`).
     fn fragment(&mut self, pool: &mut Pool, packets: &[BufferId], fates: &mut [Fate]) {
-        for &(i, mtu) in &self.cut {
-            let Input::V4(p) = self.inputs[i] else {
-                continue;
+        for (i, mtu, later) in &self.cut {
+            let (i, later) = (*i, &self.spare[later.clone()]);
+            let ip_len = match self.inputs[i] {
+                Input::V4(p) => p.len as usize,
+                _ => 0,
             };
-            let id = packets[i];
-            let ip_len = p.len as usize;
-            let Some(pieces) = fragment::pieces(ip_len, mtu as usize) else {
+            let (id, pieces) = (packets[i], fragment::pieces(ip_len, *mtu as usize));
+            let Some(pieces) = pieces else {
+                // Not reached: only IPv4 packets that can be cut get here.
+                pool.free(later);
                 fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
                 continue;
             };
@@ -734,17 +764,13 @@ impl Pipeline {
             let frame = pool.frame(id);
             self.whole
                 .extend_from_slice(&frame[..(ETHERNET_LEN + ip_len).min(frame.len())]);
-            let later = pieces.clone().count() - 1;
-            self.spare.clear();
-            if pool.alloc(later, &mut self.spare) < later {
-                pool.free(&self.spare);
-                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
-                continue;
-            }
             let size = pool.buffer_size();
             let mut whole = true;
             for (k, piece) in pieces.enumerate() {
-                let buffer = if k == 0 { id } else { self.spare[k - 1] };
+                let Some(&buffer) = (if k == 0 { Some(&id) } else { later.get(k - 1) }) else {
+                    whole = false;
+                    break;
+                };
                 match fragment::write(&self.whole, piece, pool.resize(buffer, size)) {
                     Some(len) => {
                         pool.resize(buffer, len);
@@ -753,12 +779,13 @@ impl Pipeline {
                 }
             }
             if whole {
-                self.fragments.extend(self.spare.iter().map(|&b| (i, b)));
-                self.fragments_made += 1 + later as u64;
+                self.fragments.extend(later.iter().map(|&b| (i, b)));
+                self.fragments_made += 1 + later.len() as u64;
             } else {
-                // The frame was shorter than its header said (the input stage refuses
-                // such frames, so this is not reached), or a buffer too small.
-                pool.free(&self.spare);
+                // Not reached: the input stage refuses a frame shorter than its header
+                // says, every fragment is shorter than the packet its buffer held, and
+                // the buffers were taken for these very pieces.
+                pool.free(later);
                 fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
             }
         }
@@ -1363,9 +1390,10 @@ route add 10.7.0.0/16 via 10.0.1.2
         }
         assert_eq!(pipeline.fates[&cut], 2);
 
-        // A pool with one buffer to spare: the two-fragment packet goes, the
-        // three-fragment one is dropped, its one buffer given back.
-        let mut pool = Pool::new(5, 2048);
+        // A pool with two buffers to spare: the two-fragment packet takes one and goes;
+        // the three-fragment one gets one of the two it needs, gives it back, and is
+        // dropped as it came.
+        let mut pool = Pool::new(6, 2048);
         let mut ids = Vec::new();
         pool.alloc(4, &mut ids);
         for (id, frame) in ids.iter().zip(&frames) {
@@ -1382,15 +1410,16 @@ route add 10.7.0.0/16 via 10.0.1.2
             fates,
             [out, cut, out, Fate::Drop(Dropped::NoBufferToFragment)]
         );
+        assert_eq!(pool.frame(ids[3]), &frames[3][..], "left as it came");
         assert_eq!(pipeline.fragments.len(), 1);
         assert_eq!(
             pool.available(),
-            0,
-            "the one spare holds the later fragment"
+            1,
+            "the buffer the dropped packet got, back"
         );
         pool.free(&[pipeline.fragments[0].1]);
         pool.free(&ids);
-        assert_eq!((pool.available(), pool.refused()), (5, 0));
+        assert_eq!((pool.available(), pool.refused()), (6, 0));
     }
 
     /// The error a packet is answered with, and the MTU it reports; `None`: dropped.

@@ -603,6 +603,8 @@ impl Vector {
                 _ => self.free.push(id),
             }
         }
+        // Fragments of no packet cut (none, as the pipeline makes them) go back.
+        self.free.extend(later.map(|f| f.1));
         let out = self.out.len();
         for (link, frames) in self.out.queues() {
             if frames.is_empty() {
