@@ -696,16 +696,19 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What a report says of its run: the command, the CPU, the kernel, the time, the routes.
+/// What a report says of its run: the command, the CPU, the kernel, the form fibre's
+/// tables run (the fastest this CPU has, or the one `FIBRE_FORM` caps them at), the time,
+/// the routes.
 fn run_of(routes: &[PathBuf]) -> String {
     format!(
-        "Run of `fibre bench{}` on {} (Linux {}), {}. Routes: {}",
+        "Run of `fibre bench{}` on {} (Linux {}), fibre's lookups in the `{}` form, {}. Routes: {}",
         std::env::args()
             .skip(2)
             .map(|a| format!(" {a}"))
             .collect::<String>(),
         cpu_model(),
         kernel_release(),
+        Form::best().name(),
         utc_stamp(),
         routes
             .iter()

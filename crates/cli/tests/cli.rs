@@ -339,6 +339,39 @@ fn bench_lookup_forces_a_form_this_cpu_runs_and_refuses_others() {
     }
 }
 
+/// `FIBRE_FORM` caps the form every table takes: `portable` makes fibre's figures the
+/// portable form's; a value that names no form is said on standard error, and no cap.
+#[test]
+fn the_form_cap_in_the_environment_is_taken_or_named_as_wrong() {
+    use fibre_lpm::Form;
+    let routes = temp_file("bench-cap.txt", ROUTES);
+    let run = |cap: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["bench", "lookup", "--routes", routes.to_str().unwrap()])
+            .args(["--json", "--count", "1024", "--repetitions", "3"])
+            .env(fibre_lpm::FORM_CAP_VARIABLE, cap)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut forms: Vec<String> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|f| f["form"].as_str().unwrap().to_string())
+            .collect();
+        forms.dedup();
+        (forms, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert_eq!(run("portable").0, ["portable"]);
+    let (forms, err) = run("sse9");
+    let uncapped = Form::ALL
+        .into_iter()
+        .rev()
+        .find(|f| f.is_supported())
+        .unwrap();
+    assert_eq!(forms, [uncapped.name()]);
+    assert!(err.contains("FIBRE_FORM") && err.contains("sse9"), "{err}");
+}
+
 #[test]
 fn bench_lookup_with_an_address_file_uses_its_name() {
     let routes = temp_file("bench2.txt", ROUTES);

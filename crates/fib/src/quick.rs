@@ -30,10 +30,12 @@ pub(crate) struct Avx2 {
 }
 
 impl Avx2 {
-    /// The proof, if this CPU has AVX2.
+    /// The proof, if this CPU has AVX2 and the tables' forms may use it
+    /// ([`fibre_lpm::FORM_CAP_VARIABLE`]).
     pub(crate) fn detect() -> Option<Avx2> {
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
+        if std::is_x86_feature_detected!("avx2") && fibre_lpm::Form::best() >= fibre_lpm::Form::Avx2
+        {
             return Some(Avx2 { _detected: () });
         }
         None

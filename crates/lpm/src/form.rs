@@ -87,6 +87,29 @@ impl FromStr for Form {
     }
 }
 
+/// The environment variable that caps the form tables take when they are made: with
+/// `FIBRE_FORM=avx2` on an AVX-512 machine, every table in the process runs the AVX2
+/// form, as on a machine without AVX-512 (to measure one form against another, or to
+/// stay off instructions that slow a core's clock). Unset: the fastest this CPU runs.
+pub const FORM_CAP_VARIABLE: &str = "FIBRE_FORM";
+
+/// The cap read from [`FORM_CAP_VARIABLE`], once a process.
+static FORM_CAP: std::sync::OnceLock<Form> = std::sync::OnceLock::new();
+
+/// The cap `value` (the variable's, if set) gives: the form it names; none (the fastest
+/// form) if unset, and, said on standard error, if it names no form.
+fn form_cap(value: Option<String>) -> Form {
+    let fastest = Form::Avx512;
+    match value.as_deref().map(str::parse::<Form>) {
+        None => fastest,
+        Some(Ok(form)) => form,
+        Some(Err(e)) => {
+            eprintln!("fibre: {FORM_CAP_VARIABLE}: {e}; taking the fastest form this CPU runs");
+            fastest
+        }
+    }
+}
+
 /// A form this CPU cannot run was asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnsupportedForm(pub Form);
@@ -226,11 +249,13 @@ impl Runnable {
         }
     }
 
-    /// The fastest form this CPU runs.
+    /// The fastest form this CPU runs, within the cap [`FORM_CAP_VARIABLE`] sets.
     pub fn best() -> Runnable {
+        let cap = *FORM_CAP.get_or_init(|| form_cap(std::env::var(FORM_CAP_VARIABLE).ok()));
         Form::ALL
             .into_iter()
             .rev()
+            .filter(|&f| f <= cap)
             .find_map(Runnable::new)
             .unwrap_or(Runnable::Portable)
     }
@@ -337,5 +362,15 @@ mod tests {
         let e = UnsupportedForm(Form::Avx512).to_string();
         assert!(e.contains("avx512f, avx512vl"), "{e}");
         assert!(e.contains(Form::best().name()), "{e}");
+    }
+
+    /// The cap names a form, and is no cap when unset or when it names none.
+    #[test]
+    fn the_form_cap_names_a_form_or_is_none() {
+        assert_eq!(form_cap(None), Form::Avx512);
+        assert_eq!(form_cap(Some("avx2".into())), Form::Avx2);
+        assert_eq!(form_cap(Some("portable".into())), Form::Portable);
+        assert_eq!(form_cap(Some("sse9".into())), Form::Avx512);
+        assert!(Runnable::best().form() <= form_cap(std::env::var(FORM_CAP_VARIABLE).ok()));
     }
 }

@@ -47,7 +47,7 @@ mod table;
 mod testing;
 mod trie;
 
-pub use form::{Form, UnsupportedForm};
+pub use form::{Form, UnsupportedForm, FORM_CAP_VARIABLE};
 pub use key::Key;
 pub use prefix::{quote, Ipv4Prefix, Ipv6Prefix, Prefix, PrefixError, QUOTE_CHARS};
 pub use reference::ReferenceLpm;
