@@ -7,6 +7,7 @@
 
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::icmp::{Limits, Overall};
+use fibre_dataplane::offload::GroOff;
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{self, Counters, IoMode, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::xdp::{LinkProgram, LocalDestinations};
@@ -34,6 +35,8 @@ pub struct Forwarding {
     local: Option<LocalDestinations>,
     /// The programs, attached while they live.
     _programs: Vec<LinkProgram>,
+    /// Over `AF_PACKET`: GRO off on the forwarded links that had it, while this lives.
+    gro_off: Option<GroOff>,
 }
 
 impl Forwarding {
@@ -75,6 +78,7 @@ impl Forwarding {
             fallback: None,
             local: None,
             _programs: Vec::new(),
+            gro_off: None,
         };
         forwarding.publish_neighbours(mirror, true);
         // This host's destinations go in before any program is attached, so that none of
@@ -105,6 +109,7 @@ impl Forwarding {
         forwarding.io = started.io;
         forwarding.fallback = local_error.or(started.fallback);
         forwarding._programs = started.programs;
+        forwarding.gro_off = started.gro_off;
         if forwarding._programs.is_empty() {
             forwarding.local = None;
         }
@@ -214,6 +219,10 @@ impl Forwarding {
             "workers": self.workers,
             "io": self.io,
             "io_fallback": self.fallback,
+            "gro_turned_off": self.gro_off.as_ref().map(|g| &g.links),
+            "gro_not_turned_off": self.gro_off.as_ref().map(|g| {
+                g.failed.iter().map(|(l, e)| json!({"link": l, "error": e})).collect::<Vec<_>>()
+            }),
             "local_destinations": self.local.as_ref().map(|l| l.len()),
             "kernel_unreached": c.kernel_unreached,
             "bad_descriptors": c.bad_descriptors,

@@ -53,6 +53,16 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Stops the daemon with SIGTERM, as an operator does, and waits for it to end.
+    fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "fibre daemon ended {status}");
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -212,6 +222,17 @@ fn forwards_with_the_kernels_forwarding_off(io: &str) {
     let (ok, text) = ping(&a, &["-c", "1", "10.0.1.2"]);
     assert!(!ok, "forwarded without fibre: {text}");
 
+    // GRO on at the router: merged frames would outgrow AF_PACKET's buffers, so the
+    // daemon turns it off there while it runs (AF_XDP reads before GRO, and leaves it).
+    for dev in ["r0", "r1"] {
+        let out = exec(&r, &["ethtool", "-K", dev, "gro", "on"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(gro_of(&r, dev));
+    }
     let daemon = Daemon::start(&r, io);
     let stats = daemon.stats();
     let used = stats["forwarding"]["io"].as_str().unwrap_or_default();
@@ -219,6 +240,13 @@ fn forwards_with_the_kernels_forwarding_off(io: &str) {
         used.to_lowercase().contains(&format!("af_{io}")),
         "asked {io}, got {used}"
     );
+    if io == "packet" {
+        assert_eq!(stats["forwarding"]["gro_turned_off"][1], "r1", "{stats}");
+        assert!(!gro_of(&r, "r0") && !gro_of(&r, "r1"));
+    } else {
+        assert!(stats["forwarding"]["gro_turned_off"].is_null(), "{stats}");
+        assert!(gro_of(&r, "r0") && gro_of(&r, "r1"));
+    }
     assert_eq!(stats["forwarding"]["workers"], 2, "{stats}");
     // The router's own addresses: the kernel's, with fibre there or not.
     for (from, to) in [
@@ -341,6 +369,20 @@ fn forwards_with_the_kernels_forwarding_off(io: &str) {
     assert!(stages
         .iter()
         .any(|s| s["stage"] == "route" && s["packets"].as_u64() > Some(50_000)));
+    // Stopped as an operator stops it, the daemon leaves GRO as it found it.
+    daemon.terminate();
+    assert!(gro_of(&r, "r0") && gro_of(&r, "r1"), "GRO back on");
+}
+
+/// Whether GRO is on on `dev` in `ns`, as `ethtool -k` says.
+fn gro_of(ns: &Namespace, dev: &str) -> bool {
+    let out = exec(ns, &["ethtool", "-k", dev]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("generic-receive-offload:"))
+        .unwrap_or_else(|| panic!("ethtool -k {dev}: {text}"));
+    line.contains(": on")
 }
 
 /// The MAC address of `dev` in `ns`.

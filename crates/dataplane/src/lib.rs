@@ -24,6 +24,8 @@
 //!   runs offline.
 //! - [`packet`]: frames out of (and, for tests and tools, into) a Linux link through an
 //!   `AF_PACKET` socket, a vector per system call.
+//! - [`offload`]: generic receive offload turned off on the links read through
+//!   `AF_PACKET`, and back on after.
 //! - [`ring`]: frames in from a Linux link through an `AF_PACKET` socket's
 //!   `TPACKET_V3` receive ring, without a system call while frames flow.
 //! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
@@ -48,6 +50,7 @@ pub mod icmp;
 pub mod input;
 pub mod neighbour;
 pub mod offline;
+pub mod offload;
 pub mod packet;
 pub mod pipeline;
 pub mod pool;

@@ -25,6 +25,7 @@
 //! second, so that no packet takes a lock.
 
 use crate::icmp::{self, RateLimit};
+use crate::offload::GroOff;
 use crate::packet::{wait_any, Batch, PacketSocket};
 use crate::pipeline::{
     address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
@@ -297,6 +298,9 @@ pub struct Started {
     pub fallback: Option<String>,
     /// The XDP programs on the links: attached while these live.
     pub programs: Vec<LinkProgram>,
+    /// Over `AF_PACKET`: GRO turned off on the links that had it, while this lives
+    /// ([`crate::offload`]).
+    pub gro_off: Option<GroOff>,
 }
 
 /// A worker's ports and the pool they lend, in the order they must drop in.
@@ -382,6 +386,7 @@ pub fn start(
         io: "AF_PACKET".into(),
         fallback: None,
         programs: Vec::new(),
+        gro_off: None,
     };
     let mut all: Vec<(Ports, Pool, Resolve)> = Vec::new();
     if mode != IoMode::Packet {
@@ -409,6 +414,14 @@ pub fn start(
         }
     }
     if all.is_empty() {
+        // Frames merged by GRO would arrive longer than a buffer, and be dropped.
+        let snap = shared.fib.snapshot();
+        let names: Vec<String> = links
+            .iter()
+            .filter_map(|&l| snap.link(l).map(|l| l.name.clone()))
+            .collect();
+        drop(snap);
+        started.gro_off = Some(GroOff::turn_off(&names));
         let buffer = (mtu + 18).max(2048);
         for _ in 0..workers.max(1) {
             let mut rx = Vec::new();
