@@ -1048,7 +1048,17 @@ route add 10.7.0.0/16 via 10.0.1.2
         link: &fibre_fib::Link,
         frames: &[&[u8]],
     ) -> (Pipeline, Pool, Vec<BufferId>, Vec<Fate>) {
-        let mut pool = Pool::new(64, 2048);
+        run_in(Pool::new(64, 2048), snap, neighbours, link, frames)
+    }
+
+    /// [`run_once`] with the buffers of `pool`.
+    fn run_in(
+        mut pool: Pool,
+        snap: &Snapshot,
+        neighbours: &impl Neighbours,
+        link: &fibre_fib::Link,
+        frames: &[&[u8]],
+    ) -> (Pipeline, Pool, Vec<BufferId>, Vec<Fate>) {
         let mut ids = Vec::new();
         pool.alloc(frames.len(), &mut ids);
         for (id, frame) in ids.iter().zip(frames) {
@@ -1393,19 +1403,8 @@ route add 10.7.0.0/16 via 10.0.1.2
         // A pool with two buffers to spare: the two-fragment packet takes one and goes;
         // the three-fragment one gets one of the two it needs, gives it back, and is
         // dropped as it came.
-        let mut pool = Pool::new(6, 2048);
-        let mut ids = Vec::new();
-        pool.alloc(4, &mut ids);
-        for (id, frame) in ids.iter().zip(&frames) {
-            pool.fill(*id, frame);
-        }
-        let mut pipeline = Pipeline::new();
-        let mut fates = Vec::new();
-        let arrival = Arrival {
-            link: a0.index,
-            mac: a0.mac,
-        };
-        pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+        let (pipeline, mut pool, ids, fates) =
+            run_in(Pool::new(6, 2048), &snap, &neighbours, &a0, &refs);
         assert_eq!(
             fates,
             [out, cut, out, Fate::Drop(Dropped::NoBufferToFragment)]
