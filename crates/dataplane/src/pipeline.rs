@@ -1010,6 +1010,17 @@ route add 10.7.0.0/16 via 10.0.1.2
 
     const NEIGHBOUR: [u8; 6] = [0x02, 0xaa, 0, 0, 0, 2];
 
+    /// The router of `CONFIG` and the lines of `extra`: its state, a snapshot of it, and
+    /// its links `a0` (where packets arrive) and `b0`.
+    fn router(extra: &str) -> (State, Snapshot, fibre_fib::Link, fibre_fib::Link) {
+        let mut state = State::new();
+        config::apply_text(&mut state, "config", &format!("{CONFIG}{extra}")).unwrap();
+        let snap = state.snapshot();
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
+        let (a0, b0) = (link("a0"), link("b0"));
+        (state, snap, a0, b0)
+    }
+
     fn udp4(to: [u8; 6], src: [u8; 4], dst: [u8; 4], ttl: u8, payload: usize) -> Vec<u8> {
         let b = PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], to)
             .ipv4(src, dst, ttl)
@@ -1096,11 +1107,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// their gateway has none, and follow a route replaced.
     #[test]
     fn adjacencies_follow_the_neighbour_table_and_the_routes() {
-        let mut state = State::new();
-        config::apply_text(&mut state, "config", CONFIG).unwrap();
-        let snap = state.snapshot();
-        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
-        let (a0, b0) = (link("a0"), link("b0"));
+        let (mut state, snap, a0, b0) = router("");
         let frames = [
             udp4(a0.mac, [192, 0, 2, 7], [10, 1, 2, 3], 64, 8),
             udp6(a0.mac, "2001:db8::7", "2001:db8:1::5", 64),
@@ -1172,12 +1179,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// asked for, as a packet's next hop is.
     #[test]
     fn an_error_with_no_way_back_asks_for_its_neighbour() {
-        let mut state = State::new();
-        let back = "route add 192.0.2.0/24 via 10.0.1.9\n";
-        config::apply_text(&mut state, "config", &format!("{CONFIG}{back}")).unwrap();
-        let snap = state.snapshot();
-        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
-        let (a0, b0) = (link("a0"), link("b0"));
+        let (_, snap, a0, b0) = router("route add 192.0.2.0/24 via 10.0.1.9\n");
         let gw: IpAddr = "10.0.1.2".parse().unwrap();
         let neighbours =
             move |l: LinkIndex, a: IpAddr| (l == b0.index && a == gw).then_some(NEIGHBOUR);
@@ -1197,12 +1199,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// forwarded leaves by the link the FIB's single lookup names for it.
     #[test]
     fn each_packet_meets_its_fate() {
-        let mut state = State::new();
-        config::apply_text(&mut state, "config", CONFIG).unwrap();
-        config::apply_text(&mut state, "rule", RULE).unwrap();
-        let snap = state.snapshot();
-        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
-        let (a0, b0) = (link("a0"), link("b0"));
+        let (_, snap, a0, b0) = router(RULE);
         let known: [IpAddr; 2] = ["10.0.1.2".parse().unwrap(), "fd01::2".parse().unwrap()];
         let neighbours = move |l: LinkIndex, a: IpAddr| {
             (l == b0.index && known.contains(&a)).then_some(NEIGHBOUR)
@@ -1298,7 +1295,7 @@ route add 10.7.0.0/16 via 10.0.1.2
             if let Fate::Out(dev) = got {
                 // Rewritten: the next hop's MAC, the output link's, one hop less.
                 assert_eq!(&now[..6], &NEIGHBOUR, "{what}");
-                assert_eq!(&now[6..12], &link("b0").mac, "{what}");
+                assert_eq!(&now[6..12], &b0.mac, "{what}");
                 if frame[12..14] == [8, 0] {
                     let h = Ipv4HeaderSlice::from_slice(&now[ETHERNET_LEN..])
                         .unwrap()
@@ -1348,11 +1345,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// counted, and the pool gets back every buffer it lent.
     #[test]
     fn packets_over_the_mtu_without_df_leave_in_fragments() {
-        let mut state = State::new();
-        config::apply_text(&mut state, "config", CONFIG).unwrap();
-        let snap = state.snapshot();
-        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
-        let (a0, b0) = (link("a0"), link("b0"));
+        let (_, snap, a0, b0) = router("");
         let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
         // 10.3.0.0/16 has an MTU of 1000: 1028 bytes make two fragments, 1988 three.
         let frames = [
@@ -1429,12 +1422,8 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// source, sent to the host the packet came from.
     #[test]
     fn refused_packets_are_answered_as_the_kernel_answers_them() {
-        let mut state = State::new();
         let back = "route add 192.0.2.0/24 via 10.0.0.2\nroute add 2001:db8:9::/48 via fd00::2\n";
-        config::apply_text(&mut state, "config", &format!("{CONFIG}{back}")).unwrap();
-        let snap = state.snapshot();
-        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().clone();
-        let (a0, b0) = (link("a0"), link("b0"));
+        let (state, snap, a0, b0) = router(back);
         let everyone_on_b0 = move |l: LinkIndex, _: IpAddr| (l == b0.index).then_some(NEIGHBOUR);
         let src = [192, 0, 2, 7];
         let sender = [2, 9, 9, 9, 9, 9];
@@ -1603,10 +1592,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// a route is one the lookup refuses alike.
     #[test]
     fn the_route_stage_agrees_with_single_lookups() {
-        let mut state = State::new();
-        config::apply_text(&mut state, "config", CONFIG).unwrap();
-        let snap = state.snapshot();
-        let a0 = snap.links().find(|l| l.name == "a0").unwrap().clone();
+        let (_, snap, a0, _) = router("");
         let everyone = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
         let mut pool = Pool::new(256, 256);
