@@ -7,7 +7,6 @@
 
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::icmp::{Limits, Overall};
-use fibre_dataplane::offload::GroOff;
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{self, Counters, IoMode, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::xdp::{LinkProgram, LocalDestinations};
@@ -35,8 +34,6 @@ pub struct Forwarding {
     local: Option<LocalDestinations>,
     /// The programs, attached while they live.
     _programs: Vec<LinkProgram>,
-    /// Over `AF_PACKET`: GRO off on the forwarded links that had it, while this lives.
-    gro_off: Option<GroOff>,
 }
 
 impl Forwarding {
@@ -78,7 +75,6 @@ impl Forwarding {
             fallback: None,
             local: None,
             _programs: Vec::new(),
-            gro_off: None,
         };
         forwarding.publish_neighbours(mirror, true);
         // This host's destinations go in before any program is attached, so that none of
@@ -109,7 +105,6 @@ impl Forwarding {
         forwarding.io = started.io;
         forwarding.fallback = local_error.or(started.fallback);
         forwarding._programs = started.programs;
-        forwarding.gro_off = started.gro_off;
         if forwarding._programs.is_empty() {
             forwarding.local = None;
         }
@@ -219,13 +214,13 @@ impl Forwarding {
             "workers": self.workers,
             "io": self.io,
             "io_fallback": self.fallback,
-            "gro_turned_off": self.gro_off.as_ref().map(|g| &g.links),
-            "gro_not_turned_off": self.gro_off.as_ref().map(|g| {
-                g.failed.iter().map(|(l, e)| json!({"link": l, "error": e})).collect::<Vec<_>>()
-            }),
             "local_destinations": self.local.as_ref().map(|l| l.len()),
             "kernel_unreached": c.kernel_unreached,
             "bad_descriptors": c.bad_descriptors,
+            "refused_offloads": c.refused_offloads,
+            "checksums_finished": c.checksums_finished,
+            "segmented": c.segmented,
+            "segment_failed": c.segment_failed,
             "xsk": {
                 "rx_dropped": c.xsk.rx_dropped,
                 "rx_ring_full": c.xsk.rx_ring_full,
@@ -325,6 +320,26 @@ impl Forwarding {
                 "fibre_frames_truncated_total",
                 "Frames longer than a buffer (merged by receive offload), dropped.",
                 c.truncated,
+            ),
+            (
+                "fibre_checksums_finished_total",
+                "Checksums their senders left partial, finished before sending by AF_XDP.",
+                c.checksums_finished,
+            ),
+            (
+                "fibre_packets_segmented_total",
+                "Packets their senders left whole (GSO), cut into segments before sending by AF_XDP.",
+                c.segmented,
+            ),
+            (
+                "fibre_segment_failed_total",
+                "Packets left whole by their senders that could not be cut, dropped.",
+                c.segment_failed,
+            ),
+            (
+                "fibre_refused_offloads_total",
+                "Frames whose virtio-net header asked for a segmentation fibre does not make, dropped.",
+                c.refused_offloads,
             ),
             (
                 "fibre_ring_dropped_total",

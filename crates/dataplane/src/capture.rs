@@ -200,6 +200,7 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Drop(Dropped::TtlExpired) => "drop:ttl-expired".into(),
         Fate::Drop(Dropped::TooBig) => "drop:too-big".into(),
         Fate::Drop(Dropped::NoBufferToFragment) => "drop:no-buffer-to-fragment".into(),
+        Fate::Drop(Dropped::SegmentsOverMtu) => "drop:segments-over-mtu".into(),
         Fate::Drop(Dropped::SourceScope) => "drop:source-scope".into(),
         Fate::Drop(Dropped::NoLink) => "drop:no-link".into(),
     }

@@ -12,6 +12,8 @@
 //!   checksum updated incrementally, its MAC addresses set.
 //! - [`fragment`]: an IPv4 packet over the MTU without DF cut into fragments, as the
 //!   kernel cuts it.
+//! - [`segment`]: a TCP or UDP packet its sender left whole for a device to cut (GSO)
+//!   cut into its segments as the kernel cuts it, for a way out that cannot carry it.
 //! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
 //!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
 //! - [`checksum`]: the Internet checksum, whole and incremental.
@@ -24,8 +26,9 @@
 //!   runs offline.
 //! - [`packet`]: frames out of (and, for tests and tools, into) a Linux link through an
 //!   `AF_PACKET` socket, a vector per system call.
-//! - [`offload`]: generic receive offload turned off on the links read through
-//!   `AF_PACKET`, and back on after.
+//! - [`offload`]: what a sender left for a device to finish (a partial checksum,
+//!   segments to cut), read from and written to the virtio-net header `AF_PACKET`
+//!   carries, or finished by fibre where the way out cannot carry it.
 //! - [`ring`]: frames in from a Linux link through an `AF_PACKET` socket's
 //!   `TPACKET_V3` receive ring, without a system call while frames flow.
 //! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
@@ -57,6 +60,7 @@ pub mod pool;
 pub mod rewrite;
 pub mod ring;
 pub mod runtime;
+pub mod segment;
 pub mod worker;
 pub mod xdp;
 pub mod xsk;

@@ -9,8 +9,15 @@
 //! fibre forwards. The socket ignores the frames sent on the link (its own among them),
 //! so that nothing sent is read back as received.
 //!
+//! A socket opened to send hands each frame's unfinished work on to the kernel in a
+//! virtio-net header (`PACKET_VNET_HDR`, [`crate::offload`]): a checksum left partial
+//! leaves partial, to be finished by the device or the next host as the kernel's own
+//! forwarding leaves it, and a large TCP or UDP packet leaves whole, for the kernel to
+//! cut where the way out needs it cut.
+//!
 //! This is the I/O that works on any link, where AF_XDP ([`crate::xsk`]) does not.
 
+use crate::offload::{VnetHeader, VNET_HEADER_LEN};
 use crate::pool::{BufferId, Pool};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -19,17 +26,24 @@ use std::time::Duration;
 /// `ETH_P_ALL`: every protocol, in network order as `socket` and `bind` take it.
 const ALL: u16 = (libc::ETH_P_ALL as u16).to_be();
 
+/// `PACKET_VNET_HDR`: a virtio-net header before each frame read or written.
+pub(crate) const PACKET_VNET_HDR: libc::c_int = 15;
+
 /// An `AF_PACKET` socket bound to one link.
 #[derive(Debug)]
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
+    /// Whether each frame sent goes with a virtio-net header.
+    vnet: bool,
 }
 
 /// Room for the system calls of one vector: made once per worker, reused.
 pub struct Batch {
     headers: Vec<libc::mmsghdr>,
     iovecs: Vec<libc::iovec>,
+    /// Each frame's virtio-net header, for a socket that sends them.
+    vnet: Vec<[u8; VNET_HEADER_LEN]>,
 }
 
 impl Default for Batch {
@@ -43,7 +57,8 @@ impl Batch {
     pub fn new() -> Batch {
         Batch {
             headers: Vec::with_capacity(256),
-            iovecs: Vec::with_capacity(256),
+            iovecs: Vec::with_capacity(512),
+            vnet: Vec::with_capacity(256),
         }
     }
 }
@@ -55,30 +70,21 @@ impl PacketSocket {
     }
 
     /// A socket that only sends on the link of index `ifindex`: bound to no protocol, it
-    /// is given no frame to read.
+    /// is given no frame to read. Each frame leaves with what its buffer says is left
+    /// to do ([`Pool::offload`]), in a virtio-net header.
     pub fn open_for_sending(ifindex: u32) -> io::Result<PacketSocket> {
-        PacketSocket::open_as(ifindex, 0)
+        let mut socket = PacketSocket::unbound()?;
+        set_int(&socket.fd, libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
+        socket.vnet = true;
+        socket.bind(ifindex, 0)?;
+        Ok(socket)
     }
 
     /// Joins the socket to fanout group `group` of its network namespace, hashed by flow:
     /// the link's frames are spread over the group's sockets, a flow's to one.
     pub fn join_fanout(&self, group: u16) -> io::Result<()> {
-        let arg: libc::c_int =
-            group as libc::c_int | (libc::PACKET_FANOUT_HASH as libc::c_int) << 16;
-        // SAFETY: the option's value is a live c_int of the size given.
-        let r = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_FANOUT,
-                (&arg as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        let arg = group as libc::c_int | (libc::PACKET_FANOUT_HASH as libc::c_int) << 16;
+        set_int(&self.fd, libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
     }
 
     /// A socket on link `ifindex` for `protocol` (network order; 0: none).
@@ -105,40 +111,24 @@ impl PacketSocket {
         }
         // SAFETY: `fd` was just opened and nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let one: libc::c_int = 1;
-        // SAFETY: the option's value is a live c_int of the size given.
-        let r = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_IGNORE_OUTGOING,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        set_int(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)?;
         // Room for bursts while the worker is busy: some 4,000 full-size frames
         // (the default holds some 200). Forcing it past the system's cap needs
         // CAP_NET_ADMIN; without it, the cap is what the socket gets.
-        let room: libc::c_int = 8 << 20;
-        for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-            // SAFETY: the option's value is a live c_int of the size given.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    option,
-                    (&room as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
-                break;
-            }
+        let room = 8 << 20;
+        if set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, room).is_err() {
+            let _ = set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, room);
         }
-        Ok(PacketSocket { fd, ifindex: 0 })
+        Ok(PacketSocket {
+            fd,
+            ifindex: 0,
+            vnet: false,
+        })
+    }
+
+    /// The socket's descriptor, for options set from elsewhere in the crate.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 
     /// Binds the socket to every protocol of link `ifindex`: from now on it is given
@@ -202,7 +192,26 @@ impl PacketSocket {
         for chunk in ids.chunks(256) {
             batch.headers.clear();
             batch.iovecs.clear();
-            for &id in chunk {
+            batch.vnet.clear();
+            if self.vnet {
+                for &id in chunk {
+                    let offload = pool.offload(id);
+                    let hdr_len = offload.checksum.map_or(0, |c| c.start + c.offset + 2);
+                    let mut h = [0; VNET_HEADER_LEN];
+                    VnetHeader::from_offload(&offload, hdr_len).write(&mut h);
+                    batch.vnet.push(h);
+                }
+            }
+            // Each frame's iovecs: its virtio-net header if the socket sends one, then
+            // the frame. `batch.vnet` is not touched again until the call is made.
+            let per_frame = if self.vnet { 2 } else { 1 };
+            for (k, &id) in chunk.iter().enumerate() {
+                if self.vnet {
+                    batch.iovecs.push(libc::iovec {
+                        iov_base: batch.vnet[k].as_mut_ptr().cast(),
+                        iov_len: VNET_HEADER_LEN,
+                    });
+                }
                 let len = pool.frame(id).len();
                 let (base, _) = pool.raw(id).unwrap_or((std::ptr::null_mut(), 0));
                 batch.iovecs.push(libc::iovec {
@@ -210,20 +219,20 @@ impl PacketSocket {
                     iov_len: if base.is_null() { 0 } else { len },
                 });
             }
-            for iov in batch.iovecs.iter_mut() {
+            for iov in batch.iovecs.chunks_exact_mut(per_frame) {
                 // SAFETY: mmsghdr is plain data, valid all zero.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_iov = iov;
-                h.msg_hdr.msg_iovlen = 1;
+                h.msg_hdr.msg_iov = iov.as_mut_ptr();
+                h.msg_hdr.msg_iovlen = per_frame;
                 batch.headers.push(h);
             }
             let mut from = 0;
             while from < chunk.len() {
                 let rest = &mut batch.headers[from..];
-                // SAFETY: each header names one iovec of `batch.iovecs`, alive and unmoved
-                // during the call; each iovec spans a frame of a buffer of `pool` (or
-                // nothing), which the kernel only reads. `rest` holds `rest.len()`
-                // headers.
+                // SAFETY: each header names its frame's iovecs in `batch.iovecs`, alive
+                // and unmoved during the call; each iovec spans a frame of a buffer of
+                // `pool` (or nothing) or a header of `batch.vnet`, which the kernel only
+                // reads. `rest` holds `rest.len()` headers.
                 let n = unsafe {
                     libc::sendmmsg(
                         self.fd.as_raw_fd(),
@@ -285,6 +294,29 @@ impl PacketSocket {
         buf.truncate(n as usize);
         Ok(Some(buf))
     }
+}
+
+/// Sets socket option `option` of `level` to the integer `value`.
+pub(crate) fn set_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option's value is a live c_int of the size given, only read.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl AsRawFd for PacketSocket {

@@ -34,6 +34,7 @@
 use crate::fragment;
 use crate::icmp::{self, RateLimit};
 use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
+use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
@@ -260,6 +261,10 @@ pub enum Dropped {
     /// IPv4 without DF, longer than the MTU, and the pool had no buffers left for its
     /// fragments (or the MTU no room for one).
     NoBufferToFragment,
+    /// IPv4 without DF, left whole by its sender (GSO), whose segments are longer than
+    /// the MTU: the kernel cuts it into segments and those into fragments; fibre does
+    /// not yet.
+    SegmentsOverMtu,
     /// IPv6: a source that must not leave its link (unspecified; link-local, answered
     /// with "beyond scope").
     SourceScope,
@@ -399,6 +404,10 @@ pub struct Pipeline {
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
+    /// For each packet of the vector left whole by its sender (GSO), the length of its
+    /// segments' IP packets (the MTU applies to those, as the kernel's
+    /// `skb_gso_validate_network_len` applies it); 0 for the others.
+    segment_lens: Vec<u32>,
     /// The IPv4 and the IPv6 packets the route stage found a unicast hop for: their
     /// index, and the id of their answer (in `answers4` or `answers6`).
     forward4: Vec<(usize, u32)>,
@@ -483,8 +492,13 @@ impl Pipeline {
         self.src4.clear();
         self.dst6.clear();
         self.src6.clear();
+        self.segment_lens.clear();
+        self.segment_lens.resize(n, 0);
         for (i, &id) in packets.iter().enumerate() {
             input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
+            if let Some(gso) = pool.offload(id).gso {
+                self.segment_lens[i] = segment_len(pool.frame(id), &pool.offload(id), gso);
+            }
             match &self.inputs[i] {
                 Input::V4(p) => {
                     self.v4.push(i);
@@ -670,6 +684,11 @@ impl Pipeline {
             } else {
                 adjacency.mtu
             };
+            // A packet left whole by its sender fits if its segments do.
+            let over = match self.segment_lens[i] {
+                0 => len > mtu,
+                segment => segment > mtu,
+            };
             fates[i] = if hops_left <= 1 {
                 self.errors.push((i, icmp::Error::TimeExceeded, 0));
                 Fate::Drop(Dropped::TtlExpired)
@@ -678,9 +697,11 @@ impl Pipeline {
                     self.errors.push((i, icmp::Error::BeyondScope, 0));
                 }
                 Fate::Drop(Dropped::SourceScope)
-            } else if len > mtu && df {
+            } else if over && df {
                 self.errors.push((i, icmp::Error::TooBig, mtu));
                 Fate::Drop(Dropped::TooBig)
+            } else if over && self.segment_lens[i] != 0 {
+                Fate::Drop(Dropped::SegmentsOverMtu)
             } else {
                 let (via, mac) = match adjacency.gateway {
                     Some(g) => (g, adjacency.gateway_mac),
@@ -697,7 +718,7 @@ impl Pipeline {
                     }
                 };
                 match mac {
-                    Some(m) if len > mtu => {
+                    Some(m) if over => {
                         let (dev, src_mac) = (adjacency.dev, adjacency.src_mac);
                         if self.reserve(pool, i, len, mtu) {
                             next.push((i, m, src_mac));
@@ -758,6 +779,12 @@ impl Pipeline {
                 fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
                 continue;
             };
+            // A checksum left partial is finished first, as `ip_do_fragment` has
+            // `skb_checksum_help` finish it: a fragment's device cannot.
+            if let Some(c) = pool.offload(id).checksum {
+                offload::finish_checksum(pool.frame_mut(id), c);
+                pool.set_offload(id, Offload::NONE);
+            }
             // The packet without the frame's padding, out of the buffer its first
             // fragment is written to.
             self.whole.clear();
@@ -895,6 +922,8 @@ impl Pipeline {
             };
             let Some(len) = made else { continue };
             rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
+            // The error is whole: nothing of the packet's offload applies to it.
+            pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Icmp(error, route.dev);
         }
     }
@@ -927,6 +956,24 @@ fn route_fate(
             errors.push((i, error, 0));
         }
     }
+}
+
+/// The length of the IP packets a packet left whole by its sender is cut into: its
+/// network and transport headers and a segment's payload, as the kernel's
+/// `skb_gso_network_seglen` counts it. Where the transport header starts comes from the
+/// partial checksum (a sender that leaves segments to cut leaves the checksum too), or
+/// from the IP header.
+fn segment_len(frame: &[u8], offload: &Offload, gso: Gso) -> u32 {
+    let l4 = match offload.checksum {
+        Some(c) => c.start as usize,
+        None if frame.get(12..14) == Some(&[0x86, 0xdd]) => ETHERNET_LEN + 40,
+        None => ETHERNET_LEN + 4 * (frame.get(ETHERNET_LEN).map_or(5, |b| b & 0x0f) as usize),
+    };
+    let transport = match gso.kind {
+        GsoKind::Udp => 8,
+        GsoKind::Tcp4 | GsoKind::Tcp6 => 4 * (frame.get(l4 + 12).map_or(5, |b| b >> 4) as usize),
+    };
+    (l4.saturating_sub(ETHERNET_LEN) + transport) as u32 + u32::from(gso.size)
 }
 
 /// IPv6's check of a forwarded packet's source (`ip6_forward`), for one that leaves by

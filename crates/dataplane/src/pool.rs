@@ -14,14 +14,23 @@
 //! area: while a buffer is lent to the kernel (taken from the pool, its index in an AF_XDP
 //! ring) the kernel may write it at any moment, so a Rust reference may only ever span
 //! the one buffer a caller holds.
+//!
+//! The area is an anonymous mapping: the kernel gives it zeroed and page-aligned, and
+//! makes a page resident only when it is first touched, so a pool of large buffers
+//! (64 KiB, for the segments a sender left unsplit) costs what its frames use.
+//!
+//! Beside each frame a buffer keeps what its sender left for a device to do
+//! ([`Offload`]: a checksum to finish, segments to cut), as the kernel keeps it beside a
+//! packet.
 
-use std::alloc::Layout;
+use crate::offload::Offload;
 use std::ptr::NonNull;
 
 /// A buffer's index in its pool.
 pub type BufferId = u32;
 
 /// Alignment of the pool's area: a page, as an AF_XDP UMEM must be.
+#[cfg(test)]
 const AREA_ALIGN: usize = 4096;
 
 /// Preallocated packet buffers.
@@ -29,11 +38,14 @@ const AREA_ALIGN: usize = 4096;
 pub struct Pool {
     /// `count * size` bytes, zeroed at the start, aligned to a page; owned by the pool.
     area: NonNull<u8>,
-    layout: Layout,
+    /// The area's length in bytes.
+    area_len: usize,
     size: usize,
-    lens: Vec<u16>,
+    lens: Vec<u32>,
+    /// What each buffer's frame leaves to be done.
+    offloads: Vec<Offload>,
     /// Where each buffer's frame starts in it.
-    offsets: Vec<u16>,
+    offsets: Vec<u32>,
     /// The free buffers, a stack.
     free: Vec<BufferId>,
     /// Whether each buffer is taken.
@@ -49,28 +61,74 @@ unsafe impl Send for Pool {}
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // SAFETY: `area` was allocated in `Pool::new` with `layout` and is freed once,
-        // here.
-        unsafe { std::alloc::dealloc(self.area.as_ptr(), self.layout) }
+        #[cfg(not(miri))]
+        // SAFETY: `area` is the mapping made in `Pool::new`, `area_len` bytes long,
+        // unmapped once, here; nothing borrows it past the pool.
+        unsafe {
+            libc::munmap(self.area.as_ptr().cast(), self.area_len);
+        }
+        #[cfg(miri)]
+        // SAFETY: under Miri the area was allocated with this layout in `Pool::new`,
+        // and is freed once, here.
+        unsafe {
+            std::alloc::dealloc(self.area.as_ptr(), miri_layout(self.area_len))
+        }
+    }
+}
+
+/// The layout of the area under Miri, which cannot map memory: a page-aligned
+/// allocation.
+#[cfg(miri)]
+fn miri_layout(len: usize) -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(len, 4096).expect("pool too large")
+}
+
+/// `len` bytes of zeroed, page-aligned memory owned by the caller.
+fn map_area(len: usize) -> NonNull<u8> {
+    #[cfg(not(miri))]
+    {
+        // SAFETY: a new private anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            panic!("a pool of {len} bytes: {}", std::io::Error::last_os_error());
+        }
+        NonNull::new(p.cast()).expect("mmap never gives null")
+    }
+    #[cfg(miri)]
+    {
+        let layout = miri_layout(len);
+        // SAFETY: the layout's size is at least 1.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
     }
 }
 
 impl Pool {
-    /// `count` buffers of `size` bytes each (a frame's most: at most 65,535).
+    /// The most a buffer holds: a 64 KiB segment a sender left unsplit, with its
+    /// headers.
+    pub const MAX_BUFFER: usize = 1 << 17;
+
+    /// `count` buffers of `size` bytes each (at most [`Pool::MAX_BUFFER`]).
     pub fn new(count: usize, size: usize) -> Pool {
-        let size = size.clamp(1, u16::MAX as usize);
+        let size = size.clamp(1, Pool::MAX_BUFFER);
         let count = count.max(1);
-        let layout = Layout::from_size_align(count * size, AREA_ALIGN).expect("pool too large");
-        // SAFETY: the layout's size is at least 1 (count and size are).
-        let area = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(area) = NonNull::new(area) else {
-            std::alloc::handle_alloc_error(layout)
-        };
+        let area_len = count.checked_mul(size).expect("pool too large");
+        let area = map_area(area_len);
         Pool {
             area,
-            layout,
+            area_len,
             size,
             lens: vec![0; count],
+            offloads: vec![Offload::NONE; count],
             offsets: vec![0; count],
             free: (0..count as BufferId).rev().collect(),
             taken: vec![false; count],
@@ -88,7 +146,7 @@ impl Pool {
     /// the pool lives. Whoever lends it must have the kernel write only buffers it holds
     /// taken, and stop before the pool is dropped.
     pub fn area(&self) -> NonNull<[u8]> {
-        NonNull::slice_from_raw_parts(self.area, self.layout.size())
+        NonNull::slice_from_raw_parts(self.area, self.area_len)
     }
 
     fn is_taken(&self, i: usize) -> bool {
@@ -122,8 +180,8 @@ impl Pool {
             return false;
         }
         let offset = offset.min(self.size - 1);
-        self.offsets[i] = offset as u16;
-        self.lens[i] = len.min(self.size - offset) as u16;
+        self.offsets[i] = offset as u32;
+        self.lens[i] = len.min(self.size - offset) as u32;
         true
     }
 
@@ -158,6 +216,7 @@ impl Pool {
             self.taken[id as usize] = true;
             self.lens[id as usize] = 0;
             self.offsets[id as usize] = 0;
+            self.offloads[id as usize] = Offload::NONE;
         }
         out.extend(self.free.drain(from..).rev());
         n
@@ -224,7 +283,7 @@ impl Pool {
             return &mut [];
         }
         let len = len.min(self.size - self.offsets[i] as usize);
-        self.lens[i] = len as u16;
+        self.lens[i] = len as u32;
         self.bytes_mut(i, len)
     }
 
@@ -237,8 +296,28 @@ impl Pool {
         }
         let n = frame.len().min(self.size - self.offsets[i] as usize);
         self.bytes_mut(i, n).copy_from_slice(&frame[..n]);
-        self.lens[i] = n as u16;
+        self.lens[i] = n as u32;
         n
+    }
+
+    /// What buffer `id`'s frame leaves to be done (nothing if it is not taken). A
+    /// buffer taken from the pool starts with nothing.
+    #[inline]
+    pub fn offload(&self, id: BufferId) -> Offload {
+        match self.taken.get(id as usize) {
+            Some(true) => self.offloads[id as usize],
+            _ => Offload::NONE,
+        }
+    }
+
+    /// Sets what buffer `id`'s frame leaves to be done; false if it is not taken.
+    pub fn set_offload(&mut self, id: BufferId, offload: Offload) -> bool {
+        let i = id as usize;
+        if !self.is_taken(i) {
+            return false;
+        }
+        self.offloads[i] = offload;
+        true
     }
 }
 
@@ -321,13 +400,29 @@ mod tests {
             a as usize * 256 + 200
         );
         assert_eq!(pool.frame(b), &[0xbb; 256][..], "the neighbour untouched");
+        let partial = Offload {
+            checksum: Some(crate::offload::PartialChecksum {
+                start: 34,
+                offset: 6,
+            }),
+            ..Offload::NONE
+        };
+        assert!(pool.set_offload(a, partial));
+        assert_eq!(pool.offload(a), partial);
+        assert_eq!(pool.offload(b), Offload::NONE);
         pool.free(&[a]);
+        assert!(!pool.set_offload(a, partial), "a free buffer keeps nothing");
         assert!(!pool.place(a, 0, 1), "a free buffer is not placed");
         assert_eq!(pool.placement(a), None);
         let mut again = Vec::new();
         pool.alloc(1, &mut again);
         assert_eq!(again, [a]);
         assert_eq!(pool.placement(a), Some((0, 0)));
+        assert_eq!(
+            pool.offload(a),
+            Offload::NONE,
+            "taken again, it starts with nothing"
+        );
         assert_eq!(pool.resize(a, 256).len(), 256);
     }
 }

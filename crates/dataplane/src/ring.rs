@@ -13,18 +13,34 @@
 //! A block is handed over when full or after [`RETIRE_MS`]: at a low rate a frame waits
 //! up to that long in a block the kernel has not yet handed over (the price of
 //! `TPACKET_V3`'s blocks; AF_XDP has no such wait).
+//!
+//! Each frame comes with a virtio-net header (`PACKET_VNET_HDR`): what its sender left
+//! for a device to do ([`crate::offload`]), a checksum to finish or a large packet to
+//! cut, which the frame's buffer keeps. Frames merged by the link's receive offload
+//! (GRO) or left whole by a sender's segmentation offload (TSO over a veth) are up to
+//! 64 KiB long: blocks hold the largest.
+//!
+//! Beside AF_XDP the same ring reads, on each link, what the XDP program passed to the
+//! kernel ([`ReceiveRing::open_passed`]): the kernel's own frames, which fibre leaves to
+//! it, and the packets whose checksum may be partial, which only this way says.
 
-use crate::packet::PacketSocket;
+use crate::offload::{Offload, VnetHeader, VNET_HEADER_LEN};
+use crate::packet::{set_int, PacketSocket, PACKET_VNET_HDR};
 use crate::pool::{BufferId, Pool};
+use crate::segment;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Bytes of a block: a page multiple, room for some 500 of the shortest frames.
-const BLOCK_SIZE: usize = 1 << 16;
+/// Bytes of a block: a page multiple, room for the largest frame (64 KiB and its
+/// headers) and some 2,000 of the shortest.
+const BLOCK_SIZE: usize = 1 << 18;
 /// Blocks of a ring: 4 MiB, some 30,000 short frames of slack while a worker is busy.
-const BLOCKS: usize = 64;
+const BLOCKS: usize = 16;
+/// The longest frame a ring gives: a 64 KiB packet a sender or GRO left whole, with its
+/// link header; a buffer this long takes any.
+pub const LONGEST_FRAME: usize = 65_536 + 256;
 /// Milliseconds after which the kernel hands over a block that is not full.
 pub const RETIRE_MS: u32 = 1;
 
@@ -44,6 +60,12 @@ pub struct ReceiveRing {
     /// Blocks whose frames did not fit in them as the kernel described them, given back
     /// unread (none has been seen; counted rather than trusted).
     bad_blocks: u64,
+    /// Frames whose virtio-net header asked for what fibre cannot do, dropped.
+    refused_offloads: u64,
+    /// Room for the segments of a frame being cut.
+    cut: Vec<BufferId>,
+    /// Frames cut into segments because they were longer than a buffer.
+    segmented: u64,
 }
 
 // SAFETY: the ring's mapping is owned by this value alone (no other value points into
@@ -64,9 +86,23 @@ impl ReceiveRing {
     /// A socket on the link of index `ifindex` with its receive ring, joined to fanout
     /// group `fanout` (hashed by flow) if one is given.
     pub fn open(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
+        ReceiveRing::open_filtered(ifindex, fanout, false)
+    }
+
+    /// As [`ReceiveRing::open`], for the IPv4 and IPv6 frames the link's XDP program
+    /// passed to the kernel (a socket filter leaves the rest out).
+    pub fn open_passed(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
+        ReceiveRing::open_filtered(ifindex, fanout, true)
+    }
+
+    fn open_filtered(ifindex: u32, fanout: Option<u16>, ip_only: bool) -> io::Result<ReceiveRing> {
         // Bound to no protocol until the ring is in place, so that no frame is queued
         // the old way meanwhile.
         let socket = PacketSocket::unbound()?;
+        if ip_only {
+            keep_ip_only(&socket)?;
+        }
+        set_int(socket.fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1)?;
         let fd = socket.as_raw_fd();
         set_option(
             fd,
@@ -107,6 +143,9 @@ impl ReceiveRing {
             reading: None,
             truncated: 0,
             bad_blocks: 0,
+            refused_offloads: 0,
+            cut: Vec::new(),
+            segmented: 0,
         };
         ring.socket.bind_all(ifindex)?;
         if let Some(group) = fanout {
@@ -131,6 +170,18 @@ impl ReceiveRing {
     /// count starts again).
     pub fn take_bad_blocks(&mut self) -> u64 {
         std::mem::take(&mut self.bad_blocks)
+    }
+
+    /// Frames dropped because their virtio-net header asked for what fibre cannot do
+    /// (taken: the count starts again).
+    pub fn take_refused_offloads(&mut self) -> u64 {
+        std::mem::take(&mut self.refused_offloads)
+    }
+
+    /// Frames left whole by their sender and longer than a buffer, cut into segments as
+    /// they were read (taken: the count starts again).
+    pub fn take_segmented(&mut self) -> u64 {
+        std::mem::take(&mut self.segmented)
     }
 
     /// What the kernel counted since the last call (it starts again at each).
@@ -190,15 +241,17 @@ impl ReceiveRing {
         self.reading = None;
     }
 
-    /// Receives up to `max` frames into buffers taken from `pool`, appended to `ids`;
-    /// returns how many came (0: none waiting). Frames longer than a buffer are dropped
-    /// and counted ([`ReceiveRing::take_truncated`]): cut, they would be sent on wrong.
+    /// Receives up to `max` frames into buffers taken from `pool`, appended to `ids`,
+    /// each with what its virtio-net header says is left to do; returns how many came
+    /// (0: none waiting). Frames longer than a buffer are dropped and counted
+    /// ([`ReceiveRing::take_truncated`]): cut, they would be sent on wrong.
     pub fn receive(&mut self, pool: &mut Pool, max: usize, ids: &mut Vec<BufferId>) -> usize {
         let start = ids.len();
         // Buffers for as many frames as may come, the unused ones given back after.
         let taken = pool.alloc(max, ids);
         let room = pool.buffer_size();
         let mut filled = 0;
+        let mut cut = std::mem::take(&mut self.cut);
         while filled < taken {
             let (left, at) = match self.reading {
                 Some(r) => r,
@@ -222,19 +275,55 @@ impl ReceiveRing {
                 continue;
             }
             let block = self.block_bytes(self.block);
-            let Some((frame, wire_len, next)) = frame_at(block, at) else {
+            let Some((frame, wire_len, next, vnet)) = frame_at(block, at) else {
                 self.bad_blocks += 1;
                 self.give_back();
                 continue;
             };
-            if wire_len > frame.len() || frame.len() > room {
-                self.truncated += 1;
-            } else {
-                pool.fill(ids[start + filled], frame);
-                filled += 1;
+            match VnetHeader::read(vnet).and_then(|h| h.offload(frame.len())) {
+                Err(_) => self.refused_offloads += 1,
+                Ok(_) if wire_len > frame.len() => self.truncated += 1,
+                // Left whole by its sender, and longer than a buffer (AF_XDP's chunks):
+                // cut here into segments, each in a buffer, in the place of the frame.
+                Ok(offload) if frame.len() > room && offload.gso.is_some() => {
+                    match segment::count(frame, offload) {
+                        // Not room for all of them in this vector: the next takes it.
+                        Ok(n) if n > taken - filled && filled > 0 => break,
+                        Ok(_) => {
+                            cut.clear();
+                            if segment::segment_into(pool, frame, offload, &mut cut).is_ok() {
+                                // The segments take the places of unused buffers, which
+                                // go to the end.
+                                self.segmented += 1;
+                                for &seg in &cut {
+                                    if filled < taken {
+                                        ids.push(ids[start + filled]);
+                                        ids[start + filled] = seg;
+                                    } else {
+                                        ids.insert(start + filled, seg);
+                                    }
+                                    filled += 1;
+                                }
+                            } else {
+                                self.refused_offloads += 1;
+                            }
+                        }
+                        Err(_) => self.refused_offloads += 1,
+                    }
+                }
+                Ok(_) if frame.len() > room => self.truncated += 1,
+                Ok(offload) => {
+                    let id = ids[start + filled];
+                    pool.fill(id, frame);
+                    if offload != Offload::NONE {
+                        pool.set_offload(id, offload);
+                    }
+                    filled += 1;
+                }
             }
             self.reading = Some((left - 1, next));
         }
+        self.cut = cut;
         pool.free(&ids[start + filled..]);
         ids.truncate(start + filled);
         filled
@@ -255,6 +344,42 @@ impl Drop for ReceiveRing {
             libc::munmap(self.map.as_ptr().cast(), BLOCKS * BLOCK_SIZE);
         }
     }
+}
+
+/// Attaches a socket filter that keeps IPv4 and IPv6 frames only (classic BPF: the
+/// EtherType, then accept all of the frame or none).
+fn keep_ip_only(socket: &PacketSocket) -> io::Result<()> {
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut filter = [
+        // ldh [12]
+        op(0x28, 0, 0, 12),
+        // jeq #0x0800, accept; jeq #0x86dd, accept
+        op(0x15, 2, 0, 0x0800),
+        op(0x15, 1, 0, 0x86dd),
+        // ret #0
+        op(0x06, 0, 0, 0),
+        // ret #all
+        op(0x06, 0, 0, u32::MAX),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: the option's value is a live `sock_fprog` naming `filter`'s instructions,
+    // which the kernel copies during the call.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&program as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Sets socket option `option` of `SOL_PACKET` to `value`.
@@ -294,15 +419,17 @@ fn block_header(block: &[u8]) -> Option<(u32, usize)> {
 }
 
 /// The frame whose `tpacket3_hdr` is at `at` in `block`: its bytes as captured, its
-/// length on the wire, and where the next frame's header is; `None` if the header or
-/// the frame does not fit in the block.
-fn frame_at(block: &[u8], at: usize) -> Option<(&[u8], usize, usize)> {
+/// length on the wire, where the next frame's header is, and the virtio-net header the
+/// kernel wrote just before the frame; `None` if the header or the frame does not fit
+/// in the block.
+fn frame_at(block: &[u8], at: usize) -> Option<(&[u8], usize, usize, &[u8])> {
     let next = u32_at(block, at)? as usize;
     let snaplen = u32_at(block, at + 12)? as usize;
     let len = u32_at(block, at + 16)? as usize;
     let mac = u16_at(block, at + 24)? as usize;
     let frame = block.get(at + mac..at + mac + snaplen)?;
-    Some((frame, len, at + next))
+    let vnet = block.get((at + mac).checked_sub(VNET_HEADER_LEN)?..at + mac)?;
+    Some((frame, len, at + next, vnet))
 }
 
 #[cfg(test)]
@@ -436,7 +563,8 @@ mod tests {
         let (count, mut at) = block_header(&b).unwrap();
         assert_eq!(count, 5);
         for f in &frames {
-            let (got, wire, next) = frame_at(&b, at).unwrap();
+            let (got, wire, next, vnet) = frame_at(&b, at).unwrap();
+            assert_eq!(vnet, &[0u8; VNET_HEADER_LEN][..]);
             assert_eq!(got, &f[..]);
             assert_eq!(wire, f.len());
             at = next;

@@ -9,12 +9,19 @@
 //!   rest to the socket of the worker that owns the frame's receive queue (worker `n`,
 //!   queue `n`; a link with fewer queues than workers leaves the extra workers out). The
 //!   frames lie in the worker's pool from the moment they arrive until they are sent.
+//!   Packets whose checksum may have been left partial are passed to the kernel too,
+//!   and each worker reads them from a receive ring on each link ([`crate::ring`]),
+//!   which says what the XDP program cannot know: fibre finishes a partial checksum
+//!   (and cuts a packet left whole into its segments, [`crate::segment`]) before the
+//!   frame leaves by AF_XDP, which carries neither.
 //! - **AF_PACKET** otherwise: each worker reads each link through a socket's
 //!   `TPACKET_V3` receive ring ([`crate::ring`]) and sends with `sendmmsg`
 //!   ([`crate::packet`]). Each link's sockets are joined in one `PACKET_FANOUT` group
 //!   hashed by flow, so that the kernel spreads the link's flows over the workers and a
 //!   flow's packets stay in order on one. The kernel sees every frame too, and drops
-//!   those it does not forward.
+//!   those it does not forward. What a sender left undone (a partial checksum, a packet
+//!   to cut into segments) comes in with the frame and leaves with it, as the kernel's
+//!   own forwarding hands it on.
 //!
 //! The FIB snapshot and the neighbour table are taken once per vector, without a lock. A next hop with no MAC
 //! address is asked of the kernel (`NTF_USE`, at most once a second each), which
@@ -25,16 +32,17 @@
 //! second, so that no packet takes a lock.
 
 use crate::icmp::{self, RateLimit};
-use crate::offload::GroOff;
+use crate::offload::{finish_checksum, Offload};
 use crate::packet::{wait_any, Batch, PacketSocket};
 use crate::pipeline::{
     address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
 };
 use crate::pool::{BufferId, Pool};
-use crate::ring::ReceiveRing;
+use crate::ring::{ReceiveRing, LONGEST_FRAME};
 use crate::runtime::StageCounters;
-use crate::xdp::{LinkProgram, LocalDestinations, XDP_PASS};
-use crate::xsk::{XskPorts, XskStatistics, CHUNK_SIZES, HEADROOM, RING};
+use crate::segment;
+use crate::xdp::{LinkProgram, LocalDestinations, QUEUES, XDP_PASS};
+use crate::xsk::{self, XskPorts, XskStatistics, CHUNK_SIZES, HEADROOM, RING};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
 use fibre_kernel::bpf::XdpMode;
@@ -174,6 +182,17 @@ pub struct Counters {
     /// AF_XDP descriptors that named no buffer lent to the kernel, and `AF_PACKET`
     /// ring blocks whose frames did not fit in them, ignored.
     pub bad_descriptors: u64,
+    /// Frames whose virtio-net header asked for what fibre cannot do (a kind of
+    /// segmentation it does not make), dropped.
+    pub refused_offloads: u64,
+    /// Partial checksums fibre finished before sending by AF_XDP.
+    pub checksums_finished: u64,
+    /// Packets left whole by their sender that fibre cut into segments, for AF_XDP
+    /// (which carries no segmentation) or its buffers.
+    pub segmented: u64,
+    /// Packets left whole by their sender that could not be cut (no buffers, or
+    /// malformed), dropped.
+    pub segment_failed: u64,
     /// Frames the `AF_PACKET` receive rings had no free block for, dropped by the
     /// kernel.
     pub ring_dropped: u64,
@@ -215,6 +234,10 @@ impl Counters {
         self.truncated += std::mem::take(&mut io.truncated);
         self.kernel_unreached += std::mem::take(&mut io.kernel_unreached);
         self.bad_descriptors += std::mem::take(&mut io.bad_descriptors);
+        self.refused_offloads += std::mem::take(&mut io.refused_offloads);
+        self.checksums_finished += std::mem::take(&mut io.checksums_finished);
+        self.segmented += std::mem::take(&mut io.segmented);
+        self.segment_failed += std::mem::take(&mut io.segment_failed);
         self.ring_dropped += std::mem::take(&mut io.ring_dropped);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
@@ -235,16 +258,20 @@ struct Io {
     truncated: u64,
     kernel_unreached: u64,
     bad_descriptors: u64,
+    refused_offloads: u64,
+    checksums_finished: u64,
+    segmented: u64,
+    segment_failed: u64,
     ring_dropped: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
 
 /// Packets waiting for their next hop's MAC address: each its buffer, the link it came
-/// in on, when it started waiting.
+/// in on, whether the kernel has its own copy, when it started waiting.
 #[derive(Default)]
 struct Waiting {
-    packets: Vec<(BufferId, Arrival, Instant)>,
+    packets: Vec<(BufferId, Arrival, bool, Instant)>,
     /// The neighbour table they last went through the pipeline with.
     seen: Option<Arc<NeighbourMacs>>,
 }
@@ -298,9 +325,6 @@ pub struct Started {
     pub fallback: Option<String>,
     /// The XDP programs on the links: attached while these live.
     pub programs: Vec<LinkProgram>,
-    /// Over `AF_PACKET`: GRO turned off on the links that had it, while this lives
-    /// ([`crate::offload`]).
-    pub gro_off: Option<GroOff>,
 }
 
 /// A worker's ports and the pool they lend, in the order they must drop in.
@@ -309,8 +333,11 @@ struct Lent {
     pool: Pool,
 }
 
-/// Opens AF_XDP sockets for up to `workers` workers on `links` (worker `n` on queue `n`;
-/// fewer if a link has fewer queues) and attaches each link's program.
+/// Opens AF_XDP sockets for up to `workers` workers on `links` and attaches each link's
+/// program. Every receive queue of every link gets a socket: worker `w` owns the queues
+/// `q` with `q % workers == w` on each link, so that none of a link's frames goes
+/// unread. A worker sends by its own sockets, so each needs one on every link: there
+/// are at most as many workers as the link with the fewest queues has queues.
 fn open_xdp(
     links: &[u32],
     workers: usize,
@@ -326,27 +353,46 @@ fn open_xdp(
                 format!("an MTU of {mtu} does not fit an AF_XDP chunk"),
             )
         })?;
-    let count = (links.len() * 2 * RING as usize).max(4096);
+    let queues = links
+        .iter()
+        .map(|&l| xsk::receive_queues(l))
+        .collect::<io::Result<Vec<u32>>>()?;
+    if let Some((&link, &n)) = links.iter().zip(&queues).find(|(_, &n)| n > QUEUES) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("link {link} has {n} receive queues; an XDP program serves {QUEUES} at most"),
+        ));
+    }
+    let workers = workers
+        .max(1)
+        .min(queues.iter().copied().min().unwrap_or(1) as usize);
     let mut programs = links
         .iter()
         .map(|_| LinkProgram::new(local, XDP_PASS))
         .collect::<io::Result<Vec<_>>>()?;
     let mut lent = Vec::new();
-    for queue in 0..workers.max(1) {
+    for w in 0..workers {
+        let owned: Vec<(u32, u32)> = links
+            .iter()
+            .zip(&queues)
+            .flat_map(|(&link, &n)| {
+                (0..n)
+                    .filter(move |q| *q as usize % workers == w)
+                    .map(move |q| (link, q))
+            })
+            .collect();
+        let count = (owned.len() * 2 * RING as usize).max(4096);
         let mut pool = Pool::new(count, chunk);
         // SAFETY: the ports and their pool stay together in a `Lent`, then in one
         // worker's `Vector`, both of which drop the ports first; only the pool hands out
         // its buffers.
-        match unsafe { XskPorts::open(&mut pool, links, queue as u32) } {
-            Ok(ports) => lent.push(Lent { ports, pool }),
-            Err(e) if queue == 0 => return Err(e),
-            // Fewer queues than workers: the workers there are are enough.
-            Err(_) => break,
-        }
+        let ports = unsafe { XskPorts::open(&mut pool, &owned) }?;
+        lent.push(Lent { ports, pool });
     }
-    for (queue, l) in lent.iter().enumerate() {
-        for (program, (_, fd)) in programs.iter().zip(l.ports.sockets()) {
-            program.set_socket(queue as u32, fd)?;
+    for l in &lent {
+        for (ifindex, queue, fd) in l.ports.sockets() {
+            let k = links.iter().position(|&x| x == ifindex).unwrap_or(0);
+            programs[k].set_socket(queue, fd)?;
         }
     }
     let mut mode = XdpMode::Driver;
@@ -386,7 +432,6 @@ pub fn start(
         io: "AF_PACKET".into(),
         fallback: None,
         programs: Vec::new(),
-        gro_off: None,
     };
     let mut all: Vec<(Ports, Pool, Resolve)> = Vec::new();
     if mode != IoMode::Packet {
@@ -399,8 +444,15 @@ pub fn start(
         };
         match opened {
             Ok((lent, programs, xdp)) => {
+                let workers = lent.len();
                 for Lent { ports, pool } in lent {
-                    all.push((Ports::Xdp(ports), pool, resolver()?));
+                    // What the programs pass to the kernel, read beside it.
+                    let mut passed = Vec::new();
+                    for &ifindex in links {
+                        let fanout = (workers > 1).then_some(ifindex as u16);
+                        passed.push(ReceiveRing::open_passed(ifindex, fanout)?);
+                    }
+                    all.push((Ports::Xdp { xsk: ports, passed }, pool, resolver()?));
                 }
                 started.programs = programs;
                 started.io = match xdp {
@@ -414,15 +466,9 @@ pub fn start(
         }
     }
     if all.is_empty() {
-        // Frames merged by GRO would arrive longer than a buffer, and be dropped.
-        let snap = shared.fib.snapshot();
-        let names: Vec<String> = links
-            .iter()
-            .filter_map(|&l| snap.link(l).map(|l| l.name.clone()))
-            .collect();
-        drop(snap);
-        started.gro_off = Some(GroOff::turn_off(&names));
-        let buffer = (mtu + 18).max(2048);
+        // Frames left whole by GRO or a sender's TSO are up to 64 KiB: buffers take the
+        // longest (pages untouched by shorter frames cost nothing).
+        let buffer = (mtu + 18).max(LONGEST_FRAME);
         for _ in 0..workers.max(1) {
             let mut rx = Vec::new();
             for &ifindex in links {
@@ -461,36 +507,47 @@ enum Ports {
         rx: Vec<ReceiveRing>,
         senders: HashMap<LinkIndex, Option<PacketSocket>>,
     },
-    /// An AF_XDP socket per link, sharing the worker's pool.
-    Xdp(XskPorts),
+    /// An AF_XDP socket per link, sharing the worker's pool; and a receive ring per link
+    /// for what the link's XDP program passed to the kernel (the kernel has each of
+    /// those frames too).
+    Xdp {
+        xsk: XskPorts,
+        passed: Vec<ReceiveRing>,
+    },
 }
 
 impl Ports {
+    /// The ways in: over AF_XDP, each link's socket, then each link's ring.
     fn len(&self) -> usize {
         match self {
             Ports::Packet { rx, .. } => rx.len(),
-            Ports::Xdp(x) => x.len(),
+            Ports::Xdp { xsk, passed } => xsk.len() + passed.len(),
         }
     }
 
     fn fd(&self, k: usize) -> RawFd {
         match self {
             Ports::Packet { rx, .. } => rx[k].as_raw_fd(),
-            Ports::Xdp(x) => x.fd(k),
+            Ports::Xdp { xsk, .. } if k < xsk.len() => xsk.fd(k),
+            Ports::Xdp { xsk, passed } => passed[k - xsk.len()].as_raw_fd(),
         }
     }
 
     fn ifindex(&self, k: usize) -> u32 {
         match self {
             Ports::Packet { rx, .. } => rx[k].ifindex(),
-            Ports::Xdp(x) => x.ifindex(k),
+            Ports::Xdp { xsk, .. } if k < xsk.len() => xsk.ifindex(k),
+            Ports::Xdp { xsk, passed } => passed[k - xsk.len()].ifindex(),
         }
     }
 
-    /// Whether the kernel has its own copy of every frame (so a packet for it needs
-    /// nothing more).
-    fn kernel_has_its_copy(&self) -> bool {
-        matches!(self, Ports::Packet { .. })
+    /// Whether the kernel has its own copy of the frames that come in by way `k` (so a
+    /// packet for it needs nothing more): every frame read from a ring.
+    fn kernel_has_its_copy(&self, k: usize) -> bool {
+        match self {
+            Ports::Packet { .. } => true,
+            Ports::Xdp { xsk, .. } => k >= xsk.len(),
+        }
     }
 
     /// Up to 256 frames from link `k`, appended to `ids`; how many.
@@ -501,27 +558,34 @@ impl Ports {
         ids: &mut Vec<BufferId>,
         io: &mut Io,
     ) -> usize {
-        match self {
-            Ports::Packet { rx, .. } => {
-                let n = rx[k].receive(pool, 256, ids);
-                io.truncated += rx[k].take_truncated();
-                io.bad_descriptors += rx[k].take_bad_blocks();
-                n
-            }
-            Ports::Xdp(x) => x.receive(k, pool, 256, ids),
-        }
+        let ring = match self {
+            Ports::Packet { rx, .. } => &mut rx[k],
+            Ports::Xdp { xsk, .. } if k < xsk.len() => return xsk.receive(k, pool, 256, ids),
+            Ports::Xdp { xsk, passed } => &mut passed[k - xsk.len()],
+        };
+        let n = ring.receive(pool, 256, ids);
+        io.truncated += ring.take_truncated();
+        io.bad_descriptors += ring.take_bad_blocks();
+        io.refused_offloads += ring.take_refused_offloads();
+        io.segmented += ring.take_segmented();
+        n
     }
 
-    /// Sends `frames` out of `link`; returns how many went. Every buffer is dealt with:
-    /// given back, or lent to the kernel until it is sent.
+    /// Sends `frames` out of `link`; returns how many went, and how many were to go
+    /// (segments count one each). Every buffer is dealt with: given back, or lent to the
+    /// kernel until it is sent.
     fn send(
         &mut self,
         link: LinkIndex,
         pool: &mut Pool,
         batch: &mut Batch,
-        frames: &[BufferId],
-    ) -> usize {
-        match self {
+        frames: &mut Vec<BufferId>,
+        io: &mut Io,
+    ) -> (usize, usize) {
+        if let Ports::Xdp { .. } = self {
+            finish_offloads(pool, frames, io);
+        }
+        let went = match self {
             Ports::Packet { senders, .. } => {
                 let sender = senders
                     .entry(link)
@@ -533,20 +597,52 @@ impl Ports {
                 pool.free(frames);
                 went
             }
-            Ports::Xdp(x) => x.send(link, pool, frames),
-        }
+            Ports::Xdp { xsk, .. } => xsk.send(link, pool, frames),
+        };
+        (went, frames.len())
     }
 
     /// AF_XDP's upkeep between vectors: buffers sent are taken back, the fill rings
     /// topped up, the transmit rings flushed.
     fn service(&mut self, pool: &mut Pool, io: &mut Io) {
-        if let Ports::Xdp(x) = self {
-            x.complete(pool);
-            x.fill(pool);
-            x.flush();
-            io.bad_descriptors += std::mem::take(&mut x.bad_descriptors);
+        if let Ports::Xdp { xsk, .. } = self {
+            xsk.complete(pool);
+            xsk.fill(pool);
+            xsk.flush();
+            io.bad_descriptors += std::mem::take(&mut xsk.bad_descriptors);
         }
     }
+}
+
+/// Does what the frames of `frames` left undone, for a way out that carries no
+/// virtio-net header (AF_XDP): a packet left whole is cut into its segments (which
+/// take its place in `frames`, in order), a partial checksum finished. A packet that
+/// cannot be cut is dropped, its buffer given back, and counted.
+fn finish_offloads(pool: &mut Pool, frames: &mut Vec<BufferId>, io: &mut Io) {
+    if frames.iter().all(|&id| pool.offload(id).is_none()) {
+        return;
+    }
+    let mut out = Vec::with_capacity(frames.len());
+    for &id in frames.iter() {
+        let offload = pool.offload(id);
+        if offload.gso.is_some() {
+            match segment::segment(pool, id, &mut out) {
+                Ok(_) => io.segmented += 1,
+                Err(_) => {
+                    io.segment_failed += 1;
+                    pool.free(&[id]);
+                }
+            }
+            continue;
+        }
+        if let Some(c) = offload.checksum {
+            finish_checksum(pool.frame_mut(id), c);
+            pool.set_offload(id, Offload::NONE);
+            io.checksums_finished += 1;
+        }
+        out.push(id);
+    }
+    *frames = out;
 }
 
 /// What a worker's vectors run with: made once, reused.
@@ -567,18 +663,24 @@ struct Vector {
 }
 
 impl Vector {
-    /// Runs the pipeline over `ids` (arrived on `arrival`), sends what it sends, keeps
-    /// waiting what waits for a neighbour (since `since`), frees the rest.
+    /// Runs the pipeline over `ids` (arrived on `arrival`; the kernel has its own copy of
+    /// each if `kernel_has_its_copy`), sends what it sends, keeps waiting what waits for
+    /// a neighbour (since `since`), frees the rest.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
         snap: &fibre_fib::Snapshot,
         neighbours: &Arc<NeighbourMacs>,
         arrival: Arrival,
+        kernel_has_its_copy: bool,
         ids: &[BufferId],
         since: Instant,
         waiting: &mut Waiting,
     ) {
         self.fates.clear();
+        // The kernel answers an IPv6 reject route itself (forwarding on or off) when it
+        // sees the frame; when it does not, fibre answers.
+        self.pipeline.kernel_answers_ipv6_rejects = kernel_has_its_copy;
         self.pipeline.run(
             snap,
             &**neighbours,
@@ -589,7 +691,6 @@ impl Vector {
         );
         let t = Instant::now();
         self.free.clear();
-        let kernel_has_its_copy = self.ports.kernel_has_its_copy();
         // Each packet's later fragments follow its first, in order.
         let mut later = self.pipeline.fragments.iter().peekable();
         for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
@@ -602,7 +703,9 @@ impl Vector {
                     }
                 }
                 Fate::Kernel(Handed::Unresolved) if waiting.packets.len() < WAITING_MAX => {
-                    waiting.packets.push((id, arrival, since));
+                    waiting
+                        .packets
+                        .push((id, arrival, kernel_has_its_copy, since));
                     waiting.seen = Some(neighbours.clone());
                 }
                 Fate::Kernel(Handed::Unresolved) => {
@@ -623,11 +726,11 @@ impl Vector {
             if frames.is_empty() {
                 continue;
             }
-            let went = self
-                .ports
-                .send(link, &mut self.pool, &mut self.batch, frames);
+            let (went, of) =
+                self.ports
+                    .send(link, &mut self.pool, &mut self.batch, frames, &mut self.io);
             self.io.sent += went as u64;
-            self.io.send_failed += (frames.len() - went) as u64;
+            self.io.send_failed += (of - went) as u64;
             frames.clear();
         }
         self.pool.free(&self.free);
@@ -659,9 +762,6 @@ fn ask(
 fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
     pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
-    // Through AF_PACKET the kernel sees the frame too, and answers an IPv6 reject route
-    // itself (forwarding or not); through AF_XDP it does not see it, and fibre answers.
-    pipeline.kernel_answers_ipv6_rejects = ports.kernel_has_its_copy();
     let mut v = Vector {
         ports,
         pool,
@@ -678,7 +778,7 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let all: Vec<usize> = (0..v.ports.len()).collect();
     let mut last_frame = Instant::now() - SPIN_FOR;
     let mut waiting = Waiting::default();
-    let mut again: Vec<(BufferId, Arrival, Instant)> = Vec::new();
+    let mut again: Vec<(BufferId, Arrival, bool, Instant)> = Vec::new();
     let mut added = Instant::now();
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
@@ -700,8 +800,8 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
             let (stale, kept): (Vec<_>, Vec<_>) = waiting
                 .packets
                 .drain(..)
-                .partition(|(_, _, since)| now.duration_since(*since) >= WAIT_FOR);
-            for (id, _, _) in stale {
+                .partition(|(_, _, _, since)| now.duration_since(*since) >= WAIT_FOR);
+            for (id, _, _, _) in stale {
                 v.pool.free(&[id]);
                 v.io.unresolved_dropped += 1;
             }
@@ -709,14 +809,16 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
                 again.clear();
                 again.extend(kept);
                 let snap = shared.fib.snapshot();
-                while let Some(&(_, arrival, _)) = again.first() {
-                    let group: Vec<_> = again.iter().filter(|w| w.1 == arrival).copied().collect();
-                    again.retain(|w| w.1 != arrival);
+                while let Some(&(_, arrival, copy, _)) = again.first() {
+                    let alike =
+                        |w: &(BufferId, Arrival, bool, Instant)| w.1 == arrival && w.2 == copy;
+                    let group: Vec<_> = again.iter().filter(|w| alike(w)).copied().collect();
+                    again.retain(|w| !alike(w));
                     for chunk in group.chunks(256) {
                         ids.clear();
                         ids.extend(chunk.iter().map(|w| w.0));
-                        let since = chunk.iter().map(|w| w.2).min().unwrap_or(now);
-                        v.run(&snap, &neighbours, arrival, &ids, since, &mut waiting);
+                        let since = chunk.iter().map(|w| w.3).min().unwrap_or(now);
+                        v.run(&snap, &neighbours, arrival, copy, &ids, since, &mut waiting);
                     }
                 }
                 waiting.seen = Some(neighbours);
@@ -743,10 +845,12 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
                     continue;
                 };
                 let arrival = Arrival { link, mac };
+                let copy = v.ports.kernel_has_its_copy(k);
                 v.run(
                     &snap,
                     &shared.neighbours.load(),
                     arrival,
+                    copy,
                     &ids,
                     Instant::now(),
                     &mut waiting,
@@ -760,13 +864,15 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
         }
         if added.elapsed() >= Duration::from_millis(100) {
             added = Instant::now();
-            if let Ports::Packet { rx, .. } = &v.ports {
-                for ring in rx {
-                    v.io.ring_dropped += ring.statistics().map_or(0, |s| s.dropped);
-                }
+            let rings = match &v.ports {
+                Ports::Packet { rx, .. } => rx,
+                Ports::Xdp { passed, .. } => passed,
+            };
+            for ring in rings {
+                v.io.ring_dropped += ring.statistics().map_or(0, |s| s.dropped);
             }
-            if let Ports::Xdp(x) = &v.ports {
-                let now = x.statistics();
+            if let Ports::Xdp { xsk, .. } = &v.ports {
+                let now = xsk.statistics();
                 v.io.xsk = XskStatistics {
                     rx_dropped: now.rx_dropped - xsk_seen.rx_dropped,
                     rx_ring_full: now.rx_ring_full - xsk_seen.rx_ring_full,

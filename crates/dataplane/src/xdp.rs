@@ -10,11 +10,30 @@
 //! multicast route of any table, kept in an LPM trie map ([`LocalDestinations`]) that the
 //! daemon updates as the routes change. A queue with no socket passes its frames too.
 //!
+//! Passed too, to reach fibre by the way that says what their sender left unfinished
+//! (the worker's `AF_PACKET` ring on the link, [`crate::ring`]): packets whose checksum
+//! may be partial. A host behind a veth leaves its TCP and UDP checksums for a device to
+//! finish (the field holds the pseudo-header's sum), and XDP is not told which packets
+//! are such: the kernel knows (`CHECKSUM_PARTIAL`), and tells a packet socket, but not an
+//! XDP program. So the program passes every TCP or UDP packet (not a fragment) whose
+//! checksum field holds exactly its pseudo-header's sum, which a finished checksum does
+//! once in 65,536 packets; and, where a partial checksum may hide behind other headers,
+//! packets of the protocols that carry one inside (IP in IP, IPv6 in IPv4, GRE, SCTP,
+//! whose CRC is offloaded too) and IPv6 packets with routing, destination options,
+//! mobility, HIP or shim6 headers. fibre then knows for sure, from the kernel, and
+//! finishes a partial checksum, or forwards the packet as it came, as the kernel would.
+//! (A checksum left partial inside a UDP tunnel, VXLAN or Geneve, is not seen: its outer
+//! UDP checksum is whole or absent.) [`may_hide_a_partial_checksum`] says the same in
+//! Rust, and the tests hold the program to it.
+//!
 //! Everything else goes to fibre, malformed frames among them, so that the input stage
 //! drops and counts them as the kernel would. The program is assembled here, as the
 //! kernel probe is, so that cargo alone builds fibre.
 
-use fibre_kernel::bpf::{self, Insn, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6};
+use crate::checksum;
+use fibre_kernel::bpf::{
+    self, Insn, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9,
+};
 use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
@@ -26,7 +45,7 @@ pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
 
 /// AF_XDP sockets one link's map holds at most: one per receive queue.
-const QUEUES: u32 = 64;
+pub const QUEUES: u32 = 64;
 /// Local prefixes the map holds at most.
 const LOCAL_MAX: u32 = 65_536;
 /// A key of the local map: a prefix length, then an IPv6 address (IPv4 v4-mapped).
@@ -259,6 +278,7 @@ fn program(local: &Map, sockets: &Map, missing: u32) -> Vec<Insn> {
             i32::from_ne_bytes([0, 0, 0xff, 0xff]),
         )),
         Op(store_reg(Size::W, R10, -8, R5)),
+        Op(mov_imm(R7, 4)),
         Goto("lookup"),
         Label("ipv6"),
     ]);
@@ -279,6 +299,7 @@ fn program(local: &Map, sockets: &Map, missing: u32) -> Vec<Insn> {
         Jump(jeq_imm, R5, 0x80, "pass"),
         Label("ipv6-key"),
         Op(store_imm(Size::W, R10, -24, 128)),
+        Op(mov_imm(R7, 6)),
     ]);
     for k in 0..4i16 {
         p.push(Op(load(Size::W, R5, R2, 38 + 4 * k)));
@@ -292,6 +313,13 @@ fn program(local: &Map, sockets: &Map, missing: u32) -> Vec<Insn> {
         Op(call(bpf::HELPER_MAP_LOOKUP_ELEM)),
         // A destination of this host: the kernel's.
         Jump(jne_imm, R0, 0, "pass"),
+        // The helper took R2 and R3.
+        Op(load(Size::W, R2, R6, 0)),
+        Op(load(Size::W, R3, R6, 4)),
+        Jump(jeq_imm, R7, 6, "lane6"),
+    ]);
+    p.extend(partial_checksums());
+    p.extend([
         Label("redirect"),
         Op(load(Size::W, R2, R6, 16)),
         Wide(bpf::load_map(R1, sockets)),
@@ -303,6 +331,157 @@ fn program(local: &Map, sockets: &Map, missing: u32) -> Vec<Insn> {
         Op(exit()),
     ]);
     assemble(&p)
+}
+
+/// Protocols inside which a checksum may be left partial: IP in IP, IPv6 in IP, GRE,
+/// SCTP (whose CRC is offloaded as a checksum is).
+const CARRIERS: [u8; 4] = [4, 41, 47, 132];
+/// IPv6 extension headers a partial checksum may follow (the hop-by-hop header goes to
+/// the kernel already; a fragment's checksum is never partial; ESP and AH hide theirs):
+/// routing, destination options, mobility, HIP, shim6.
+const EXTENSIONS: [u8; 5] = [43, 60, 135, 139, 140];
+
+/// The pseudo-header's sum of a TCP or UDP packet, folded, as a sender with checksum
+/// offload leaves it in the checksum field: the addresses, the protocol, the length of
+/// the segment.
+fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u16) -> u16 {
+    let mut s = checksum::sum(src);
+    s = checksum::add(s, checksum::sum(dst));
+    s = checksum::add(s, u16::from(protocol));
+    checksum::add(s, len)
+}
+
+/// Whether the program passes `frame` (an IPv4 packet without options or an IPv6
+/// packet, to a destination not of this host) for what its checksum may be: a TCP or
+/// UDP packet, not a fragment, whose checksum field holds its pseudo-header's sum; a
+/// packet of a protocol that carries another (IP in IP, IPv6 in IP, GRE, SCTP); an IPv6
+/// packet behind a routing, destination options, mobility, HIP or shim6 header.
+pub fn may_hide_a_partial_checksum(frame: &[u8]) -> bool {
+    let field = |at: usize| {
+        frame
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    match frame.get(12..14) {
+        Some([0x08, 0x00]) if frame.len() >= 34 && frame[14] == 0x45 => {
+            let (protocol, fragment) = (frame[23], frame[20] & 0x3f != 0 || frame[21] != 0);
+            if fragment {
+                return false;
+            }
+            // Less the header, in ones' complement as the program takes it off.
+            let len = checksum::add(u16::from_be_bytes([frame[16], frame[17]]), !20);
+            let pseudo = || pseudo_header_sum(&frame[26..30], &frame[30..34], protocol, len);
+            match protocol {
+                6 => field(50) == Some(pseudo()),
+                17 => field(40) == Some(pseudo()),
+                p => CARRIERS.contains(&p),
+            }
+        }
+        Some([0x86, 0xdd]) if frame.len() >= 54 && frame[14] >> 4 == 6 => {
+            let next = frame[20];
+            let len = u16::from_be_bytes([frame[18], frame[19]]);
+            let pseudo = || pseudo_header_sum(&frame[22..38], &frame[38..54], next, len);
+            match next {
+                6 => field(70) == Some(pseudo()),
+                17 => field(60) == Some(pseudo()),
+                n => CARRIERS.contains(&n) || EXTENSIONS.contains(&n),
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The part of the program that passes what may hide a partial checksum
+/// ([`may_hide_a_partial_checksum`]), entered at `lane4` (IPv4, the frame 34 bytes at
+/// least) or `lane6` (IPv6, 54), with `R2` and `R3` the frame's bounds; it goes on to
+/// `redirect` or `pass`.
+///
+/// The pseudo-header is summed from 32-bit and 16-bit loads in this machine's order:
+/// the ones' complement sum of byte-swapped words is the byte-swapped sum (RFC 1071,
+/// 2(B)), so the folded sum is compared with the checksum field loaded the same way;
+/// the protocol and the length are added swapped, and IPv4's header length taken off
+/// as the ones' complement of 20, swapped (`0xebff`).
+fn partial_checksums() -> Vec<Item> {
+    use bpf::{
+        add_imm, add_reg, and_imm, jeq_imm, jeq_reg, jgt_reg, jne_imm, load, lsh_imm, mov_reg, Size,
+    };
+    use Item::*;
+    let bounds = |len| {
+        [
+            Op(mov_reg(R4, R2)),
+            Op(add_imm(R4, len)),
+            // Too short for the field: not partial.
+            JumpReg(jgt_reg, R4, R3, "redirect"),
+        ]
+    };
+    // The bounds checked again: the verifier forgot them with the registers.
+    let mut p = Vec::from(bounds(34));
+    p.extend([
+        // IPv4: not a fragment (flags and offset, but DF, all zero).
+        Op(load(Size::B, R5, R2, 20)),
+        Op(and_imm(R5, 0x3f)),
+        Jump(jne_imm, R5, 0, "redirect"),
+        Op(load(Size::B, R5, R2, 21)),
+        Jump(jne_imm, R5, 0, "redirect"),
+        Op(load(Size::B, R8, R2, 23)),
+        Jump(jeq_imm, R8, 6, "tcp4"),
+        Jump(jeq_imm, R8, 17, "udp4"),
+    ]);
+    for c in CARRIERS {
+        p.push(Jump(jeq_imm, R8, i32::from(c), "pass"));
+    }
+    p.push(Goto("redirect"));
+    p.push(Label("tcp4"));
+    p.extend(bounds(52));
+    p.extend([Op(load(Size::H, R9, R2, 50)), Goto("sum4"), Label("udp4")]);
+    p.extend(bounds(42));
+    p.extend([
+        Op(load(Size::H, R9, R2, 40)),
+        Label("sum4"),
+        Op(load(Size::W, R5, R2, 26)),
+        Op(load(Size::W, R0, R2, 30)),
+        Op(add_reg(R5, R0)),
+        Op(load(Size::H, R0, R2, 16)),
+        Op(add_reg(R5, R0)),
+        Op(add_imm(R5, 0xebff)),
+        Goto("protocol"),
+        Label("lane6"),
+    ]);
+    p.extend(bounds(54));
+    p.extend([
+        Op(load(Size::B, R8, R2, 20)),
+        Jump(jeq_imm, R8, 6, "tcp6"),
+        Jump(jeq_imm, R8, 17, "udp6"),
+    ]);
+    for c in CARRIERS.into_iter().chain(EXTENSIONS) {
+        p.push(Jump(jeq_imm, R8, i32::from(c), "pass"));
+    }
+    p.push(Goto("redirect"));
+    p.push(Label("tcp6"));
+    p.extend(bounds(72));
+    p.extend([Op(load(Size::H, R9, R2, 70)), Goto("sum6"), Label("udp6")]);
+    p.extend(bounds(62));
+    p.extend([
+        Op(load(Size::H, R9, R2, 60)),
+        Label("sum6"),
+        Op(load(Size::H, R5, R2, 18)),
+    ]);
+    for k in 0..8 {
+        p.push(Op(load(Size::W, R0, R2, 22 + 4 * k)));
+        p.push(Op(add_reg(R5, R0)));
+    }
+    p.extend([Label("protocol"), Op(lsh_imm(R8, 8)), Op(add_reg(R5, R8))]);
+    // Folded four times: a sum of at most ten 32-bit words fits 16 bits after three.
+    for _ in 0..4 {
+        p.extend([
+            Op(mov_reg(R0, R5)),
+            Op(bpf::rsh_imm(R0, 16)),
+            Op(and_imm(R5, 0xffff)),
+            Op(add_reg(R5, R0)),
+        ]);
+    }
+    p.extend([JumpReg(jeq_reg, R5, R9, "pass"), Goto("redirect")]);
+    p
 }
 
 #[cfg(test)]
@@ -381,13 +560,23 @@ mod tests {
                 _ => Ipv4Addr::from(rng.gen::<u32>()),
             };
             let header_len = (usize::from(ihl) * 4).max(20);
-            let total = header_len + 8;
+            let protocol = protocol(rng, &[1, 4, 47, 132]);
+            let src = rng.gen::<u32>().to_be_bytes();
+            let l4 = transport(rng, protocol, &src, &dst.octets());
+            let total = header_len + l4.len();
             let mut h = vec![0u8; header_len];
             h[0] = version << 4 | ihl;
             h[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            // Now and then a fragment: more to come, or an offset.
+            match rng.gen_range(0..20) {
+                0 => h[6] = 0x20,
+                1 => h[7] = rng.gen_range(1..=255),
+                2 => h[6] = 0x40,
+                _ => {}
+            }
             h[8] = rng.gen();
-            h[9] = 17;
-            h[12..16].copy_from_slice(&rng.gen::<u32>().to_be_bytes());
+            h[9] = protocol;
+            h[12..16].copy_from_slice(&src);
             h[16..20].copy_from_slice(&dst.octets());
             if rng.gen_bool(0.1) {
                 h[2..4].copy_from_slice(&rng.gen::<u16>().to_be_bytes());
@@ -398,7 +587,7 @@ mod tests {
                 h[10] ^= 0x40;
             }
             f.extend_from_slice(&h);
-            f.extend_from_slice(&[0; 8]);
+            f.extend_from_slice(&l4);
         } else {
             let version: u8 = if rng.gen_bool(0.9) {
                 6
@@ -420,25 +609,57 @@ mod tests {
             } else {
                 Ipv6Addr::from(rng.gen::<u128>())
             };
-            let mut h = [0u8; 40];
-            h[0] = version << 4;
-            h[4..6].copy_from_slice(&8u16.to_be_bytes());
-            h[6] = match rng.gen_range(0..10) {
+            let next = match rng.gen_range(0..10) {
                 0 => 0,
                 1 => rng.gen(),
-                _ => 17,
+                _ => protocol(rng, &[44, 43, 60, 58, 41, 132, 50]),
             };
+            let l4 = transport(rng, next, &src.octets(), &dst.octets());
+            let mut h = [0u8; 40];
+            h[0] = version << 4;
+            h[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+            h[6] = next;
             h[7] = rng.gen();
             h[8..24].copy_from_slice(&src.octets());
             h[24..40].copy_from_slice(&dst.octets());
             f.extend_from_slice(&h);
-            f.extend_from_slice(&[0; 8]);
+            f.extend_from_slice(&l4);
         }
         if rng.gen_bool(0.1) {
             let len = rng.gen_range(14..=f.len());
             f.truncate(len);
         }
         f
+    }
+
+    /// A protocol: UDP mostly, TCP often, now and then one of `others`.
+    fn protocol(rng: &mut impl Rng, others: &[u8]) -> u8 {
+        match rng.gen_range(0..10) {
+            0..=4 => 17,
+            5..=7 => 6,
+            _ => others[rng.gen_range(0..others.len())],
+        }
+    }
+
+    /// A transport header and a few bytes for `protocol` between `src` and `dst`: for
+    /// TCP and UDP, half the time with the checksum field holding the pseudo-header's
+    /// sum, as a sender leaves it for offload, else anything.
+    fn transport(rng: &mut impl Rng, protocol: u8, src: &[u8], dst: &[u8]) -> Vec<u8> {
+        let (len, field) = match protocol {
+            6 => (20 + rng.gen_range(0..8), Some(16)),
+            17 => (8 + rng.gen_range(0..8), Some(6)),
+            _ => (8, None),
+        };
+        let mut l4: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if let Some(at) = field {
+            let sum = if rng.gen_bool(0.5) {
+                super::pseudo_header_sum(src, dst, protocol, len as u16)
+            } else {
+                rng.gen()
+            };
+            l4[at..at + 2].copy_from_slice(&sum.to_be_bytes());
+        }
+        l4
     }
 
     /// Frames the program hands to the kernel before fibre's checks would have dropped
@@ -487,13 +708,17 @@ mod tests {
                 Input::Kernel(_) => XDP_PASS,
                 Input::V4(p) if is_local(p.dst.into()) => XDP_PASS,
                 Input::V6(p) if is_local(p.dst.into()) => XDP_PASS,
-                Input::V4(_) | Input::V6(_) => XDP_TX,
                 Input::Drop(_) if kernel_anyway(&f) => XDP_PASS,
-                Input::Drop(_) => XDP_TX,
+                // What may hide a partial checksum goes the way that says.
+                _ if may_hide_a_partial_checksum(&f) => XDP_PASS,
+                Input::V4(_) | Input::V6(_) | Input::Drop(_) => XDP_TX,
             };
             let got = program.verdict(&f).unwrap();
             assert_eq!(got, want, "frame {n}: {sorted:?} {f:02x?}");
             let kind = match sorted {
+                Input::V4(_) | Input::V6(_) if may_hide_a_partial_checksum(&f) => {
+                    "partial".to_string()
+                }
                 Input::V4(_) => "v4".to_string(),
                 Input::V6(_) => "v6".to_string(),
                 other => format!("{other:?}"),
@@ -510,6 +735,11 @@ mod tests {
                 );
             }
         }
+        assert!(
+            seen.get(&("partial".to_string(), XDP_PASS))
+                .is_some_and(|&n| n > 500),
+            "packets with partial checksums passed: {seen:?}"
+        );
         assert!(seen.len() > 20, "{seen:?}");
 
         // The prefixes change: what was local is routed, and the other way round.

@@ -2,7 +2,8 @@
 //! frame through a system call.
 //!
 //! A worker lends its whole [`Pool`] to the kernel as one UMEM, and binds one AF_XDP
-//! socket to its receive queue on each forwarded link, sharing that UMEM: a frame the
+//! socket to each receive queue it owns on each forwarded link, sharing that UMEM: a
+//! frame the
 //! XDP program ([`crate::xdp`]) redirects lands in one of the pool's buffers, goes
 //! through the pipeline where it lies, and is sent from the same buffer by the output
 //! link's socket. The buffers lent to the kernel (in a fill ring, or sent and not yet
@@ -14,7 +15,7 @@
 use crate::pool::{BufferId, Pool};
 use std::io;
 use std::num::NonZeroU32;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use xdpilone::xdp::XdpDesc;
 use xdpilone::{
     DeviceQueue, Errno, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, UmemConfig,
@@ -23,9 +24,10 @@ use xdpilone::{
 /// Entries of each ring: fill, completion, receive, transmit.
 pub const RING: u32 = 4096;
 
-/// One link's socket.
+/// One socket: a receive queue of a link.
 struct Port {
     ifindex: u32,
+    queue: u32,
     fd: RawFd,
     rx: RingRx,
     tx: RingTx,
@@ -92,17 +94,18 @@ pub const CHUNK_SIZES: [usize; 2] = [2048, 4096];
 pub const HEADROOM: usize = 256;
 
 impl XskPorts {
-    /// Binds a socket to queue `queue` of each of `links` (interface indexes), all
+    /// Binds a socket to each of `queues` (an interface index and a receive queue), all
     /// sharing `pool` as their UMEM (its buffer size must be one of [`CHUNK_SIZES`]).
     /// Each socket still has to be put in its link's XDP program's map
-    /// ([`XskPorts::sockets`]) to receive.
+    /// ([`XskPorts::sockets`]) to receive. Frames go out by the first socket on their
+    /// link.
     ///
     /// # Safety
     /// The kernel writes received frames into `pool`'s area until the returned ports are
     /// dropped: `pool` must be dropped after them (it may move meanwhile; its area does
     /// not), and its buffers must only be handed out by the pool itself, so that those
     /// lent here are never read or written while the kernel holds them.
-    pub unsafe fn open(pool: &mut Pool, links: &[u32], queue: u32) -> io::Result<XskPorts> {
+    pub unsafe fn open(pool: &mut Pool, queues: &[(u32, u32)]) -> io::Result<XskPorts> {
         let frame_size = pool.buffer_size();
         if !CHUNK_SIZES.contains(&frame_size) {
             return Err(io::Error::new(
@@ -133,7 +136,7 @@ impl XskPorts {
             },
         };
         let mut ports = Vec::new();
-        for (k, &ifindex) in links.iter().enumerate() {
+        for (k, &(ifindex, queue)) in queues.iter().enumerate() {
             let mut info = IfInfo::invalid();
             info.from_ifindex(ifindex).map_err(error)?;
             info.set_queue(queue);
@@ -158,6 +161,7 @@ impl XskPorts {
             })?;
             ports.push(Port {
                 ifindex,
+                queue,
                 fd: rx.as_raw_fd(),
                 rx,
                 tx,
@@ -176,12 +180,13 @@ impl XskPorts {
         Ok(xsk)
     }
 
-    /// Each link's interface index and socket, to put in its XDP program's map.
-    pub fn sockets(&self) -> impl Iterator<Item = (u32, RawFd)> + '_ {
-        self.ports.iter().map(|p| (p.ifindex, p.fd))
+    /// Each socket's interface index, receive queue and descriptor, to put in its
+    /// link's XDP program's map.
+    pub fn sockets(&self) -> impl Iterator<Item = (u32, u32, RawFd)> + '_ {
+        self.ports.iter().map(|p| (p.ifindex, p.queue, p.fd))
     }
 
-    /// The links, in order.
+    /// The sockets, in order.
     pub fn len(&self) -> usize {
         self.ports.len()
     }
@@ -191,18 +196,19 @@ impl XskPorts {
         self.ports.is_empty()
     }
 
-    /// Link `k`'s interface index.
+    /// Socket `k`'s interface index.
     pub fn ifindex(&self, k: usize) -> u32 {
         self.ports[k].ifindex
     }
 
-    /// Link `k`'s socket, to wait on.
+    /// Socket `k`, to wait on.
     pub fn fd(&self, k: usize) -> RawFd {
         self.ports[k].fd
     }
 
-    /// Tops up every link's fill ring with free buffers, so that it can receive; each
-    /// link keeps at most half the pool's buffers or the ring, whichever is fewer.
+    /// Tops up every socket's fill ring with free buffers, so that it can receive; each
+    /// keeps at most its share of half the pool's buffers, or the ring, whichever is
+    /// fewer.
     pub fn fill(&mut self, pool: &mut Pool) {
         for k in 0..self.ports.len() {
             self.fill_port(k, pool, 32);
@@ -233,8 +239,8 @@ impl XskPorts {
         }
     }
 
-    /// Receives up to `max` frames from link `k` into `ids` (appended), in the pool's
-    /// buffers where the kernel put them; returns how many. The link's fill ring gets
+    /// Receives up to `max` frames from socket `k` into `ids` (appended), in the pool's
+    /// buffers where the kernel put them; returns how many. The socket's fill ring gets
     /// as many buffers back at once: left to the next round of upkeep, it ran dry while
     /// a busy worker read on (the kernel's `fill_ring_empty`).
     pub fn receive(
@@ -364,6 +370,64 @@ impl XskPorts {
     }
 }
 
+/// `ETHTOOL_GCHANNELS`: a link's queue counts.
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// The kernel's `struct ethtool_channels`.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The receive queues of link `ifindex` in this thread's network namespace, as
+/// `ethtool -l` counts them (receive-only and combined channels): every one an AF_XDP
+/// socket must be bound to for none of the link's frames to go unread. A driver that
+/// cannot say has one.
+pub fn receive_queues(ifindex: u32) -> io::Result<u32> {
+    let mut name = [0 as libc::c_char; libc::IFNAMSIZ];
+    // SAFETY: `name` has the IFNAMSIZ bytes if_indextoname writes at most.
+    if unsafe { libc::if_indextoname(ifindex, name.as_mut_ptr()) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
+    let mut req = libc::ifreq {
+        ifr_name: name,
+        ifr_ifru: libc::__c_anonymous_ifr_ifru {
+            ifru_data: (&mut channels as *mut EthtoolChannels).cast(),
+        },
+    };
+    // SAFETY: socket(2) takes no pointers; the descriptor is checked and owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `req` holds a NUL-terminated name and a pointer to `channels`, a whole
+    // `ethtool_channels` that outlives the call; the kernel reads and writes no more.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Ok(1),
+            _ => Err(e),
+        };
+    }
+    Ok((channels.rx_count + channels.combined_count).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,7 +474,7 @@ mod tests {
                 let mut pool = Pool::new(512, 2048);
                 // SAFETY: `ports` is dropped below, before `pool`, and only the pool
                 // hands out its buffers.
-                let mut ports = unsafe { XskPorts::open(&mut pool, &[x1], 0) }.unwrap();
+                let mut ports = unsafe { XskPorts::open(&mut pool, &[(x1, 0)]) }.unwrap();
                 let lent = ports.lent();
                 assert_eq!(lent as usize, 256, "half the pool lent to receive into");
                 assert_eq!(pool.available(), 512 - 256);

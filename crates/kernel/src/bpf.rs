@@ -55,6 +55,8 @@ pub const R10: Reg = 10;
 pub enum Size {
     /// 1 byte.
     B = 0x10,
+    /// 2 bytes.
+    H = 0x08,
     /// 4 bytes.
     W = 0x00,
     /// 8 bytes.
@@ -81,6 +83,14 @@ pub const fn mov_reg(dst: Reg, src: Reg) -> Insn {
 /// `dst += imm` (64-bit).
 pub const fn add_imm(dst: Reg, imm: i32) -> Insn {
     insn(0x07, dst, 0, 0, imm)
+}
+/// `dst += src` (64-bit).
+pub const fn add_reg(dst: Reg, src: Reg) -> Insn {
+    insn(0x0f, dst, src, 0, 0)
+}
+/// `dst <<= imm` (64-bit).
+pub const fn lsh_imm(dst: Reg, imm: i32) -> Insn {
+    insn(0x67, dst, 0, 0, imm)
 }
 /// `dst = *(size *)(src + off)`.
 pub const fn load(size: Size, dst: Reg, src: Reg, off: i16) -> Insn {
@@ -109,6 +119,10 @@ pub const fn jne_imm(dst: Reg, imm: i32, off: i16) -> Insn {
 /// `if dst > imm goto +off` (unsigned).
 pub const fn jgt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
     insn(0x25, dst, 0, off, imm)
+}
+/// `if dst == src goto +off`.
+pub const fn jeq_reg(dst: Reg, src: Reg, off: i16) -> Insn {
+    insn(0x1d, dst, src, off, 0)
 }
 /// `if dst > src goto +off` (unsigned).
 pub const fn jgt_reg(dst: Reg, src: Reg, off: i16) -> Insn {
@@ -606,6 +620,15 @@ mod tests {
         );
         assert_eq!(bytes(jgt_reg(R4, R3, 7)), [0x2d, 0x34, 7, 0, 0, 0, 0, 0]);
         assert_eq!(bytes(rsh_imm(R0, 32)), [0x77, 0x00, 0, 0, 32, 0, 0, 0]);
+        // BPF_LDX | BPF_MEM | BPF_H; BPF_ALU64 | BPF_ADD | BPF_X; BPF_LSH | BPF_K;
+        // BPF_JEQ | BPF_X.
+        assert_eq!(
+            bytes(load(Size::H, R5, R2, 40)),
+            [0x69, 0x25, 40, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(bytes(add_reg(R7, R5)), [0x0f, 0x57, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(bytes(lsh_imm(R5, 8)), [0x67, 0x05, 0, 0, 8, 0, 0, 0]);
+        assert_eq!(bytes(jeq_reg(R5, R7, 4)), [0x1d, 0x75, 4, 0, 0, 0, 0, 0]);
     }
 
     #[test]
