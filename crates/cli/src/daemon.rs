@@ -50,10 +50,15 @@ pub struct DaemonArgs {
     /// Forwarding workers, each pinned to a core of its own.
     #[arg(long, default_value_t = 1, requires = "forward")]
     workers: usize,
+    /// The CPUs the workers run on (comma-separated), worker `n` on the `n`-th; by
+    /// default worker `n` runs on CPU `n`.
+    #[arg(long, value_delimiter = ',', requires = "forward")]
+    cpus: Vec<usize>,
     /// How the workers read and send: `xdp` (AF_XDP sockets, an XDP program on each
     /// link passing the kernel's frames to it), `packet` (AF_PACKET sockets), or `auto`
-    /// (AF_XDP where every link takes it, else AF_PACKET). With AF_XDP, worker `n` reads
-    /// receive queue `n`: a link with fewer queues than workers leaves the rest out.
+    /// (AF_XDP where every link takes it, else AF_PACKET). With AF_XDP, every receive
+    /// queue of every link is read, worker `w` of `W` reading queues `q % W == w`: there
+    /// are at most as many workers as the link with the fewest queues has queues.
     #[arg(long, value_enum, default_value_t = Io::Auto, requires = "forward")]
     io: Io,
 }
@@ -69,7 +74,7 @@ pub enum Io {
     Packet,
 }
 
-impl From<Io> for fibre_dataplane::worker::IoMode {
+impl From<Io> for fibre_dataplane::workers::IoMode {
     fn from(io: Io) -> Self {
         match io {
             Io::Auto => Self::Auto,
@@ -107,6 +112,8 @@ enum Event {
     Stop(i32),
     /// A scrape of the metrics, and where its text goes.
     Metrics(mpsc::Sender<String>),
+    /// A forwarding worker ended (its generation and number).
+    WorkerEnded(u64, usize),
 }
 
 /// A reply to a client.
@@ -140,6 +147,25 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         None => None,
     };
+    // A panic is a fault in fibre: one line in the log, at once. A forwarding worker's
+    // sockets stay open until its thread has unwound, and frames meanwhile wait on them:
+    // no time goes to a backtrace first.
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        let at = info
+            .location()
+            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
+        eprintln!(
+            "fibre daemon: thread {} failed{at}: {what}",
+            thread.name().unwrap_or("unnamed")
+        );
+    }));
     // Before any thread starts: they are all of the namespace.
     if let Some(ns) = &a.netns {
         kernel::enter_netns(ns)?;
@@ -174,7 +200,18 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut forwarding = if a.forward.is_empty() {
         None
     } else {
-        let f = Forwarding::start(&mirror, reader, &a.forward, a.workers, a.io.into())?;
+        let tx = std::sync::Mutex::new(tx.clone());
+        let notify: fibre_dataplane::workers::Notify = std::sync::Arc::new(move |g, n| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(Event::WorkerEnded(g, n));
+            }
+        });
+        let options = fibre_dataplane::workers::Options {
+            workers: a.workers,
+            mode: a.io.into(),
+            cpus: a.cpus.clone(),
+        };
+        let f = Forwarding::start(&mirror, reader, &a.forward, options, Some(notify))?;
         let (io, fallback) = f.io();
         eprintln!(
             "fibre daemon: forwarding between {} with {} worker(s) ({io})",
@@ -279,6 +316,22 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     f.metrics(&mut text);
                 }
                 let _ = reply.send(text);
+            }
+            Ok(Event::WorkerEnded(g, n)) => {
+                if let Some(failure) = forwarding.as_mut().and_then(|f| f.supervise(g, n)) {
+                    if failure.restarted {
+                        eprintln!(
+                            "fibre daemon: forwarding worker {n} failed ({}); started again in {:.1} ms",
+                            failure.reason,
+                            failure.took.as_secs_f64() * 1e3
+                        );
+                    } else {
+                        eprintln!(
+                            "fibre daemon: forwarding worker {n} failed ({}); it could not be started again: its queues' frames go to the kernel and the other workers",
+                            failure.reason
+                        );
+                    }
+                }
             }
             Ok(Event::Stop(sig)) => {
                 eprintln!("fibre daemon: signal {sig}: exiting");
@@ -398,6 +451,19 @@ fn command(
         }
         ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => {
             stats(mirror, forwarding, json, o)
+        }
+        // A fault made on purpose, to test what follows a worker's failure.
+        ["test", "fail-worker"] if words.len() == 3 => {
+            match (words[2].parse::<usize>(), forwarding) {
+                (Ok(n), Some(f)) if f.fail_worker(n) => {
+                    writeln!(o.out, "worker {n} fails at its next round")?;
+                    Ok(0)
+                }
+                _ => {
+                    writeln!(o.err, "Error: no forwarding worker {:?}", words[2])?;
+                    Ok(1)
+                }
+            }
         }
         _ => {
             writeln!(

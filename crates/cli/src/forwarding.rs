@@ -3,13 +3,17 @@
 //! workers use AF_XDP, this host's destinations to the links' XDP programs (so that
 //! what is for the kernel reaches it); the workers read the FIB's snapshots as the
 //! mirror publishes them; their counters are shown by `fibre ctl stats` and in the
-//! metrics.
+//! metrics. A worker that fails is started again, logged and counted
+//! ([`Forwarding::supervise`]); a forwarded link deleted and made again has the workers
+//! started again on it ([`Forwarding::publish`]).
 
 use fibre_dataplane::capture::fate_name;
-use fibre_dataplane::icmp::{Limits, Overall};
+use fibre_dataplane::icmp::Limits;
 use fibre_dataplane::runtime;
-use fibre_dataplane::worker::{self, Counters, IoMode, NeighbourMacs, Resolve, Shared};
-use fibre_dataplane::xdp::{LinkProgram, LocalDestinations};
+use fibre_dataplane::worker::{Counters, NeighbourMacs, Resolve, Shared};
+use fibre_dataplane::workers::IoMode;
+use fibre_dataplane::workers::{Failure, Notify, Options, Workers};
+use fibre_dataplane::xdp::LocalDestinations;
 use fibre_fib::{Family, FibReader, RouteType};
 use fibre_mirror::kernel::Resolver;
 use fibre_mirror::Mirror;
@@ -21,9 +25,11 @@ use std::sync::Arc;
 /// The workers and what they share.
 pub struct Forwarding {
     shared: Arc<Shared>,
-    handles: Vec<std::thread::JoinHandle<()>>,
+    /// The workers; `None` while none of the links is there.
+    workers: Option<Workers>,
+    /// The links asked for, by name.
     links: Vec<String>,
-    workers: usize,
+    options: Options,
     /// The neighbour table's version last published.
     published: Option<u64>,
     /// How the workers read and send.
@@ -32,83 +38,128 @@ pub struct Forwarding {
     fallback: Option<String>,
     /// This host's destinations, for the XDP programs (AF_XDP only).
     local: Option<LocalDestinations>,
-    /// The programs, attached while they live.
-    _programs: Vec<LinkProgram>,
+    /// Called when a worker ends unasked.
+    notify: Option<Notify>,
+    /// Workers that failed, and their reasons (the last 16), kept across restarts.
+    failures: Vec<Failure>,
+    /// Failures in all.
+    failed: u64,
+    /// Times the workers were started again because a forwarded link went or came.
+    relinked: u64,
 }
 
 impl Forwarding {
-    /// Starts `workers` workers forwarding between the links named `names`, reading and
-    /// sending as `mode` says.
+    /// Starts workers forwarding between the links named `names`, as `options` say;
+    /// `notify` is called from a worker's thread if it ends unasked (the daemon then
+    /// calls [`Forwarding::supervise`]).
     pub fn start(
         mirror: &Mirror,
         fib: FibReader,
         names: &[String],
-        workers: usize,
-        mode: IoMode,
+        options: Options,
+        notify: Option<Notify>,
     ) -> Result<Forwarding, String> {
-        let mut links = Vec::new();
-        for name in names {
-            let link = mirror
-                .state()
-                .links()
-                .find(|l| &l.name == name)
-                .ok_or_else(|| format!("--forward {name}: no such link"))?;
-            links.push(link.index);
+        let links = Forwarding::present(mirror, names);
+        if let Some(name) = names.iter().find(|n| !links.iter().any(|(m, _)| m == *n)) {
+            return Err(format!("--forward {name}: no such link"));
         }
         // The namespace's settings: the daemon entered it before any thread started.
-        let icmp_limits = Limits::read();
-        let shared = Arc::new(Shared {
-            fib,
-            neighbours: Default::default(),
-            counters: Default::default(),
-            stop: Default::default(),
-            icmp_limits,
-            icmp_overall: Arc::new(Overall::new(icmp_limits.per_second, icmp_limits.burst)),
-        });
+        let shared = Arc::new(Shared::new(fib, Limits::read()));
         let mut forwarding = Forwarding {
-            shared: shared.clone(),
-            handles: Vec::new(),
+            shared,
+            workers: None,
             links: names.to_vec(),
-            workers: workers.max(1),
+            options,
             published: None,
             io: String::new(),
             fallback: None,
             local: None,
-            _programs: Vec::new(),
+            notify,
+            failures: Vec::new(),
+            failed: 0,
+            relinked: 0,
         };
         forwarding.publish_neighbours(mirror, true);
         // This host's destinations go in before any program is attached, so that none of
         // the kernel's frames reaches a worker.
         let mut local_error = None;
-        if mode != IoMode::Packet {
+        if forwarding.options.mode != IoMode::Packet {
             match LocalDestinations::new() {
                 Ok(l) => forwarding.local = Some(l),
-                Err(e) if mode == IoMode::Xdp => return Err(format!("--io xdp: {e}")),
+                Err(e) if forwarding.options.mode == IoMode::Xdp => {
+                    return Err(format!("--io xdp: {e}"))
+                }
                 Err(e) => local_error = Some(format!("BPF maps: {e}")),
             }
             forwarding.publish_local(mirror)?;
         }
-        let started = worker::start(
-            shared,
-            &links,
-            workers,
-            mode,
-            forwarding.local.as_ref(),
-            || {
-                let mut r = Resolver::new()?;
-                Ok(Box::new(move |link, addr| r.resolve(link, addr)) as Resolve)
-            },
-        )
-        .map_err(|e| format!("--forward: {e}"))?;
-        forwarding.handles = started.handles;
-        forwarding.workers = forwarding.handles.len();
-        forwarding.io = started.io;
-        forwarding.fallback = local_error.or(started.fallback);
-        forwarding._programs = started.programs;
-        if forwarding._programs.is_empty() {
-            forwarding.local = None;
+        let indexes: Vec<u32> = links.iter().map(|(_, i)| *i).collect();
+        forwarding
+            .start_workers(&indexes)
+            .map_err(|e| format!("--forward: {e}"))?;
+        if let Some(e) = local_error {
+            forwarding.fallback = Some(e);
         }
         Ok(forwarding)
+    }
+
+    /// The links of `names` the mirror holds now: each name and interface index.
+    fn present(mirror: &Mirror, names: &[String]) -> Vec<(String, u32)> {
+        names
+            .iter()
+            .filter_map(|name| {
+                mirror
+                    .state()
+                    .links()
+                    .find(|l| &l.name == name)
+                    .map(|l| (name.clone(), l.index))
+            })
+            .collect()
+    }
+
+    /// Starts the workers on `links` (interface indexes).
+    fn start_workers(&mut self, links: &[u32]) -> std::io::Result<()> {
+        let resolver = Box::new(|| {
+            let mut r = Resolver::new()?;
+            Ok(Box::new(move |link, addr| r.resolve(link, addr)) as Resolve)
+        });
+        let workers = Workers::start(
+            self.shared.clone(),
+            links,
+            &self.options,
+            self.local.as_ref(),
+            resolver,
+            self.notify.clone(),
+        )?;
+        self.io = workers.io.clone();
+        self.fallback = workers.fallback.clone();
+        if self.io == "AF_PACKET" {
+            self.local = None;
+        }
+        self.workers = Some(workers);
+        Ok(())
+    }
+
+    /// Starts worker `n` of `generation` again, which said it ended; its failure, for
+    /// the daemon to log (`None` if it was stopped, not failed).
+    pub fn supervise(&mut self, generation: u64, n: usize) -> Option<Failure> {
+        let f = self.workers.as_mut()?.restart(generation, n)?;
+        self.failed += 1;
+        if self.failures.len() == 16 {
+            self.failures.remove(0);
+        }
+        self.failures.push(f.clone());
+        Some(f)
+    }
+
+    /// Has worker `n` fail at its next round (a panic), to test what follows; false if
+    /// there is no such worker.
+    pub fn fail_worker(&self, n: usize) -> bool {
+        if self.workers.as_ref().is_none_or(|w| n >= w.len()) {
+            return false;
+        }
+        self.shared.fail.store(n, Ordering::Relaxed);
+        true
     }
 
     /// How the workers read and send, and why not AF_XDP if it could not be.
@@ -118,7 +169,7 @@ impl Forwarding {
 
     /// The workers running.
     pub fn workers(&self) -> usize {
-        self.workers
+        self.workers.as_ref().map_or(0, Workers::len)
     }
 
     /// Gives the XDP programs this host's destinations as the mirror holds them now:
@@ -147,11 +198,45 @@ impl Forwarding {
             .map_err(|e| format!("the XDP programs' local destinations: {e}"))
     }
 
-    /// Publishes what changed in the mirror to the workers (and their programs).
+    /// Publishes what changed in the mirror to the workers (and their programs). A
+    /// forwarded link gone, or come (again: a link made anew is another link), has the
+    /// workers started again on the links there are now.
     pub fn publish(&mut self, mirror: &Mirror, force: bool) {
         self.publish_neighbours(mirror, force);
         if let Err(e) = self.publish_local(mirror) {
             eprintln!("fibre daemon: {e}");
+        }
+        let now: Vec<u32> = Forwarding::present(mirror, &self.links)
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect();
+        let running = self.workers.as_ref().map_or(&[][..], Workers::links);
+        if now == running {
+            return;
+        }
+        if let Some(w) = self.workers.take() {
+            w.stop();
+        }
+        self.relinked += 1;
+        if now.is_empty() {
+            eprintln!(
+                "fibre daemon: none of the forwarded links is there: forwarding waits for them"
+            );
+            return;
+        }
+        let names: Vec<String> = Forwarding::present(mirror, &self.links)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        match self.start_workers(&now) {
+            Ok(()) => eprintln!(
+                "fibre daemon: forwarded links changed: forwarding again between {} ({})",
+                names.join(", "),
+                self.io
+            ),
+            Err(e) => eprintln!(
+                "fibre daemon: forwarded links changed, and the workers could not start again: {e}"
+            ),
         }
     }
 
@@ -176,18 +261,13 @@ impl Forwarding {
 
     /// What the workers counted so far.
     pub fn counters(&self) -> Counters {
-        self.shared
-            .counters
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default()
+        self.shared.counters().clone()
     }
 
     /// Stops the workers and waits for them.
     pub fn stop(self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        for h in self.handles {
-            let _ = h.join();
+        if let Some(w) = self.workers {
+            w.stop();
         }
     }
 
@@ -211,7 +291,15 @@ impl Forwarding {
             .collect();
         json!({
             "links": self.links,
-            "workers": self.workers,
+            "workers": self.workers(),
+            "worker_failures": self.failed,
+            "failures": self.failures.iter().map(|f| json!({
+                "worker": f.worker,
+                "reason": f.reason,
+                "restarted": f.restarted,
+                "restart_seconds": f.took.as_secs_f64(),
+            })).collect::<Vec<_>>(),
+            "restarts_for_links": self.relinked,
             "io": self.io,
             "io_fallback": self.fallback,
             "local_destinations": self.local.as_ref().map(|l| l.len()),
@@ -320,6 +408,11 @@ impl Forwarding {
                 "fibre_frames_truncated_total",
                 "Frames longer than a buffer (merged by receive offload), dropped.",
                 c.truncated,
+            ),
+            (
+                "fibre_worker_failures_total",
+                "Forwarding workers that failed (each started again).",
+                self.failed,
             ),
             (
                 "fibre_checksums_finished_total",

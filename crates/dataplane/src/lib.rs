@@ -38,6 +38,8 @@
 //!   sockets (or, where a link takes no XDP program, `AF_PACKET` receive rings in a
 //!   fanout group), with the FIB's and the neighbour table's current versions taken
 //!   once per vector.
+//! - [`workers`]: the workers as a whole: every receive queue served, each worker on
+//!   its CPU, a worker that fails noticed, counted and started again.
 //! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
 //!   forward`.
 //!
@@ -62,5 +64,6 @@ pub mod ring;
 pub mod runtime;
 pub mod segment;
 pub mod worker;
+pub mod workers;
 pub mod xdp;
 pub mod xsk;

@@ -38,19 +38,17 @@ use crate::pipeline::{
     address_bits, Arrival, Fate, Handed, Neighbours, Output, Pipeline, Unanswered,
 };
 use crate::pool::{BufferId, Pool};
-use crate::ring::{ReceiveRing, LONGEST_FRAME};
+use crate::ring::ReceiveRing;
 use crate::runtime::StageCounters;
 use crate::segment;
-use crate::xdp::{LinkProgram, LocalDestinations, QUEUES, XDP_PASS};
-use crate::xsk::{self, XskPorts, XskStatistics, CHUNK_SIZES, HEADROOM, RING};
+use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
-use fibre_kernel::bpf::XdpMode;
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -299,208 +297,42 @@ pub struct Shared {
     pub icmp_limits: icmp::Limits,
     /// The overall limit on errors, which the workers share as the kernel's CPUs do.
     pub icmp_overall: Arc<icmp::Overall>,
+    /// The worker to fail (panic) at its next round, to test what follows a failure;
+    /// `usize::MAX`: none.
+    pub fail: AtomicUsize,
+}
+
+impl Shared {
+    /// What the workers share, with nothing counted: the FIB's reader, the ICMP limits.
+    pub fn new(fib: FibReader, icmp_limits: icmp::Limits) -> Shared {
+        Shared {
+            fib,
+            neighbours: SharedNeighbours::default(),
+            counters: Mutex::default(),
+            stop: AtomicBool::new(false),
+            icmp_limits,
+            icmp_overall: Arc::new(icmp::Overall::new(
+                icmp_limits.per_second,
+                icmp_limits.burst,
+            )),
+            fail: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// The counters, to read or add to. A worker that failed while it held them left
+    /// them whole (each addition is), so a poisoned lock is taken all the same.
+    pub fn counters(&self) -> std::sync::MutexGuard<'_, Counters> {
+        self.counters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Asks the kernel to resolve a neighbour (the daemon's netlink socket does it).
 pub type Resolve = Box<dyn FnMut(u32, IpAddr) -> io::Result<()> + Send>;
 
-/// How the workers reach their links.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoMode {
-    /// AF_XDP where every link takes it, else AF_PACKET.
-    Auto,
-    /// AF_XDP, or an error.
-    Xdp,
-    /// AF_PACKET.
-    Packet,
-}
-
-/// The workers started, and how they reach their links.
-pub struct Started {
-    /// The threads.
-    pub handles: Vec<std::thread::JoinHandle<()>>,
-    /// How they read and send: `AF_XDP (driver)`, `AF_XDP (generic)` or `AF_PACKET`.
-    pub io: String,
-    /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
-    pub fallback: Option<String>,
-    /// The XDP programs on the links: attached while these live.
-    pub programs: Vec<LinkProgram>,
-}
-
-/// A worker's ports and the pool they lend, in the order they must drop in.
-struct Lent {
-    ports: XskPorts,
-    pool: Pool,
-}
-
-/// Opens AF_XDP sockets for up to `workers` workers on `links` and attaches each link's
-/// program. Every receive queue of every link gets a socket: worker `w` owns the queues
-/// `q` with `q % workers == w` on each link, so that none of a link's frames goes
-/// unread. A worker sends by its own sockets, so each needs one on every link: there
-/// are at most as many workers as the link with the fewest queues has queues.
-fn open_xdp(
-    links: &[u32],
-    workers: usize,
-    mtu: usize,
-    local: &LocalDestinations,
-) -> io::Result<(Vec<Lent>, Vec<LinkProgram>, XdpMode)> {
-    let chunk = CHUNK_SIZES
-        .into_iter()
-        .find(|&c| mtu + 18 + HEADROOM <= c)
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("an MTU of {mtu} does not fit an AF_XDP chunk"),
-            )
-        })?;
-    let queues = links
-        .iter()
-        .map(|&l| xsk::receive_queues(l))
-        .collect::<io::Result<Vec<u32>>>()?;
-    if let Some((&link, &n)) = links.iter().zip(&queues).find(|(_, &n)| n > QUEUES) {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("link {link} has {n} receive queues; an XDP program serves {QUEUES} at most"),
-        ));
-    }
-    let workers = workers
-        .max(1)
-        .min(queues.iter().copied().min().unwrap_or(1) as usize);
-    let mut programs = links
-        .iter()
-        .map(|_| LinkProgram::new(local, XDP_PASS))
-        .collect::<io::Result<Vec<_>>>()?;
-    let mut lent = Vec::new();
-    for w in 0..workers {
-        let owned: Vec<(u32, u32)> = links
-            .iter()
-            .zip(&queues)
-            .flat_map(|(&link, &n)| {
-                (0..n)
-                    .filter(move |q| *q as usize % workers == w)
-                    .map(move |q| (link, q))
-            })
-            .collect();
-        let count = (owned.len() * 2 * RING as usize).max(4096);
-        let mut pool = Pool::new(count, chunk);
-        // SAFETY: the ports and their pool stay together in a `Lent`, then in one
-        // worker's `Vector`, both of which drop the ports first; only the pool hands out
-        // its buffers.
-        let ports = unsafe { XskPorts::open(&mut pool, &owned) }?;
-        lent.push(Lent { ports, pool });
-    }
-    for l in &lent {
-        for (ifindex, queue, fd) in l.ports.sockets() {
-            let k = links.iter().position(|&x| x == ifindex).unwrap_or(0);
-            programs[k].set_socket(queue, fd)?;
-        }
-    }
-    let mut mode = XdpMode::Driver;
-    for (program, &link) in programs.iter_mut().zip(links) {
-        if program.attach(link)? == XdpMode::Generic {
-            mode = XdpMode::Generic;
-        }
-    }
-    Ok((lent, programs, mode))
-}
-
-/// Starts `workers` workers on links `links` (interface indexes), the n-th pinned to the
-/// n-th core if the system has it, reading and sending as `mode` says (AF_XDP consults
-/// `local` for this host's destinations); `resolver` makes each worker's way to ask the
-/// kernel for neighbours. Sockets are opened and programs attached before this returns,
-/// so that a link that cannot be opened is an error here; the workers run until
-/// `shared.stop` is set.
-pub fn start(
-    shared: Arc<Shared>,
-    links: &[u32],
-    workers: usize,
-    mode: IoMode,
-    local: Option<&LocalDestinations>,
-    mut resolver: impl FnMut() -> io::Result<Resolve>,
-) -> io::Result<Started> {
-    let cores = core_affinity::get_core_ids().unwrap_or_default();
-    // Room in a buffer for the largest frame a forwarded link takes.
-    let snap = shared.fib.snapshot();
-    let mtu = links
-        .iter()
-        .filter_map(|&l| snap.link(l).map(|l| l.mtu as usize))
-        .max()
-        .unwrap_or(1500);
-    drop(snap);
-    let mut started = Started {
-        handles: Vec::new(),
-        io: "AF_PACKET".into(),
-        fallback: None,
-        programs: Vec::new(),
-    };
-    let mut all: Vec<(Ports, Pool, Resolve)> = Vec::new();
-    if mode != IoMode::Packet {
-        let opened = match local {
-            Some(local) => open_xdp(links, workers, mtu, local),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "no map of local destinations",
-            )),
-        };
-        match opened {
-            Ok((lent, programs, xdp)) => {
-                let workers = lent.len();
-                for Lent { ports, pool } in lent {
-                    // What the programs pass to the kernel, read beside it.
-                    let mut passed = Vec::new();
-                    for &ifindex in links {
-                        let fanout = (workers > 1).then_some(ifindex as u16);
-                        passed.push(ReceiveRing::open_passed(ifindex, fanout)?);
-                    }
-                    all.push((Ports::Xdp { xsk: ports, passed }, pool, resolver()?));
-                }
-                started.programs = programs;
-                started.io = match xdp {
-                    XdpMode::Driver => "AF_XDP (driver)",
-                    XdpMode::Generic => "AF_XDP (generic)",
-                }
-                .into();
-            }
-            Err(e) if mode == IoMode::Xdp => return Err(e),
-            Err(e) => started.fallback = Some(e.to_string()),
-        }
-    }
-    if all.is_empty() {
-        // Frames left whole by GRO or a sender's TSO are up to 64 KiB: buffers take the
-        // longest (pages untouched by shorter frames cost nothing).
-        let buffer = (mtu + 18).max(LONGEST_FRAME);
-        for _ in 0..workers.max(1) {
-            let mut rx = Vec::new();
-            for &ifindex in links {
-                let fanout = (workers > 1).then_some(ifindex as u16);
-                rx.push(ReceiveRing::open(ifindex, fanout)?);
-            }
-            let ports = Ports::Packet {
-                rx,
-                senders: HashMap::new(),
-            };
-            all.push((ports, Pool::new(1024, buffer), resolver()?));
-        }
-    }
-    for (n, (ports, pool, resolve)) in all.into_iter().enumerate() {
-        let shared = shared.clone();
-        let core = cores.get(n % cores.len().max(1)).copied();
-        started.handles.push(
-            std::thread::Builder::new()
-                .name(format!("fibre-worker-{n}"))
-                .spawn(move || {
-                    if let Some(core) = core {
-                        core_affinity::set_for_current(core);
-                    }
-                    run(&shared, ports, pool, resolve);
-                })?,
-        );
-    }
-    Ok(started)
-}
-
 /// How a worker reaches its links.
-enum Ports {
+pub(crate) enum Ports {
     /// A packet socket per link to read; one per output link to send from, opened at
     /// its first frame (`None`: it could not be).
     Packet {
@@ -509,10 +341,12 @@ enum Ports {
     },
     /// An AF_XDP socket per link, sharing the worker's pool; and a receive ring per link
     /// for what the link's XDP program passed to the kernel (the kernel has each of
-    /// those frames too).
+    /// those frames too). The rings drop first: should the worker fail, they leave their
+    /// fanout groups at once, and the other workers' rings take their frames, while the
+    /// sockets take their time to close (each waits out an RCU grace period).
     Xdp {
-        xsk: XskPorts,
         passed: Vec<ReceiveRing>,
+        xsk: XskPorts,
     },
 }
 
@@ -758,8 +592,9 @@ fn ask(
     }
 }
 
-/// A worker's loop.
-fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
+/// A worker's loop, until `shared.stop` is set (or the worker is asked to fail, as
+/// [`Shared::fail`] says).
+pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
     pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
     let mut v = Vector {
@@ -862,6 +697,11 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
                 }
             }
         }
+        // Asked to fail: after the frames just read, as a fault in the next round would.
+        if shared.fail.load(Ordering::Relaxed) == n {
+            shared.fail.store(usize::MAX, Ordering::Relaxed);
+            panic!("worker {n} was asked to fail");
+        }
         if added.elapsed() >= Duration::from_millis(100) {
             added = Instant::now();
             let rings = match &v.ports {
@@ -884,12 +724,8 @@ fn run(shared: &Shared, ports: Ports, pool: Pool, mut resolve: Resolve) {
             if asked.len() > 4096 {
                 asked.retain(|_, t| t.elapsed() < Duration::from_secs(1));
             }
-            if let Ok(mut c) = shared.counters.lock() {
-                c.add(&mut v.pipeline, &mut v.io);
-            }
+            shared.counters().add(&mut v.pipeline, &mut v.io);
         }
     }
-    if let Ok(mut c) = shared.counters.lock() {
-        c.add(&mut v.pipeline, &mut v.io);
-    }
+    shared.counters().add(&mut v.pipeline, &mut v.io);
 }

@@ -1,0 +1,408 @@
+//! The forwarding workers as a whole: started on the forwarded links, each on the CPU it
+//! is given, watched, and restarted when one fails.
+//!
+//! Over AF_XDP every receive queue of every forwarded link gets a socket: worker `w` of
+//! `W` owns the queues `q` with `q % W == w` on each link. A worker sends by its own
+//! sockets, so it needs one on every link: there are at most as many workers as the link
+//! with the fewest queues has queues. A queue nobody could serve would have its frames
+//! passed to the kernel, whose forwarding is off: so a queue that cannot be bound is an
+//! error at start, never a silent gap. Over `AF_PACKET` each worker reads each link, in a
+//! fanout group per link.
+//!
+//! A worker that fails (a panic: a fault in fibre, never a packet, which is dropped and
+//! counted) is noticed at once: its thread tells the supervisor as it unwinds (its
+//! sockets close with it, so its queues' frames go to the kernel and, through the rings
+//! of the others, to the workers still running, which forward them meanwhile), the
+//! daemon logs and counts it, and the worker is started again on the same queues with a
+//! new pool ([`Workers::restart`]). A link deleted and made again is another
+//! link: the daemon starts all the workers again on the links as they are now.
+
+use crate::pool::Pool;
+use crate::ring::{ReceiveRing, LONGEST_FRAME};
+use crate::worker::{run, Ports, Resolve, Shared};
+use crate::xdp::{LinkProgram, LocalDestinations, QUEUES, XDP_PASS};
+use crate::xsk::{self, XskPorts, CHUNK_SIZES, HEADROOM, RING};
+use fibre_kernel::bpf::XdpMode;
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// How the workers reach their links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// AF_XDP where every link takes it, else AF_PACKET.
+    Auto,
+    /// AF_XDP, or an error.
+    Xdp,
+    /// AF_PACKET.
+    Packet,
+}
+
+/// What the workers are started with, beside their links.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Workers wanted (fewer over AF_XDP if a link has fewer receive queues).
+    pub workers: usize,
+    /// How they reach the links.
+    pub mode: IoMode,
+    /// The CPUs to pin them to, worker `n` to the `n`-th (round the list); empty: worker
+    /// `n` to core `n`.
+    pub cpus: Vec<usize>,
+}
+
+/// Makes each worker's way to ask the kernel for neighbours.
+pub type Resolver = Box<dyn FnMut() -> io::Result<Resolve> + Send>;
+
+/// Called from a worker's thread, with its workers' generation ([`Workers::generation`])
+/// and its number, as it ends: the supervisor wants to know (the daemon wakes its loop
+/// with it, and calls [`Workers::restart`]).
+pub type Notify = Arc<dyn Fn(u64, usize) + Send + Sync>;
+
+/// A worker's failure, as the supervisor saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Which worker.
+    pub worker: usize,
+    /// What it said as it failed.
+    pub reason: String,
+    /// Whether it runs again.
+    pub restarted: bool,
+    /// How long it took to start it again.
+    pub took: std::time::Duration,
+}
+
+/// AF_XDP: the programs and what each worker owns.
+struct Xdp {
+    /// The programs, attached to the links while they live.
+    programs: Vec<LinkProgram>,
+    /// Each worker's receive queues: (interface index, queue).
+    owned: Vec<Vec<(u32, u32)>>,
+    /// The pool's buffer size (an AF_XDP chunk).
+    chunk: usize,
+}
+
+/// The workers, running.
+pub struct Workers {
+    shared: Arc<Shared>,
+    links: Vec<u32>,
+    xdp: Option<Xdp>,
+    /// Over `AF_PACKET`: the pool's buffer size.
+    buffer: usize,
+    cpus: Vec<usize>,
+    handles: Vec<Option<JoinHandle<()>>>,
+    resolver: Resolver,
+    notify: Option<Notify>,
+    /// Told apart from the workers started before and after these (a notice from a
+    /// worker stopped with its generation is not a failure of the next's).
+    generation: u64,
+    /// How they read and send: `AF_XDP (driver)`, `AF_XDP (generic)` or `AF_PACKET`.
+    pub io: String,
+    /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
+    pub fallback: Option<String>,
+}
+
+/// Why a failed worker's thread ended, from its panic.
+fn reason(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => match p.downcast::<&str>() {
+            Ok(s) => s.to_string(),
+            Err(_) => "a panic".into(),
+        },
+    }
+}
+
+/// Tells the supervisor that a worker's thread ends, as it drops (on a panic too): the
+/// notice, the workers' generation, the worker's number.
+struct Ending(Option<Notify>, u64, usize);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if let Some(n) = &self.0 {
+            n(self.1, self.2);
+        }
+    }
+}
+
+/// How long a failed worker is tried to be started again.
+const RESTART_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The next workers' generation.
+fn next_generation() -> u64 {
+    static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Workers {
+    /// Starts workers on `links` (interface indexes) as `options` say (AF_XDP consults
+    /// `local` for this host's destinations); `resolver` makes each worker's way to ask
+    /// the kernel for neighbours; `notify` is called when a worker ends without being
+    /// stopped. Sockets are opened and programs attached before this returns, so that a
+    /// link or a queue that cannot be served is an error here.
+    pub fn start(
+        shared: Arc<Shared>,
+        links: &[u32],
+        options: &Options,
+        local: Option<&LocalDestinations>,
+        resolver: Resolver,
+        notify: Option<Notify>,
+    ) -> io::Result<Workers> {
+        // Room in a buffer for the largest frame a forwarded link takes.
+        let snap = shared.fib.snapshot();
+        let mtu = links
+            .iter()
+            .filter_map(|&l| snap.link(l).map(|l| l.mtu as usize))
+            .max()
+            .unwrap_or(1500);
+        drop(snap);
+        let mut workers = Workers {
+            shared,
+            links: links.to_vec(),
+            xdp: None,
+            buffer: (mtu + 18).max(LONGEST_FRAME),
+            cpus: options.cpus.clone(),
+            handles: Vec::new(),
+            resolver,
+            notify,
+            generation: next_generation(),
+            io: "AF_PACKET".into(),
+            fallback: None,
+        };
+        let mut opened = Vec::new();
+        if options.mode != IoMode::Packet {
+            let tried = match local {
+                Some(local) => workers.open_xdp(options.workers, mtu, local),
+                None => Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "no map of local destinations",
+                )),
+            };
+            match tried {
+                Ok(o) => opened = o,
+                Err(e) if options.mode == IoMode::Xdp => return Err(e),
+                Err(e) => workers.fallback = Some(e.to_string()),
+            }
+        }
+        if opened.is_empty() {
+            for w in 0..options.workers.max(1) {
+                opened.push(workers.open_packet(w, options.workers.max(1))?);
+            }
+        }
+        for (w, (ports, pool)) in opened.into_iter().enumerate() {
+            workers.handles.push(None);
+            workers.spawn(w, ports, pool)?;
+        }
+        Ok(workers)
+    }
+
+    /// The workers running (or to run again).
+    pub fn len(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.handles.is_empty()
+    }
+
+    /// The links they forward between.
+    pub fn links(&self) -> &[u32] {
+        &self.links
+    }
+
+    /// Opens AF_XDP sockets for up to `workers` workers on every queue of every link and
+    /// attaches each link's program; each worker's ports and pool.
+    fn open_xdp(
+        &mut self,
+        workers: usize,
+        mtu: usize,
+        local: &LocalDestinations,
+    ) -> io::Result<Vec<(Ports, Pool)>> {
+        let chunk = CHUNK_SIZES
+            .into_iter()
+            .find(|&c| mtu + 18 + HEADROOM <= c)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("an MTU of {mtu} does not fit an AF_XDP chunk"),
+                )
+            })?;
+        let links = &self.links;
+        let queues = links
+            .iter()
+            .map(|&l| xsk::receive_queues(l))
+            .collect::<io::Result<Vec<u32>>>()?;
+        if let Some((&link, &n)) = links.iter().zip(&queues).find(|(_, &n)| n > QUEUES) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "link {link} has {n} receive queues; an XDP program serves {QUEUES} at most"
+                ),
+            ));
+        }
+        let workers = workers
+            .max(1)
+            .min(queues.iter().copied().min().unwrap_or(1) as usize);
+        let owned: Vec<Vec<(u32, u32)>> = (0..workers)
+            .map(|w| {
+                links
+                    .iter()
+                    .zip(&queues)
+                    .flat_map(|(&link, &n)| {
+                        (0..n)
+                            .filter(move |q| *q as usize % workers == w)
+                            .map(move |q| (link, q))
+                    })
+                    .collect()
+            })
+            .collect();
+        let programs = links
+            .iter()
+            .map(|_| LinkProgram::new(local, XDP_PASS))
+            .collect::<io::Result<Vec<_>>>()?;
+        self.xdp = Some(Xdp {
+            programs,
+            owned,
+            chunk,
+        });
+        let mut opened = Vec::new();
+        for w in 0..workers {
+            opened.push(self.open_xdp_worker(w)?);
+        }
+        let mut mode = XdpMode::Driver;
+        if let Some(xdp) = &mut self.xdp {
+            for (program, &link) in xdp.programs.iter_mut().zip(&self.links) {
+                if program.attach(link)? == XdpMode::Generic {
+                    mode = XdpMode::Generic;
+                }
+            }
+        }
+        self.io = match mode {
+            XdpMode::Driver => "AF_XDP (driver)",
+            XdpMode::Generic => "AF_XDP (generic)",
+        }
+        .into();
+        Ok(opened)
+    }
+
+    /// Worker `w`'s AF_XDP sockets on its queues, put in the programs' maps, a new pool
+    /// lent to them, and its rings for what the programs pass to the kernel.
+    fn open_xdp_worker(&mut self, w: usize) -> io::Result<(Ports, Pool)> {
+        let Some(xdp) = &self.xdp else {
+            return Err(io::Error::other("not AF_XDP"));
+        };
+        let owned = &xdp.owned[w];
+        let count = (owned.len() * 2 * RING as usize).max(4096);
+        let mut pool = Pool::new(count, xdp.chunk);
+        // SAFETY: the ports go into `Ports::Xdp` and then, with the pool, into the
+        // worker's loop, whose `Vector` drops the ports before the pool; only the pool
+        // hands out its buffers.
+        let ports = unsafe { XskPorts::open(&mut pool, owned) }?;
+        for (ifindex, queue, fd) in ports.sockets() {
+            let k = self.links.iter().position(|&x| x == ifindex).unwrap_or(0);
+            xdp.programs[k].set_socket(queue, fd)?;
+        }
+        let workers = xdp.owned.len();
+        let mut passed = Vec::new();
+        for &ifindex in &self.links {
+            let fanout = (workers > 1).then_some(ifindex as u16);
+            passed.push(ReceiveRing::open_passed(ifindex, fanout)?);
+        }
+        Ok((Ports::Xdp { xsk: ports, passed }, pool))
+    }
+
+    /// Worker `w`'s `AF_PACKET` rings (of `workers`), and its pool.
+    fn open_packet(&mut self, _w: usize, workers: usize) -> io::Result<(Ports, Pool)> {
+        let mut rx = Vec::new();
+        for &ifindex in &self.links {
+            let fanout = (workers > 1).then_some(ifindex as u16);
+            rx.push(ReceiveRing::open(ifindex, fanout)?);
+        }
+        let ports = Ports::Packet {
+            rx,
+            senders: HashMap::new(),
+        };
+        Ok((ports, Pool::new(1024, self.buffer)))
+    }
+
+    /// Starts worker `w`'s thread on its CPU with `ports` and `pool`.
+    fn spawn(&mut self, w: usize, ports: Ports, pool: Pool) -> io::Result<()> {
+        let shared = self.shared.clone();
+        let resolve = (self.resolver)()?;
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        let core = if self.cpus.is_empty() {
+            cores.get(w % cores.len().max(1)).copied()
+        } else {
+            let cpu = self.cpus[w % self.cpus.len()];
+            cores.into_iter().find(|c| c.id == cpu)
+        };
+        let ending = Ending(self.notify.clone(), self.generation, w);
+        let handle = std::thread::Builder::new()
+            .name(format!("fibre-worker-{w}"))
+            .spawn(move || {
+                let _ending = ending;
+                if let Some(core) = core {
+                    core_affinity::set_for_current(core);
+                }
+                run(&shared, w, ports, pool, resolve);
+            })?;
+        self.handles[w] = Some(handle);
+        Ok(())
+    }
+
+    /// These workers' generation, which their notices carry.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Worker `w` of generation `generation`, which said it ends ([`Notify`]): waits for
+    /// its thread to finish, records why it ended, and starts it again on the same
+    /// queues with a new pool. `None` if the notice is of other workers, or these are
+    /// being stopped.
+    pub fn restart(&mut self, generation: u64, w: usize) -> Option<Failure> {
+        if generation != self.generation || self.shared.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let handle = self.handles.get_mut(w)?.take()?;
+        let started = Instant::now();
+        // It is ending: its sockets and pool are gone or about to be.
+        let reason = match handle.join() {
+            Err(payload) => reason(payload),
+            Ok(()) => "ended".into(),
+        };
+        // The kernel lets the failed worker's sockets go a little after they close (it
+        // releases their buffers in the background): binding its queues again may find
+        // them still taken for some milliseconds, so it is tried until it takes.
+        let mut restarted = false;
+        while !restarted && started.elapsed() < RESTART_WITHIN {
+            let again = if self.xdp.is_some() {
+                self.open_xdp_worker(w)
+            } else {
+                let n = self.handles.len();
+                self.open_packet(w, n)
+            };
+            match again {
+                Ok((ports, pool)) => restarted = self.spawn(w, ports, pool).is_ok(),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
+        Some(Failure {
+            worker: w,
+            reason,
+            restarted,
+            took: started.elapsed(),
+        })
+    }
+
+    /// Stops the workers and waits for them; the programs come off the links.
+    pub fn stop(mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for h in self.handles.iter_mut().filter_map(Option::take) {
+            let _ = h.join();
+        }
+        self.shared.stop.store(false, Ordering::Relaxed);
+    }
+}
