@@ -54,6 +54,10 @@ pub struct DaemonArgs {
     /// default worker `n` runs on CPU `n`.
     #[arg(long, value_delimiter = ',', requires = "forward")]
     cpus: Vec<usize>,
+    /// Run the workers at the normal priority, not the lowest real-time one (which
+    /// keeps them ahead of the kernel threads that feed their sockets on a shared CPU).
+    #[arg(long, requires = "forward")]
+    no_realtime: bool,
     /// How the workers read and send: `xdp` (AF_XDP sockets, an XDP program on each
     /// link passing the kernel's frames to it), `packet` (AF_PACKET sockets), or `auto`
     /// (AF_XDP where every link takes it, else AF_PACKET). With AF_XDP, every receive
@@ -210,13 +214,15 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             workers: a.workers,
             mode: a.io.into(),
             cpus: a.cpus.clone(),
+            realtime: !a.no_realtime,
         };
         let f = Forwarding::start(&mirror, reader, &a.forward, options, Some(notify))?;
         let (io, fallback) = f.io();
         eprintln!(
-            "fibre daemon: forwarding between {} with {} worker(s) ({io})",
+            "fibre daemon: forwarding between {} with {} worker(s) ({io}, priority {})",
             a.forward.join(", "),
-            f.workers()
+            f.workers(),
+            f.priority()
         );
         if let Some(why) = fallback {
             eprintln!("fibre daemon: not AF_XDP: {why}");

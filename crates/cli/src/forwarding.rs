@@ -167,6 +167,11 @@ impl Forwarding {
         (&self.io, self.fallback.as_deref())
     }
 
+    /// The priority the workers run at.
+    pub fn priority(&self) -> &str {
+        self.workers.as_ref().map_or("", |w| w.priority.as_str())
+    }
+
     /// The workers running.
     pub fn workers(&self) -> usize {
         self.workers.as_ref().map_or(0, Workers::len)
@@ -292,6 +297,7 @@ impl Forwarding {
         json!({
             "links": self.links,
             "workers": self.workers(),
+            "priority": self.priority(),
             "worker_failures": self.failed,
             "failures": self.failures.iter().map(|f| json!({
                 "worker": f.worker,

@@ -238,6 +238,7 @@ fn every_flow_crosses(io: &str) {
     assert!(short.is_empty(), "flows short of datagrams: {short:?}");
     let stats = daemon.stats();
     assert_eq!(stats["forwarding"]["kernel_unreached"], 0, "{stats}");
+    assert_eq!(stats["forwarding"]["priority"], "realtime", "{stats}");
 }
 
 /// A worker made to fail (a panic, as a fault in fibre would make) is reported in the

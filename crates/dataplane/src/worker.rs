@@ -278,10 +278,6 @@ struct Waiting {
 const WAITING_MAX: usize = 256;
 /// How long a packet waits for its neighbour.
 const WAIT_FOR: Duration = Duration::from_secs(3);
-/// How long a worker keeps reading its links without sleeping once frames stop coming:
-/// a worker put to sleep and woken for every few frames spends more on the two than
-/// on the frames, so while traffic flows it reads on, as NAPI's busy polling does.
-const SPIN_FOR: Duration = Duration::from_micros(200);
 
 /// What the workers share: the routes, the neighbours, the counters, the stop flag.
 pub struct Shared {
@@ -611,18 +607,23 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
     let fds: Vec<RawFd> = (0..v.ports.len()).map(|k| v.ports.fd(k)).collect();
     let all: Vec<usize> = (0..v.ports.len()).collect();
-    let mut last_frame = Instant::now() - SPIN_FOR;
+    // Whether the last round read any frame: then the next reads every way in again at
+    // once; else the worker sleeps until one is readable (or for housekeeping, 10 ms).
+    // It never spins: the kernel's side that feeds its sockets (the link's NAPI, which
+    // may share its CPU) needs the CPU meanwhile, and an idle router stays idle.
+    let mut busy = false;
     let mut waiting = Waiting::default();
     let mut again: Vec<(BufferId, Arrival, bool, Instant)> = Vec::new();
     let mut added = Instant::now();
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
-        let ready = if last_frame.elapsed() < SPIN_FOR {
+        let ready = if busy {
             all.clone()
         } else {
             wait_any(&fds, Duration::from_millis(10)).unwrap_or_default()
         };
+        busy = false;
         // Packets waiting for a neighbour: again through the pipeline once the table
         // changed, before what came after them; dropped once they waited long enough.
         if !waiting.packets.is_empty() {
@@ -672,7 +673,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                 }
                 v.pipeline.receive.add(n, t);
                 v.io.received += n as u64;
-                last_frame = Instant::now();
+                busy = true;
                 let snap = shared.fib.snapshot();
                 let link = v.ports.ifindex(k);
                 let Some(mac) = snap.link(link).map(|l| l.mac) else {

@@ -25,6 +25,7 @@ use crate::xsk::{self, XskPorts, CHUNK_SIZES, HEADROOM, RING};
 use fibre_kernel::bpf::XdpMode;
 use std::collections::HashMap;
 use std::io;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -51,7 +52,23 @@ pub struct Options {
     /// The CPUs to pin them to, worker `n` to the `n`-th (round the list); empty: worker
     /// `n` to core `n`.
     pub cpus: Vec<usize>,
+    /// Whether they run at a real-time priority (`SCHED_FIFO`, the lowest), above the
+    /// kernel threads that feed their sockets ([`REALTIME`]).
+    pub realtime: bool,
 }
+
+/// Why the workers run at a real-time priority. Where a link's receive work runs in a
+/// kernel thread on the worker's CPU (threaded NAPI, as a router confined to its cores
+/// has it), the two share that CPU; at the same priority the scheduler lets the kernel's
+/// thread run on for milliseconds after it woke the worker, the worker's fill ring runs
+/// dry meanwhile and the kernel drops frames (`fill_ring_empty`) at a light load. Above
+/// it, the worker runs as soon as its frames are there, takes them, gives the buffers
+/// back and sleeps, and the kernel's thread runs in between: on a 2-vCPU guest, veth,
+/// 64-byte frames, no frame lost up to 450,000 a second where at the same priority 2 to
+/// 35% were lost from 100,000 up. The worker never spins, so it cannot starve the kernel's
+/// thread; and the kernel keeps 5% of each second for other tasks
+/// (`sched_rt_runtime_us`).
+pub const REALTIME: i32 = 1;
 
 /// Makes each worker's way to ask the kernel for neighbours.
 pub type Resolver = Box<dyn FnMut() -> io::Result<Resolve> + Send>;
@@ -100,6 +117,9 @@ pub struct Workers {
     generation: u64,
     /// How they read and send: `AF_XDP (driver)`, `AF_XDP (generic)` or `AF_PACKET`.
     pub io: String,
+    /// The priority they run at: `realtime`, `normal`, or why not real-time.
+    pub priority: String,
+    realtime: bool,
     /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
     pub fallback: Option<String>,
 }
@@ -169,6 +189,13 @@ impl Workers {
             notify,
             generation: next_generation(),
             io: "AF_PACKET".into(),
+            priority: if options.realtime {
+                "realtime"
+            } else {
+                "normal"
+            }
+            .into(),
+            realtime: options.realtime,
             fallback: None,
         };
         let mut opened = Vec::new();
@@ -349,6 +376,22 @@ impl Workers {
                 }
                 run(&shared, w, ports, pool, resolve);
             })?;
+        if self.realtime {
+            let param = libc::sched_param {
+                sched_priority: REALTIME,
+            };
+            // SAFETY: the thread is alive (its handle is held), and the parameter is a
+            // live `sched_param` the call only reads.
+            let r = unsafe {
+                libc::pthread_setschedparam(handle.as_pthread_t(), libc::SCHED_FIFO, &param)
+            };
+            if r != 0 {
+                self.priority = format!(
+                    "normal (real-time refused: {})",
+                    io::Error::from_raw_os_error(r)
+                );
+            }
+        }
         self.handles[w] = Some(handle);
         Ok(())
     }

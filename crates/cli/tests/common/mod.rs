@@ -60,8 +60,8 @@ impl Daemon {
             .args(["ctl", "--socket"])
             .arg(&self.socket)
             .args(words)
-            .status()
-            .is_ok_and(|s| s.success())
+            .output()
+            .is_ok_and(|o| o.status.success())
     }
 
     /// A counter of the forwarding part of `fibre ctl stats` (0 if absent).
