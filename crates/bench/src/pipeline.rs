@@ -770,23 +770,33 @@ pub fn markdown(figures: &[Value]) -> String {
             md,
             "## Over veth: host A, router, host B; the kernel and fibre\n\nShortest UDP \
              frames (64 bytes on the wire for IPv4, 66 for IPv6) to matched addresses of the \
-             tables. The router's work on one CPU, host A's generator on another. Loss-free: \
-             the highest rate offered for a whole trial with nothing lost. The router core's \
-             ns per frame: its busy time over the frames forwarded, at {} thousand frames a \
-             second for every engine. fibre runs as `fibre daemon --forward` with one worker, \
-             the kernel's forwarding off: over `AF_XDP`, an XDP program redirects the frames \
-             it forwards to its socket before the kernel makes anything of them; over \
-             `AF_PACKET`, the kernel still receives every frame and routes it to drop it, on \
-             the same core. fibre's worker reads on without sleeping while frames flow (it \
-             sleeps 200 µs after the last), so its core is busy whatever the rate: for fibre \
-             that column bounds a frame's cost from above, it does not measure it; the stage \
-             table above does.\n",
+             tables, sent by host A from a packet socket. The router's work on one CPU, the hosts' (the generator, \
+             host B's receive) on the other: the kernel's receive work on the router's \
+             input link steered to the router's CPU; fibre's worker there, and over AF_XDP \
+             the links' NAPI in kernel threads pinned there too. Loss-free: the highest \
+             rate offered for a whole trial with nothing lost. The router CPU's ns per \
+             frame: its busy time over the frames forwarded, at {} thousand frames a second \
+             for every engine (whatever else ran on that CPU counts too). fibre runs as \
+             `fibre daemon --forward` with one worker, the kernel's forwarding off: over \
+             `AF_XDP`, an XDP program redirects the frames it forwards to its socket before \
+             the kernel makes anything of them; over `AF_PACKET`, the kernel still receives \
+             every frame and routes it to drop it, on the same CPU.\n",
             veth.first()
                 .map_or("?".into(), |f| f["cost_rate_kpps"].to_string())
         );
+        if veth
+            .first()
+            .is_some_and(|f| f["router_cpu"] == f["generator_cpu"])
+        {
+            let _ = writeln!(
+                md,
+                "**This machine has one CPU: the router and the hosts shared it, so every \
+                 figure below counts the generator's work as well as the router's.**\n"
+            );
+        }
         let _ = writeln!(
             md,
-            "| family | engine | router core ns per frame | loss-free Mpps | forwarded at host A's fastest, Mpps | host A's fastest, Mpps |\n|---|---|---:|---:|---:|---:|"
+            "| family | engine | router CPU ns per frame | loss-free Mpps | forwarded at host A's fastest, Mpps | host A's fastest, Mpps |\n|---|---|---:|---:|---:|---:|"
         );
         for f in &veth {
             let bound = if f["generator_bound"] == true {
@@ -840,12 +850,34 @@ pub fn markdown(figures: &[Value]) -> String {
                     if ker > 0.0 {
                         let _ = writeln!(
                             md,
-                            "IPv{fam}: the router's core is busy {:.2}× as long a frame with {e} as with the kernel (an upper bound for fibre, which polls).",
+                            "IPv{fam}: the router's CPU is busy {:.2}× as long a frame with {e} as with the kernel.",
                             fib / ker
                         );
                     }
                 }
             }
+        }
+        md.push('\n');
+    }
+    let tcp: Vec<&Value> = of(figures, "veth-tcp", None).collect();
+    if !tcp.is_empty() {
+        let _ = writeln!(
+            md,
+            "## TCP through the router\n\nOne connection from host A to host B for a few \
+             seconds, both ends on the hosts' CPU, their links' offloads as a new veth has \
+             them (checksums left partial, segments of up to 64 KiB handed over whole); \
+             with fibre's XDP program on the router's link, the veth takes host A's \
+             segmentation offload away, and host A cuts its segments itself.\n\n\
+             | family | engine | Gbit/s |\n|---|---|---:|"
+        );
+        for f in &tcp {
+            let _ = writeln!(
+                md,
+                "| IPv{} | {} | {} |",
+                f["family"],
+                f["engine"].as_str().unwrap_or("?"),
+                show(num(&f["gbit_per_s"]), 2)
+            );
         }
         md.push('\n');
     }

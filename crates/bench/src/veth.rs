@@ -5,29 +5,35 @@
 //! tables (route `i` through gateway `i mod GATEWAYS` on host B's link, each gateway a
 //! permanent neighbour entry on host B's link, with a MAC address that is not host B's).
 //! Host A sends the pipeline study's frames (the shortest UDP frames, to matched
-//! addresses of the tables) from a packet socket, paced; host B's kernel drops them as
-//! soon as it sees they are for another host, so that they cost little. What the router
-//! sent out of its link to host B (the link's transmit counter) against what host A sent
-//! is the loss.
+//! addresses of the tables); host B's kernel drops them as soon as it sees they are for
+//! another host, so that they cost little. What the router sent out of its link to host
+//! B (the link's transmit counter) against what host A's link sent is the loss.
 //!
-//! The CPUs are split so that the router has one core whoever forwards: the generator
-//! runs on the last CPU; the router's receive work is steered to CPU 0 (receive packet
-//! steering on its input link), where the kernel forwards in its receive softirq, and
-//! where fibre's one worker is pinned. With fibre forwarding, the kernel's forwarding is
-//! off, but the kernel still receives every frame (a packet socket taps the link; it does
-//! not take the frame away) and drops it: that cost is fibre's on `AF_PACKET`, and is in
-//! its figure.
+//! The router has one CPU, whoever forwards, and the hosts the other: a measurement of
+//! the router, not of the generator. On a veth the receiving side's work otherwise runs
+//! in the sender's softirq, on the generator's CPU, and host B's on the router's; so:
 //!
-//! What a forwarded frame costs the router's core is measured at one rate that every
-//! engine forwards without loss: the core's busy time (`/proc/stat`: all but idle) over
-//! the frames forwarded. Host A's fastest bounds the rates that can be found on a
-//! machine of two cores; the cost per frame is bound by nothing but the router.
+//! - the generator, a packet socket of fibre's own sending 64 frames a system call, is
+//!   pinned to the hosts' CPU;
+//! - the kernel's receive work on the router's link is steered to the router's CPU
+//!   (receive packet steering), where the kernel forwards in its receive softirq;
+//! - fibre's worker runs on the router's CPU, and over AF_XDP the router's links run
+//!   their NAPI in kernel threads (threaded NAPI) pinned there too: the XDP program and
+//!   the copy into fibre's buffers are counted as the router's;
+//! - host B's receive work is steered to the hosts' CPU.
+//!
+//! What a forwarded frame costs the router's CPU is measured at one rate that every
+//! engine forwards without loss: the CPU's busy time (`/proc/stat`: all but idle) over the
+//! frames forwarded. Whatever else runs on that CPU counts too: keep it free.
 //!
 //! A trial offers a rate for a fixed time; the loss-free rate is found by halving the
 //! interval between a rate that lost nothing and one that lost (RFC 2544's throughput);
-//! the rate forwarded when host A sends as fast as it can is shown too. Host A's
-//! fastest is the ceiling of what can be found: a router that loses nothing at it is
-//! marked as bound by the generator.
+//! the rate forwarded when host A sends as fast as it can (saturation) is shown too.
+//! Host A's fastest is the ceiling of what can be found: a router that loses nothing at
+//! it is marked as bound by the generator.
+//!
+//! Last, TCP from host A to host B through the router, each host with the offloads a
+//! new veth has: what a transfer of a few seconds moves, in Gbit/s.
 
 use crate::kernel::GATEWAYS;
 use crate::pipeline::{flows, mac_text};
@@ -37,6 +43,7 @@ use fibre_kernel::netns::{gateway, Namespace};
 use fibre_lpm::{Key, Prefix};
 use serde_json::{json, Value};
 use std::fmt::Write;
+use std::io::{Read, Write as _};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -73,6 +80,8 @@ pub struct VethConfig {
     pub cost_rate: f64,
     /// How long the cost is measured for.
     pub cost_time: Duration,
+    /// How long each TCP transfer runs.
+    pub tcp_time: Duration,
 }
 
 impl Default for VethConfig {
@@ -84,6 +93,7 @@ impl Default for VethConfig {
             seed: 1,
             cost_rate: 200_000.0,
             cost_time: Duration::from_secs(3),
+            tcp_time: Duration::from_secs(3),
         }
     }
 }
@@ -155,10 +165,13 @@ impl Topology {
     /// Sets up host A, the router with `v4` and `v6` as its routes, and host B. The
     /// kernel's forwarding is off until [`kernel_forwarding`] turns it on.
     pub fn new(v4: &[Prefix<u32>], v6: &[Prefix<u128>]) -> Result<Topology, String> {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if cpus < 2 {
-            return Err("the veth study needs two CPUs: one for host A, one for the router".into());
-        }
+        // The machine's CPUs online, whatever this process's affinity: `/proc/stat`'s
+        // lines of each.
+        let cpus = std::fs::read_to_string("/proc/stat")
+            .map_err(|e| format!("/proc/stat: {e}"))?
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count();
         let host_a = Namespace::create("veth-a").map_err(io)?;
         let router = Namespace::create("veth-r").map_err(io)?;
         let host_b = Namespace::create("veth-b").map_err(io)?;
@@ -167,8 +180,10 @@ impl Topology {
             router,
             host_b,
             routes: (v4.len(), v6.len()),
-            generator_cpu: cpus - 1,
-            router_cpu: 0,
+            // CPU 0 takes most of a machine's other work: the hosts get it. On a machine
+            // of one CPU the router shares it, and the report says so.
+            generator_cpu: 0,
+            router_cpu: cpus.max(1) - 1,
         };
         let (a, b) = (t.host_a.name(), t.host_b.name());
         t.router
@@ -189,14 +204,25 @@ addr add fd00:200::1/64 dev {ROUTER_OUT} nodad
                 mac_text(HOST_B_MAC),
             ))
             .map_err(io)?;
+        // The hosts' IPv6 addresses are clear of the gateways' (`fd00:200::2` up).
         for (host, dev, net) in [(&t.host_a, HOST_A_DEV, 199), (&t.host_b, HOST_B_DEV, 200)] {
             host.batch(&format!(
                 "link set lo up
 link set {dev} up
 addr add 10.{net}.0.2/16 dev {dev}
-addr add fd00:{net}::2/64 dev {dev} nodad
+addr add fd00:{net}::a:2/64 dev {dev} nodad
+route add default via 10.{net}.0.1
 "
             ))
+            .map_err(io)?;
+            host.ip(&[
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("fd00:{net}::1"),
+            ])
             .map_err(io)?;
         }
         let mut neigh = String::new();
@@ -213,16 +239,10 @@ addr add fd00:{net}::2/64 dev {dev} nodad
         t.router.batch(&neigh).map_err(io)?;
         load(&t.router, v4)?;
         load(&t.router, v6)?;
-        // The router's receive work on the router's CPU, whichever CPU sent the frame.
-        let mask = format!("{:x}", 1u64 << t.router_cpu);
-        exec(
-            &t.router,
-            &[
-                "sh",
-                "-c",
-                &format!("echo {mask} > /sys/class/net/{ROUTER_IN}/queues/rx-0/rps_cpus"),
-            ],
-        )?;
+        // The router's receive work on the router's CPU, whichever CPU sent the frame;
+        // host B's on the hosts' CPU, whichever CPU forwarded it.
+        steer(&t.router, ROUTER_IN, t.router_cpu)?;
+        steer(&t.host_b, HOST_B_DEV, t.generator_cpu)?;
         for (k, v) in [
             ("net.ipv4.ip_forward", "0"),
             ("net.ipv6.conf.all.forwarding", "0"),
@@ -234,14 +254,85 @@ addr add fd00:{net}::2/64 dev {dev} nodad
 
     /// Frames the router has sent out of its link to host B.
     fn forwarded(&self) -> Result<u64, String> {
-        let out = self
-            .router
-            .ip(&["-j", "-s", "link", "show", "dev", ROUTER_OUT])
-            .map_err(io)?;
-        let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j -s link: {e}"))?;
-        v[0]["stats64"]["tx"]["packets"]
-            .as_u64()
-            .ok_or_else(|| format!("no transmit counter in {out}"))
+        sent_by(&self.router, ROUTER_OUT)
+    }
+
+    /// Frames host A's link has sent (to the router).
+    fn offered(&self) -> Result<u64, String> {
+        sent_by(&self.host_a, HOST_A_DEV)
+    }
+}
+
+/// Frames link `dev` of `ns` has sent.
+fn sent_by(ns: &Namespace, dev: &str) -> Result<u64, String> {
+    let out = ns
+        .ip(&["-j", "-s", "link", "show", "dev", dev])
+        .map_err(io)?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j -s link: {e}"))?;
+    v[0]["stats64"]["tx"]["packets"]
+        .as_u64()
+        .ok_or_else(|| format!("no transmit counter in {out}"))
+}
+
+/// Steers the receive work of link `dev` of `ns` (its first queue) to CPU `cpu`.
+fn steer(ns: &Namespace, dev: &str, cpu: usize) -> Result<(), String> {
+    let mask = format!("{:x}", 1u64 << cpu);
+    exec(
+        ns,
+        &[
+            "sh",
+            "-c",
+            &format!("echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"),
+        ],
+    )
+}
+
+/// Has the router's links run their NAPI in kernel threads, pinned to the router's CPU
+/// (a veth has a NAPI while an XDP program is on it: call this once fibre's programs
+/// are attached). The threads are named `napi/LINK-ID`.
+pub fn threaded_napi(t: &Topology) -> Result<(), String> {
+    for dev in [ROUTER_IN, ROUTER_OUT] {
+        exec(
+            &t.router,
+            &[
+                "sh",
+                "-c",
+                &format!("echo 1 > /sys/class/net/{dev}/threaded"),
+            ],
+        )?;
+    }
+    let cpu = t.router_cpu.to_string();
+    for entry in std::fs::read_dir("/proc").map_err(io)?.flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if [ROUTER_IN, ROUTER_OUT]
+            .iter()
+            .any(|d| comm.starts_with(&format!("napi/{d}-")))
+        {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("taskset").args(["-pc", &cpu, &pid]).output();
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the router's links carry an XDP program (fibre's, once its daemon has
+/// attached them), at most `within`.
+pub fn wait_for_xdp(t: &Topology, within: Duration) -> Result<(), String> {
+    let until = Instant::now() + within;
+    loop {
+        let attached = [ROUTER_IN, ROUTER_OUT].iter().all(|dev| {
+            t.router
+                .ip(&["-j", "-d", "link", "show", "dev", dev])
+                .is_ok_and(|out| out.contains("\"xdp\""))
+        });
+        if attached {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            return Err("fibre's XDP programs never came on the router's links".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -277,7 +368,7 @@ impl Drop for KernelForwarding<'_> {
     }
 }
 
-/// Host A's generator: the frames in a pool, sent from a packet socket.
+/// Host A's generator of fibre's own: the frames in a pool, sent from a packet socket.
 struct Generator {
     socket: PacketSocket,
     pool: Pool,
@@ -354,7 +445,8 @@ impl Trial {
     }
 }
 
-/// Runs trials on a generator thread of host A's; `trial(rate)` is one trial.
+/// Runs trials with host A's generator, a thread of fibre's own on the hosts' CPU;
+/// `trial(rate)` is one trial.
 fn with_generator<R>(
     t: &Topology,
     frames: &[Vec<u8>],
@@ -369,13 +461,7 @@ fn with_generator<R>(
     std::thread::scope(|s| {
         let frames = &frames;
         s.spawn(move || {
-            if let Some(core) = core_affinity::get_core_ids()
-                .unwrap_or_default()
-                .into_iter()
-                .find(|c| c.id == cpu)
-            {
-                core_affinity::set_for_current(core);
-            }
+            core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
             let mut g = match Generator::new(t, frames) {
                 Ok(g) => g,
                 Err(e) => {
@@ -388,14 +474,16 @@ fn with_generator<R>(
             }
         });
         let mut trial = |rate: Option<f64>, cost: bool| -> Result<Trial, String> {
-            let before = t.forwarded()?;
+            let (before, offered) = (t.forwarded()?, t.offered()?);
             let busy_before = cpu_busy_ns(t.router_cpu)?;
             let start = Instant::now();
             let time = if cost { cost_time } else { trial_time };
             to_gen
                 .send(Some((rate, time)))
                 .map_err(|_| "the generator stopped".to_string())?;
-            let sent = from_gen
+            // What host A's link sent is what the router was offered (the socket's
+            // count would include what the link dropped).
+            from_gen
                 .recv()
                 .map_err(|_| "the generator stopped".to_string())??;
             let seconds = start.elapsed().as_secs_f64();
@@ -404,7 +492,7 @@ fn with_generator<R>(
             std::thread::sleep(Duration::from_millis(200));
             let forwarded = t.forwarded()?.saturating_sub(before);
             Ok(Trial {
-                sent,
+                sent: t.offered()?.saturating_sub(offered),
                 forwarded,
                 seconds,
                 router_busy_ns,
@@ -557,7 +645,108 @@ pub fn veth_study<'a>(
                 "generator_cpu": t.generator_cpu,
             }));
         }
+        for family in [4u8, 6] {
+            step(&format!("{} forwarding TCP over IPv{family}", engine.name));
+            let (bytes, seconds) = tcp(t, family, cfg.tcp_time)?;
+            emit(json!({
+                "study": "veth-tcp", "engine": engine.name, "family": family,
+                "gbit_per_s": bytes as f64 * 8.0 / seconds / 1e9,
+                "bytes": bytes, "seconds": seconds,
+            }));
+        }
         drop(guard);
     }
     Ok(())
+}
+
+/// One TCP connection from host A to host B through the router for `time`, the hosts'
+/// offloads as a new veth has them, both ends on the hosts' CPU: the bytes host B read,
+/// and the seconds it took.
+fn tcp(t: &Topology, family: u8, time: Duration) -> Result<(u64, f64), String> {
+    let to: std::net::SocketAddr = if family == 4 {
+        "10.200.0.2:5201".parse()
+    } else {
+        "[fd00:200::a:2]:5201".parse()
+    }
+    .map_err(|e| format!("{e}"))?;
+    let pin = || {
+        core_affinity::set_for_current(core_affinity::CoreId {
+            id: t.generator_cpu,
+        });
+    };
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    std::thread::scope(|s| {
+        let receiver = s.spawn(move || -> Result<(u64, f64), String> {
+            pin();
+            t.host_b.enter().map_err(io)?;
+            let listener = match std::net::TcpListener::bind(to) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("listening on {to}: {e}")));
+                    return Err(format!("listening on {to}: {e}"));
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            // Accepted within as long as the sender tries to connect, so that a sender
+            // that could not connect does not leave this thread waiting.
+            listener.set_nonblocking(true).map_err(io)?;
+            let give_up = Instant::now() + Duration::from_secs(11);
+            let mut conn = loop {
+                match listener.accept() {
+                    Ok((conn, _)) => break conn,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() > give_up {
+                            return Err(format!("no connection to {to} through the router"));
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(format!("accepting on {to}: {e}")),
+                }
+            };
+            conn.set_nonblocking(false).map_err(io)?;
+            conn.set_read_timeout(Some(Duration::from_secs(10)))
+                .map_err(io)?;
+            let mut buf = vec![0u8; 1 << 16];
+            let (mut got, mut first) = (0u64, None);
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        first.get_or_insert_with(Instant::now);
+                        got += k as u64;
+                    }
+                    Err(e) => return Err(format!("TCP through the router: {e} after {got} bytes")),
+                }
+            }
+            let seconds = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+            Ok((got, seconds))
+        });
+        let sender = s.spawn(move || -> Result<(), String> {
+            pin();
+            t.host_a.enter().map_err(io)?;
+            ready_rx
+                .recv()
+                .map_err(|_| "host B's listener ended".to_string())??;
+            let mut conn = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(10))
+                .map_err(|e| format!("connecting to {to} through the router: {e}"))?;
+            conn.set_write_timeout(Some(Duration::from_secs(10)))
+                .map_err(io)?;
+            let chunk = vec![0x5au8; 1 << 16];
+            let until = Instant::now() + time;
+            while Instant::now() < until {
+                conn.write_all(&chunk)
+                    .map_err(|e| format!("sending to {to}: {e}"))?;
+            }
+            Ok(())
+        });
+        let sent = sender
+            .join()
+            .map_err(|_| "the TCP sender failed".to_string())?;
+        let got = receiver
+            .join()
+            .map_err(|_| "the TCP receiver failed".to_string())?;
+        // The sender's error says why first (a receiver that saw nothing follows from it).
+        sent?;
+        got
+    })
 }

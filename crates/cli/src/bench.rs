@@ -474,19 +474,11 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
             },
             Engine {
                 name: "fibre AF_XDP",
-                start: Box::new(|t| {
-                    Ok(Box::new(FibreDaemon::start(&exe, t.router.name(), "xdp")?))
-                }),
+                start: Box::new(|t| Ok(Box::new(FibreDaemon::start(&exe, t, "xdp")?))),
             },
             Engine {
                 name: "fibre AF_PACKET",
-                start: Box::new(|t| {
-                    Ok(Box::new(FibreDaemon::start(
-                        &exe,
-                        t.router.name(),
-                        "packet",
-                    )?))
-                }),
+                start: Box::new(|t| Ok(Box::new(FibreDaemon::start(&exe, t, "packet")?))),
             },
         ];
         let vcfg = VethConfig {
@@ -520,16 +512,18 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// `fibre daemon --forward` on the veth study's router, one worker, reading and sending
-/// by `--io`; stopped when dropped.
+/// `fibre daemon --forward` on the veth study's router, one worker on the router's CPU,
+/// reading and sending by `--io` (over AF_XDP, the links' NAPI in threads on the same
+/// CPU); stopped when dropped.
 struct FibreDaemon {
     child: std::process::Child,
     socket: PathBuf,
 }
 
 impl FibreDaemon {
-    fn start(exe: &Path, netns: &str, io: &str) -> Result<FibreDaemon, String> {
-        use fibre_bench::veth::{ROUTER_IN, ROUTER_OUT};
+    fn start(exe: &Path, t: &fibre_bench::veth::Topology, io: &str) -> Result<FibreDaemon, String> {
+        use fibre_bench::veth::{threaded_napi, wait_for_xdp, ROUTER_IN, ROUTER_OUT};
+        let netns = t.router.name();
         let socket = std::env::temp_dir().join(format!("fibre-bench-{netns}.sock"));
         let child = std::process::Command::new(exe)
             .args(["daemon", "--netns", netns, "--socket"])
@@ -539,6 +533,8 @@ impl FibreDaemon {
                 &format!("{ROUTER_IN},{ROUTER_OUT}"),
                 "--workers",
                 "1",
+                "--cpus",
+                &t.router_cpu.to_string(),
                 "--io",
                 io,
             ])
@@ -546,7 +542,12 @@ impl FibreDaemon {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("fibre daemon: {e}"))?;
-        Ok(FibreDaemon { child, socket })
+        let daemon = FibreDaemon { child, socket };
+        if io == "xdp" {
+            wait_for_xdp(t, std::time::Duration::from_secs(30))?;
+            threaded_napi(t)?;
+        }
+        Ok(daemon)
     }
 }
 

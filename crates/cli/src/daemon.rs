@@ -224,6 +224,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             f.workers(),
             f.priority()
         );
+        if f.placement() != "as asked" {
+            eprintln!("fibre daemon: {}", f.placement());
+        }
         if let Some(why) = fallback {
             eprintln!("fibre daemon: not AF_XDP: {why}");
         }

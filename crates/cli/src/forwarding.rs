@@ -172,6 +172,11 @@ impl Forwarding {
         self.workers.as_ref().map_or("", |w| w.priority.as_str())
     }
 
+    /// Where the workers run: `as asked`, or which could not be placed and why.
+    pub fn placement(&self) -> &str {
+        self.workers.as_ref().map_or("", |w| w.placement.as_str())
+    }
+
     /// The workers running.
     pub fn workers(&self) -> usize {
         self.workers.as_ref().map_or(0, Workers::len)
@@ -298,6 +303,7 @@ impl Forwarding {
             "links": self.links,
             "workers": self.workers(),
             "priority": self.priority(),
+            "placement": self.placement(),
             "worker_failures": self.failed,
             "failures": self.failures.iter().map(|f| json!({
                 "worker": f.worker,

@@ -243,7 +243,22 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             "{f}"
         );
     }
+    // TCP with the hosts' default offloads passes through every engine, both families.
+    let tcp: Vec<(u64, &str)> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-tcp")
+        .inspect(|f| assert!(num(f, "gbit_per_s") > 0.01, "{f}"))
+        .map(|f| (f["family"].as_u64().unwrap(), f["engine"].as_str().unwrap()))
+        .collect();
+    assert_eq!(tcp.len(), 6, "{tcp:?}");
+    for engine in ["kernel", "fibre AF_XDP", "fibre AF_PACKET"] {
+        assert!(
+            tcp.contains(&(4, engine)) && tcp.contains(&(6, engine)),
+            "{tcp:?}"
+        );
+    }
     let report = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
     assert!(report.contains("loss-free rate is"), "{report}");
+    assert!(report.contains("TCP through the router"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
