@@ -650,14 +650,17 @@ fn bench_as_root_measures_the_kernel_beside_fibre() {
         2 * 6,
         "every study measured the kernel: {kernel:?}"
     );
-    // A kernel lookup costs tens of nanoseconds at least, by its own clock.
-    assert!(
-        kernel
-            .iter()
-            .all(|f| f["ns_per_lookup"].as_f64().unwrap() > 10.0),
-        "{kernel:?}"
-    );
+    // A kernel lookup costs tens of nanoseconds at least, by its own clock; a figure
+    // the noise of the tests beside this one swallowed is none, with its reason, and
+    // most are figures.
+    let measured = kernel
+        .iter()
+        .filter_map(|f| f["ns_per_lookup"].as_f64())
+        .inspect(|&ns| assert!(ns > 10.0, "{kernel:?}"))
+        .count();
+    assert!(measured >= kernel.len() / 2, "{kernel:?}");
     for f in &kernel {
+        assert_figure(f, "ns_per_lookup");
         // Throughput is the wall clock's, with the figures it is made of beside it.
         assert_figure(f, "throughput_ns");
         for key in [

@@ -239,6 +239,7 @@ fn every_flow_crosses(io: &str) {
     let stats = daemon.stats();
     assert_eq!(stats["forwarding"]["kernel_unreached"], 0, "{stats}");
     assert_eq!(stats["forwarding"]["priority"], "realtime", "{stats}");
+    assert_eq!(stats["forwarding"]["placement"], "as asked", "{stats}");
 }
 
 /// A worker made to fail (a panic, as a fault in fibre would make) is reported in the
@@ -328,4 +329,24 @@ fn failed_worker_and_link_made_again(io: &str) {
     wait_for("pings across the new link", || ping(&a, &["10.0.1.2"]).0);
     let got = flows(&a, &b, to, 16, 20, 2_000, || ());
     assert_eq!(got.values().sum::<usize>(), 320, "{got:?}");
+}
+
+/// A worker asked onto a CPU the machine does not have is refused at the start, with the
+/// CPUs it has; nothing is left running.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs"]
+fn a_cpu_the_machine_does_not_have_is_refused() {
+    let (_a, r, _b) = topology();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fibre"))
+        .args(["daemon", "--netns", r.name(), "--socket"])
+        .arg(std::env::temp_dir().join(format!("fibre-{}-cpus.sock", r.name())))
+        .args(["--forward", "r0,r1", "--io", "packet", "--cpus", "4095"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("CPU 4095 is not one of this machine's online CPUs"),
+        "{err}"
+    );
 }

@@ -127,6 +127,20 @@ pub struct Workers {
     pub fallback: Option<String>,
 }
 
+/// The CPUs of a list as the kernel writes one (`0-3,8,10-11`); what does not parse is
+/// left out.
+fn parse_cpu_list(text: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(from), Ok(to)) = (from.parse::<usize>(), to.parse::<usize>()) {
+            // No list the kernel writes spans more CPUs than it may have.
+            cpus.extend((from..=to).take(1 << 16));
+        }
+    }
+    cpus
+}
+
 /// Why a failed worker's thread ended, from its panic.
 fn reason(payload: Box<dyn std::any::Any + Send>) -> String {
     match payload.downcast::<String>() {
@@ -173,6 +187,19 @@ impl Workers {
         resolver: Resolver,
         notify: Option<Notify>,
     ) -> io::Result<Workers> {
+        if !options.cpus.is_empty() {
+            let online = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+            let known = parse_cpu_list(&online);
+            if let Some(cpu) = options.cpus.iter().find(|c| !known.contains(c)) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "CPU {cpu} is not one of this machine's online CPUs ({})",
+                        online.trim()
+                    ),
+                ));
+            }
+        }
         // Room in a buffer for the largest frame a forwarded link takes.
         let snap = shared.fib.snapshot();
         let mtu = links
@@ -464,5 +491,19 @@ impl Workers {
             let _ = h.join();
         }
         self.shared.stop.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cpu_list;
+
+    #[test]
+    fn a_cpu_list_is_read_as_the_kernel_writes_it() {
+        assert_eq!(parse_cpu_list("0-1\n"), [0, 1]);
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpu_list("5"), [5]);
+        assert!(parse_cpu_list("").is_empty());
+        assert_eq!(parse_cpu_list("x,2,3-y"), [2]);
     }
 }
