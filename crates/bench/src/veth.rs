@@ -166,12 +166,22 @@ impl Topology {
     /// kernel's forwarding is off until [`kernel_forwarding`] turns it on.
     pub fn new(v4: &[Prefix<u32>], v6: &[Prefix<u128>]) -> Result<Topology, String> {
         // The machine's CPUs online, whatever this process's affinity: `/proc/stat`'s
-        // lines of each.
-        let cpus = std::fs::read_to_string("/proc/stat")
+        // line of each (`cpu0`, `cpu1`, ...).
+        let cpus: Vec<usize> = std::fs::read_to_string("/proc/stat")
             .map_err(|e| format!("/proc/stat: {e}"))?
             .lines()
-            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-            .count();
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .strip_prefix("cpu")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let (first, last) = (
+            cpus.iter().copied().min().unwrap_or(0),
+            cpus.iter().copied().max().unwrap_or(0),
+        );
         let host_a = Namespace::create("veth-a").map_err(io)?;
         let router = Namespace::create("veth-r").map_err(io)?;
         let host_b = Namespace::create("veth-b").map_err(io)?;
@@ -180,10 +190,11 @@ impl Topology {
             router,
             host_b,
             routes: (v4.len(), v6.len()),
-            // CPU 0 takes most of a machine's other work: the hosts get it. On a machine
-            // of one CPU the router shares it, and the report says so.
-            generator_cpu: 0,
-            router_cpu: cpus.max(1) - 1,
+            // The first CPU (CPU 0 takes most of a machine's other work) the hosts', the
+            // last the router's. On a machine of one CPU they share it, and the report
+            // says so.
+            generator_cpu: first,
+            router_cpu: last,
         };
         let (a, b) = (t.host_a.name(), t.host_b.name());
         t.router
@@ -239,10 +250,12 @@ route add default via 10.{net}.0.1
         t.router.batch(&neigh).map_err(io)?;
         load(&t.router, v4)?;
         load(&t.router, v6)?;
-        // The router's receive work on the router's CPU, whichever CPU sent the frame;
-        // host B's on the hosts' CPU, whichever CPU forwarded it.
+        // The router's receive work on the router's CPU, whichever CPU sent the frame
+        // (TCP's acknowledgements come back through it too); the hosts' on theirs.
         steer(&t.router, ROUTER_IN, t.router_cpu)?;
+        steer(&t.router, ROUTER_OUT, t.router_cpu)?;
         steer(&t.host_b, HOST_B_DEV, t.generator_cpu)?;
+        steer(&t.host_a, HOST_A_DEV, t.generator_cpu)?;
         for (k, v) in [
             ("net.ipv4.ip_forward", "0"),
             ("net.ipv6.conf.all.forwarding", "0"),
@@ -254,29 +267,48 @@ route add default via 10.{net}.0.1
 
     /// Frames the router has sent out of its link to host B.
     fn forwarded(&self) -> Result<u64, String> {
-        sent_by(&self.router, ROUTER_OUT)
+        Ok(transmitted(&self.router, ROUTER_OUT)?.0)
     }
 
-    /// Frames host A's link has sent (to the router).
+    /// Frames host A's link has sent to the router, with those the router had no room
+    /// for: a veth counts a frame its peer refused (its ring or backlog full) as the
+    /// sender's `tx_dropped`, not as sent.
     fn offered(&self) -> Result<u64, String> {
-        sent_by(&self.host_a, HOST_A_DEV)
+        let (sent, refused) = transmitted(&self.host_a, HOST_A_DEV)?;
+        Ok(sent + refused)
     }
 }
 
-/// Frames link `dev` of `ns` has sent.
-fn sent_by(ns: &Namespace, dev: &str) -> Result<u64, String> {
+/// Frames link `dev` of `ns` has sent, and those it dropped on the way out.
+fn transmitted(ns: &Namespace, dev: &str) -> Result<(u64, u64), String> {
     let out = ns
         .ip(&["-j", "-s", "link", "show", "dev", dev])
         .map_err(io)?;
     let v: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j -s link: {e}"))?;
-    v[0]["stats64"]["tx"]["packets"]
-        .as_u64()
-        .ok_or_else(|| format!("no transmit counter in {out}"))
+    let tx = &v[0]["stats64"]["tx"];
+    match (tx["packets"].as_u64(), tx["dropped"].as_u64()) {
+        (Some(sent), Some(dropped)) => Ok((sent, dropped)),
+        _ => Err(format!("no transmit counters in {out}")),
+    }
+}
+
+/// The mask of CPU `cpu` alone as the kernel reads one: hex digits in groups of 32 bits,
+/// separated by commas, the highest first.
+fn cpu_mask(cpu: usize) -> String {
+    let groups = cpu / 32 + 1;
+    (0..groups)
+        .rev()
+        .map(|g| {
+            let bits = if g == cpu / 32 { 1u32 << (cpu % 32) } else { 0 };
+            format!("{bits:08x}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Steers the receive work of link `dev` of `ns` (its first queue) to CPU `cpu`.
 fn steer(ns: &Namespace, dev: &str, cpu: usize) -> Result<(), String> {
-    let mask = format!("{:x}", 1u64 << cpu);
+    let mask = cpu_mask(cpu);
     exec(
         ns,
         &[
@@ -302,6 +334,7 @@ pub fn threaded_napi(t: &Topology) -> Result<(), String> {
         )?;
     }
     let cpu = t.router_cpu.to_string();
+    let mut pinned = 0;
     for entry in std::fs::read_dir("/proc").map_err(io)?.flatten() {
         let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
         let comm = comm.trim();
@@ -310,8 +343,21 @@ pub fn threaded_napi(t: &Topology) -> Result<(), String> {
             .any(|d| comm.starts_with(&format!("napi/{d}-")))
         {
             let pid = entry.file_name().to_string_lossy().into_owned();
-            let _ = Command::new("taskset").args(["-pc", &cpu, &pid]).output();
+            let out = Command::new("taskset")
+                .args(["-pc", &cpu, &pid])
+                .output()
+                .map_err(|e| format!("taskset: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "pinning {comm} to CPU {cpu}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            pinned += 1;
         }
+    }
+    if pinned == 0 {
+        return Err("the router's links have no NAPI threads".into());
     }
     Ok(())
 }
@@ -718,8 +764,10 @@ fn tcp(t: &Topology, family: u8, time: Duration) -> Result<(u64, f64), String> {
                     Err(e) => return Err(format!("TCP through the router: {e} after {got} bytes")),
                 }
             }
-            let seconds = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
-            Ok((got, seconds))
+            match first {
+                Some(f) if got > 0 => Ok((got, f.elapsed().as_secs_f64())),
+                _ => Err(format!("TCP through the router: nothing reached {to}")),
+            }
         });
         let sender = s.spawn(move || -> Result<(), String> {
             pin();

@@ -337,14 +337,22 @@ fn failed_worker_and_link_made_again(io: &str) {
 #[ignore = "needs root: network namespaces, veth pairs"]
 fn a_cpu_the_machine_does_not_have_is_refused() {
     let (_a, r, _b) = topology();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fibre"))
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_fibre"))
         .args(["daemon", "--netns", r.name(), "--socket"])
         .arg(std::env::temp_dir().join(format!("fibre-{}-cpus.sock", r.name())))
         .args(["--forward", "r0,r1", "--io", "packet", "--cpus", "4095"])
-        .output()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // A daemon that took the CPU would run on: it must end by itself, and fail.
+    let mut status = None;
+    common::wait_for("the daemon to end", || {
+        status = daemon.try_wait().unwrap();
+        status.is_some()
+    });
+    let out = daemon.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    assert!(!status.unwrap().success(), "{err}");
     assert!(
         err.contains("CPU 4095 is not one of this machine's online CPUs"),
         "{err}"

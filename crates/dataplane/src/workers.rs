@@ -64,8 +64,9 @@ pub struct Options {
 /// dry meanwhile and the kernel drops frames (`fill_ring_empty`) at a light load. Above
 /// it, the worker runs as soon as its frames are there, takes them, gives the buffers
 /// back and sleeps, and the kernel's thread runs in between: on a 2-vCPU guest, veth,
-/// 64-byte frames, the worker and the NAPI thread on one CPU, no frame lost at 100,000
-/// and 300,000 a second where at the same priority 36 to 48% were lost. The worker never
+/// 64-byte frames, the worker and the NAPI thread on one CPU, the fill ring no longer
+/// ran dry at 100,000 and 300,000 a second, where at the same priority 36 to 48% of the
+/// frames were lost that way. The worker never
 /// spins, so it cannot starve the kernel's thread; and the kernel keeps 5% of each
 /// second for other tasks (`sched_rt_runtime_us`).
 pub const REALTIME: i32 = 1;
@@ -119,8 +120,8 @@ pub struct Workers {
     pub io: String,
     /// The priority they run at: `realtime`, `normal`, or why not real-time.
     pub priority: String,
-    /// Where they run: `as asked` (or `anywhere`, with no CPUs asked for and none
-    /// placeable), or which worker could not be placed on its CPU and why.
+    /// Where they run: `as asked`, or which worker could not be placed on its CPU
+    /// when it last started, and why.
     pub placement: String,
     realtime: bool,
     /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
@@ -413,7 +414,12 @@ impl Workers {
             })?;
         // A worker that cannot have its CPU (one outside the machine or the daemon's
         // cgroup) runs where the scheduler puts it, and the daemon says so.
-        if placed_rx.recv() == Ok(false) {
+        // (A thread that ended before it said is a failure, reported as one.)
+        let placed = placed_rx.recv();
+        if placed == Ok(true) && self.placement.starts_with(&format!("worker {w} ")) {
+            self.placement = "as asked".into();
+        }
+        if placed == Ok(false) {
             self.placement = format!(
                 "worker {w} is not on CPU {}: the kernel refused it (outside this \
                  machine's or the daemon's cgroup's CPUs?)",
