@@ -224,6 +224,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             f.workers(),
             f.priority()
         );
+        if let Some(caution) = f.caution() {
+            eprintln!("fibre daemon: caution: {caution}");
+        }
         if f.placement() != "as asked" {
             eprintln!("fibre daemon: {}", f.placement());
         }

@@ -172,6 +172,11 @@ impl Forwarding {
         self.workers.as_ref().map_or("", |w| w.priority.as_str())
     }
 
+    /// What the operator should know of how the workers read and send, if anything.
+    pub fn caution(&self) -> Option<&str> {
+        self.workers.as_ref().and_then(|w| w.caution.as_deref())
+    }
+
     /// Where the workers run: `as asked`, or which could not be placed and why.
     pub fn placement(&self) -> &str {
         self.workers.as_ref().map_or("", |w| w.placement.as_str())
@@ -304,6 +309,7 @@ impl Forwarding {
             "workers": self.workers(),
             "priority": self.priority(),
             "placement": self.placement(),
+            "caution": self.caution(),
             "worker_failures": self.failed,
             "failures": self.failures.iter().map(|f| json!({
                 "worker": f.worker,

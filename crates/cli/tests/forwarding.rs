@@ -240,6 +240,14 @@ fn every_flow_crosses(io: &str) {
     assert_eq!(stats["forwarding"]["kernel_unreached"], 0, "{stats}");
     assert_eq!(stats["forwarding"]["priority"], "realtime", "{stats}");
     assert_eq!(stats["forwarding"]["placement"], "as asked", "{stats}");
+    // On veths AF_XDP costs more than the kernel's forwarding: the daemon says so.
+    let caution = &stats["forwarding"]["caution"];
+    if io == "xdp" {
+        let text = caution.as_str().unwrap_or_default();
+        assert!(text.contains("links r0, r1 are veths"), "{stats}");
+    } else {
+        assert!(caution.is_null(), "{stats}");
+    }
 }
 
 /// A worker made to fail (a panic, as a fault in fibre would make) is reported in the

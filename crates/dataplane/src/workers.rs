@@ -126,6 +126,10 @@ pub struct Workers {
     realtime: bool,
     /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
     pub fallback: Option<String>,
+    /// What the operator should know of how they read and send: over AF_XDP on veth
+    /// links, that every frame is copied in the kernel, which costs more than the
+    /// kernel's own forwarding.
+    pub caution: Option<String>,
 }
 
 /// The CPUs of a list as the kernel writes one (`0-3,8,10-11`); what does not parse is
@@ -229,6 +233,7 @@ impl Workers {
             placement: "as asked".into(),
             realtime: options.realtime,
             fallback: None,
+            caution: None,
         };
         let mut opened = Vec::new();
         if options.mode != IoMode::Packet {
@@ -344,6 +349,24 @@ impl Workers {
             XdpMode::Generic => "AF_XDP (generic)",
         }
         .into();
+        let snap = self.shared.fib.snapshot();
+        let veths: Vec<String> = self
+            .links
+            .iter()
+            .filter_map(|&l| snap.link(l))
+            .filter(|l| l.kind.name() == "veth")
+            .map(|l| l.name.clone())
+            .collect();
+        drop(snap);
+        if !veths.is_empty() {
+            self.caution = Some(format!(
+                "links {} are veths: AF_XDP has no zero-copy mode there, the kernel copies \
+                 every frame twice and allocates it anew, which costs the router's CPU \
+                 several times its own forwarding, and bursts of a few hundred frames \
+                 overflow the veth's ring of 256 (--io packet keeps TCP's offloads whole)",
+                veths.join(", ")
+            ));
+        }
         Ok(opened)
     }
 
