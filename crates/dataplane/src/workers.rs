@@ -66,9 +66,9 @@ pub struct Options {
 /// back and sleeps, and the kernel's thread runs in between: on a 2-vCPU guest, veth,
 /// 64-byte frames, the worker and the NAPI thread on one CPU, the fill ring no longer
 /// ran dry at 100,000 and 300,000 a second, where at the same priority 36 to 48% of the
-/// frames were lost that way. The worker never
-/// spins, so it cannot starve the kernel's thread; and the kernel keeps 5% of each
-/// second for other tasks (`sched_rt_runtime_us`).
+/// frames were lost that way. The worker never spins, so it cannot starve the kernel's
+/// thread; and the kernel keeps 5% of each second for other tasks
+/// (`sched_rt_runtime_us`).
 pub const REALTIME: i32 = 1;
 
 /// Makes each worker's way to ask the kernel for neighbours.
