@@ -859,6 +859,24 @@ pub fn markdown(figures: &[Value]) -> String {
         }
         md.push('\n');
     }
+    let idle: Vec<&Value> = of(figures, "veth-idle", None).collect();
+    if !idle.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Idle\n\nThe daemon's CPU time (all its threads) with no traffic, forwarding \
+             ready, over {} s:\n\n| engine | % of a core |\n|---|---:|",
+            idle[0]["seconds"]
+        );
+        for f in &idle {
+            let _ = writeln!(
+                md,
+                "| {} | {} |",
+                f["engine"].as_str().unwrap_or("?"),
+                show(num(&f["cpu_percent"]), 2)
+            );
+        }
+        md.push('\n');
+    }
     let tcp: Vec<&Value> = of(figures, "veth-tcp", None).collect();
     if !tcp.is_empty() {
         let _ = writeln!(

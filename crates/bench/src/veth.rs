@@ -82,6 +82,8 @@ pub struct VethConfig {
     pub cost_time: Duration,
     /// How long each TCP transfer runs.
     pub tcp_time: Duration,
+    /// How long a daemon's CPU time is measured with no traffic.
+    pub idle_time: Duration,
 }
 
 impl Default for VethConfig {
@@ -94,6 +96,7 @@ impl Default for VethConfig {
             cost_rate: 200_000.0,
             cost_time: Duration::from_secs(3),
             tcp_time: Duration::from_secs(3),
+            idle_time: Duration::from_secs(10),
         }
     }
 }
@@ -635,8 +638,35 @@ fn rates(
 }
 
 /// Something running until dropped: an engine forwarding.
-pub trait Running {}
-impl<T> Running for T {}
+pub trait Running {
+    /// The process that forwards, if it is one of its own (a daemon), whose CPU time
+    /// with no traffic is measured.
+    fn process(&self) -> Option<u32> {
+        None
+    }
+}
+
+impl Running for KernelForwarding<'_> {}
+
+/// CPU time process `pid` has used so far, all its threads, in seconds (`/proc/PID/stat`:
+/// user and system time, in clock ticks of 1/100 s).
+fn process_cpu_seconds(pid: u32) -> Result<f64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    // The fields after the command's closing parenthesis: state is the first, user
+    // time the 12th, system time the 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| -> Result<f64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .map(|t| t as f64 / 100.0)
+            .ok_or_else(|| format!("no CPU times in /proc/{pid}/stat"))
+    };
+    Ok(ticks(11)? + ticks(12)?)
+}
 
 /// How an engine is started in a topology: what it returns stops it when dropped.
 pub type Start<'a> = Box<dyn Fn(&'a Topology) -> Result<Box<dyn Running + 'a>, String> + 'a>;
@@ -672,6 +702,21 @@ pub fn veth_study<'a>(
     for engine in engines {
         step(&format!("{} forwarding: starting", engine.name));
         let guard = (engine.start)(t)?;
+        if let Some(pid) = guard.process() {
+            step(&format!(
+                "{}: idle for {} s",
+                engine.name,
+                cfg.idle_time.as_secs()
+            ));
+            let before = process_cpu_seconds(pid)?;
+            std::thread::sleep(cfg.idle_time);
+            let used = process_cpu_seconds(pid)? - before;
+            emit(json!({
+                "study": "veth-idle", "engine": engine.name,
+                "cpu_percent": 100.0 * used / cfg.idle_time.as_secs_f64(),
+                "seconds": cfg.idle_time.as_secs_f64(),
+            }));
+        }
         for (family, frames) in &families {
             step(&format!("{} forwarding IPv{family}", engine.name));
             let r = rates(t, frames, cfg, step)?;

@@ -551,6 +551,12 @@ impl FibreDaemon {
     }
 }
 
+impl fibre_bench::veth::Running for FibreDaemon {
+    fn process(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+}
+
 impl Drop for FibreDaemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -257,8 +257,20 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             "{tcp:?}"
         );
     }
+    // With no traffic a daemon ready to forward sleeps: a worker that spun would use a
+    // whole core.
+    let idle: Vec<&Value> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-idle")
+        .collect();
+    assert_eq!(idle.len(), 2, "{idle:?}");
+    for f in &idle {
+        let percent = num(f, "cpu_percent");
+        assert!((0.0..5.0).contains(&percent), "{f}");
+    }
     let report = std::fs::read_to_string(dir.join("out/report.md")).unwrap();
     assert!(report.contains("loss-free rate is"), "{report}");
+    assert!(report.contains("## Idle"), "{report}");
     assert!(report.contains("TCP through the router"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
