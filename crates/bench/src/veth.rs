@@ -450,9 +450,8 @@ impl Generator {
         })
     }
 
-    /// Sends for `time` at `rate` frames a second (as fast as it can: `None`); how many
-    /// went.
-    fn send(&mut self, time: Duration, rate: Option<f64>) -> u64 {
+    /// Sends for `time` at `rate` frames a second (as fast as it can: `None`).
+    fn send(&mut self, time: Duration, rate: Option<f64>) {
         let start = Instant::now();
         let mut sent = 0u64;
         let mut k = 0;
@@ -474,7 +473,6 @@ impl Generator {
                 .send(&mut self.pool, burst, &mut self.batch)
                 .unwrap_or(0) as u64;
         }
-        sent
     }
 }
 
@@ -504,7 +502,7 @@ fn with_generator<R>(
 ) -> Result<R, String> {
     // A trial's rate and length; `None`: stop.
     let (to_gen, from_main) = std::sync::mpsc::channel::<Option<(Option<f64>, Duration)>>();
-    let (to_main, from_gen) = std::sync::mpsc::channel::<Result<u64, String>>();
+    let (to_main, from_gen) = std::sync::mpsc::channel::<Result<(), String>>();
     let cpu = t.generator_cpu;
     let (trial_time, cost_time) = (cfg.trial, cfg.cost_time);
     std::thread::scope(|s| {
@@ -519,7 +517,8 @@ fn with_generator<R>(
                 }
             };
             while let Ok(Some((rate, time))) = from_main.recv() {
-                let _ = to_main.send(Ok(g.send(time, rate)));
+                g.send(time, rate);
+                let _ = to_main.send(Ok(()));
             }
         });
         let mut trial = |rate: Option<f64>, cost: bool| -> Result<Trial, String> {
@@ -530,8 +529,8 @@ fn with_generator<R>(
             to_gen
                 .send(Some((rate, time)))
                 .map_err(|_| "the generator stopped".to_string())?;
-            // What host A's link sent is what the router was offered (the socket's
-            // count would include what the link dropped).
+            // What was offered is read from host A's link (`Topology::offered`), not
+            // counted by the generator.
             from_gen
                 .recv()
                 .map_err(|_| "the generator stopped".to_string())??;
