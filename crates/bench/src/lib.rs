@@ -10,13 +10,15 @@
 //! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
 //! - [`pipeline`]: `fibre bench pipeline`, what the packet path costs a packet, stage by
 //!   stage, in memory on the full tables; [`veth`]: the kernel's forwarding and fibre's
-//!   on the same veth topology, their loss-free rates.
+//!   on the same veth topology, their loss-free rates, beside [`floor`]: the cheapest way
+//!   a frame can cross that router.
 //! - [`rules`]: `fibre bench rules`, what policy rules and source-specific routes cost
 //!   fibre's full route lookup and the kernel's.
 
 #![forbid(unsafe_code)]
 
 pub mod addresses;
+pub mod floor;
 pub mod kernel;
 pub mod lookups;
 pub mod method;

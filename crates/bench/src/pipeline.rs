@@ -775,8 +775,12 @@ pub fn markdown(figures: &[Value]) -> String {
              input link steered to the router's CPU; fibre's worker there, and over AF_XDP \
              the links' NAPI in kernel threads pinned there too. Loss-free: the highest \
              rate offered for a whole trial with nothing lost. The router CPU's ns per \
-             frame: its busy time over the frames forwarded, at {} thousand frames a second \
-             for every engine (whatever else ran on that CPU counts too). fibre runs as \
+             frame: its busy time (the wall time less its idle time) over the frames \
+             forwarded, at {} thousand frames a second for every engine (whatever else ran \
+             on that CPU counts too). The floor is no forwarder: a traffic-control program \
+             on each router link hands every TCP and UDP frame to the other link, MACs and \
+             time to live rewritten, no lookup; what it costs, any forwarder on these links \
+             pays. fibre runs as \
              `fibre daemon --forward` with one worker, the kernel's forwarding off: over \
              `AF_XDP`, an XDP program redirects the frames it forwards to its socket before \
              the kernel makes anything of them; over `AF_PACKET`, the kernel still receives \
@@ -825,6 +829,18 @@ pub fn markdown(figures: &[Value]) -> String {
                     .find(|f| f["family"] == fam && f["engine"] == e)
                     .and_then(|f| num(&f[k]))
             };
+            if let (Some(floor), Some(ker)) = (
+                of("floor", "core_ns_per_frame"),
+                of("kernel", "core_ns_per_frame"),
+            ) {
+                if ker > 0.0 {
+                    let _ = writeln!(
+                        md,
+                        "\nIPv{fam}: the floor keeps the router's CPU busy {:.2}× as long a frame as the kernel.",
+                        floor / ker
+                    );
+                }
+            }
             let fibres: Vec<&str> = veth
                 .iter()
                 .filter(|f| f["family"] == fam)

@@ -473,6 +473,10 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 start: Box::new(|t| Ok(Box::new(kernel_forwarding(t)?))),
             },
             Engine {
+                name: "floor",
+                start: Box::new(|t| Ok(Box::new(fibre_bench::floor::attach(t)?))),
+            },
+            Engine {
                 name: "fibre AF_XDP",
                 start: Box::new(|t| Ok(Box::new(FibreDaemon::start(&exe, t, "xdp")?))),
             },
@@ -542,12 +546,47 @@ impl FibreDaemon {
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("fibre daemon: {e}"))?;
-        let daemon = FibreDaemon { child, socket };
+        let mut daemon = FibreDaemon { child, socket };
+        daemon.wait_until_synced(exe, std::time::Duration::from_secs(300))?;
         if io == "xdp" {
             wait_for_xdp(t, std::time::Duration::from_secs(30))?;
             threaded_napi(t)?;
         }
         Ok(daemon)
+    }
+}
+
+impl FibreDaemon {
+    /// Waits until the daemon has mirrored the router's tables and its workers are
+    /// running (`fibre ctl stats`): until then it is still loading, and its CPU and its
+    /// frames would be counted as forwarding's.
+    fn wait_until_synced(&mut self, exe: &Path, within: std::time::Duration) -> Result<(), String> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("fibre daemon exited while starting: {status}"));
+            }
+            let out = std::process::Command::new(exe)
+                .args(["ctl", "--socket"])
+                .arg(&self.socket)
+                .args(["stats", "--json"])
+                .output()
+                .map_err(|e| format!("fibre ctl: {e}"))?;
+            if out.status.success() {
+                let stats: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).map_err(|e| format!("fibre ctl: {e}"))?;
+                if stats["synced"] == true && stats["forwarding"]["workers"].as_u64() > Some(0) {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > within {
+                return Err(format!(
+                    "fibre daemon not synced with its workers running within {} s",
+                    within.as_secs()
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 

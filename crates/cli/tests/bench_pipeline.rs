@@ -221,6 +221,8 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
         [
             (4, "kernel"),
             (6, "kernel"),
+            (4, "floor"),
+            (6, "floor"),
             (4, "fibre AF_XDP"),
             (6, "fibre AF_XDP"),
             (4, "fibre AF_PACKET"),
@@ -250,8 +252,8 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
         .inspect(|f| assert!(num(f, "gbit_per_s") > 0.01, "{f}"))
         .map(|f| (f["family"].as_u64().unwrap(), f["engine"].as_str().unwrap()))
         .collect();
-    assert_eq!(tcp.len(), 6, "{tcp:?}");
-    for engine in ["kernel", "fibre AF_XDP", "fibre AF_PACKET"] {
+    assert_eq!(tcp.len(), 8, "{tcp:?}");
+    for engine in ["kernel", "floor", "fibre AF_XDP", "fibre AF_PACKET"] {
         assert!(
             tcp.contains(&(4, engine)) && tcp.contains(&(6, engine)),
             "{tcp:?}"

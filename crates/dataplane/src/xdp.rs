@@ -32,7 +32,8 @@
 
 use crate::checksum;
 use fibre_kernel::bpf::{
-    self, Insn, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6, R7, R8, R9,
+    self, assemble, Insn, Item, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6, R7, R8,
+    R9,
 };
 use std::collections::HashSet;
 use std::io;
@@ -162,49 +163,6 @@ impl LinkProgram {
     pub fn verdict(&self, frame: &[u8]) -> io::Result<u32> {
         Ok(self.program.test_run(frame, &[], 1)?.retval)
     }
-}
-
-/// An instruction, or a jump to a label, or a label, resolved by [`assemble`].
-enum Item {
-    Op(Insn),
-    Wide([Insn; 2]),
-    /// A conditional jump made by the function, to the label.
-    Jump(fn(u8, i32, i16) -> Insn, u8, i32, &'static str),
-    JumpReg(fn(u8, u8, i16) -> Insn, u8, u8, &'static str),
-    Goto(&'static str),
-    Label(&'static str),
-}
-
-/// Lays the items out, each jump's offset counted to its label.
-fn assemble(items: &[Item]) -> Vec<Insn> {
-    let mut at = std::collections::HashMap::new();
-    let mut n = 0usize;
-    for item in items {
-        match item {
-            Item::Label(l) => {
-                at.insert(*l, n);
-            }
-            Item::Wide(_) => n += 2,
-            _ => n += 1,
-        }
-    }
-    let off = |from: usize, label: &str| -> i16 {
-        let to = *at.get(label).unwrap_or_else(|| panic!("no label {label}"));
-        (to as i64 - from as i64 - 1) as i16
-    };
-    let mut out = Vec::with_capacity(n);
-    for item in items {
-        let here = out.len();
-        match item {
-            Item::Op(i) => out.push(*i),
-            Item::Wide(w) => out.extend_from_slice(w),
-            Item::Jump(f, r, imm, l) => out.push(f(*r, *imm, off(here, l))),
-            Item::JumpReg(f, a, b, l) => out.push(f(*a, *b, off(here, l))),
-            Item::Goto(l) => out.push(bpf::ja(off(here, l))),
-            Item::Label(_) => {}
-        }
-    }
-    out
 }
 
 /// The program. `R2` is the frame's first byte and `R3` its end; the key for the local

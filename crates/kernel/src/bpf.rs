@@ -112,6 +112,10 @@ pub const fn jeq_imm(dst: Reg, imm: i32, off: i16) -> Insn {
 pub const fn jlt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
     insn(0xa5, dst, 0, off, imm)
 }
+/// `if (u32)dst != (u32)imm goto +off`: the low 32 bits compared, unsigned.
+pub const fn jne32_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(0x56, dst, 0, off, imm)
+}
 /// `if dst != imm goto +off`.
 pub const fn jne_imm(dst: Reg, imm: i32, off: i16) -> Insn {
     insn(0x55, dst, 0, off, imm)
@@ -154,6 +158,55 @@ pub fn load_map(dst: Reg, map: &Map) -> [Insn; 2] {
         insn(0x18, dst, 1, 0, map.fd.as_raw_fd()),
         insn(0, 0, 0, 0, 0),
     ]
+}
+
+/// An instruction, or a jump to a label, or a label, resolved by [`assemble`].
+pub enum Item {
+    /// One instruction.
+    Op(Insn),
+    /// A two-instruction load (a map, a 64-bit immediate).
+    Wide([Insn; 2]),
+    /// A conditional jump made by the function, to the label.
+    Jump(fn(u8, i32, i16) -> Insn, u8, i32, &'static str),
+    /// A conditional jump comparing two registers, to the label.
+    JumpReg(fn(u8, u8, i16) -> Insn, u8, u8, &'static str),
+    /// An unconditional jump to the label.
+    Goto(&'static str),
+    /// Where jumps to this name land.
+    Label(&'static str),
+}
+
+/// Lays the items out, each jump's offset counted to its label (a jump to a label not
+/// among them panics: a program is fixed at build time, and its tests load it).
+pub fn assemble(items: &[Item]) -> Vec<Insn> {
+    let mut at = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for item in items {
+        match item {
+            Item::Label(l) => {
+                at.insert(*l, n);
+            }
+            Item::Wide(_) => n += 2,
+            _ => n += 1,
+        }
+    }
+    let off = |from: usize, label: &str| -> i16 {
+        let to = *at.get(label).unwrap_or_else(|| panic!("no label {label}"));
+        (to as i64 - from as i64 - 1) as i16
+    };
+    let mut out = Vec::with_capacity(n);
+    for item in items {
+        let here = out.len();
+        match item {
+            Item::Op(i) => out.push(*i),
+            Item::Wide(w) => out.extend_from_slice(w),
+            Item::Jump(f, r, imm, l) => out.push(f(*r, *imm, off(here, l))),
+            Item::JumpReg(f, a, b, l) => out.push(f(*a, *b, off(here, l))),
+            Item::Goto(l) => out.push(ja(off(here, l))),
+            Item::Label(_) => {}
+        }
+    }
+    out
 }
 
 /// Helper `bpf_map_lookup_elem`.
@@ -210,6 +263,8 @@ unsafe fn take_fd(r: libc::c_long) -> OwnedFd {
 /// Kinds of map used here.
 #[derive(Clone, Copy, Debug)]
 pub enum MapType {
+    /// `BPF_MAP_TYPE_HASH`: values found by an exact key.
+    Hash = 1,
     /// `BPF_MAP_TYPE_ARRAY`.
     Array = 2,
     /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
@@ -302,7 +357,9 @@ impl Map {
     /// possible CPU, each rounded up to 8 bytes).
     pub fn element_bytes(&self) -> io::Result<usize> {
         Ok(match self.map_type {
-            MapType::Array | MapType::LpmTrie | MapType::XskMap => self.value_size as usize,
+            MapType::Array | MapType::Hash | MapType::LpmTrie | MapType::XskMap => {
+                self.value_size as usize
+            }
             MapType::PerCpuArray => {
                 possible_cpus()? * (self.value_size as usize).next_multiple_of(8)
             }
@@ -428,6 +485,10 @@ struct LinkCreateAttr {
 
 /// `BPF_XDP`, the attach type of an XDP link.
 const ATTACH_XDP: u32 = 37;
+/// `BPF_TCX_INGRESS`, the attach type of a traffic-control ingress link.
+const ATTACH_TCX_INGRESS: u32 = 46;
+/// The program type of a traffic-control classifier (`BPF_PROG_TYPE_SCHED_CLS`).
+pub const PROG_TYPE_SCHED_CLS: u32 = 3;
 
 /// How an XDP program is attached to a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -544,6 +605,21 @@ impl Program {
         };
         // SAFETY: a link-create attribute for XDP carries no pointer; the descriptor it
         // returns is new and ours alone.
+        Ok(unsafe { take_fd(sys_bpf(BPF_LINK_CREATE, &mut attr)?) })
+    }
+
+    /// Attaches the program (a `BPF_PROG_TYPE_SCHED_CLS` one) to the traffic-control
+    /// ingress of interface `ifindex` (tcx), through a BPF link: attached while the
+    /// returned descriptor is open.
+    pub fn attach_tc_ingress(&self, ifindex: u32) -> io::Result<OwnedFd> {
+        let mut attr = LinkCreateAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            target_ifindex: ifindex,
+            attach_type: ATTACH_TCX_INGRESS,
+            ..Default::default()
+        };
+        // SAFETY: a tcx link-create attribute with no relative program carries no
+        // pointer; the descriptor it returns is new and ours alone.
         Ok(unsafe { take_fd(sys_bpf(BPF_LINK_CREATE, &mut attr)?) })
     }
 
