@@ -38,6 +38,10 @@ pub struct Forwarding {
     fallback: Option<String>,
     /// This host's destinations, for the XDP programs (AF_XDP only).
     local: Option<LocalDestinations>,
+    /// The serial of the snapshot whose routes `local` holds: a batch that left the
+    /// routes as they were (a neighbour's state changing, as they do every few seconds)
+    /// walks no routes.
+    local_serial: Option<u64>,
     /// Called when a worker ends unasked.
     notify: Option<Notify>,
     /// Workers that failed, and their reasons (the last 16), kept across restarts.
@@ -74,6 +78,7 @@ impl Forwarding {
             io: String::new(),
             fallback: None,
             local: None,
+            local_serial: None,
             notify,
             failures: Vec::new(),
             failed: 0,
@@ -193,6 +198,10 @@ impl Forwarding {
         let Some(local) = &mut self.local else {
             return Ok(());
         };
+        let serial = mirror.snapshot().serial();
+        if self.local_serial == Some(serial) {
+            return Ok(());
+        }
         let state = mirror.state();
         let prefixes: Vec<_> = [Family::V4, Family::V6]
             .into_iter()
@@ -210,7 +219,9 @@ impl Forwarding {
             .collect();
         local
             .set(prefixes)
-            .map_err(|e| format!("the XDP programs' local destinations: {e}"))
+            .map_err(|e| format!("the XDP programs' local destinations: {e}"))?;
+        self.local_serial = Some(serial);
+        Ok(())
     }
 
     /// Publishes what changed in the mirror to the workers (and their programs). A
