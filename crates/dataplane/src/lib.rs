@@ -34,6 +34,8 @@
 //! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
 //!   kernel's passes on to it, the rest goes to fibre's AF_XDP sockets.
 //! - [`xsk`]: AF_XDP sockets over a worker's pool, frames received and sent in place.
+//! - [`express`]: the traffic-control program that redirects, inside the kernel, frames
+//!   to destinations whose forwarding a worker has already decided, and its maps.
 //! - [`worker`]: forwarding threads, pinned, reading the forwarded links through AF_XDP
 //!   sockets (or, where a link takes no XDP program, `AF_PACKET` receive rings in a
 //!   fanout group), with the FIB's and the neighbour table's current versions taken
@@ -50,6 +52,7 @@
 
 pub mod capture;
 pub mod checksum;
+pub mod express;
 pub mod fragment;
 pub mod icmp;
 pub mod input;

@@ -98,6 +98,11 @@ impl LocalDestinations {
         Ok(())
     }
 
+    /// The map, for the programs that consult it.
+    pub(crate) fn map(&self) -> &Map {
+        &self.map
+    }
+
     /// Prefixes held.
     pub fn len(&self) -> usize {
         self.installed.len()

@@ -128,6 +128,20 @@ pub const fn jgt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
 pub const fn jeq_reg(dst: Reg, src: Reg, off: i16) -> Insn {
     insn(0x1d, dst, src, off, 0)
 }
+/// `if dst != src goto +off`.
+pub const fn jne_reg(dst: Reg, src: Reg, off: i16) -> Insn {
+    insn(0x5d, dst, src, off, 0)
+}
+/// `dst |= src` (64-bit).
+pub const fn or_reg(dst: Reg, src: Reg) -> Insn {
+    insn(0x4f, dst, src, 0, 0)
+}
+/// `dst = htobe16(dst)`: the low 16 bits byte-swapped on a little-endian machine (as
+/// every machine fibre runs on is), the rest cleared; a big-endian field read as a
+/// half-word becomes its value.
+pub const fn be16(dst: Reg) -> Insn {
+    insn(0xdc, dst, 0, 0, 16)
+}
 /// `if dst > src goto +off` (unsigned).
 pub const fn jgt_reg(dst: Reg, src: Reg, off: i16) -> Insn {
     insn(0x2d, dst, src, off, 0)
@@ -267,6 +281,9 @@ pub enum MapType {
     Hash = 1,
     /// `BPF_MAP_TYPE_ARRAY`.
     Array = 2,
+    /// `BPF_MAP_TYPE_LRU_HASH`: a hash whose least recently used elements make room
+    /// for new ones when it is full.
+    LruHash = 9,
     /// `BPF_MAP_TYPE_PERCPU_ARRAY`.
     PerCpuArray = 6,
     /// `BPF_MAP_TYPE_LPM_TRIE`: keys are a prefix length (`u32`, host order) and an
@@ -357,9 +374,11 @@ impl Map {
     /// possible CPU, each rounded up to 8 bytes).
     pub fn element_bytes(&self) -> io::Result<usize> {
         Ok(match self.map_type {
-            MapType::Array | MapType::Hash | MapType::LpmTrie | MapType::XskMap => {
-                self.value_size as usize
-            }
+            MapType::Array
+            | MapType::Hash
+            | MapType::LruHash
+            | MapType::LpmTrie
+            | MapType::XskMap => self.value_size as usize,
             MapType::PerCpuArray => {
                 possible_cpus()? * (self.value_size as usize).next_multiple_of(8)
             }
@@ -621,6 +640,36 @@ impl Program {
         // SAFETY: a tcx link-create attribute with no relative program carries no
         // pointer; the descriptor it returns is new and ours alone.
         Ok(unsafe { take_fd(sys_bpf(BPF_LINK_CREATE, &mut attr)?) })
+    }
+
+    /// Runs the program once on `data` with context `ctx` (in the calling thread's
+    /// network namespace), and returns its return value with the frame as the program
+    /// left it.
+    pub fn test_run_frame(&self, data: &[u8], ctx: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+        // Room for what a program may grow the frame by.
+        let mut out = vec![0u8; data.len() + 256];
+        let mut attr = TestRunAttr {
+            prog_fd: self.fd.as_raw_fd() as u32,
+            data_size_in: data.len() as u32,
+            data_in: data.as_ptr() as u64,
+            data_size_out: out.len() as u32,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ctx_size_in: ctx.len() as u32,
+            ctx_in: if ctx.is_empty() {
+                0
+            } else {
+                ctx.as_ptr() as u64
+            },
+            ..Default::default()
+        };
+        // SAFETY: `data_in` points at `data` and `ctx_in` at `ctx` (or is null), each of
+        // the length given; `data_out` points at `out`, of `data_size_out` bytes, which
+        // the kernel writes at most (it reports a longer frame as an error). All live
+        // across the call.
+        unsafe { sys_bpf(BPF_PROG_TEST_RUN, &mut attr)? };
+        out.truncate(attr.data_size_out as usize);
+        Ok((attr.retval, out))
     }
 
     /// Runs the program `repeat` times on `data` with context `ctx` (in the calling
