@@ -447,6 +447,52 @@ impl Snapshot {
         }
     }
 
+    /// The hop of every flow arriving on link `iif` to `dst` whose source is neither a
+    /// martian (IPv4: 0/8, 127/8, multicast, limited broadcast; IPv6: unspecified,
+    /// loopback, multicast, link-local) nor inside a prefix of one of this host's local,
+    /// broadcast, anycast or multicast routes, whatever else the flow carries: where the
+    /// one search decides it, with one path, a unicast route that sets no MTU of its own,
+    /// leaving by another link. Such a decision can be kept for the destination and the
+    /// input link (the express path). `None` where a flow's source, marks, ports or
+    /// anything but its destination may change the answer.
+    pub fn hop_by_destination(&self, iif: LinkIndex, dst: IpAddr) -> Option<&Hop> {
+        if !self.alike_input(iif) {
+            return None;
+        }
+        let hop = match dst {
+            IpAddr::V4(d) => {
+                let fib = &self.v4;
+                let direct = fib.direct.as_ref()?;
+                let d = u32::from(d);
+                // The source check of `lookup_alike` without its source: martians and
+                // this host's addresses are the program's to refuse.
+                if fib.rules.has_selective()
+                    || self.v4_full_source_check
+                    || quick::martian_v4(d, 0x0a00_0000, false)
+                {
+                    return None;
+                }
+                let t = direct.plain(fib);
+                let hop = t.one_hop_v4(d)? as usize;
+                if t.backs[hop] == iif {
+                    return None;
+                }
+                &t.hops[hop]
+            }
+            IpAddr::V6(d) => {
+                let fib = &self.v6;
+                let direct = fib.direct.as_ref()?;
+                let d = u128::from(d);
+                if fib.rules.has_selective() || self.v6_input_prefers || strict_v6(d) {
+                    return None;
+                }
+                let t = direct.plain(fib);
+                &t.hops[t.one_hop_v6(d)? as usize]
+            }
+        };
+        (hop.kind == RouteType::Unicast && hop.mtu.is_none() && hop.dev != iif).then_some(hop)
+    }
+
     /// A chunk of flows mostly alike: of one family, arriving on one link (not the
     /// loopback) or sent by this host from no given source, with no output link, and
     /// matched by no rule's selectors, so that every such flow's walk is the one
@@ -957,7 +1003,7 @@ mod tests {
     use crate::config;
     use crate::state::State;
     use crate::vector::{FlowVector, VectorAnswers};
-    use std::net::Ipv6Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn snapshot(text: &str) -> Snapshot {
         let mut state = State::new();
@@ -973,6 +1019,108 @@ addr add 10.0.0.1/24 dev a0
 addr add 10.0.1.1/24 dev a1
 -6 addr add 2001:db8::1/64 dev a0 nodad
 ";
+
+    /// Where a destination's hop is said to be decided by it alone, flows to it from
+    /// any source the express path lets by (not a martian, not this host's) get that
+    /// hop from the full lookup; and it is said for the destinations that are such, and
+    /// for no other.
+    #[test]
+    fn a_hop_decided_by_the_destination_is_every_source_s_hop() {
+        use rand::{Rng, SeedableRng};
+        let routes = "-6 addr add 2001:db8:1::1/64 dev a1 nodad
+route add 10.1.0.0/16 via 10.0.1.2
+route add 10.4.0.0/16 via 10.0.0.2
+route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
+route add 10.5.0.0/16 via 10.0.1.2 mtu 1400
+route add blackhole 10.2.0.0/16
+-6 route add 2001:db8:2::/48 via 2001:db8:1::2
+-6 route add 2001:db8:4::/48 via 2001:db8::2
+";
+        let snap = snapshot(&format!("{LINKS}{routes}"));
+        let link = |name: &str| snap.links().find(|l| l.name == name).unwrap().index;
+        let (a0, a1) = (link("a0"), link("a1"));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let v4 = |rng: &mut rand::rngs::StdRng, net: [u8; 2]| -> IpAddr {
+            Ipv4Addr::new(net[0], net[1], rng.gen(), rng.gen()).into()
+        };
+        let v6 = |rng: &mut rand::rngs::StdRng, net: u16| -> IpAddr {
+            Ipv6Addr::from(
+                (0x2001_0db8_u128 << 96) | (u128::from(net) << 80) | rng.gen::<u64>() as u128,
+            )
+            .into()
+        };
+        // This host's own destinations, which the program refuses as sources.
+        let own = |a: IpAddr| {
+            [
+                "10.0.0.1",
+                "10.0.1.1",
+                "10.0.0.255",
+                "10.0.1.255",
+                "10.0.0.0",
+                "10.0.1.0",
+                "2001:db8::1",
+                "2001:db8:1::1",
+                "2001:db8::",
+                "2001:db8:1::",
+            ]
+            .iter()
+            .any(|o| o.parse::<IpAddr>().unwrap() == a)
+        };
+        let mut decided = 0;
+        for _ in 0..4_000 {
+            let (iif, dst, eligible) = match rng.gen_range(0..8) {
+                0 => (a0, v4(&mut rng, [10, 1]), true),
+                1 => (a1, v4(&mut rng, [10, 4]), true),
+                2 => (a0, v4(&mut rng, [10, 4]), false),
+                3 => (a0, v4(&mut rng, [10, 3]), false),
+                4 => (a0, v4(&mut rng, [10, 5]), false),
+                5 => (a0, v4(&mut rng, [10, 2]), false),
+                6 => (a0, v6(&mut rng, 2), true),
+                _ => (a0, v6(&mut rng, 4), false),
+            };
+            let hop = snap.hop_by_destination(iif, dst);
+            assert_eq!(hop.is_some(), eligible, "{dst} on {iif}: {hop:?}");
+            let Some(hop) = hop else { continue };
+            decided += 1;
+            for _ in 0..8 {
+                let src = match dst {
+                    IpAddr::V4(_) => match rng.gen_range(0..3) {
+                        0 => v4(&mut rng, [10, 0]),
+                        1 => v4(&mut rng, [10, 1]),
+                        _ => v4(&mut rng, [192, 0]),
+                    },
+                    IpAddr::V6(_) => {
+                        let net = rng.gen_range(0..6);
+                        v6(&mut rng, net)
+                    }
+                };
+                if own(src) {
+                    continue;
+                }
+                let q = Query {
+                    iif: Some(iif),
+                    src: Some(src),
+                    ..Query::to(dst)
+                };
+                let full = snap.lookup(&q).map(Hop::from);
+                assert_eq!(full.as_ref(), Ok(hop), "{src} -> {dst} on {iif}");
+            }
+        }
+        assert!(decided > 1_000, "{decided}");
+        // A rule that selects by source: no destination decides alone.
+        let snap = snapshot(&format!(
+            "{LINKS}{routes}route add 10.1.0.0/16 via 10.0.0.2 table 100
+rule add from 192.0.2.0/24 lookup 100 pref 100
+"
+        ));
+        let a0 = snap.links().find(|l| l.name == "a0").unwrap().index;
+        for dst in ["10.1.2.3", "10.4.0.1", "2001:db8:2::5"] {
+            let dst: IpAddr = dst.parse().unwrap();
+            if dst.is_ipv4() {
+                assert_eq!(snap.hop_by_destination(a0, dst), None, "{dst}");
+            }
+        }
+    }
 
     #[test]
     fn a_hop_is_the_route_s_answer_cut_down() {
