@@ -484,6 +484,10 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 name: "fibre AF_PACKET",
                 start: Box::new(|t| Ok(Box::new(FibreDaemon::start(&exe, t, "packet")?))),
             },
+            Engine {
+                name: "fibre express",
+                start: Box::new(|t| Ok(Box::new(FibreDaemon::start(&exe, t, "express")?))),
+            },
         ];
         let vcfg = VethConfig {
             trial: std::time::Duration::from_millis(args.trial_ms.max(10)),
@@ -540,8 +544,13 @@ impl FibreDaemon {
                 "--cpus",
                 &t.router_cpu.to_string(),
                 "--io",
-                io,
+                if io == "express" { "packet" } else { io },
             ])
+            .args(if io == "express" {
+                &["--express"][..]
+            } else {
+                &[]
+            })
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

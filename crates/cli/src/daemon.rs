@@ -65,6 +65,12 @@ pub struct DaemonArgs {
     /// are at most as many workers as the link with the fewest queues has queues.
     #[arg(long, value_enum, default_value_t = Io::Auto, requires = "forward")]
     io: Io,
+    /// Forward, inside the kernel, the frames of each destination the workers have
+    /// decided by its destination alone: a traffic-control program on each link
+    /// redirects them by an entry the workers write, retired at every route or
+    /// neighbour change. With `--io packet`.
+    #[arg(long, requires = "forward")]
+    express: bool,
 }
 
 /// `--io`.
@@ -215,6 +221,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             mode: a.io.into(),
             cpus: a.cpus.clone(),
             realtime: !a.no_realtime,
+            express: a.express,
         };
         let f = Forwarding::start(&mirror, reader, &a.forward, options, Some(notify))?;
         let (io, fallback) = f.io();

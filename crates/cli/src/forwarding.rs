@@ -8,6 +8,7 @@
 //! started again on it ([`Forwarding::publish`]).
 
 use fibre_dataplane::capture::fate_name;
+use fibre_dataplane::express::Generation;
 use fibre_dataplane::icmp::Limits;
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{Counters, NeighbourMacs, Resolve, Shared};
@@ -88,7 +89,7 @@ impl Forwarding {
         // This host's destinations go in before any program is attached, so that none of
         // the kernel's frames reaches a worker.
         let mut local_error = None;
-        if forwarding.options.mode != IoMode::Packet {
+        if forwarding.options.mode != IoMode::Packet || forwarding.options.express {
             match LocalDestinations::new() {
                 Ok(l) => forwarding.local = Some(l),
                 Err(e) if forwarding.options.mode == IoMode::Xdp => {
@@ -102,6 +103,7 @@ impl Forwarding {
         forwarding
             .start_workers(&indexes)
             .map_err(|e| format!("--forward: {e}"))?;
+        forwarding.publish_generation(mirror);
         if let Some(e) = local_error {
             forwarding.fallback = Some(e);
         }
@@ -138,7 +140,7 @@ impl Forwarding {
         )?;
         self.io = workers.io.clone();
         self.fallback = workers.fallback.clone();
-        if self.io == "AF_PACKET" {
+        if self.io == "AF_PACKET" && !self.options.express {
             self.local = None;
         }
         self.workers = Some(workers);
@@ -232,6 +234,7 @@ impl Forwarding {
         if let Err(e) = self.publish_local(mirror) {
             eprintln!("fibre daemon: {e}");
         }
+        self.publish_generation(mirror);
         let now: Vec<u32> = Forwarding::present(mirror, &self.links)
             .into_iter()
             .map(|(_, i)| i)
@@ -255,11 +258,14 @@ impl Forwarding {
             .map(|(n, _)| n)
             .collect();
         match self.start_workers(&now) {
-            Ok(()) => eprintln!(
-                "fibre daemon: forwarded links changed: forwarding again between {} ({})",
-                names.join(", "),
-                self.io
-            ),
+            Ok(()) => {
+                self.publish_generation(mirror);
+                eprintln!(
+                    "fibre daemon: forwarded links changed: forwarding again between {} ({})",
+                    names.join(", "),
+                    self.io
+                )
+            }
             Err(e) => eprintln!(
                 "fibre daemon: forwarded links changed, and the workers could not start again: {e}"
             ),
@@ -283,6 +289,21 @@ impl Forwarding {
             })
             .collect();
         self.shared.neighbours.publish(table);
+    }
+
+    /// Tells the express path which snapshot and neighbour table are current: the
+    /// entries the workers wrote under others count no more.
+    fn publish_generation(&self, mirror: &Mirror) {
+        let Some(express) = self.workers.as_ref().and_then(Workers::express) else {
+            return;
+        };
+        let g = Generation {
+            snapshot: mirror.snapshot().serial(),
+            neighbours: self.shared.neighbours.serial(),
+        };
+        if let Err(e) = express.set_generation(g) {
+            eprintln!("fibre daemon: the express path's generation: {e}");
+        }
     }
 
     /// What the workers counted so far.
@@ -352,6 +373,11 @@ impl Forwarding {
             "unresolved_dropped": c.unresolved_dropped,
             "truncated": c.truncated,
             "ring_dropped": c.ring_dropped,
+            "express": self.workers.as_ref().and_then(Workers::express).map(|x| json!({
+                "links": x.links(),
+                "taught": c.express_taught,
+                "failed": c.express_failed,
+            })),
             "fates": fates(&c),
             "icmp_unanswered": {
                 "not_answered": c.unanswered.not_answered,

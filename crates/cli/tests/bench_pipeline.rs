@@ -226,7 +226,9 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             (4, "fibre AF_XDP"),
             (6, "fibre AF_XDP"),
             (4, "fibre AF_PACKET"),
-            (6, "fibre AF_PACKET")
+            (6, "fibre AF_PACKET"),
+            (4, "fibre express"),
+            (6, "fibre express")
         ]
     );
     for f in &veth {
@@ -252,8 +254,14 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
         .inspect(|f| assert!(num(f, "gbit_per_s") > 0.01, "{f}"))
         .map(|f| (f["family"].as_u64().unwrap(), f["engine"].as_str().unwrap()))
         .collect();
-    assert_eq!(tcp.len(), 8, "{tcp:?}");
-    for engine in ["kernel", "floor", "fibre AF_XDP", "fibre AF_PACKET"] {
+    assert_eq!(tcp.len(), 10, "{tcp:?}");
+    for engine in [
+        "kernel",
+        "floor",
+        "fibre AF_XDP",
+        "fibre AF_PACKET",
+        "fibre express",
+    ] {
         assert!(
             tcp.contains(&(4, engine)) && tcp.contains(&(6, engine)),
             "{tcp:?}"
@@ -265,7 +273,7 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
         .iter()
         .filter(|f| f["study"] == "veth-idle")
         .collect();
-    assert_eq!(idle.len(), 2, "{idle:?}");
+    assert_eq!(idle.len(), 3, "{idle:?}");
     for f in &idle {
         let percent = num(f, "cpu_percent");
         assert!((0.0..5.0).contains(&percent), "{f}");

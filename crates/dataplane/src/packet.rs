@@ -137,6 +137,14 @@ impl PacketSocket {
         self.bind(ifindex, ALL)
     }
 
+    /// Binds the socket to one EtherType of link `ifindex` (`ETH_P_IP`, `ETH_P_IPV6`):
+    /// such a socket is handed a frame after the link's traffic-control ingress, so it
+    /// never sees a frame a program there redirected; one bound to every protocol is
+    /// handed each frame before.
+    pub(crate) fn bind_ethertype(&mut self, ifindex: u32, ethertype: u16) -> io::Result<()> {
+        self.bind(ifindex, ethertype.to_be())
+    }
+
     /// Binds the socket to `protocol` (network order; 0: none) on link `ifindex`.
     fn bind(&mut self, ifindex: u32, protocol: u16) -> io::Result<()> {
         let fd = &self.fd;

@@ -86,16 +86,32 @@ impl ReceiveRing {
     /// A socket on the link of index `ifindex` with its receive ring, joined to fanout
     /// group `fanout` (hashed by flow) if one is given.
     pub fn open(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
-        ReceiveRing::open_filtered(ifindex, fanout, false)
+        ReceiveRing::open_filtered(ifindex, fanout, false, None)
+    }
+
+    /// As [`ReceiveRing::open`], for the frames of one EtherType (`ETH_P_IP`,
+    /// `ETH_P_IPV6`) that the link's traffic-control ingress left to the kernel: what
+    /// the express path ([`crate::express`]) redirected never comes here.
+    pub fn open_ethertype(
+        ifindex: u32,
+        fanout: Option<u16>,
+        ethertype: u16,
+    ) -> io::Result<ReceiveRing> {
+        ReceiveRing::open_filtered(ifindex, fanout, false, Some(ethertype))
     }
 
     /// As [`ReceiveRing::open`], for the IPv4 and IPv6 frames the link's XDP program
     /// passed to the kernel (a socket filter leaves the rest out).
     pub fn open_passed(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
-        ReceiveRing::open_filtered(ifindex, fanout, true)
+        ReceiveRing::open_filtered(ifindex, fanout, true, None)
     }
 
-    fn open_filtered(ifindex: u32, fanout: Option<u16>, ip_only: bool) -> io::Result<ReceiveRing> {
+    fn open_filtered(
+        ifindex: u32,
+        fanout: Option<u16>,
+        ip_only: bool,
+        ethertype: Option<u16>,
+    ) -> io::Result<ReceiveRing> {
         // Bound to no protocol until the ring is in place, so that no frame is queued
         // the old way meanwhile.
         let socket = PacketSocket::unbound()?;
@@ -147,7 +163,10 @@ impl ReceiveRing {
             cut: Vec::new(),
             segmented: 0,
         };
-        ring.socket.bind_all(ifindex)?;
+        match ethertype {
+            Some(t) => ring.socket.bind_ethertype(ifindex, t)?,
+            None => ring.socket.bind_all(ifindex)?,
+        }
         if let Some(group) = fanout {
             ring.socket.join_fanout(group)?;
         }

@@ -31,6 +31,7 @@
 //! What each worker counted is added to the shared counters every tenth of a
 //! second, so that no packet takes a lock.
 
+use crate::express::{Entry, Express, Generation};
 use crate::icmp::{self, RateLimit};
 use crate::offload::{finish_checksum, Offload};
 use crate::packet::{wait_any, Batch, PacketSocket};
@@ -41,10 +42,11 @@ use crate::pool::{BufferId, Pool};
 use crate::ring::ReceiveRing;
 use crate::runtime::StageCounters;
 use crate::segment;
+use crate::workers::EXPRESS_DESTINATIONS;
 use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -138,6 +140,11 @@ impl SharedNeighbours {
     pub fn load(&self) -> Arc<NeighbourMacs> {
         self.table.load_full()
     }
+
+    /// The version of the table published last.
+    pub fn serial(&self) -> u64 {
+        self.table.load().version
+    }
 }
 
 impl Neighbours for NeighbourMacs {
@@ -196,6 +203,10 @@ pub struct Counters {
     pub ring_dropped: u64,
     /// What the kernel counted for the AF_XDP sockets.
     pub xsk: XskStatistics,
+    /// Destinations taught to the express path (once per generation each).
+    pub express_taught: u64,
+    /// Destinations the express path's map refused.
+    pub express_failed: u64,
 }
 
 impl Counters {
@@ -237,6 +248,8 @@ impl Counters {
         self.segmented += std::mem::take(&mut io.segmented);
         self.segment_failed += std::mem::take(&mut io.segment_failed);
         self.ring_dropped += std::mem::take(&mut io.ring_dropped);
+        self.express_taught += std::mem::take(&mut io.express_taught);
+        self.express_failed += std::mem::take(&mut io.express_failed);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
         self.xsk.rx_ring_full += x.rx_ring_full;
@@ -261,6 +274,8 @@ struct Io {
     segmented: u64,
     segment_failed: u64,
     ring_dropped: u64,
+    express_taught: u64,
+    express_failed: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
@@ -296,6 +311,8 @@ pub struct Shared {
     /// The worker to fail (panic) at its next round, to test what follows a failure;
     /// `usize::MAX`: none.
     pub fail: AtomicUsize,
+    /// The express path the workers feed with what they decide, if one runs.
+    express: Mutex<Option<Arc<Express>>>,
 }
 
 impl Shared {
@@ -312,7 +329,15 @@ impl Shared {
                 icmp_limits.burst,
             )),
             fail: AtomicUsize::new(usize::MAX),
+            express: Mutex::new(None),
         }
+    }
+
+    /// The express path the workers feed, to read or set.
+    pub fn express(&self) -> std::sync::MutexGuard<'_, Option<Arc<Express>>> {
+        self.express
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The counters, to read or add to. A worker that failed while it held them left
@@ -490,6 +515,72 @@ struct Vector {
     out: Output,
     /// Buffers to give back.
     free: Vec<BufferId>,
+    /// The express path to teach, if one runs.
+    express: Option<Learner>,
+}
+
+/// What a worker teaches the express path: for each destination it forwarded, arriving
+/// on a link, whose hop its destination decides alone (`Snapshot::hop_by_destination`),
+/// the output link and the MAC addresses it wrote; each once per generation.
+struct Learner {
+    express: Arc<Express>,
+    generation: Option<Generation>,
+    taught: HashSet<(u32, IpAddr)>,
+}
+
+impl Learner {
+    /// Teaches what `frame` (as sent out of `out`, having arrived on `input`) says, if
+    /// its destination's hop is decided by it alone under `g`.
+    fn learn(
+        &mut self,
+        snap: &fibre_fib::Snapshot,
+        g: Generation,
+        input: u32,
+        out: u32,
+        frame: &[u8],
+        io: &mut Io,
+    ) {
+        if self.generation != Some(g) {
+            self.generation = Some(g);
+            self.taught.clear();
+        }
+        let dst = match frame.get(12..14) {
+            Some([0x08, 0x00]) => frame
+                .get(30..34)
+                .map(|a| IpAddr::from(<[u8; 4]>::try_from(a).expect("four bytes"))),
+            Some([0x86, 0xdd]) => frame
+                .get(38..54)
+                .map(|a| IpAddr::from(<[u8; 16]>::try_from(a).expect("sixteen bytes"))),
+            _ => None,
+        };
+        let Some(dst) = dst else { return };
+        if self.taught.contains(&(input, dst))
+            || snap
+                .hop_by_destination(input, dst)
+                .is_none_or(|hop| hop.dev != out)
+        {
+            return;
+        }
+        // A worker's table of what it taught stays bounded: past the map's room the
+        // least recently used entries leave the map anyway.
+        if self.taught.len() >= EXPRESS_DESTINATIONS as usize {
+            self.taught.clear();
+        }
+        self.taught.insert((input, dst));
+        let mut dst_mac = [0; 6];
+        let mut src_mac = [0; 6];
+        dst_mac.copy_from_slice(&frame[..6]);
+        src_mac.copy_from_slice(&frame[6..12]);
+        let entry = Entry {
+            out,
+            dst_mac,
+            src_mac,
+        };
+        match self.express.learn(input, dst, entry, g) {
+            Ok(()) => io.express_taught += 1,
+            Err(_) => io.express_failed += 1,
+        }
+    }
 }
 
 impl Vector {
@@ -523,9 +614,20 @@ impl Vector {
         self.free.clear();
         // Each packet's later fragments follow its first, in order.
         let mut later = self.pipeline.fragments.iter().peekable();
+        let generation = Generation {
+            snapshot: snap.serial(),
+            neighbours: neighbours.version,
+        };
         for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
             match fate {
-                Fate::Out(link) | Fate::Icmp(_, link) => self.out.push(*link, id),
+                Fate::Out(link) => {
+                    if let Some(learner) = &mut self.express {
+                        let frame = self.pool.frame(id);
+                        learner.learn(snap, generation, arrival.link, *link, frame, &mut self.io);
+                    }
+                    self.out.push(*link, id)
+                }
+                Fate::Icmp(_, link) => self.out.push(*link, id),
                 Fate::Fragmented(link) => {
                     self.out.push(*link, id);
                     while let Some(&(_, f)) = later.next_if(|f| f.0 == i) {
@@ -602,6 +704,11 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         fates: Vec::with_capacity(256),
         out: Output::default(),
         free: Vec::with_capacity(256),
+        express: shared.express().clone().map(|express| Learner {
+            express,
+            generation: None,
+            taught: HashSet::new(),
+        }),
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();

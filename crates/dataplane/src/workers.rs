@@ -17,6 +17,7 @@
 //! new pool ([`Workers::restart`]). A link deleted and made again is another
 //! link: the daemon starts all the workers again on the links as they are now.
 
+use crate::express::Express;
 use crate::pool::Pool;
 use crate::ring::{ReceiveRing, LONGEST_FRAME};
 use crate::worker::{run, Ports, Resolve, Shared};
@@ -55,6 +56,9 @@ pub struct Options {
     /// Whether they run at a real-time priority (`SCHED_FIFO`, the lowest), above the
     /// kernel threads that feed their sockets ([`REALTIME`]).
     pub realtime: bool,
+    /// Whether destinations the workers decided are forwarded inside the kernel from
+    /// then on ([`crate::express`]; over `AF_PACKET` only).
+    pub express: bool,
 }
 
 /// Why the workers run at a real-time priority. Where a link's receive work runs in a
@@ -70,6 +74,10 @@ pub struct Options {
 /// thread; and the kernel keeps 5% of each second for other tasks
 /// (`sched_rt_runtime_us`).
 pub const REALTIME: i32 = 1;
+
+/// Destinations the express path holds at most (a hash of 40-byte entries, the least
+/// recently used making room): some 4 MiB.
+pub const EXPRESS_DESTINATIONS: u32 = 65_536;
 
 /// Makes each worker's way to ask the kernel for neighbours.
 pub type Resolver = Box<dyn FnMut() -> io::Result<Resolve> + Send>;
@@ -130,6 +138,8 @@ pub struct Workers {
     /// links, that every frame is copied in the kernel, which costs more than the
     /// kernel's own forwarding.
     pub caution: Option<String>,
+    /// The express path, when asked for: its program on every link, its entries.
+    express: Option<Arc<Express>>,
 }
 
 /// The CPUs of a list as the kernel writes one (`0-3,8,10-11`); what does not parse is
@@ -234,8 +244,15 @@ impl Workers {
             realtime: options.realtime,
             fallback: None,
             caution: None,
+            express: None,
         };
         let mut opened = Vec::new();
+        if options.express && options.mode != IoMode::Packet {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the express path runs beside AF_PACKET rings (--io packet)",
+            ));
+        }
         if options.mode != IoMode::Packet {
             let tried = match local {
                 Some(local) => workers.open_xdp(options.workers, mtu, local),
@@ -252,7 +269,19 @@ impl Workers {
         }
         if opened.is_empty() {
             for w in 0..options.workers.max(1) {
-                opened.push(workers.open_packet(w, options.workers.max(1))?);
+                opened.push(workers.open_packet(w, options.workers.max(1), options.express)?);
+            }
+            if options.express {
+                let local = local.ok_or_else(|| {
+                    io::Error::other("the express path needs the map of local destinations")
+                })?;
+                let mut express = Express::new(local, EXPRESS_DESTINATIONS)?;
+                for &link in &workers.links {
+                    express.attach(link)?;
+                }
+                let express = Arc::new(express);
+                *workers.shared.express() = Some(express.clone());
+                workers.express = Some(express);
             }
         }
         for (w, (ports, pool)) in opened.into_iter().enumerate() {
@@ -270,6 +299,11 @@ impl Workers {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.handles.is_empty()
+    }
+
+    /// The express path, if the workers run one.
+    pub fn express(&self) -> Option<&Arc<Express>> {
+        self.express.as_ref()
     }
 
     /// The links they forward between.
@@ -362,8 +396,9 @@ impl Workers {
             self.caution = Some(format!(
                 "links {} are veths: AF_XDP has no zero-copy mode there, the kernel copies \
                  every frame twice and allocates it anew, which costs the router's CPU \
-                 several times its own forwarding, and bursts of a few hundred frames \
-                 overflow the veth's ring of 256 (--io packet keeps TCP's offloads whole)",
+                 about what its own forwarding does, and bursts of a few hundred frames \
+                 overflow the veth's ring of 256 (--io packet --express forwards decided \
+                 destinations in the kernel, at a fraction of that, offloads kept whole)",
                 veths.join(", ")
             ));
         }
@@ -396,12 +431,30 @@ impl Workers {
         Ok((Ports::Xdp { xsk: ports, passed }, pool))
     }
 
-    /// Worker `w`'s `AF_PACKET` rings (of `workers`), and its pool.
-    fn open_packet(&mut self, _w: usize, workers: usize) -> io::Result<(Ports, Pool)> {
+    /// Worker `w`'s `AF_PACKET` rings (of `workers`), and its pool. With the express
+    /// path, two rings a link, one for IPv4 and one for IPv6, each handed its frames
+    /// after the express program has taken what it redirects (a fanout group each).
+    fn open_packet(
+        &mut self,
+        _w: usize,
+        workers: usize,
+        express: bool,
+    ) -> io::Result<(Ports, Pool)> {
         let mut rx = Vec::new();
         for &ifindex in &self.links {
             let fanout = (workers > 1).then_some(ifindex as u16);
-            rx.push(ReceiveRing::open(ifindex, fanout)?);
+            if express {
+                for (k, ethertype) in [libc::ETH_P_IP, libc::ETH_P_IPV6].into_iter().enumerate() {
+                    let group = fanout.map(|g| g ^ (k as u16) << 15);
+                    rx.push(ReceiveRing::open_ethertype(
+                        ifindex,
+                        group,
+                        ethertype as u16,
+                    )?);
+                }
+            } else {
+                rx.push(ReceiveRing::open(ifindex, fanout)?);
+            }
         }
         let ports = Ports::Packet {
             rx,
@@ -498,7 +551,8 @@ impl Workers {
                 self.open_xdp_worker(w)
             } else {
                 let n = self.handles.len();
-                self.open_packet(w, n)
+                let express = self.express.is_some();
+                self.open_packet(w, n, express)
             };
             match again {
                 Ok((ports, pool)) => restarted = self.spawn(w, ports, pool).is_ok(),

@@ -124,6 +124,17 @@ impl Rule {
         ]
     }
 
+    /// Whether the rule is one of the kernel's three of its family, whoever is named as
+    /// having made it (the kernel reports its own as `proto kernel`).
+    pub fn is_default(&self) -> bool {
+        Rule::defaults(self.family).iter().any(|d| {
+            *d == Rule {
+                protocol: d.protocol,
+                ..self.clone()
+            }
+        })
+    }
+
     /// Whether the rule has no selectors: it matches every flow.
     pub fn matches_all(&self) -> bool {
         !self.invert

@@ -238,6 +238,7 @@ impl State {
     /// twice). Rules other than the defaults make IPv4 walk its rules, as in the kernel.
     pub fn mirror_rule(&mut self, rule: Rule) {
         let family = rule.family;
+        let custom = !rule.is_default();
         let rules = &mut self.rules[fam_ix(family)];
         if rules.iter().any(|r| same_reported(r, &rule)) {
             return;
@@ -247,7 +248,7 @@ impl State {
             .position(|r| r.pref > rule.pref)
             .unwrap_or(rules.len());
         rules.insert(at, rule);
-        self.mirror_rules_changed(family);
+        self.mirror_rules_changed(family, custom);
     }
 
     /// A rule the kernel removed.
@@ -256,17 +257,19 @@ impl State {
         let rules = &mut self.rules[fam_ix(family)];
         if let Some(at) = rules.iter().position(|r| same_reported(r, rule)) {
             rules.remove(at);
-            self.mirror_rules_changed(family);
+            // The kernel walks IPv4 rules from then on (`fib4_rule_delete`).
+            self.mirror_rules_changed(family, true);
         }
     }
 
-    /// After a rule change: the kernel walks IPv4 rules (and keeps `local` and `main`
-    /// apart) once any rule other than its defaults was added or deleted; a mirror
-    /// that did not see the history takes rules other than the defaults for that.
-    fn mirror_rules_changed(&mut self, family: Family) {
+    /// After a rule change (`custom`: a rule other than the defaults added, or a rule
+    /// deleted): the kernel walks IPv4 rules (and keeps `local` and `main` apart) once
+    /// any rule other than its defaults was added or any rule deleted; a mirror that
+    /// did not see the history takes rules other than the defaults for that. The
+    /// defaults arriving one by one in a dump are no such change.
+    fn mirror_rules_changed(&mut self, family: Family, custom: bool) {
         if family == Family::V4 {
-            let defaults = Rule::defaults(Family::V4);
-            let custom = self.rules[0] != defaults;
+            let custom = custom || self.rules[0].iter().any(|r| !r.is_default());
             self.v4_custom_rules |= custom;
             self.v4_unmerged |= custom;
         } else {
@@ -310,4 +313,34 @@ fn same_reported(held: &Rule, reported: &Rule) -> bool {
         r
     };
     names(held) == names(reported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default rules reported one at a time, as a dump reports them, leave IPv4
+    /// merged and its sources checked the quick way; another rule, or a deletion, does
+    /// not.
+    #[test]
+    fn a_dump_of_the_default_rules_is_no_custom_rule() {
+        let mut state = State::mirrored();
+        for mut rule in Rule::defaults(Family::V4) {
+            // As the kernel reports its own.
+            rule.protocol = crate::names::PROTO_KERNEL;
+            state.mirror_rule(rule);
+            assert!(!state.v4_custom_rules(), "{:?}", state.rules[0]);
+        }
+        assert!(!state.v4_unmerged());
+        let mut added = state.clone();
+        let mut rule = Rule::defaults(Family::V4)[1].clone();
+        rule.pref = 100;
+        added.mirror_rule(rule);
+        assert!(added.v4_custom_rules() && added.v4_unmerged());
+        let mut deleted = state.clone();
+        let mut default = Rule::defaults(Family::V4)[2].clone();
+        default.protocol = crate::names::PROTO_KERNEL;
+        deleted.mirror_del_rule(&default);
+        assert!(deleted.v4_custom_rules() && deleted.v4_unmerged());
+    }
 }
