@@ -123,12 +123,9 @@ fn program(d: &Direction) -> Vec<Insn> {
         Jump(jlt_imm, R2, 2, "next"),
         Op(add_imm(R2, -1)),
         Op(store_reg(Size::B, R7, 22, R2)),
-        Op(load(Size::H, R2, R7, 24)),
-        Op(add_imm(R2, 1)),
-        Jump(jlt_imm, R2, 0xffff, "v4-sum"),
-        Op(add_imm(R2, 1)),
-        Label("v4-sum"),
-        Op(store_reg(Size::H, R7, 24, R2)),
+    ]);
+    p.extend(bpf::ttl_checksum_patch(R7, R2, "v4-sum"));
+    p.extend([
         Op(load(Size::W, R2, R7, 30)),
         Jump(
             jne32_imm,

@@ -380,13 +380,9 @@ fn program(local: &Map, entries: &Map, generation: &Map) -> Vec<Insn> {
         byte(R2, 22),
         Op(add_imm(R2, -1)),
         Op(store_reg(Size::B, R7, 22, R2)),
-        // `ip_decrease_ttl`: the checksum (in network order) plus 0x0100, with its carry.
-        Op(load(Size::H, R2, R7, 24)),
-        Op(add_imm(R2, 1)),
-        Jump(jlt_imm, R2, 0xffff, "ipv4-sum"),
-        Op(add_imm(R2, 1)),
-        Label("ipv4-sum"),
-        Op(store_reg(Size::H, R7, 24, R2)),
+    ]);
+    p.extend(bpf::ttl_checksum_patch(R7, R2, "ipv4-sum"));
+    p.extend([
         Label("macs"),
         Op(load(Size::W, R2, R9, 24)),
         Op(store_reg(Size::W, R7, 0, R2)),

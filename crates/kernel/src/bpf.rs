@@ -223,6 +223,21 @@ pub fn assemble(items: &[Item]) -> Vec<Insn> {
     out
 }
 
+/// The IPv4 checksum of an Ethernet frame at register `frame` patched for a time to
+/// live taken down by one (`ip_decrease_ttl`): the field, in network order, plus 0x0100
+/// with its carry; `scratch` is used, `sum` names the label the sequence needs (unique
+/// in its program).
+pub fn ttl_checksum_patch(frame: Reg, scratch: Reg, sum: &'static str) -> [Item; 6] {
+    [
+        Item::Op(load(Size::H, scratch, frame, 24)),
+        Item::Op(add_imm(scratch, 1)),
+        Item::Jump(jlt_imm, scratch, 0xffff, sum),
+        Item::Op(add_imm(scratch, 1)),
+        Item::Label(sum),
+        Item::Op(store_reg(Size::H, frame, 24, scratch)),
+    ]
+}
+
 /// Helper `bpf_map_lookup_elem`.
 pub const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 /// Helper `bpf_redirect_map`.
