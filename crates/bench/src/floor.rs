@@ -19,16 +19,9 @@ use crate::veth::{
     ROUTER_OUT_MAC,
 };
 use fibre_kernel::bpf::{self, assemble, Insn, Item, Program, Size, R0, R1, R2, R6, R7, R8};
+use fibre_kernel::bpf::{HELPER_REDIRECT, SKB_DATA, SKB_DATA_END, SKB_PKT_TYPE, TCX_NEXT};
 use std::os::fd::OwnedFd;
 
-/// `TCX_NEXT`: on to whatever else is attached, then the kernel.
-const TCX_NEXT: i32 = -1;
-/// Helper `bpf_redirect`.
-const HELPER_REDIRECT: i32 = 23;
-/// `__sk_buff` offsets: the packet type, the first byte and the end of the frame.
-const SKB_PKT_TYPE: i16 = 4;
-const SKB_DATA: i16 = 76;
-const SKB_DATA_END: i16 = 80;
 /// `PACKET_HOST`: a frame for this link's own MAC address.
 const PACKET_HOST: i32 = 0;
 

@@ -34,18 +34,16 @@
 
 use crate::xdp::LocalDestinations;
 use fibre_kernel::bpf::{self, assemble, Insn, Item, Map, MapType, Program, Size};
+use fibre_kernel::bpf::{HELPER_REDIRECT, SKB_DATA, SKB_DATA_END, SKB_PKT_TYPE};
 use fibre_kernel::bpf::{R0, R1, R10, R2, R3, R4, R5, R6, R7, R8, R9};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 
-/// `TCX_NEXT`: on to what else is attached, then the kernel.
-pub const TCX_NEXT: i32 = -1;
+pub use fibre_kernel::bpf::TCX_NEXT;
 /// `TC_ACT_REDIRECT`, what `bpf_redirect` returns.
 pub const TC_ACT_REDIRECT: u32 = 7;
 
-/// Helper `bpf_redirect`.
-const HELPER_REDIRECT: i32 = 23;
 /// Helper `bpf_check_mtu`.
 const HELPER_CHECK_MTU: i32 = 163;
 /// `BPF_MTU_CHK_SEGS`: a packet left whole for segmentation fits if its segments do.
@@ -53,11 +51,8 @@ const MTU_CHECK_SEGMENTS: i32 = 1;
 
 /// `__sk_buff` offsets.
 const SKB_LEN: i16 = 0;
-const SKB_PKT_TYPE: i16 = 4;
 const SKB_VLAN_PRESENT: i16 = 20;
 const SKB_IFINDEX: i16 = 40;
-const SKB_DATA: i16 = 76;
-const SKB_DATA_END: i16 = 80;
 
 /// Bytes of a key: the input link's index, then the destination (IPv4 v4-mapped).
 const KEY_LEN: u32 = 20;
@@ -200,6 +195,22 @@ fn program(local: &Map, entries: &Map, generation: &Map) -> Vec<Insn> {
             JumpReg(jgt_reg, R2, R8, "next"),
         ]
     };
+    // Writes the IPv4 address at `from` in the frame to the stack at `to`, v4-mapped:
+    // ten zero bytes, two 0xff, the address.
+    let v4_mapped = |from: i16, to: i16| -> [Item; 5] {
+        [
+            Op(store_imm(Size::W, R10, to, 0)),
+            Op(store_imm(Size::W, R10, to + 4, 0)),
+            Op(store_imm(
+                Size::W,
+                R10,
+                to + 8,
+                i32::from_ne_bytes([0, 0, 0xff, 0xff]),
+            )),
+            Op(load(Size::W, R2, R7, from)),
+            Op(store_reg(Size::W, R10, to + 12, R2)),
+        ]
+    };
     // Copies 16 address bytes from the frame at `from` to the stack at `to`.
     let address = |from: i16, to: i16| -> Vec<Item> {
         (0..4i16)
@@ -310,28 +321,9 @@ fn program(local: &Map, entries: &Map, generation: &Map) -> Vec<Insn> {
         Jump(jne32_imm, R2, -1, "v4-keys"),
         Goto("next"),
         Label("v4-keys"),
-        // v4-mapped: ten zero bytes, two 0xff, the address.
-        Op(store_imm(Size::W, R10, ENTRY_KEY + 4, 0)),
-        Op(store_imm(Size::W, R10, ENTRY_KEY + 8, 0)),
-        Op(store_imm(
-            Size::W,
-            R10,
-            ENTRY_KEY + 12,
-            i32::from_ne_bytes([0, 0, 0xff, 0xff]),
-        )),
-        Op(load(Size::W, R2, R7, 30)),
-        Op(store_reg(Size::W, R10, ENTRY_KEY + 16, R2)),
-        Op(store_imm(Size::W, R10, LOCAL_KEY + 4, 0)),
-        Op(store_imm(Size::W, R10, LOCAL_KEY + 8, 0)),
-        Op(store_imm(
-            Size::W,
-            R10,
-            LOCAL_KEY + 12,
-            i32::from_ne_bytes([0, 0, 0xff, 0xff]),
-        )),
-        Op(load(Size::W, R2, R7, 26)),
-        Op(store_reg(Size::W, R10, LOCAL_KEY + 16, R2)),
     ]);
+    p.extend(v4_mapped(30, ENTRY_KEY + 4));
+    p.extend(v4_mapped(26, LOCAL_KEY + 4));
 
     // Both families: the source not this host's, a live entry, the MTU.
     p.extend([

@@ -238,6 +238,19 @@ pub fn ttl_checksum_patch(frame: Reg, scratch: Reg, sum: &'static str) -> [Item;
     ]
 }
 
+/// Helper `bpf_redirect`: the frame to a link's transmit path.
+pub const HELPER_REDIRECT: i32 = 23;
+/// `TCX_NEXT`: a traffic-control program's answer that sends the frame on to what else
+/// is attached, then the kernel.
+pub const TCX_NEXT: i32 = -1;
+/// Offsets in `struct __sk_buff`, a traffic-control program's context: the packet
+/// type, the first byte and the end of the frame.
+pub const SKB_PKT_TYPE: i16 = 4;
+/// See [`SKB_PKT_TYPE`].
+pub const SKB_DATA: i16 = 76;
+/// See [`SKB_PKT_TYPE`].
+pub const SKB_DATA_END: i16 = 80;
+
 /// Helper `bpf_map_lookup_elem`.
 pub const HELPER_MAP_LOOKUP_ELEM: i32 = 1;
 /// Helper `bpf_redirect_map`.
