@@ -68,6 +68,8 @@ impl Forwarding {
         if let Some(name) = names.iter().find(|n| !links.iter().any(|(m, _)| m == *n)) {
             return Err(format!("--forward {name}: no such link"));
         }
+        let mut options = options;
+        let chosen = Forwarding::choose(mirror, &links, &mut options);
         // The namespace's settings: the daemon entered it before any thread started.
         let shared = Arc::new(Shared::new(fib, Limits::read()));
         let mut forwarding = Forwarding {
@@ -95,19 +97,71 @@ impl Forwarding {
                 Err(e) if forwarding.options.mode == IoMode::Xdp => {
                     return Err(format!("--io xdp: {e}"))
                 }
+                Err(e) if chosen.is_some() => {
+                    forwarding.options.express = false;
+                    local_error = Some(format!("no express path: BPF maps: {e}"));
+                }
                 Err(e) => local_error = Some(format!("BPF maps: {e}")),
             }
-            forwarding.publish_local(mirror)?;
+            if forwarding.local.is_some() {
+                forwarding.publish_local(mirror)?;
+            }
         }
         let indexes: Vec<u32> = links.iter().map(|(_, i)| *i).collect();
-        forwarding
-            .start_workers(&indexes)
-            .map_err(|e| format!("--forward: {e}"))?;
+        let started = forwarding.start_workers(&indexes);
+        let started = match started {
+            // The express path was chosen, not asked for: without it (a kernel without
+            // tcx), the workers alone.
+            Err(e) if chosen.is_some() && forwarding.options.express => {
+                forwarding.options.express = false;
+                forwarding.local = None;
+                local_error = Some(format!("no express path: {e}"));
+                forwarding.start_workers(&indexes)
+            }
+            started => started,
+        };
+        started.map_err(|e| format!("--forward: {e}"))?;
         forwarding.publish_generation(mirror);
-        if let Some(e) = local_error {
-            forwarding.fallback = Some(e);
-        }
+        forwarding.fallback = match (chosen, local_error) {
+            (Some(c), Some(e)) => Some(format!("{c}; {e}")),
+            (c, e) => c.or(e).or(forwarding.fallback.take()),
+        };
         Ok(forwarding)
+    }
+
+    /// Resolves `--io auto` where AF_XDP is known to lose: on veth links AF_XDP has no
+    /// zero-copy mode, the kernel copies each frame twice and allocates it anew, which
+    /// costs about the kernel's own forwarding a frame (docs/design.md, "What a frame
+    /// costs on a veth"), while `AF_PACKET` with the express path costs well under half
+    /// of it. With `--express`, `auto` is `AF_PACKET` too. Says why, when it chose.
+    fn choose(mirror: &Mirror, links: &[(String, u32)], options: &mut Options) -> Option<String> {
+        if options.mode != IoMode::Auto {
+            return None;
+        }
+        if options.express {
+            options.mode = IoMode::Packet;
+            return Some("--express runs beside AF_PACKET rings".into());
+        }
+        let state = mirror.state();
+        let veths: Vec<&str> = links
+            .iter()
+            .filter(|(_, index)| {
+                state
+                    .links()
+                    .any(|l| l.index == *index && l.kind.name() == "veth")
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if veths.is_empty() {
+            return None;
+        }
+        options.mode = IoMode::Packet;
+        options.express = true;
+        Some(format!(
+            "links {} are veths, where AF_XDP costs about the kernel's CPU a frame: \
+             AF_PACKET with the express path",
+            veths.join(", ")
+        ))
     }
 
     /// The links of `names` the mirror holds now: each name and interface index.

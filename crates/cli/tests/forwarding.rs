@@ -29,8 +29,8 @@ fn the_daemon_forwards_between_hosts_with_the_kernels_forwarding_off_over_af_pac
     forwards_with_the_kernels_forwarding_off("packet");
 }
 
-/// The same through AF_PACKET sockets with the express path: after a worker forwarded a
-/// destination's first packet, the frames to it cross the router in the kernel, by the
+/// The same as a user starts it on veths, `--io auto`, which chooses AF_PACKET sockets
+/// with the express path there: after a worker forwarded a destination's first packet, the frames to it cross the router in the kernel, by the
 /// entry the worker wrote; everything else (TTL 1, over the MTU, an unreachable route, a
 /// route changed, malformed frames) still reaches the workers, and every answer is the
 /// kernel's as before.
@@ -49,7 +49,7 @@ fn forwards_with_the_kernels_forwarding_off(way: &str) {
     let express = way == "express";
     let io = if express { "packet" } else { way };
     let daemon = if express {
-        Daemon::start_with(&r, io, &["--workers", "2", "--express"])
+        Daemon::start_with(&r, "auto", &["--workers", "2"])
     } else {
         Daemon::start(&r, io)
     };
