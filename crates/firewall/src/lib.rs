@@ -1,0 +1,24 @@
+//! The router's firewall as fibre sees it: the kernel's nftables ruleset, mirrored over
+//! nfnetlink as the routes are over rtnetlink (dumped once, then kept by the
+//! notifications of each committed generation), and the gate that keeps fibre never
+//! weaker than the kernel: every base chain that forwarded packets meet, every rule that
+//! makes the kernel track connections, and every iptables-legacy table (which
+//! nf_tables' netlink does not show) closes the family it applies to, since fibre does
+//! not evaluate rules yet; the daemon refuses to forward that family and says which rule
+//! and why.
+//!
+//! - [`message`]: nf_tables messages decoded (tables, chains, rules, generations).
+//! - [`ruleset`]: the mirrored ruleset, applied message by message.
+//! - [`render`]: a rule's expressions as text, for an operator.
+//! - [`gate`]: what of the ruleset fibre may not bypass, and for which family.
+//! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
+//!   tables.
+
+pub mod gate;
+pub mod kernel;
+pub mod message;
+pub mod render;
+pub mod ruleset;
+
+pub use gate::{Families, Refusal};
+pub use ruleset::Ruleset;

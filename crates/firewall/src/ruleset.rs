@@ -1,0 +1,265 @@
+//! The mirrored ruleset: tables, their chains, each chain's rules in the kernel's order,
+//! and the generation last committed. Applied message by message, as a dump and the
+//! notifications of each committed batch give them; a batch is whole once its
+//! generation message (`NFT_MSG_NEWGEN`) has come.
+
+use crate::message::{Chain, Family, Message, Rule, Table, NLM_F_APPEND};
+use crate::render;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A chain and its rules, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainEntry {
+    /// The chain.
+    pub chain: Chain,
+    /// Its rules, in the order the kernel evaluates them.
+    pub rules: Vec<Rule>,
+}
+
+/// A table and its chains, by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableEntry {
+    /// The table.
+    pub table: Table,
+    /// Its chains.
+    pub chains: BTreeMap<String, ChainEntry>,
+}
+
+/// The ruleset as the kernel announced it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ruleset {
+    tables: BTreeMap<(Family, String), TableEntry>,
+    /// The generation last committed, once known.
+    pub generation: Option<u32>,
+    /// Messages that named a table or chain the ruleset does not hold (dropped).
+    pub orphans: u64,
+}
+
+impl Ruleset {
+    /// An empty ruleset.
+    pub fn new() -> Ruleset {
+        Ruleset::default()
+    }
+
+    /// Applies one message, with its header's flags.
+    pub fn apply(&mut self, message: Message, flags: u16) {
+        match message {
+            Message::NewTable(table) => {
+                let key = (table.family, table.name.clone());
+                match self.tables.get_mut(&key) {
+                    Some(entry) => entry.table = table,
+                    None => {
+                        self.tables.insert(
+                            key,
+                            TableEntry {
+                                table,
+                                chains: BTreeMap::new(),
+                            },
+                        );
+                    }
+                }
+            }
+            Message::DelTable(family, name) => {
+                self.tables.remove(&(family, name));
+            }
+            Message::NewChain(chain) => {
+                let Some(table) = self.tables.get_mut(&(chain.family, chain.table.clone())) else {
+                    self.orphans += 1;
+                    return;
+                };
+                // A chain renamed keeps its handle and its rules.
+                let renamed = table
+                    .chains
+                    .iter()
+                    .find(|(name, c)| c.chain.handle == chain.handle && **name != chain.name)
+                    .map(|(name, _)| name.clone());
+                if let Some(old) = renamed {
+                    if let Some(mut entry) = table.chains.remove(&old) {
+                        for r in &mut entry.rules {
+                            r.chain = chain.name.clone();
+                        }
+                        table.chains.insert(chain.name.clone(), entry);
+                    }
+                }
+                match table.chains.get_mut(&chain.name) {
+                    Some(entry) => entry.chain = chain,
+                    None => {
+                        table.chains.insert(
+                            chain.name.clone(),
+                            ChainEntry {
+                                chain,
+                                rules: Vec::new(),
+                            },
+                        );
+                    }
+                }
+            }
+            Message::DelChain(family, table, name) => {
+                if let Some(t) = self.tables.get_mut(&(family, table)) {
+                    t.chains.remove(&name);
+                }
+            }
+            Message::NewRule(rule) => {
+                let Some(chain) = self
+                    .tables
+                    .get_mut(&(rule.family, rule.table.clone()))
+                    .and_then(|t| t.chains.get_mut(&rule.chain))
+                else {
+                    self.orphans += 1;
+                    return;
+                };
+                let rules = &mut chain.rules;
+                if let Some(same) = rules.iter_mut().find(|r| r.handle == rule.handle) {
+                    *same = rule;
+                    return;
+                }
+                // After the rule the kernel names; at the end if appended (or if the
+                // rule named is unknown); else first.
+                let at = match rule.position {
+                    Some(p) => rules
+                        .iter()
+                        .position(|r| r.handle == p)
+                        .map_or(rules.len(), |i| i + 1),
+                    None if flags & NLM_F_APPEND != 0 => rules.len(),
+                    None => 0,
+                };
+                rules.insert(at, rule);
+            }
+            Message::DelRule(family, table, chain, handle) => {
+                if let Some(c) = self
+                    .tables
+                    .get_mut(&(family, table))
+                    .and_then(|t| t.chains.get_mut(&chain))
+                {
+                    c.rules.retain(|r| r.handle != handle);
+                }
+            }
+            Message::NewGen(id) => self.generation = Some(id),
+            Message::Other(_) => {}
+        }
+    }
+
+    /// The tables, by family and name.
+    pub fn tables(&self) -> impl Iterator<Item = &TableEntry> {
+        self.tables.values()
+    }
+
+    /// How many tables, chains and rules it holds.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let chains = self.tables.values().map(|t| t.chains.len()).sum();
+        let rules = self
+            .tables
+            .values()
+            .flat_map(|t| t.chains.values())
+            .map(|c| c.rules.len())
+            .sum();
+        (self.tables.len(), chains, rules)
+    }
+
+    /// The ruleset shaped as `nft -j list ruleset` shapes it: a list of tables, chains
+    /// and rules, each rule's expressions named and rendered.
+    pub fn to_json(&self) -> Value {
+        let mut out = vec![json!({"metainfo": {"generation": self.generation}})];
+        for t in self.tables.values() {
+            let family = t.table.family.name();
+            out.push(json!({"table": {
+                "family": family, "name": t.table.name, "handle": t.table.handle,
+                "flags": if t.table.dormant() { vec!["dormant"] } else { vec![] },
+            }}));
+            for c in t.chains.values() {
+                let mut chain = json!({
+                    "family": family, "table": t.table.name, "name": c.chain.name,
+                    "handle": c.chain.handle,
+                });
+                if let Some(h) = &c.chain.hook {
+                    chain["type"] = json!(c.chain.kind);
+                    chain["hook"] = json!(render::hook_name(t.table.family, h.number));
+                    chain["prio"] = json!(h.priority);
+                    chain["policy"] = json!(match c.chain.policy {
+                        Some(0) => "drop",
+                        _ => "accept",
+                    });
+                    if !h.devices.is_empty() {
+                        chain["dev"] = json!(h.devices);
+                    }
+                }
+                out.push(json!({ "chain": chain }));
+            }
+            for c in t.chains.values() {
+                for r in &c.rules {
+                    out.push(json!({"rule": {
+                        "family": family, "table": t.table.name, "chain": c.chain.name,
+                        "handle": r.handle, "comment": r.comment,
+                        "expr": r.expressions.iter().map(|e| json!({
+                            "name": e.name, "text": render::expression(e),
+                        })).collect::<Vec<_>>(),
+                    }}));
+                }
+            }
+        }
+        json!({ "nftables": out })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{read, tests::*, Read, NEWTABLE};
+
+    fn apply(r: &mut Ruleset, bytes: &[u8]) {
+        let Ok(Read::Message(m, flags)) = read(bytes) else {
+            panic!("{:?}", read(bytes));
+        };
+        r.apply(m, flags);
+    }
+
+    fn table(family: u8, name: &str) -> Vec<u8> {
+        let mut attrs = nla(1, format!("{name}\0").as_bytes());
+        attrs.extend(nla(4, &1u64.to_be_bytes()));
+        message(NEWTABLE, family, 0, &attrs)
+    }
+
+    fn handles(r: &Ruleset) -> Vec<u64> {
+        r.tables()
+            .flat_map(|t| t.chains.values())
+            .flat_map(|c| c.rules.iter().map(|r| r.handle))
+            .collect()
+    }
+
+    #[test]
+    fn rules_keep_the_kernels_order() {
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(1, "fw"));
+        apply(&mut r, &base_chain(1, "fw", "fwd", 2, 1));
+        apply(&mut r, &rule(1, "fw", "fwd", 4, &["counter"]));
+        // Appended: at the end.
+        let mut appended = rule(1, "fw", "fwd", 5, &["counter"]);
+        appended[6..8].copy_from_slice(&NLM_F_APPEND.to_ne_bytes());
+        apply(&mut r, &appended);
+        // Inserted first: no position, not appended.
+        apply(&mut r, &rule(1, "fw", "fwd", 6, &["counter"]));
+        // After rule 6: a position attribute.
+        let mut after = rule(1, "fw", "fwd", 7, &["counter"]);
+        let position = nla(6, &6u64.to_be_bytes());
+        after.extend(position);
+        let len = after.len() as u32;
+        after[..4].copy_from_slice(&len.to_ne_bytes());
+        apply(&mut r, &after);
+        assert_eq!(handles(&r), [6, 7, 4, 5]);
+        // Replaced in place, then removed.
+        apply(&mut r, &rule(1, "fw", "fwd", 7, &["counter", "log"]));
+        assert_eq!(handles(&r), [6, 7, 4, 5]);
+        r.apply(
+            Message::DelRule(Family::Inet, "fw".into(), "fwd".into(), 4),
+            0,
+        );
+        assert_eq!(handles(&r), [6, 7, 5]);
+        assert_eq!(r.counts(), (1, 1, 3));
+        // A rule of a chain never announced is counted and dropped.
+        apply(&mut r, &rule(1, "fw", "nowhere", 9, &["counter"]));
+        assert_eq!(r.orphans, 1);
+        r.apply(Message::DelTable(Family::Inet, "fw".into()), 0);
+        assert_eq!(r.counts(), (0, 0, 0));
+    }
+}

@@ -1,0 +1,247 @@
+//! The mirror of the ruleset against the real kernel, as root: a network namespace, a
+//! ruleset loaded with `nft -f`, the dump compared with what `nft -j -a list ruleset`
+//! lists, then changes made with `nft` one commit at a time, each applied from its
+//! notifications and compared with a fresh dump; and the gate on the kernel's own
+//! ruleset.
+
+use fibre_firewall::gate::{closed, refusals, Families, Legacy};
+use fibre_firewall::kernel::{dump, Batch, Events};
+use fibre_firewall::message::Message;
+use fibre_firewall::Ruleset;
+use fibre_kernel::netns::Namespace;
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// Runs `nft` in `ns` with `args`, `stdin` fed to it.
+fn nft(ns: &Namespace, args: &[&str], stdin: &str) -> String {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nft runs (the nftables package)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Each chain's rule handles in order, and each base chain's hook and policy, as `nft
+/// -j -a` lists them: (family, table, chain) -> (hook, policy, handles).
+type Listing = std::collections::BTreeMap<
+    (String, String, String),
+    (Option<String>, Option<String>, Vec<u64>),
+>;
+
+fn listed_by_nft(ns: &Namespace) -> Listing {
+    let v: Value = serde_json::from_str(&nft(ns, &["-j", "-a", "list", "ruleset"], "")).unwrap();
+    let mut out = Listing::new();
+    for item in v["nftables"].as_array().unwrap() {
+        let s = |o: &Value, k: &str| o[k].as_str().unwrap_or_default().to_string();
+        if let Some(c) = item.get("chain") {
+            out.insert(
+                (s(c, "family"), s(c, "table"), s(c, "name")),
+                (
+                    c["hook"].as_str().map(str::to_string),
+                    c["policy"].as_str().map(str::to_string),
+                    vec![],
+                ),
+            );
+        }
+        if let Some(r) = item.get("rule") {
+            out.get_mut(&(s(r, "family"), s(r, "table"), s(r, "chain")))
+                .unwrap()
+                .2
+                .push(r["handle"].as_u64().unwrap());
+        }
+    }
+    out
+}
+
+fn listed_by_fibre(r: &Ruleset) -> Listing {
+    let mut out = Listing::new();
+    let v = r.to_json();
+    for item in v["nftables"].as_array().unwrap() {
+        let s = |o: &Value, k: &str| o[k].as_str().unwrap_or_default().to_string();
+        if let Some(c) = item.get("chain") {
+            out.insert(
+                (s(c, "family"), s(c, "table"), s(c, "name")),
+                (
+                    c["hook"].as_str().map(str::to_string),
+                    c["policy"].as_str().map(str::to_string),
+                    vec![],
+                ),
+            );
+        }
+        if let Some(r) = item.get("rule") {
+            out.get_mut(&(s(r, "family"), s(r, "table"), s(r, "chain")))
+                .unwrap()
+                .2
+                .push(r["handle"].as_u64().unwrap());
+        }
+    }
+    out
+}
+
+/// Applies what `events` has up to the end of the next committed batch.
+fn apply_next_commit(events: &mut Events, mirror: &mut Ruleset) {
+    loop {
+        match events.receive().unwrap() {
+            Batch::Messages(messages, bad) => {
+                assert_eq!(bad, 0, "malformed notifications");
+                let end = matches!(messages.last(), Some((Message::NewGen(_), _)));
+                for (m, flags) in messages {
+                    mirror.apply(m, flags);
+                }
+                if end {
+                    return;
+                }
+            }
+            Batch::Overflow => panic!("the notifications overflowed"),
+        }
+    }
+}
+
+const RULESET: &str = r#"
+table inet fw {
+  set blocked { type ipv4_addr; flags interval; elements = { 192.0.2.0/24 } }
+  chain filter_forward { type filter hook forward priority 0; policy accept;
+    ip daddr 10.2.0.2 icmp type echo-request drop
+    ip saddr @blocked drop comment "no documentation addresses"
+    jump sub
+  }
+  chain sub { tcp dport 22 accept; }
+  chain nat_postrouting { type nat hook postrouting priority 100; oifname "rb" masquerade; }
+  chain input { type filter hook input priority 0; policy drop; iifname "lo" accept; }
+}
+table ip6 quiet { chain pass { type filter hook forward priority 0; policy accept; }; }
+"#;
+
+#[test]
+#[ignore = "needs root: a network namespace and nft"]
+fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
+    let ns = Namespace::create("fw-mirror").unwrap();
+    ns.enter().unwrap();
+    let mut events = Events::subscribe().unwrap();
+    nft(&ns, &["-f", "-"], RULESET);
+    let d = dump().unwrap();
+    assert_eq!(d.malformed, 0);
+    assert!(d.unavailable.is_none());
+    let mut mirror = d.ruleset;
+    assert_eq!(listed_by_fibre(&mirror), listed_by_nft(&ns));
+    assert_eq!(mirror.counts(), (2, 5, 6));
+    // The ruleset's own load, already in the dump, queued as notifications too: applying
+    // them again changes nothing.
+    apply_next_commit(&mut events, &mut mirror);
+    assert_eq!(listed_by_fibre(&mirror), listed_by_nft(&ns));
+
+    let first = listed_by_nft(&ns)[&("inet".into(), "fw".into(), "filter_forward".into())]
+        .2
+        .clone();
+    let changes: Vec<Vec<String>> = vec![
+        vec!["add rule inet fw filter_forward udp dport 53 accept".into()],
+        vec!["insert rule inet fw filter_forward udp dport 54 accept".into()],
+        vec![format!(
+            "add rule inet fw filter_forward position {} udp dport 55 accept",
+            first[0]
+        )],
+        vec![format!(
+            "insert rule inet fw filter_forward position {} udp dport 56 accept",
+            first[1]
+        )],
+        vec![format!(
+            "replace rule inet fw filter_forward handle {} ip daddr 10.2.0.3 drop",
+            first[0]
+        )],
+        vec![format!(
+            "delete rule inet fw filter_forward handle {}",
+            first[1]
+        )],
+        vec![
+            "add chain inet fw extra".into(),
+            "add rule inet fw extra counter".into(),
+        ],
+        vec!["flush chain inet fw sub".into()],
+        vec!["delete chain inet fw extra".into()],
+        vec![
+            "add table ip t2".into(),
+            "add chain ip t2 c { type filter hook prerouting priority -150; }".into(),
+            "add rule ip t2 c meta mark set 1".into(),
+        ],
+        vec!["delete table inet fw".into()],
+    ];
+    for change in changes {
+        nft(&ns, &["-f", "-"], &change.join("\n"));
+        apply_next_commit(&mut events, &mut mirror);
+        assert_eq!(
+            listed_by_fibre(&mirror),
+            listed_by_nft(&ns),
+            "after {change:?}"
+        );
+        let fresh = dump().unwrap().ruleset;
+        assert_eq!(mirror.to_json(), fresh.to_json(), "after {change:?}");
+        assert_eq!(mirror.orphans, 0);
+    }
+}
+
+#[test]
+#[ignore = "needs root: a network namespace and nft"]
+fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
+    let ns = Namespace::create("fw-gate").unwrap();
+    ns.enter().unwrap();
+    let links = ["ra".to_string(), "rb".to_string()];
+    // No ruleset: nothing closed.
+    let r = dump().unwrap().ruleset;
+    assert_eq!(
+        closed(&refusals(&r, &links, &Legacy::default())),
+        Families::NONE
+    );
+    nft(&ns, &["-f", "-"], RULESET);
+    let r = dump().unwrap().ruleset;
+    let got = refusals(&r, &links, &Legacy::default());
+    assert_eq!(closed(&got), Families::BOTH);
+    // The forward chain's three rules, the nat chain and its rule; not the input
+    // chain's, nor the empty ip6 chain.
+    let at: Vec<(String, Option<u64>)> = got
+        .iter()
+        .map(|g| (g.chain.clone().unwrap_or_default(), g.handle))
+        .collect();
+    assert_eq!(
+        at.iter().filter(|(c, _)| c == "filter_forward").count(),
+        3,
+        "{at:?}"
+    );
+    assert_eq!(
+        at.iter().filter(|(c, _)| c == "nat_postrouting").count(),
+        2,
+        "{at:?}"
+    );
+    assert!(
+        at.iter().all(|(c, _)| c != "input" && c != "pass"),
+        "{at:?}"
+    );
+    let comment = got
+        .iter()
+        .find(|g| g.rule.contains("no documentation addresses"))
+        .expect("the comment names the rule");
+    assert!(comment.rule.contains("[ lookup"), "{}", comment.rule);
+    // Made dormant, the table closes nothing.
+    nft(&ns, &["add table inet fw { flags dormant; }"], "");
+    let r = dump().unwrap().ruleset;
+    assert_eq!(
+        closed(&refusals(&r, &links, &Legacy::default())),
+        Families::NONE
+    );
+}
