@@ -11,6 +11,7 @@
 //! output, the errors and the exit code. A malformed request gets an error reply; nothing
 //! a client sends or fails to send stops the daemon.
 
+use crate::firewall::Firewall;
 use crate::forwarding::Forwarding;
 use crate::route::{self, Done, Out};
 use clap::Args;
@@ -124,6 +125,10 @@ enum Event {
     Metrics(mpsc::Sender<String>),
     /// A forwarding worker ended (its generation and number).
     WorkerEnded(u64, usize),
+    /// Notifications of the nftables ruleset.
+    Ruleset(fibre_firewall::kernel::Batch),
+    /// The ruleset's receiver failed.
+    RulesetFailed(std::io::Error),
 }
 
 /// A reply to a client.
@@ -207,9 +212,31 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         mirror.state().routes(Family::V6, None).count(),
         a.socket.display()
     );
+    // The router's firewall, subscribed before its dump as the routes are. Forwarding
+    // needs it: fibre does not forward around a ruleset it cannot see.
+    let (mut firewall, ruleset_events) = match fibre_firewall::kernel::Events::subscribe()
+        .and_then(|events| Firewall::sync(&a.forward).map(|f| (Some(f), Some(events))))
+    {
+        Ok(pair) => pair,
+        Err(e) if a.forward.is_empty() => {
+            eprintln!("fibre daemon: the nftables ruleset is not mirrored: {e}");
+            (None, None)
+        }
+        Err(e) => {
+            return Err(format!(
+                "--forward: the router's nftables ruleset cannot be read ({e}); fibre does \
+                     not forward around a firewall it cannot see"
+            )
+            .into())
+        }
+    };
     let mut forwarding = if a.forward.is_empty() {
         None
     } else {
+        let closed = firewall.as_ref().map_or(3, Firewall::closed);
+        for line in firewall.as_ref().map(Firewall::report).unwrap_or_default() {
+            eprintln!("fibre daemon: {line}");
+        }
         let tx = std::sync::Mutex::new(tx.clone());
         let notify: fibre_dataplane::workers::Notify = std::sync::Arc::new(move |g, n| {
             if let Ok(tx) = tx.lock() {
@@ -223,7 +250,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             realtime: !a.no_realtime,
             express: a.express,
         };
-        let f = Forwarding::start(&mirror, reader, &a.forward, options, Some(notify))?;
+        let f = Forwarding::start(&mirror, reader, &a.forward, options, closed, Some(notify))?;
         let (io, fallback) = f.io();
         eprintln!(
             "fibre daemon: forwarding between {} with {} worker(s) ({io}, priority {})",
@@ -253,6 +280,22 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 }
                 Err(e) => {
                     let _ = tx.send(Event::Failed(e));
+                    return;
+                }
+            }
+        });
+    }
+    if let Some(mut events) = ruleset_events {
+        let tx = tx.clone();
+        std::thread::spawn(move || loop {
+            match events.receive() {
+                Ok(b) => {
+                    if tx.send(Event::Ruleset(b)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Event::RulesetFailed(e));
                     return;
                 }
             }
@@ -320,11 +363,38 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 eprintln!("fibre daemon: netlink: {e}");
                 break ExitCode::FAILURE;
             }
+            Ok(Event::Ruleset(batch)) => {
+                let Some(fw) = &mut firewall else { continue };
+                let judged = match batch {
+                    fibre_firewall::kernel::Batch::Messages(messages, bad) => {
+                        fw.apply(messages, bad)
+                    }
+                    fibre_firewall::kernel::Batch::Overflow => {
+                        eprintln!("fibre daemon: the nftables subscription overflowed; dumping the ruleset again");
+                        match fw.resync() {
+                            Ok(()) => true,
+                            Err(e) => {
+                                eprintln!("fibre daemon: the ruleset's dump failed: {e}");
+                                firewall = None;
+                                true
+                            }
+                        }
+                    }
+                };
+                if judged {
+                    close(forwarding.as_mut(), firewall.as_ref(), &mirror);
+                }
+            }
+            Ok(Event::RulesetFailed(e)) => {
+                eprintln!("fibre daemon: the nftables subscription failed: {e}");
+                firewall = None;
+                close(forwarding.as_mut(), None, &mirror);
+            }
             Ok(Event::Request(words, reply)) => {
                 // A command only reads the mirror: should one fail in a way not foreseen,
                 // its client gets an error and the daemon goes on.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    answer(&mirror, forwarding.as_ref(), &words)
+                    answer(&mirror, forwarding.as_ref(), firewall.as_ref(), &words)
                 }))
                 .unwrap_or_else(|_| Reply::error("Error: the command failed".into()));
                 let _ = reply.send(r);
@@ -333,6 +403,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 let mut text = exposition(&mirror);
                 if let Some(f) = &forwarding {
                     f.metrics(&mut text);
+                }
+                if let Some(fw) = &firewall {
+                    fw.metrics(&mut text);
                 }
                 let _ = reply.send(text);
             }
@@ -364,6 +437,27 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         f.stop();
     }
     Ok(code)
+}
+
+/// Closes to the workers what the firewall closes now (both families when it cannot
+/// be seen any more), saying so when that changed.
+fn close(forwarding: Option<&mut Forwarding>, firewall: Option<&Firewall>, mirror: &Mirror) {
+    let Some(f) = forwarding else { return };
+    let closed = firewall.map_or(3, Firewall::closed);
+    if closed == f.closed() {
+        return;
+    }
+    match firewall {
+        Some(fw) => {
+            for line in fw.report() {
+                eprintln!("fibre daemon: {line}");
+            }
+        }
+        None => eprintln!(
+            "fibre daemon: refusing to forward IPv4 and IPv6: the router's firewall cannot be seen any more"
+        ),
+    }
+    f.close(closed, mirror);
 }
 
 /// The control socket at `path`: a stale one (no daemon answers it) is replaced.
@@ -415,14 +509,19 @@ fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
 }
 
 /// The reply to a command, run on the mirror as it stands.
-fn answer(mirror: &Mirror, forwarding: Option<&Forwarding>, words: &[String]) -> Reply {
+fn answer(
+    mirror: &Mirror,
+    forwarding: Option<&Forwarding>,
+    firewall: Option<&Firewall>,
+    words: &[String],
+) -> Reply {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let done = {
         let mut o = Out {
             out: &mut out,
             err: &mut err,
         };
-        command(mirror, forwarding, words, &mut o)
+        command(mirror, forwarding, firewall, words, &mut o)
     };
     let code = match done {
         Ok(code) => code,
@@ -442,6 +541,7 @@ fn answer(mirror: &Mirror, forwarding: Option<&Forwarding>, words: &[String]) ->
 fn command(
     mirror: &Mirror,
     forwarding: Option<&Forwarding>,
+    firewall: Option<&Firewall>,
     words: &[String],
     o: &mut Out,
 ) -> Done {
@@ -469,8 +569,18 @@ fn command(
             neigh_show(mirror, &route::families(v4, v6), !rest.is_empty(), json, o)
         }
         ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => {
-            stats(mirror, forwarding, json, o)
+            stats(mirror, forwarding, firewall, json, o)
         }
+        ["ruleset", "show"] if rest.is_empty() => match firewall {
+            Some(fw) => fw.show(json, o),
+            None => {
+                writeln!(
+                    o.err,
+                    "Error: the nftables ruleset is not mirrored (see the daemon's log)"
+                )?;
+                Ok(1)
+            }
+        },
         // A fault made on purpose, to test what follows a worker's failure.
         ["test", "fail-worker"] if words.len() == 3 => {
             match (words[2].parse::<usize>(), forwarding) {
@@ -487,7 +597,7 @@ fn command(
         _ => {
             writeln!(
                 o.err,
-                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, neigh show, stats",
+                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, neigh show, ruleset show, stats",
                 words.join(" ")
             )?;
             Ok(1)
@@ -538,7 +648,13 @@ fn neigh_show(mirror: &Mirror, fams: &[Family], all: bool, json: bool, o: &mut O
 
 /// `stats`: whether the mirror is synced, its routes per table and family, what it has
 /// applied, resynchronised and dropped, its lag, its memory.
-fn stats(mirror: &Mirror, forwarding: Option<&Forwarding>, json: bool, o: &mut Out) -> Done {
+fn stats(
+    mirror: &Mirror,
+    forwarding: Option<&Forwarding>,
+    firewall: Option<&Firewall>,
+    json: bool,
+    o: &mut Out,
+) -> Done {
     let s = mirror.stats();
     let state = mirror.state();
     let mut tables = Vec::new();
@@ -581,6 +697,9 @@ fn stats(mirror: &Mirror, forwarding: Option<&Forwarding>, json: bool, o: &mut O
     });
     if let Some(f) = forwarding {
         v["forwarding"] = f.stats();
+    }
+    if let Some(fw) = firewall {
+        v["firewall"] = fw.stats();
     }
     if json {
         writeln!(o.out, "{v}")?;

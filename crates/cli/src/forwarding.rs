@@ -54,7 +54,9 @@ pub struct Forwarding {
 }
 
 impl Forwarding {
-    /// Starts workers forwarding between the links named `names`, as `options` say;
+    /// Starts workers forwarding between the links named `names`, as `options` say,
+    /// refusing the IP families `closed` holds (bit 0 IPv4, bit 1 IPv6: those the
+    /// router's firewall closes to fibre, [`Forwarding::close`]);
     /// `notify` is called from a worker's thread if it ends unasked (the daemon then
     /// calls [`Forwarding::supervise`]).
     pub fn start(
@@ -62,6 +64,7 @@ impl Forwarding {
         fib: FibReader,
         names: &[String],
         options: Options,
+        closed: u8,
         notify: Option<Notify>,
     ) -> Result<Forwarding, String> {
         let links = Forwarding::present(mirror, names);
@@ -72,6 +75,7 @@ impl Forwarding {
         let chosen = Forwarding::choose(mirror, &links, &mut options);
         // The namespace's settings: the daemon entered it before any thread started.
         let shared = Arc::new(Shared::new(fib, Limits::read()));
+        shared.closed.store(closed, Ordering::Relaxed);
         let mut forwarding = Forwarding {
             shared,
             workers: None,
@@ -345,15 +349,37 @@ impl Forwarding {
         self.shared.neighbours.publish(table);
     }
 
+    /// Closes the IP families `closed` holds (bit 0 IPv4, bit 1 IPv6) to the workers
+    /// and the express path, and opens the others: what the router's firewall has
+    /// become ([`fibre_firewall::gate`]).
+    pub fn close(&mut self, closed: u8, mirror: &Mirror) {
+        self.shared.closed.store(closed, Ordering::Relaxed);
+        self.publish_generation(mirror);
+    }
+
+    /// The IP families closed to the workers (bit 0 IPv4, bit 1 IPv6).
+    pub fn closed(&self) -> u8 {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// Tells the express path which snapshot and neighbour table are current: the
-    /// entries the workers wrote under others count no more.
+    /// entries the workers wrote under others count no more. While the firewall closes
+    /// a family, a generation no entry has: every entry counts no more, and the
+    /// workers teach none.
     fn publish_generation(&self, mirror: &Mirror) {
         let Some(express) = self.workers.as_ref().and_then(Workers::express) else {
             return;
         };
-        let g = Generation {
-            snapshot: mirror.snapshot().serial(),
-            neighbours: self.shared.neighbours.serial(),
+        let g = if self.closed() != 0 {
+            Generation {
+                snapshot: u64::MAX,
+                neighbours: u64::MAX,
+            }
+        } else {
+            Generation {
+                snapshot: mirror.snapshot().serial(),
+                neighbours: self.shared.neighbours.serial(),
+            }
         };
         if let Err(e) = express.set_generation(g) {
             eprintln!("fibre daemon: the express path's generation: {e}");
@@ -408,6 +434,7 @@ impl Forwarding {
             "io_fallback": self.fallback,
             "local_destinations": self.local.as_ref().map(|l| l.len()),
             "kernel_unreached": c.kernel_unreached,
+            "firewall_refused": c.firewall_refused,
             "bad_descriptors": c.bad_descriptors,
             "refused_offloads": c.refused_offloads,
             "checksums_finished": c.checksums_finished,
@@ -552,6 +579,11 @@ impl Forwarding {
                 "fibre_unresolved_dropped_total",
                 "Packets that waited for their next hop's MAC address in vain, dropped.",
                 c.unresolved_dropped,
+            ),
+            (
+                "fibre_firewall_refused_total",
+                "Packets of a family the router's firewall closes to fibre, dropped rather than sent.",
+                c.firewall_refused,
             ),
         ] {
             metric(name, "counter", help, vec![(String::new(), v as f64)]);

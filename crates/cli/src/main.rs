@@ -5,6 +5,7 @@
 
 mod bench;
 mod daemon;
+mod firewall;
 mod forward;
 mod forwarding;
 mod lookup;

@@ -50,7 +50,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -207,6 +207,9 @@ pub struct Counters {
     pub express_taught: u64,
     /// Destinations the express path's map refused.
     pub express_failed: u64,
+    /// Packets of a family the router's firewall closes ([`Shared::closed`]) that fibre
+    /// would have sent, dropped.
+    pub firewall_refused: u64,
 }
 
 impl Counters {
@@ -250,6 +253,7 @@ impl Counters {
         self.ring_dropped += std::mem::take(&mut io.ring_dropped);
         self.express_taught += std::mem::take(&mut io.express_taught);
         self.express_failed += std::mem::take(&mut io.express_failed);
+        self.firewall_refused += std::mem::take(&mut io.firewall_refused);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
         self.xsk.rx_ring_full += x.rx_ring_full;
@@ -276,6 +280,7 @@ struct Io {
     ring_dropped: u64,
     express_taught: u64,
     express_failed: u64,
+    firewall_refused: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
@@ -313,6 +318,10 @@ pub struct Shared {
     pub fail: AtomicUsize,
     /// The express path the workers feed with what they decide, if one runs.
     express: Mutex<Option<Arc<Express>>>,
+    /// The IP families the router's firewall closes to fibre (bit 0 IPv4, bit 1 IPv6):
+    /// packets of those it would send, it drops and counts instead
+    /// (`firewall_refused`), and teaches the express path none of them.
+    pub closed: AtomicU8,
 }
 
 impl Shared {
@@ -330,6 +339,7 @@ impl Shared {
             )),
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
+            closed: AtomicU8::new(0),
         }
     }
 
@@ -517,6 +527,8 @@ struct Vector {
     free: Vec<BufferId>,
     /// The express path to teach, if one runs.
     express: Option<Learner>,
+    /// The families the firewall closes ([`Shared::closed`]), as read for this vector.
+    closed: u8,
 }
 
 /// What a worker teaches the express path: for each destination it forwarded, arriving
@@ -619,6 +631,17 @@ impl Vector {
             neighbours: neighbours.version,
         };
         for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
+            if self.closed != 0
+                && fate.output().is_some()
+                && closes(self.closed, self.pool.frame(id))
+            {
+                self.io.firewall_refused += 1;
+                self.free.push(id);
+                while let Some(&(_, f)) = later.next_if(|f| f.0 == i) {
+                    self.free.push(f);
+                }
+                continue;
+            }
             match fate {
                 Fate::Out(link) => {
                     if let Some(learner) = &mut self.express {
@@ -670,6 +693,18 @@ impl Vector {
     }
 }
 
+/// Whether a frame to send (Ethernet, no VLAN tag: those go to the kernel) is of a
+/// family `closed` holds (bit 0 IPv4, bit 1 IPv6).
+fn closes(closed: u8, frame: &[u8]) -> bool {
+    let bit = match frame.get(12..14) {
+        Some([0x08, 0x00]) => 1,
+        Some([0x86, 0xdd]) => 2,
+        // Neither: nothing fibre forwards, refused all the same.
+        _ => 3,
+    };
+    closed & bit != 0
+}
+
 /// Asks the kernel for the next hops of `unresolved`, each at most once a second.
 fn ask(
     unresolved: &[(LinkIndex, IpAddr)],
@@ -709,6 +744,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             generation: None,
             taught: HashSet::new(),
         }),
+        closed: 0,
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
@@ -725,6 +761,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
+        v.closed = shared.closed.load(Ordering::Relaxed);
         let ready = if busy {
             all.clone()
         } else {

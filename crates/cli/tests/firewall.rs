@@ -1,0 +1,121 @@
+//! `fibre daemon --forward` and the router's nftables ruleset, as root: host A, veth, a
+//! router namespace whose kernel does not forward and whose daemon does, veth, host B.
+//! fibre does not evaluate rules yet, so it must never forward around them: a family
+//! the ruleset filters or translates is refused, said and counted; a family it leaves
+//! alone is forwarded; each committed change of the ruleset opens or closes the
+//! families as it comes, the express path included.
+
+mod common;
+
+use common::*;
+use fibre_kernel::netns::Namespace;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// Loads `rules` into the router's kernel with `nft -f`.
+fn nft(ns: &Namespace, rules: &str) {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nft runs (the nftables package)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft -f: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn closed(daemon: &Daemon) -> (bool, bool) {
+    let s = daemon.stats();
+    let c = &s["firewall"]["closed"];
+    (c["ipv4"] == true, c["ipv6"] == true)
+}
+
+/// Over AF_XDP.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ping"]
+fn a_ruleset_fibre_does_not_enforce_closes_its_family_over_af_xdp() {
+    never_around_the_firewall("xdp");
+}
+
+/// As a user starts it on veths: `AF_PACKET` with the express path, whose entries must
+/// stop forwarding as soon as the ruleset closes their family.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, tcx, nft, ping"]
+fn a_ruleset_fibre_does_not_enforce_closes_its_family_over_the_express_path() {
+    never_around_the_firewall("auto");
+}
+
+fn never_around_the_firewall(io: &str) {
+    let (a, r, _b) = topology();
+    // The kernel's own forwarding would drop A's pings to B by this rule.
+    nft(
+        &r,
+        "table ip fw { chain filter_forward { type filter hook forward priority 0; policy accept; \
+         ip daddr 10.0.1.2 icmp type echo-request drop; }; }",
+    );
+    let daemon = Daemon::start(&r, io);
+    let stats = daemon.stats();
+    assert_eq!(closed(&daemon), (true, false), "{stats}");
+    let first = &stats["firewall"]["first_refusals"][0];
+    assert_eq!(first["family"], "ip", "{stats}");
+    assert_eq!(first["table"], "fw", "{stats}");
+    assert_eq!(first["chain"], "filter_forward", "{stats}");
+    assert!(first["handle"].as_u64().is_some(), "{stats}");
+    assert!(
+        first["rule"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("[ immediate reg 0 drop ]"),
+        "{stats}"
+    );
+    // IPv4 is refused, and counted; IPv6, which the ruleset leaves alone, forwarded.
+    let (ok, text) = ping(&a, &["10.0.1.2"]);
+    assert!(!ok, "forwarded around the firewall: {text}");
+    assert!(
+        daemon.stats()["forwarding"]["firewall_refused"].as_u64() > Some(0),
+        "{}",
+        daemon.stats()
+    );
+    let (ok, text) = ping(&a, &["fd01::2"]);
+    assert!(ok, "{text}");
+    assert!(daemon.ctl(&["ruleset", "show"]));
+
+    // The table deleted: IPv4 opens, from the commit's notification.
+    nft(&r, "delete table ip fw");
+    wait_for("IPv4 to open", || closed(&daemon) == (false, false));
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &["-c", "5", to]);
+        assert!(ok, "{text}");
+    }
+
+    // Masquerade out of B's link, in an inet table: both close, whatever the express
+    // path had been taught.
+    nft(
+        &r,
+        "table inet nat { chain post { type nat hook postrouting priority 100; \
+         oifname \"r1\" masquerade; }; }",
+    );
+    wait_for("both families to close", || closed(&daemon) == (true, true));
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &[to]);
+        assert!(!ok, "forwarded around masquerade: {text}");
+    }
+    // A table made dormant is off: both open again.
+    nft(&r, "add table inet nat { flags dormant; }");
+    wait_for("both families to open", || {
+        closed(&daemon) == (false, false)
+    });
+    let (ok, text) = ping(&a, &["10.0.1.2"]);
+    assert!(ok, "{text}");
+    daemon.terminate();
+}
