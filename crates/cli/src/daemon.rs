@@ -11,7 +11,7 @@
 //! output, the errors and the exit code. A malformed request gets an error reply; nothing
 //! a client sends or fails to send stops the daemon.
 
-use crate::firewall::Firewall;
+use crate::firewall::{self, Firewall, SharedFirewall};
 use crate::forwarding::Forwarding;
 use crate::route::{self, Done, Out};
 use clap::Args;
@@ -23,7 +23,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// `fibre daemon`.
@@ -125,10 +125,9 @@ enum Event {
     Metrics(mpsc::Sender<String>),
     /// A forwarding worker ended (its generation and number).
     WorkerEnded(u64, usize),
-    /// Notifications of the nftables ruleset.
-    Ruleset(fibre_firewall::kernel::Batch),
-    /// The ruleset's receiver failed.
-    RulesetFailed(std::io::Error),
+    /// The firewall opened what it had closed: the express path gets its generation
+    /// back.
+    FirewallOpened,
 }
 
 /// A reply to a client.
@@ -214,29 +213,29 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     );
     // The router's firewall, subscribed before its dump as the routes are. Forwarding
     // needs it: fibre does not forward around a ruleset it cannot see.
-    let (mut firewall, ruleset_events) = match fibre_firewall::kernel::Events::subscribe()
-        .and_then(|events| Firewall::sync(&a.forward).map(|f| (Some(f), Some(events))))
-    {
-        Ok(pair) => pair,
-        Err(e) if a.forward.is_empty() => {
-            eprintln!("fibre daemon: the nftables ruleset is not mirrored: {e}");
-            (None, None)
-        }
-        Err(e) => {
-            return Err(format!(
-                "--forward: the router's nftables ruleset cannot be read ({e}); fibre does \
+    let (firewall, ruleset_events) =
+        match fibre_firewall::kernel::Events::subscribe().and_then(|events| {
+            Firewall::sync(&a.forward).map(|f| (Some(Arc::new(Mutex::new(f))), Some(events)))
+        }) {
+            Ok(pair) => pair,
+            Err(e) if a.forward.is_empty() => {
+                eprintln!("fibre daemon: the nftables ruleset is not mirrored: {e}");
+                (None, None)
+            }
+            Err(e) => {
+                return Err(format!(
+                    "--forward: the router's nftables ruleset cannot be read ({e}); fibre does \
                      not forward around a firewall it cannot see"
-            )
-            .into())
-        }
-    };
+                )
+                .into())
+            }
+        };
     let mut forwarding = if a.forward.is_empty() {
         None
     } else {
-        let closed = firewall.as_ref().map_or(3, Firewall::closed);
-        for line in firewall.as_ref().map(Firewall::report).unwrap_or_default() {
-            eprintln!("fibre daemon: {line}");
-        }
+        let closed = firewall
+            .as_ref()
+            .map_or(0b1111, |f| firewall::lock(f).closed());
         let tx = std::sync::Mutex::new(tx.clone());
         let notify: fibre_dataplane::workers::Notify = std::sync::Arc::new(move |g, n| {
             if let Ok(tx) = tx.lock() {
@@ -267,6 +266,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         if let Some(why) = fallback {
             eprintln!("fibre daemon: not AF_XDP: {why}");
         }
+        if let Some(fw) = &firewall {
+            firewall::lock(fw).attach(f.shared());
+        }
         Some(f)
     };
     {
@@ -285,21 +287,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         });
     }
-    if let Some(mut events) = ruleset_events {
-        let tx = tx.clone();
-        std::thread::spawn(move || loop {
-            match events.receive() {
-                Ok(b) => {
-                    if tx.send(Event::Ruleset(b)).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.send(Event::RulesetFailed(e));
-                    return;
-                }
-            }
-        });
+    if let (Some(fw), Some(events)) = (&firewall, ruleset_events) {
+        watch_firewall(fw, events, &tx);
     }
     {
         let tx = tx.clone();
@@ -323,6 +312,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     // Events taken out of the channel while gathering notifications, answered next.
     let mut waiting = std::collections::VecDeque::new();
+    let mut names = link_names(&mirror);
     let code = loop {
         let event = match waiting.pop_front() {
             Some(e) => Ok(e),
@@ -347,6 +337,22 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 if let Some(f) = &mut forwarding {
                     f.publish(&mirror, false);
                 }
+                // A chain's hook follows its device through a rename, which nf_tables
+                // does not announce: the ruleset is dumped again.
+                let now = link_names(&mirror);
+                if now != names {
+                    let renamed = now
+                        .iter()
+                        .any(|(i, n)| names.iter().any(|(j, m)| i == j && n != m));
+                    names = now;
+                    if let (true, Some(fw)) = (renamed, &firewall) {
+                        if firewall::lock(fw).resync("a link renamed") {
+                            if let Some(f) = &forwarding {
+                                f.reopen(&mirror);
+                            }
+                        }
+                    }
+                }
             }
             Ok(Event::Netlink(Batch::Overflow, _)) => {
                 mirror.overflowed();
@@ -363,38 +369,17 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 eprintln!("fibre daemon: netlink: {e}");
                 break ExitCode::FAILURE;
             }
-            Ok(Event::Ruleset(batch)) => {
-                let Some(fw) = &mut firewall else { continue };
-                let judged = match batch {
-                    fibre_firewall::kernel::Batch::Messages(messages, bad) => {
-                        fw.apply(messages, bad)
-                    }
-                    fibre_firewall::kernel::Batch::Overflow => {
-                        eprintln!("fibre daemon: the nftables subscription overflowed; dumping the ruleset again");
-                        match fw.resync() {
-                            Ok(()) => true,
-                            Err(e) => {
-                                eprintln!("fibre daemon: the ruleset's dump failed: {e}");
-                                firewall = None;
-                                true
-                            }
-                        }
-                    }
-                };
-                if judged {
-                    close(forwarding.as_mut(), firewall.as_ref(), &mirror);
+            Ok(Event::FirewallOpened) => {
+                if let Some(f) = &forwarding {
+                    f.reopen(&mirror);
                 }
-            }
-            Ok(Event::RulesetFailed(e)) => {
-                eprintln!("fibre daemon: the nftables subscription failed: {e}");
-                firewall = None;
-                close(forwarding.as_mut(), None, &mirror);
             }
             Ok(Event::Request(words, reply)) => {
                 // A command only reads the mirror: should one fail in a way not foreseen,
                 // its client gets an error and the daemon goes on.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    answer(&mirror, forwarding.as_ref(), firewall.as_ref(), &words)
+                    let fw = firewall.as_ref().map(firewall::lock);
+                    answer(&mirror, forwarding.as_ref(), fw.as_deref(), &words)
                 }))
                 .unwrap_or_else(|_| Reply::error("Error: the command failed".into()));
                 let _ = reply.send(r);
@@ -405,7 +390,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     f.metrics(&mut text);
                 }
                 if let Some(fw) = &firewall {
-                    fw.metrics(&mut text);
+                    firewall::lock(fw).metrics(&mut text);
                 }
                 let _ = reply.send(text);
             }
@@ -439,25 +424,48 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(code)
 }
 
-/// Closes to the workers what the firewall closes now (both families when it cannot
-/// be seen any more), saying so when that changed.
-fn close(forwarding: Option<&mut Forwarding>, firewall: Option<&Firewall>, mirror: &Mirror) {
-    let Some(f) = forwarding else { return };
-    let closed = firewall.map_or(3, Firewall::closed);
-    if closed == f.closed() {
-        return;
-    }
-    match firewall {
-        Some(fw) => {
-            for line in fw.report() {
-                eprintln!("fibre daemon: {line}");
+/// Starts the firewall's threads: the receiver of the nf_tables group, which applies
+/// each batch and closes at once what a commit closes; and the watcher of the
+/// iptables-legacy tables, each second. What opens is told to the daemon's loop.
+fn watch_firewall(
+    fw: &SharedFirewall,
+    mut events: fibre_firewall::kernel::Events,
+    tx: &mpsc::Sender<Event>,
+) {
+    {
+        let (fw, tx) = (fw.clone(), tx.clone());
+        std::thread::spawn(move || loop {
+            match events.receive() {
+                Ok(batch) => {
+                    let opened = firewall::lock(&fw).receive(batch);
+                    if opened && tx.send(Event::FirewallOpened).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    firewall::lock(&fw).blind(format!("the nftables subscription failed: {e}"));
+                    return;
+                }
             }
-        }
-        None => eprintln!(
-            "fibre daemon: refusing to forward IPv4 and IPv6: the router's firewall cannot be seen any more"
-        ),
+        });
     }
-    f.close(closed, mirror);
+    let (fw, tx) = (fw.clone(), tx.clone());
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let opened = firewall::lock(&fw).watch_legacy();
+        if opened && tx.send(Event::FirewallOpened).is_err() {
+            return;
+        }
+    });
+}
+
+/// Each link's index and name.
+fn link_names(mirror: &Mirror) -> Vec<(u32, String)> {
+    mirror
+        .state()
+        .links()
+        .map(|l| (l.index, l.name.clone()))
+        .collect()
 }
 
 /// The control socket at `path`: a stale one (no daemon answers it) is replaced.

@@ -1,19 +1,28 @@
 //! `fibre daemon`'s view of the router's firewall: the nftables ruleset mirrored over
 //! nfnetlink (`fibre-firewall`), the parts of it fibre may not bypass
-//! ([`fibre_firewall::gate`]) for the links it forwards, and the IP families those
-//! close. The daemon closes them to its workers at start and after each committed
-//! change, and says which rules and why; `fibre ctl ruleset show` lists what it holds.
+//! ([`fibre_firewall::gate`]) for the links it forwards, and what those close. The
+//! firewall's own threads close it to the workers as soon as a commit is applied (the
+//! receiver of the nf_tables group) or an iptables-legacy table appears (a watcher that
+//! reads `/proc/net` each second: legacy tables announce nothing), without waiting for
+//! the daemon's loop; what opens again waits for the loop, which gives the express path
+//! its generation back. Each change is logged with the rules and why; `fibre ctl
+//! ruleset show` lists what the daemon holds.
 
 use crate::route::{Done, Out};
+use fibre_dataplane::worker::Shared;
 use fibre_firewall::gate::{self, Families, Legacy, Refusal};
-use fibre_firewall::kernel::{self, Dump};
+use fibre_firewall::kernel::{self, Batch, Dump};
 use fibre_firewall::message::Message;
 use fibre_firewall::{render, Ruleset};
 use serde_json::{json, Value};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Refusals written to the log for each change, at most; `fibre ctl ruleset show`
 /// lists them all.
 const LOGGED: usize = 8;
+
+/// Everything closed: both families and their errors.
+const ALL: u8 = 0b1111;
 
 /// The mirrored ruleset and what it closes.
 pub struct Firewall {
@@ -22,15 +31,32 @@ pub struct Firewall {
     links: Vec<String>,
     legacy: Legacy,
     refusals: Vec<Refusal>,
-    closed: Families,
+    /// What is closed ([`Shared::closed`]'s bits).
+    closed: u8,
+    /// Why everything is closed whatever the ruleset says: it cannot be seen.
+    blind: Option<String>,
+    /// The workers' shared state, once they run: closed through it.
+    shared: Option<Arc<Shared>>,
+    /// What was last logged: the bits and the refusals' count.
+    logged: Option<(u8, usize)>,
     /// Why the kernel has no nf_tables, if it has none.
     unavailable: Option<String>,
-    /// Messages that could not be read, dropped.
+    /// Messages that could not be read, dropped (each has the ruleset dumped again).
     malformed: u64,
-    /// Dumps taken again after the subscription overflowed.
+    /// Dumps taken again (an overflow, a malformed or orphaned message, a link
+    /// renamed).
     resyncs: u64,
     /// Committed batches applied.
     commits: u64,
+}
+
+/// The firewall, shared by the daemon's loop and the firewall's threads.
+pub type SharedFirewall = Arc<Mutex<Firewall>>;
+
+/// Locks the firewall; a thread that failed while it held it left it whole (each change
+/// is), so a poisoned lock is taken all the same.
+pub fn lock(f: &SharedFirewall) -> MutexGuard<'_, Firewall> {
+    f.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Firewall {
@@ -39,9 +65,12 @@ impl Firewall {
         let mut f = Firewall {
             ruleset: Ruleset::new(),
             links: links.to_vec(),
-            legacy: Legacy::default(),
+            legacy: kernel::legacy(),
             refusals: Vec::new(),
-            closed: Families::NONE,
+            closed: 0,
+            blind: None,
+            shared: None,
+            logged: None,
             unavailable: None,
             malformed: 0,
             resyncs: 0,
@@ -56,63 +85,144 @@ impl Firewall {
         self.ruleset = d.ruleset;
         self.malformed += d.malformed;
         self.unavailable = d.unavailable;
+        self.blind = None;
         self.judge();
     }
 
-    /// Dumps again, after the subscription lost messages.
-    pub fn resync(&mut self) -> std::io::Result<()> {
-        self.resyncs += 1;
-        let d = kernel::dump()?;
-        self.take(d);
-        Ok(())
+    /// Closes what it closes through `shared` from now on (the workers started with
+    /// it closed already).
+    pub fn attach(&mut self, shared: Arc<Shared>) {
+        self.shared = Some(shared);
     }
 
-    /// Applies notifications (and counts `bad` ones that could not be read); whether
-    /// a commit ended among them (then the families closed may have changed).
-    pub fn apply(&mut self, messages: Vec<(Message, u16)>, bad: u64) -> bool {
-        self.malformed += bad;
+    /// Dumps again; if the dump fails, everything closes. Whether something opened.
+    pub fn resync(&mut self, why: &str) -> bool {
+        self.resyncs += 1;
+        let before = self.closed;
+        match kernel::dump() {
+            Ok(d) => self.take(d),
+            Err(e) => self.blind(format!("the ruleset's dump after {why} failed: {e}")),
+        }
+        before & !self.closed != 0
+    }
+
+    /// Closes everything: the ruleset cannot be seen any more, for `why`.
+    pub fn blind(&mut self, why: String) {
+        self.blind = Some(why);
+        self.judge();
+    }
+
+    /// Applies a batch of notifications; whether something opened. A message that
+    /// cannot be read, or names a table or chain not held, has the ruleset dumped
+    /// again: the mirror never guesses.
+    pub fn receive(&mut self, batch: Batch) -> bool {
+        let messages = match batch {
+            Batch::Overflow => return self.resync("an overflow"),
+            Batch::Messages(m, bad) if bad > 0 => {
+                self.malformed += bad;
+                drop(m);
+                return self.resync("a malformed message");
+            }
+            Batch::Messages(m, _) => m,
+        };
+        let orphans = self.ruleset.orphans;
         let mut committed = false;
         for (m, flags) in messages {
             committed |= matches!(m, Message::NewGen(_));
             self.ruleset.apply(m, flags);
         }
-        if committed {
-            self.commits += 1;
-            self.judge();
+        if self.ruleset.orphans != orphans {
+            return self.resync("a message naming what the ruleset does not hold");
         }
-        committed
+        if !committed {
+            return false;
+        }
+        self.commits += 1;
+        let before = self.closed;
+        self.judge();
+        before & !self.closed != 0
     }
 
-    /// Reads the legacy tables again and finds what the ruleset closes.
+    /// Reads the iptables-legacy tables again; whether something opened.
+    pub fn watch_legacy(&mut self) -> bool {
+        let now = kernel::legacy();
+        if now == self.legacy {
+            return false;
+        }
+        self.legacy = now;
+        let before = self.closed;
+        self.judge();
+        before & !self.closed != 0
+    }
+
+    /// Finds what the ruleset closes, closes it to the workers, and logs what changed.
     fn judge(&mut self) {
-        self.legacy = kernel::legacy();
         self.refusals = gate::refusals(&self.ruleset, &self.links, &self.legacy);
-        self.closed = gate::closed(&self.refusals);
+        self.closed = match &self.blind {
+            Some(_) => ALL,
+            None => gate::closed(&self.refusals).bits() | gate::quiet(&self.refusals).bits() << 2,
+        };
+        if let Some(shared) = &self.shared {
+            if let Err(e) = shared.close(self.closed) {
+                eprintln!("fibre daemon: the express path's generation: {e}");
+            }
+        }
+        let now = (self.closed, self.refusals.len());
+        // Said only where it matters: when forwarding.
+        if self.logged != Some(now) && !self.links.is_empty() {
+            self.logged = Some(now);
+            for line in self.report() {
+                eprintln!("fibre daemon: {line}");
+            }
+        }
     }
 
-    /// The families closed to fibre: bit 0 IPv4, bit 1 IPv6.
+    /// What is closed now ([`Shared::closed`]'s bits).
     pub fn closed(&self) -> u8 {
-        self.closed.bits()
+        self.closed
     }
 
-    /// The log's words for what is closed now: one line for the families, then the
-    /// first refusals.
+    /// The families closed to forwarding, and those whose ICMP errors are.
+    fn families(&self) -> (Families, Families) {
+        let f = |bits: u8| Families {
+            v4: bits & 1 != 0,
+            v6: bits & 2 != 0,
+        };
+        (f(self.closed), f(self.closed >> 2))
+    }
+
+    /// The log's words for what is closed now: a line for the families, then the first
+    /// refusals.
     pub fn report(&self) -> Vec<String> {
-        if !self.closed.any() {
+        let (tables, chains, rules) = self.ruleset.counts();
+        if let Some(why) = &self.blind {
             return vec![format!(
-                "the firewall closes nothing to fibre ({} tables, {} chains, {} rules)",
-                self.ruleset.counts().0,
-                self.ruleset.counts().1,
-                self.ruleset.counts().2
+                "refusing to forward IPv4 and IPv6: the router's firewall cannot be seen ({why})"
             )];
         }
-        let mut out = vec![format!(
-            "refusing to forward {}: the router's firewall holds {} part(s) fibre does not \
-             enforce yet and will not bypass; those packets are dropped (the kernel's \
-             forwarding, with the firewall, is what forwards them: run without --forward)",
-            self.closed.name(),
-            self.refusals.len()
-        )];
+        let (closed, quiet) = self.families();
+        let mut out = Vec::new();
+        if closed.any() {
+            out.push(format!(
+                "refusing to forward {}: the router's firewall holds {} part(s) fibre does \
+                 not enforce yet and will not bypass; those packets are dropped (the \
+                 kernel's forwarding, with the firewall, is what forwards them: run without \
+                 --forward)",
+                closed.name(),
+                self.refusals.len()
+            ));
+        } else if quiet.any() {
+            out.push(format!(
+                "sending no ICMP errors of {}: the router's output hook holds what fibre \
+                 does not evaluate yet",
+                quiet.name()
+            ));
+        } else {
+            out.push(format!(
+                "the firewall closes nothing to fibre ({tables} tables, {chains} chains, \
+                 {rules} rules)"
+            ));
+        }
         for r in self.refusals.iter().take(LOGGED) {
             out.push(format!("  {}", r.describe()));
         }
@@ -128,10 +238,13 @@ impl Firewall {
     /// The firewall part of `fibre ctl stats`.
     pub fn stats(&self) -> Value {
         let (tables, chains, rules) = self.ruleset.counts();
+        let (closed, quiet) = self.families();
         json!({
             "generation": self.ruleset.generation,
             "tables": tables, "chains": chains, "rules": rules,
-            "closed": {"ipv4": self.closed.v4, "ipv6": self.closed.v6},
+            "closed": {"ipv4": closed.v4, "ipv6": closed.v6},
+            "errors_closed": {"ipv4": quiet.v4, "ipv6": quiet.v6},
+            "blind": self.blind,
             "refusals": self.refusals.len(),
             "first_refusals": self.refusals.iter().take(16).map(Refusal::to_json)
                 .collect::<Vec<_>>(),
@@ -147,11 +260,12 @@ impl Firewall {
     /// The firewall metrics, in Prometheus' text exposition format.
     pub fn metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
+        let (closed, _) = self.families();
         let _ = writeln!(
             out,
             "# HELP fibre_firewall_closed Whether the router's firewall closes the family to fibre (1).\n# TYPE fibre_firewall_closed gauge"
         );
-        for (family, closed) in [("ipv4", self.closed.v4), ("ipv6", self.closed.v6)] {
+        for (family, closed) in [("ipv4", closed.v4), ("ipv6", closed.v6)] {
             let _ = writeln!(
                 out,
                 "fibre_firewall_closed{{family=\"{family}\"}} {}",
@@ -180,7 +294,7 @@ impl Firewall {
             (
                 "fibre_firewall_resyncs_total",
                 "counter",
-                "Dumps of the ruleset taken again after the subscription overflowed.",
+                "Dumps of the ruleset taken again (an overflow, a malformed or orphaned message, a link renamed).",
                 self.resyncs,
             ),
             (
@@ -190,10 +304,7 @@ impl Firewall {
                 self.malformed,
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
     }
 

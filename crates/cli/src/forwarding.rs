@@ -55,8 +55,8 @@ pub struct Forwarding {
 
 impl Forwarding {
     /// Starts workers forwarding between the links named `names`, as `options` say,
-    /// refusing the IP families `closed` holds (bit 0 IPv4, bit 1 IPv6: those the
-    /// router's firewall closes to fibre, [`Forwarding::close`]);
+    /// refusing what `closed` holds (what the router's firewall closes to fibre, as
+    /// [`Shared::closed`] reads it);
     /// `notify` is called from a worker's thread if it ends unasked (the daemon then
     /// calls [`Forwarding::supervise`]).
     pub fn start(
@@ -75,7 +75,8 @@ impl Forwarding {
         let chosen = Forwarding::choose(mirror, &links, &mut options);
         // The namespace's settings: the daemon entered it before any thread started.
         let shared = Arc::new(Shared::new(fib, Limits::read()));
-        shared.closed.store(closed, Ordering::Relaxed);
+        // No express path yet: nothing to retire.
+        let _ = shared.close(closed);
         let mut forwarding = Forwarding {
             shared,
             workers: None,
@@ -349,39 +350,27 @@ impl Forwarding {
         self.shared.neighbours.publish(table);
     }
 
-    /// Closes the IP families `closed` holds (bit 0 IPv4, bit 1 IPv6) to the workers
-    /// and the express path, and opens the others: what the router's firewall has
-    /// become ([`fibre_firewall::gate`]).
-    pub fn close(&mut self, closed: u8, mirror: &Mirror) {
-        self.shared.closed.store(closed, Ordering::Relaxed);
-        self.publish_generation(mirror);
+    /// What the workers share: the firewall closes families to them through it
+    /// ([`Shared::close`]).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
-    /// The IP families closed to the workers (bit 0 IPv4, bit 1 IPv6).
-    pub fn closed(&self) -> u8 {
-        self.shared.closed.load(Ordering::Relaxed)
+    /// Gives the express path the current generation again, once the firewall opened
+    /// what it had closed.
+    pub fn reopen(&self, mirror: &Mirror) {
+        self.publish_generation(mirror);
     }
 
     /// Tells the express path which snapshot and neighbour table are current: the
     /// entries the workers wrote under others count no more. While the firewall closes
-    /// a family, a generation no entry has: every entry counts no more, and the
-    /// workers teach none.
+    /// a family, one no entry has ([`Shared::publish_generation`]).
     fn publish_generation(&self, mirror: &Mirror) {
-        let Some(express) = self.workers.as_ref().and_then(Workers::express) else {
-            return;
+        let g = Generation {
+            snapshot: mirror.snapshot().serial(),
+            neighbours: self.shared.neighbours.serial(),
         };
-        let g = if self.closed() != 0 {
-            Generation {
-                snapshot: u64::MAX,
-                neighbours: u64::MAX,
-            }
-        } else {
-            Generation {
-                snapshot: mirror.snapshot().serial(),
-                neighbours: self.shared.neighbours.serial(),
-            }
-        };
-        if let Err(e) = express.set_generation(g) {
+        if let Err(e) = self.shared.publish_generation(g) {
             eprintln!("fibre daemon: the express path's generation: {e}");
         }
     }

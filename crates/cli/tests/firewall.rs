@@ -110,11 +110,35 @@ fn never_around_the_firewall(io: &str) {
         let (ok, text) = ping(&a, &[to]);
         assert!(!ok, "forwarded around masquerade: {text}");
     }
-    // A table made dormant is off: both open again.
+    // Dormant, the table's nat chain still has the kernel track connections: both
+    // stay closed. Deleted, both open again.
     nft(&r, "add table inet nat { flags dormant; }");
+    wait_for("the commit", || {
+        daemon.stats()["firewall"]["commits"].as_u64() >= Some(3)
+    });
+    assert_eq!(closed(&daemon), (true, true));
+    nft(&r, "delete table inet nat");
     wait_for("both families to open", || {
         closed(&daemon) == (false, false)
     });
+    let (ok, text) = ping(&a, &["10.0.1.2"]);
+    assert!(ok, "{text}");
+    // fibre answers a time to live of 1 as the kernel would...
+    let (_, text) = ping(&a, &["-t", "1", "10.0.1.2"]);
+    assert!(text.contains("Time to live exceeded"), "{text}");
+    // ... unless the output hook, which the kernel's own errors meet, holds a rule:
+    // then it sends no errors of that family, and still forwards.
+    nft(
+        &r,
+        "table ip out { chain o { type filter hook output priority 0; \
+         ip daddr 192.0.2.1 drop; }; }",
+    );
+    wait_for("IPv4's errors to close", || {
+        daemon.stats()["firewall"]["errors_closed"]["ipv4"] == true
+    });
+    assert_eq!(closed(&daemon), (false, false));
+    let (_, text) = ping(&a, &["-t", "1", "10.0.1.2"]);
+    assert!(!text.contains("Time to live exceeded"), "{text}");
     let (ok, text) = ping(&a, &["10.0.1.2"]);
     assert!(ok, "{text}");
     daemon.terminate();

@@ -80,6 +80,15 @@ pub struct Generation {
     pub neighbours: u64,
 }
 
+impl Generation {
+    /// A generation no entry is written under: while it is the current one, the program
+    /// forwards nothing by its entries.
+    pub const RETIRED: Generation = Generation {
+        snapshot: u64::MAX,
+        neighbours: u64::MAX,
+    };
+}
+
 /// The express path's maps and program, attached to links until dropped.
 #[derive(Debug)]
 pub struct Express {

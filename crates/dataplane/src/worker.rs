@@ -318,10 +318,11 @@ pub struct Shared {
     pub fail: AtomicUsize,
     /// The express path the workers feed with what they decide, if one runs.
     express: Mutex<Option<Arc<Express>>>,
-    /// The IP families the router's firewall closes to fibre (bit 0 IPv4, bit 1 IPv6):
-    /// packets of those it would send, it drops and counts instead
-    /// (`firewall_refused`), and teaches the express path none of them.
-    pub closed: AtomicU8,
+    /// What the router's firewall closes to fibre: bit 0 IPv4, bit 1 IPv6 (packets of
+    /// those it would send, it drops and counts instead, `firewall_refused`, and the
+    /// express path forwards none); bit 2 IPv4's, bit 3 IPv6's ICMP errors fibre would
+    /// send (dropped and counted alike). Set by [`Shared::close`].
+    closed: AtomicU8,
 }
 
 impl Shared {
@@ -340,6 +341,37 @@ impl Shared {
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
             closed: AtomicU8::new(0),
+        }
+    }
+
+    /// Closes to the workers what `closed` says (as [`Shared::closed`] reads it); while
+    /// a family is closed, the express path's current generation is one no entry has
+    /// ([`Generation::RETIRED`]). Under the express path's lock, so that a generation
+    /// published meanwhile ([`Shared::publish_generation`]) cannot undo it.
+    pub fn close(&self, closed: u8) -> io::Result<()> {
+        let express = self.express();
+        self.closed.store(closed, Ordering::SeqCst);
+        match &*express {
+            Some(x) if closed & 3 != 0 => x.set_generation(Generation::RETIRED),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the firewall closes now: bit 0 IPv4, bit 1 IPv6, bit 2 IPv4's ICMP errors,
+    /// bit 3 IPv6's.
+    pub fn closed(&self) -> u8 {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Makes `g` the express path's current generation (if it runs), unless the
+    /// firewall closes a family: then [`Generation::RETIRED`].
+    pub fn publish_generation(&self, g: Generation) -> io::Result<()> {
+        let express = self.express();
+        let Some(x) = &*express else { return Ok(()) };
+        if self.closed.load(Ordering::SeqCst) & 3 != 0 {
+            x.set_generation(Generation::RETIRED)
+        } else {
+            x.set_generation(g)
         }
     }
 
@@ -633,7 +665,11 @@ impl Vector {
         for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
             if self.closed != 0
                 && fate.output().is_some()
-                && closes(self.closed, self.pool.frame(id))
+                && closes(
+                    self.closed,
+                    self.pool.frame(id),
+                    matches!(fate, Fate::Icmp(..)),
+                )
             {
                 self.io.firewall_refused += 1;
                 self.free.push(id);
@@ -694,14 +730,16 @@ impl Vector {
 }
 
 /// Whether a frame to send (Ethernet, no VLAN tag: those go to the kernel) is of a
-/// family `closed` holds (bit 0 IPv4, bit 1 IPv6).
-fn closes(closed: u8, frame: &[u8]) -> bool {
+/// family `closed` holds ([`Shared::closed`]); for an ICMP error fibre made (`error`),
+/// of one whose errors it holds.
+fn closes(closed: u8, frame: &[u8], error: bool) -> bool {
     let bit = match frame.get(12..14) {
         Some([0x08, 0x00]) => 1,
         Some([0x86, 0xdd]) => 2,
         // Neither: nothing fibre forwards, refused all the same.
         _ => 3,
     };
+    let closed = if error { closed | closed >> 2 } else { closed };
     closed & bit != 0
 }
 
@@ -761,7 +799,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
-        v.closed = shared.closed.load(Ordering::Relaxed);
+        v.closed = shared.closed();
         let ready = if busy {
             all.clone()
         } else {

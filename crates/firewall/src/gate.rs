@@ -20,13 +20,16 @@
 //! A dormant table is off, and closes nothing; a base chain with no rules and policy
 //! accept changes nothing, and closes nothing.
 
-use crate::message::{Family, Rule};
+use crate::message::{device_is, Expression, Family, UNREADABLE};
 use crate::render;
 use crate::ruleset::Ruleset;
 use serde_json::{json, Value};
 
-/// Expressions whose presence makes the kernel track the family's connections.
-pub const TRACKING: [&str; 11] = [
+/// Expressions whose presence makes the kernel track the family's connections (or
+/// reassemble its fragments): `match` and `target` are iptables-nft's, whose
+/// extensions may (`conntrack`, `connmark`, `CT`, `socket`, `TPROXY`, ...); and what
+/// is nested in a `dynset` but cannot be read.
+pub const TRACKING: [&str; 13] = [
     "ct",
     "nat",
     "masq",
@@ -35,10 +38,16 @@ pub const TRACKING: [&str; 11] = [
     "connlimit",
     "synproxy",
     "flow_offload",
-    "objref",
     "tproxy",
     "socket",
+    "match",
+    "target",
+    UNREADABLE,
 ];
+
+/// Objects whose making has the kernel track connections: ct helper (3), connlimit
+/// (5), ct timeout (7), ct expectation (9), synproxy (10).
+pub const TRACKING_OBJECTS: [u32; 5] = [3, 5, 7, 9, 10];
 
 /// IPv4, IPv6, or both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,6 +119,9 @@ impl std::ops::BitOr for Families {
 pub struct Refusal {
     /// The IP families it closes.
     pub families: Families,
+    /// Whether it closes only the ICMP errors fibre sends for those families (a chain
+    /// at the output hook, which forwarded packets do not meet but errors do).
+    pub errors_only: bool,
     /// Its table's family as `nft` names it (`iptables-legacy` for a legacy table).
     pub family: String,
     /// Its table.
@@ -134,18 +146,19 @@ impl Refusal {
         if let Some(h) = self.handle {
             at += &format!(" handle {h}");
         }
-        format!(
-            "{at}: {} ({}; {})",
-            self.rule,
-            self.why,
-            self.families.name()
-        )
+        let closes = if self.errors_only {
+            format!("{}: fibre's ICMP errors", self.families.name())
+        } else {
+            self.families.name().to_string()
+        };
+        format!("{at}: {} ({}; {closes})", self.rule, self.why)
     }
 
     /// As JSON.
     pub fn to_json(&self) -> Value {
         json!({
-            "families": self.families.name(), "family": self.family, "table": self.table,
+            "families": self.families.name(), "errors_only": self.errors_only,
+            "family": self.family, "table": self.table,
             "chain": self.chain, "handle": self.handle, "rule": self.rule, "why": self.why,
         })
     }
@@ -164,85 +177,169 @@ pub struct Legacy {
 /// the links named `links`, in the ruleset's order.
 pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Refusal> {
     let mut out = Vec::new();
+    let on_link = |devices: &[String]| {
+        devices
+            .iter()
+            .any(|d| links.iter().any(|l| device_is(d, l)))
+    };
     for t in ruleset.tables() {
-        let families = Families::of(t.table.family);
-        if t.table.dormant() || !families.any() {
-            continue;
-        }
-        let refusal = |chain: &str, handle, rule: String, why: String| Refusal {
+        let family = t.table.family;
+        // Who a rule or object that tracks connections affects: `ip` IPv4, `ip6`
+        // IPv6, any other family (`inet`, `bridge`, ...) both.
+        let tracked = match family {
+            Family::Ip | Family::Ip6 => Families::of(family),
+            _ => Families::BOTH,
+        };
+        let refusal = |families, chain: Option<&str>, handle, rule: String, why: String| Refusal {
             families,
-            family: t.table.family.name(),
+            errors_only: false,
+            family: family.name(),
             table: t.table.name.clone(),
-            chain: Some(chain.to_string()),
+            chain: chain.map(str::to_string),
             handle,
             rule,
             why,
         };
-        for c in t.chains.values() {
-            let on_path = c.chain.hook.as_ref().filter(|h| {
-                let on_link = h.devices.iter().any(|d| links.contains(d));
-                match t.table.family {
-                    Family::Netdev => on_link,
-                    _ => matches!(h.number, 0 | 2 | 4) || (h.number == 5 && on_link),
+        // Rules (and nat chains, handle 0) already refused where packets meet them.
+        let mut refused = std::collections::HashSet::new();
+        // What forwarded packets meet, while the table is not dormant.
+        for c in t.chains.values().filter(|_| !t.table.dormant()) {
+            let Some(h) = &c.chain.hook else { continue };
+            let met = match family {
+                Family::Netdev => on_link(&h.devices),
+                Family::Ip | Family::Ip6 | Family::Inet => {
+                    matches!(h.number, 0 | 2 | 4) || (h.number == 5 && on_link(&h.devices))
                 }
-            });
-            let name = &c.chain.name;
-            let nat = c.chain.kind.as_deref() == Some("nat");
-            if let Some(h) = on_path {
-                let at = format!(
-                    "{} hook, priority {}",
-                    render::hook_name(t.table.family, h.number),
-                    h.priority
-                );
-                if nat {
-                    out.push(refusal(
-                        name,
-                        None,
-                        format!("type nat chain at the {at}"),
-                        "fibre does not translate addresses yet".into(),
-                    ));
+                _ => false,
+            };
+            // The output hook meets the ICMP errors fibre sends for what it forwards.
+            let errors =
+                !met && matches!(family, Family::Ip | Family::Ip6 | Family::Inet) && h.number == 3;
+            if !met && !errors {
+                continue;
+            }
+            let at = format!(
+                "{} hook, priority {}",
+                render::hook_name(family, h.number),
+                h.priority
+            );
+            let families = Families::of(family);
+            let name = Some(c.chain.name.as_str());
+            let mut found = Vec::new();
+            if met && c.chain.kind.as_deref() == Some("nat") {
+                refused.insert((c.chain.name.clone(), 0));
+                found.push(refusal(
+                    families,
+                    name,
+                    None,
+                    format!("type nat chain at the {at}"),
+                    "fibre does not translate addresses yet".into(),
+                ));
+            }
+            if errors && c.chain.kind.as_deref() == Some("route") {
+                found.push(refusal(
+                    families,
+                    name,
+                    None,
+                    format!("type route chain at the {at}"),
+                    "it may reroute the ICMP errors fibre sends".into(),
+                ));
+            }
+            for r in &c.rules {
+                if met {
+                    refused.insert((c.chain.name.clone(), r.handle));
                 }
-                for r in &c.rules {
-                    out.push(refusal(
-                        name,
-                        Some(r.handle),
-                        render::rule(r),
+                found.push(refusal(
+                    families,
+                    name,
+                    Some(r.handle),
+                    render::rule(r),
+                    if met {
                         format!(
                             "a rule forwarded packets meet at the {at}; fibre does not \
                              evaluate rules yet"
-                        ),
-                    ));
-                }
-                if c.chain.policy == Some(0) {
+                        )
+                    } else {
+                        format!("a rule the ICMP errors fibre sends meet at the {at}")
+                    },
+                ));
+            }
+            if c.chain.policy == Some(0) {
+                found.push(refusal(
+                    families,
+                    name,
+                    None,
+                    "policy drop".into(),
+                    format!("the {at} drops what no rule accepts"),
+                ));
+            }
+            for mut f in found {
+                f.errors_only = errors;
+                out.push(f);
+            }
+        }
+        // What makes the kernel track connections, dormant or not: the expressions
+        // took their hold on conntrack when they were made.
+        let why = "it makes the kernel track every connection of the family, forwarded ones \
+                   too, and reassemble their fragments";
+        for c in t.chains.values() {
+            let name = Some(c.chain.name.as_str());
+            if c.chain.kind.as_deref() == Some("nat")
+                && !refused.contains(&(c.chain.name.clone(), 0))
+            {
+                out.push(refusal(
+                    tracked,
+                    name,
+                    None,
+                    "type nat chain".into(),
+                    why.into(),
+                ));
+            }
+            for r in &c.rules {
+                if tracks(&r.expressions) && !refused.contains(&(c.chain.name.clone(), r.handle)) {
                     out.push(refusal(
-                        name,
-                        None,
-                        "policy drop".into(),
-                        format!("the {at} drops what no rule accepts"),
-                    ));
-                }
-            } else if t.table.family != Family::Netdev {
-                if nat {
-                    out.push(refusal(
-                        name,
-                        None,
-                        "type nat chain".into(),
-                        "the kernel then tracks every connection of the family, forwarded \
-                         ones too, and reassembles their fragments"
-                            .into(),
-                    ));
-                }
-                for r in c.rules.iter().filter(|r| tracks(r)) {
-                    out.push(refusal(
+                        tracked,
                         name,
                         Some(r.handle),
                         render::rule(r),
-                        "it makes the kernel track every connection of the family, \
-                         forwarded ones too, and reassemble their fragments"
-                            .into(),
+                        why.into(),
                     ));
                 }
             }
+        }
+        for set in t.sets.values().filter(|s| tracks(&s.expressions)) {
+            let names: Vec<&str> = set.expressions.iter().map(|e| e.name.as_str()).collect();
+            out.push(refusal(
+                tracked,
+                None,
+                None,
+                format!("set {} with per-element {}", set.name, names.join(", ")),
+                why.into(),
+            ));
+        }
+        for o in t
+            .objects
+            .values()
+            .filter(|o| TRACKING_OBJECTS.contains(&o.kind))
+        {
+            out.push(refusal(
+                tracked,
+                None,
+                None,
+                format!("object {} of type {}", o.name, o.kind),
+                why.into(),
+            ));
+        }
+        for f in t.flowtables.values().filter(|f| on_link(&f.devices)) {
+            out.push(refusal(
+                tracked,
+                None,
+                None,
+                format!("flowtable {} on {}", f.name, f.devices.join(", ")),
+                "its flows are forwarded, and translated, at the links' ingress, ahead of \
+                 fibre's rules"
+                    .into(),
+            ));
         }
     }
     for (names, families) in [
@@ -264,6 +361,7 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
         for name in names {
             out.push(Refusal {
                 families,
+                errors_only: false,
                 family: "iptables-legacy".into(),
                 table: name.clone(),
                 chain: None,
@@ -276,15 +374,25 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
     out
 }
 
-/// Whether a rule makes the kernel track connections.
-fn tracks(r: &Rule) -> bool {
-    r.expressions
+/// Whether expressions (or those nested in them) make the kernel track connections.
+fn tracks(expressions: &[Expression]) -> bool {
+    expressions
         .iter()
-        .any(|e| TRACKING.contains(&e.name.as_str()))
+        .flat_map(Expression::names)
+        .any(|n| TRACKING.contains(&n.as_str()))
 }
 
-/// The families `refusals` close together.
+/// The families `refusals` close to forwarding together.
 pub fn closed(refusals: &[Refusal]) -> Families {
+    refusals
+        .iter()
+        .filter(|r| !r.errors_only)
+        .fold(Families::NONE, |f, r| f | r.families)
+}
+
+/// The families whose ICMP errors from fibre `refusals` close (those closed to
+/// forwarding included).
+pub fn quiet(refusals: &[Refusal]) -> Families {
     refusals.iter().fold(Families::NONE, |f, r| f | r.families)
 }
 
@@ -375,10 +483,140 @@ mod tests {
             &rule(10, "v6", "in", 5, &["ct", "cmp", "immediate"]),
         );
         assert_eq!(closed_by(&r), Families::BOTH);
-        // A dormant table closes nothing.
+        // A dormant table's chains meet nothing, but what tracks connections in it
+        // still does: the kernel took conntrack when the rule was made.
         apply(&mut r, &table(10, "v6", 1));
         apply(&mut r, &table(2, "v4", 1));
+        assert_eq!(
+            closed_by(&r),
+            Families {
+                v4: false,
+                v6: true
+            }
+        );
+    }
+
+    fn expression_list(exprs: &[Vec<u8>]) -> Vec<u8> {
+        exprs.iter().flat_map(|e| nla(1 | 0x8000, e)).collect()
+    }
+
+    fn named(name: &str, data: &[u8]) -> Vec<u8> {
+        let mut e = nla(1, format!("{name}\0").as_bytes());
+        e.extend(nla(2 | 0x8000, data));
+        e
+    }
+
+    #[test]
+    fn tracking_hides_nowhere() {
+        // A dynset whose elements count connections (`add @s { ip saddr ct count over
+        // 5 }`), in a regular chain: the nested `connlimit` tracks.
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(2, "t", 0));
+        apply(&mut r, &regular_chain(2, "t", "sub"));
+        let dynset = named("dynset", &nla(7 | 0x8000, &named("connlimit", &[])));
+        let mut attrs = nla(1, b"t\0");
+        attrs.extend(nla(2, b"sub\0"));
+        attrs.extend(nla(3, &5u64.to_be_bytes()));
+        attrs.extend(nla(4 | 0x8000, &expression_list(&[dynset])));
+        apply(&mut r, &message(crate::message::NEWRULE, 2, 0, &attrs));
+        assert_eq!(
+            closed_by(&r),
+            Families {
+                v4: true,
+                v6: false
+            }
+        );
+        // iptables-nft's compat expressions, in a bridge table (whose conntrack is
+        // both families').
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(7, "br", 0));
+        apply(&mut r, &regular_chain(7, "br", "c"));
+        apply(&mut r, &rule(7, "br", "c", 2, &["match"]));
+        assert_eq!(closed_by(&r), Families::BOTH);
+        // A ct helper object, with no rule using it yet.
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(10, "t6", 0));
+        let mut attrs = nla(1, b"t6\0");
+        attrs.extend(nla(2, b"ftp\0"));
+        attrs.extend(nla(3, &3u32.to_be_bytes()));
+        apply(&mut r, &message(crate::message::NEWOBJ, 10, 0, &attrs));
+        assert_eq!(
+            closed_by(&r),
+            Families {
+                v4: false,
+                v6: true
+            }
+        );
+    }
+
+    #[test]
+    fn devices_prefixes_flowtables_and_the_output_hook() {
+        let devs = |names: &[(u16, &str)]| -> Vec<u8> {
+            names
+                .iter()
+                .flat_map(|(k, n)| nla(*k, format!("{n}\0").as_bytes()))
+                .collect()
+        };
+        let netdev = |name: &str, d: &[(u16, &str)], del: bool| {
+            let mut attrs = nla(1, b"dev\0");
+            attrs.extend(nla(3, format!("{name}\0").as_bytes()));
+            let mut h = nla(1, &0u32.to_be_bytes());
+            h.extend(nla(2, &0u32.to_be_bytes()));
+            h.extend(nla(4 | 0x8000, &devs(d)));
+            attrs.extend(nla(4 | 0x8000, &h));
+            let kind = if del {
+                crate::message::DELCHAIN
+            } else {
+                NEWCHAIN
+            };
+            message(kind, 5, 0, &attrs)
+        };
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(5, "dev", 0));
+        // A prefix (`"r*"`) matches the forwarded links.
+        apply(&mut r, &netdev("in", &[(1, "eth0"), (2, "r")], false));
+        apply(&mut r, &rule(5, "dev", "in", 2, &["immediate"]));
+        assert_eq!(closed_by(&r), Families::BOTH);
+        // The prefix taken off the hook: the chain stays on eth0, closing nothing.
+        apply(&mut r, &netdev("in", &[(2, "r")], true));
         assert_eq!(closed_by(&r), Families::NONE);
+        // A link added to the hook: only the one added is named; eth0 stays.
+        apply(&mut r, &netdev("in", &[(1, "ra")], false));
+        assert_eq!(closed_by(&r), Families::BOTH);
+        let hook = &r.tables().next().unwrap().chains["in"].chain.hook;
+        assert_eq!(hook.as_ref().unwrap().devices.len(), 2);
+        // A flowtable on a forwarded link.
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(1, "f", 0));
+        let mut attrs = nla(1, b"f\0");
+        attrs.extend(nla(2, b"ft\0"));
+        let mut h = nla(1, &0u32.to_be_bytes());
+        h.extend(nla(3 | 0x8000, &devs(&[(1, "rb")])));
+        attrs.extend(nla(3 | 0x8000, &h));
+        apply(&mut r, &message(crate::message::NEWFLOWTABLE, 1, 0, &attrs));
+        assert_eq!(closed_by(&r), Families::BOTH);
+        // An output chain with a rule closes fibre's ICMP errors only.
+        let mut r = Ruleset::new();
+        apply(&mut r, &table(2, "o", 0));
+        apply(&mut r, &base_chain(2, "o", "out", 3, 1));
+        apply(
+            &mut r,
+            &rule(2, "o", "out", 2, &["payload", "cmp", "immediate"]),
+        );
+        let got = refusals(&r, &[], &Legacy::default());
+        assert_eq!(closed(&got), Families::NONE);
+        assert_eq!(
+            quiet(&got),
+            Families {
+                v4: true,
+                v6: false
+            }
+        );
+        assert!(
+            got[0].describe().contains("IPv4: fibre's ICMP errors"),
+            "{}",
+            got[0].describe()
+        );
     }
 
     #[test]

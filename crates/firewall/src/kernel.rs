@@ -1,12 +1,15 @@
 //! nfnetlink sockets to the kernel of the current network namespace: one subscribed to
 //! the nf_tables group, which queues every committed change (each batch ending with its
-//! generation), and one for the dump, which takes tables, chains and rules of every
-//! family between two readings of the generation, again until both readings agree and
+//! generation), and one for the dump, which takes tables, chains, sets, objects,
+//! flowtables and rules of every family between two readings of the generation, again until both readings agree and
 //! no part was marked interrupted. And the tables of iptables-legacy, read from
 //! `/proc/net`.
 
 use crate::gate::Legacy;
-use crate::message::{self, Message, GETCHAIN, GETGEN, GETRULE, GETTABLE, GROUP_NFTABLES};
+use crate::message::{
+    self, Message, GETCHAIN, GETFLOWTABLE, GETGEN, GETOBJ, GETRULE, GETSET, GETTABLE,
+    GROUP_NFTABLES,
+};
 use crate::ruleset::Ruleset;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::io;
@@ -57,7 +60,7 @@ pub fn dump() -> io::Result<Dump> {
         };
         let mut ruleset = Ruleset::new();
         let mut interrupted = false;
-        for kind in [GETTABLE, GETCHAIN, GETRULE] {
+        for kind in [GETTABLE, GETCHAIN, GETSET, GETOBJ, GETFLOWTABLE, GETRULE] {
             let (messages, intr) = exchange(&mut socket, &mut buf, kind, true, &mut malformed)?;
             interrupted |= intr;
             for (m, flags) in messages {
@@ -198,17 +201,19 @@ impl Events {
 }
 
 /// The tables of iptables-legacy in this namespace (none where its modules are not
-/// loaded).
+/// loaded). A file there but unreadable (it is root's alone) is taken for a table of
+/// unknown rules, named by why: it closes its family.
 pub fn legacy() -> Legacy {
     let read = |path: &str| -> Vec<String> {
-        std::fs::read_to_string(path)
-            .map(|t| {
-                t.lines()
-                    .map(str::to_string)
-                    .filter(|l| !l.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
+        match std::fs::read_to_string(path) {
+            Ok(t) => t
+                .lines()
+                .map(str::to_string)
+                .filter(|l| !l.is_empty())
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => vec![format!("(unreadable {path}: {e})")],
+        }
     };
     Legacy {
         v4: read("/proc/net/ip_tables_names"),

@@ -29,10 +29,30 @@ pub const NEWRULE: u8 = 6;
 pub const GETRULE: u8 = 7;
 /// `NFT_MSG_DELRULE`.
 pub const DELRULE: u8 = 8;
+/// `NFT_MSG_NEWSET`.
+pub const NEWSET: u8 = 9;
+/// `NFT_MSG_GETSET`.
+pub const GETSET: u8 = 10;
+/// `NFT_MSG_DELSET`.
+pub const DELSET: u8 = 11;
 /// `NFT_MSG_NEWGEN`: the end of a committed batch, with its generation.
 pub const NEWGEN: u8 = 15;
 /// `NFT_MSG_GETGEN`.
 pub const GETGEN: u8 = 16;
+/// `NFT_MSG_NEWOBJ`.
+pub const NEWOBJ: u8 = 18;
+/// `NFT_MSG_GETOBJ`.
+pub const GETOBJ: u8 = 19;
+/// `NFT_MSG_DELOBJ`.
+pub const DELOBJ: u8 = 20;
+/// `NFT_MSG_NEWFLOWTABLE`.
+pub const NEWFLOWTABLE: u8 = 22;
+/// `NFT_MSG_GETFLOWTABLE`.
+pub const GETFLOWTABLE: u8 = 23;
+/// `NFT_MSG_DELFLOWTABLE`.
+pub const DELFLOWTABLE: u8 = 24;
+/// `NFT_MSG_DESTROYTABLE` .. `NFT_MSG_DESTROYFLOWTABLE`: announced as removals too.
+const DESTROY: std::ops::RangeInclusive<u8> = 26..=32;
 
 /// `NLM_F_APPEND` in a rule's notification: added at the chain's end.
 pub const NLM_F_APPEND: u16 = 0x800;
@@ -118,8 +138,17 @@ pub struct Hook {
     pub number: u32,
     /// Its priority.
     pub priority: i32,
-    /// The devices it is on (netdev and inet ingress chains).
+    /// The devices it is on (netdev and inet ingress chains); a name ending in `*` is
+    /// a prefix (`NFTA_DEVICE_PREFIX`), matching every device it begins.
     pub devices: Vec<String>,
+}
+
+/// Whether a hook's device (a name, or a prefix ending in `*`) is the link `name`.
+pub fn device_is(device: &str, name: &str) -> bool {
+    match device.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => device == name,
+    }
 }
 
 /// A chain.
@@ -139,6 +168,46 @@ pub struct Chain {
     pub policy: Option<u32>,
     /// A base chain's type: `filter`, `nat` or `route`.
     pub kind: Option<String>,
+}
+
+/// A set or map: what of it matters to the gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Set {
+    /// Its table's family.
+    pub family: Family,
+    /// Its table.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// The expressions each element carries (`NFTA_SET_EXPR`, `NFTA_SET_EXPRESSIONS`).
+    pub expressions: Vec<Expression>,
+}
+
+/// A stateful object (`ct helper`, `ct timeout`, `counter`, `quota`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    /// Its table's family.
+    pub family: Family,
+    /// Its table.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// `NFT_OBJECT_*`: counter 1, quota 2, ct helper 3, limit 4, connlimit 5, tunnel 6,
+    /// ct timeout 7, secmark 8, ct expectation 9, synproxy 10.
+    pub kind: u32,
+}
+
+/// A flowtable: the devices whose flows it offloads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flowtable {
+    /// Its table's family.
+    pub family: Family,
+    /// Its table.
+    pub table: String,
+    /// Its name.
+    pub name: String,
+    /// Its devices (a name ending in `*` is a prefix).
+    pub devices: Vec<String>,
 }
 
 /// One expression of a rule, as the kernel sent it.
@@ -177,10 +246,24 @@ pub enum Message {
     NewTable(Table),
     /// A table removed, with everything in it.
     DelTable(Family, String),
-    /// A chain made or changed.
+    /// A chain made or changed (for a chain there already: devices added to its hook).
     NewChain(Chain),
-    /// A chain removed: family, table, name.
-    DelChain(Family, String, String),
+    /// A chain removed: family, table, name; or, when devices are named, those
+    /// devices taken off its hook.
+    DelChain(Family, String, String, Vec<String>),
+    /// A set made or changed.
+    NewSet(Set),
+    /// A set removed: family, table, name.
+    DelSet(Family, String, String),
+    /// An object made or changed.
+    NewObject(Object),
+    /// An object removed: family, table, name.
+    DelObject(Family, String, String),
+    /// A flowtable made (or devices added to it).
+    NewFlowtable(Flowtable),
+    /// A flowtable removed: family, table, name; or, when devices are named, those
+    /// devices taken off it.
+    DelFlowtable(Family, String, String, Vec<String>),
     /// A rule added or replaced.
     NewRule(Rule),
     /// A rule removed: family, table, chain, handle.
@@ -232,8 +315,17 @@ pub fn read(bytes: &[u8]) -> Result<Read, Malformed> {
                 Err(Malformed::Kernel(-code))
             };
         }
-        // NLMSG_DONE.
-        3 => return Ok(Read::Done),
+        // NLMSG_DONE: a dump's end, with the dump's error if it failed.
+        3 => {
+            let code = payload
+                .get(..4)
+                .map_or(0, |c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+            return if code < 0 {
+                Err(Malformed::Kernel(-code))
+            } else {
+                Ok(Read::Done)
+            };
+        }
         1 | 4 => return Ok(Read::Ignored),
         _ => {}
     }
@@ -252,6 +344,20 @@ pub fn decode(msg: u8, payload: &[u8]) -> Result<Message, &'static str> {
     }
     let family = Family::from_u8(payload[0]);
     let attrs = Attributes::read(&payload[NFGENMSG..])?;
+    // A removal the kernel calls "destroy" is announced as one.
+    let msg = if DESTROY.contains(&msg) {
+        [
+            DELTABLE,
+            DELCHAIN,
+            DELRULE,
+            DELSET,
+            14,
+            DELOBJ,
+            DELFLOWTABLE,
+        ][usize::from(msg - 26)]
+    } else {
+        msg
+    };
     Ok(match msg {
         NEWTABLE | DELTABLE => {
             let name = attrs.string(1)?.ok_or("a table without its name")?;
@@ -270,7 +376,11 @@ pub fn decode(msg: u8, payload: &[u8]) -> Result<Message, &'static str> {
             let table = attrs.string(1)?.ok_or("a chain without its table")?;
             let name = attrs.string(3)?.ok_or("a chain without its name")?;
             if msg == DELCHAIN {
-                Message::DelChain(family, table, name)
+                let devices = match attrs.get(4) {
+                    Some(nested) => hook(nested)?.devices,
+                    None => Vec::new(),
+                };
+                Message::DelChain(family, table, name, devices)
             } else {
                 let hook = match attrs.get(4) {
                     Some(nested) => Some(hook(nested)?),
@@ -306,6 +416,63 @@ pub fn decode(msg: u8, payload: &[u8]) -> Result<Message, &'static str> {
                     position: attrs.u64(6)?,
                     expressions,
                     comment: attrs.get(7).and_then(comment),
+                })
+            }
+        }
+        NEWSET | DELSET => {
+            let table = attrs.string(1)?.ok_or("a set without its table")?;
+            let name = attrs.string(2)?.ok_or("a set without its name")?;
+            if msg == DELSET {
+                Message::DelSet(family, table, name)
+            } else {
+                let mut expressions = Vec::new();
+                if let Some(one) = attrs.get(17) {
+                    expressions.push(expression(one)?);
+                }
+                if let Some(list) = attrs.get(18) {
+                    expressions.extend(self::expressions(list)?);
+                }
+                Message::NewSet(Set {
+                    family,
+                    table,
+                    name,
+                    expressions,
+                })
+            }
+        }
+        NEWOBJ | DELOBJ => {
+            let table = attrs.string(1)?.ok_or("an object without its table")?;
+            let name = attrs.string(2)?.ok_or("an object without its name")?;
+            if msg == DELOBJ {
+                Message::DelObject(family, table, name)
+            } else {
+                Message::NewObject(Object {
+                    family,
+                    table,
+                    name,
+                    kind: attrs.u32(3)?.ok_or("an object without its type")?,
+                })
+            }
+        }
+        NEWFLOWTABLE | DELFLOWTABLE => {
+            let table = attrs.string(1)?.ok_or("a flowtable without its table")?;
+            let name = attrs.string(2)?.ok_or("a flowtable without its name")?;
+            // NFTA_FLOWTABLE_HOOK: NUM 1, PRIORITY 2, DEVS 3.
+            let devices = match attrs.get(3) {
+                Some(nested) => match Attributes::read(nested)?.get(3) {
+                    Some(devs) => devices(devs)?,
+                    None => Vec::new(),
+                },
+                None => Vec::new(),
+            };
+            if msg == DELFLOWTABLE {
+                Message::DelFlowtable(family, table, name, devices)
+            } else {
+                Message::NewFlowtable(Flowtable {
+                    family,
+                    table,
+                    name,
+                    devices,
                 })
             }
         }
@@ -363,12 +530,12 @@ impl<'a> Attributes<'a> {
     }
 }
 
-/// A NUL-terminated string.
+/// A NUL-terminated string. The kernel takes names as bytes; one that is not UTF-8 is
+/// kept with its odd bytes replaced, never dropped (a table or chain dropped would be
+/// one the gate does not see).
 pub fn string(v: &[u8]) -> Result<String, &'static str> {
     let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-    std::str::from_utf8(&v[..end])
-        .map(str::to_string)
-        .map_err(|_| "a name that is not UTF-8")
+    Ok(String::from_utf8_lossy(&v[..end]).into_owned())
 }
 
 /// A big-endian 32-bit value.
@@ -386,9 +553,7 @@ fn hook(nested: &[u8]) -> Result<Hook, &'static str> {
         devices.push(dev);
     }
     if let Some(devs) = a.get(4) {
-        for (_, name) in Attributes::read(devs)?.all() {
-            devices.push(string(name)?);
-        }
+        devices.extend(self::devices(devs)?);
     }
     Ok(Hook {
         number: a.u32(1)?.ok_or("a hook without its number")?,
@@ -397,18 +562,73 @@ fn hook(nested: &[u8]) -> Result<Hook, &'static str> {
     })
 }
 
-/// `NFTA_RULE_EXPRESSIONS`: a list of `NFTA_LIST_ELEM`, each `NFTA_EXPR_NAME` 1 and
-/// `NFTA_EXPR_DATA` 2.
-fn expressions(list: &[u8]) -> Result<Vec<Expression>, &'static str> {
+/// A hook's devices (`NFTA_HOOK_DEVS`, `NFTA_FLOWTABLE_HOOK_DEVS`): names
+/// (`NFTA_DEVICE_NAME` 1), and prefixes (`NFTA_DEVICE_PREFIX` 2) kept with a `*`.
+fn devices(devs: &[u8]) -> Result<Vec<String>, &'static str> {
     let mut out = Vec::new();
-    for (_, element) in Attributes::read(list)?.all() {
-        let a = Attributes::read(element)?;
-        out.push(Expression {
-            name: a.string(1)?.ok_or("an expression without its name")?,
-            data: a.get(2).unwrap_or_default().to_vec(),
-        });
+    for (kind, name) in Attributes::read(devs)?.all() {
+        let name = string(name)?;
+        out.push(if *kind == 2 { format!("{name}*") } else { name });
     }
     Ok(out)
+}
+
+/// `NFTA_RULE_EXPRESSIONS`: a list of `NFTA_LIST_ELEM`, each an expression.
+pub fn expressions(list: &[u8]) -> Result<Vec<Expression>, &'static str> {
+    Attributes::read(list)?
+        .all()
+        .iter()
+        .map(|(_, element)| expression(element))
+        .collect()
+}
+
+/// One expression: `NFTA_EXPR_NAME` 1 and `NFTA_EXPR_DATA` 2.
+pub fn expression(nested: &[u8]) -> Result<Expression, &'static str> {
+    let a = Attributes::read(nested)?;
+    Ok(Expression {
+        name: a.string(1)?.ok_or("an expression without its name")?,
+        data: a.get(2).unwrap_or_default().to_vec(),
+    })
+}
+
+/// The name [`Expression::names`] gives what is nested in a `dynset` but cannot be
+/// read: whatever it is, the gate takes it for the worst.
+pub const UNREADABLE: &str = "(unreadable)";
+
+impl Expression {
+    /// Its name and those of the expressions nested in it (a `dynset`'s, which it
+    /// runs on each element it adds or updates), depth first.
+    pub fn names(&self) -> Vec<String> {
+        let mut out = vec![self.name.clone()];
+        if self.name == "dynset" {
+            if let Ok(a) = Attributes::read(&self.data) {
+                // NFTA_DYNSET_EXPR 7, NFTA_DYNSET_EXPRESSIONS 10.
+                let mut nested = Vec::new();
+                let mut unreadable = false;
+                if let Some(e) = a.get(7) {
+                    match expression(e) {
+                        Ok(e) => nested.push(e),
+                        Err(_) => unreadable = true,
+                    }
+                }
+                if let Some(list) = a.get(10) {
+                    match expressions(list) {
+                        Ok(list) => nested.extend(list),
+                        Err(_) => unreadable = true,
+                    }
+                }
+                for e in nested {
+                    out.extend(e.names());
+                }
+                if unreadable {
+                    out.push(UNREADABLE.into());
+                }
+            } else {
+                out.push(UNREADABLE.into());
+            }
+        }
+        out
+    }
 }
 
 /// A rule's user data (type-length-value, one byte each): its comment

@@ -3,7 +3,7 @@
 //! notifications of each committed batch give them; a batch is whole once its
 //! generation message (`NFT_MSG_NEWGEN`) has come.
 
-use crate::message::{Chain, Family, Message, Rule, Table, NLM_F_APPEND};
+use crate::message::{Chain, Family, Flowtable, Message, Object, Rule, Set, Table, NLM_F_APPEND};
 use crate::render;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -24,6 +24,12 @@ pub struct TableEntry {
     pub table: Table,
     /// Its chains.
     pub chains: BTreeMap<String, ChainEntry>,
+    /// Its sets and maps.
+    pub sets: BTreeMap<String, Set>,
+    /// Its stateful objects.
+    pub objects: BTreeMap<String, Object>,
+    /// Its flowtables.
+    pub flowtables: BTreeMap<String, Flowtable>,
 }
 
 /// The ruleset as the kernel announced it.
@@ -55,6 +61,9 @@ impl Ruleset {
                             TableEntry {
                                 table,
                                 chains: BTreeMap::new(),
+                                sets: BTreeMap::new(),
+                                objects: BTreeMap::new(),
+                                flowtables: BTreeMap::new(),
                             },
                         );
                     }
@@ -83,7 +92,15 @@ impl Ruleset {
                     }
                 }
                 match table.chains.get_mut(&chain.name) {
-                    Some(entry) => entry.chain = chain,
+                    Some(entry) => {
+                        // An update names the devices it adds to the hook, not those the
+                        // hook keeps.
+                        let mut chain = chain;
+                        if let (Some(old), Some(new)) = (&entry.chain.hook, &mut chain.hook) {
+                            merge(&mut new.devices, &old.devices);
+                        }
+                        entry.chain = chain;
+                    }
                     None => {
                         table.chains.insert(
                             chain.name.clone(),
@@ -95,9 +112,66 @@ impl Ruleset {
                     }
                 }
             }
-            Message::DelChain(family, table, name) => {
+            Message::DelChain(family, table, name, devices) => {
+                let Some(t) = self.tables.get_mut(&(family, table)) else {
+                    return;
+                };
+                let hooked = t.chains.get_mut(&name).and_then(|c| c.chain.hook.as_mut());
+                match hooked {
+                    // Devices taken off the hook; the chain stays while it has others.
+                    Some(h)
+                        if !devices.is_empty()
+                            && h.devices.iter().any(|d| !devices.contains(d)) =>
+                    {
+                        h.devices.retain(|d| !devices.contains(d))
+                    }
+                    _ => {
+                        t.chains.remove(&name);
+                    }
+                }
+            }
+            Message::NewSet(set) => {
+                if let Some(t) = self.table(set.family, &set.table) {
+                    t.sets.insert(set.name.clone(), set);
+                }
+            }
+            Message::DelSet(family, table, name) => {
                 if let Some(t) = self.tables.get_mut(&(family, table)) {
-                    t.chains.remove(&name);
+                    t.sets.remove(&name);
+                }
+            }
+            Message::NewObject(object) => {
+                if let Some(t) = self.table(object.family, &object.table) {
+                    t.objects.insert(object.name.clone(), object);
+                }
+            }
+            Message::DelObject(family, table, name) => {
+                if let Some(t) = self.tables.get_mut(&(family, table)) {
+                    t.objects.remove(&name);
+                }
+            }
+            Message::NewFlowtable(mut f) => {
+                if let Some(t) = self.table(f.family, &f.table) {
+                    if let Some(old) = t.flowtables.get(&f.name) {
+                        merge(&mut f.devices, &old.devices);
+                    }
+                    t.flowtables.insert(f.name.clone(), f);
+                }
+            }
+            Message::DelFlowtable(family, table, name, devices) => {
+                let Some(t) = self.tables.get_mut(&(family, table)) else {
+                    return;
+                };
+                match t.flowtables.get_mut(&name) {
+                    Some(f)
+                        if !devices.is_empty()
+                            && f.devices.iter().any(|d| !devices.contains(d)) =>
+                    {
+                        f.devices.retain(|d| !devices.contains(d))
+                    }
+                    _ => {
+                        t.flowtables.remove(&name);
+                    }
                 }
             }
             Message::NewRule(rule) => {
@@ -138,6 +212,15 @@ impl Ruleset {
             Message::NewGen(id) => self.generation = Some(id),
             Message::Other(_) => {}
         }
+    }
+
+    /// The table of `family` named `name`, counting it an orphan if there is none.
+    fn table(&mut self, family: Family, name: &str) -> Option<&mut TableEntry> {
+        let t = self.tables.get_mut(&(family, name.to_string()));
+        if t.is_none() {
+            self.orphans += 1;
+        }
+        t
     }
 
     /// The tables, by family and name.
@@ -181,10 +264,30 @@ impl Ruleset {
                         _ => "accept",
                     });
                     if !h.devices.is_empty() {
-                        chain["dev"] = json!(h.devices);
+                        let mut devices = h.devices.clone();
+                        devices.sort();
+                        chain["dev"] = json!(devices);
                     }
                 }
                 out.push(json!({ "chain": chain }));
+            }
+            for set in t.sets.values() {
+                out.push(json!({"set": {
+                    "family": family, "table": t.table.name, "name": set.name,
+                    "expr": set.expressions.iter().map(|e| &e.name).collect::<Vec<_>>(),
+                }}));
+            }
+            for o in t.objects.values() {
+                out.push(json!({"object": {
+                    "family": family, "table": t.table.name, "name": o.name, "type": o.kind,
+                }}));
+            }
+            for f in t.flowtables.values() {
+                let mut devices = f.devices.clone();
+                devices.sort();
+                out.push(json!({"flowtable": {
+                    "family": family, "table": t.table.name, "name": f.name, "dev": devices,
+                }}));
             }
             for c in t.chains.values() {
                 for r in &c.rules {
@@ -199,6 +302,15 @@ impl Ruleset {
             }
         }
         json!({ "nftables": out })
+    }
+}
+
+/// Adds to `devices` those of `old` it does not name.
+fn merge(devices: &mut Vec<String>, old: &[String]) {
+    for d in old {
+        if !devices.contains(d) {
+            devices.push(d.clone());
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! notifications and compared with a fresh dump; and the gate on the kernel's own
 //! ruleset.
 
-use fibre_firewall::gate::{closed, refusals, Families, Legacy};
+use fibre_firewall::gate::{closed, quiet, refusals, Families, Legacy};
 use fibre_firewall::kernel::{dump, Batch, Events};
 use fibre_firewall::message::Message;
 use fibre_firewall::Ruleset;
@@ -133,6 +133,8 @@ table ip6 quiet { chain pass { type filter hook forward priority 0; policy accep
 #[ignore = "needs root: a network namespace and nft"]
 fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
     let ns = Namespace::create("fw-mirror").unwrap();
+    ns.ip(&["link", "add", "v0", "type", "veth", "peer", "name", "v1"])
+        .unwrap();
     ns.enter().unwrap();
     let mut events = Events::subscribe().unwrap();
     nft(&ns, &["-f", "-"], RULESET);
@@ -180,6 +182,18 @@ fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
             "add chain ip t2 c { type filter hook prerouting priority -150; }".into(),
             "add rule ip t2 c meta mark set 1".into(),
         ],
+        vec!["add set inet fw s2 { type ipv4_addr; }".into()],
+        vec!["add counter inet fw pkts".into()],
+        vec![
+            "delete counter inet fw pkts".into(),
+            "delete set inet fw s2".into(),
+        ],
+        vec![
+            "add table netdev nd".into(),
+            "add chain netdev nd in { type filter hook ingress device v0 priority 0; }".into(),
+            "add rule netdev nd in counter".into(),
+        ],
+        vec!["delete table netdev nd".into()],
         vec!["delete table inet fw".into()],
     ];
     for change in changes {
@@ -237,11 +251,38 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
         .find(|g| g.rule.contains("no documentation addresses"))
         .expect("the comment names the rule");
     assert!(comment.rule.contains("[ lookup"), "{}", comment.rule);
-    // Made dormant, the table closes nothing.
+    // Made dormant, the table's chains meet nothing; its nat chain still has the
+    // kernel track connections.
     nft(&ns, &["add table inet fw { flags dormant; }"], "");
+    let r = dump().unwrap().ruleset;
+    let got = refusals(&r, &links, &Legacy::default());
+    assert_eq!(closed(&got), Families::BOTH);
+    assert!(
+        got.iter()
+            .all(|g| g.chain.as_deref() == Some("nat_postrouting")),
+        "{got:?}"
+    );
+    // Without the nat chain, the dormant table closes nothing.
+    nft(&ns, &["delete chain inet fw nat_postrouting"], "");
     let r = dump().unwrap().ruleset;
     assert_eq!(
         closed(&refusals(&r, &links, &Legacy::default())),
         Families::NONE
+    );
+    // An output chain with a rule closes fibre's ICMP errors of its family only.
+    nft(
+        &ns,
+        &["-f", "-"],
+        "table ip out { chain o { type filter hook output priority 0; ip daddr 192.0.2.1 drop; }; }",
+    );
+    let r = dump().unwrap().ruleset;
+    let got = refusals(&r, &links, &Legacy::default());
+    assert_eq!(closed(&got), Families::NONE);
+    assert_eq!(
+        quiet(&got),
+        Families {
+            v4: true,
+            v6: false
+        }
     );
 }
