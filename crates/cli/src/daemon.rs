@@ -128,6 +128,8 @@ enum Event {
     /// The firewall opened what it had closed: the express path gets its generation
     /// back.
     FirewallOpened,
+    /// What the kernel forwards itself changed: by forwarded link, its families.
+    KernelForwarding(Vec<(String, u8)>),
 }
 
 /// A reply to a client.
@@ -269,6 +271,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         if let Some(fw) = &firewall {
             firewall::lock(fw).attach(f.shared());
         }
+        if let Some(said) = f.kernel_forwarding_said() {
+            eprintln!("fibre daemon: {said}");
+        }
         Some(f)
     };
     {
@@ -289,6 +294,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     if let (Some(fw), Some(events)) = (&firewall, ruleset_events) {
         watch_firewall(fw, events, &tx);
+    }
+    if forwarding.is_some() {
+        watch_kernel_forwarding(a.forward.clone(), &tx);
     }
     {
         let tx = tx.clone();
@@ -374,6 +382,18 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     f.reopen(&mirror);
                 }
             }
+            Ok(Event::KernelForwarding(now)) => {
+                if let Some(f) = &mut forwarding {
+                    if f.kernel_forwards(now, &mirror) {
+                        match f.kernel_forwarding_said() {
+                            Some(said) => eprintln!("fibre daemon: {said}"),
+                            None => eprintln!(
+                                "fibre daemon: the kernel's forwarding is off on the forwarded links: fibre forwards everything"
+                            ),
+                        }
+                    }
+                }
+            }
             Ok(Event::Request(words, reply)) => {
                 // A command only reads the mirror: should one fail in a way not foreseen,
                 // its client gets an error and the daemon goes on.
@@ -455,6 +475,25 @@ fn watch_firewall(
         let opened = firewall::lock(&fw).watch_legacy();
         if opened && tx.send(Event::FirewallOpened).is_err() {
             return;
+        }
+    });
+}
+
+/// Starts the watcher of the kernel's forwarding sysctls for the links `names`, each
+/// second (sysctls announce nothing); a change is told to the daemon's loop.
+fn watch_kernel_forwarding(names: Vec<String>, tx: &mpsc::Sender<Event>) {
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        let mut last = crate::forwarding::kernel_forwarding(&names);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = crate::forwarding::kernel_forwarding(&names);
+            if now != last {
+                last = now.clone();
+                if tx.send(Event::KernelForwarding(now)).is_err() {
+                    return;
+                }
+            }
         }
     });
 }

@@ -51,6 +51,29 @@ pub struct Forwarding {
     failed: u64,
     /// Times the workers were started again because a forwarded link went or came.
     relinked: u64,
+    /// The families the kernel forwards itself from each forwarded link, by name
+    /// ([`kernel_forwarding`]).
+    kernel: Vec<(String, u8)>,
+}
+
+/// The families the kernel forwards itself from each of the links `names` (bit 0 IPv4,
+/// bit 1 IPv6), as the namespace's sysctls say: IPv4 by the input link's
+/// `net.ipv4.conf.LINK.forwarding`, IPv6 by `net.ipv6.conf.all.forwarding` or the
+/// link's `force_forwarding` (where the kernel has it). Sysctls announce nothing: the
+/// daemon reads them each second.
+pub fn kernel_forwarding(names: &[String]) -> Vec<(String, u8)> {
+    let on = |path: String| {
+        std::fs::read_to_string(path).is_ok_and(|v| v.trim().parse::<u32>().is_ok_and(|v| v > 0))
+    };
+    let all6 = on("/proc/sys/net/ipv6/conf/all/forwarding".into());
+    names
+        .iter()
+        .map(|n| {
+            let v4 = on(format!("/proc/sys/net/ipv4/conf/{n}/forwarding"));
+            let v6 = all6 || on(format!("/proc/sys/net/ipv6/conf/{n}/force_forwarding"));
+            (n.clone(), u8::from(v4) | u8::from(v6) << 1)
+        })
+        .collect()
 }
 
 impl Forwarding {
@@ -91,7 +114,9 @@ impl Forwarding {
             failures: Vec::new(),
             failed: 0,
             relinked: 0,
+            kernel: kernel_forwarding(names),
         };
+        forwarding.publish_kernel_forwarding(mirror);
         forwarding.publish_neighbours(mirror, true);
         // This host's destinations go in before any program is attached, so that none of
         // the kernel's frames reaches a worker.
@@ -302,6 +327,7 @@ impl Forwarding {
         if now == running {
             return;
         }
+        self.publish_kernel_forwarding(mirror);
         if let Some(w) = self.workers.take() {
             w.stop();
         }
@@ -348,6 +374,59 @@ impl Forwarding {
             })
             .collect();
         self.shared.neighbours.publish(table);
+    }
+
+    /// Takes what the kernel forwards itself now ([`kernel_forwarding`]); whether it
+    /// changed.
+    pub fn kernel_forwards(&mut self, now: Vec<(String, u8)>, mirror: &Mirror) -> bool {
+        if now == self.kernel {
+            return false;
+        }
+        self.kernel = now;
+        self.publish_kernel_forwarding(mirror);
+        true
+    }
+
+    /// What the kernel forwards itself, in words, if it forwards anything.
+    pub fn kernel_forwarding_said(&self) -> Option<String> {
+        let with = |bit: u8| -> Vec<&str> {
+            self.kernel
+                .iter()
+                .filter(|(_, f)| f & bit != 0)
+                .map(|(n, _)| n.as_str())
+                .collect()
+        };
+        let (v4, v6) = (with(1), with(2));
+        if v4.is_empty() && v6.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !v4.is_empty() {
+            parts.push(format!("IPv4 from {}", v4.join(", ")));
+        }
+        if !v6.is_empty() {
+            parts.push(format!("IPv6 from {}", v6.join(", ")));
+        }
+        Some(format!(
+            "the kernel's forwarding is on for {}: the kernel forwards those frames itself, \
+             with its firewall, and fibre sends none of what the kernel also receives (it \
+             forwards what reaches only it, and teaches the express path)",
+            parts.join(" and ")
+        ))
+    }
+
+    /// Gives the workers what the kernel forwards itself, by the links' indexes now.
+    fn publish_kernel_forwarding(&self, mirror: &Mirror) {
+        let by_link = Forwarding::present(mirror, &self.links)
+            .into_iter()
+            .filter_map(|(name, index)| {
+                self.kernel
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, f)| (index, *f))
+            })
+            .collect();
+        self.shared.set_kernel_forwards(by_link);
     }
 
     /// What the workers share: the firewall closes families to them through it
@@ -424,6 +503,10 @@ impl Forwarding {
             "local_destinations": self.local.as_ref().map(|l| l.len()),
             "kernel_unreached": c.kernel_unreached,
             "firewall_refused": c.firewall_refused,
+            "left_to_kernel": c.left_to_kernel,
+            "kernel_forwards": self.kernel.iter().map(|(n, f)| json!({
+                "link": n, "ipv4": f & 1 != 0, "ipv6": f & 2 != 0,
+            })).collect::<Vec<_>>(),
             "bad_descriptors": c.bad_descriptors,
             "refused_offloads": c.refused_offloads,
             "checksums_finished": c.checksums_finished,
@@ -568,6 +651,11 @@ impl Forwarding {
                 "fibre_unresolved_dropped_total",
                 "Packets that waited for their next hop's MAC address in vain, dropped.",
                 c.unresolved_dropped,
+            ),
+            (
+                "fibre_left_to_kernel_total",
+                "Frames the kernel forwards itself (its forwarding on), left to it.",
+                c.left_to_kernel,
             ),
             (
                 "fibre_firewall_refused_total",

@@ -143,3 +143,125 @@ fn never_around_the_firewall(io: &str) {
     assert!(ok, "{text}");
     daemon.terminate();
 }
+
+/// Sends `n` tagged UDP datagrams from A to `to` on B; for each tag, the sources it
+/// arrived from (one each, if nothing is lost or doubled).
+fn arrivals(
+    a: &Namespace,
+    b: &Namespace,
+    to: std::net::SocketAddr,
+    n: u32,
+) -> Vec<Vec<std::net::IpAddr>> {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let receiver = s.spawn(move || {
+            b.enter().unwrap();
+            let socket = UdpSocket::bind(to).unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            ready_tx.send(()).unwrap();
+            let mut got = vec![Vec::new(); n as usize];
+            let mut buf = [0u8; 64];
+            // Until every tag came and the line stayed quiet a while (a second copy of
+            // the last would come within it).
+            let mut quiet = 0;
+            while quiet < 4 {
+                match socket.recv_from(&mut buf) {
+                    Ok((4, from)) => {
+                        let k = u32::from_be_bytes(buf[..4].try_into().unwrap());
+                        if let Some(g) = got.get_mut(k as usize) {
+                            g.push(from.ip());
+                        }
+                        quiet = 0;
+                    }
+                    Ok(_) => {}
+                    Err(_) => quiet += 1,
+                }
+            }
+            got
+        });
+        s.spawn(move || {
+            a.enter().unwrap();
+            ready_rx.recv().unwrap();
+            let socket =
+                UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).unwrap();
+            for k in 0..n {
+                socket.send_to(&k.to_be_bytes(), to).unwrap();
+                if k % 50 == 49 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        });
+        receiver.join().unwrap()
+    })
+}
+
+/// With the kernel's forwarding on, as routers have it: a family the ruleset closes to
+/// fibre is forwarded by the kernel, with its firewall (the ping dropped by its rule, the
+/// datagrams masqueraded), and fibre sends none of those frames a second time; once the
+/// ruleset is gone, the express path takes the destinations the workers decide, still
+/// with nothing doubled.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, tcx, nft, ping"]
+fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_with_its_firewall() {
+    let (a, r, b) = topology();
+    r.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    r.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+    nft(
+        &r,
+        "table inet fw { \
+           chain filter_forward { type filter hook forward priority 0; policy accept; \
+             ip daddr 10.0.1.2 icmp type echo-request drop; }; \
+           chain nat_postrouting { type nat hook postrouting priority 100; \
+             oifname \"r1\" masquerade; }; }",
+    );
+    let daemon = Daemon::start(&r, "auto");
+    assert_eq!(closed(&daemon), (true, true));
+    let stats = daemon.stats();
+    let kernel = &stats["forwarding"]["kernel_forwards"];
+    assert_eq!(kernel[0]["ipv4"], true, "{stats}");
+    // The kernel's rule drops the ping; its masquerade rewrites the datagrams' source.
+    let (ok, text) = ping(&a, &["10.0.1.2"]);
+    assert!(!ok, "the kernel's firewall was bypassed: {text}");
+    let got = arrivals(&a, &b, "10.0.1.2:7100".parse().unwrap(), 300);
+    let router: std::net::IpAddr = "10.0.1.1".parse().unwrap();
+    assert!(
+        got.iter().all(|g| g == &[router]),
+        "each datagram once, masqueraded: {:?}",
+        got.iter()
+            .filter(|g| g != &&[router])
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let stats = daemon.stats();
+    assert!(
+        stats["forwarding"]["left_to_kernel"].as_u64() >= Some(300),
+        "{stats}"
+    );
+    assert_eq!(stats["forwarding"]["sent"], 0, "{stats}");
+
+    // The ruleset gone: fibre's again, the express path taught, nothing doubled.
+    nft(&r, "delete table inet fw");
+    wait_for("both families to open", || {
+        closed(&daemon) == (false, false)
+    });
+    let (ok, text) = ping(&a, &["-c", "3", "10.0.1.2"]);
+    assert!(ok, "{text}");
+    assert!(!text.contains("DUP!"), "{text}");
+    let host_a: std::net::IpAddr = "10.0.0.2".parse().unwrap();
+    let got = arrivals(&a, &b, "10.0.1.2:7101".parse().unwrap(), 300);
+    assert!(
+        got.iter().all(|g| g == &[host_a]),
+        "each datagram once, from A: {:?}",
+        got.iter()
+            .filter(|g| g != &&[host_a])
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let taught = daemon.stats()["forwarding"]["express"]["taught"].as_u64();
+    assert!(taught > Some(0), "{taught:?}");
+    daemon.terminate();
+}

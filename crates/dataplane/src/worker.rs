@@ -210,6 +210,9 @@ pub struct Counters {
     /// Packets of a family the router's firewall closes ([`Shared::closed`]) that fibre
     /// would have sent, dropped.
     pub firewall_refused: u64,
+    /// Frames the kernel forwards itself ([`Shared::kernel_forwards`]: it has its own
+    /// copy, and its forwarding is on for their family), left to it.
+    pub left_to_kernel: u64,
 }
 
 impl Counters {
@@ -254,6 +257,7 @@ impl Counters {
         self.express_taught += std::mem::take(&mut io.express_taught);
         self.express_failed += std::mem::take(&mut io.express_failed);
         self.firewall_refused += std::mem::take(&mut io.firewall_refused);
+        self.left_to_kernel += std::mem::take(&mut io.left_to_kernel);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
         self.xsk.rx_ring_full += x.rx_ring_full;
@@ -281,6 +285,7 @@ struct Io {
     express_taught: u64,
     express_failed: u64,
     firewall_refused: u64,
+    left_to_kernel: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
@@ -323,6 +328,11 @@ pub struct Shared {
     /// express path forwards none); bit 2 IPv4's, bit 3 IPv6's ICMP errors fibre would
     /// send (dropped and counted alike). Set by [`Shared::close`].
     closed: AtomicU8,
+    /// The families the kernel forwards itself, by input link (bit 0 IPv4, bit 1 IPv6:
+    /// its forwarding is on for frames from that link): a frame it has its own copy of
+    /// is left to it, never sent a second time; the workers still teach the express
+    /// path by it.
+    kernel_forwards: ArcSwap<Vec<(LinkIndex, u8)>>,
 }
 
 impl Shared {
@@ -341,6 +351,7 @@ impl Shared {
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
             closed: AtomicU8::new(0),
+            kernel_forwards: ArcSwap::default(),
         }
     }
 
@@ -361,6 +372,17 @@ impl Shared {
     /// bit 3 IPv6's.
     pub fn closed(&self) -> u8 {
         self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Says which families the kernel forwards itself, by input link (bit 0 IPv4, bit
+    /// 1 IPv6).
+    pub fn set_kernel_forwards(&self, by_link: Vec<(LinkIndex, u8)>) {
+        self.kernel_forwards.store(Arc::new(by_link));
+    }
+
+    /// The families the kernel forwards itself, by input link.
+    pub fn kernel_forwards(&self) -> Arc<Vec<(LinkIndex, u8)>> {
+        self.kernel_forwards.load_full()
     }
 
     /// Makes `g` the express path's current generation (if it runs), unless the
@@ -561,6 +583,9 @@ struct Vector {
     express: Option<Learner>,
     /// The families the firewall closes ([`Shared::closed`]), as read for this vector.
     closed: u8,
+    /// The families the kernel forwards itself, by input link
+    /// ([`Shared::kernel_forwards`]), as read for this round.
+    kernel_forwards: Arc<Vec<(LinkIndex, u8)>>,
 }
 
 /// What a worker teaches the express path: for each destination it forwarded, arriving
@@ -662,10 +687,35 @@ impl Vector {
             snapshot: snap.serial(),
             neighbours: neighbours.version,
         };
+        let forwarded_by_kernel = self
+            .kernel_forwards
+            .iter()
+            .find(|(l, _)| *l == arrival.link)
+            .map_or(0, |(_, f)| *f);
         for (i, (&id, fate)) in ids.iter().zip(self.fates.iter()).enumerate() {
+            // What the kernel forwards itself, from its own copy, is left to it (its
+            // firewall applies); a destination decided still teaches the express path.
+            if kernel_has_its_copy
+                && forwarded_by_kernel != 0
+                && (fate.output().is_some() || *fate == Fate::Kernel(Handed::Unresolved))
+                && in_families(forwarded_by_kernel, self.pool.frame(id), false)
+            {
+                if let (Fate::Out(link), Some(learner)) = (fate, &mut self.express) {
+                    let frame = self.pool.frame(id);
+                    if !in_families(self.closed, frame, false) {
+                        learner.learn(snap, generation, arrival.link, *link, frame, &mut self.io);
+                    }
+                }
+                self.io.left_to_kernel += 1;
+                self.free.push(id);
+                while let Some(&(_, f)) = later.next_if(|f| f.0 == i) {
+                    self.free.push(f);
+                }
+                continue;
+            }
             if self.closed != 0
                 && fate.output().is_some()
-                && closes(
+                && in_families(
                     self.closed,
                     self.pool.frame(id),
                     matches!(fate, Fate::Icmp(..)),
@@ -730,17 +780,21 @@ impl Vector {
 }
 
 /// Whether a frame to send (Ethernet, no VLAN tag: those go to the kernel) is of a
-/// family `closed` holds ([`Shared::closed`]); for an ICMP error fibre made (`error`),
-/// of one whose errors it holds.
-fn closes(closed: u8, frame: &[u8], error: bool) -> bool {
+/// family `families` holds (bit 0 IPv4, bit 1 IPv6, as [`Shared::closed`] has them);
+/// for an ICMP error fibre made (`error`), of one whose errors it holds (bits 2, 3).
+fn in_families(families: u8, frame: &[u8], error: bool) -> bool {
     let bit = match frame.get(12..14) {
         Some([0x08, 0x00]) => 1,
         Some([0x86, 0xdd]) => 2,
         // Neither: nothing fibre forwards, refused all the same.
         _ => 3,
     };
-    let closed = if error { closed | closed >> 2 } else { closed };
-    closed & bit != 0
+    let families = if error {
+        families | families >> 2
+    } else {
+        families
+    };
+    families & bit != 0
 }
 
 /// Asks the kernel for the next hops of `unresolved`, each at most once a second.
@@ -783,6 +837,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             taught: HashSet::new(),
         }),
         closed: 0,
+        kernel_forwards: Arc::default(),
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
@@ -800,6 +855,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
         v.closed = shared.closed();
+        v.kernel_forwards = shared.kernel_forwards();
         let ready = if busy {
             all.clone()
         } else {
