@@ -125,9 +125,9 @@ enum Event {
     Metrics(mpsc::Sender<String>),
     /// A forwarding worker ended (its generation and number).
     WorkerEnded(u64, usize),
-    /// The firewall opened what it had closed: the express path gets its generation
-    /// back.
-    FirewallOpened,
+    /// What the firewall closes changed (it closed it to the workers already): the
+    /// XDP programs and the express path follow.
+    FirewallChanged,
     /// What the kernel forwards itself changed: by forwarded link, its families.
     KernelForwarding(Vec<(String, u8)>),
 }
@@ -355,9 +355,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     names = now;
                     if let (true, Some(fw)) = (renamed, &firewall) {
                         if firewall::lock(fw).resync("a link renamed") {
-                            if let Some(f) = &forwarding {
-                                f.reopen(&mirror);
-                            }
+                            let _ = tx.send(Event::FirewallChanged);
                         }
                     }
                 }
@@ -377,14 +375,20 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 eprintln!("fibre daemon: netlink: {e}");
                 break ExitCode::FAILURE;
             }
-            Ok(Event::FirewallOpened) => {
-                if let Some(f) = &forwarding {
+            Ok(Event::FirewallChanged) => {
+                if let Some(f) = &mut forwarding {
                     f.reopen(&mirror);
+                    if let Err(e) = f.publish_local(&mirror) {
+                        eprintln!("fibre daemon: {e}");
+                    }
                 }
             }
             Ok(Event::KernelForwarding(now)) => {
                 if let Some(f) = &mut forwarding {
                     if f.kernel_forwards(now, &mirror) {
+                        if let Err(e) = f.publish_local(&mirror) {
+                            eprintln!("fibre daemon: {e}");
+                        }
                         match f.kernel_forwarding_said() {
                             Some(said) => eprintln!("fibre daemon: {said}"),
                             None => eprintln!(
@@ -446,7 +450,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 
 /// Starts the firewall's threads: the receiver of the nf_tables group, which applies
 /// each batch and closes at once what a commit closes; and the watcher of the
-/// iptables-legacy tables, each second. What opens is told to the daemon's loop.
+/// iptables-legacy tables, each second. Each change is told to the daemon's loop.
 fn watch_firewall(
     fw: &SharedFirewall,
     mut events: fibre_firewall::kernel::Events,
@@ -457,8 +461,8 @@ fn watch_firewall(
         std::thread::spawn(move || loop {
             match events.receive() {
                 Ok(batch) => {
-                    let opened = firewall::lock(&fw).receive(batch);
-                    if opened && tx.send(Event::FirewallOpened).is_err() {
+                    let changed = firewall::lock(&fw).receive(batch);
+                    if changed && tx.send(Event::FirewallChanged).is_err() {
                         return;
                     }
                 }
@@ -472,8 +476,8 @@ fn watch_firewall(
     let (fw, tx) = (fw.clone(), tx.clone());
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_secs(1));
-        let opened = firewall::lock(&fw).watch_legacy();
-        if opened && tx.send(Event::FirewallOpened).is_err() {
+        let changed = firewall::lock(&fw).watch_legacy();
+        if changed && tx.send(Event::FirewallChanged).is_err() {
             return;
         }
     });

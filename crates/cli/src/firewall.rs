@@ -4,8 +4,9 @@
 //! firewall's own threads close it to the workers as soon as a commit is applied (the
 //! receiver of the nf_tables group) or an iptables-legacy table appears (a watcher that
 //! reads `/proc/net` each second: legacy tables announce nothing), without waiting for
-//! the daemon's loop; what opens again waits for the loop, which gives the express path
-//! its generation back. Each change is logged with the rules and why; `fibre ctl
+//! the daemon's loop; then the loop hands a closed family to the kernel where the
+//! kernel forwards it (the XDP programs pass it), and gives the express path its
+//! generation back once nothing is closed. Each change is logged with the rules and why; `fibre ctl
 //! ruleset show` lists what the daemon holds.
 
 use crate::route::{Done, Out};
@@ -95,7 +96,8 @@ impl Firewall {
         self.shared = Some(shared);
     }
 
-    /// Dumps again; if the dump fails, everything closes. Whether something opened.
+    /// Dumps again; if the dump fails, everything closes. Whether what is closed
+    /// changed.
     pub fn resync(&mut self, why: &str) -> bool {
         self.resyncs += 1;
         let before = self.closed;
@@ -103,7 +105,7 @@ impl Firewall {
             Ok(d) => self.take(d),
             Err(e) => self.blind(format!("the ruleset's dump after {why} failed: {e}")),
         }
-        before & !self.closed != 0
+        before != self.closed
     }
 
     /// Closes everything: the ruleset cannot be seen any more, for `why`.
@@ -112,7 +114,7 @@ impl Firewall {
         self.judge();
     }
 
-    /// Applies a batch of notifications; whether something opened. A message that
+    /// Applies a batch of notifications; whether what is closed changed. A message that
     /// cannot be read, or names a table or chain not held, has the ruleset dumped
     /// again: the mirror never guesses.
     pub fn receive(&mut self, batch: Batch) -> bool {
@@ -140,10 +142,10 @@ impl Firewall {
         self.commits += 1;
         let before = self.closed;
         self.judge();
-        before & !self.closed != 0
+        before != self.closed
     }
 
-    /// Reads the iptables-legacy tables again; whether something opened.
+    /// Reads the iptables-legacy tables again; whether what is closed changed.
     pub fn watch_legacy(&mut self) -> bool {
         let now = kernel::legacy();
         if now == self.legacy {
@@ -152,7 +154,7 @@ impl Firewall {
         self.legacy = now;
         let before = self.closed;
         self.judge();
-        before & !self.closed != 0
+        before != self.closed
     }
 
     /// Finds what the ruleset closes, closes it to the workers, and logs what changed.

@@ -42,7 +42,7 @@ pub struct Forwarding {
     /// The serial of the snapshot whose routes `local` holds: a batch that left the
     /// routes as they were (a neighbour's state changing, as they do every few seconds)
     /// walks no routes.
-    local_serial: Option<u64>,
+    local_serial: Option<(u64, u8)>,
     /// Called when a worker ends unasked.
     notify: Option<Notify>,
     /// Workers that failed, and their reasons (the last 16), kept across restarts.
@@ -54,6 +54,27 @@ pub struct Forwarding {
     /// The families the kernel forwards itself from each forwarded link, by name
     /// ([`kernel_forwarding`]).
     kernel: Vec<(String, u8)>,
+}
+
+/// Prefixes covering every destination of the families `families` holds (bit 0 IPv4,
+/// bit 1 IPv6), as keys of the XDP programs' map, where IPv4 is v4-mapped: IPv4 is
+/// `0.0.0.0/0`; IPv6 is every prefix beside `::ffff:0:0/96` on its way from the root,
+/// which cover all of IPv6 but the v4-mapped block.
+fn everything(families: u8) -> Vec<(std::net::IpAddr, u8)> {
+    let mut out = Vec::new();
+    if families & 1 != 0 {
+        out.push((std::net::Ipv4Addr::UNSPECIFIED.into(), 0));
+    }
+    if families & 2 != 0 {
+        let mapped = u128::from(std::net::Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0, 0]));
+        for len in 1..=96u32 {
+            // The sibling, at this length, of the v4-mapped block's ancestor.
+            let ancestor = mapped & (u128::MAX << (128 - len));
+            let sibling = ancestor ^ (1u128 << (128 - len));
+            out.push((std::net::Ipv6Addr::from(sibling).into(), len as u8));
+        }
+    }
+    out
 }
 
 /// The families the kernel forwards itself from each of the links `names` (bit 0 IPv4,
@@ -279,12 +300,16 @@ impl Forwarding {
     }
 
     /// Gives the XDP programs this host's destinations as the mirror holds them now:
-    /// the prefix of every local, broadcast, anycast and multicast route of any table.
+    /// the prefix of every local, broadcast, anycast and multicast route of any table;
+    /// and every destination of a family the firewall closes while the kernel forwards
+    /// it ([`Forwarding::handed`]), so that the programs pass those frames to the
+    /// kernel, which forwards them with its firewall.
     pub fn publish_local(&mut self, mirror: &Mirror) -> Result<(), String> {
+        let handed = self.handed();
         let Some(local) = &mut self.local else {
             return Ok(());
         };
-        let serial = mirror.snapshot().serial();
+        let serial = (mirror.snapshot().serial(), handed);
         if self.local_serial == Some(serial) {
             return Ok(());
         }
@@ -302,6 +327,7 @@ impl Forwarding {
                 )
             })
             .map(|r| (r.dst.addr(), r.dst.len()))
+            .chain(everything(handed))
             .collect();
         local
             .set(prefixes)
@@ -376,6 +402,13 @@ impl Forwarding {
         self.shared.neighbours.publish(table);
     }
 
+    /// The families handed to the kernel whole (bit 0 IPv4, bit 1 IPv6): those the
+    /// firewall closes to fibre while the kernel forwards them from a forwarded link.
+    fn handed(&self) -> u8 {
+        let kernel = self.kernel.iter().fold(0, |f, (_, k)| f | k);
+        self.shared.closed() & kernel & 3
+    }
+
     /// Takes what the kernel forwards itself now ([`kernel_forwarding`]); whether it
     /// changed.
     pub fn kernel_forwards(&mut self, now: Vec<(String, u8)>, mirror: &Mirror) -> bool {
@@ -435,8 +468,8 @@ impl Forwarding {
         self.shared.clone()
     }
 
-    /// Gives the express path the current generation again, once the firewall opened
-    /// what it had closed.
+    /// Gives the express path the current generation again (which stays retired while
+    /// the firewall closes a family).
     pub fn reopen(&self, mirror: &Mirror) {
         self.publish_generation(mirror);
     }
@@ -675,4 +708,44 @@ fn fates(c: &Counters) -> BTreeMap<String, u64> {
         *out.entry(fate_name(f)).or_default() += n;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use std::net::{IpAddr, Ipv6Addr};
+
+    /// Whether `prefixes` (as the XDP programs' map keys them: IPv4 v4-mapped) hold
+    /// `addr`.
+    fn covered(prefixes: &[(IpAddr, u8)], addr: Ipv6Addr) -> bool {
+        prefixes.iter().any(|&(p, len)| {
+            let (p, len) = match p {
+                IpAddr::V4(v4) => (u128::from(v4.to_ipv6_mapped()), u32::from(len) + 96),
+                IpAddr::V6(v6) => (u128::from(v6), u32::from(len)),
+            };
+            let mask = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+            (u128::from(addr) & mask) == p & mask
+        })
+    }
+
+    #[test]
+    fn everything_of_a_family_is_every_address_of_it_and_none_of_the_other() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        let (v4, v6, both) = (everything(1), everything(2), everything(3));
+        assert_eq!((v4.len(), v6.len(), both.len()), (1, 96, 97));
+        for k in 0..20_000 {
+            let mapped = std::net::Ipv4Addr::from(rng.gen::<u32>()).to_ipv6_mapped();
+            // Random IPv6 addresses, and some near the v4-mapped block.
+            let other = if k % 2 == 0 {
+                Ipv6Addr::from(rng.gen::<u128>())
+            } else {
+                Ipv6Addr::from(u128::from(mapped) ^ (1u128 << rng.gen_range(32..128)))
+            };
+            assert!(covered(&v4, mapped) && !covered(&v6, mapped), "{mapped}");
+            assert!(covered(&v6, other) && !covered(&v4, other), "{other}");
+            assert!(covered(&both, mapped) && covered(&both, other));
+        }
+        assert!(everything(0).is_empty());
+    }
 }

@@ -203,10 +203,21 @@ fn arrivals(
 /// fibre is forwarded by the kernel, with its firewall (the ping dropped by its rule, the
 /// datagrams masqueraded), and fibre sends none of those frames a second time; once the
 /// ruleset is gone, the express path takes the destinations the workers decide, still
-/// with nothing doubled.
+/// with nothing doubled. As a user starts it on veths (`--io auto`).
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, tcx, nft, ping"]
 fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_with_its_firewall() {
+    kernel_forwarding_on("auto");
+}
+
+/// The same over AF_XDP: the XDP programs pass a closed family to the kernel whole.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ping"]
+fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_over_af_xdp() {
+    kernel_forwarding_on("xdp");
+}
+
+fn kernel_forwarding_on(io: &str) {
     let (a, r, b) = topology();
     r.sysctl("net.ipv4.ip_forward", "1").unwrap();
     r.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
@@ -218,7 +229,7 @@ fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_with_its_firewa
            chain nat_postrouting { type nat hook postrouting priority 100; \
              oifname \"r1\" masquerade; }; }",
     );
-    let daemon = Daemon::start(&r, "auto");
+    let daemon = Daemon::start(&r, io);
     assert_eq!(closed(&daemon), (true, true));
     let stats = daemon.stats();
     let kernel = &stats["forwarding"]["kernel_forwards"];
@@ -237,10 +248,15 @@ fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_with_its_firewa
             .collect::<Vec<_>>()
     );
     let stats = daemon.stats();
-    assert!(
-        stats["forwarding"]["left_to_kernel"].as_u64() >= Some(300),
-        "{stats}"
-    );
+    if io == "xdp" {
+        // The programs passed them: the workers never saw them.
+        assert_eq!(stats["forwarding"]["firewall_refused"], 0, "{stats}");
+    } else {
+        assert!(
+            stats["forwarding"]["left_to_kernel"].as_u64() >= Some(300),
+            "{stats}"
+        );
+    }
     assert_eq!(stats["forwarding"]["sent"], 0, "{stats}");
 
     // The ruleset gone: fibre's again, the express path taught, nothing doubled.
@@ -261,7 +277,9 @@ fn with_the_kernels_forwarding_on_a_closed_family_is_the_kernels_with_its_firewa
             .take(5)
             .collect::<Vec<_>>()
     );
-    let taught = daemon.stats()["forwarding"]["express"]["taught"].as_u64();
-    assert!(taught > Some(0), "{taught:?}");
+    if io == "auto" {
+        let taught = daemon.stats()["forwarding"]["express"]["taught"].as_u64();
+        assert!(taught > Some(0), "{taught:?}");
+    }
     daemon.terminate();
 }
