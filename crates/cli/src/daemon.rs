@@ -484,11 +484,14 @@ fn watch_firewall(
 }
 
 /// Starts the watcher of the kernel's forwarding sysctls for the links `names`, each
-/// second (sysctls announce nothing); a change is told to the daemon's loop.
+/// second (the kernel's netconf notifications would say it sooner; not followed yet);
+/// a change is told to the daemon's loop.
 fn watch_kernel_forwarding(names: Vec<String>, tx: &mpsc::Sender<Event>) {
     let tx = tx.clone();
     std::thread::spawn(move || {
-        let mut last = crate::forwarding::kernel_forwarding(&names);
+        // The first reading is always told: the forwarding's own, taken as it started,
+        // may be older than it.
+        let mut last = Vec::new();
         loop {
             std::thread::sleep(Duration::from_secs(1));
             let now = crate::forwarding::kernel_forwarding(&names);

@@ -80,8 +80,8 @@ fn everything(families: u8) -> Vec<(std::net::IpAddr, u8)> {
 /// The families the kernel forwards itself from each of the links `names` (bit 0 IPv4,
 /// bit 1 IPv6), as the namespace's sysctls say: IPv4 by the input link's
 /// `net.ipv4.conf.LINK.forwarding`, IPv6 by `net.ipv6.conf.all.forwarding` or the
-/// link's `force_forwarding` (where the kernel has it). Sysctls announce nothing: the
-/// daemon reads them each second.
+/// link's `force_forwarding` (where the kernel has it). The daemon reads them each
+/// second (the kernel's netconf notifications would say it sooner; not followed yet).
 pub fn kernel_forwarding(names: &[String]) -> Vec<(String, u8)> {
     let on = |path: String| {
         std::fs::read_to_string(path).is_ok_and(|v| v.trim().parse::<u32>().is_ok_and(|v| v > 0))

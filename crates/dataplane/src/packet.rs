@@ -29,6 +29,9 @@ const ALL: u16 = (libc::ETH_P_ALL as u16).to_be();
 /// `PACKET_VNET_HDR`: a virtio-net header before each frame read or written.
 pub(crate) const PACKET_VNET_HDR: libc::c_int = 15;
 
+/// `PACKET_FANOUT_FLAG_IGNORE_OUTGOING`: a fanout group ignores what the link sends.
+const FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
+
 /// An `AF_PACKET` socket bound to one link.
 #[derive(Debug)]
 pub struct PacketSocket {
@@ -81,10 +84,25 @@ impl PacketSocket {
     }
 
     /// Joins the socket to fanout group `group` of its network namespace, hashed by flow:
-    /// the link's frames are spread over the group's sockets, a flow's to one.
+    /// the link's frames are spread over the group's sockets, a flow's to one. The group
+    /// ignores the frames the link sends, as the socket alone did
+    /// (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`, Linux 6.2: a group has its own hook, which
+    /// the socket's `PACKET_IGNORE_OUTGOING` does not reach); an older kernel refuses
+    /// the flag, and the group takes them, which the input stage drops as for another
+    /// host.
     pub fn join_fanout(&self, group: u16) -> io::Result<()> {
         let arg = group as libc::c_int | (libc::PACKET_FANOUT_HASH as libc::c_int) << 16;
-        set_int(&self.fd, libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
+        match set_int(
+            &self.fd,
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            arg | FANOUT_FLAG_IGNORE_OUTGOING << 16,
+        ) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                set_int(&self.fd, libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
+            }
+            other => other,
+        }
     }
 
     /// A socket on link `ifindex` for `protocol` (network order; 0: none).
