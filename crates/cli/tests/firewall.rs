@@ -9,29 +9,10 @@ mod common;
 
 use common::*;
 use fibre_kernel::netns::Namespace;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// Loads `rules` into the router's kernel with `nft -f`.
 fn nft(ns: &Namespace, rules: &str) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nft runs (the nftables package)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(rules.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft -f: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ns.nft(&["-f", "-"], rules).expect("nft loads the rules");
 }
 
 fn closed(daemon: &Daemon) -> (bool, bool) {

@@ -854,13 +854,15 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
-        v.closed = shared.closed();
-        v.kernel_forwards = shared.kernel_forwards();
         let ready = if busy {
             all.clone()
         } else {
             wait_any(&fds, Duration::from_millis(10)).unwrap_or_default()
         };
+        // Read once awake, for the frames of this round: what the firewall closed while
+        // the worker slept holds for them.
+        v.closed = shared.closed();
+        v.kernel_forwards = shared.kernel_forwards();
         busy = false;
         // Packets waiting for a neighbour: again through the pipeline once the table
         // changed, before what came after them; dropped once they waited long enough.

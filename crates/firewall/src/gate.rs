@@ -400,20 +400,8 @@ pub fn quiet(refusals: &[Refusal]) -> Families {
 mod tests {
     use super::*;
     use crate::message::tests::{base_chain, message, nla, rule};
-    use crate::message::{read, Read, NEWCHAIN, NEWTABLE};
-
-    fn apply(r: &mut Ruleset, bytes: &[u8]) {
-        let Ok(Read::Message(m, flags)) = read(bytes) else {
-            panic!("{:?}", read(bytes));
-        };
-        r.apply(m, flags);
-    }
-
-    fn table(family: u8, name: &str, flags: u32) -> Vec<u8> {
-        let mut attrs = nla(1, format!("{name}\0").as_bytes());
-        attrs.extend(nla(2, &flags.to_be_bytes()));
-        message(NEWTABLE, family, 0, &attrs)
-    }
+    use crate::message::NEWCHAIN;
+    use crate::ruleset::tests::{apply, table};
 
     fn netdev_chain(table: &str, name: &str, dev: &str) -> Vec<u8> {
         let mut attrs = nla(1, format!("{table}\0").as_bytes());

@@ -40,7 +40,7 @@ pub struct Dump {
 /// Dumps the ruleset of every family.
 pub fn dump() -> io::Result<Dump> {
     let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    set_receive_buffer(&socket, RECEIVE_BUFFER)?;
+    fibre_kernel::sockopt::set_receive_buffer(&socket, RECEIVE_BUFFER)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
     let mut buf = vec![0u8; 1 << 20];
@@ -150,7 +150,7 @@ impl Events {
     /// Subscribes to the nf_tables group.
     pub fn subscribe() -> io::Result<Events> {
         let mut socket = Socket::new(NETLINK_NETFILTER)?;
-        set_receive_buffer(&socket, RECEIVE_BUFFER)?;
+        fibre_kernel::sockopt::set_receive_buffer(&socket, RECEIVE_BUFFER)?;
         socket.bind_auto()?;
         socket.add_membership(GROUP_NFTABLES)?;
         Ok(Events {
@@ -219,26 +219,4 @@ pub fn legacy() -> Legacy {
         v4: read("/proc/net/ip_tables_names"),
         v6: read("/proc/net/ip6_tables_names"),
     }
-}
-
-/// Sets a socket's receive buffer: `SO_RCVBUFFORCE` where the process may (as root),
-/// else as large as the system allows.
-fn set_receive_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let value = bytes.min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: `setsockopt` reads `size_of::<c_int>()` bytes from a pointer to a live
-    // `c_int`, on a descriptor this socket owns; it keeps neither.
-    let forced = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if forced != 0 {
-        socket.set_rx_buf_sz(bytes)?;
-    }
-    Ok(())
 }

@@ -315,19 +315,23 @@ fn merge(devices: &mut Vec<String>, old: &[String]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::message::{read, tests::*, Read, NEWTABLE};
+    use crate::message::tests::*;
+    use crate::message::{read, Read, NEWTABLE};
 
-    fn apply(r: &mut Ruleset, bytes: &[u8]) {
+    /// Applies a whole message's bytes to `r`.
+    pub(crate) fn apply(r: &mut Ruleset, bytes: &[u8]) {
         let Ok(Read::Message(m, flags)) = read(bytes) else {
             panic!("{:?}", read(bytes));
         };
         r.apply(m, flags);
     }
 
-    fn table(family: u8, name: &str) -> Vec<u8> {
+    /// A table of `family` named `name` with `flags` (1: dormant).
+    pub(crate) fn table(family: u8, name: &str, flags: u32) -> Vec<u8> {
         let mut attrs = nla(1, format!("{name}\0").as_bytes());
+        attrs.extend(nla(2, &flags.to_be_bytes()));
         attrs.extend(nla(4, &1u64.to_be_bytes()));
         message(NEWTABLE, family, 0, &attrs)
     }
@@ -342,7 +346,7 @@ mod tests {
     #[test]
     fn rules_keep_the_kernels_order() {
         let mut r = Ruleset::new();
-        apply(&mut r, &table(1, "fw"));
+        apply(&mut r, &table(1, "fw", 0));
         apply(&mut r, &base_chain(1, "fw", "fwd", 2, 1));
         apply(&mut r, &rule(1, "fw", "fwd", 4, &["counter"]));
         // Appended: at the end.

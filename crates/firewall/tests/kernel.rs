@@ -10,32 +10,11 @@ use fibre_firewall::message::Message;
 use fibre_firewall::Ruleset;
 use fibre_kernel::netns::Namespace;
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
-/// Runs `nft` in `ns` with `args`, `stdin` fed to it.
+/// Runs `nft` in `ns` with `args`, `stdin` fed to it; what it printed.
 fn nft(ns: &Namespace, args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns.name(), "nft"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("nft runs (the nftables package)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    ns.nft(args, stdin)
+        .expect("nft runs (the nftables package)")
 }
 
 /// Each chain's rule handles in order, and each base chain's hook and policy, as `nft
@@ -46,33 +25,16 @@ type Listing = std::collections::BTreeMap<
 >;
 
 fn listed_by_nft(ns: &Namespace) -> Listing {
-    let v: Value = serde_json::from_str(&nft(ns, &["-j", "-a", "list", "ruleset"], "")).unwrap();
-    let mut out = Listing::new();
-    for item in v["nftables"].as_array().unwrap() {
-        let s = |o: &Value, k: &str| o[k].as_str().unwrap_or_default().to_string();
-        if let Some(c) = item.get("chain") {
-            out.insert(
-                (s(c, "family"), s(c, "table"), s(c, "name")),
-                (
-                    c["hook"].as_str().map(str::to_string),
-                    c["policy"].as_str().map(str::to_string),
-                    vec![],
-                ),
-            );
-        }
-        if let Some(r) = item.get("rule") {
-            out.get_mut(&(s(r, "family"), s(r, "table"), s(r, "chain")))
-                .unwrap()
-                .2
-                .push(r["handle"].as_u64().unwrap());
-        }
-    }
-    out
+    listing(&serde_json::from_str(&nft(ns, &["-j", "-a", "list", "ruleset"], "")).unwrap())
 }
 
 fn listed_by_fibre(r: &Ruleset) -> Listing {
+    listing(&r.to_json())
+}
+
+/// The listing of a ruleset shaped as `nft -j` shapes it (fibre's `to_json` is).
+fn listing(v: &Value) -> Listing {
     let mut out = Listing::new();
-    let v = r.to_json();
     for item in v["nftables"].as_array().unwrap() {
         let s = |o: &Value, k: &str| o[k].as_str().unwrap_or_default().to_string();
         if let Some(c) = item.get("chain") {

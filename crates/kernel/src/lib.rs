@@ -5,6 +5,7 @@
 //! - [`bpf`]: eBPF instruction encoding, maps, program loading and `BPF_PROG_TEST_RUN`.
 //! - [`probe`]: the kernel's route lookup (`bpf_fib_lookup`) run from an XDP program on
 //!   addresses from a map, timed by the kernel, dry run beside it, answers readable.
+//! - [`sockopt`]: the netlink sockets' receive buffers.
 //!
 //! Everything here needs root; [`netns::unavailable_reason`] says plainly why the kernel
 //! side cannot run when it cannot.
@@ -12,3 +13,4 @@
 pub mod bpf;
 pub mod netns;
 pub mod probe;
+pub mod sockopt;

@@ -143,6 +143,34 @@ impl Namespace {
         Ok(())
     }
 
+    /// Runs `nft` inside the namespace with `args`, `stdin` fed to it (`-f -` loads a
+    /// ruleset); what it printed.
+    pub fn nft(&self, args: &[&str], stdin: &str) -> io::Result<String> {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut input = child.stdin.take().expect("stdin is piped");
+        // Fed from a thread of its own while this one reads what nft says, as for ip.
+        let out = std::thread::scope(|s| {
+            let feeder = s.spawn(move || input.write_all(stdin.as_bytes()));
+            let out = child.wait_with_output();
+            let _ = feeder.join().expect("the feeding thread does not panic");
+            out
+        })?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "nft {args:?} in {}: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Sets a sysctl inside the namespace.
     pub fn sysctl(&self, key: &str, value: &str) -> io::Result<()> {
         run(Command::new("ip").args([

@@ -106,7 +106,7 @@ impl Events {
     /// (forced past the system's limit where this process may).
     pub fn subscribe(receive_buffer: usize) -> io::Result<Events> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
-        set_receive_buffer(&socket, receive_buffer)?;
+        fibre_kernel::sockopt::set_receive_buffer(&socket, receive_buffer)?;
         socket.bind_auto()?;
         for g in GROUPS {
             socket.add_membership(g)?;
@@ -161,28 +161,6 @@ impl Events {
     }
 }
 
-/// Sets a socket's receive buffer: `SO_RCVBUFFORCE` where the process may (as root),
-/// else as large as the system allows.
-fn set_receive_buffer(socket: &Socket, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let value = bytes.min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: `setsockopt` reads `size_of::<c_int>()` bytes from a pointer to a live
-    // `c_int`, on a descriptor this socket owns; it keeps neither.
-    let forced = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if forced != 0 {
-        socket.set_rx_buf_sz(bytes)?;
-    }
-    Ok(())
-}
-
 /// Parses the netlink messages in `bytes` into `out`; the number that could not be
 /// parsed (each dropped).
 fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
@@ -221,7 +199,7 @@ pub struct Dump {
 /// kernel gives it whole.
 pub fn dump() -> io::Result<Dump> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
-    set_receive_buffer(&socket, RECEIVE_BUFFER)?;
+    fibre_kernel::sockopt::set_receive_buffer(&socket, RECEIVE_BUFFER)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
     // Nexthop objects before the routes that name them.
