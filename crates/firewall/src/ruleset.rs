@@ -117,17 +117,8 @@ impl Ruleset {
                     return;
                 };
                 let hooked = t.chains.get_mut(&name).and_then(|c| c.chain.hook.as_mut());
-                match hooked {
-                    // Devices taken off the hook; the chain stays while it has others.
-                    Some(h)
-                        if !devices.is_empty()
-                            && h.devices.iter().any(|d| !devices.contains(d)) =>
-                    {
-                        h.devices.retain(|d| !devices.contains(d))
-                    }
-                    _ => {
-                        t.chains.remove(&name);
-                    }
+                if !hooked.is_some_and(|h| take_off(&mut h.devices, &devices)) {
+                    t.chains.remove(&name);
                 }
             }
             Message::NewSet(set) => {
@@ -162,16 +153,9 @@ impl Ruleset {
                 let Some(t) = self.tables.get_mut(&(family, table)) else {
                     return;
                 };
-                match t.flowtables.get_mut(&name) {
-                    Some(f)
-                        if !devices.is_empty()
-                            && f.devices.iter().any(|d| !devices.contains(d)) =>
-                    {
-                        f.devices.retain(|d| !devices.contains(d))
-                    }
-                    _ => {
-                        t.flowtables.remove(&name);
-                    }
+                let held = t.flowtables.get_mut(&name);
+                if !held.is_some_and(|f| take_off(&mut f.devices, &devices)) {
+                    t.flowtables.remove(&name);
                 }
             }
             Message::NewRule(rule) => {
@@ -303,6 +287,17 @@ impl Ruleset {
         }
         json!({ "nftables": out })
     }
+}
+
+/// Takes the devices `removed` names off `devices`, if it names some and others stay;
+/// whether the hook (or flowtable) stays. A removal naming no device, or all of them,
+/// removes the whole.
+fn take_off(devices: &mut Vec<String>, removed: &[String]) -> bool {
+    if removed.is_empty() || devices.iter().all(|d| removed.contains(d)) {
+        return false;
+    }
+    devices.retain(|d| !removed.contains(d));
+    true
 }
 
 /// Adds to `devices` those of `old` it does not name.
