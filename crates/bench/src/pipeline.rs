@@ -63,11 +63,12 @@ const INPUT_NET4: Ipv4Addr = Ipv4Addr::new(10, 199, 0, 0);
 const INPUT_NET6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x199, 0, 0, 0, 0, 0, 0);
 
 /// The stages in the order a packet goes through them, as [`Pipeline::stages`] names them.
-pub const STAGES: [&str; 7] = [
+pub const STAGES: [&str; 8] = [
     "receive",
     "input",
     "route",
     "neighbour",
+    "filter",
     "rewrite",
     "icmp",
     "output",
@@ -447,7 +448,7 @@ fn measure_lanes(
 ) -> Result<Measured, String> {
     let reps = cfg.repetitions.max(1);
     // Per repetition, per thread, each stage's ns per packet.
-    let stages: Mutex<Vec<Vec<[f64; 7]>>> = Mutex::new(vec![Vec::new(); reps]);
+    let stages: Mutex<Vec<Vec<[f64; STAGES.len()]>>> = Mutex::new(vec![Vec::new(); reps]);
     let strays = Mutex::new(0u64);
     let per_thread = flows.frames.len() / threads.max(1);
     let timing = measure(
@@ -458,7 +459,7 @@ fn measure_lanes(
         |t| Lane::new(router, flows, cfg.pool, t * per_thread),
         |lane, rep| {
             let n = lane.forward(cfg.packets, vector);
-            let mut ns = [0.0; 7];
+            let mut ns = [0.0; STAGES.len()];
             for (k, (_, c)) in lane.pipeline.stages().iter().enumerate() {
                 ns[k] = c.time.as_nanos() as f64 / n.max(1) as f64;
             }
@@ -478,7 +479,7 @@ fn measure_lanes(
         ));
     }
     let stages = stages.into_inner().unwrap_or_default();
-    let stage_stats = (0..7)
+    let stage_stats = (0..STAGES.len())
         .map(|k| {
             let per_rep: Vec<f64> = stages
                 .iter()

@@ -237,7 +237,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     } else {
         let closed = firewall
             .as_ref()
-            .map_or(0b1111, |f| firewall::lock(f).closed());
+            .map_or(0b1111, |f| firewall::lock(f).closed_until_attached());
         let tx = std::sync::Mutex::new(tx.clone());
         let notify: fibre_dataplane::workers::Notify = std::sync::Arc::new(move |g, n| {
             if let Ok(tx) = tx.lock() {

@@ -11,6 +11,7 @@
 
 use crate::route::{Done, Out};
 use fibre_dataplane::worker::Shared;
+use fibre_firewall::eval::Filter;
 use fibre_firewall::gate::{self, Families, Legacy, Refusal};
 use fibre_firewall::kernel::{self, Batch, Dump};
 use fibre_firewall::message::Message;
@@ -32,6 +33,8 @@ pub struct Firewall {
     links: Vec<String>,
     legacy: Legacy,
     refusals: Vec<Refusal>,
+    /// The filter rules fibre evaluates, compiled.
+    filter: Arc<Filter>,
     /// What is closed ([`Shared::closed`]'s bits).
     closed: u8,
     /// Why everything is closed whatever the ruleset says: it cannot be seen.
@@ -51,6 +54,14 @@ pub struct Firewall {
     commits: u64,
 }
 
+/// The families of bits 0 (IPv4) and 1 (IPv6).
+fn bits(b: u8) -> Families {
+    Families {
+        v4: b & 1 != 0,
+        v6: b & 2 != 0,
+    }
+}
+
 /// The firewall, shared by the daemon's loop and the firewall's threads.
 pub type SharedFirewall = Arc<Mutex<Firewall>>;
 
@@ -68,6 +79,7 @@ impl Firewall {
             links: links.to_vec(),
             legacy: kernel::legacy(),
             refusals: Vec::new(),
+            filter: Arc::default(),
             closed: 0,
             blind: None,
             shared: None,
@@ -93,6 +105,9 @@ impl Firewall {
     /// Closes what it closes through `shared` from now on (the workers started with
     /// it closed already).
     pub fn attach(&mut self, shared: Arc<Shared>) {
+        if let Err(e) = shared.enforce(self.filter.clone(), self.closed) {
+            eprintln!("fibre daemon: the express path's generation: {e}");
+        }
         self.shared = Some(shared);
     }
 
@@ -160,12 +175,18 @@ impl Firewall {
     /// Finds what the ruleset closes, closes it to the workers, and logs what changed.
     fn judge(&mut self) {
         self.refusals = gate::refusals(&self.ruleset, &self.links, &self.legacy);
+        self.filter = Arc::new(Filter::of(&self.ruleset));
+        let filtered = u8::from(self.filter.holds(false)) | u8::from(self.filter.holds(true)) << 1;
         self.closed = match &self.blind {
             Some(_) => ALL,
-            None => gate::closed(&self.refusals).bits() | gate::quiet(&self.refusals).bits() << 2,
+            None => {
+                gate::closed(&self.refusals).bits()
+                    | gate::quiet(&self.refusals).bits() << 2
+                    | filtered << 4
+            }
         };
         if let Some(shared) = &self.shared {
-            if let Err(e) = shared.close(self.closed) {
+            if let Err(e) = shared.enforce(self.filter.clone(), self.closed) {
                 eprintln!("fibre daemon: the express path's generation: {e}");
             }
         }
@@ -179,18 +200,20 @@ impl Firewall {
         }
     }
 
-    /// What is closed now ([`Shared::closed`]'s bits).
-    pub fn closed(&self) -> u8 {
-        self.closed
+    /// What to close to workers that start before they are given the filter rules
+    /// ([`Firewall::attach`]): what is closed, and the families the rules hold.
+    pub fn closed_until_attached(&self) -> u8 {
+        self.closed | (self.closed >> 4 & 3)
     }
 
     /// The families closed to forwarding, and those whose ICMP errors are.
     fn families(&self) -> (Families, Families) {
-        let f = |bits: u8| Families {
-            v4: bits & 1 != 0,
-            v6: bits & 2 != 0,
-        };
-        (f(self.closed), f(self.closed >> 2))
+        (bits(self.closed), bits(self.closed >> 2))
+    }
+
+    /// The families fibre puts through the filter rules.
+    fn filtered(&self) -> Families {
+        bits(self.closed >> 4)
     }
 
     /// The log's words for what is closed now: a line for the families, then the first
@@ -215,14 +238,22 @@ impl Firewall {
             ));
         } else if quiet.any() {
             out.push(format!(
-                "sending no ICMP errors of {}: the router's output hook holds what fibre \
-                 does not evaluate yet",
+                "sending no ICMP errors of {}: the router's output or postrouting hook \
+                 holds rules fibre does not put its errors through yet",
                 quiet.name()
             ));
         } else {
             out.push(format!(
                 "the firewall closes nothing to fibre ({tables} tables, {chains} chains, \
                  {rules} rules)"
+            ));
+        }
+        let filtered = self.filtered();
+        if filtered.any() {
+            out.push(format!(
+                "putting {} through the router's filter rules (prerouting, forward, \
+                 postrouting), as the kernel would",
+                filtered.name()
             ));
         }
         for r in self.refusals.iter().take(LOGGED) {
@@ -246,6 +277,7 @@ impl Firewall {
             "tables": tables, "chains": chains, "rules": rules,
             "closed": {"ipv4": closed.v4, "ipv6": closed.v6},
             "errors_closed": {"ipv4": quiet.v4, "ipv6": quiet.v6},
+            "filtered": {"ipv4": self.filtered().v4, "ipv6": self.filtered().v6},
             "blind": self.blind,
             "refusals": self.refusals.len(),
             "first_refusals": self.refusals.iter().take(16).map(Refusal::to_json)
@@ -272,6 +304,18 @@ impl Firewall {
                 out,
                 "fibre_firewall_closed{{family=\"{family}\"}} {}",
                 u8::from(closed)
+            );
+        }
+        let filtered = self.filtered();
+        let _ = writeln!(
+            out,
+            "# HELP fibre_firewall_filtered Whether fibre puts the family through the router's filter rules (1).\n# TYPE fibre_firewall_filtered gauge"
+        );
+        for (family, on) in [("ipv4", filtered.v4), ("ipv6", filtered.v6)] {
+            let _ = writeln!(
+                out,
+                "fibre_firewall_filtered{{family=\"{family}\"}} {}",
+                u8::from(on)
             );
         }
         for (name, kind, help, v) in [

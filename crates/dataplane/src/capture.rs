@@ -203,6 +203,7 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Drop(Dropped::SegmentsOverMtu) => "drop:segments-over-mtu".into(),
         Fate::Drop(Dropped::SourceScope) => "drop:source-scope".into(),
         Fate::Drop(Dropped::NoLink) => "drop:no-link".into(),
+        Fate::Drop(Dropped::Filtered) => "drop:filtered".into(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The stages over a vector of packets from one link: input, route, neighbour, rewrite.
+//! The stages over a vector of packets from one link: input, route, neighbour, filter,
+//! rewrite.
 //!
 //! Each stage runs over the whole vector before the next starts, as VPP's graph nodes
 //! do, so that a stage's code and data stay in cache across the vector and the route
@@ -14,6 +15,10 @@
 //!   searched table comes to (its link, MTU and MAC addresses: VPP's adjacency) is made
 //!   once and kept from vector to vector while the snapshot and the neighbour table stay
 //!   the same, so that most packets find theirs by the route stage's answer id alone;
+//! - filter: the router's stateless filter rules ([`fibre_firewall::eval`]) at the
+//!   prerouting, forward and postrouting hooks, for the packets to send, and at
+//!   prerouting for those to answer with an error; what they drop is neither sent nor
+//!   answered. The stage runs only while the rules hold something;
 //! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named;
 //!   an IPv4 packet over the MTU without DF cut into fragments ([`crate::fragment`]),
 //!   the later ones in buffers of their own;
@@ -39,8 +44,10 @@ use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
+use fibre_firewall::eval::Filter;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The neighbour table the neighbour stage reads: the MAC address of `addr` on `link`.
@@ -270,6 +277,9 @@ pub enum Dropped {
     SourceScope,
     /// The route names a link the snapshot does not hold.
     NoLink,
+    /// Dropped by the router's filter rules (a drop verdict or policy at prerouting,
+    /// forward or postrouting).
+    Filtered,
 }
 
 /// Where a packet went.
@@ -360,6 +370,8 @@ pub struct Pipeline {
     pub route: StageCounters,
     /// The neighbour stage's cost.
     pub neighbour: StageCounters,
+    /// The filter stage's cost (over the packets it put through the router's rules).
+    pub filter: StageCounters,
     /// The rewrite stage's cost.
     pub rewrite: StageCounters,
     /// The ICMP stage's cost (over the packets it answered or refused).
@@ -390,6 +402,9 @@ pub struct Pipeline {
     /// packet's after the packet's own (its first fragment), by the same link, and gives
     /// back what it does not send.
     pub fragments: Vec<(usize, BufferId)>,
+    /// The router's filter rules, as the caller last took them: the filter stage puts
+    /// each packet to forward through them.
+    pub rules: Arc<Filter>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
@@ -435,12 +450,13 @@ impl Pipeline {
     }
 
     /// The stages' counters in order, named.
-    pub fn stages(&self) -> [(&'static str, StageCounters); 7] {
+    pub fn stages(&self) -> [(&'static str, StageCounters); 8] {
         [
             ("receive", self.receive),
             ("input", self.input),
             ("route", self.route),
             ("neighbour", self.neighbour),
+            ("filter", self.filter),
             ("rewrite", self.rewrite),
             ("icmp", self.icmp),
             ("output", self.output),
@@ -448,12 +464,13 @@ impl Pipeline {
     }
 
     /// The stages' counters, mutably, in [`Pipeline::stages`] order.
-    pub fn stages_mut(&mut self) -> [&mut StageCounters; 7] {
+    pub fn stages_mut(&mut self) -> [&mut StageCounters; 8] {
         [
             &mut self.receive,
             &mut self.input,
             &mut self.route,
             &mut self.neighbour,
+            &mut self.filter,
             &mut self.rewrite,
             &mut self.icmp,
             &mut self.output,
@@ -594,6 +611,13 @@ impl Pipeline {
         self.answers4 = Some(answers4.recycle());
         self.answers6 = Some(answers6.recycle());
         self.neighbour.add(routed, t);
+
+        // Filter: only where the router's rules hold something for a family.
+        if self.rules.holds(false) || self.rules.holds(true) {
+            let t = Instant::now();
+            let checked = self.filter_vector(snap, iif, pool, packets, fates, &mut next);
+            self.filter.add(checked, t);
+        }
 
         // Rewrite.
         let t = Instant::now();
@@ -742,6 +766,69 @@ impl Pipeline {
                 }
             };
         }
+    }
+
+    /// The filter stage: each packet to send (`next`) and each to answer with an error
+    /// (`self.errors`) through the router's rules at prerouting, as received; each to
+    /// send through them at forward and postrouting too, as those hooks see it. A packet
+    /// they drop is neither sent nor answered, and gives back the buffers taken for its
+    /// fragments. How many packets it put through the rules.
+    fn filter_vector(
+        &mut self,
+        snap: &Snapshot,
+        iif: LinkIndex,
+        pool: &mut Pool,
+        packets: &[BufferId],
+        fates: &mut [Fate],
+        next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
+    ) -> usize {
+        let view = |index: LinkIndex| {
+            let l = snap.link(index);
+            fibre_firewall::eval::Link {
+                index,
+                name: l.map_or("", |l| l.name.as_str()),
+                // fibre forwards between Ethernet links only.
+                kind: 1,
+                group: l.map_or(0, |l| l.group),
+            }
+        };
+        let input = view(iif);
+        let ip = |id: BufferId| &pool.frame(id)[ETHERNET_LEN..];
+        let mut dropped = Vec::new();
+        let checked = next.len() + self.errors.len();
+        next.retain(|&(i, _, _)| {
+            let ip = ip(packets[i]);
+            let Some(out) = fates[i].output() else {
+                return true;
+            };
+            let pass = self.rules.prerouting(ip, input)
+                && self.rules.forwarding(&fibre_firewall::eval::Packet {
+                    ip,
+                    iif: input,
+                    oif: view(out),
+                });
+            if !pass {
+                dropped.push(i);
+            }
+            pass
+        });
+        self.errors.retain(|&(i, _, _)| {
+            let pass = self.rules.prerouting(ip(packets[i]), input);
+            if !pass {
+                dropped.push(i);
+            }
+            pass
+        });
+        for i in dropped {
+            if let Fate::Fragmented(_) = fates[i] {
+                if let Some(k) = self.cut.iter().position(|c| c.0 == i) {
+                    let (_, _, later) = self.cut.remove(k);
+                    pool.free(&self.spare[later]);
+                }
+            }
+            fates[i] = Fate::Drop(Dropped::Filtered);
+        }
+        checked
     }
 
     /// Takes from `pool` the buffers packet `i` (`len` bytes, to an MTU of `mtu`) needs

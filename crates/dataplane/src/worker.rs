@@ -46,6 +46,7 @@ use crate::workers::EXPRESS_DESTINATIONS;
 use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
 use fibre_fib::{FibReader, LinkIndex};
+use fibre_firewall::eval::Filter;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
@@ -326,8 +327,12 @@ pub struct Shared {
     /// What the router's firewall closes to fibre: bit 0 IPv4, bit 1 IPv6 (packets of
     /// those it would send, it drops and counts instead, `firewall_refused`, and the
     /// express path forwards none); bit 2 IPv4's, bit 3 IPv6's ICMP errors fibre would
-    /// send (dropped and counted alike). Set by [`Shared::close`].
+    /// send (dropped and counted alike); bit 4 IPv4, bit 5 IPv6 to the express path only
+    /// (the workers put those families through the filter rules, which the express path
+    /// does not run). Set by [`Shared::close`].
     closed: AtomicU8,
+    /// The router's filter rules, which the workers put every packet through.
+    filter: ArcSwap<Filter>,
     /// The families the kernel forwards itself, by input link (bit 0 IPv4, bit 1 IPv6:
     /// its forwarding is on for frames from that link): a frame it has its own copy of
     /// is left to it, never sent a second time; the workers still teach the express
@@ -351,6 +356,7 @@ impl Shared {
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
             closed: AtomicU8::new(0),
+            filter: ArcSwap::default(),
             kernel_forwards: ArcSwap::default(),
         }
     }
@@ -363,13 +369,26 @@ impl Shared {
         let express = self.express();
         self.closed.store(closed, Ordering::SeqCst);
         match &*express {
-            Some(x) if closed & 3 != 0 => x.set_generation(Generation::RETIRED),
+            Some(x) if express_closed(closed) != 0 => x.set_generation(Generation::RETIRED),
             _ => Ok(()),
         }
     }
 
+    /// Gives the workers the router's filter rules and, after them, what the firewall
+    /// closes (as [`Shared::close`]): a family the rules newly hold is closed to the
+    /// express path (`closed`'s bits 4 and 5) only once the workers have them.
+    pub fn enforce(&self, filter: Arc<Filter>, closed: u8) -> io::Result<()> {
+        self.filter.store(filter);
+        self.close(closed)
+    }
+
+    /// The router's filter rules.
+    pub fn filter(&self) -> Arc<Filter> {
+        self.filter.load_full()
+    }
+
     /// What the firewall closes now: bit 0 IPv4, bit 1 IPv6, bit 2 IPv4's ICMP errors,
-    /// bit 3 IPv6's.
+    /// bit 3 IPv6's; bits 4 and 5 IPv4 and IPv6 to the express path only.
     pub fn closed(&self) -> u8 {
         self.closed.load(Ordering::Relaxed)
     }
@@ -390,7 +409,7 @@ impl Shared {
     pub fn publish_generation(&self, g: Generation) -> io::Result<()> {
         let express = self.express();
         let Some(x) = &*express else { return Ok(()) };
-        if self.closed.load(Ordering::SeqCst) & 3 != 0 {
+        if express_closed(self.closed.load(Ordering::SeqCst)) != 0 {
             x.set_generation(Generation::RETIRED)
         } else {
             x.set_generation(g)
@@ -702,7 +721,7 @@ impl Vector {
             {
                 if let (Fate::Out(link), Some(learner)) = (fate, &mut self.express) {
                     let frame = self.pool.frame(id);
-                    if !in_families(self.closed, frame, false) {
+                    if !in_families(express_closed(self.closed), frame, false) {
                         learner.learn(snap, generation, arrival.link, *link, frame, &mut self.io);
                     }
                 }
@@ -732,7 +751,16 @@ impl Vector {
                 Fate::Out(link) => {
                     if let Some(learner) = &mut self.express {
                         let frame = self.pool.frame(id);
-                        learner.learn(snap, generation, arrival.link, *link, frame, &mut self.io);
+                        if !in_families(express_closed(self.closed), frame, false) {
+                            learner.learn(
+                                snap,
+                                generation,
+                                arrival.link,
+                                *link,
+                                frame,
+                                &mut self.io,
+                            );
+                        }
                     }
                     self.out.push(*link, id)
                 }
@@ -777,6 +805,12 @@ impl Vector {
         self.pool.free(&self.free);
         self.pipeline.output.add(out, t);
     }
+}
+
+/// The families (bit 0 IPv4, bit 1 IPv6) closed to the express path by `closed` (as
+/// [`Shared::closed`] has them): those closed to fibre, and those it filters.
+fn express_closed(closed: u8) -> u8 {
+    (closed | closed >> 4) & 3
 }
 
 /// Whether a frame to send (Ethernet, no VLAN tag: those go to the kernel) is of a
@@ -862,6 +896,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         // Read once awake, for the frames of this round: what the firewall closed while
         // the worker slept holds for them.
         v.closed = shared.closed();
+        v.pipeline.rules = shared.filter();
         v.kernel_forwards = shared.kernel_forwards();
         busy = false;
         // Packets waiting for a neighbour: again through the pipeline once the table

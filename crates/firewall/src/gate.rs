@@ -20,6 +20,7 @@
 //! A dormant table is off, and closes nothing; a base chain with no rules and policy
 //! accept changes nothing, and closes nothing.
 
+use crate::eval;
 use crate::message::{device_is, Expression, Family, UNREADABLE};
 use crate::render;
 use crate::ruleset::Ruleset;
@@ -245,6 +246,52 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
                     "it may reroute the ICMP errors fibre sends".into(),
                 ));
             }
+            // A filter chain of the forwarding path's hooks that compiles, fibre
+            // evaluates; its rules close only the ICMP errors fibre sends, which meet a
+            // postrouting chain and which fibre does not put through it.
+            let evaluated = met
+                && matches!(family, Family::Ip | Family::Ip6 | Family::Inet)
+                && eval::Hook::of(h.number).is_some()
+                && c.chain.kind.as_deref().is_none_or(|k| k == "filter");
+            if evaluated {
+                match eval::Program::compile(t, &c.chain.name) {
+                    Ok(_) => {
+                        if h.number == 4 && (!c.rules.is_empty() || c.chain.policy == Some(0)) {
+                            let mut f = refusal(
+                                families,
+                                name,
+                                None,
+                                format!("filter chain at the {at}"),
+                                "the ICMP errors fibre sends meet it, and fibre does not put \
+                                 them through it"
+                                    .into(),
+                            );
+                            f.errors_only = true;
+                            out.push(f);
+                        }
+                    }
+                    Err(why) => {
+                        for r in why {
+                            let rule = t
+                                .chains
+                                .get(&r.chain)
+                                .and_then(|c| c.rules.iter().find(|x| x.handle == r.handle));
+                            refused.insert((r.chain.clone(), r.handle));
+                            out.push(refusal(
+                                families,
+                                Some(&r.chain),
+                                rule.map(|x| x.handle),
+                                rule.map_or_else(|| r.what.clone(), render::rule),
+                                format!(
+                                    "reached from the {at}; fibre does not evaluate {}",
+                                    r.what
+                                ),
+                            ));
+                        }
+                    }
+                }
+                continue;
+            }
             for r in &c.rules {
                 if met {
                     refused.insert((c.chain.name.clone(), r.handle));
@@ -257,7 +304,7 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
                     if met {
                         format!(
                             "a rule forwarded packets meet at the {at}; fibre does not \
-                             evaluate rules yet"
+                             evaluate rules here yet"
                         )
                     } else {
                         format!("a rule the ICMP errors fibre sends meet at the {at}")
@@ -611,9 +658,23 @@ mod tests {
     fn policies_nat_chains_and_devices() {
         let mut r = Ruleset::new();
         apply(&mut r, &table(1, "fw", 0));
-        // A dropping policy at postrouting, with no rule, closes both.
+        // A dropping policy at postrouting, with no rule, fibre evaluates: it closes
+        // only the ICMP errors fibre sends, which meet it unevaluated.
         apply(&mut r, &base_chain(1, "fw", "post", 4, 0));
+        assert_eq!(closed_by(&r), Families::NONE);
+        let got = refusals(&r, &[], &Legacy::default());
+        assert_eq!((quiet(&got), got.len()), (Families::BOTH, 1));
+        // A rule there fibre does not evaluate closes both, named with what it lacks.
+        apply(&mut r, &rule(1, "fw", "post", 7, &["payload", "cmp"]));
         assert_eq!(closed_by(&r), Families::BOTH);
+        let got = refusals(&r, &[], &Legacy::default());
+        assert_eq!(got[0].handle, Some(7), "{got:?}");
+        assert!(
+            got[0]
+                .why
+                .contains("does not evaluate `payload` as used here"),
+            "{got:?}"
+        );
         let mut r = Ruleset::new();
         apply(&mut r, &table(5, "dev", 0));
         // netdev ingress on a link fibre does not forward: not met.

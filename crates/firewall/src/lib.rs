@@ -10,10 +10,12 @@
 //! - [`message`]: nf_tables messages decoded (tables, chains, rules, generations).
 //! - [`ruleset`]: the mirrored ruleset, applied message by message.
 //! - [`render`]: a rule's expressions as text, for an operator.
+//! - [`eval`]: the stateless filter rules, compiled and evaluated as the kernel does.
 //! - [`gate`]: what of the ruleset fibre may not bypass, and for which family.
 //! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
 //!   tables.
 
+pub mod eval;
 pub mod gate;
 pub mod kernel;
 pub mod message;

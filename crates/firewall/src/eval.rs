@@ -1,0 +1,1004 @@
+//! The router's stateless filter rules, evaluated as the kernel's `nft_do_chain`
+//! evaluates them. Each base chain of type `filter` at the prerouting, forward or
+//! postrouting hook of a table of family `ip`, `ip6` or `inet` is compiled, with the
+//! chains it jumps or goes to, from the kernel's own expressions into operations on
+//! registers, jumps resolved to indexes; fibre's packet path runs them on each packet it
+//! forwards, as the kernel would at those hooks.
+//!
+//! Compiled are the expressions that read the packet and its links and decide:
+//! `payload` (network and transport headers), `meta` (length, protocols, links' indexes,
+//! names, types and groups, mark, packet type), `cmp`, `bitwise` (mask and xor), `range`,
+//! `immediate` (data, and the verdicts accept, drop, continue, return, jump and goto) and
+//! `counter` (which fibre does not add to the kernel's counters). Anything else does not
+//! compile: the chain is not fibre's to evaluate ([`Refused`] says which rule and why),
+//! and the gate closes its families.
+//!
+//! Registers are the kernel's: 16 bytes of verdict and sixteen 32-bit registers, the
+//! four 16-byte registers of old (`NFT_REG_1` to `_4`) overlaying them; values are
+//! written as the kernel writes them (host order for `meta`'s numbers, a byte or a
+//! half-word zero-padded to 32 bits), so data compiled by `nft` compares alike.
+//!
+//! What each hook sees, as the kernel has it: prerouting the packet as received (no
+//! output link: `meta oif` reads 0, `oifname` "", `oiftype` and `oifgroup` break the
+//! rule); forward and postrouting the time to live (hop limit) already taken down by
+//! one, with the IPv4 header checksum patched as `ip_decrease_ttl` patches it. Base
+//! chains of one hook decide together: a packet passes the hook if none drops it (the
+//! order among them changes nothing a stateless rule can see).
+
+use crate::message::{be32, string, Attributes, Expression, Family};
+use crate::ruleset::{Ruleset, TableEntry};
+use std::collections::HashMap;
+
+/// A link as rules see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Link<'a> {
+    /// Its index.
+    pub index: u32,
+    /// Its name.
+    pub name: &'a str,
+    /// Its type (`ARPHRD_ETHER` is 1).
+    pub kind: u16,
+    /// Its group.
+    pub group: u32,
+}
+
+/// A packet to forward, as fibre's packet path holds it before rewriting it.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'a> {
+    /// From the IP header on, as received (the frame's padding may follow).
+    pub ip: &'a [u8],
+    /// The link it came in on.
+    pub iif: Link<'a>,
+    /// The link it leaves by.
+    pub oif: Link<'a>,
+}
+
+/// The hooks of the forwarding path, in the order a packet meets them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    /// Before routing (`NF_INET_PRE_ROUTING`, 0).
+    Prerouting,
+    /// Forwarded (`NF_INET_FORWARD`, 2).
+    Forward,
+    /// Leaving (`NF_INET_POST_ROUTING`, 4).
+    Postrouting,
+}
+
+impl Hook {
+    /// The hook of the kernel's number, if it is on the forwarding path.
+    pub fn of(number: u32) -> Option<Hook> {
+        match number {
+            0 => Some(Hook::Prerouting),
+            2 => Some(Hook::Forward),
+            4 => Some(Hook::Postrouting),
+            _ => None,
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Hook::Prerouting => 0,
+            Hook::Forward => 1,
+            Hook::Postrouting => 2,
+        }
+    }
+}
+
+/// Why a chain could not be compiled: the rule, and what in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// The chain the rule is in.
+    pub chain: String,
+    /// The rule's handle (0: the chain itself).
+    pub handle: u64,
+    /// What fibre does not evaluate.
+    pub what: String,
+}
+
+/// The compiled filter of a ruleset: for IPv4 and IPv6, the base chains of each hook.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// By family (0 IPv4, 1 IPv6), then hook ([`Hook`] order).
+    hooks: [[Vec<Program>; 3]; 2],
+}
+
+impl Filter {
+    /// The filter of every base chain of `ruleset` that forwarded packets meet and that
+    /// compiles (those that do not are the gate's to refuse).
+    pub fn of(ruleset: &Ruleset) -> Filter {
+        let mut filter = Filter::default();
+        for t in ruleset.tables().filter(|t| !t.table.dormant()) {
+            let families: &[usize] = match t.table.family {
+                Family::Ip => &[0],
+                Family::Ip6 => &[1],
+                Family::Inet => &[0, 1],
+                _ => continue,
+            };
+            for c in t.chains.values() {
+                let Some(hook) = c.chain.hook.as_ref().and_then(|h| Hook::of(h.number)) else {
+                    continue;
+                };
+                if c.chain.kind.as_deref().is_some_and(|k| k != "filter") {
+                    continue;
+                }
+                if let Ok(p) = Program::compile(t, &c.chain.name) {
+                    if p.decides_nothing() {
+                        continue;
+                    }
+                    for &f in families {
+                        filter.hooks[f][hook.slot()].push(p.clone());
+                    }
+                }
+            }
+        }
+        filter
+    }
+
+    /// Whether IPv4 (`v6` false) or IPv6 packets meet any rule or dropping policy.
+    pub fn holds(&self, v6: bool) -> bool {
+        self.hooks[usize::from(v6)].iter().any(|h| !h.is_empty())
+    }
+
+    /// Whether `ip` (from its IP header on, as received, coming in on `iif`) passes the
+    /// prerouting hook.
+    pub fn prerouting(&self, ip: &[u8], iif: Link) -> bool {
+        let Some(f) = family(ip) else { return false };
+        let chains = &self.hooks[f][0];
+        if chains.is_empty() {
+            return true;
+        }
+        let info = Info::of(ip);
+        chains
+            .iter()
+            .all(|c| c.accepts(ip, &info, false, iif, None))
+    }
+
+    /// Whether `p` passes the forward and postrouting hooks.
+    pub fn forwarding(&self, p: &Packet) -> bool {
+        let Some(f) = family(p.ip) else { return false };
+        let [_, forward, post] = &self.hooks[f];
+        if forward.is_empty() && post.is_empty() {
+            return true;
+        }
+        let info = Info::of(p.ip);
+        forward
+            .iter()
+            .chain(post)
+            .all(|c| c.accepts(p.ip, &info, true, p.iif, Some(p.oif)))
+    }
+}
+
+/// 0 for IPv4, 1 for IPv6.
+fn family(ip: &[u8]) -> Option<usize> {
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => Some(0),
+        Some(6) => Some(1),
+        _ => None,
+    }
+}
+
+/// An operation compiled from one expression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    /// `payload load LEN @ BASE + OFFSET => DREG`: base 1 network, 2 transport.
+    Payload {
+        transport: bool,
+        offset: usize,
+        len: usize,
+        dreg: usize,
+    },
+    /// `meta load KEY => DREG`.
+    Meta { key: u32, dreg: usize },
+    /// `cmp OP SREG DATA`.
+    Cmp { op: u32, sreg: usize, data: Vec<u8> },
+    /// `bitwise DREG = (SREG & MASK) ^ XOR`, over whole 32-bit registers (mask and xor
+    /// padded with zeros, as the kernel holds them).
+    Bitwise {
+        sreg: usize,
+        dreg: usize,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    /// `range OP SREG FROM TO`.
+    Range {
+        neq: bool,
+        sreg: usize,
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    /// `immediate DREG DATA`.
+    Data { dreg: usize, data: Vec<u8> },
+    /// `immediate` of a verdict.
+    Verdict(Jump),
+    /// `counter`: nothing fibre evaluates.
+    Nothing,
+}
+
+/// A verdict an `immediate` sets; chains by their index in the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Jump {
+    Accept,
+    Drop,
+    Continue,
+    Return,
+    /// To the chain, coming back after (`jump`).
+    Call(usize),
+    /// To the chain, not coming back.
+    Goto(usize),
+}
+
+/// The bytes of the registers: 16 of verdict, then sixteen of 4.
+const REGISTER_BYTES: usize = 16 + 16 * 4;
+
+/// The kernel's jump stack (`NFT_JUMP_STACK_SIZE`): it refuses to load a ruleset whose
+/// jumps go deeper.
+const JUMP_STACK: usize = 16;
+
+/// Where register `reg` (as the kernel numbers them) starts, in bytes.
+fn register(reg: u32) -> Option<usize> {
+    match reg {
+        1..=4 => Some(reg as usize * 16),
+        8..=23 => Some(16 + (reg as usize - 8) * 4),
+        _ => None,
+    }
+}
+
+/// A data attribute's value (`NFTA_DATA_VALUE`'s bytes).
+fn value(nested: &[u8]) -> Option<Vec<u8>> {
+    Attributes::read(nested).ok()?.get(1).map(<[u8]>::to_vec)
+}
+
+/// `meta` keys compiled: len, protocol, mark, iif, oif, iifname, oifname, iiftype,
+/// oiftype, nfproto, l4proto, pkttype, iifgroup, oifgroup.
+const META_KEYS: [u32; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 21, 22];
+
+/// A chain's name in a verdict, as compiled: its index, given one if new.
+type Names<'n> = HashMap<String, usize>;
+
+/// Compiles one expression (`chains` gives a jump's target its index); why not, if it
+/// cannot be.
+fn compile(e: &Expression, chains: &mut Names) -> Result<Op, String> {
+    let a = Attributes::read(&e.data).map_err(|e| e.to_string())?;
+    let u = |k| a.u32(k).ok().flatten();
+    let reg = |k| u(k).and_then(register);
+    let unsupported = || format!("`{}` as used here", e.name);
+    let fits = |at: usize, len: usize| at + len <= REGISTER_BYTES;
+    let op = match e.name.as_str() {
+        "payload" => match (u(2), u(3), u(4), reg(1)) {
+            // No source register: a load, not a `payload set` statement.
+            (Some(base @ (1 | 2)), Some(offset), Some(len), Some(dreg))
+                if a.get(5).is_none() && len > 0 && fits(dreg, (len as usize).div_ceil(4) * 4) =>
+            {
+                Op::Payload {
+                    transport: base == 2,
+                    offset: offset as usize,
+                    len: len as usize,
+                    dreg,
+                }
+            }
+            _ => return Err(unsupported()),
+        },
+        "meta" => match (u(2), reg(1)) {
+            (Some(key), Some(dreg))
+                if META_KEYS.contains(&key)
+                    && fits(dreg, if matches!(key, 6 | 7) { 16 } else { 4 }) =>
+            {
+                Op::Meta { key, dreg }
+            }
+            (Some(key), _) => return Err(format!("`meta` key {key}")),
+            _ => return Err(unsupported()),
+        },
+        "cmp" => match (u(2), reg(1), a.get(3).and_then(value)) {
+            (Some(op @ 0..=5), Some(sreg), Some(data)) if fits(sreg, data.len()) => {
+                Op::Cmp { op, sreg, data }
+            }
+            _ => return Err(unsupported()),
+        },
+        "bitwise" => {
+            let (mask, xor) = (a.get(4).and_then(value), a.get(5).and_then(value));
+            match (u(6).unwrap_or(0), reg(1), reg(2), u(3), mask, xor) {
+                (0, Some(sreg), Some(dreg), Some(len), Some(mut mask), Some(mut xor))
+                    if len > 0
+                        && mask.len() == len as usize
+                        && xor.len() == len as usize
+                        && fits(sreg, (len as usize).div_ceil(4) * 4)
+                        && fits(dreg, (len as usize).div_ceil(4) * 4) =>
+                {
+                    let words = (len as usize).div_ceil(4) * 4;
+                    mask.resize(words, 0);
+                    xor.resize(words, 0);
+                    Op::Bitwise {
+                        sreg,
+                        dreg,
+                        mask,
+                        xor,
+                    }
+                }
+                _ => return Err(unsupported()),
+            }
+        }
+        "range" => match (
+            u(2),
+            reg(1),
+            a.get(3).and_then(value),
+            a.get(4).and_then(value),
+        ) {
+            (Some(op @ 0..=1), Some(sreg), Some(from), Some(to))
+                if from.len() == to.len() && fits(sreg, from.len()) =>
+            {
+                Op::Range {
+                    neq: op == 1,
+                    sreg,
+                    from,
+                    to,
+                }
+            }
+            _ => return Err(unsupported()),
+        },
+        "immediate" => {
+            let data = a.get(2).ok_or_else(unsupported)?;
+            let d = Attributes::read(data).map_err(|e| e.to_string())?;
+            match (u(1), d.get(1), d.get(2)) {
+                (Some(0), None, Some(v)) => {
+                    let v = Attributes::read(v).map_err(|e| e.to_string())?;
+                    let code = v
+                        .get(1)
+                        .and_then(|c| be32(c).ok())
+                        .ok_or_else(unsupported)? as i32;
+                    let mut target = || -> Result<usize, String> {
+                        let name = v
+                            .get(2)
+                            .and_then(|c| string(c).ok())
+                            .ok_or_else(unsupported)?;
+                        let next = chains.len();
+                        Ok(*chains.entry(name).or_insert(next))
+                    };
+                    Op::Verdict(match code {
+                        0 => Jump::Drop,
+                        1 => Jump::Accept,
+                        -1 => Jump::Continue,
+                        -5 => Jump::Return,
+                        -3 => Jump::Call(target()?),
+                        -4 => Jump::Goto(target()?),
+                        _ => return Err(format!("the verdict {code}")),
+                    })
+                }
+                (Some(r), Some(bytes), None) => {
+                    let dreg = register(r).ok_or_else(unsupported)?;
+                    if bytes.is_empty() || !fits(dreg, bytes.len().div_ceil(4) * 4) {
+                        return Err(unsupported());
+                    }
+                    Op::Data {
+                        dreg,
+                        data: bytes.to_vec(),
+                    }
+                }
+                _ => return Err(unsupported()),
+            }
+        }
+        "counter" => Op::Nothing,
+        other => return Err(format!("`{other}`")),
+    };
+    Ok(op)
+}
+
+/// A base chain and the chains it reaches, compiled: each chain's rules' operations.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// By index; the base chain is 0.
+    chains: Vec<Vec<Vec<Op>>>,
+    /// The base chain's policy: accept when true.
+    accept: bool,
+}
+
+impl Program {
+    /// Compiles the base chain `base` of `table`, and every chain it jumps or goes to;
+    /// if any rule there does not compile, each one that does not.
+    pub fn compile(table: &TableEntry, base: &str) -> Result<Program, Vec<Refused>> {
+        let missing = |chain: &str| Refused {
+            chain: chain.to_string(),
+            handle: 0,
+            what: "a chain the ruleset does not hold".into(),
+        };
+        let entry = table.chains.get(base).ok_or_else(|| vec![missing(base)])?;
+        let mut refused = Vec::new();
+        let mut names: Names = HashMap::from([(base.to_string(), 0)]);
+        let mut chains: Vec<Option<Vec<Vec<Op>>>> = vec![None];
+        let mut k = 0;
+        while k < names.len() {
+            let name = names
+                .iter()
+                .find(|(_, &i)| i == k)
+                .map(|(n, _)| n.clone())
+                .expect("every index has its name");
+            let rules = match table.chains.get(&name) {
+                Some(c) => &c.rules[..],
+                None => {
+                    refused.push(missing(&name));
+                    &[]
+                }
+            };
+            let mut compiled = Vec::with_capacity(rules.len());
+            for r in rules {
+                let ops = r
+                    .expressions
+                    .iter()
+                    .map(|e| compile(e, &mut names))
+                    .collect::<Result<Vec<Op>, String>>();
+                match ops {
+                    Ok(ops) => compiled.push(ops),
+                    Err(what) => refused.push(Refused {
+                        chain: name.clone(),
+                        handle: r.handle,
+                        what,
+                    }),
+                }
+            }
+            chains.resize(names.len(), None);
+            chains[k] = Some(compiled);
+            k += 1;
+        }
+        if !refused.is_empty() {
+            return Err(refused);
+        }
+        Ok(Program {
+            chains: chains.into_iter().map(Option::unwrap_or_default).collect(),
+            accept: entry.chain.policy != Some(0),
+        })
+    }
+
+    /// Whether it accepts every packet whatever it holds: no rules, policy accept.
+    fn decides_nothing(&self) -> bool {
+        self.accept && self.chains[0].is_empty()
+    }
+
+    /// Whether the chain accepts `ip` (described by `info`; with its time to live
+    /// taken down if `forwarded`) from `iif` to `oif`.
+    fn accepts(
+        &self,
+        ip: &[u8],
+        info: &Info,
+        forwarded: bool,
+        iif: Link,
+        oif: Option<Link>,
+    ) -> bool {
+        let at = At {
+            ip,
+            info,
+            forwarded,
+            iif,
+            oif,
+        };
+        let mut regs = [0u8; REGISTER_BYTES];
+        let mut stack = [(0usize, 0usize); JUMP_STACK];
+        let mut depth = 0;
+        let (mut chain, mut next) = (0, 0);
+        loop {
+            let rules = &self.chains[chain];
+            let mut went = false;
+            while let Some(rule) = rules.get(next) {
+                next += 1;
+                match run(rule, &at, &mut regs) {
+                    None | Some(Jump::Continue) => {}
+                    Some(Jump::Accept) => return true,
+                    Some(Jump::Drop) => return false,
+                    Some(Jump::Return) => break,
+                    Some(Jump::Call(c)) => {
+                        if depth == JUMP_STACK {
+                            // The kernel's own answer to a stack overrun.
+                            return false;
+                        }
+                        stack[depth] = (chain, next);
+                        depth += 1;
+                        (chain, next, went) = (*c, 0, true);
+                        break;
+                    }
+                    Some(Jump::Goto(c)) => {
+                        (chain, next, went) = (*c, 0, true);
+                        break;
+                    }
+                }
+            }
+            if went {
+                continue;
+            }
+            if depth == 0 {
+                return self.accept;
+            }
+            depth -= 1;
+            (chain, next) = stack[depth];
+        }
+    }
+}
+
+/// A packet at a hook.
+struct At<'a> {
+    ip: &'a [u8],
+    info: &'a Info,
+    forwarded: bool,
+    iif: Link<'a>,
+    oif: Option<Link<'a>>,
+}
+
+/// What the kernel finds of a packet before the rules (`nft_set_pktinfo`).
+struct Info {
+    /// The packet's length as the kernel holds it, trimmed to the IP header's (IPv4's
+    /// total length; IPv6's 40 and the payload length).
+    len: usize,
+    /// The transport protocol and its header's offset, when found.
+    l4: Option<(u8, usize)>,
+    /// The fragment offset (not 0: not the first fragment).
+    fragoff: u16,
+    /// `NFPROTO_IPV4` or `NFPROTO_IPV6`.
+    nfproto: u8,
+}
+
+impl Info {
+    fn of(ip: &[u8]) -> Info {
+        if family(ip) == Some(1) && ip.len() >= 40 {
+            let len = 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            let len = len.min(ip.len());
+            let found = if 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]])) <= ip.len() {
+                ipv6_transport(&ip[..len])
+            } else {
+                None
+            };
+            return Info {
+                len,
+                l4: found.map(|(proto, off, _)| (proto, off)),
+                fragoff: found.map_or(0, |(_, _, f)| f),
+                nfproto: 10,
+            };
+        }
+        let total = match ip.get(2..4) {
+            Some(t) if ip.len() >= 20 => usize::from(u16::from_be_bytes([t[0], t[1]])),
+            _ => 0,
+        };
+        let len = total.min(ip.len());
+        let ihl = ip.first().map_or(0, |b| usize::from(b & 0xf) * 4);
+        let whole = ip.len() >= 20 && ihl >= 20 && total <= ip.len() && total >= ihl;
+        Info {
+            len,
+            l4: whole.then(|| (ip[9], ihl)),
+            fragoff: if whole {
+                u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff
+            } else {
+                0
+            },
+            nfproto: 2,
+        }
+    }
+}
+
+/// IPv6's transport protocol, its header's offset and the fragment offset, as
+/// `ipv6_find_hdr` finds them for nf_tables (no target, `IP6_FH_F_AUTH`): past
+/// hop-by-hop, routing, fragment and destination options headers; an authentication
+/// header is taken for the transport's.
+fn ipv6_transport(ip: &[u8]) -> Option<(u8, usize, u16)> {
+    // Extension headers walked past (`ipv6_ext_hdr`, but for "no next header" and the
+    // authentication header, where the walk stops).
+    let walked = |n: u8| matches!(n, 0 | 43 | 44 | 60);
+    let mut next = ip[6];
+    let mut at = 40;
+    while walked(next) {
+        let h = ip.get(at..at + 2)?;
+        let len = if next == 44 {
+            let f = ip.get(at + 2..at + 4)?;
+            let off = u16::from_be_bytes([f[0], f[1]]) & !7;
+            if off != 0 {
+                return (!walked(h[0]) && h[0] != 51).then_some((h[0], at, off));
+            }
+            8
+        } else {
+            (usize::from(h[1]) + 1) * 8
+        };
+        next = h[0];
+        at += len;
+    }
+    (at <= usize::from(u16::MAX)).then_some((next, at, 0))
+}
+
+/// Runs a rule's operations; the verdict it set, if any (`None`: on to the next rule,
+/// whether it matched to its end or broke off).
+fn run<'p>(rule: &'p [Op], p: &At, regs: &mut [u8; REGISTER_BYTES]) -> Option<&'p Jump> {
+    for op in rule {
+        match op {
+            Op::Payload {
+                transport,
+                offset,
+                len,
+                dreg,
+            } => {
+                let start = if *transport {
+                    match p.info.l4 {
+                        Some((_, thoff)) if p.info.fragoff == 0 => thoff + offset,
+                        _ => return None,
+                    }
+                } else {
+                    *offset
+                };
+                if start + len > p.info.len {
+                    return None;
+                }
+                // The last register written is zeroed first, as the kernel does.
+                regs[dreg + len..(dreg + len).div_ceil(4) * 4].fill(0);
+                let out = &mut regs[*dreg..dreg + len];
+                out.copy_from_slice(&p.ip[start..start + len]);
+                if p.forwarded && !*transport {
+                    taken_down(p.ip, start, out);
+                }
+            }
+            Op::Meta { key, dreg } => {
+                let r = &mut regs[*dreg..];
+                let word = |r: &mut [u8], v: u32| r[..4].copy_from_slice(&v.to_ne_bytes());
+                let half = |r: &mut [u8], v: [u8; 2]| {
+                    r[..4].fill(0);
+                    r[..2].copy_from_slice(&v);
+                };
+                let byte = |r: &mut [u8], v: u8| {
+                    r[..4].fill(0);
+                    r[0] = v;
+                };
+                let name = |r: &mut [u8], n: &str| {
+                    r[..16].fill(0);
+                    let b = n.as_bytes();
+                    let k = b.len().min(15);
+                    r[..k].copy_from_slice(&b[..k]);
+                };
+                match key {
+                    0 => word(r, p.info.len as u32),
+                    1 => half(
+                        r,
+                        if p.info.nfproto == 2 {
+                            [0x08, 0]
+                        } else {
+                            [0x86, 0xdd]
+                        },
+                    ),
+                    // The mark: nothing sets it on a packet fibre forwards.
+                    3 => word(r, 0),
+                    4 => word(r, p.iif.index),
+                    5 => word(r, p.oif.map_or(0, |l| l.index)),
+                    6 => name(r, p.iif.name),
+                    7 => name(r, p.oif.map_or("", |l| l.name)),
+                    8 => half(r, p.iif.kind.to_ne_bytes()),
+                    9 => half(r, p.oif?.kind.to_ne_bytes()),
+                    15 => byte(r, p.info.nfproto),
+                    16 => byte(r, p.info.l4?.0),
+                    // PACKET_HOST: a forwarded packet was sent to this host's MAC.
+                    19 => byte(r, 0),
+                    21 => word(r, p.iif.group),
+                    22 => word(r, p.oif?.group),
+                    _ => return None,
+                }
+            }
+            Op::Cmp { op, sreg, data } => {
+                use std::cmp::Ordering::*;
+                let d = regs[*sreg..sreg + data.len()].cmp(&data[..]);
+                let holds = match op {
+                    0 => d == Equal,
+                    1 => d != Equal,
+                    2 => d == Less,
+                    3 => d != Greater,
+                    4 => d == Greater,
+                    _ => d != Less,
+                };
+                if !holds {
+                    return None;
+                }
+            }
+            Op::Bitwise {
+                sreg,
+                dreg,
+                mask,
+                xor,
+            } => {
+                let mut src = [0u8; REGISTER_BYTES];
+                let n = mask.len();
+                src[..n].copy_from_slice(&regs[*sreg..sreg + n]);
+                for k in 0..n {
+                    regs[dreg + k] = (src[k] & mask[k]) ^ xor[k];
+                }
+            }
+            Op::Range {
+                neq,
+                sreg,
+                from,
+                to,
+            } => {
+                let v = &regs[*sreg..sreg + from.len()];
+                let inside = v >= &from[..] && v <= &to[..];
+                if inside == *neq {
+                    return None;
+                }
+            }
+            Op::Data { dreg, data } => {
+                let n = data.len();
+                regs[dreg + n..(dreg + n).div_ceil(4) * 4].fill(0);
+                regs[*dreg..dreg + n].copy_from_slice(data);
+            }
+            Op::Verdict(j) => return Some(j),
+            Op::Nothing => {}
+        }
+    }
+    None
+}
+
+/// Bytes `out` of the network header from `start` as the forward and postrouting hooks
+/// read them: the time to live (IPv4 byte 8) or hop limit (IPv6 byte 7) one less, and
+/// the IPv4 header checksum (bytes 10 and 11) patched to match, as `ip_decrease_ttl`
+/// patches it.
+fn taken_down(ip: &[u8], start: usize, out: &mut [u8]) {
+    if start >= 12 {
+        return;
+    }
+    let mut patched = [0u8; 12];
+    let n = 12.min(ip.len());
+    patched[..n].copy_from_slice(&ip[..n]);
+    if family(ip) == Some(1) {
+        patched[7] = patched[7].wrapping_sub(1);
+    } else if n == 12 {
+        patched[8] = patched[8].wrapping_sub(1);
+        // `ip_decrease_ttl` word for word: the checksum as the CPU reads it, plus
+        // `htons(0x0100)`, plus one where that reached 0xffff.
+        let mut check = u32::from(u16::from_ne_bytes([patched[10], patched[11]]));
+        check += u32::from(u16::from_ne_bytes(0x0100u16.to_be_bytes()));
+        check += u32::from(check >= 0xffff);
+        patched[10..12].copy_from_slice(&(check as u16).to_ne_bytes());
+    }
+    for (k, b) in out.iter_mut().enumerate() {
+        if let Some(&v) = patched.get(start + k) {
+            *b = v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::tests::nla;
+    use crate::message::{Chain, Hook as ChainHook, Rule, Table};
+    use crate::ruleset::ChainEntry;
+    use std::collections::BTreeMap;
+
+    pub(crate) fn e(name: &str, attrs: Vec<Vec<u8>>) -> Expression {
+        Expression {
+            name: name.into(),
+            data: attrs.concat(),
+        }
+    }
+    fn be(v: u32) -> Vec<u8> {
+        v.to_be_bytes().to_vec()
+    }
+    fn data(bytes: &[u8]) -> Vec<u8> {
+        nla(1, bytes)
+    }
+    fn payload(base: u32, offset: u32, len: u32, dreg: u32) -> Expression {
+        e(
+            "payload",
+            vec![
+                nla(1, &be(dreg)),
+                nla(2, &be(base)),
+                nla(3, &be(offset)),
+                nla(4, &be(len)),
+            ],
+        )
+    }
+    fn cmp(op: u32, sreg: u32, bytes: &[u8]) -> Expression {
+        e(
+            "cmp",
+            vec![
+                nla(1, &be(sreg)),
+                nla(2, &be(op)),
+                nla(3 | 0x8000, &data(bytes)),
+            ],
+        )
+    }
+    fn verdict(code: i32, chain: Option<&str>) -> Expression {
+        let mut v = nla(1, &code.to_be_bytes());
+        if let Some(c) = chain {
+            v.extend(nla(2, format!("{c}\0").as_bytes()));
+        }
+        e(
+            "immediate",
+            vec![nla(1, &be(0)), nla(2 | 0x8000, &nla(2 | 0x8000, &v))],
+        )
+    }
+    fn rule(handle: u64, expressions: Vec<Expression>) -> Rule {
+        Rule {
+            family: Family::Inet,
+            table: "t".into(),
+            chain: String::new(),
+            handle,
+            position: None,
+            expressions,
+            comment: None,
+        }
+    }
+    /// A chain of the test table: its name, its hook and policy if a base chain, its
+    /// rules.
+    type TestChain<'a> = (&'a str, Option<(u32, u32)>, Vec<Rule>);
+
+    fn table(chains: Vec<TestChain>) -> TableEntry {
+        let mut map = BTreeMap::new();
+        for (name, hook, rules) in chains {
+            map.insert(
+                name.to_string(),
+                ChainEntry {
+                    chain: Chain {
+                        family: Family::Inet,
+                        table: "t".into(),
+                        name: name.into(),
+                        handle: 1,
+                        hook: hook.map(|(number, _)| ChainHook {
+                            number,
+                            priority: 0,
+                            devices: vec![],
+                        }),
+                        policy: hook.map(|(_, p)| p),
+                        kind: hook.map(|_| "filter".into()),
+                    },
+                    rules,
+                },
+            );
+        }
+        TableEntry {
+            table: Table {
+                family: Family::Inet,
+                name: "t".into(),
+                flags: 0,
+                handle: 1,
+            },
+            chains: map,
+            sets: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            flowtables: BTreeMap::new(),
+        }
+    }
+    fn udp4(dst: [u8; 4], port: u16, ttl: u8) -> Vec<u8> {
+        let mut p = vec![0x45, 0, 0, 28, 0, 0, 0x40, 0, ttl, 17, 0, 0, 10, 0, 0, 2];
+        p.extend_from_slice(&dst);
+        p.extend_from_slice(&[0x30, 0x39]);
+        p.extend_from_slice(&port.to_be_bytes());
+        p.extend_from_slice(&[0, 8, 0, 0]);
+        p
+    }
+    fn link(index: u32, name: &str) -> Link<'_> {
+        Link {
+            index,
+            name,
+            kind: 1,
+            group: 0,
+        }
+    }
+
+    #[test]
+    fn rules_decide_as_the_kernel_walks_them() {
+        let t = table(vec![
+            (
+                "fwd",
+                Some((2, 0)),
+                vec![
+                    // ip daddr 10.2.0.2 udp dport 53 drop
+                    rule(
+                        2,
+                        vec![
+                            payload(1, 16, 4, 1),
+                            cmp(0, 1, &[10, 2, 0, 2]),
+                            payload(2, 2, 2, 1),
+                            cmp(0, 1, &53u16.to_be_bytes()),
+                            verdict(0, None),
+                        ],
+                    ),
+                    // ip ttl 63 jump sub (the forward hook sees the ttl taken down)
+                    rule(
+                        3,
+                        vec![
+                            payload(1, 8, 1, 1),
+                            cmp(0, 1, &[63]),
+                            verdict(-3, Some("sub")),
+                        ],
+                    ),
+                    // meta oifname "rb" accept
+                    rule(
+                        4,
+                        vec![
+                            e("meta", vec![nla(1, &be(1)), nla(2, &be(7))]),
+                            cmp(0, 1, b"rb\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                            verdict(1, None),
+                        ],
+                    ),
+                ],
+            ),
+            (
+                "sub",
+                None,
+                vec![
+                    rule(
+                        5,
+                        vec![
+                            payload(2, 2, 2, 1),
+                            cmp(0, 1, &99u16.to_be_bytes()),
+                            verdict(0, None),
+                        ],
+                    ),
+                    rule(6, vec![verdict(-5, None)]),
+                ],
+            ),
+        ]);
+        let c = Program::compile(&t, "fwd").unwrap();
+        let v = |ip: Vec<u8>| {
+            let info = Info::of(&ip);
+            c.accepts(&ip, &info, true, link(2, "ra"), Some(link(3, "rb")))
+        };
+        assert!(!v(udp4([10, 2, 0, 2], 53, 64)));
+        assert!(v(udp4([10, 2, 0, 3], 53, 64)));
+        // TTL 64 arrives, 63 at the hook: into `sub`, dropped there by port 99.
+        assert!(!v(udp4([10, 2, 0, 3], 99, 64)));
+        // TTL 65: not into `sub`; out by rb: accepted.
+        assert!(v(udp4([10, 2, 0, 3], 99, 65)));
+        // A packet too short for its transport header breaks the rules that read it.
+        let mut cut = udp4([10, 2, 0, 2], 53, 64);
+        cut[3] = 22;
+        assert!(v(cut));
+        // Something fibre does not evaluate is refused, naming the rule.
+        let odd = table(vec![(
+            "fwd",
+            Some((2, 1)),
+            vec![rule(9, vec![e("ct", vec![])])],
+        )]);
+        let r = Program::compile(&odd, "fwd").unwrap_err();
+        assert_eq!((r[0].handle, r[0].what.as_str()), (9, "`ct`"));
+        // A jump to a chain the table does not hold is refused too.
+        let lost = table(vec![(
+            "fwd",
+            Some((2, 1)),
+            vec![rule(4, vec![verdict(-3, Some("x"))])],
+        )]);
+        assert_eq!(Program::compile(&lost, "fwd").unwrap_err()[0].chain, "x");
+    }
+
+    #[test]
+    fn the_taken_down_ttl_and_checksum_are_what_the_kernel_writes() {
+        let mut ip = udp4([10, 2, 0, 2], 53, 64);
+        let sum = checksum(&ip[..20]);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        let mut out = [0u8; 4];
+        taken_down(&ip, 8, &mut out);
+        let mut after = ip.clone();
+        after[8] -= 1;
+        after[10..12].fill(0);
+        let sum = checksum(&after[..20]);
+        assert_eq!(out, [63, 17, (sum >> 8) as u8, sum as u8]);
+    }
+
+    #[test]
+    fn ipv6_headers_are_walked_as_the_kernel_walks_them() {
+        let mut ip = vec![0x60, 0, 0, 0, 0, 16, 0, 64];
+        ip.extend([0; 32]);
+        // Hop-by-hop options (8 bytes), then UDP.
+        ip.extend([17, 0, 1, 4, 0, 0, 0, 0]);
+        ip.extend([0, 1, 0, 2, 0, 8, 0, 0]);
+        assert_eq!(ipv6_transport(&ip), Some((17, 48, 0)));
+        // An authentication header is taken for the transport's.
+        ip[6] = 51;
+        assert_eq!(ipv6_transport(&ip), Some((51, 40, 0)));
+        // A later fragment: its protocol, no transport header to read.
+        ip[6] = 44;
+        ip[40..48].copy_from_slice(&[17, 0, 0, 8, 0, 0, 0, 1]);
+        assert_eq!(ipv6_transport(&ip), Some((17, 40, 8)));
+        let info = Info::of(&ip);
+        assert_eq!((info.l4, info.fragoff), (Some((17, 40)), 8));
+    }
+
+    fn checksum(h: &[u8]) -> u16 {
+        let mut s: u32 = h
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
+    }
+}
