@@ -1,13 +1,17 @@
-//! What of the router's firewall fibre may not bypass. fibre does not evaluate rules, track
-//! connections or translate addresses yet; forwarding around any of them would let pass
-//! what the kernel drops and send what the kernel changes. So every part of the ruleset
-//! that forwarded packets meet, or that changes how the kernel handles them, closes the
-//! IP families it applies to, and the daemon refuses to forward those families, naming
-//! each such part:
+//! What of the router's firewall fibre may not bypass. fibre evaluates the stateless
+//! filter rules of the forwarding path ([`crate::eval`]) but does not track connections
+//! or translate addresses yet; forwarding around any of them would let pass what the
+//! kernel drops and send what the kernel changes. So every part of the ruleset that
+//! forwarded packets meet and fibre does not evaluate, or that changes how the kernel
+//! handles them, closes the IP families it applies to, and the daemon refuses to forward
+//! those families, naming each such part:
 //!
 //! - a base chain of family `ip`, `ip6` or `inet` at prerouting, forward or postrouting
-//!   (or `inet` ingress on a forwarded link): each of its rules, its policy if it drops,
-//!   the chain itself if it is a `nat` chain;
+//!   that the filter does not compile: each rule that does not compile (in it or a chain
+//!   it reaches), named with what fibre lacks; the chain itself if it is a `nat` chain;
+//!   `inet` ingress on a forwarded link: each of its rules, its policy if it drops;
+//! - a filter chain at postrouting that fibre evaluates: the ICMP errors fibre sends of
+//!   its families (which meet it, unevaluated);
 //! - a base chain of family `netdev` on a forwarded link (ingress or egress): the same;
 //! - anywhere in `ip`, `ip6` or `inet`, a `nat` chain or a rule with an expression that
 //!   makes the kernel track connections (`ct`, `nat`, `masq`, `redir`, `notrack`,

@@ -3,9 +3,9 @@
 //! notifications of each committed generation), and the gate that keeps fibre never
 //! weaker than the kernel: every base chain that forwarded packets meet, every rule that
 //! makes the kernel track connections, and every iptables-legacy table (which
-//! nf_tables' netlink does not show) closes the family it applies to, since fibre does
-//! not evaluate rules yet; the daemon refuses to forward that family and says which rule
-//! and why.
+//! nf_tables' netlink does not show) closes the family it applies to, unless it is a
+//! stateless filter chain fibre evaluates itself ([`eval`]); the daemon refuses to forward
+//! a closed family and says which rule and why.
 //!
 //! - [`message`]: nf_tables messages decoded (tables, chains, rules, generations).
 //! - [`ruleset`]: the mirrored ruleset, applied message by message.
