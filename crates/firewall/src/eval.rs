@@ -25,7 +25,8 @@
 //! chains of one hook decide together: a packet passes the hook if none drops it (the
 //! order among them changes nothing a stateless rule can see).
 
-use crate::message::{be32, string, Attributes, Expression, Family};
+use crate::lookup::Index;
+use crate::message::{be32, string, Attributes, ElementData, Expression, Family};
 use crate::ruleset::{Ruleset, TableEntry};
 use std::collections::HashMap;
 
@@ -210,6 +211,13 @@ enum Op {
     Data { dreg: usize, data: Vec<u8> },
     /// `immediate` of a verdict.
     Verdict(Jump),
+    /// `lookup SREG in SET`, inverted if `inv`; a map's data to `dreg`.
+    Lookup {
+        set: usize,
+        sreg: usize,
+        dreg: Option<Dest>,
+        inv: bool,
+    },
     /// `counter`: nothing fibre evaluates.
     Nothing,
 }
@@ -252,12 +260,109 @@ fn value(nested: &[u8]) -> Option<Vec<u8>> {
 /// oiftype, nfproto, l4proto, pkttype, iifgroup, oifgroup.
 const META_KEYS: [u32; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 21, 22];
 
-/// A chain's name in a verdict, as compiled: its index, given one if new.
+/// The chains a program reaches, by name: each one's index.
 type Names<'n> = HashMap<String, usize>;
 
-/// Compiles one expression (`chains` gives a jump's target its index); why not, if it
-/// cannot be.
-fn compile(e: &Expression, chains: &mut Names) -> Result<Op, String> {
+/// What compiling a base chain gathers: the chains it reaches and the sets it looks up,
+/// each by its index in the program.
+struct Compiler<'t> {
+    table: &'t TableEntry,
+    chains: Names<'t>,
+    set_names: HashMap<String, usize>,
+    sets: Vec<SetCode>,
+}
+
+impl Compiler<'_> {
+    /// The index of the chain named `name`, given one if new.
+    fn chain(&mut self, name: String) -> usize {
+        let next = self.chains.len();
+        *self.chains.entry(name).or_insert(next)
+    }
+
+    /// A verdict's code and chain as compiled.
+    fn verdict(&mut self, code: i32, chain: Option<String>) -> Result<Jump, String> {
+        let target = || chain.clone().ok_or("a jump without its chain".to_string());
+        Ok(match code {
+            0 => Jump::Drop,
+            1 => Jump::Accept,
+            -1 => Jump::Continue,
+            -5 => Jump::Return,
+            -3 => Jump::Call(self.chain(target()?)),
+            -4 => Jump::Goto(self.chain(target()?)),
+            _ => return Err(format!("the verdict {code}")),
+        })
+    }
+
+    /// The index of the set named `name`, compiled if new.
+    fn set(&mut self, name: &str) -> Result<usize, String> {
+        if let Some(&i) = self.set_names.get(name) {
+            return Ok(i);
+        }
+        let set = self
+            .table
+            .sets
+            .get(name)
+            .ok_or_else(|| format!("the set {name}, which the table does not hold"))?;
+        let index = Index::new(set)?;
+        let mut outcomes = Vec::with_capacity(set.elements.len());
+        for e in &set.elements {
+            outcomes.push(match &e.data {
+                None => Outcome::None,
+                Some(ElementData::Value(v)) => Outcome::Data(v.clone()),
+                Some(ElementData::Verdict(code, chain)) => {
+                    Outcome::Verdict(self.verdict(*code, chain.clone())?)
+                }
+            });
+        }
+        self.sets.push(SetCode {
+            index,
+            outcomes,
+            data_len: set.data_len as usize,
+            verdicts: set.data_type == Some(VERDICT_DATA),
+        });
+        self.set_names.insert(name.to_string(), self.sets.len() - 1);
+        Ok(self.sets.len() - 1)
+    }
+
+    /// Compiles one expression; why not, if it cannot be.
+    fn compile(&mut self, e: &Expression) -> Result<Op, String> {
+        compile(e, self)
+    }
+}
+
+/// `NFT_DATA_VERDICT`: a verdict map's data type.
+const VERDICT_DATA: u32 = 0xffff_ff00;
+
+/// A set as a program looks it up: its index, and each element's data.
+#[derive(Clone, Debug)]
+struct SetCode {
+    index: Index,
+    outcomes: Vec<Outcome>,
+    /// A map's data length.
+    data_len: usize,
+    /// Whether its data are verdicts.
+    verdicts: bool,
+}
+
+/// What a map gives for an element.
+#[derive(Clone, Debug)]
+enum Outcome {
+    None,
+    Data(Vec<u8>),
+    Verdict(Jump),
+}
+
+/// Where a map's data go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dest {
+    /// The verdict register: a verdict map.
+    Verdict,
+    /// A data register, at this byte.
+    Register(usize),
+}
+
+/// Compiles one expression with what `c` gathers; why not, if it cannot be.
+fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
     let a = Attributes::read(&e.data).map_err(|e| e.to_string())?;
     let u = |k| a.u32(k).ok().flatten();
     let reg = |k| u(k).and_then(register);
@@ -345,23 +450,8 @@ fn compile(e: &Expression, chains: &mut Names) -> Result<Op, String> {
                         .get(1)
                         .and_then(|c| be32(c).ok())
                         .ok_or_else(unsupported)? as i32;
-                    let mut target = || -> Result<usize, String> {
-                        let name = v
-                            .get(2)
-                            .and_then(|c| string(c).ok())
-                            .ok_or_else(unsupported)?;
-                        let next = chains.len();
-                        Ok(*chains.entry(name).or_insert(next))
-                    };
-                    Op::Verdict(match code {
-                        0 => Jump::Drop,
-                        1 => Jump::Accept,
-                        -1 => Jump::Continue,
-                        -5 => Jump::Return,
-                        -3 => Jump::Call(target()?),
-                        -4 => Jump::Goto(target()?),
-                        _ => return Err(format!("the verdict {code}")),
-                    })
+                    let chain = v.get(2).and_then(|c| string(c).ok());
+                    Op::Verdict(c.verdict(code, chain)?)
                 }
                 (Some(r), Some(bytes), None) => {
                     let dreg = register(r).ok_or_else(unsupported)?;
@@ -376,6 +466,34 @@ fn compile(e: &Expression, chains: &mut Names) -> Result<Op, String> {
                 _ => return Err(unsupported()),
             }
         }
+        "lookup" => {
+            let name = a.string(1).ok().flatten().ok_or_else(unsupported)?;
+            let inv = u(5).unwrap_or(0) & 1 != 0;
+            let set = c.set(&name)?;
+            let code = &c.sets[set];
+            let sreg = reg(2).ok_or_else(unsupported)?;
+            if !fits(sreg, code.index.key_len) || code.index.key_len == 0 {
+                return Err(unsupported());
+            }
+            let dreg = match u(3) {
+                None => None,
+                Some(0) if code.verdicts && !inv => Some(Dest::Verdict),
+                Some(r) => match register(r) {
+                    Some(d)
+                        if !code.verdicts && !inv && fits(d, code.data_len.next_multiple_of(4)) =>
+                    {
+                        Some(Dest::Register(d))
+                    }
+                    _ => return Err(unsupported()),
+                },
+            };
+            Op::Lookup {
+                set,
+                sreg,
+                dreg,
+                inv,
+            }
+        }
         "counter" => Op::Nothing,
         other => return Err(format!("`{other}`")),
     };
@@ -387,6 +505,8 @@ fn compile(e: &Expression, chains: &mut Names) -> Result<Op, String> {
 pub struct Program {
     /// By index; the base chain is 0.
     chains: Vec<Vec<Vec<Op>>>,
+    /// The sets its rules look up, by index.
+    sets: Vec<SetCode>,
     /// The base chain's policy: accept when true.
     accept: bool,
 }
@@ -402,11 +522,17 @@ impl Program {
         };
         let entry = table.chains.get(base).ok_or_else(|| vec![missing(base)])?;
         let mut refused = Vec::new();
-        let mut names: Names = HashMap::from([(base.to_string(), 0)]);
+        let mut c = Compiler {
+            table,
+            chains: HashMap::from([(base.to_string(), 0)]),
+            set_names: HashMap::new(),
+            sets: Vec::new(),
+        };
         let mut chains: Vec<Option<Vec<Vec<Op>>>> = vec![None];
         let mut k = 0;
-        while k < names.len() {
-            let name = names
+        while k < c.chains.len() {
+            let name = c
+                .chains
                 .iter()
                 .find(|(_, &i)| i == k)
                 .map(|(n, _)| n.clone())
@@ -423,7 +549,7 @@ impl Program {
                 let ops = r
                     .expressions
                     .iter()
-                    .map(|e| compile(e, &mut names))
+                    .map(|e| c.compile(e))
                     .collect::<Result<Vec<Op>, String>>();
                 match ops {
                     Ok(ops) => compiled.push(ops),
@@ -434,7 +560,7 @@ impl Program {
                     }),
                 }
             }
-            chains.resize(names.len(), None);
+            chains.resize(c.chains.len(), None);
             chains[k] = Some(compiled);
             k += 1;
         }
@@ -443,6 +569,7 @@ impl Program {
         }
         Ok(Program {
             chains: chains.into_iter().map(Option::unwrap_or_default).collect(),
+            sets: c.sets,
             accept: entry.chain.policy != Some(0),
         })
     }
@@ -478,7 +605,7 @@ impl Program {
             let mut went = false;
             while let Some(rule) = rules.get(next) {
                 next += 1;
-                match run(rule, &at, &mut regs) {
+                match run(rule, &self.sets, &at, &mut regs) {
                     None | Some(Jump::Continue) => {}
                     Some(Jump::Accept) => return true,
                     Some(Jump::Drop) => return false,
@@ -600,7 +727,12 @@ fn ipv6_transport(ip: &[u8]) -> Option<(u8, usize, u16)> {
 
 /// Runs a rule's operations; the verdict it set, if any (`None`: on to the next rule,
 /// whether it matched to its end or broke off).
-fn run<'p>(rule: &'p [Op], p: &At, regs: &mut [u8; REGISTER_BYTES]) -> Option<&'p Jump> {
+fn run<'p>(
+    rule: &'p [Op],
+    sets: &'p [SetCode],
+    p: &At,
+    regs: &mut [u8; REGISTER_BYTES],
+) -> Option<&'p Jump> {
     for op in rule {
         match op {
             Op::Payload {
@@ -718,6 +850,37 @@ fn run<'p>(rule: &'p [Op], p: &At, regs: &mut [u8; REGISTER_BYTES]) -> Option<&'
                 regs[*dreg..dreg + n].copy_from_slice(data);
             }
             Op::Verdict(j) => return Some(j),
+            Op::Lookup {
+                set,
+                sreg,
+                dreg,
+                inv,
+            } => {
+                // As `nft_lookup_eval`: a miss (or, inverted, a hit) falls to the
+                // catch-all element, if any, else ends the rule.
+                let s = &sets[*set];
+                let hit = s.index.find(&regs[*sreg..sreg + s.index.key_len]);
+                let element = if hit.is_some() != *inv {
+                    hit
+                } else {
+                    match s.index.catchall() {
+                        Some(c) => Some(c),
+                        None => return None,
+                    }
+                };
+                match (dreg, element.map(|e| &s.outcomes[e as usize])) {
+                    // A verdict ends the rule, but `continue`, which goes on with it.
+                    (Some(Dest::Verdict), Some(Outcome::Verdict(j))) if *j != Jump::Continue => {
+                        return Some(j);
+                    }
+                    (Some(Dest::Register(d)), Some(Outcome::Data(v))) => {
+                        let n = s.data_len.min(v.len());
+                        regs[d + n..(d + n).div_ceil(4) * 4].fill(0);
+                        regs[*d..d + n].copy_from_slice(&v[..n]);
+                    }
+                    _ => {}
+                }
+            }
             Op::Nothing => {}
         }
     }

@@ -7,7 +7,7 @@
 
 use crate::gate::Legacy;
 use crate::message::{
-    self, Message, GETCHAIN, GETFLOWTABLE, GETGEN, GETOBJ, GETRULE, GETSET, GETTABLE,
+    self, Message, GETCHAIN, GETFLOWTABLE, GETGEN, GETOBJ, GETRULE, GETSET, GETSETELEM, GETTABLE,
     GROUP_NFTABLES,
 };
 use crate::ruleset::Ruleset;
@@ -46,7 +46,8 @@ pub fn dump() -> io::Result<Dump> {
     let mut buf = vec![0u8; 1 << 20];
     let (mut malformed, mut restarts) = (0, 0);
     for _ in 0..DUMP_TRIES {
-        let before = match exchange(&mut socket, &mut buf, GETGEN, false, &mut malformed) {
+        let gen = message::request(GETGEN, 0, false, u32::from(GETGEN) + 1);
+        let before = match exchange(&mut socket, &mut buf, &gen, false, &mut malformed) {
             Ok((m, _)) => generation(&m),
             Err(e) if unsupported(&e) => {
                 return Ok(Dump {
@@ -61,13 +62,30 @@ pub fn dump() -> io::Result<Dump> {
         let mut ruleset = Ruleset::new();
         let mut interrupted = false;
         for kind in [GETTABLE, GETCHAIN, GETSET, GETOBJ, GETFLOWTABLE, GETRULE] {
-            let (messages, intr) = exchange(&mut socket, &mut buf, kind, true, &mut malformed)?;
+            let request = message::request(kind, 0, true, u32::from(kind) + 1);
+            let (messages, intr) = exchange(&mut socket, &mut buf, &request, true, &mut malformed)?;
             interrupted |= intr;
             for (m, flags) in messages {
                 ruleset.apply(m, flags);
             }
         }
-        let (m, _) = exchange(&mut socket, &mut buf, GETGEN, false, &mut malformed)?;
+        // Each set's elements, asked for by its table and name.
+        let sets: Vec<(u8, String, String)> = ruleset
+            .tables()
+            .flat_map(|t| t.sets.values())
+            .map(|s| (s.family.to_u8(), s.table.clone(), s.name.clone()))
+            .collect();
+        for (family, table, set) in sets {
+            let mut attrs = message::string_attribute(1, &table);
+            attrs.extend(message::string_attribute(2, &set));
+            let request = message::request_with(GETSETELEM, family, true, 100, &attrs);
+            let (messages, intr) = exchange(&mut socket, &mut buf, &request, true, &mut malformed)?;
+            interrupted |= intr;
+            for (m, flags) in messages {
+                ruleset.apply(m, flags);
+            }
+        }
+        let (m, _) = exchange(&mut socket, &mut buf, &gen, false, &mut malformed)?;
         let after = generation(&m);
         if !interrupted && before == after {
             ruleset.generation = after;
@@ -101,17 +119,16 @@ fn generation(messages: &[(Message, u16)]) -> Option<u32> {
     })
 }
 
-/// Sends a request of type `kind` (a dump if `dump`) and reads its answer to the end;
-/// the messages and whether the kernel marked the dump interrupted.
+/// Sends `request` (a dump if `dump`) and reads its answer to the end; the messages and
+/// whether the kernel marked the dump interrupted.
 fn exchange(
     socket: &mut Socket,
     buf: &mut [u8],
-    kind: u8,
+    request: &[u8],
     dump: bool,
     malformed: &mut u64,
 ) -> io::Result<(Vec<(Message, u16)>, bool)> {
-    let request = message::request(kind, 0, dump, u32::from(kind) + 1);
-    socket.send(&request, 0)?;
+    socket.send(request, 0)?;
     let mut out = Vec::new();
     let mut interrupted = false;
     loop {

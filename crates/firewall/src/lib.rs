@@ -12,12 +12,14 @@
 //! - [`render`]: a rule's expressions as text, for an operator.
 //! - [`eval`]: the stateless filter rules, compiled and evaluated as the kernel does.
 //! - [`gate`]: what of the ruleset fibre may not bypass, and for which family.
+//! - [`lookup`]: a set's elements as the kernel's set backends match them.
 //! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
 //!   tables.
 
 pub mod eval;
 pub mod gate;
 pub mod kernel;
+pub mod lookup;
 pub mod message;
 pub mod render;
 pub mod ruleset;

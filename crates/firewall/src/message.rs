@@ -35,6 +35,12 @@ pub const NEWSET: u8 = 9;
 pub const GETSET: u8 = 10;
 /// `NFT_MSG_DELSET`.
 pub const DELSET: u8 = 11;
+/// `NFT_MSG_NEWSETELEM`.
+pub const NEWSETELEM: u8 = 12;
+/// `NFT_MSG_GETSETELEM`.
+pub const GETSETELEM: u8 = 13;
+/// `NFT_MSG_DELSETELEM`.
+pub const DELSETELEM: u8 = 14;
 /// `NFT_MSG_NEWGEN`: the end of a committed batch, with its generation.
 pub const NEWGEN: u8 = 15;
 /// `NFT_MSG_GETGEN`.
@@ -92,6 +98,19 @@ impl Family {
             7 => Family::Bridge,
             10 => Family::Ip6,
             v => Family::Other(v),
+        }
+    }
+
+    /// As `nfgen_family`.
+    pub fn to_u8(self) -> u8 {
+        match self {
+            Family::Inet => 1,
+            Family::Ip => 2,
+            Family::Arp => 3,
+            Family::Netdev => 5,
+            Family::Bridge => 7,
+            Family::Ip6 => 10,
+            Family::Other(v) => v,
         }
     }
 
@@ -170,17 +189,69 @@ pub struct Chain {
     pub kind: Option<String>,
 }
 
-/// A set or map: what of it matters to the gate.
+/// A set or map, with its elements.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Set {
     /// Its table's family.
     pub family: Family,
     /// Its table.
     pub table: String,
-    /// Its name.
+    /// Its name (`__set0`, ... for an anonymous set).
     pub name: String,
     /// The expressions each element carries (`NFTA_SET_EXPR`, `NFTA_SET_EXPRESSIONS`).
     pub expressions: Vec<Expression>,
+    /// `NFT_SET_*`: anonymous 0x1, constant 0x2, interval 0x4, map 0x8, timeout 0x10,
+    /// eval 0x20 (updated from the packet path), object 0x40, concat 0x80.
+    pub flags: u32,
+    /// The key's length in bytes (each field of a concatenation takes a multiple of 4).
+    pub key_len: u32,
+    /// A map's data type (`NFT_DATA_VERDICT`, 0xffffff00, for a verdict map).
+    pub data_type: Option<u32>,
+    /// A map's data length in bytes.
+    pub data_len: u32,
+    /// The lengths of a concatenation's fields (`NFTA_SET_DESC_CONCAT`), in bytes.
+    pub fields: Vec<u32>,
+    /// Its elements, as the kernel announced them.
+    pub elements: Vec<Element>,
+}
+
+/// `NFT_SET_ELEM_INTERVAL_END`: the element ends an interval (the key is the first
+/// past it).
+pub const ELEMENT_INTERVAL_END: u32 = 1;
+/// `NFT_SET_ELEM_CATCHALL`: the element matches what no other does (`*`).
+pub const ELEMENT_CATCHALL: u32 = 2;
+
+/// An element of a set or map.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Element {
+    /// Its key (none for a catch-all).
+    pub key: Vec<u8>,
+    /// The last key of its range, for a set of ranges of concatenations.
+    pub key_end: Option<Vec<u8>>,
+    /// `NFT_SET_ELEM_*`.
+    pub flags: u32,
+    /// A map element's data.
+    pub data: Option<ElementData>,
+    /// Its timeout, in milliseconds, if it has one.
+    pub timeout: Option<u64>,
+    /// What is left of its timeout, in milliseconds, when announced.
+    pub expiration: Option<u64>,
+}
+
+/// A map element's data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ElementData {
+    /// Bytes.
+    Value(Vec<u8>),
+    /// A verdict: its code, and the chain of a jump or goto.
+    Verdict(i32, Option<String>),
+}
+
+impl Element {
+    /// Whether it is the same element as `other` (key, end and flags alike).
+    pub fn same(&self, other: &Element) -> bool {
+        self.key == other.key && self.key_end == other.key_end && self.flags == other.flags
+    }
 }
 
 /// A stateful object (`ct helper`, `ct timeout`, `counter`, `quota`, ...).
@@ -255,6 +326,10 @@ pub enum Message {
     NewSet(Set),
     /// A set removed: family, table, name.
     DelSet(Family, String, String),
+    /// Elements added to a set: family, table, set, elements.
+    NewElements(Family, String, String, Vec<Element>),
+    /// Elements removed from a set: family, table, set, elements.
+    DelElements(Family, String, String, Vec<Element>),
     /// An object made or changed.
     NewObject(Object),
     /// An object removed: family, table, name.
@@ -351,7 +426,7 @@ pub fn decode(msg: u8, payload: &[u8]) -> Result<Message, &'static str> {
             DELCHAIN,
             DELRULE,
             DELSET,
-            14,
+            DELSETELEM,
             DELOBJ,
             DELFLOWTABLE,
         ][usize::from(msg - 26)]
@@ -432,12 +507,43 @@ pub fn decode(msg: u8, payload: &[u8]) -> Result<Message, &'static str> {
                 if let Some(list) = attrs.get(18) {
                     expressions.extend(self::expressions(list)?);
                 }
+                // NFTA_SET_DESC 9: NFTA_SET_DESC_CONCAT 2, a list of fields, each
+                // NFTA_SET_FIELD_LEN 1.
+                let mut fields = Vec::new();
+                if let Some(desc) = attrs.get(9) {
+                    if let Some(concat) = Attributes::read(desc)?.get(2) {
+                        for (_, field) in Attributes::read(concat)?.all() {
+                            fields.push(Attributes::read(field)?.u32(1)?.unwrap_or(0));
+                        }
+                    }
+                }
                 Message::NewSet(Set {
                     family,
                     table,
                     name,
                     expressions,
+                    flags: attrs.u32(3)?.unwrap_or(0),
+                    key_len: attrs.u32(5)?.ok_or("a set without its key's length")?,
+                    data_type: attrs.u32(6)?,
+                    data_len: attrs.u32(7)?.unwrap_or(0),
+                    fields,
+                    elements: Vec::new(),
                 })
+            }
+        }
+        NEWSETELEM | DELSETELEM => {
+            let table = attrs.string(1)?.ok_or("elements without their table")?;
+            let set = attrs.string(2)?.ok_or("elements without their set")?;
+            let mut elements = Vec::new();
+            if let Some(list) = attrs.get(3) {
+                for (_, e) in Attributes::read(list)?.all() {
+                    elements.push(element(e)?);
+                }
+            }
+            if msg == DELSETELEM {
+                Message::DelElements(family, table, set, elements)
+            } else {
+                Message::NewElements(family, table, set, elements)
             }
         }
         NEWOBJ | DELOBJ => {
@@ -573,6 +679,41 @@ fn devices(devs: &[u8]) -> Result<Vec<String>, &'static str> {
     Ok(out)
 }
 
+/// One element (`NFTA_SET_ELEM_*`): KEY 1, DATA 2, FLAGS 3, TIMEOUT 4, EXPIRATION 5,
+/// KEY_END 9; keys and data nest `NFTA_DATA_VALUE` 1 or `NFTA_DATA_VERDICT` 2.
+fn element(nested: &[u8]) -> Result<Element, &'static str> {
+    let a = Attributes::read(nested)?;
+    let value = |k| -> Result<Option<Vec<u8>>, &'static str> {
+        match a.get(k) {
+            Some(d) => Ok(Attributes::read(d)?.get(1).map(<[u8]>::to_vec)),
+            None => Ok(None),
+        }
+    };
+    let data = match a.get(2) {
+        Some(d) => {
+            let d = Attributes::read(d)?;
+            match (d.get(1), d.get(2)) {
+                (Some(v), _) => Some(ElementData::Value(v.to_vec())),
+                (None, Some(v)) => {
+                    let v = Attributes::read(v)?;
+                    let code = be32(v.get(1).ok_or("a verdict without its code")?)? as i32;
+                    Some(ElementData::Verdict(code, v.string(2)?))
+                }
+                _ => return Err("an element's data neither a value nor a verdict"),
+            }
+        }
+        None => None,
+    };
+    Ok(Element {
+        key: value(1)?.unwrap_or_default(),
+        key_end: value(9)?,
+        flags: a.u32(3)?.unwrap_or(0),
+        data,
+        timeout: a.u64(4)?,
+        expiration: a.u64(5)?,
+    })
+}
+
 /// `NFTA_RULE_EXPRESSIONS`: a list of `NFTA_LIST_ELEM`, each an expression.
 pub fn expressions(list: &[u8]) -> Result<Vec<Expression>, &'static str> {
     Attributes::read(list)?
@@ -648,11 +789,16 @@ fn comment(udata: &[u8]) -> Option<String> {
 
 /// A request of type `msg` for `family` (0: every family), dumping if `dump`.
 pub fn request(msg: u8, family: u8, dump: bool, seq: u32) -> Vec<u8> {
+    request_with(msg, family, dump, seq, &[])
+}
+
+/// A request as [`request`] makes it, with attributes (each already framed).
+pub fn request_with(msg: u8, family: u8, dump: bool, seq: u32, attrs: &[u8]) -> Vec<u8> {
     let mut flags = libc::NLM_F_REQUEST as u16;
     if dump {
         flags |= libc::NLM_F_DUMP as u16;
     }
-    let len = (NLMSGHDR + NFGENMSG) as u32;
+    let len = (NLMSGHDR + NFGENMSG + attrs.len()) as u32;
     let mut out = Vec::with_capacity(len as usize);
     out.extend_from_slice(&len.to_ne_bytes());
     out.extend_from_slice(&((SUBSYS_NFTABLES as u16) << 8 | msg as u16).to_ne_bytes());
@@ -661,6 +807,19 @@ pub fn request(msg: u8, family: u8, dump: bool, seq: u32) -> Vec<u8> {
     out.extend_from_slice(&0u32.to_ne_bytes());
     // nfgenmsg: family, version (NFNETLINK_V0), resource id.
     out.extend_from_slice(&[family, 0, 0, 0]);
+    out.extend_from_slice(attrs);
+    out
+}
+
+/// A string attribute, framed (its terminating zero and padding included).
+pub fn string_attribute(kind: u16, value: &str) -> Vec<u8> {
+    let len = 4 + value.len() + 1;
+    let mut out = Vec::with_capacity(len.next_multiple_of(4));
+    out.extend_from_slice(&(len as u16).to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value.as_bytes());
+    out.push(0);
+    out.resize(len.next_multiple_of(4), 0);
     out
 }
 

@@ -121,9 +121,38 @@ impl Ruleset {
                     t.chains.remove(&name);
                 }
             }
-            Message::NewSet(set) => {
+            Message::NewSet(mut set) => {
                 if let Some(t) = self.table(set.family, &set.table) {
+                    // An update keeps the elements.
+                    if let Some(old) = t.sets.remove(&set.name) {
+                        set.elements = old.elements;
+                    }
                     t.sets.insert(set.name.clone(), set);
+                }
+            }
+            Message::NewElements(family, table, set, elements) => {
+                let Some(s) = self
+                    .tables
+                    .get_mut(&(family, table))
+                    .and_then(|t| t.sets.get_mut(&set))
+                else {
+                    self.orphans += 1;
+                    return;
+                };
+                for e in elements {
+                    match s.elements.iter_mut().find(|x| x.same(&e)) {
+                        Some(same) => *same = e,
+                        None => s.elements.push(e),
+                    }
+                }
+            }
+            Message::DelElements(family, table, set, elements) => {
+                if let Some(s) = self
+                    .tables
+                    .get_mut(&(family, table))
+                    .and_then(|t| t.sets.get_mut(&set))
+                {
+                    s.elements.retain(|x| !elements.iter().any(|e| e.same(x)));
                 }
             }
             Message::DelSet(family, table, name) => {

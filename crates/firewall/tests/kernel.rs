@@ -76,12 +76,25 @@ fn apply_next_commit(events: &mut Events, mirror: &mut Ruleset) {
     }
 }
 
+/// Each set's elements, in order of their bytes (a dump and the notifications need not
+/// give them in one order): (family, table, set) -> elements.
+fn elements_of(r: &Ruleset) -> std::collections::BTreeMap<(String, String, String), Vec<String>> {
+    r.tables()
+        .flat_map(|t| t.sets.values())
+        .map(|s| {
+            let mut e: Vec<String> = s.elements.iter().map(|e| format!("{e:?}")).collect();
+            e.sort();
+            ((s.family.name(), s.table.clone(), s.name.clone()), e)
+        })
+        .collect()
+}
+
 const RULESET: &str = r#"
 table inet fw {
   set blocked { type ipv4_addr; flags interval; elements = { 192.0.2.0/24 } }
   chain filter_forward { type filter hook forward priority 0; policy accept;
     ip daddr 10.2.0.2 icmp type echo-request drop
-    ip saddr @blocked drop comment "no documentation addresses"
+    ip saddr @blocked log drop comment "no documentation addresses"
     jump sub
   }
   chain sub { tcp dport 22 accept; }
@@ -106,6 +119,10 @@ fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
     let mut mirror = d.ruleset;
     assert_eq!(listed_by_fibre(&mirror), listed_by_nft(&ns));
     assert_eq!(mirror.counts(), (2, 5, 6));
+    // The interval 192.0.2.0/24: its start, its end flagged, and the end `nft` puts at
+    // the first key (nothing below the first interval).
+    let blocked = &elements_of(&mirror)[&("inet".into(), "fw".into(), "blocked".into())];
+    assert_eq!(blocked.len(), 3, "{blocked:?}");
     // The ruleset's own load, already in the dump, queued as notifications too: applying
     // them again changes nothing.
     apply_next_commit(&mut events, &mut mirror);
@@ -145,6 +162,15 @@ fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
             "add rule ip t2 c meta mark set 1".into(),
         ],
         vec!["add set inet fw s2 { type ipv4_addr; }".into()],
+        vec!["add element inet fw blocked { 198.51.100.0/24, 203.0.113.7 }".into()],
+        vec!["delete element inet fw blocked { 192.0.2.0/24 }".into()],
+        vec![
+            "add map inet fw ports { type inet_service : verdict; elements = { 22 : accept, 23 : jump sub } }".into(),
+            "add rule inet fw filter_forward tcp dport vmap @ports".into(),
+            "add rule inet fw filter_forward ip saddr . tcp dport { 10.0.0.0/8 . 1000-2000 } drop".into(),
+        ],
+        vec!["add element inet fw ports { 24 : drop }".into()],
+        vec!["flush set inet fw blocked".into()],
         vec!["add counter inet fw pkts".into()],
         vec![
             "delete counter inet fw pkts".into(),
@@ -168,6 +194,11 @@ fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
         );
         let fresh = dump().unwrap().ruleset;
         assert_eq!(mirror.to_json(), fresh.to_json(), "after {change:?}");
+        assert_eq!(
+            elements_of(&mirror),
+            elements_of(&fresh),
+            "after {change:?}"
+        );
         assert_eq!(mirror.orphans, 0);
     }
 }
@@ -188,15 +219,15 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
     let r = dump().unwrap().ruleset;
     let got = refusals(&r, &links, &Legacy::default());
     assert_eq!(closed(&got), Families::BOTH);
-    // The forward chain's three rules, the nat chain and its rule; not the input
-    // chain's, nor the empty ip6 chain.
+    // The forward chain's rule that logs (fibre evaluates the others), the nat chain
+    // and its rule; not the input chain's, nor the empty ip6 chain.
     let at: Vec<(String, Option<u64>)> = got
         .iter()
         .map(|g| (g.chain.clone().unwrap_or_default(), g.handle))
         .collect();
     assert_eq!(
         at.iter().filter(|(c, _)| c == "filter_forward").count(),
-        3,
+        1,
         "{at:?}"
     );
     assert_eq!(
@@ -213,6 +244,7 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
         .find(|g| g.rule.contains("no documentation addresses"))
         .expect("the comment names the rule");
     assert!(comment.rule.contains("[ lookup"), "{}", comment.rule);
+    assert!(comment.why.contains("`log`"), "{}", comment.why);
     // Made dormant, the table's chains meet nothing; its nat chain still has the
     // kernel track connections.
     nft(&ns, &["add table inet fw { flags dormant; }"], "");
