@@ -1,8 +1,15 @@
 //! `fibre forward`: one link's capture through the packet path offline. The
 //! configuration (`ip` command lines, `neigh add` lines among them) makes the router;
-//! the frames the capture holds arrive on `--iif`; what the pipeline sends is written to
-//! a pcapng file, each frame on an interface block named after the link it left by; and
-//! each stage's cost and each fate's count are printed.
+//! with `--ruleset`, the file `nft -f` takes is its firewall; the frames the capture
+//! holds arrive on `--iif`; what the pipeline sends is written to a pcapng file, each
+//! frame on an interface block named after the link it left by; and each stage's cost
+//! and each fate's count are printed.
+//!
+//! The ruleset is read by `nft` itself, into a private network namespace holding links
+//! of the configuration's names and indexes, and mirrored from there as the daemon
+//! mirrors a router's: fibre has no second parser of nft's grammar. Offline there is no
+//! kernel to hand anything to, so a ruleset holding what fibre does not enforce is
+//! refused, naming each such part.
 
 use fibre_dataplane::capture::{fate_name, read_capture, SentCapture};
 use fibre_dataplane::icmp::{Limits, RateLimit};
@@ -11,6 +18,8 @@ use fibre_dataplane::offline::{self, VECTOR};
 use fibre_dataplane::pipeline::{Arrival, Pipeline};
 use fibre_dataplane::runtime;
 use fibre_fib::{config, State};
+use fibre_firewall::eval::Filter;
+use fibre_kernel::netns::Namespace;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,9 +44,76 @@ pub struct ForwardArgs {
     /// Packets in a vector (1 to 256).
     #[arg(long, default_value_t = VECTOR)]
     vector: usize,
+    /// The router's firewall: a file of nftables rules, as `nft -f` takes it (needs
+    /// root: `nft` reads it into a private network namespace).
+    #[arg(long)]
+    ruleset: Option<PathBuf>,
     /// Print the counters as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// The filter rules of the nftables file `path` for the router `snap`; why not, if
+/// `nft` refuses the file or it holds what fibre does not enforce.
+pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<Filter, String> {
+    use fibre_firewall::gate::{self, Legacy};
+    let file = path.display().to_string();
+    if let Some(why) = fibre_kernel::netns::unavailable_reason() {
+        return Err(format!("--ruleset {file}: {why}"));
+    }
+    let ns = Namespace::create("ruleset").map_err(|e| format!("--ruleset {file}: {e}"))?;
+    // Links of the configuration's names and indexes, for rules that name them (`meta
+    // iif` takes the index the name has when the rule is loaded): veths, which every
+    // kernel that runs fibre has, their peers far above any index the router uses.
+    for l in snap.links().filter(|l| l.index != 1) {
+        ns.ip(&[
+            "link",
+            "add",
+            "name",
+            &l.name,
+            "index",
+            &l.index.to_string(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("fibre-p{}", l.index),
+            "index",
+            &(1_000_000 + l.index).to_string(),
+        ])
+        .map_err(|e| format!("--ruleset {file}: the link {}: {e}", l.name))?;
+    }
+    let absolute = std::fs::canonicalize(path).map_err(|e| format!("{file}: {e}"))?;
+    ns.nft(&["-f", &absolute.display().to_string()], "")
+        .map_err(|e| {
+            // nft names the file, line and column itself.
+            let text = e.to_string();
+            let said = text.split_once(": ").map_or(text.as_str(), |(_, s)| s);
+            format!("--ruleset: {said}")
+        })?;
+    let dump = std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter()?;
+            fibre_firewall::kernel::dump()
+        })
+        .join()
+        .map_err(|_| std::io::Error::other("the namespace's thread failed"))?
+    })
+    .map_err(|e| format!("--ruleset {file}: {e}"))?;
+    let links: Vec<String> = snap.links().map(|l| l.name.clone()).collect();
+    let refusals = gate::refusals(&dump.ruleset, &links, &Legacy::default());
+    if !refusals.is_empty() {
+        let mut why = format!(
+            "--ruleset {file}: fibre does not enforce {} part(s) of it, and offline there is \
+             no kernel to hand their packets to:",
+            refusals.len()
+        );
+        for r in &refusals {
+            why += &format!("\n  {}", r.describe());
+        }
+        return Err(why);
+    }
+    Ok(Filter::of(&dump.ruleset))
 }
 
 /// A router's configuration file: `ip` command lines, and `neigh add ADDR lladdr MAC dev
@@ -84,6 +160,9 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
 
     let mut pipeline = Pipeline::new();
+    if let Some(path) = &a.ruleset {
+        pipeline.rules = std::sync::Arc::new(load_ruleset(path, &snap)?);
+    }
     // Errors limited as this machine's kernel limits them.
     pipeline.limit = RateLimit::new(&Limits::read());
     let (fates, sent) = offline::forward(

@@ -7,7 +7,8 @@
 //!
 //! Compiled are the expressions that read the packet and its links and decide:
 //! `payload` (network and transport headers), `meta` (length, protocols, links' indexes,
-//! names, types and groups, mark, packet type), `cmp`, `bitwise` (mask and xor), `range`,
+//! names, types and groups, mark, packet type), `cmp`, `bitwise` (mask and xor),
+//! `byteorder`, `range`, `lookup` (in sets and maps, verdict maps too),
 //! `immediate` (data, and the verdicts accept, drop, continue, return, jump and goto) and
 //! `counter` (which fibre does not add to the kernel's counters). Anything else does not
 //! compile: the chain is not fibre's to evaluate ([`Refused`] says which rule and why),
@@ -199,6 +200,14 @@ enum Op {
         dreg: usize,
         mask: Vec<u8>,
         xor: Vec<u8>,
+    },
+    /// `byteorder DREG = ntoh/hton(SREG, LEN, SIZE)`: each `size`-byte unit of `len`
+    /// bytes turned around (on a little-endian CPU; on a big-endian one, copied).
+    Byteorder {
+        sreg: usize,
+        dreg: usize,
+        len: usize,
+        size: usize,
     },
     /// `range OP SREG FROM TO`.
     Range {
@@ -422,6 +431,19 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
                 _ => return Err(unsupported()),
             }
         }
+        "byteorder" => match (reg(1), reg(2), u(3), u(4), u(5)) {
+            (Some(sreg), Some(dreg), Some(0 | 1), Some(len), Some(size @ (2 | 4 | 8)))
+                if fits(sreg, len as usize) && fits(dreg, len as usize) =>
+            {
+                Op::Byteorder {
+                    sreg,
+                    dreg,
+                    len: len as usize,
+                    size: size as usize,
+                }
+            }
+            _ => return Err(unsupported()),
+        },
         "range" => match (
             u(2),
             reg(1),
@@ -831,6 +853,22 @@ fn run<'p>(
                 for k in 0..n {
                     regs[dreg + k] = (src[k] & mask[k]) ^ xor[k];
                 }
+            }
+            Op::Byteorder {
+                sreg,
+                dreg,
+                len,
+                size,
+            } => {
+                let mut units = [0u8; REGISTER_BYTES];
+                let n = len / size * size;
+                units[..n].copy_from_slice(&regs[*sreg..sreg + n]);
+                if cfg!(target_endian = "little") {
+                    for unit in units[..n].chunks_mut(*size) {
+                        unit.reverse();
+                    }
+                }
+                regs[*dreg..dreg + n].copy_from_slice(&units[..n]);
             }
             Op::Range {
                 neq,
