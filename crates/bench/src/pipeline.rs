@@ -38,6 +38,7 @@ use fibre_dataplane::pool::{BufferId, Pool};
 use fibre_dataplane::runtime::StageCounters;
 use fibre_dataplane::worker::NeighbourMacs;
 use fibre_fib::{config, LinkIndex, Snapshot, State};
+use fibre_firewall::eval::Filter;
 use fibre_kernel::netns::gateway;
 use fibre_lpm::{Key, Prefix};
 use rand::rngs::SmallRng;
@@ -45,7 +46,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The seeds' budget: a 64-byte frame at 10 Gbit/s, 14.88 million a second.
@@ -93,6 +94,8 @@ pub struct PipelineConfig {
     pub pool: usize,
     /// Seed of the flows.
     pub seed: u64,
+    /// Numbers of filter rules (none of which a flow matches) of the filter study.
+    pub filter_rules: Vec<usize>,
 }
 
 impl Default for PipelineConfig {
@@ -106,6 +109,7 @@ impl Default for PipelineConfig {
             vectors: vec![1, 4, 16, 64, 256],
             pool: 4096,
             seed: 1,
+            filter_rules: vec![0, 2, 32, 128, 1000, 10_000],
         }
     }
 }
@@ -352,14 +356,22 @@ struct Lane<'a> {
 }
 
 impl<'a> Lane<'a> {
-    fn new(router: &'a Router, flows: &'a Flows, pool: usize, first: usize) -> Lane<'a> {
+    fn new(
+        router: &'a Router,
+        flows: &'a Flows,
+        pool: usize,
+        first: usize,
+        rules: &Arc<Filter>,
+    ) -> Lane<'a> {
         let frames = &flows.frames[..];
+        let mut pipeline = Pipeline::new();
+        pipeline.rules = rules.clone();
         Lane {
             router,
             frames,
             len: flows.len,
             next: first % frames.len().max(1),
-            pipeline: Pipeline::new(),
+            pipeline,
             pool: Pool::new(pool.max(256), 2048),
             ids: Vec::with_capacity(256),
             fates: Vec::with_capacity(256),
@@ -445,6 +457,7 @@ fn measure_lanes(
     cfg: &PipelineConfig,
     threads: usize,
     vector: usize,
+    rules: &Arc<Filter>,
 ) -> Result<Measured, String> {
     let reps = cfg.repetitions.max(1);
     // Per repetition, per thread, each stage's ns per packet.
@@ -456,7 +469,7 @@ fn measure_lanes(
             repetitions: reps,
             threads,
         },
-        |t| Lane::new(router, flows, cfg.pool, t * per_thread),
+        |t| Lane::new(router, flows, cfg.pool, t * per_thread, rules),
         |lane, rep| {
             let n = lane.forward(cfg.packets, vector);
             let mut ns = [0.0; STAGES.len()];
@@ -554,6 +567,7 @@ pub fn pipeline_study(
     }
     let mhz = fibre_dataplane::runtime::cpu_mhz();
     let cycles = |ns: f64| mhz.map(|m| ns * m / 1e3);
+    let no_rules = Arc::new(Filter::default());
     let mut threads: Vec<usize> = cfg.threads.clone();
     threads.sort_unstable();
     threads.dedup();
@@ -562,7 +576,7 @@ pub fn pipeline_study(
             "IPv{family}: {t} thread(s), vectors of {}",
             cfg.vector
         ));
-        let m = measure_lanes(router, flows, cfg, t, cfg.vector)?;
+        let m = measure_lanes(router, flows, cfg, t, cfg.vector, &no_rules)?;
         if t == threads[0] {
             for (k, name) in STAGES.iter().enumerate() {
                 let s = m.stages[k];
@@ -602,7 +616,7 @@ pub fn pipeline_study(
     }
     for &v in &cfg.vectors {
         step(&format!("IPv{family}: vectors of {v}"));
-        let m = measure_lanes(router, flows, cfg, 1, v.clamp(1, 256))?;
+        let m = measure_lanes(router, flows, cfg, 1, v.clamp(1, 256), &no_rules)?;
         let mut f = base(family, routes, 1, v);
         f["metric"] = json!("vector");
         f["ns_per_packet"] = json!(m.per_packet.mean);
@@ -610,7 +624,68 @@ pub fn pipeline_study(
         f["cycles_per_packet"] = json!(cycles(m.per_packet.mean));
         emit(f);
     }
+    for &n in &cfg.filter_rules {
+        let rules = unmatched_rules(n, family);
+        for (mode, filter) in [("blocks", rules.clone()), ("walked", rules.walked())] {
+            if n == 0 && mode == "walked" {
+                continue;
+            }
+            step(&format!("IPv{family}: {n} filter rules, {mode}"));
+            // Walked, the rules cost a packet their number: fewer packets keep the
+            // measurement's time bounded.
+            let mut c = cfg.clone();
+            if mode == "walked" {
+                c.packets = (cfg.packets * 32 / (32 + n)).max(4 * cfg.vector);
+            }
+            let m = measure_lanes(router, flows, &c, 1, cfg.vector, &Arc::new(filter))?;
+            let mut f = base(family, routes, 1, cfg.vector);
+            f["metric"] = json!("filter");
+            f["rules"] = json!(n);
+            f["mode"] = json!(mode);
+            f["ns_per_packet"] = json!(m.per_packet.mean);
+            f["mean_dev"] = json!(m.per_packet.mean_dev);
+            f["cycles_per_packet"] = json!(cycles(m.per_packet.mean));
+            let k = STAGES.iter().position(|s| *s == "filter").expect("a stage");
+            f["filter_ns"] = json!(m.stages[k].mean);
+            emit(f);
+        }
+    }
     Ok(())
+}
+
+/// `n` filter rules at the forward hook of an `inet` table, as `nft` compiles `ip saddr
+/// 198.18.X.Y drop` (`ip6 saddr 2001:db8:ffff::X drop` for IPv6): each source an
+/// address no flow has, so that every packet goes through them all and passes.
+pub fn unmatched_rules(n: usize, family: u8) -> Filter {
+    use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+    let rules = (0..n)
+        .map(|i| {
+            let i = i as u32;
+            let (nfproto, offset, address) = if family == 4 {
+                (2, 12, (0xc612_0000 | (i & 0xffff)).to_be_bytes().to_vec())
+            } else {
+                let a = 0x2001_0db8_ffff_0000_0000_0000_0000_0000u128 | u128::from(i);
+                (10, 8, a.to_be_bytes().to_vec())
+            };
+            vec![
+                meta(15, 1),
+                cmp(0, 1, &[nfproto]),
+                payload(1, offset, address.len() as u32, 1),
+                cmp(0, 1, &address),
+                verdict(0, None),
+            ]
+        })
+        .collect();
+    let r = ruleset(
+        fibre_firewall::message::Family::Inet,
+        "filter",
+        vec![ChainSpec {
+            name: "forward".into(),
+            hook: Some((2, 1)),
+            rules,
+        }],
+    );
+    Filter::of(&r)
 }
 
 /// The figures of `family` and `metric`.
@@ -764,6 +839,48 @@ pub fn markdown(figures: &[Value]) -> String {
             ("vector", "vector"),
             &[("ns", "ns_per_packet")],
         );
+    }
+    let filter: Vec<&Value> = of(figures, "pipeline", Some("filter")).collect();
+    if !filter.is_empty() {
+        let _ = writeln!(
+            md,
+            "## In memory, one core: the filter by its rules\n\nRules at the forward hook no \
+             flow matches (`ip saddr 198.18.X.Y drop`, `ip6 saddr 2001:db8:ffff::X drop`), so \
+             every packet goes through them all and passes: the filter stage's ns per packet, \
+             and the whole packet's, with the blocks that skip the rules a packet's field does \
+             not name, and walked one by one as the kernel walks them.\n"
+        );
+        let mut head = "| rules |".to_string();
+        let mut rule = "|---:|".to_string();
+        for fam in &families {
+            let _ = write!(
+                head,
+                " IPv{fam} filter | IPv{fam} packet | IPv{fam} filter, walked | IPv{fam} packet, walked |"
+            );
+            rule += "---:|---:|---:|---:|";
+        }
+        let _ = writeln!(md, "{head}\n{rule}");
+        let mut counts: Vec<u64> = filter.iter().filter_map(|f| f["rules"].as_u64()).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        for n in counts {
+            let mut row = format!("| {n} |");
+            for &fam in &families {
+                for mode in ["blocks", "walked"] {
+                    let f = filter
+                        .iter()
+                        .find(|f| f["family"] == fam && f["rules"] == n && f["mode"] == mode);
+                    let _ = write!(
+                        row,
+                        " {} | {} |",
+                        show(f.and_then(|f| num(&f["filter_ns"])), 1),
+                        show(f.and_then(|f| num(&f["ns_per_packet"])), 1)
+                    );
+                }
+            }
+            let _ = writeln!(md, "{row}");
+        }
+        let _ = writeln!(md);
     }
     let veth: Vec<&Value> = of(figures, "veth", None).collect();
     if !veth.is_empty() {
@@ -1073,7 +1190,7 @@ mod tests {
         ] {
             assert_eq!(flows.left_out, 0, "every matched address is routed");
             assert_eq!(flows.frames.len(), 500);
-            let mut lane = Lane::new(&router, &flows, 1024, 0);
+            let mut lane = Lane::new(&router, &flows, 1024, 0, &Arc::default());
             assert_eq!(lane.forward(1000, 64), 1000);
             assert_eq!(lane.strays, 0);
             let p = &lane.pipeline;

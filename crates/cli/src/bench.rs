@@ -119,6 +119,10 @@ pub struct PipelineArgs {
     /// Vector sizes of the vector study, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
     vectors: Vec<usize>,
+    /// Numbers of filter rules of the filter study (rules no flow matches),
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,2,32,128,1000,10000")]
+    filter_rules: Vec<usize>,
     /// Leave out the veth study (the kernel and fibre forwarding between namespaces).
     #[arg(long)]
     no_veth: bool,
@@ -418,6 +422,7 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
         vector: args.vector as usize,
         vectors: args.vectors.clone(),
         seed: args.seed,
+        filter_rules: args.filter_rules.clone(),
         ..PipelineConfig::default()
     };
     let out = output_folder(&args.out, "pipeline", Some("fibre bench pipeline"))?;

@@ -87,6 +87,8 @@ fn the_packet_path_is_measured_stage_by_stage_in_memory() {
             "2",
             "--vectors",
             "1,256",
+            "--filter-rules",
+            "0,32",
         ],
     );
     for family in [4, 6] {
@@ -126,6 +128,19 @@ fn the_packet_path_is_measured_stage_by_stage_in_memory() {
             } else {
                 assert!(ns > 0.0 && ns < 100_000.0, "{f}");
             }
+        }
+        // The filter study: no rules, then 32 that no flow matches, with blocks and
+        // walked; the filter stage costs nothing without rules.
+        let filter = of("filter");
+        let shape: Vec<(u64, &str)> = filter
+            .iter()
+            .map(|f| (f["rules"].as_u64().unwrap(), f["mode"].as_str().unwrap()))
+            .collect();
+        assert_eq!(shape, [(0, "blocks"), (32, "blocks"), (32, "walked")]);
+        for f in &filter {
+            let ns = num(f, "filter_ns");
+            assert_eq!(ns == 0.0, f["rules"] == 0, "{f}");
+            assert!(num(f, "ns_per_packet") > 0.0, "{f}");
         }
         let forwarding = of("forwarding");
         assert_eq!(forwarding.len(), 1);

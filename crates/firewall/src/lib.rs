@@ -10,12 +10,14 @@
 //! - [`message`]: nf_tables messages decoded (tables, chains, rules, generations).
 //! - [`ruleset`]: the mirrored ruleset, applied message by message.
 //! - [`render`]: a rule's expressions as text, for an operator.
+//! - [`build`]: rulesets made in memory, for benchmarks and tests.
 //! - [`eval`]: the stateless filter rules, compiled and evaluated as the kernel does.
 //! - [`gate`]: what of the ruleset fibre may not bypass, and for which family.
 //! - [`lookup`]: a set's elements as the kernel's set backends match them.
 //! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
 //!   tables.
 
+pub mod build;
 pub mod eval;
 pub mod gate;
 pub mod kernel;
