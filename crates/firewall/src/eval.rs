@@ -1101,7 +1101,7 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         let mut blocked = 0;
         for round in 0..200 {
-            let mut rule = |rng: &mut rand::rngs::SmallRng, jumps: bool| {
+            let rule = |rng: &mut rand::rngs::SmallRng, jumps: bool| {
                 let mut e = Vec::new();
                 if rng.gen_bool(0.5) {
                     e.extend([meta(16, 1), cmp(0, 1, &[if rng.gen() { 6 } else { 17 }])]);
