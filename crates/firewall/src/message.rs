@@ -849,17 +849,7 @@ pub fn read_all(mut bytes: &[u8], out: &mut Vec<(Message, u16)>) -> (u64, bool, 
 pub(crate) mod tests {
     use super::*;
 
-    /// An attribute: its length, type, value and padding.
-    pub fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        out.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
-        out
-    }
+    pub use crate::build::attribute as nla;
 
     /// A whole message of type `msg` of `family` with `attrs`.
     pub fn message(msg: u8, family: u8, flags: u16, attrs: &[u8]) -> Vec<u8> {
