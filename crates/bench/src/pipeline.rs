@@ -882,6 +882,48 @@ pub fn markdown(figures: &[Value]) -> String {
         }
         let _ = writeln!(md);
     }
+    let kernel_filter: Vec<&Value> = of(figures, "veth-filter", None).collect();
+    if !kernel_filter.is_empty() {
+        let _ = writeln!(
+            md,
+            "## The kernel's filter by its rules, beside fibre's\n\nThe same rules loaded \
+             with `nft` into the kernel's forward hook, the kernel forwarding over veth (the \
+             veth study's topology, at a rate it keeps up with): what a frame costs the \
+             router's core, and what each rule adds to a frame, against what each rule adds \
+             to a packet in fibre's filter stage (in memory, walked and with blocks).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| family | rules | kernel ns a frame | kernel ns a rule | fibre ns a rule, walked | fibre ns a rule, blocks |\n|---|---:|---:|---:|---:|---:|"
+        );
+        for f in &kernel_filter {
+            let (fam, n) = (f["family"].as_u64().unwrap_or(0), f["rules"].as_u64().unwrap_or(0));
+            let ns = num(&f["core_ns_per_frame"]);
+            let none = kernel_filter
+                .iter()
+                .find(|g| g["family"] == fam && g["rules"] == 0)
+                .and_then(|g| num(&g["core_ns_per_frame"]));
+            let per_rule = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) if n > 0 => Some((a - b) / n as f64),
+                _ => None,
+            };
+            let fibre = |mode: &str| {
+                filter
+                    .iter()
+                    .find(|g| g["family"] == fam && g["rules"] == n && g["mode"] == mode)
+                    .and_then(|g| num(&g["filter_ns"]))
+            };
+            let _ = writeln!(
+                md,
+                "| IPv{fam} | {n} | {} | {} | {} | {} |",
+                show(ns, 0),
+                show(per_rule(ns, none), 2),
+                show(fibre("walked").map(|x| x / n.max(1) as f64), 3),
+                show(fibre("blocks").map(|x| x / n.max(1) as f64), 4),
+            );
+        }
+        let _ = writeln!(md);
+    }
     let veth: Vec<&Value> = of(figures, "veth", None).collect();
     if !veth.is_empty() {
         let _ = writeln!(

@@ -86,6 +86,9 @@ pub struct VethConfig {
     pub tcp_time: Duration,
     /// How long a daemon's CPU time is measured with no traffic.
     pub idle_time: Duration,
+    /// Numbers of forward rules no frame matches loaded into the kernel's ruleset, to
+    /// measure what its filter costs a frame by its rules.
+    pub filter_rules: Vec<usize>,
 }
 
 impl Default for VethConfig {
@@ -99,6 +102,7 @@ impl Default for VethConfig {
             cost_time: Duration::from_secs(3),
             tcp_time: Duration::from_secs(3),
             idle_time: Duration::from_secs(10),
+            filter_rules: vec![0, 1000, 10_000],
         }
     }
 }
@@ -757,6 +761,15 @@ pub fn veth_study<'a>(
             }));
         }
         for (family, frames) in &families {
+            if engine.name == "kernel" && !cfg.filter_rules.is_empty() {
+                for (n, ns, lost, rate) in kernel_filter(t, *family, frames, cfg, step)? {
+                    emit(json!({
+                        "study": "veth-filter", "engine": "kernel", "family": family,
+                        "rules": n, "core_ns_per_frame": ns, "lost": lost,
+                        "rate_kpps": rate / 1e3, "router_cpu": t.router_cpu,
+                    }));
+                }
+            }
             step(&format!("{} forwarding IPv{family}", engine.name));
             let r = rates(t, frames, cfg, step)?;
             emit(json!({
@@ -787,6 +800,49 @@ pub fn veth_study<'a>(
         drop(guard);
     }
     Ok(())
+}
+
+/// The kernel's forwarding with `n` rules of [`VethConfig::filter_rules`] at its forward
+/// hook that no frame matches, as `nft` loads them (`ip saddr 198.18.X.Y drop`, `ip6
+/// saddr 2001:db8:ffff::X drop`, the rules fibre's in-memory filter study measures):
+/// for each `n`, what a forwarded frame costs the router's core, the frames lost, and
+/// the rate offered (lower for more rules, that the kernel keep up).
+fn kernel_filter(
+    t: &Topology,
+    family: u8,
+    frames: &[Vec<u8>],
+    cfg: &VethConfig,
+    step: &mut dyn FnMut(&str),
+) -> Result<Vec<(usize, f64, u64, f64)>, String> {
+    let mut out = Vec::new();
+    with_generator(t, frames, cfg, |trial| {
+        for &n in &cfg.filter_rules {
+            step(&format!("kernel forwarding IPv{family} with {n} filter rules"));
+            let mut rules = String::from(
+                "table inet fibre_bench { chain forward { type filter hook forward priority 0; \
+                 policy accept;\n",
+            );
+            for i in 0..n {
+                if family == 4 {
+                    let _ = writeln!(rules, "ip saddr 198.18.{}.{} drop", i >> 8 & 0xff, i & 0xff);
+                } else {
+                    let _ = writeln!(rules, "ip6 saddr 2001:db8:ffff::{i:x} drop");
+                }
+            }
+            rules += "} }\n";
+            t.router.nft(&["-f", "-"], &rules).map_err(io)?;
+            let rate = cfg.cost_rate / (1.0 + n as f64 / 100.0);
+            // Once to warm up, once measured.
+            trial(Some(rate), false)?;
+            let r = trial(Some(rate), true)?;
+            out.push((n, r.router_busy_ns / r.forwarded.max(1) as f64, r.lost(), rate));
+            t.router
+                .nft(&["delete", "table", "inet", "fibre_bench"], "")
+                .map_err(io)?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// One TCP connection from host A to host B through the router for `time`, the hosts'

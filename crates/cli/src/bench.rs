@@ -498,6 +498,13 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
             trial: std::time::Duration::from_millis(args.trial_ms.max(10)),
             steps: args.steps,
             seed: args.seed,
+            // The kernel's filter is measured where its rules tell: none, and many.
+            filter_rules: args
+                .filter_rules
+                .iter()
+                .copied()
+                .filter(|&n| n == 0 || n >= 1000)
+                .collect(),
             ..VethConfig::default()
         };
         veth_study(&topology, &v4s, &v6s, &engines, &vcfg, &mut emit, &mut step)?;
