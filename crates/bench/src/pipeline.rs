@@ -897,7 +897,10 @@ pub fn markdown(figures: &[Value]) -> String {
             "| family | rules | kernel ns a frame | kernel ns a rule | fibre ns a rule, walked | fibre ns a rule, blocks |\n|---|---:|---:|---:|---:|---:|"
         );
         for f in &kernel_filter {
-            let (fam, n) = (f["family"].as_u64().unwrap_or(0), f["rules"].as_u64().unwrap_or(0));
+            let (fam, n) = (
+                f["family"].as_u64().unwrap_or(0),
+                f["rules"].as_u64().unwrap_or(0),
+            );
             let ns = num(&f["core_ns_per_frame"]);
             let none = kernel_filter
                 .iter()

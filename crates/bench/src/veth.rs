@@ -817,7 +817,9 @@ fn kernel_filter(
     let mut out = Vec::new();
     with_generator(t, frames, cfg, |trial| {
         for &n in &cfg.filter_rules {
-            step(&format!("kernel forwarding IPv{family} with {n} filter rules"));
+            step(&format!(
+                "kernel forwarding IPv{family} with {n} filter rules"
+            ));
             let mut rules = String::from(
                 "table inet fibre_bench { chain forward { type filter hook forward priority 0; \
                  policy accept;\n",
@@ -835,7 +837,12 @@ fn kernel_filter(
             // Once to warm up, once measured.
             trial(Some(rate), false)?;
             let r = trial(Some(rate), true)?;
-            out.push((n, r.router_busy_ns / r.forwarded.max(1) as f64, r.lost(), rate));
+            out.push((
+                n,
+                r.router_busy_ns / r.forwarded.max(1) as f64,
+                r.lost(),
+                rate,
+            ));
             t.router
                 .nft(&["delete", "table", "inet", "fibre_bench"], "")
                 .map_err(io)?;
