@@ -745,7 +745,8 @@ impl Info {
 /// IPv6's transport protocol, its header's offset and the fragment offset, as
 /// `ipv6_find_hdr` finds them for nf_tables (no target, `IP6_FH_F_AUTH`): past
 /// hop-by-hop, routing, fragment and destination options headers; an authentication
-/// header is taken for the transport's.
+/// header is taken for the transport's. A later fragment's transport offset is 0, as
+/// the kernel leaves it.
 fn ipv6_transport(ip: &[u8]) -> Option<(u8, usize, u16)> {
     // Extension headers walked past (`ipv6_ext_hdr`, but for "no next header" and the
     // authentication header, where the walk stops).
@@ -758,7 +759,9 @@ fn ipv6_transport(ip: &[u8]) -> Option<(u8, usize, u16)> {
             let f = ip.get(at + 2..at + 4)?;
             let off = u16::from_be_bytes([f[0], f[1]]) & !7;
             if off != 0 {
-                return (!walked(h[0]) && h[0] != 51).then_some((h[0], at, off));
+                // Returned from here, `ipv6_find_hdr` leaves the offset it was given:
+                // nf_tables' transport offset stays 0.
+                return (!walked(h[0]) && h[0] != 51).then_some((h[0], 0, off));
             }
             8
         } else {
@@ -786,9 +789,14 @@ fn run<'p>(
                 len,
                 dreg,
             } => {
+                // A load of 1, 2 or 4 bytes at an offset they divide takes the kernel's
+                // fast path (`nft_payload_fast_eval`), which reads a later fragment's
+                // transport bytes too; any other breaks on a later fragment
+                // (`nft_payload_eval`).
+                let fast = matches!(len, 1 | 2 | 4) && offset % len == 0;
                 let start = if *transport {
                     match p.info.l4 {
-                        Some((_, thoff)) if p.info.fragoff == 0 => thoff + offset,
+                        Some((_, thoff)) if fast || p.info.fragoff == 0 => thoff + offset,
                         _ => return None,
                     }
                 } else {
@@ -1191,12 +1199,13 @@ mod tests {
         // An authentication header is taken for the transport's.
         ip[6] = 51;
         assert_eq!(ipv6_transport(&ip), Some((51, 40, 0)));
-        // A later fragment: its protocol, no transport header to read.
+        // A later fragment: its protocol, and the transport offset the kernel leaves
+        // at 0.
         ip[6] = 44;
         ip[40..48].copy_from_slice(&[17, 0, 0, 8, 0, 0, 0, 1]);
-        assert_eq!(ipv6_transport(&ip), Some((17, 40, 8)));
+        assert_eq!(ipv6_transport(&ip), Some((17, 0, 8)));
         let info = Info::of(&ip);
-        assert_eq!((info.l4, info.fragoff), (Some((17, 40)), 8));
+        assert_eq!((info.l4, info.fragoff), (Some((17, 0)), 8));
     }
 
     fn checksum(h: &[u8]) -> u16 {

@@ -1,0 +1,1425 @@
+//! fibre's stateless filter evaluator ([`fibre_firewall::eval`]) against the Linux
+//! kernel itself, as root.
+//!
+//! The evaluator claims to decide a forwarded packet as the kernel's `nft_do_chain`
+//! decides it at the prerouting, forward and postrouting hooks. Unit tests can only
+//! check that claim against what their author believes the kernel does; this test asks
+//! the kernel. Three network namespaces make a router: the sender (veth `a0`), the
+//! router (`ra` towards the sender, `rb` towards the receiver, forwarding on) and the
+//! receiver (`b0`). Each round loads a random ruleset into the router with `nft -f`
+//! (tables `ip`, `ip6` and `inet`; base chains of type filter at the three hooks and
+//! others; regular chains reached by `jump` and `goto`; rules made only of what fibre
+//! compiles: payload, meta, cmp, bitwise, range, immediate and counter), mirrors it
+//! from the kernel's dump the way fibre does, and injects thousands of random IPv4 and
+//! IPv6 frames on `a0` with a packet socket. Every frame carries a tag at the end of its
+//! payload; a packet socket on `b0` sees which came out of the router. For each packet,
+//! whether the kernel forwarded it must equal fibre's
+//! `prerouting(ip, ra) && forwarding(ip, ra -> rb)` on the mirrored ruleset.
+//!
+//! Frames lost below IP (a full backlog, a full socket buffer) would look like frames
+//! the firewall dropped, so the test counts those losses and fails on any. The random
+//! seed is printed; `FIBRE_SEED=N` replays a run.
+
+use fibre_firewall::eval::{Filter, Link, Packet, Program};
+use fibre_firewall::kernel::dump;
+use fibre_firewall::Ruleset;
+use fibre_kernel::netns::Namespace;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Rulesets tried in a run.
+const ROUNDS: usize = 100;
+/// Packets sent through each ruleset.
+const PACKETS_PER_ROUND: usize = 5_000;
+/// How long the receiving socket must stay empty, once the last frame is sent, before
+/// the round's arrivals are taken as complete. A frame sent on a veth from a packet
+/// socket is normally forwarded and delivered before `send` returns.
+const QUIET: Duration = Duration::from_millis(50);
+/// The receiving socket's buffer: far more than a round's frames take.
+const CAPTURE_BUFFER: libc::c_int = 256 << 20;
+/// What precedes each packet's tag, at the very end of its IP packet.
+const TAG_MARK: [u8; 4] = *b"fbDT";
+/// Whether to send fragments other than the first (IPv4 fragment offset not 0, or an
+/// IPv6 fragment header with one). The kernel's fast path for payload loads of 1, 2 or 4
+/// aligned bytes (`nft_payload_fast_eval`) reads a later fragment's "transport header"
+/// where the slow path (`nft_payload_eval`) breaks the rule, and for IPv6 reads it at
+/// offset 0, the IPv6 header itself (`ipv6_find_hdr` leaves the offset unset for a
+/// later fragment): this test found it, and holds fibre to it.
+const SEND_LATER_FRAGMENTS: bool = true;
+/// The Ethernet header's length.
+const ETHERNET_HEADER: usize = 14;
+/// `ARPHRD_ETHER`: a veth's link type.
+const ETHER: u16 = 1;
+
+const SENDER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x00];
+const ROUTER_IN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
+const ROUTER_OUT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0x01];
+const RECEIVER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0b, 0x00];
+/// The groups of the router's links (`meta iifgroup`, `oifgroup`), not the default 0 so
+/// that a rule can tell them apart.
+const ROUTER_IN_GROUP: u32 = 3;
+const ROUTER_OUT_GROUP: u32 = 7;
+
+fn mac(m: [u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// Runs `work` on a thread of its own that entered `ns` first (the calling thread keeps
+/// its namespace; a socket stays in the namespace it was made in).
+fn in_namespace<T: Send>(ns: &Namespace, work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter().expect("entering the namespace");
+            work()
+        })
+        .join()
+        .expect("the namespace's thread does not panic")
+    })
+}
+
+/// The three namespaces and what the test needs to know of their links.
+struct Topology {
+    sender: Namespace,
+    router: Namespace,
+    receiver: Namespace,
+    /// `a0`'s index in the sender's namespace.
+    sender_link: u32,
+    /// `ra`'s and `rb`'s indexes in the router's namespace.
+    router_in: u32,
+    router_out: u32,
+    /// `b0`'s index in the receiver's namespace.
+    receiver_link: u32,
+}
+
+impl Topology {
+    fn build() -> Topology {
+        let sender = Namespace::create("diff-a").expect("a namespace (as root)");
+        let router = Namespace::create("diff-r").expect("a namespace");
+        let receiver = Namespace::create("diff-b").expect("a namespace");
+        router
+            .batch(&format!(
+                "link set lo up\n\
+                 link add ra address {} type veth peer name a0 address {} netns {}\n\
+                 link add rb address {} type veth peer name b0 address {} netns {}\n\
+                 link set ra group {ROUTER_IN_GROUP} up\n\
+                 link set rb group {ROUTER_OUT_GROUP} up\n",
+                mac(ROUTER_IN_MAC),
+                mac(SENDER_MAC),
+                sender.name(),
+                mac(ROUTER_OUT_MAC),
+                mac(RECEIVER_MAC),
+                receiver.name(),
+            ))
+            .expect("the router's links");
+        sender
+            .batch("link set lo up\nlink set a0 up\n")
+            .expect("the sender's link");
+        receiver
+            .batch("link set lo up\nlink set b0 up\n")
+            .expect("the receiver's link");
+        for sysctl in ["net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"] {
+            router.sysctl(sysctl, "1").expect("forwarding on");
+        }
+        for link in ["all", "default", "ra", "rb"] {
+            router
+                .sysctl(&format!("net.ipv4.conf.{link}.rp_filter"), "0")
+                .expect("no reverse path filter");
+        }
+        let up = Duration::from_secs(10);
+        sender.wait_up(&["a0"], up).expect("a0 up");
+        router.wait_up(&["ra", "rb"], up).expect("ra and rb up");
+        receiver.wait_up(&["b0"], up).expect("b0 up");
+        sender
+            .batch(
+                "addr add 10.1.0.2/16 dev a0\n\
+                 addr add fd01::2/64 dev a0 nodad\n",
+            )
+            .expect("the sender's addresses");
+        receiver
+            .batch(
+                "addr add 10.2.0.2/24 dev b0\n\
+                 addr add fd02::2/64 dev b0 nodad\n",
+            )
+            .expect("the receiver's addresses");
+        let receiver_mac = mac(RECEIVER_MAC);
+        router
+            .batch(&format!(
+                "addr add 10.1.0.1/16 dev ra\n\
+                 addr add fd01::1/64 dev ra nodad\n\
+                 addr add 10.2.0.1/24 dev rb\n\
+                 addr add fd02::1/64 dev rb nodad\n\
+                 neigh replace 10.2.0.2 lladdr {receiver_mac} dev rb nud permanent\n\
+                 neigh replace fd02::2 lladdr {receiver_mac} dev rb nud permanent\n\
+                 route add 10.3.0.0/16 via 10.2.0.2 dev rb\n\
+                 route add fd03::/64 via fd02::2 dev rb\n",
+            ))
+            .expect("the router's addresses, neighbours and routes");
+        Topology {
+            sender_link: sender.ifindex("a0").expect("a0's index"),
+            router_in: router.ifindex("ra").expect("ra's index"),
+            router_out: router.ifindex("rb").expect("rb's index"),
+            receiver_link: receiver.ifindex("b0").expect("b0's index"),
+            sender,
+            router,
+            receiver,
+        }
+    }
+
+    fn router_in(&self) -> Link<'static> {
+        Link {
+            index: self.router_in,
+            name: "ra",
+            kind: ETHER,
+            group: ROUTER_IN_GROUP,
+        }
+    }
+
+    fn router_out(&self) -> Link<'static> {
+        Link {
+            index: self.router_out,
+            name: "rb",
+            kind: ETHER,
+            group: ROUTER_OUT_GROUP,
+        }
+    }
+
+    /// Frames dropped so far below IP on the way (a veth's full peer, a CPU's full
+    /// backlog): any would pass for a frame the firewall dropped.
+    fn frames_lost_below_ip(&self) -> u64 {
+        link_drops(&self.sender, "a0")
+            + link_drops(&self.router, "ra")
+            + link_drops(&self.router, "rb")
+            + link_drops(&self.receiver, "b0")
+            + backlog_drops()
+    }
+}
+
+/// A link's dropped frames, received and sent, as `ip -s` counts them.
+fn link_drops(ns: &Namespace, link: &str) -> u64 {
+    let out = ns
+        .ip(&["-s", "-j", "link", "show", "dev", link])
+        .expect("ip -s link");
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("ip's JSON");
+    let stats = &listed[0]["stats64"];
+    ["rx", "tx"]
+        .iter()
+        .map(|way| stats[way]["dropped"].as_u64().expect("a dropped count"))
+        .sum()
+}
+
+/// Frames dropped by every CPU's full input backlog (`/proc/net/softnet_stat`'s second
+/// column), the whole machine's.
+fn backlog_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .expect("/proc/net/softnet_stat")
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .map(|hex| u64::from_str_radix(hex, 16).expect("a hexadecimal count"))
+        .sum()
+}
+
+/// A packet socket bound to link `ifindex` of the calling thread's namespace, for
+/// frames of `protocol` (0: none, a socket that only sends).
+fn packet_socket(protocol: u16, ifindex: u32) -> OwnedFd {
+    // SAFETY: socket takes no pointers; the result is checked before use.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::c_int::from(protocol.to_be()),
+        )
+    };
+    assert!(fd >= 0, "a packet socket: {}", io::Error::last_os_error());
+    // SAFETY: fd is a descriptor just opened and owned by nothing else.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain data, valid all zeros.
+    let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    address.sll_family = libc::AF_PACKET as u16;
+    address.sll_protocol = protocol.to_be();
+    address.sll_ifindex = ifindex as libc::c_int;
+    // SAFETY: address is a sockaddr_ll, its size given.
+    let bound = unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            std::ptr::addr_of!(address).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(bound, 0, "binding: {}", io::Error::last_os_error());
+    socket
+}
+
+fn set_option<T>(socket: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) {
+    // SAFETY: value points to a T, its size given.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(value).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "setsockopt {name}: {}", io::Error::last_os_error());
+}
+
+/// The socket that sees every frame arriving on `b0`: a buffer for a whole round, and
+/// reads that give up after [`QUIET`].
+fn capture_socket(ifindex: u32) -> OwnedFd {
+    let socket = packet_socket(libc::ETH_P_ALL as u16, ifindex);
+    set_option(
+        &socket,
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUFFORCE,
+        &CAPTURE_BUFFER,
+    );
+    let timeout = libc::timeval {
+        tv_sec: 0,
+        tv_usec: QUIET.as_micros() as libc::suseconds_t,
+    };
+    set_option(&socket, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout);
+    socket
+}
+
+/// Frames the kernel dropped for want of room in `socket`'s buffer since last asked
+/// (reading `PACKET_STATISTICS` resets it).
+fn capture_drops(socket: &OwnedFd) -> u32 {
+    // SAFETY: tpacket_stats is plain data, valid all zeros.
+    let mut stats: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: stats is a tpacket_stats and len its size, as PACKET_STATISTICS fills.
+    let got = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            std::ptr::addr_of_mut!(stats).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(got, 0, "PACKET_STATISTICS: {}", io::Error::last_os_error());
+    stats.tp_drops
+}
+
+/// Sends one whole frame on the link `socket` is bound to.
+fn send_frame(socket: &OwnedFd, frame: &[u8]) {
+    loop {
+        // SAFETY: frame is valid for frame.len() bytes.
+        let sent = unsafe { libc::send(socket.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if sent == frame.len() as isize {
+            return;
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            // Not sent: the socket's buffer full for a moment, or the veth's peer refused
+            // the frame (which the count of frames lost below IP then shows).
+            Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR) => std::thread::yield_now(),
+            _ => panic!("sending a frame of {} bytes: {error} ({sent})", frame.len()),
+        }
+    }
+}
+
+/// The tag and IP packet of one of the test's frames, `None` for any other frame (the
+/// router's and receiver's own neighbour discovery and such).
+fn tagged(frame: &[u8]) -> Option<(u32, &[u8])> {
+    let ip = frame.get(ETHERNET_HEADER..)?;
+    let len = match frame.get(12..14)? {
+        [0x08, 0x00] => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
+        [0x86, 0xdd] => 40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
+        _ => return None,
+    };
+    let ip = ip.get(..len)?;
+    let trailer = ip.get(len.checked_sub(8)?..)?;
+    (trailer[..4] == TAG_MARK).then(|| {
+        (
+            u32::from_be_bytes([trailer[4], trailer[5], trailer[6], trailer[7]]),
+            ip,
+        )
+    })
+}
+
+/// Reads the frames arriving on `socket` until `sender_done` is set and then a read
+/// waited [`QUIET`] for nothing: the IP packets of the test's frames, by tag.
+fn receive_until_quiet(socket: &OwnedFd, sender_done: &AtomicBool) -> HashMap<u32, Vec<u8>> {
+    let mut arrived = HashMap::new();
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let done_before_reading = sender_done.load(Ordering::Acquire);
+        // SAFETY: sockaddr_ll is plain data, valid all zeros.
+        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        let mut from_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        // SAFETY: buffer is valid for its length, from for from_len bytes.
+        let n = unsafe {
+            libc::recvfrom(
+                socket.as_raw_fd(),
+                buffer.as_mut_ptr().cast(),
+                buffer.len(),
+                0,
+                std::ptr::addr_of_mut!(from).cast(),
+                &mut from_len,
+            )
+        };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::EAGAIN | libc::ETIMEDOUT) if done_before_reading => return arrived,
+                Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => continue,
+                _ => panic!("receiving: {error}"),
+            }
+        }
+        // The receiver's own frames, going out.
+        if from.sll_pkttype == libc::PACKET_OUTGOING {
+            continue;
+        }
+        if let Some((tag, ip)) = tagged(&buffer[..n as usize]) {
+            let again = arrived.insert(tag, ip.to_vec());
+            assert!(again.is_none(), "the frame tagged {tag} arrived twice");
+        }
+    }
+}
+
+/// One packet to send: its tag and its whole frame.
+struct Probe {
+    tag: u32,
+    frame: Vec<u8>,
+    /// The IP packet's length, without the frame's padding.
+    ip_len: usize,
+}
+
+impl Probe {
+    /// From the IP header on, padding included, as fibre's packet path holds it.
+    fn ip(&self) -> &[u8] {
+        &self.frame[ETHERNET_HEADER..]
+    }
+}
+
+fn pick<T: Copy>(rng: &mut StdRng, choices: &[T]) -> T {
+    choices[rng.gen_range(0..choices.len())]
+}
+
+fn random_bytes(rng: &mut StdRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// A time to live or hop limit, at least 2 (one less is an ICMP error, not a verdict):
+/// often the values rules name.
+fn random_hops(rng: &mut StdRng) -> u8 {
+    if rng.gen_bool(0.7) {
+        pick(rng, &[2, 3, 4, 5, 63, 64, 65, 127, 128, 254, 255])
+    } else {
+        rng.gen_range(2..=255)
+    }
+}
+
+/// A port, often one that rules name.
+fn random_port(rng: &mut StdRng) -> u16 {
+    match rng.gen_range(0..4) {
+        0 => pick(rng, &[22, 53, 80, 123, 443, 1000, 2000]),
+        1 => rng.gen_range(1000..=3000),
+        2 => rng.gen_range(30000..=40000),
+        _ => rng.gen(),
+    }
+}
+
+/// DSCP and ECN: a traffic class or type of service.
+fn random_traffic_class(rng: &mut StdRng) -> u8 {
+    let dscp = if rng.gen_bool(0.7) {
+        pick(rng, &[0, 0x08, 0x10, 0x2e])
+    } else {
+        rng.gen_range(0..64)
+    };
+    dscp << 2 | rng.gen_range(0..4)
+}
+
+/// A transport protocol and its header and payload, the tag last: UDP, TCP, ICMP (or
+/// ICMPv6) of many types, or another protocol's bytes.
+fn random_transport(rng: &mut StdRng, v6: bool, tag: u32) -> (u8, Vec<u8>) {
+    let payload_len = if rng.gen_bool(0.1) {
+        rng.gen_range(0..=1200)
+    } else {
+        rng.gen_range(0..=200)
+    };
+    let mut payload = random_bytes(rng, payload_len);
+    payload.extend(TAG_MARK);
+    payload.extend(tag.to_be_bytes());
+    let mut header = Vec::new();
+    let protocol = match rng.gen_range(0..10) {
+        0..=2 => {
+            header.extend(random_port(rng).to_be_bytes());
+            header.extend(random_port(rng).to_be_bytes());
+            header.extend(((8 + payload.len()) as u16).to_be_bytes());
+            header.extend(rng.gen::<u16>().to_be_bytes());
+            17
+        }
+        3..=5 => {
+            let options = if rng.gen_bool(0.2) { 4 } else { 0 };
+            header.extend(random_port(rng).to_be_bytes());
+            header.extend(random_port(rng).to_be_bytes());
+            header.extend(rng.gen::<u32>().to_be_bytes());
+            header.extend(rng.gen::<u32>().to_be_bytes());
+            header.push((((20 + options) / 4) << 4) as u8);
+            header.push(if rng.gen_bool(0.8) {
+                pick(rng, &[0x02, 0x12, 0x10, 0x11, 0x04, 0x18, 0x14, 0x29])
+            } else {
+                rng.gen()
+            });
+            header.extend(rng.gen::<u16>().to_be_bytes());
+            header.extend(rng.gen::<u16>().to_be_bytes());
+            header.extend([0, 0]);
+            header.extend(std::iter::repeat_n(1, options));
+            6
+        }
+        6..=7 => {
+            let kind = match (v6, rng.gen_bool(0.8)) {
+                (false, true) => pick(rng, &[0, 8, 3, 11, 13]),
+                (true, true) => pick(rng, &[128, 129, 1, 2, 3, 135, 136]),
+                _ => rng.gen(),
+            };
+            header.push(kind);
+            header.push(if rng.gen_bool(0.7) {
+                0
+            } else {
+                rng.gen_range(0..5)
+            });
+            header.extend(rng.gen::<u16>().to_be_bytes());
+            header.extend(rng.gen::<u32>().to_be_bytes());
+            if v6 {
+                58
+            } else {
+                1
+            }
+        }
+        // GRE, SCTP, an authentication header, no next header: bytes only.
+        _ => pick(rng, &[47, 132, 51, 59]),
+    };
+    header.extend(payload);
+    (protocol, header)
+}
+
+/// An IPv4 packet from the sender's subnet to the receiver's routes: options,
+/// fragments, any type of service, and a valid header checksum.
+fn random_ipv4(rng: &mut StdRng, tag: u32) -> Vec<u8> {
+    let (protocol, transport) = random_transport(rng, false, tag);
+    let options: &[u8] = match rng.gen_range(0..10) {
+        0 => &[1, 1, 1, 0],
+        1 => &[1, 1, 1, 1, 1, 1, 1, 0],
+        _ => &[],
+    };
+    let header_len = 20 + options.len();
+    let total = header_len + transport.len();
+    let fragment: u16 = match rng.gen_range(0..20) {
+        // A first fragment, more to come.
+        0 => 0x2000,
+        // A later fragment, last or not.
+        1 if SEND_LATER_FRAGMENTS => rng.gen_range(1..=200) | if rng.gen() { 0x2000 } else { 0 },
+        // Don't fragment, or not said.
+        _ => {
+            if rng.gen() {
+                0x4000
+            } else {
+                0
+            }
+        }
+    };
+    let mut ip = vec![(0x40 | (header_len / 4)) as u8, random_traffic_class(rng)];
+    ip.extend((total as u16).to_be_bytes());
+    ip.extend(rng.gen::<u16>().to_be_bytes());
+    ip.extend(fragment.to_be_bytes());
+    ip.push(random_hops(rng));
+    ip.push(protocol);
+    ip.extend([0, 0]);
+    ip.extend([10, 1, rng.gen_range(0..16), rng.gen_range(2..=254)]);
+    ip.extend([10, 3, rng.gen(), rng.gen_range(1..=254)]);
+    ip.extend(options);
+    let checksum = internet_checksum(&ip);
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+    ip.extend(transport);
+    ip
+}
+
+/// An address of `prefix` (a /64) with a random interface identifier, whose first
+/// nibble rules' longer prefixes name.
+fn random_ipv6_address(rng: &mut StdRng, prefix: [u8; 8]) -> [u8; 16] {
+    let mut address = [0u8; 16];
+    address[..8].copy_from_slice(&prefix);
+    address[8..].copy_from_slice(&rng.gen::<u64>().max(2).to_be_bytes());
+    address
+}
+
+/// An IPv6 packet from the sender's subnet to the receiver's route, sometimes with
+/// hop-by-hop options, destination options or a fragment header before the transport.
+fn random_ipv6(rng: &mut StdRng, tag: u32) -> Vec<u8> {
+    let (protocol, transport) = random_transport(rng, true, tag);
+    // Extension headers, each as (its protocol number, its bytes but the first, which
+    // names what follows).
+    let padded_options = |len: u8| {
+        // PadN, zeros: what a router parsing hop-by-hop options accepts.
+        let mut h = vec![len, 1, len * 8 + 4];
+        h.extend(std::iter::repeat_n(0, usize::from(len) * 8 + 4));
+        h
+    };
+    let mut extensions: Vec<(u8, Vec<u8>)> = Vec::new();
+    match rng.gen_range(0..20) {
+        0..=1 => extensions.push((0, padded_options(0))),
+        2..=3 => extensions.push((60, padded_options(rng.gen_range(0..=1)))),
+        4 => {
+            extensions.push((0, padded_options(0)));
+            extensions.push((60, padded_options(0)));
+        }
+        5 => {
+            let offset: u16 = if !SEND_LATER_FRAGMENTS || rng.gen() {
+                0
+            } else {
+                rng.gen_range(1..=200)
+            };
+            let mut h = vec![0];
+            h.extend((offset << 3 | u16::from(rng.gen_bool(0.5))).to_be_bytes());
+            h.extend(rng.gen::<u32>().to_be_bytes());
+            extensions.push((44, h));
+        }
+        _ => {}
+    }
+    let payload_len: usize =
+        transport.len() + extensions.iter().map(|(_, h)| 1 + h.len()).sum::<usize>();
+    let class = random_traffic_class(rng);
+    let flow: u32 = if rng.gen() {
+        0
+    } else {
+        rng.gen_range(0..1 << 20)
+    };
+    let mut ip = (6 << 28 | u32::from(class) << 20 | flow)
+        .to_be_bytes()
+        .to_vec();
+    ip.extend((payload_len as u16).to_be_bytes());
+    ip.push(extensions.first().map_or(protocol, |(n, _)| *n));
+    ip.push(random_hops(rng));
+    ip.extend(random_ipv6_address(rng, [0xfd, 0x01, 0, 0, 0, 0, 0, 0]));
+    ip.extend(random_ipv6_address(rng, [0xfd, 0x03, 0, 0, 0, 0, 0, 0]));
+    for (k, (_, header)) in extensions.iter().enumerate() {
+        ip.push(extensions.get(k + 1).map_or(protocol, |(n, _)| *n));
+        ip.extend(header);
+    }
+    ip.extend(transport);
+    ip
+}
+
+/// A frame to the router of a random packet of either family tagged `tag`, sometimes
+/// with padding after the IP packet.
+fn random_probe(rng: &mut StdRng, tag: u32) -> Probe {
+    let v6 = rng.gen();
+    let ip = if v6 {
+        random_ipv6(rng, tag)
+    } else {
+        random_ipv4(rng, tag)
+    };
+    let mut frame = ROUTER_IN_MAC.to_vec();
+    frame.extend(SENDER_MAC);
+    frame.extend(if v6 { [0x86, 0xdd] } else { [0x08, 0x00] });
+    let ip_len = ip.len();
+    frame.extend(ip);
+    if rng.gen_bool(0.1) {
+        let padding = rng.gen_range(1..=16);
+        frame.extend(random_bytes(rng, padding));
+    }
+    Probe { tag, frame, ip_len }
+}
+
+fn internet_checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The family of a table: which matches its rules may hold.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TableFamily {
+    Ip,
+    Ip6,
+    Inet,
+}
+
+impl TableFamily {
+    fn keyword(self) -> &'static str {
+        match self {
+            TableFamily::Ip => "ip",
+            TableFamily::Ip6 => "ip6",
+            TableFamily::Inet => "inet",
+        }
+    }
+}
+
+/// A comparison of a number, as `nft` writes it after the field: equal, not, less,
+/// greater, a range or out of it (`value` gives the numbers).
+fn compared(rng: &mut StdRng, mut value: impl FnMut(&mut StdRng) -> u32) -> String {
+    let n = value(rng);
+    match rng.gen_range(0..8) {
+        0 => format!("{n}"),
+        1 => format!("!= {n}"),
+        2 => format!("< {n}"),
+        3 => format!("> {n}"),
+        4 => format!("<= {n}"),
+        5 => format!(">= {n}"),
+        op => {
+            let m = value(rng);
+            let (low, high) = (n.min(m), n.max(m));
+            match (low == high, op == 6) {
+                (true, _) => format!("{low}"),
+                (false, true) => format!("{low}-{high}"),
+                (false, false) => format!("!= {low}-{high}"),
+            }
+        }
+    }
+}
+
+fn maybe_not(rng: &mut StdRng) -> &'static str {
+    if rng.gen_bool(0.25) {
+        "!= "
+    } else {
+        ""
+    }
+}
+
+/// A match on IPv4's header or ICMP (in an `inet` table, `nft` adds the dependency on
+/// the family).
+fn ipv4_match(rng: &mut StdRng) -> String {
+    let not = maybe_not(rng);
+    match rng.gen_range(0..15) {
+        0 => {
+            let len = rng.gen_range(21..=24);
+            let third = rng.gen_range(0..16u8) & (0xff << (24 - len));
+            format!("ip saddr {not}10.1.{third}.0/{len}")
+        }
+        1 => {
+            let len = rng.gen_range(17..=20);
+            let third = rng.gen::<u8>() & (0xff << (24 - len));
+            format!("ip daddr {not}10.3.{third}.0/{len}")
+        }
+        2..=3 => format!("ip ttl {}", compared(rng, |r| u32::from(random_hops(r)))),
+        4 => format!(
+            "ip protocol {not}{}",
+            pick(rng, &["udp", "tcp", "icmp", "47", "132", "51"])
+        ),
+        5 => format!("ip dscp {not}{:#04x}", pick(rng, &[0, 0x08, 0x10, 0x2e])),
+        6 => format!(
+            "ip ecn {not}{}",
+            pick(rng, &["not-ect", "ect1", "ect0", "ce"])
+        ),
+        7 => format!("ip length {}", compared(rng, |r| r.gen_range(28..=400))),
+        8 => {
+            let bit = 1u16 << rng.gen_range(0..16);
+            format!("ip id & {bit:#x} == {}", pick(rng, &[bit, 0]))
+        }
+        9 => format!(
+            "ip frag-off & {}",
+            pick(
+                rng,
+                &[
+                    "0x1fff != 0",
+                    "0x1fff == 0",
+                    "0x2000 == 0x2000",
+                    "0x4000 != 0"
+                ]
+            )
+        ),
+        // The checksum the forward and postrouting hooks see is patched for the TTL.
+        10 => {
+            let bit = 1u16 << rng.gen_range(0..16);
+            format!("ip checksum & {bit:#x} == {}", pick(rng, &[bit, 0]))
+        }
+        11 => format!("ip hdrlength {not}5"),
+        12 => format!(
+            "icmp type {not}{}",
+            pick(
+                rng,
+                &[
+                    "echo-request",
+                    "echo-reply",
+                    "destination-unreachable",
+                    "time-exceeded"
+                ]
+            )
+        ),
+        13 => format!("icmp code {not}{}", rng.gen_range(0..3)),
+        _ => format!("ip version {not}4"),
+    }
+}
+
+/// A match on IPv6's header or ICMPv6.
+fn ipv6_match(rng: &mut StdRng) -> String {
+    let not = maybe_not(rng);
+    match rng.gen_range(0..13) {
+        0 => {
+            let len = rng.gen_range(65..=68);
+            let nibble = rng.gen_range(0..16u8) & (0xf << (68 - len));
+            format!("ip6 saddr {not}fd01:0:0:0:{nibble:x}000::/{len}")
+        }
+        1 => {
+            let len = rng.gen_range(65..=68);
+            let nibble = rng.gen_range(0..16u8) & (0xf << (68 - len));
+            format!("ip6 daddr {not}fd03:0:0:0:{nibble:x}000::/{len}")
+        }
+        2..=3 => format!(
+            "ip6 hoplimit {}",
+            compared(rng, |r| u32::from(random_hops(r)))
+        ),
+        // What the IPv6 header names next: an extension header's number, not the
+        // transport protocol, when there is one.
+        4..=5 => format!(
+            "ip6 nexthdr {not}{}",
+            pick(
+                rng,
+                &["udp", "tcp", "ipv6-icmp", "0", "60", "44", "47", "59"]
+            )
+        ),
+        6 => format!("ip6 dscp {not}{:#04x}", pick(rng, &[0, 0x08, 0x10, 0x2e])),
+        7 => format!(
+            "ip6 ecn {not}{}",
+            pick(rng, &["not-ect", "ect1", "ect0", "ce"])
+        ),
+        8 => format!("ip6 flowlabel {not}0"),
+        9 => format!("ip6 length {}", compared(rng, |r| r.gen_range(8..=400))),
+        10 => format!(
+            "icmpv6 type {not}{}",
+            pick(
+                rng,
+                &[
+                    "echo-request",
+                    "echo-reply",
+                    "destination-unreachable",
+                    "nd-neighbor-solicit"
+                ]
+            )
+        ),
+        11 => format!("icmpv6 code {not}{}", rng.gen_range(0..3)),
+        _ => format!("ip6 version {not}6"),
+    }
+}
+
+/// A match of either family: transport headers, raw payload, and the packet's metadata
+/// (links, their names, types and groups, length, mark, type).
+fn either_match(rng: &mut StdRng, family: TableFamily) -> String {
+    let not = maybe_not(rng);
+    let port = |r: &mut StdRng| u32::from(random_port(r));
+    match rng.gen_range(0..22) {
+        0..=1 => format!(
+            "meta l4proto {not}{}",
+            pick(rng, &["tcp", "udp", "icmp", "ipv6-icmp", "47", "132"])
+        ),
+        2 => format!("udp dport {}", compared(rng, port)),
+        3 => format!("udp sport {}", compared(rng, port)),
+        4 => format!("tcp dport {}", compared(rng, port)),
+        5 => format!("tcp sport {}", compared(rng, port)),
+        6..=7 => {
+            // A mask of the flags fin (0x01), syn, rst, psh, ack and urg (0x20), and a
+            // value within it, often of syn and ack.
+            let mask = rng.gen_range(1..0x40u8);
+            let value = if rng.gen_bool(0.7) {
+                mask & rng.gen::<u8>()
+            } else {
+                mask & 0x12
+            };
+            format!(
+                "tcp flags & {mask:#x} {}= {value:#x}",
+                if rng.gen_bool(0.8) { "=" } else { "!" }
+            )
+        }
+        // The transport header's bytes, whatever the protocol (no dependency).
+        8 => format!("th dport {not}{}", random_port(rng)),
+        9 => format!("@th,0,8 {not}{}", pick(rng, &[0, 3, 8, 128, 129])),
+        10 => {
+            let bit = 1u8 << rng.gen_range(0..8);
+            format!("@th,104,8 & {bit:#x} == {}", pick(rng, &[bit, 0]))
+        }
+        // The network header's: the hop limit (IPv6), time to live (IPv4), the IPv4
+        // checksum, the version.
+        11 => {
+            let bit = 1u8 << rng.gen_range(0..8);
+            let at = pick(rng, &[56, 64, 72, 80, 88]);
+            format!("@nh,{at},8 & {bit:#x} == {}", pick(rng, &[bit, 0]))
+        }
+        12 => format!("@nh,0,8 & 0xf0 == {}", pick(rng, &["0x40", "0x60"])),
+        // Equal or not only: an order on meta length needs `byteorder`, which fibre
+        // does not compile.
+        13 => format!("meta length {not}{}", rng.gen_range(40..=300)),
+        14 => format!(
+            "iifname {not}{}",
+            pick(rng, &["\"ra\"", "\"rb\"", "\"r*\"", "\"a*\""])
+        ),
+        15 => format!(
+            "oifname {not}{}",
+            pick(rng, &["\"rb\"", "\"ra\"", "\"r*\"", "\"b*\""])
+        ),
+        16 => format!(
+            "meta {} {not}{}",
+            pick(rng, &["iif", "oif"]),
+            pick(rng, &["\"ra\"", "\"rb\""])
+        ),
+        17 => format!(
+            "meta pkttype {not}{}",
+            pick(rng, &["host", "host", "broadcast", "multicast", "other"])
+        ),
+        18 => format!("meta {} {not}ether", pick(rng, &["iiftype", "oiftype"])),
+        19 => format!(
+            "meta {} {not}{}",
+            pick(rng, &["iifgroup", "oifgroup"]),
+            pick(rng, &[0, ROUTER_IN_GROUP, ROUTER_OUT_GROUP])
+        ),
+        20 => format!("meta mark {not}{}", pick(rng, &["0", "0x5"])),
+        _ if family == TableFamily::Inet && rng.gen() => {
+            format!("meta nfproto {}", pick(rng, &["ipv4", "ipv6"]))
+        }
+        _ => format!("meta protocol {not}{}", pick(rng, &["ip", "ip6"])),
+    }
+}
+
+/// A random match for a rule of a table of `family`: on IPv4's headers, on IPv6's, or
+/// on either's and the metadata.
+fn random_match(rng: &mut StdRng, family: TableFamily) -> String {
+    let v4 = match family {
+        TableFamily::Ip => rng.gen_bool(0.6),
+        TableFamily::Ip6 => false,
+        TableFamily::Inet => rng.gen_bool(0.35),
+    };
+    let v6 = !v4
+        && match family {
+            TableFamily::Ip => false,
+            TableFamily::Ip6 => rng.gen_bool(0.6),
+            TableFamily::Inet => rng.gen_bool(0.5),
+        };
+    if v4 {
+        ipv4_match(rng)
+    } else if v6 {
+        ipv6_match(rng)
+    } else {
+        either_match(rng, family)
+    }
+}
+
+/// What the matches of a rule so far tell `nft` of the packet's protocols: its network
+/// protocol (4 or 6) and its transport protocol. `nft` refuses a rule whose matches
+/// contradict each other (`ip6 daddr ... ip ttl 3`, `meta l4proto udp tcp dport 80`).
+struct ProtocolContext {
+    network: Option<u8>,
+    transport: Option<String>,
+    /// In an `inet` table, whether `meta iiftype ether` came first: `nft` then makes
+    /// the link layer's type field, not `meta nfproto`, a network match's dependency,
+    /// and fibre does not read the link layer.
+    link_layer_known: bool,
+}
+
+impl ProtocolContext {
+    /// What a table of `family` tells of its packets.
+    fn of(family: TableFamily) -> ProtocolContext {
+        ProtocolContext {
+            network: match family {
+                TableFamily::Ip => Some(4),
+                TableFamily::Ip6 => Some(6),
+                TableFamily::Inet => None,
+            },
+            transport: None,
+            link_layer_known: false,
+        }
+    }
+
+    /// Whether `m` agrees with the matches so far; if so, what it tells is added.
+    fn admits(&mut self, m: &str) -> bool {
+        let words: Vec<&str> = m.split_whitespace().collect();
+        let negated = words.contains(&"!=");
+        let network = match (words.as_slice(), negated) {
+            (["ip" | "icmp", ..], _) => Some(4),
+            (["ip6" | "icmpv6", ..], _) => Some(6),
+            (["meta", "nfproto", "ipv4"], _) | (["meta", "protocol", "ip"], false) => Some(4),
+            (["meta", "nfproto", "ipv6"], _) | (["meta", "protocol", "ip6"], false) => Some(6),
+            _ => None,
+        };
+        let transport = match (words.as_slice(), negated) {
+            ([p @ ("udp" | "tcp" | "icmp"), ..], _) => Some(*p),
+            (["icmpv6", ..], _) => Some("ipv6-icmp"),
+            (["ip", "protocol", p] | ["meta", "l4proto", p] | ["ip6", "nexthdr", p], false) => {
+                Some(*p)
+            }
+            _ => None,
+        };
+        let agrees_network = network.is_none() || self.network.is_none() || network == self.network;
+        let agrees_transport = transport.is_none()
+            || self.transport.is_none()
+            || transport == self.transport.as_deref();
+        if !(agrees_network && agrees_transport) {
+            return false;
+        }
+        if network.is_some() && self.network.is_none() && self.link_layer_known {
+            return false;
+        }
+        if words.starts_with(&["meta", "iiftype"]) && !negated {
+            self.link_layer_known = true;
+        }
+        self.network = self.network.or(network);
+        if self.transport.is_none() {
+            self.transport = transport.map(str::to_string);
+        }
+        true
+    }
+}
+
+/// Whether match `m` in a table of `family` tells packets apart: not one on the links,
+/// the packet type or the mark, which every packet at a hook meets alike, nor one on the
+/// family in a table of one family.
+fn reads_the_packet(m: &str, family: TableFamily) -> bool {
+    let alike = [
+        "iifname",
+        "oifname",
+        "meta iif",
+        "meta oif",
+        "meta pkttype",
+        "meta mark",
+        "ip version",
+        "ip6 version",
+    ];
+    let family_only = ["meta protocol", "meta nfproto", "@nh,0,8 & 0xf0"];
+    !alike.iter().any(|p| m.starts_with(p))
+        && (family == TableFamily::Inet || !family_only.iter().any(|p| m.starts_with(p)))
+}
+
+/// Whether match `m` in a table of `family` leaves out about half its family's packets
+/// or more: it reads the packet, is not a negation, and is not one most packets meet
+/// (an order on the time to live or a length, a port above or below some, the version).
+fn narrows(m: &str, family: TableFamily) -> bool {
+    let broad = [
+        "ip ttl",
+        "ip6 hoplimit",
+        "ip length",
+        "ip6 length",
+        "meta length",
+        "ip version",
+        "ip6 version",
+        "ip hdrlength",
+        "ip frag-off",
+        "ip6 flowlabel",
+        "@nh,0,8",
+    ];
+    let words: Vec<&str> = m.split_whitespace().collect();
+    let ordered = words.iter().any(|w| matches!(*w, "<" | ">" | "<=" | ">="));
+    reads_the_packet(m, family)
+        && !words.contains(&"!=")
+        && !ordered
+        && !broad.iter().any(|b| m.starts_with(b))
+}
+
+/// What ends a rule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Accept,
+    Drop,
+    Continue,
+    Return,
+    Jump,
+    Goto,
+    /// No verdict: a counter, on to the next rule.
+    Counter,
+}
+
+/// A random rule of a chain of a table of `family` that may jump or go to `targets`:
+/// none to three matches (more for a drop), and a verdict or a counter.
+fn random_rule(rng: &mut StdRng, family: TableFamily, targets: &[String]) -> String {
+    let verdict = loop {
+        let v = match rng.gen_range(0..20) {
+            0..=2 => Verdict::Accept,
+            3..=4 => Verdict::Drop,
+            5 => Verdict::Continue,
+            6..=7 => Verdict::Return,
+            8..=10 => Verdict::Jump,
+            11..=12 => Verdict::Goto,
+            _ => Verdict::Counter,
+        };
+        if !(matches!(v, Verdict::Jump | Verdict::Goto) && targets.is_empty()) {
+            break v;
+        }
+    };
+    let mut matches = match rng.gen_range(0..10) {
+        0 => 0,
+        1..=5 => 1,
+        6..=8 => 2,
+        _ => 3,
+    };
+    // A rule that matches everything and accepts, drops or returns leaves the rest of
+    // the chain unreached: rarely.
+    let decides_all = matches!(
+        verdict,
+        Verdict::Accept | Verdict::Drop | Verdict::Return | Verdict::Goto
+    );
+    if matches == 0 && decides_all && rng.gen_bool(0.9) {
+        matches = 1;
+    }
+    let mut context = ProtocolContext::of(family);
+    let mut rule: Vec<String> = (0..matches)
+        .map(|_| loop {
+            let m = random_match(rng, family);
+            if context.admits(&m) {
+                break m;
+            }
+        })
+        .collect();
+    // A decision on a match every packet meets alike (the links, the packet type) would
+    // decide all or none: mostly, a decision also reads the packet.
+    let decides = !matches!(
+        verdict,
+        Verdict::Counter | Verdict::Continue | Verdict::Jump
+    );
+    if decides
+        && !rule.is_empty()
+        && !rule.iter().any(|m| reads_the_packet(m, family))
+        && rng.gen_bool(0.9)
+    {
+        rule.push(loop {
+            let m = random_match(rng, family);
+            if reads_the_packet(&m, family) && context.admits(&m) {
+                break m;
+            }
+        });
+    }
+    // Drops are many along the hooks, and one is enough: each drops at most about
+    // half its family's packets, so that together they seldom drop all.
+    if verdict == Verdict::Drop {
+        rule.push(loop {
+            let m = random_match(rng, family);
+            if narrows(&m, family) && context.admits(&m) {
+                break m;
+            }
+        });
+    }
+    if verdict == Verdict::Counter || rng.gen_bool(0.2) {
+        rule.push("counter".into());
+    }
+    match verdict {
+        Verdict::Accept => rule.push("accept".into()),
+        Verdict::Drop => rule.push("drop".into()),
+        Verdict::Continue => rule.push("continue".into()),
+        Verdict::Return => rule.push("return".into()),
+        Verdict::Jump => rule.push(format!("jump {}", targets[rng.gen_range(0..targets.len())])),
+        Verdict::Goto => rule.push(format!("goto {}", targets[rng.gen_range(0..targets.len())])),
+        Verdict::Counter => {}
+    }
+    rule.join(" ")
+}
+
+/// A match that a quarter to a half of the packets a chain of a table of `family`
+/// meets do, by destination address or transport protocol: what the first rule of a
+/// chain with a policy of accept drops, so that each ruleset drops some packets.
+fn some_by_destination(rng: &mut StdRng, family: TableFamily) -> String {
+    let v4 = [
+        format!("ip daddr 10.3.{}.0/17", pick(rng, &[0, 128])),
+        format!("ip daddr 10.3.{}.0/18", rng.gen_range(0..4) * 64),
+        "ip protocol tcp".to_string(),
+    ];
+    let v6 = [
+        format!("ip6 daddr fd03:0:0:0:{:x}000::/65", pick(rng, &[0, 8])),
+        format!("ip6 daddr fd03:0:0:0:{:x}000::/66", rng.gen_range(0..4) * 4),
+        "ip6 nexthdr tcp".to_string(),
+    ];
+    let either = [
+        "meta l4proto udp".to_string(),
+        "meta l4proto tcp".to_string(),
+    ];
+    let choices: Vec<&String> = match family {
+        TableFamily::Ip => v4.iter().chain(&either).collect(),
+        TableFamily::Ip6 => v6.iter().chain(&either).collect(),
+        TableFamily::Inet => v4.iter().chain(&v6).chain(&either).collect(),
+    };
+    choices[rng.gen_range(0..choices.len())].clone()
+}
+
+/// A match that half the packets of one family do, by source address (`v6` picks the
+/// family): what a chain with a policy of drop accepts first. Not by destination or
+/// protocol, so that the packets let in are not just those another chain drops.
+fn half_by_source(rng: &mut StdRng, v6: bool) -> String {
+    if v6 {
+        format!("ip6 saddr fd01:0:0:0:{:x}000::/65", pick(rng, &[0, 8]))
+    } else {
+        format!("ip saddr 10.1.{}.0/21", pick(rng, &[0, 8]))
+    }
+}
+
+/// A random ruleset, as `nft -f` reads it: one to three tables of the families `ip`,
+/// `ip6` and `inet`, each with regular chains (a chain jumps or goes only to chains
+/// after it, so there is no loop) and base chains of type filter, mostly at the
+/// forwarding path's hooks; every base chain with a rule that drops some packets when
+/// its policy accepts, one that accepts some when it drops, so that verdicts mix.
+fn random_ruleset(rng: &mut StdRng) -> String {
+    let mut text = String::new();
+    let mut dropping_policy = false;
+    for t in 0..pick(rng, &[1, 1, 2, 2, 3]) {
+        let family = pick(
+            rng,
+            &[
+                TableFamily::Ip,
+                TableFamily::Ip6,
+                TableFamily::Inet,
+                TableFamily::Inet,
+            ],
+        );
+        writeln!(text, "table {} t{t} {{", family.keyword()).unwrap();
+        if t > 0 && rng.gen_bool(0.05) {
+            writeln!(text, "  flags dormant;").unwrap();
+        }
+        let regular: Vec<String> = (0..rng.gen_range(0..=3)).map(|c| format!("c{c}")).collect();
+        // Declared last first, so that each target exists before a chain names it.
+        for (c, name) in regular.iter().enumerate().rev() {
+            writeln!(text, "  chain {name} {{").unwrap();
+            for _ in 0..rng.gen_range(1..=4) {
+                let rule = random_rule(rng, family, &regular[c + 1..]);
+                writeln!(text, "    {rule}").unwrap();
+            }
+            writeln!(text, "  }}").unwrap();
+        }
+        for b in 0..rng.gen_range(1..=2) {
+            let hook = if b > 0 && rng.gen_bool(0.1) {
+                pick(rng, &["input", "output"])
+            } else {
+                pick(rng, &["prerouting", "forward", "forward", "postrouting"])
+            };
+            // One chain at most with a policy of drop, not the first: with several, or
+            // with the first chain's, too few packets would pass.
+            let drops = !(dropping_policy || (t == 0 && b == 0)) && rng.gen_bool(0.15);
+            dropping_policy |= drops;
+            writeln!(
+                text,
+                "  chain base{b} {{\n    type filter hook {hook} priority {}; policy {};",
+                rng.gen_range(-300..=300),
+                if drops { "drop" } else { "accept" }
+            )
+            .unwrap();
+            let mut rules: Vec<String> = (0..rng.gen_range(1..=6))
+                .map(|_| random_rule(rng, family, &regular))
+                .collect();
+            if drops {
+                // Two ways in, first: a policy of drop lets few through otherwise.
+                let families = match family {
+                    TableFamily::Ip => [false, false],
+                    TableFamily::Ip6 => [true, true],
+                    TableFamily::Inet => [false, true],
+                };
+                for v6 in families {
+                    rules.insert(0, format!("{} accept", half_by_source(rng, v6)));
+                }
+            } else {
+                // First in the first chain, so that each ruleset drops some packets.
+                let at = if t == 0 && b == 0 {
+                    0
+                } else {
+                    rng.gen_range(0..=rules.len())
+                };
+                rules.insert(at, format!("{} drop", some_by_destination(rng, family)));
+            }
+            for rule in rules {
+                writeln!(text, "    {rule}").unwrap();
+            }
+            writeln!(text, "  }}").unwrap();
+        }
+        writeln!(text, "}}").unwrap();
+    }
+    text
+}
+
+/// fibre's filter of `ruleset`, after checking that fibre compiles every base chain a
+/// forwarded packet meets (the filter leaves out those it does not, which would make
+/// the comparison meaningless).
+fn compiled_filter(ruleset: &Ruleset, text: &str) -> Filter {
+    for table in ruleset.tables().filter(|t| !t.table.dormant()) {
+        for entry in table.chains.values() {
+            let on_path = entry
+                .chain
+                .hook
+                .as_ref()
+                .is_some_and(|h| matches!(h.number, 0 | 2 | 4));
+            if on_path {
+                if let Err(refused) = Program::compile(table, &entry.chain.name) {
+                    panic!(
+                        "fibre does not compile chain {} of table {}: {refused:?}\nruleset:\n{text}",
+                        entry.chain.name, table.table.name
+                    );
+                }
+            }
+        }
+    }
+    Filter::of(ruleset)
+}
+
+/// Sends every probe's frame and returns the IP packets that came out of the router,
+/// by tag, and the frames the capture could not keep.
+fn forward_through_kernel(
+    inject: &OwnedFd,
+    capture: &OwnedFd,
+    probes: &[Probe],
+) -> (HashMap<u32, Vec<u8>>, u32) {
+    capture_drops(capture);
+    let sender_done = AtomicBool::new(false);
+    let arrived = std::thread::scope(|s| {
+        let receiver = s.spawn(|| receive_until_quiet(capture, &sender_done));
+        for probe in probes {
+            send_frame(inject, &probe.frame);
+        }
+        sender_done.store(true, Ordering::Release);
+        receiver
+            .join()
+            .expect("the receiving thread does not panic")
+    });
+    (arrived, capture_drops(capture))
+}
+
+/// Whether `received` is `sent` (its IP packet, no padding) as a router forwards it:
+/// the time to live or hop limit one less, the IPv4 checksum still right, nothing else
+/// changed.
+fn forwarded_unchanged(sent: &[u8], received: &[u8]) -> bool {
+    if sent.len() != received.len() {
+        return false;
+    }
+    let (hops, checksum) = if sent[0] >> 4 == 4 {
+        (8, Some(10..12))
+    } else {
+        (7, None)
+    };
+    let header_len = if checksum.is_some() {
+        usize::from(sent[0] & 0xf) * 4
+    } else {
+        40
+    };
+    sent.iter().zip(received).enumerate().all(|(k, (s, r))| {
+        if k == hops {
+            *r == s - 1
+        } else if checksum.as_ref().is_some_and(|c| c.contains(&k)) {
+            true
+        } else {
+            s == r
+        }
+    }) && (checksum.is_none() || internet_checksum(&received[..header_len]) == 0)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, nft, packet sockets"]
+fn fibres_filter_decides_as_the_kernel_forwards() {
+    let seed: u64 = match std::env::var("FIBRE_SEED") {
+        Ok(s) => s.parse().expect("FIBRE_SEED is a number"),
+        Err(_) => rand::random(),
+    };
+    println!("differential seed {seed} (FIBRE_SEED={seed} replays this run)");
+    let started = Instant::now();
+    let net = Topology::build();
+    let inject = in_namespace(&net.sender, || packet_socket(0, net.sender_link));
+    let capture = in_namespace(&net.receiver, || capture_socket(net.receiver_link));
+    let (iif, oif) = (net.router_in(), net.router_out());
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut next_tag = 0u32;
+    let (mut compared, mut passed) = (0usize, 0usize);
+    for round in 0..ROUNDS {
+        let text = random_ruleset(&mut rng);
+        net.router
+            .nft(&["flush", "ruleset"], "")
+            .expect("nft flush ruleset");
+        if let Err(e) = net.router.nft(&["-f", "-"], &text) {
+            panic!("seed {seed}, round {round}: nft refused the ruleset: {e}\n{text}");
+        }
+        let mirrored = in_namespace(&net.router, || dump().expect("the ruleset's dump"));
+        assert_eq!(mirrored.malformed, 0, "malformed messages in the dump");
+        assert!(mirrored.unavailable.is_none(), "{:?}", mirrored.unavailable);
+        let filter = compiled_filter(&mirrored.ruleset, &text);
+        let probes: Vec<Probe> = (0..PACKETS_PER_ROUND)
+            .map(|_| {
+                next_tag += 1;
+                random_probe(&mut rng, next_tag)
+            })
+            .collect();
+
+        let lost_before = net.frames_lost_below_ip();
+        let (arrived, capture_lost) = forward_through_kernel(&inject, &capture, &probes);
+        let lost = net.frames_lost_below_ip() - lost_before;
+        assert_eq!(
+            (lost, capture_lost),
+            (0, 0),
+            "seed {seed}, round {round}: frames lost below IP (links and backlogs, \
+             capture buffer): the kernel's verdicts cannot be told"
+        );
+        let sent: HashMap<u32, &Probe> = probes.iter().map(|p| (p.tag, p)).collect();
+        for (tag, ip) in &arrived {
+            let probe = sent.get(tag).unwrap_or_else(|| {
+                panic!(
+                    "seed {seed}, round {round}: a frame tagged {tag}, not of this round, arrived"
+                )
+            });
+            let original = &probe.ip()[..probe.ip_len];
+            assert!(
+                forwarded_unchanged(original, ip),
+                "seed {seed}, round {round}: packet {tag} came out changed\nsent     {}\nreceived {}",
+                hex(original),
+                hex(ip)
+            );
+        }
+
+        let mut mismatches = Vec::new();
+        let mut round_passed = 0;
+        for probe in &probes {
+            let ip = probe.ip();
+            let before_routing = filter.prerouting(ip, iif);
+            let after_routing = filter.forwarding(&Packet { ip, iif, oif });
+            let fibre = before_routing && after_routing;
+            let kernel = arrived.contains_key(&probe.tag);
+            round_passed += usize::from(kernel);
+            if fibre != kernel {
+                mismatches.push(format!(
+                    "packet {} ({} bytes of IP, {} of frame padding): kernel {}, fibre {} \
+                     (prerouting {}, forward and postrouting {})\n  {}",
+                    probe.tag,
+                    probe.ip_len,
+                    ip.len() - probe.ip_len,
+                    if kernel { "forwarded" } else { "dropped" },
+                    if fibre { "forwards" } else { "drops" },
+                    if before_routing { "accepts" } else { "drops" },
+                    if after_routing { "accept" } else { "drop" },
+                    hex(ip),
+                ));
+            }
+        }
+        let round_dropped = probes.len() - round_passed;
+        println!(
+            "round {round}: {round_passed} forwarded, {round_dropped} dropped, {} mismatches",
+            mismatches.len()
+        );
+        if !mismatches.is_empty() {
+            panic!(
+                "seed {seed}, round {round}: fibre and the kernel disagree on {} of {} packets \
+                 (the first {} below; IP packets from the header on, in hex)\nruleset:\n{text}\n{}",
+                mismatches.len(),
+                probes.len(),
+                mismatches.len().min(10),
+                mismatches[..mismatches.len().min(10)].join("\n")
+            );
+        }
+        assert!(
+            round_passed > 0 && round_dropped > 0,
+            "seed {seed}, round {round}: the kernel forwarded {round_passed} and dropped \
+             {round_dropped}: a round that does not mix verdicts cannot fail\nruleset:\n{text}"
+        );
+        compared += probes.len();
+        passed += round_passed;
+    }
+    println!(
+        "{compared} packets compared over {ROUNDS} rulesets ({passed} forwarded, {} dropped) \
+         in {:.1?}; seed {seed}",
+        compared - passed,
+        started.elapsed()
+    );
+}
