@@ -793,17 +793,16 @@ impl Pipeline {
             }
         };
         let input = view(iif);
-        let ip = |id: BufferId| &pool.frame(id)[ETHERNET_LEN..];
         let mut dropped = Vec::new();
         let checked = next.len() + self.errors.len();
         next.retain(|&(i, _, _)| {
-            let ip = ip(packets[i]);
+            let frame = pool.frame(packets[i]);
             let Some(out) = fates[i].output() else {
                 return true;
             };
-            let pass = self.rules.prerouting(ip, input)
+            let pass = self.rules.prerouting(frame, input)
                 && self.rules.forwarding(&fibre_firewall::eval::Packet {
-                    ip,
+                    frame,
                     iif: input,
                     oif: view(out),
                 });
@@ -813,7 +812,7 @@ impl Pipeline {
             pass
         });
         self.errors.retain(|&(i, _, _)| {
-            let pass = self.rules.prerouting(ip(packets[i]), input);
+            let pass = self.rules.prerouting(pool.frame(packets[i]), input);
             if !pass {
                 dropped.push(i);
             }

@@ -47,11 +47,16 @@ pub struct Link<'a> {
     pub group: u32,
 }
 
+/// The length of the Ethernet header a frame begins with (fibre hands frames with a
+/// VLAN tag to the kernel).
+pub const ETHERNET: usize = 14;
+
 /// A packet to forward, as fibre's packet path holds it before rewriting it.
 #[derive(Clone, Copy, Debug)]
 pub struct Packet<'a> {
-    /// From the IP header on, as received (the frame's padding may follow).
-    pub ip: &'a [u8],
+    /// The frame as received, from its Ethernet header on (the padding may follow the
+    /// IP packet).
+    pub frame: &'a [u8],
     /// The link it came in on.
     pub iif: Link<'a>,
     /// The link it leaves by.
@@ -154,9 +159,12 @@ impl Filter {
         self.hooks[usize::from(v6)].iter().any(|h| !h.is_empty())
     }
 
-    /// Whether `ip` (from its IP header on, as received, coming in on `iif`) passes the
-    /// prerouting hook.
-    pub fn prerouting(&self, ip: &[u8], iif: Link) -> bool {
+    /// Whether `frame` (from its Ethernet header on, as received, coming in on `iif`)
+    /// passes the prerouting hook.
+    pub fn prerouting(&self, frame: &[u8], iif: Link) -> bool {
+        let Some(ip) = frame.get(ETHERNET..) else {
+            return false;
+        };
         let Some(f) = family(ip) else { return false };
         let chains = &self.hooks[f][0];
         if chains.is_empty() {
@@ -165,21 +173,24 @@ impl Filter {
         let info = Info::of(ip);
         chains
             .iter()
-            .all(|c| c.accepts(ip, &info, false, iif, None))
+            .all(|c| c.accepts(frame, &info, false, iif, None))
     }
 
     /// Whether `p` passes the forward and postrouting hooks.
     pub fn forwarding(&self, p: &Packet) -> bool {
-        let Some(f) = family(p.ip) else { return false };
+        let Some(ip) = p.frame.get(ETHERNET..) else {
+            return false;
+        };
+        let Some(f) = family(ip) else { return false };
         let [_, forward, post] = &self.hooks[f];
         if forward.is_empty() && post.is_empty() {
             return true;
         }
-        let info = Info::of(p.ip);
+        let info = Info::of(ip);
         forward
             .iter()
             .chain(post)
-            .all(|c| c.accepts(p.ip, &info, true, p.iif, Some(p.oif)))
+            .all(|c| c.accepts(p.frame, &info, true, p.iif, Some(p.oif)))
     }
 }
 
@@ -195,9 +206,10 @@ fn family(ip: &[u8]) -> Option<usize> {
 /// An operation compiled from one expression.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
-    /// `payload load LEN @ BASE + OFFSET => DREG`: base 1 network, 2 transport.
+    /// `payload load LEN @ BASE + OFFSET => DREG`: base 0 link layer, 1 network, 2
+    /// transport.
     Payload {
-        transport: bool,
+        base: u32,
         offset: usize,
         len: usize,
         dreg: usize,
@@ -393,11 +405,11 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
     let op = match e.name.as_str() {
         "payload" => match (u(2), u(3), u(4), reg(1)) {
             // No source register: a load, not a `payload set` statement.
-            (Some(base @ (1 | 2)), Some(offset), Some(len), Some(dreg))
+            (Some(base @ 0..=2), Some(offset), Some(len), Some(dreg))
                 if a.get(5).is_none() && len > 0 && fits(dreg, (len as usize).div_ceil(4) * 4) =>
             {
                 Op::Payload {
-                    transport: base == 2,
+                    base,
                     offset: offset as usize,
                     len: len as usize,
                     dreg,
@@ -621,18 +633,19 @@ impl Program {
         self.accept && self.chains[0].is_empty()
     }
 
-    /// Whether the chain accepts `ip` (described by `info`; with its time to live
-    /// taken down if `forwarded`) from `iif` to `oif`.
+    /// Whether the chain accepts `frame` (its IP packet described by `info`; with its
+    /// time to live taken down if `forwarded`) from `iif` to `oif`.
     fn accepts(
         &self,
-        ip: &[u8],
+        frame: &[u8],
         info: &Info,
         forwarded: bool,
         iif: Link,
         oif: Option<Link>,
     ) -> bool {
         let at = At {
-            ip,
+            frame,
+            ip: &frame[ETHERNET..],
             info,
             forwarded,
             iif,
@@ -685,6 +698,9 @@ impl Program {
 
 /// A packet at a hook.
 struct At<'a> {
+    /// From the Ethernet header on.
+    frame: &'a [u8],
+    /// From the IP header on.
     ip: &'a [u8],
     info: &'a Info,
     forwarded: bool,
@@ -784,7 +800,7 @@ fn run<'p>(
     for op in rule {
         match op {
             Op::Payload {
-                transport,
+                base,
                 offset,
                 len,
                 dreg,
@@ -792,25 +808,36 @@ fn run<'p>(
                 // A load of 1, 2 or 4 bytes at an offset they divide takes the kernel's
                 // fast path (`nft_payload_fast_eval`), which reads a later fragment's
                 // transport bytes too; any other breaks on a later fragment
-                // (`nft_payload_eval`).
+                // (`nft_payload_eval`). The link layer's bytes are the frame's from its
+                // Ethernet header on (the kernel's mac header), into the IP packet.
                 let fast = matches!(len, 1 | 2 | 4) && offset % len == 0;
-                let start = if *transport {
-                    match p.info.l4 {
-                        Some((_, thoff)) if fast || p.info.fragoff == 0 => thoff + offset,
+                let (bytes, start, end) = match base {
+                    0 => (p.frame, *offset, ETHERNET + p.info.len),
+                    1 => (p.ip, *offset, p.info.len),
+                    _ => match p.info.l4 {
+                        Some((_, thoff)) if fast || p.info.fragoff == 0 => {
+                            (p.ip, thoff + offset, p.info.len)
+                        }
                         _ => return None,
-                    }
-                } else {
-                    *offset
+                    },
                 };
-                if start + len > p.info.len {
+                if start + len > end {
                     return None;
                 }
                 // The last register written is zeroed first, as the kernel does.
                 regs[dreg + len..(dreg + len).div_ceil(4) * 4].fill(0);
                 let out = &mut regs[*dreg..dreg + len];
-                out.copy_from_slice(&p.ip[start..start + len]);
-                if p.forwarded && !*transport {
-                    taken_down(p.ip, start, out);
+                out.copy_from_slice(&bytes[start..start + len]);
+                // What the network header holds at the forward and postrouting hooks.
+                if p.forwarded {
+                    match base {
+                        1 => taken_down(p.ip, start, out),
+                        0 if start + len > ETHERNET => {
+                            let skip = ETHERNET.saturating_sub(start);
+                            taken_down(p.ip, start + skip - ETHERNET, &mut out[skip..]);
+                        }
+                        _ => {}
+                    }
                 }
             }
             Op::Meta { key, dreg } => {
@@ -1015,6 +1042,13 @@ mod tests {
         p.extend_from_slice(&[0, 8, 0, 0]);
         p
     }
+    /// An IPv4 packet in an Ethernet frame.
+    fn frame(ip: &[u8]) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(ip);
+        f
+    }
+
     fn link(index: u32, name: &str) -> Link<'_> {
         Link {
             index,
@@ -1069,7 +1103,7 @@ mod tests {
         let c = Program::compile(&t, "fwd").unwrap();
         let v = |ip: Vec<u8>| {
             let info = Info::of(&ip);
-            c.accepts(&ip, &info, true, link(2, "ra"), Some(link(3, "rb")))
+            c.accepts(&frame(&ip), &info, true, link(2, "ra"), Some(link(3, "rb")))
         };
         assert!(!v(udp4([10, 2, 0, 2], 53, 64)));
         assert!(v(udp4([10, 2, 0, 3], 53, 64)));
@@ -1166,8 +1200,9 @@ mod tests {
                 ip[9] = if rng.gen() { 6 } else { 17 };
                 ip[15] = rng.gen_range(0..4);
                 let info = Info::of(&ip);
+                let f = frame(&ip);
                 let v =
-                    |p: &Program| p.accepts(&ip, &info, true, link(2, "ra"), Some(link(3, "rb")));
+                    |p: &Program| p.accepts(&f, &info, true, link(2, "ra"), Some(link(3, "rb")));
                 assert_eq!(v(&fast), v(&walk), "round {round}, {ip:02x?}");
             }
         }

@@ -1372,9 +1372,10 @@ fn fibres_filter_decides_as_the_kernel_forwards() {
         let mut mismatches = Vec::new();
         let mut round_passed = 0;
         for probe in &probes {
+            let frame = &probe.frame[..];
             let ip = probe.ip();
-            let before_routing = filter.prerouting(ip, iif);
-            let after_routing = filter.forwarding(&Packet { ip, iif, oif });
+            let before_routing = filter.prerouting(frame, iif);
+            let after_routing = filter.forwarding(&Packet { frame, iif, oif });
             let fibre = before_routing && after_routing;
             let kernel = arrived.contains_key(&probe.tag);
             round_passed += usize::from(kernel);
