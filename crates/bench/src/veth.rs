@@ -831,7 +831,7 @@ fn kernel_filter(
                     let _ = writeln!(rules, "ip6 saddr 2001:db8:ffff::{i:x} drop");
                 }
             }
-            rules += "} }\n";
+            rules += "}\n}\n";
             t.router.nft(&["-f", "-"], &rules).map_err(io)?;
             let rate = cfg.cost_rate / (1.0 + n as f64 / 100.0);
             // Once to warm up, once measured.

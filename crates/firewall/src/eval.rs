@@ -217,7 +217,14 @@ enum Op {
     /// `meta load KEY => DREG`.
     Meta { key: u32, dreg: usize },
     /// `cmp OP SREG DATA`.
-    Cmp { op: u32, sreg: usize, data: Vec<u8> },
+    Cmp {
+        op: u32,
+        sreg: usize,
+        data: Vec<u8>,
+        /// For data of at most 16 bytes: the data as a big-endian number, to compare as
+        /// one number (bytes of one length compare as the big-endian numbers they make).
+        short: Option<u128>,
+    },
     /// `bitwise DREG = (SREG & MASK) ^ XOR`, over whole 32-bit registers (mask and xor
     /// padded with zeros, as the kernel holds them).
     Bitwise {
@@ -429,7 +436,13 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
         },
         "cmp" => match (u(2), reg(1), a.get(3).and_then(value)) {
             (Some(op @ 0..=5), Some(sreg), Some(data)) if fits(sreg, data.len()) => {
-                Op::Cmp { op, sreg, data }
+                let short = (!data.is_empty() && data.len() <= 16).then(|| be_number(&data));
+                Op::Cmp {
+                    op,
+                    sreg,
+                    data,
+                    short,
+                }
             }
             _ => return Err(unsupported()),
         },
@@ -825,9 +838,17 @@ fn run<'p>(
                     return None;
                 }
                 // The last register written is zeroed first, as the kernel does.
-                regs[dreg + len..(dreg + len).div_ceil(4) * 4].fill(0);
+                let b = &bytes[start..start + len];
+                match len {
+                    1 => regs[*dreg..dreg + 4].copy_from_slice(&[b[0], 0, 0, 0]),
+                    2 => regs[*dreg..dreg + 4].copy_from_slice(&[b[0], b[1], 0, 0]),
+                    4 => regs[*dreg..dreg + 4].copy_from_slice(&[b[0], b[1], b[2], b[3]]),
+                    _ => {
+                        regs[dreg + len..(dreg + len).div_ceil(4) * 4].fill(0);
+                        regs[*dreg..dreg + len].copy_from_slice(b);
+                    }
+                }
                 let out = &mut regs[*dreg..dreg + len];
-                out.copy_from_slice(&bytes[start..start + len]);
                 // What the network header holds at the forward and postrouting hooks.
                 if p.forwarded {
                     match base {
@@ -884,9 +905,17 @@ fn run<'p>(
                     _ => return None,
                 }
             }
-            Op::Cmp { op, sreg, data } => {
+            Op::Cmp {
+                op,
+                sreg,
+                data,
+                short,
+            } => {
                 use std::cmp::Ordering::*;
-                let d = regs[*sreg..sreg + data.len()].cmp(&data[..]);
+                let d = match short {
+                    Some(value) => be_number(&regs[*sreg..sreg + data.len()]).cmp(value),
+                    None => regs[*sreg..sreg + data.len()].cmp(&data[..]),
+                };
                 let holds = match op {
                     0 => d == Equal,
                     1 => d != Equal,
@@ -981,6 +1010,19 @@ fn run<'p>(
         }
     }
     None
+}
+
+/// Up to 16 bytes as the big-endian number they make, read by their length at once
+/// where it is 1, 2, 4 or 16 (a read wider than what was written would wait on it).
+#[inline(always)]
+fn be_number(b: &[u8]) -> u128 {
+    match b.len() {
+        1 => u128::from(b[0]),
+        2 => u128::from(u16::from_be_bytes([b[0], b[1]])),
+        4 => u128::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        16 => u128::from_be_bytes(b.try_into().expect("16 bytes")),
+        _ => b.iter().fold(0, |n, &x| n << 8 | u128::from(x)),
+    }
 }
 
 /// Bytes `out` of the network header from `start` as the forward and postrouting hooks

@@ -186,7 +186,9 @@ fn keys(rule: &[Op]) -> Vec<Key> {
                 clobber(&mut loaded, *dreg, written(op).next_multiple_of(4));
                 loaded.push((*dreg, i));
             }
-            Op::Cmp { op: 0, sreg, data } => {
+            Op::Cmp {
+                op: 0, sreg, data, ..
+            } => {
                 if let Some(&(_, l)) = loaded
                     .iter()
                     .find(|&&(start, l)| start == *sreg && data.len() <= written(&rule[l]))
