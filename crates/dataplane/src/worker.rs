@@ -331,13 +331,26 @@ pub struct Shared {
     /// (the workers put those families through the filter rules, which the express path
     /// does not run). Set by [`Shared::close`].
     closed: AtomicU8,
-    /// The router's filter rules, which the workers put every packet through.
-    filter: ArcSwap<Filter>,
+    /// The router's filter rules, which the workers put every packet through, together
+    /// with what is closed: taken by a worker as one, so that it never meets a filter
+    /// that leaves out a chain with the family that chain closes still open, nor a
+    /// family opened with the filter that leaves it out.
+    enforced: ArcSwap<Enforced>,
     /// The families the kernel forwards itself, by input link (bit 0 IPv4, bit 1 IPv6:
     /// its forwarding is on for frames from that link): a frame it has its own copy of
     /// is left to it, never sent a second time; the workers still teach the express
     /// path by it.
     kernel_forwards: ArcSwap<Vec<(LinkIndex, u8)>>,
+}
+
+/// The router's filter rules and what the firewall closes ([`Shared::closed`]'s bits),
+/// taken together.
+#[derive(Default)]
+pub struct Enforced {
+    /// The filter rules.
+    pub filter: Arc<Filter>,
+    /// What is closed.
+    pub closed: u8,
 }
 
 impl Shared {
@@ -356,7 +369,7 @@ impl Shared {
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
             closed: AtomicU8::new(0),
-            filter: ArcSwap::default(),
+            enforced: ArcSwap::default(),
             kernel_forwards: ArcSwap::default(),
         }
     }
@@ -366,7 +379,15 @@ impl Shared {
     /// ([`Generation::RETIRED`]). Under the express path's lock, so that a generation
     /// published meanwhile ([`Shared::publish_generation`]) cannot undo it.
     pub fn close(&self, closed: u8) -> io::Result<()> {
+        let filter = self.enforced.load().filter.clone();
+        self.enforce(filter, closed)
+    }
+
+    /// Gives the workers the router's filter rules and what the firewall closes (as
+    /// [`Shared::close`] says it), both at once.
+    pub fn enforce(&self, filter: Arc<Filter>, closed: u8) -> io::Result<()> {
         let express = self.express();
+        self.enforced.store(Arc::new(Enforced { filter, closed }));
         self.closed.store(closed, Ordering::SeqCst);
         match &*express {
             Some(x) if express_closed(closed) != 0 => x.set_generation(Generation::RETIRED),
@@ -374,17 +395,9 @@ impl Shared {
         }
     }
 
-    /// Gives the workers the router's filter rules and, after them, what the firewall
-    /// closes (as [`Shared::close`]): a family the rules newly hold is closed to the
-    /// express path (`closed`'s bits 4 and 5) only once the workers have them.
-    pub fn enforce(&self, filter: Arc<Filter>, closed: u8) -> io::Result<()> {
-        self.filter.store(filter);
-        self.close(closed)
-    }
-
-    /// The router's filter rules.
-    pub fn filter(&self) -> Arc<Filter> {
-        self.filter.load_full()
+    /// The router's filter rules and what is closed, as the workers take them.
+    pub fn enforced(&self) -> Arc<Enforced> {
+        self.enforced.load_full()
     }
 
     /// What the firewall closes now: bit 0 IPv4, bit 1 IPv6, bit 2 IPv4's ICMP errors,
@@ -895,8 +908,9 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         };
         // Read once awake, for the frames of this round: what the firewall closed while
         // the worker slept holds for them.
-        v.closed = shared.closed();
-        v.pipeline.rules = shared.filter();
+        let enforced = shared.enforced();
+        v.closed = enforced.closed;
+        v.pipeline.rules = enforced.filter.clone();
         v.kernel_forwards = shared.kernel_forwards();
         busy = false;
         // Packets waiting for a neighbour: again through the pipeline once the table
