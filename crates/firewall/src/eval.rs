@@ -981,18 +981,17 @@ fn run<'p>(
                 dreg,
                 inv,
             } => {
-                // As `nft_lookup_eval`: a miss (or, inverted, a hit) falls to the
-                // catch-all element, if any, else ends the rule.
+                // As `nft_lookup_eval` (with the fix for inverted lookups of Linux
+                // 6.18): a miss falls to the catch-all element, if any; then the
+                // lookup is inverted if asked; what is not found ends the rule.
                 let s = &sets[*set];
-                let hit = s.index.find(&regs[*sreg..sreg + s.index.key_len]);
-                let element = if hit.is_some() != *inv {
-                    hit
-                } else {
-                    match s.index.catchall() {
-                        Some(c) => Some(c),
-                        None => return None,
-                    }
-                };
+                let element = s
+                    .index
+                    .find(&regs[*sreg..sreg + s.index.key_len])
+                    .or(s.index.catchall());
+                if element.is_some() == *inv {
+                    return None;
+                }
                 match (dreg, element.map(|e| &s.outcomes[e as usize])) {
                     // A verdict ends the rule, but `continue`, which goes on with it.
                     (Some(Dest::Verdict), Some(Outcome::Verdict(j))) if *j != Jump::Continue => {

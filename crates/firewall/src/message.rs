@@ -680,7 +680,8 @@ fn devices(devs: &[u8]) -> Result<Vec<String>, &'static str> {
 }
 
 /// One element (`NFTA_SET_ELEM_*`): KEY 1, DATA 2, FLAGS 3, TIMEOUT 4, EXPIRATION 5,
-/// KEY_END 9; keys and data nest `NFTA_DATA_VALUE` 1 or `NFTA_DATA_VERDICT` 2.
+/// KEY_END 10 (after PAD 8 and OBJREF 9); keys and data nest `NFTA_DATA_VALUE` 1 or
+/// `NFTA_DATA_VERDICT` 2.
 fn element(nested: &[u8]) -> Result<Element, &'static str> {
     let a = Attributes::read(nested)?;
     let value = |k| -> Result<Option<Vec<u8>>, &'static str> {
@@ -706,7 +707,7 @@ fn element(nested: &[u8]) -> Result<Element, &'static str> {
     };
     Ok(Element {
         key: value(1)?.unwrap_or_default(),
-        key_end: value(9)?,
+        key_end: value(10)?,
         flags: a.u32(3)?.unwrap_or(0),
         data,
         timeout: a.u64(4)?,
