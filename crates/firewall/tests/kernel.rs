@@ -199,6 +199,16 @@ fn the_mirror_follows_the_kernels_ruleset_commit_by_commit() {
             elements_of(&fresh),
             "after {change:?}"
         );
+        // A range of concatenations keeps its last key (`NFTA_SET_ELEM_KEY_END`).
+        if change.iter().any(|c| c.contains("1000-2000")) {
+            let ends = mirror
+                .tables()
+                .flat_map(|t| t.sets.values())
+                .flat_map(|s| &s.elements)
+                .filter(|e| e.key_end.is_some())
+                .count();
+            assert_eq!(ends, 1, "after {change:?}");
+        }
         assert_eq!(mirror.orphans, 0);
     }
 }
