@@ -382,21 +382,18 @@ fn compare(
     fibre: &BTreeMap<String, Vec<Vec<u8>>>,
 ) {
     let links: Vec<&String> = kernel.keys().chain(fibre.keys()).collect();
+    // What left `link`, with what two correct routers may differ in set to zero.
+    let normalised = |sent: &BTreeMap<String, Vec<Vec<u8>>>, link: &String| -> Vec<Vec<u8>> {
+        sent.get(link)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .map(normal)
+            .collect()
+    };
     for link in links {
-        let k: Vec<Vec<u8>> = kernel
-            .get(link)
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .map(normal)
-            .collect();
-        let f: Vec<Vec<u8>> = fibre
-            .get(link)
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .map(normal)
-            .collect();
+        let k = normalised(kernel, link);
+        let f = normalised(fibre, link);
         for (i, (a, b)) in k.iter().zip(&f).enumerate() {
             assert_eq!(
                 a, b,
