@@ -295,28 +295,22 @@ impl Firewall {
     pub fn metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
         let (closed, _) = self.families();
-        let _ = writeln!(
-            out,
-            "# HELP fibre_firewall_closed Whether the router's firewall closes the family to fibre (1).\n# TYPE fibre_firewall_closed gauge"
-        );
-        for (family, closed) in [("ipv4", closed.v4), ("ipv6", closed.v6)] {
-            let _ = writeln!(
-                out,
-                "fibre_firewall_closed{{family=\"{family}\"}} {}",
-                u8::from(closed)
-            );
-        }
-        let filtered = self.filtered();
-        let _ = writeln!(
-            out,
-            "# HELP fibre_firewall_filtered Whether fibre puts the family through the router's filter rules (1).\n# TYPE fibre_firewall_filtered gauge"
-        );
-        for (family, on) in [("ipv4", filtered.v4), ("ipv6", filtered.v6)] {
-            let _ = writeln!(
-                out,
-                "fibre_firewall_filtered{{family=\"{family}\"}} {}",
-                u8::from(on)
-            );
+        for (name, help, families) in [
+            (
+                "fibre_firewall_closed",
+                "Whether the router's firewall closes the family to fibre (1).",
+                closed,
+            ),
+            (
+                "fibre_firewall_filtered",
+                "Whether fibre puts the family through the router's filter rules (1).",
+                self.filtered(),
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (family, on) in [("ipv4", families.v4), ("ipv6", families.v6)] {
+                let _ = writeln!(out, "{name}{{family=\"{family}\"}} {}", u8::from(on));
+            }
         }
         for (name, kind, help, v) in [
             (

@@ -364,11 +364,6 @@ impl Compiler<'_> {
         self.set_names.insert(name.to_string(), self.sets.len() - 1);
         Ok(self.sets.len() - 1)
     }
-
-    /// Compiles one expression; why not, if it cannot be.
-    fn compile(&mut self, e: &Expression) -> Result<Op, String> {
-        compile(e, self)
-    }
 }
 
 /// `NFT_DATA_VERDICT`: a verdict map's data type.
@@ -611,7 +606,7 @@ impl Program {
                 let ops = r
                     .expressions
                     .iter()
-                    .map(|e| c.compile(e))
+                    .map(|e| compile(e, &mut c))
                     .collect::<Result<Vec<Op>, String>>();
                 match ops {
                     Ok(ops) => compiled.push(ops),
