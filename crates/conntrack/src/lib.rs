@@ -1,0 +1,21 @@
+//! Connection tracking as the Linux kernel's `nf_conntrack` does it, for the packets
+//! fibre forwards: the same tuples both ways, the same states (NEW, ESTABLISHED,
+//! RELATED, INVALID, UNTRACKED), TCP tracked with the kernel's state table and window
+//! checks, UDP streams, ICMP and ICMPv6 queries and the errors RELATED to a connection
+//! by the packet they quote, the same timeouts and limits, read from the namespace's
+//! sysctls. The router's rules read a packet's state (`ct state`, `ct status`, ...)
+//! from it, as the kernel's read its conntrack.
+//!
+//! - [`table`]: the connection table and a packet's way through it.
+//! - [`tcp`]: the TCP state machine and windows.
+//! - [`tuple`]: a packet's tuple, as the kernel reads it.
+//! - [`settings`]: the namespace's conntrack sysctls.
+
+pub mod settings;
+pub mod table;
+pub mod tcp;
+pub mod tuple;
+
+pub use settings::Settings;
+pub use table::{Connection, Conntrack, Fate, Protocol, State, Tracked, Untrackable};
+pub use tuple::Tuple;

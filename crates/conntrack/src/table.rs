@@ -1,0 +1,727 @@
+//! The connection table, shaped as the kernel's `nf_conntrack_core.c` shapes it: one
+//! hash table holds each connection under the tuple of each of its directions, so that
+//! a packet of either direction finds the same connection with one lookup, and a reply
+//! (whose tuple is the original's inverted, or after NAT something else again) needs no
+//! other structure. The other shape, VPP's nat44-ed (a session table per worker, both
+//! directions steered to the worker that owns the flow), needs the links to steer
+//! symmetrically; this table is a worker's own, or shared where the packet path holds
+//! it once per vector, and either way it answers exactly as the kernel's does.
+//!
+//! Connections live in a slab (a vector of slots, a free list); the hash table holds
+//! 32-bit handles (slot and direction), not copies of the tuples, so that a connection
+//! costs its slot (about 170 bytes: two tuples, its status, mark and protocol state)
+//! and two handles.
+//!
+//! A packet is tracked as `nf_conntrack_in` tracks it at the prerouting hook:
+//!
+//! 1. its tuple read (a fragment is not tracked: the kernel reassembles first; a
+//!    protocol whose tracker fibre does not have is the kernel's); ICMP and ICMPv6
+//!    errors are RELATED to the connection their quoted packet belongs to, or invalid;
+//!    ICMPv6 neighbour discovery and MLD are untracked;
+//! 2. its connection found by the tuple (an expired one is gone), or a new one made,
+//!    unconfirmed: held aside until the packet passes every hook ([`Conntrack::confirm`],
+//!    the kernel's confirm at the last hook), so that a packet the firewall drops leaves
+//!    no connection behind; beyond `nf_conntrack_max` an unassured connection is
+//!    dropped early to make room, or the packet is dropped;
+//! 3. the protocol's tracker decides (TCP's state machine and windows, UDP's streams,
+//!    ICMP's requests and answers), refreshing the connection's timer;
+//! 4. the packet's state for the rules: NEW (the original direction before any reply),
+//!    ESTABLISHED, RELATED, INVALID (no connection would have it), UNTRACKED.
+
+use crate::settings::Settings;
+use crate::tcp::{self, Segment, Tcp, TcpState};
+use crate::tuple::{self, Network, Tuple, Unread, ICMP, ICMPV6, TCP, UDP};
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+/// A packet's state, as `ct state` matches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Part of no connection the kernel would track.
+    Invalid,
+    /// A connection's packet once a reply was seen, or a reply.
+    Established,
+    /// An ICMP error about a connection.
+    Related,
+    /// The original direction of a connection not yet answered.
+    New,
+    /// Not tracked (ICMPv6 neighbour discovery and MLD).
+    Untracked,
+}
+
+impl State {
+    /// The state's bit as `ct state` compares it (`NF_CT_STATE_BIT`).
+    pub fn bit(self) -> u32 {
+        match self {
+            State::Invalid => 1,
+            State::Established => 2,
+            State::Related => 4,
+            State::New => 8,
+            State::Untracked => 64,
+        }
+    }
+
+    /// The name `nft` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Invalid => "invalid",
+            State::Established => "established",
+            State::Related => "related",
+            State::New => "new",
+            State::Untracked => "untracked",
+        }
+    }
+}
+
+/// Why a packet is not fibre's to track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Untrackable {
+    /// A fragment, which the kernel reassembles before tracking.
+    Fragment,
+    /// A protocol tracked by a tracker of the kernel's that fibre does not have (DCCP,
+    /// GRE, SCTP, UDP-Lite).
+    Protocol(u8),
+}
+
+/// What becomes of a tracked packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// It goes on, with its state.
+    Pass,
+    /// Dropped: the table is full and no connection could be dropped early to make
+    /// room (the kernel's "table full, dropping packet").
+    TableFull,
+    /// The kernel's to forward.
+    Kernel(Untrackable),
+}
+
+/// Where a tracked packet's connection is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    None,
+    Entry(u32),
+    Pending(u64),
+    /// Removed as the packet passed (an RST before any reply): held until the next.
+    Gone,
+}
+
+/// A packet's outcome: its fate, its state, its direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tracked {
+    fate: Fate,
+    state: State,
+    reply: bool,
+    at: At,
+}
+
+impl Tracked {
+    fn of(state: State) -> Tracked {
+        Tracked {
+            fate: Fate::Pass,
+            state,
+            reply: false,
+            at: At::None,
+        }
+    }
+
+    fn fate(fate: Fate) -> Tracked {
+        Tracked {
+            fate,
+            ..Tracked::of(State::Invalid)
+        }
+    }
+
+    /// The packet's state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Whether the packet goes in its connection's reply direction.
+    pub fn reply(&self) -> bool {
+        self.reply
+    }
+
+    /// What becomes of it.
+    pub fn outcome(&self) -> Fate {
+        self.fate
+    }
+}
+
+/// A connection's protocol state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP, with its state machine and windows.
+    Tcp(Tcp),
+    /// UDP: when, if answered and still alive, it becomes a stream.
+    Udp {
+        /// Two seconds after the connection began (nanoseconds).
+        stream_after: u64,
+    },
+    /// ICMP or ICMPv6 queries and answers.
+    Icmp,
+    /// Any other protocol.
+    Generic,
+}
+
+/// `IPS_SEEN_REPLY`.
+pub const SEEN_REPLY: u32 = 1 << 1;
+/// `IPS_ASSURED`.
+pub const ASSURED: u32 = 1 << 2;
+/// `IPS_CONFIRMED`.
+pub const CONFIRMED: u32 = 1 << 3;
+
+/// A tracked connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Connection {
+    /// Its tuples: the original direction's, the reply's.
+    pub tuples: [Tuple; 2],
+    /// The kernel's status bits (`IPS_*`: [`SEEN_REPLY`], [`ASSURED`], [`CONFIRMED`]).
+    pub status: u32,
+    /// Its mark (`ct mark`).
+    pub mark: u32,
+    /// When it expires (nanoseconds); until confirmed, how long it will live.
+    pub expires: u64,
+    /// Its protocol's state.
+    pub protocol: Protocol,
+}
+
+impl Connection {
+    /// Whether the kernel may drop it early to make room (`early_drop`): unassured, or
+    /// a TCP connection closing.
+    fn droppable(&self) -> bool {
+        self.status & ASSURED == 0 || matches!(self.protocol, Protocol::Tcp(ref t) if t.closing())
+    }
+
+    /// Its TCP state, if TCP.
+    pub fn tcp_state(&self) -> Option<TcpState> {
+        match self.protocol {
+            Protocol::Tcp(ref t) => Some(t.state),
+            _ => None,
+        }
+    }
+}
+
+/// What the table counted, as the kernel's `conntrack -S` counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Packets that found their connection.
+    pub found: u64,
+    /// Connections entered (confirmed).
+    pub inserted: u64,
+    /// Packets invalid.
+    pub invalid: u64,
+    /// Packets let pass without changing their connection.
+    pub ignored: u64,
+    /// Packets dropped for want of room.
+    pub dropped: u64,
+    /// Connections dropped early to make room.
+    pub early_dropped: u64,
+    /// Connections gone, their time up.
+    pub expired: u64,
+    /// Packets handed to the kernel.
+    pub kernel: u64,
+}
+
+const TWO_SECONDS: u64 = 2_000_000_000;
+/// Slots looked at, at most, to find a connection to drop early.
+const EVICTION_RANGE: usize = 64;
+
+/// The connection table of one namespace's forwarded packets.
+pub struct Conntrack {
+    settings: Settings,
+    slots: Vec<Option<Connection>>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+    /// The connection the last packet made, unconfirmed, and its ticket.
+    pending: Option<(u64, u64, Connection)>,
+    ticket: u64,
+    /// The connection the last packet closed, for the rules to read.
+    gone: Option<Connection>,
+    /// Where the sweep and the early drop look next.
+    cursor: usize,
+    live: usize,
+    /// What it counted.
+    pub stats: Stats,
+}
+
+/// A handle: slot and direction.
+fn handle(slot: u32, dir: usize) -> u32 {
+    slot << 1 | dir as u32
+}
+
+impl Conntrack {
+    /// An empty table following `settings`.
+    pub fn new(settings: Settings) -> Conntrack {
+        Conntrack {
+            settings,
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            pending: None,
+            ticket: 0,
+            gone: None,
+            cursor: 0,
+            live: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The settings followed.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Follows new settings (the namespace's sysctls changed).
+    pub fn set_settings(&mut self, settings: Settings) {
+        self.settings = settings;
+    }
+
+    /// Connections held (confirmed; expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The connections held, with their remaining time at `now`.
+    pub fn connections(&self, now: u64) -> impl Iterator<Item = (&Connection, u64)> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(move |c| c.expires > now)
+            .map(move |c| (c, c.expires - now))
+    }
+
+    /// The connection a tracked packet belongs to (a new one too, before it is
+    /// confirmed).
+    pub fn connection(&self, t: &Tracked) -> Option<&Connection> {
+        match t.at {
+            At::Entry(slot) => self.slots.get(slot as usize)?.as_ref(),
+            At::Pending(ticket) => self
+                .pending
+                .as_ref()
+                .filter(|p| p.0 == ticket)
+                .map(|p| &p.2),
+            At::Gone => self.gone.as_ref(),
+            At::None => None,
+        }
+    }
+
+    fn hash(&self, t: &Tuple) -> u64 {
+        self.hasher.hash_one(t)
+    }
+
+    /// The live connection under `t`: its slot and the direction `t` is. An expired one
+    /// found is removed, as the kernel's lookup removes it.
+    fn find(&mut self, t: &Tuple, now: u64) -> Option<(u32, usize)> {
+        let hash = self.hash(t);
+        let slots = &self.slots;
+        let h = *self.index.find(hash, |&h| {
+            slots[(h >> 1) as usize]
+                .as_ref()
+                .is_some_and(|c| c.tuples[(h & 1) as usize] == *t)
+        })?;
+        let slot = h >> 1;
+        if self.slots[slot as usize].as_ref()?.expires <= now {
+            self.remove(slot);
+            self.stats.expired += 1;
+            return None;
+        }
+        Some((slot, (h & 1) as usize))
+    }
+
+    /// Removes the connection in `slot`, giving it back.
+    fn remove(&mut self, slot: u32) -> Option<Connection> {
+        let c = self.slots.get_mut(slot as usize)?.take()?;
+        for dir in 0..2 {
+            let hash = self.hash(&c.tuples[dir]);
+            let wanted = handle(slot, dir);
+            if let Ok(e) = self.index.find_entry(hash, |&h| h == wanted) {
+                e.remove();
+            }
+        }
+        self.free.push(slot);
+        self.live -= 1;
+        Some(c)
+    }
+
+    /// Enters `c` in the table.
+    fn insert(&mut self, c: Connection) {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        for dir in 0..2 {
+            let hash = self.hash(&c.tuples[dir]);
+            let (slots, hasher) = (&self.slots, &self.hasher);
+            let tuples = c.tuples;
+            self.index.insert_unique(hash, handle(slot, dir), |&h| {
+                let t = match slots.get((h >> 1) as usize).and_then(Option::as_ref) {
+                    Some(other) => other.tuples[(h & 1) as usize],
+                    // The connection being entered, not yet in its slot.
+                    None => tuples[(h & 1) as usize],
+                };
+                hasher.hash_one(t)
+            });
+        }
+        self.slots[slot as usize] = Some(c);
+        self.live += 1;
+    }
+
+    /// Enters a connection as it is (one the kernel tracked, imported), replacing any
+    /// that holds either of its tuples.
+    pub fn import(&mut self, mut c: Connection, now: u64) {
+        for dir in 0..2 {
+            if let Some((slot, _)) = self.find(&c.tuples[dir], now) {
+                self.remove(slot);
+            }
+        }
+        c.status |= CONFIRMED;
+        self.insert(c);
+    }
+
+    /// Removes the connections whose time is up, looking at `budget` slots at most from
+    /// where the last sweep stopped: how many it removed.
+    pub fn expire(&mut self, now: u64, budget: usize) -> usize {
+        let mut removed = 0;
+        for _ in 0..budget.min(self.slots.len()) {
+            self.cursor = (self.cursor + 1) % self.slots.len();
+            let slot = self.cursor as u32;
+            if self.slots[self.cursor]
+                .as_ref()
+                .is_some_and(|c| c.expires <= now)
+            {
+                self.remove(slot);
+                self.stats.expired += 1;
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// Makes room for one connection: an expired one, or one the kernel may drop early.
+    fn early_drop(&mut self, now: u64) -> bool {
+        for _ in 0..EVICTION_RANGE.min(self.slots.len()) {
+            self.cursor = (self.cursor + 1) % self.slots.len();
+            let Some(c) = self.slots[self.cursor].as_ref() else {
+                continue;
+            };
+            let expired = c.expires <= now;
+            if expired || c.droppable() {
+                self.remove(self.cursor as u32);
+                if expired {
+                    self.stats.expired += 1;
+                } else {
+                    self.stats.early_dropped += 1;
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The packet passed every hook: the connection it made, if any, is entered.
+    pub fn confirm(&mut self, t: &Tracked) {
+        let At::Pending(ticket) = t.at else {
+            return;
+        };
+        if self.pending.as_ref().is_some_and(|p| p.0 == ticket) {
+            let (_, now, mut c) = self.pending.take().expect("checked above");
+            c.status |= CONFIRMED;
+            c.expires = now.saturating_add(c.expires);
+            self.insert(c);
+            self.stats.inserted += 1;
+        }
+    }
+
+    /// Tracks the IP packet `ip` (from its header on; what runs past its length, a
+    /// frame's padding, is ignored) arriving at `now` (nanoseconds), as the kernel's
+    /// conntrack does at the prerouting hook. `vouched`: the link has vouched for its
+    /// checksums (the kernel does not check them again), else they are checked when the
+    /// namespace's `nf_conntrack_checksum` says so.
+    pub fn track(&mut self, ip: &[u8], now: u64, vouched: bool) -> Tracked {
+        // What the last packet made and no hook confirmed is gone, as the kernel frees
+        // an unconfirmed connection with its packet.
+        self.pending = None;
+        self.gone = None;
+        let t = self.track_inner(ip, now, !vouched && self.settings.checksum);
+        match t.fate {
+            Fate::TableFull => self.stats.dropped += 1,
+            Fate::Kernel(_) => self.stats.kernel += 1,
+            Fate::Pass if t.state == State::Invalid => self.stats.invalid += 1,
+            Fate::Pass => {}
+        }
+        t
+    }
+
+    fn track_inner(&mut self, ip: &[u8], now: u64, check: bool) -> Tracked {
+        let n = match tuple::network(ip) {
+            Ok(n) => n,
+            Err(Unread::Fragment) => return Tracked::fate(Fate::Kernel(Untrackable::Fragment)),
+            Err(Unread::Malformed) => return Tracked::of(State::Invalid),
+        };
+        if tuple::UNTRACKED_HERE.contains(&n.protocol) {
+            return Tracked::fate(Fate::Kernel(Untrackable::Protocol(n.protocol)));
+        }
+        let ip = &ip[..n.len];
+        if matches!((n.protocol, n.v6), (ICMP, false) | (ICMPV6, true)) {
+            if let Some(t) = self.icmp_error(ip, &n, now, check) {
+                return t;
+            }
+        }
+        let Some(tuple) = tuple::tuple(ip, &n) else {
+            return Tracked::of(State::Invalid);
+        };
+        loop {
+            let (mut c, dir, at) = match self.find(&tuple, now) {
+                Some((slot, dir)) => {
+                    self.stats.found += 1;
+                    let c = self.slots[slot as usize].take().expect("found");
+                    (c, dir, At::Entry(slot))
+                }
+                None => {
+                    let Some(reply) = tuple.inverted() else {
+                        return Tracked::of(State::Invalid);
+                    };
+                    let max = self.settings.max as usize;
+                    if max != 0 && self.live + 1 > max && !self.early_drop(now) {
+                        return Tracked::fate(Fate::TableFull);
+                    }
+                    let protocol = match n.protocol {
+                        TCP => Protocol::Tcp(Tcp::default()),
+                        UDP => Protocol::Udp {
+                            stream_after: now + TWO_SECONDS,
+                        },
+                        ICMP | ICMPV6 => Protocol::Icmp,
+                        _ => Protocol::Generic,
+                    };
+                    self.ticket += 1;
+                    let c = Connection {
+                        tuples: [tuple, reply],
+                        status: 0,
+                        mark: 0,
+                        expires: 0,
+                        protocol,
+                    };
+                    (c, 0, At::Pending(self.ticket))
+                }
+            };
+            let state = if dir == 1 || c.status & SEEN_REPLY != 0 {
+                State::Established
+            } else {
+                State::New
+            };
+            let outcome = self.handle(&mut c, ip, &n, dir, now, check);
+            let put_back = |this: &mut Conntrack, c: Connection| match at {
+                At::Entry(slot) => this.slots[slot as usize] = Some(c),
+                At::Pending(ticket) => this.pending = Some((ticket, now, c)),
+                _ => {}
+            };
+            let mut tracked = Tracked {
+                fate: Fate::Pass,
+                state,
+                reply: dir == 1,
+                at,
+            };
+            match outcome {
+                Handled::Accept => {
+                    if dir == 1 {
+                        c.status |= SEEN_REPLY;
+                    }
+                    put_back(self, c);
+                }
+                Handled::Ignore => {
+                    // Let pass, so a reply is seen, as the kernel marks it.
+                    if dir == 1 {
+                        c.status |= SEEN_REPLY;
+                    }
+                    self.stats.ignored += 1;
+                    put_back(self, c);
+                }
+                Handled::Invalid => {
+                    put_back(self, c);
+                    if let At::Pending(_) = at {
+                        self.pending = None;
+                    }
+                    tracked = Tracked::of(State::Invalid);
+                }
+                Handled::Close => {
+                    put_back(self, c);
+                    if let At::Entry(slot) = at {
+                        self.gone = self.remove(slot);
+                        tracked.at = At::Gone;
+                    }
+                }
+                Handled::Reopen => {
+                    put_back(self, c);
+                    if let At::Entry(slot) = at {
+                        self.remove(slot);
+                    }
+                    continue;
+                }
+            }
+            return tracked;
+        }
+    }
+
+    /// An ICMP or ICMPv6 message's checks, as `nf_conntrack_icmpv4_error` and
+    /// `nf_conntrack_icmpv6_error` make them: `Some` outcome if they decide it (invalid,
+    /// untracked, an error RELATED to a connection), `None` if it is tracked as a query
+    /// or answer.
+    fn icmp_error(&mut self, ip: &[u8], n: &Network, now: u64, check: bool) -> Option<Tracked> {
+        let Some(header) = ip.get(n.transport..n.transport + 8) else {
+            return Some(Tracked::of(State::Invalid));
+        };
+        if check && tuple::transport_checksum(ip, n) != 0 {
+            return Some(Tracked::of(State::Invalid));
+        }
+        let kind = header[0];
+        let error = if n.v6 {
+            if matches!(kind, 130..=136 | 143) {
+                return Some(Tracked::of(State::Untracked));
+            }
+            kind < 128
+        } else {
+            if kind > 18 {
+                return Some(Tracked::of(State::Invalid));
+            }
+            matches!(kind, 3 | 4 | 5 | 11 | 12)
+        };
+        if !error {
+            return None;
+        }
+        let related = (|| {
+            let quoted = tuple::quoted_network(ip, n.transport + 8, n.v6)?;
+            let inner = &ip[n.transport + 8..];
+            let wanted = tuple::tuple(inner, &quoted)?.inverted()?;
+            let (slot, dir) = self.find(&wanted, now)?;
+            let c = self.slots[slot as usize].as_ref()?;
+            (c.tuples[dir].dst == n.dst).then_some((slot, dir))
+        })();
+        Some(match related {
+            Some((slot, dir)) => Tracked {
+                fate: Fate::Pass,
+                state: State::Related,
+                reply: dir == 1,
+                at: At::Entry(slot),
+            },
+            None => Tracked::of(State::Invalid),
+        })
+    }
+
+    /// The protocol's tracker on a packet of connection `c` in direction `dir`.
+    fn handle(
+        &self,
+        c: &mut Connection,
+        ip: &[u8],
+        n: &Network,
+        dir: usize,
+        now: u64,
+        check: bool,
+    ) -> Handled {
+        let confirmed = c.status & CONFIRMED != 0;
+        let s = &self.settings;
+        let l4 = &ip[n.transport..n.len];
+        let refresh = |c: &mut Connection, timeout: u64| {
+            c.expires = if confirmed {
+                now.saturating_add(timeout)
+            } else {
+                timeout
+            };
+        };
+        let status = c.status;
+        match &mut c.protocol {
+            Protocol::Tcp(t) => {
+                let Some(segment) = Segment::parse(l4) else {
+                    return Handled::Invalid;
+                };
+                if check && tuple::transport_checksum(ip, n) != 0 {
+                    return Handled::Invalid;
+                }
+                if !confirmed {
+                    match Tcp::new(&segment, s) {
+                        Some(fresh) => *t = fresh,
+                        None => return Handled::Invalid,
+                    }
+                }
+                let flags = tcp::Status {
+                    seen_reply: status & SEEN_REPLY != 0,
+                    assured: status & ASSURED != 0,
+                };
+                match t.packet(&segment, dir, flags, s) {
+                    tcp::Verdict::Accept { timeout, assured } => {
+                        refresh(c, timeout);
+                        if assured {
+                            c.status |= ASSURED;
+                        }
+                        Handled::Accept
+                    }
+                    tcp::Verdict::AcceptKeepTimer => Handled::Accept,
+                    tcp::Verdict::Ignore => Handled::Ignore,
+                    tcp::Verdict::Invalid => Handled::Invalid,
+                    tcp::Verdict::Reopen => Handled::Reopen,
+                    tcp::Verdict::Close => Handled::Close,
+                }
+            }
+            Protocol::Udp { stream_after } => {
+                let Some(h) = l4.get(..8) else {
+                    return Handled::Invalid;
+                };
+                let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+                if len > l4.len() || len < 8 {
+                    return Handled::Invalid;
+                }
+                if h[6..8] != [0, 0] && check && tuple::transport_checksum(ip, n) != 0 {
+                    return Handled::Invalid;
+                }
+                let stream_after = *stream_after;
+                if status & SEEN_REPLY != 0 {
+                    let stream = now > stream_after;
+                    refresh(c, if stream { s.udp_stream } else { s.udp });
+                    if stream {
+                        c.status |= ASSURED;
+                    }
+                } else {
+                    refresh(c, s.udp);
+                }
+                Handled::Accept
+            }
+            Protocol::Icmp => {
+                let kind = c.tuples[0].icmp_type();
+                if n.v6 {
+                    if !confirmed && !matches!(kind, 128 | 139) {
+                        return Handled::Invalid;
+                    }
+                    refresh(c, s.icmpv6);
+                } else {
+                    if !matches!(kind, 8 | 13 | 15 | 17) {
+                        return Handled::Invalid;
+                    }
+                    refresh(c, s.icmp);
+                }
+                Handled::Accept
+            }
+            Protocol::Generic => {
+                refresh(c, s.generic);
+                Handled::Accept
+            }
+        }
+    }
+}
+
+/// What a protocol's tracker made of a packet.
+enum Handled {
+    Accept,
+    Ignore,
+    Invalid,
+    Close,
+    Reopen,
+}
