@@ -635,6 +635,13 @@ fn command(
                 Ok(1)
             }
         },
+        ["conntrack", "show"] if rest.is_empty() => match forwarding {
+            Some(f) => f.with_conntrack(|t, now| crate::conntrack::show(t, now, json, o)),
+            None => {
+                writeln!(o.err, "Error: not forwarding: no connections are tracked")?;
+                Ok(1)
+            }
+        },
         // A fault made on purpose, to test what follows a worker's failure.
         ["test", "fail-worker"] if words.len() == 3 => {
             match (words[2].parse::<usize>(), forwarding) {
@@ -651,7 +658,7 @@ fn command(
         _ => {
             writeln!(
                 o.err,
-                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, neigh show, ruleset show, stats",
+                "Error: unknown command {:?}: route get|show, rule show, nexthop show, link show, addr show, neigh show, ruleset show, conntrack show, stats",
                 words.join(" ")
             )?;
             Ok(1)

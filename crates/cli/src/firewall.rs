@@ -37,6 +37,9 @@ pub struct Firewall {
     filter: Arc<Filter>,
     /// What is closed ([`Shared::closed`]'s bits).
     closed: u8,
+    /// The families whose connections the kernel tracks, and fibre with it (bit 0
+    /// IPv4, bit 1 IPv6).
+    tracked: u8,
     /// Why everything is closed whatever the ruleset says: it cannot be seen.
     blind: Option<String>,
     /// The workers' shared state, once they run: closed through it.
@@ -81,6 +84,7 @@ impl Firewall {
             refusals: Vec::new(),
             filter: Arc::default(),
             closed: 0,
+            tracked: 0,
             blind: None,
             shared: None,
             logged: None,
@@ -105,7 +109,7 @@ impl Firewall {
     /// Closes what it closes through `shared` from now on (the workers started with
     /// it closed already).
     pub fn attach(&mut self, shared: Arc<Shared>) {
-        if let Err(e) = shared.enforce(self.filter.clone(), self.closed) {
+        if let Err(e) = shared.enforce(self.filter.clone(), self.tracked, self.closed) {
             eprintln!("fibre daemon: the express path's generation: {e}");
         }
         self.shared = Some(shared);
@@ -176,7 +180,12 @@ impl Firewall {
     fn judge(&mut self) {
         self.refusals = gate::refusals(&self.ruleset, &self.links, &self.legacy);
         self.filter = Arc::new(Filter::of(&self.ruleset));
-        let filtered = u8::from(self.filter.holds(false)) | u8::from(self.filter.holds(true)) << 1;
+        self.tracked = gate::tracked(&self.ruleset).bits();
+        // Closed to the express path, which neither filters nor tracks: what is filtered
+        // or tracked.
+        let filtered = u8::from(self.filter.holds(false))
+            | u8::from(self.filter.holds(true)) << 1
+            | self.tracked;
         self.closed = match &self.blind {
             Some(_) => ALL,
             None => {
@@ -186,7 +195,7 @@ impl Firewall {
             }
         };
         if let Some(shared) = &self.shared {
-            if let Err(e) = shared.enforce(self.filter.clone(), self.closed) {
+            if let Err(e) = shared.enforce(self.filter.clone(), self.tracked, self.closed) {
                 eprintln!("fibre daemon: the express path's generation: {e}");
             }
         }
@@ -211,9 +220,14 @@ impl Firewall {
         (bits(self.closed), bits(self.closed >> 2))
     }
 
-    /// The families fibre puts through the filter rules.
+    /// The families fibre puts through the filter stage (filter rules, or tracking).
     fn filtered(&self) -> Families {
         bits(self.closed >> 4)
+    }
+
+    /// The families whose connections fibre tracks.
+    fn tracked(&self) -> Families {
+        bits(self.tracked)
     }
 
     /// The log's words for what is closed now: a line for the families, then the first
@@ -256,6 +270,15 @@ impl Firewall {
                 filtered.name()
             ));
         }
+        let tracked = self.tracked();
+        if tracked.any() {
+            out.push(format!(
+                "tracking the connections of {} as the kernel's conntrack would (the \
+                 ruleset has it track them); their fragments go to the kernel, which \
+                 reassembles them",
+                tracked.name()
+            ));
+        }
         for r in self.refusals.iter().take(LOGGED) {
             out.push(format!("  {}", r.describe()));
         }
@@ -278,6 +301,7 @@ impl Firewall {
             "closed": {"ipv4": closed.v4, "ipv6": closed.v6},
             "errors_closed": {"ipv4": quiet.v4, "ipv6": quiet.v6},
             "filtered": {"ipv4": self.filtered().v4, "ipv6": self.filtered().v6},
+            "tracked": {"ipv4": self.tracked().v4, "ipv6": self.tracked().v6},
             "blind": self.blind,
             "refusals": self.refusals.len(),
             "first_refusals": self.refusals.iter().take(16).map(Refusal::to_json)

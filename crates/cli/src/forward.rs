@@ -53,9 +53,10 @@ pub struct ForwardArgs {
     json: bool,
 }
 
-/// The filter rules of the nftables file `path` for the router `snap`; why not, if
-/// `nft` refuses the file or it holds what fibre does not enforce.
-pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<Filter, String> {
+/// The filter rules of the nftables file `path` for the router `snap`, and the families
+/// whose connections it has the kernel track; why not, if `nft` refuses the file or it
+/// holds what fibre does not enforce.
+pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<(Filter, u8), String> {
     use fibre_firewall::gate::{self, Legacy};
     let file = path.display().to_string();
     if let Some(why) = fibre_kernel::netns::unavailable_reason() {
@@ -113,7 +114,10 @@ pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<Filter, S
         }
         return Err(why);
     }
-    Ok(Filter::of(&dump.ruleset))
+    Ok((
+        Filter::of(&dump.ruleset),
+        gate::tracked(&dump.ruleset).bits(),
+    ))
 }
 
 /// A router's configuration file: `ip` command lines, and `neigh add ADDR lladdr MAC dev
@@ -161,7 +165,13 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 
     let mut pipeline = Pipeline::new();
     if let Some(path) = &a.ruleset {
-        pipeline.rules = std::sync::Arc::new(load_ruleset(path, &snap)?);
+        let (filter, tracked) = load_ruleset(path, &snap)?;
+        pipeline.rules = std::sync::Arc::new(filter);
+        // Tracked as a namespace of Linux's defaults tracks, by the capture's clock.
+        pipeline.tracked = tracked;
+        pipeline.conntrack = Some(std::sync::Arc::new(std::sync::Mutex::new(
+            fibre_conntrack::Conntrack::new(fibre_conntrack::Settings::kernel_defaults()),
+        )));
     }
     // Errors limited as this machine's kernel limits them.
     pipeline.limit = RateLimit::new(&Limits::read());

@@ -7,6 +7,7 @@
 //! ([`Forwarding::supervise`]); a forwarded link deleted and made again has the workers
 //! started again on it ([`Forwarding::publish`]).
 
+use fibre_conntrack::{Conntrack, Settings};
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::express::Generation;
 use fibre_dataplane::icmp::Limits;
@@ -119,6 +120,7 @@ impl Forwarding {
         let chosen = Forwarding::choose(mirror, &links, &mut options);
         // The namespace's settings: the daemon entered it before any thread started.
         let shared = Arc::new(Shared::new(fib, Limits::read()));
+        follow_conntrack_settings(&shared)?;
         // No express path yet: nothing to retire.
         let _ = shared.close(closed);
         let mut forwarding = Forwarding {
@@ -499,6 +501,17 @@ impl Forwarding {
         }
     }
 
+    /// The connections tracked, held for `f` (the table's clock's time given too).
+    pub fn with_conntrack<T>(&self, f: impl FnOnce(&Conntrack, u64) -> T) -> T {
+        let now = self.shared.icmp_overall.now();
+        let table = self
+            .shared
+            .conntrack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&table, now)
+    }
+
     /// The forwarding part of `fibre ctl stats`.
     pub fn stats(&self) -> Value {
         let c = self.counters();
@@ -572,6 +585,7 @@ impl Forwarding {
                 "unresolved": c.unanswered.unresolved,
             },
             "stages": stages,
+            "conntrack": self.with_conntrack(|t, _| crate::conntrack::stats(t)),
         })
     }
 
@@ -583,6 +597,7 @@ impl Forwarding {
     /// The forwarding metrics, in Prometheus' text exposition format.
     pub fn metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
+        self.with_conntrack(|t, _| crate::conntrack::metrics(t, out));
         let c = self.counters();
         let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -708,6 +723,40 @@ fn fates(c: &Counters) -> BTreeMap<String, u64> {
         *out.entry(fate_name(f)).or_default() += n;
     }
     out
+}
+
+/// Has the connection table follow the namespace's conntrack sysctls: read now (an
+/// error if they cannot be), then each second while the workers' state lives (the
+/// kernel announces no change of a sysctl).
+fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
+    let read = || Settings::read().map_err(|e| format!("the conntrack settings: {e}"));
+    let first = read()?;
+    shared
+        .conntrack
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .set_settings(first.clone());
+    let weak = Arc::downgrade(shared);
+    std::thread::spawn(move || {
+        let mut last = first;
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let Some(shared) = weak.upgrade() else { return };
+            match read() {
+                Ok(now) if now != last => {
+                    shared
+                        .conntrack
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .set_settings(now.clone());
+                    last = now;
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("fibre daemon: {e}; the last read kept"),
+            }
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod conntrack;
 mod daemon;
 mod firewall;
 mod forward;

@@ -178,6 +178,7 @@ impl<W: Write> SentCapture<W> {
 /// A fate's name in counters: `sent`, `kernel:REASON`, `drop:REASON`.
 pub fn fate_name(fate: &Fate) -> String {
     use crate::pipeline::{Dropped, Handed};
+    use fibre_conntrack::Untrackable;
     match fate {
         Fate::Out(_) => "sent".into(),
         Fate::Fragmented(_) => "sent:fragmented".into(),
@@ -185,6 +186,10 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Kernel(Handed::Input(k)) => format!("kernel:{}", k.name()),
         Fate::Kernel(Handed::Local) => "kernel:local".into(),
         Fate::Kernel(Handed::Unresolved) => "kernel:unresolved".into(),
+        Fate::Kernel(Handed::Untrackable(Untrackable::Fragment)) => "kernel:reassembly".into(),
+        Fate::Kernel(Handed::Untrackable(Untrackable::Protocol(p))) => {
+            format!("kernel:untracked-protocol-{p}")
+        }
         Fate::Drop(Dropped::Input(d)) => format!("drop:{}", d.name()),
         Fate::Drop(Dropped::NoRoute(e)) => format!(
             "drop:{}",
@@ -204,6 +209,7 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Drop(Dropped::SourceScope) => "drop:source-scope".into(),
         Fate::Drop(Dropped::NoLink) => "drop:no-link".into(),
         Fate::Drop(Dropped::Filtered) => "drop:filtered".into(),
+        Fate::Drop(Dropped::ConntrackFull) => "drop:conntrack-full".into(),
     }
 }
 

@@ -43,8 +43,9 @@ use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
+use fibre_conntrack::{Conntrack, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::eval::{Ct, Filter};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -252,6 +253,10 @@ pub enum Handed {
     Local,
     /// No usable neighbour entry for the next hop: the kernel resolves it.
     Unresolved,
+    /// Of a family whose connections are tracked, but not fibre's to track: a fragment
+    /// (which the kernel reassembles first), or a protocol with a tracker of the
+    /// kernel's that fibre does not have.
+    Untrackable(Untrackable),
 }
 
 /// Why a packet was dropped.
@@ -280,6 +285,9 @@ pub enum Dropped {
     /// Dropped by the router's filter rules (a drop verdict or policy at prerouting,
     /// forward or postrouting).
     Filtered,
+    /// The connection table is full (`nf_conntrack_max`) and no connection could be
+    /// dropped early to make room: the kernel drops the packet.
+    ConntrackFull,
 }
 
 /// Where a packet went.
@@ -405,6 +413,11 @@ pub struct Pipeline {
     /// The router's filter rules, as the caller last took them: the filter stage puts
     /// each packet to forward through them.
     pub rules: Arc<Filter>,
+    /// The families whose forwarded packets are tracked (bit 0 IPv4, bit 1 IPv6), as
+    /// the caller last took them: the kernel's ruleset has it track their connections.
+    pub tracked: u8,
+    /// The connection table, shared by the workers (taken once a vector).
+    pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
@@ -612,8 +625,9 @@ impl Pipeline {
         self.answers6 = Some(answers6.recycle());
         self.neighbour.add(routed, t);
 
-        // Filter: only where the router's rules hold something for a family.
-        if self.rules.holds(false) || self.rules.holds(true) {
+        // Filter: only where the router's rules hold something for a family, or its
+        // connections are tracked.
+        if self.rules.holds(false) || self.rules.holds(true) || self.tracked != 0 {
             let t = Instant::now();
             let checked = self.filter_vector(snap, iif, pool, packets, fates, &mut next);
             self.filter.add(checked, t);
@@ -769,10 +783,12 @@ impl Pipeline {
     }
 
     /// The filter stage: each packet to send (`next`) and each to answer with an error
-    /// (`self.errors`) through the router's rules at prerouting, as received; each to
-    /// send through them at forward and postrouting too, as those hooks see it. A packet
-    /// they drop is neither sent nor answered, and gives back the buffers taken for its
-    /// fragments. How many packets it put through the rules.
+    /// (`self.errors`), in the order they came, tracked (if its family's connections
+    /// are) as the kernel's conntrack tracks it at prerouting, then put through the
+    /// router's rules at prerouting, as received; each to send through them at forward
+    /// and postrouting too, as those hooks see it, and its new connection confirmed if
+    /// it passed. A packet they drop is neither sent nor answered, and gives back the
+    /// buffers taken for its fragments. How many packets it put through the rules.
     fn filter_vector(
         &mut self,
         snap: &Snapshot,
@@ -793,39 +809,85 @@ impl Pipeline {
             }
         };
         let input = view(iif);
-        let mut dropped = Vec::new();
-        let checked = next.len() + self.errors.len();
-        next.retain(|&(i, _, _)| {
+        // A veth vouches for the checksums of what it carries, as the kernel takes them
+        // (`CHECKSUM_UNNECESSARY`); so does a frame whose checksum is left to finish.
+        let veth = snap.link(iif).is_some_and(|l| l.kind.name() == "veth");
+        let conntrack = self.conntrack.clone();
+        let mut table = match &conntrack {
+            Some(c) if self.tracked != 0 => {
+                Some(c.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            }
+            _ => None,
+        };
+        let clock = self.limit.overall().now();
+        // In the order they came: a connection's packets change it in turn.
+        let mut order: Vec<(usize, bool)> = next.iter().map(|n| (n.0, true)).collect();
+        order.extend(self.errors.iter().map(|e| (e.0, false)));
+        order.sort_unstable_by_key(|o| o.0);
+        let mut failed = Vec::new();
+        for (i, to_send) in order {
             let frame = pool.frame(packets[i]);
-            let Some(out) = fates[i].output() else {
-                return true;
+            let v6 = matches!(self.inputs[i], Input::V6(_));
+            let tracking = table
+                .as_mut()
+                .filter(|_| self.tracked & (1 << u8::from(v6)) != 0);
+            let tracked = tracking.map(|t| {
+                let now = self.times.get(i).copied().unwrap_or(clock);
+                let vouched = veth || pool.offload(packets[i]).checksum.is_some();
+                let tracked = t.track(&frame[ETHERNET_LEN..], now, vouched);
+                if tracked.outcome() == fibre_conntrack::Fate::Pass && i % 16 == 0 {
+                    t.expire(now, 16);
+                }
+                tracked
+            });
+            let fate = match tracked.map(|t| t.outcome()) {
+                Some(fibre_conntrack::Fate::TableFull) => Some(Fate::Drop(Dropped::ConntrackFull)),
+                Some(fibre_conntrack::Fate::Kernel(why)) => {
+                    Some(Fate::Kernel(Handed::Untrackable(why)))
+                }
+                _ => None,
             };
-            let pass = self.rules.prerouting(frame, input)
-                && self.rules.forwarding(&fibre_firewall::eval::Packet {
-                    frame,
-                    iif: input,
-                    oif: view(out),
+            if let Some(fate) = fate {
+                failed.push((i, fate));
+                continue;
+            }
+            let held = table.as_deref();
+            let ct = tracked.map(|t| Ct {
+                state: t.state().bit(),
+                reply: t.reply(),
+                connection: held.and_then(|c| c.connection(&t)),
+            });
+            let ct = ct.as_ref();
+            let out = fates[i].output().filter(|_| to_send);
+            let pass = self.rules.prerouting(frame, input, ct)
+                && out.is_none_or(|out| {
+                    self.rules.forwarding(
+                        &fibre_firewall::eval::Packet {
+                            frame,
+                            iif: input,
+                            oif: view(out),
+                        },
+                        ct,
+                    )
                 });
             if !pass {
-                dropped.push(i);
+                failed.push((i, Fate::Drop(Dropped::Filtered)));
+            } else if let (Some(t), Some(tracked), Some(_)) = (table.as_mut(), tracked, out) {
+                t.confirm(&tracked);
             }
-            pass
-        });
-        self.errors.retain(|&(i, _, _)| {
-            let pass = self.rules.prerouting(pool.frame(packets[i]), input);
-            if !pass {
-                dropped.push(i);
-            }
-            pass
-        });
-        for i in dropped {
+        }
+        drop(table);
+        let checked = next.len() + self.errors.len();
+        next.retain(|n| !failed.iter().any(|f| f.0 == n.0));
+        self.errors.retain(|e| !failed.iter().any(|f| f.0 == e.0));
+        for (i, fate) in failed {
             if let Fate::Fragmented(_) = fates[i] {
                 if let Some(k) = self.cut.iter().position(|c| c.0 == i) {
                     let (_, _, later) = self.cut.remove(k);
                     pool.free(&self.spare[later]);
                 }
             }
-            fates[i] = Fate::Drop(Dropped::Filtered);
+            fates[i] = fate;
         }
         checked
     }

@@ -45,6 +45,7 @@ use crate::segment;
 use crate::workers::EXPRESS_DESTINATIONS;
 use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
+use fibre_conntrack::Conntrack;
 use fibre_fib::{FibReader, LinkIndex};
 use fibre_firewall::eval::Filter;
 use std::collections::{HashMap, HashSet};
@@ -341,6 +342,10 @@ pub struct Shared {
     /// is left to it, never sent a second time; the workers still teach the express
     /// path by it.
     kernel_forwards: ArcSwap<Vec<(LinkIndex, u8)>>,
+    /// The connections of the forwarded packets of the families tracked, one table for
+    /// every worker (both directions of a connection meet it, whichever worker reads
+    /// them), which each takes once a vector.
+    pub conntrack: Arc<Mutex<Conntrack>>,
 }
 
 /// The router's filter rules and what the firewall closes ([`Shared::closed`]'s bits),
@@ -349,6 +354,8 @@ pub struct Shared {
 pub struct Enforced {
     /// The filter rules.
     pub filter: Arc<Filter>,
+    /// The families whose connections are tracked (bit 0 IPv4, bit 1 IPv6).
+    pub tracked: u8,
     /// What is closed.
     pub closed: u8,
 }
@@ -371,6 +378,9 @@ impl Shared {
             closed: AtomicU8::new(0),
             enforced: ArcSwap::default(),
             kernel_forwards: ArcSwap::default(),
+            conntrack: Arc::new(Mutex::new(Conntrack::new(
+                fibre_conntrack::Settings::kernel_defaults(),
+            ))),
         }
     }
 
@@ -379,15 +389,19 @@ impl Shared {
     /// ([`Generation::RETIRED`]). Under the express path's lock, so that a generation
     /// published meanwhile ([`Shared::publish_generation`]) cannot undo it.
     pub fn close(&self, closed: u8) -> io::Result<()> {
-        let filter = self.enforced.load().filter.clone();
-        self.enforce(filter, closed)
+        let now = self.enforced.load();
+        self.enforce(now.filter.clone(), now.tracked, closed)
     }
 
-    /// Gives the workers the router's filter rules and what the firewall closes (as
-    /// [`Shared::close`] says it), both at once.
-    pub fn enforce(&self, filter: Arc<Filter>, closed: u8) -> io::Result<()> {
+    /// Gives the workers the router's filter rules, the families whose connections are
+    /// tracked and what the firewall closes (as [`Shared::close`] says it), all at once.
+    pub fn enforce(&self, filter: Arc<Filter>, tracked: u8, closed: u8) -> io::Result<()> {
         let express = self.express();
-        self.enforced.store(Arc::new(Enforced { filter, closed }));
+        self.enforced.store(Arc::new(Enforced {
+            filter,
+            tracked,
+            closed,
+        }));
         self.closed.store(closed, Ordering::SeqCst);
         match &*express {
             Some(x) if express_closed(closed) != 0 => x.set_generation(Generation::RETIRED),
@@ -869,6 +883,7 @@ fn ask(
 pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
     pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
+    pipeline.conntrack = Some(shared.conntrack.clone());
     let mut v = Vector {
         ports,
         pool,
@@ -911,6 +926,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         let enforced = shared.enforced();
         v.closed = enforced.closed;
         v.pipeline.rules = enforced.filter.clone();
+        v.pipeline.tracked = enforced.tracked;
         v.kernel_forwards = shared.kernel_forwards();
         busy = false;
         // Packets waiting for a neighbour: again through the pipeline once the table

@@ -53,6 +53,16 @@ pub fn meta(key: u32, dreg: u32) -> Expression {
     )
 }
 
+/// `ct load KEY => DREG`, of the connection's direction `dir` (0 original, 1 reply)
+/// where the key is a tuple's.
+pub fn ct(key: u32, dreg: u32, dir: Option<u8>) -> Expression {
+    let mut attributes = vec![attribute(1, &be(dreg)), attribute(2, &be(key))];
+    if let Some(d) = dir {
+        attributes.push(attribute(3, &[d]));
+    }
+    expression("ct", attributes)
+}
+
 /// `cmp OP SREG DATA` (op 0 eq, 1 neq, 2 lt, 3 lte, 4 gt, 5 gte).
 pub fn cmp(op: u32, sreg: u32, data: &[u8]) -> Expression {
     expression(

@@ -32,6 +32,7 @@ use crate::lookup::Index;
 use crate::message::{be32, string, Attributes, ElementData, Expression, Family};
 use crate::ruleset::{Ruleset, TableEntry};
 use blocks::Blocks;
+use fibre_conntrack::Connection;
 use std::collections::HashMap;
 
 /// A link as rules see it.
@@ -62,6 +63,22 @@ pub struct Packet<'a> {
     /// The link it leaves by.
     pub oif: Link<'a>,
 }
+
+/// A packet's connection as the rules read it (`ct`): what connection tracking made of
+/// it at the prerouting hook.
+#[derive(Clone, Copy, Debug)]
+pub struct Ct<'a> {
+    /// Its state (`ct state`'s bit).
+    pub state: u32,
+    /// Whether it goes in its connection's reply direction.
+    pub reply: bool,
+    /// Its connection: none if invalid or untracked.
+    pub connection: Option<&'a Connection>,
+}
+
+/// Conntrack's own hook at prerouting (`NF_IP_PRI_CONNTRACK`): chains before it see no
+/// connection.
+pub const CONNTRACK_PRIORITY: i32 = -200;
 
 /// The hooks of the forwarding path, in the order a packet meets them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,9 +176,14 @@ impl Filter {
         self.hooks[usize::from(v6)].iter().any(|h| !h.is_empty())
     }
 
-    /// Whether `frame` (from its Ethernet header on, as received, coming in on `iif`)
-    /// passes the prerouting hook.
-    pub fn prerouting(&self, frame: &[u8], iif: Link) -> bool {
+    /// Whether any rule reads a packet's connection (`ct`).
+    pub fn reads_connections(&self) -> bool {
+        self.hooks.iter().flatten().flatten().any(|p| p.reads_ct)
+    }
+
+    /// Whether `frame` (from its Ethernet header on, as received, coming in on `iif`;
+    /// its connection `ct`, as tracking made it) passes the prerouting hook.
+    pub fn prerouting(&self, frame: &[u8], iif: Link, ct: Option<&Ct>) -> bool {
         let Some(ip) = frame.get(ETHERNET..) else {
             return false;
         };
@@ -171,13 +193,15 @@ impl Filter {
             return true;
         }
         let info = Info::of(ip);
-        chains
-            .iter()
-            .all(|c| c.accepts(frame, &info, false, iif, None))
+        chains.iter().all(|c| {
+            // Chains before conntrack's own hook see no connection.
+            let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
+            c.accepts(frame, &info, false, iif, None, ct)
+        })
     }
 
-    /// Whether `p` passes the forward and postrouting hooks.
-    pub fn forwarding(&self, p: &Packet) -> bool {
+    /// Whether `p` (its connection `ct`) passes the forward and postrouting hooks.
+    pub fn forwarding(&self, p: &Packet, ct: Option<&Ct>) -> bool {
         let Some(ip) = p.frame.get(ETHERNET..) else {
             return false;
         };
@@ -190,7 +214,7 @@ impl Filter {
         forward
             .iter()
             .chain(post)
-            .all(|c| c.accepts(p.frame, &info, true, p.iif, Some(p.oif)))
+            .all(|c| c.accepts(p.frame, &info, true, p.iif, Some(p.oif), ct))
     }
 }
 
@@ -216,6 +240,9 @@ enum Op {
     },
     /// `meta load KEY => DREG`.
     Meta { key: u32, dreg: usize },
+    /// `ct load KEY => DREG` (of the connection's direction `dir`, for keys of a
+    /// tuple).
+    Ct { key: u32, dir: usize, dreg: usize },
     /// `cmp OP SREG DATA`.
     Cmp {
         op: u32,
@@ -301,6 +328,26 @@ fn value(nested: &[u8]) -> Option<Vec<u8>> {
 /// oiftype, nfproto, l4proto, pkttype, iifgroup, oifgroup.
 const META_KEYS: [u32; 14] = [0, 1, 3, 4, 5, 6, 7, 8, 9, 15, 16, 19, 21, 22];
 
+/// `ct` keys compiled: state, direction, status, mark, l3protocol, src, dst, protocol,
+/// proto-src, proto-dst, zone, src_ip, dst_ip, src_ip6, dst_ip6. The others read what
+/// fibre does not keep (counters, labels, helpers, the time left, the id).
+const CT_KEYS: [u32; 15] = [0, 1, 2, 3, 7, 8, 9, 10, 11, 12, 17, 19, 20, 21, 22];
+
+/// The bytes a `ct` load of `key` writes from its register on (an address's 16 at most).
+fn ct_width(key: u32) -> usize {
+    if matches!(key, 8 | 9 | 21 | 22) {
+        16
+    } else {
+        4
+    }
+}
+
+/// Whether `e` is a `ct` load (not a `ct ... set` statement, which has a source
+/// register).
+pub fn reads_ct(e: &Expression) -> bool {
+    e.name == "ct" && Attributes::read(&e.data).is_ok_and(|a| a.get(4).is_none())
+}
+
 /// The chains a program reaches, by name: each one's index.
 type Names<'n> = HashMap<String, usize>;
 
@@ -311,6 +358,8 @@ struct Compiler<'t> {
     chains: Names<'t>,
     set_names: HashMap<String, usize>,
     sets: Vec<SetCode>,
+    /// Whether a rule reads the packet's connection.
+    reads_ct: bool,
 }
 
 impl Compiler<'_> {
@@ -427,6 +476,26 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
                 Op::Meta { key, dreg }
             }
             (Some(key), _) => return Err(format!("`meta` key {key}")),
+            _ => return Err(unsupported()),
+        },
+        "ct" => match (
+            u(2),
+            reg(1),
+            a.get(4),
+            a.get(3).and_then(|d| d.first().copied()),
+        ) {
+            (Some(key), Some(dreg), None, dir)
+                if CT_KEYS.contains(&key) && fits(dreg, ct_width(key)) =>
+            {
+                c.reads_ct = true;
+                Op::Ct {
+                    key,
+                    dir: usize::from(dir.unwrap_or(0) == 1),
+                    dreg,
+                }
+            }
+            (_, _, Some(_), _) => return Err("`ct ... set`".into()),
+            (Some(key), _, _, _) => return Err(format!("`ct` key {key}")),
             _ => return Err(unsupported()),
         },
         "cmp" => match (u(2), reg(1), a.get(3).and_then(value)) {
@@ -566,6 +635,10 @@ pub struct Program {
     blocks: Vec<Blocks>,
     /// The base chain's policy: accept when true.
     accept: bool,
+    /// The base chain's priority.
+    priority: i32,
+    /// Whether a rule reads the packet's connection (`ct`).
+    reads_ct: bool,
 }
 
 impl Program {
@@ -584,6 +657,7 @@ impl Program {
             chains: HashMap::from([(base.to_string(), 0)]),
             set_names: HashMap::new(),
             sets: Vec::new(),
+            reads_ct: false,
         };
         let mut chains: Vec<Option<Vec<Vec<Op>>>> = vec![None];
         let mut k = 0;
@@ -621,6 +695,18 @@ impl Program {
             chains[k] = Some(compiled);
             k += 1;
         }
+        let priority = entry.chain.hook.as_ref().map_or(0, |h| h.priority);
+        let prerouting = entry.chain.hook.as_ref().is_some_and(|h| h.number == 0);
+        if c.reads_ct && prerouting && priority == CONNTRACK_PRIORITY {
+            refused.push(Refused {
+                chain: base.to_string(),
+                handle: 0,
+                what: format!(
+                    "`ct` at priority {CONNTRACK_PRIORITY}, conntrack's own, where the kernel \
+                     runs first whichever of the two hooks was registered first"
+                ),
+            });
+        }
         if !refused.is_empty() {
             return Err(refused);
         }
@@ -633,6 +719,8 @@ impl Program {
             chains,
             sets: c.sets,
             accept: entry.chain.policy != Some(0),
+            priority,
+            reads_ct: c.reads_ct,
         })
     }
 
@@ -642,7 +730,7 @@ impl Program {
     }
 
     /// Whether the chain accepts `frame` (its IP packet described by `info`; with its
-    /// time to live taken down if `forwarded`) from `iif` to `oif`.
+    /// time to live taken down if `forwarded`) from `iif` to `oif`, its connection `ct`.
     fn accepts(
         &self,
         frame: &[u8],
@@ -650,6 +738,7 @@ impl Program {
         forwarded: bool,
         iif: Link,
         oif: Option<Link>,
+        ct: Option<&Ct>,
     ) -> bool {
         let at = At {
             frame,
@@ -658,6 +747,7 @@ impl Program {
             forwarded,
             iif,
             oif,
+            ct,
         };
         let mut regs = [0u8; REGISTER_BYTES];
         let mut stack = [(0usize, 0usize); JUMP_STACK];
@@ -714,6 +804,8 @@ struct At<'a> {
     forwarded: bool,
     iif: Link<'a>,
     oif: Option<Link<'a>>,
+    /// Its connection, as tracking made it (none before conntrack's hook).
+    ct: Option<&'a Ct<'a>>,
 }
 
 /// What the kernel finds of a packet before the rules (`nft_set_pktinfo`).
@@ -900,6 +992,11 @@ fn run<'p>(
                     _ => return None,
                 }
             }
+            Op::Ct { key, dir, dreg } => {
+                if !ct_load(p.ct, *key, *dir, &mut regs[*dreg..]) {
+                    return None;
+                }
+            }
             Op::Cmp {
                 op,
                 sreg,
@@ -1006,6 +1103,53 @@ fn run<'p>(
     None
 }
 
+/// `ct load KEY` into `r`, as `nft_ct_get_eval` writes it: false if the rule breaks (no
+/// connection, for any key but the state; an address of the other family).
+fn ct_load(ct: Option<&Ct>, key: u32, dir: usize, r: &mut [u8]) -> bool {
+    let word = |r: &mut [u8], v: u32| r[..4].copy_from_slice(&v.to_ne_bytes());
+    let byte = |r: &mut [u8], v: u8| {
+        r[..4].fill(0);
+        r[0] = v;
+    };
+    let half = |r: &mut [u8], v: [u8; 2]| {
+        r[..4].fill(0);
+        r[..2].copy_from_slice(&v);
+    };
+    if key == 0 {
+        // No connection before conntrack's hook: the kernel reads invalid.
+        word(r, ct.map_or(1, |c| c.state));
+        return true;
+    }
+    let Some((ct, c)) = ct.and_then(|ct| Some((ct, ct.connection?))) else {
+        return false;
+    };
+    let tuple = &c.tuples[dir];
+    match key {
+        1 => byte(r, u8::from(ct.reply)),
+        2 => word(r, c.status),
+        3 => word(r, c.mark),
+        7 => byte(r, if tuple.v6 { 10 } else { 2 }),
+        10 => byte(r, tuple.protocol),
+        11 => half(r, tuple.src_port.to_be_bytes()),
+        12 => half(r, tuple.dst_port.to_be_bytes()),
+        17 => half(r, [0, 0]),
+        8 | 9 | 19 | 20 | 21 | 22 => {
+            let address = if matches!(key, 8 | 19 | 21) {
+                &tuple.src
+            } else {
+                &tuple.dst
+            };
+            match (key, tuple.v6) {
+                (8 | 9, true) | (21 | 22, true) => r[..16].copy_from_slice(address),
+                (8 | 9, false) | (19 | 20, false) => r[..4].copy_from_slice(&address[12..]),
+                _ => return false,
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
 /// Up to 16 bytes as the big-endian number they make, read by their length at once
 /// where it is 1, 2, 4 or 16 (a read wider than what was written would wait on it).
 #[inline(always)]
@@ -1051,7 +1195,7 @@ fn taken_down(ip: &[u8], start: usize, out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+    use crate::build::{cmp, ct, meta, payload, ruleset, verdict, ChainSpec};
 
     fn chain(name: &str, hook: Option<(u32, u32)>, rules: Vec<Vec<Expression>>) -> ChainSpec {
         ChainSpec {
@@ -1139,7 +1283,14 @@ mod tests {
         let c = Program::compile(&t, "fwd").unwrap();
         let v = |ip: Vec<u8>| {
             let info = Info::of(&ip);
-            c.accepts(&frame(&ip), &info, true, link(2, "ra"), Some(link(3, "rb")))
+            c.accepts(
+                &frame(&ip),
+                &info,
+                true,
+                link(2, "ra"),
+                Some(link(3, "rb")),
+                None,
+            )
         };
         assert!(!v(udp4([10, 2, 0, 2], 53, 64)));
         assert!(v(udp4([10, 2, 0, 3], 53, 64)));
@@ -1153,13 +1304,13 @@ mod tests {
         assert!(v(cut));
         // Something fibre does not evaluate is refused, naming the rule (handle 2:
         // the chain took 1).
-        let ct = Expression {
-            name: "ct".into(),
+        let limit = Expression {
+            name: "limit".into(),
             data: vec![],
         };
-        let odd = table(vec![chain("fwd", Some((2, 1)), vec![vec![ct]])]);
+        let odd = table(vec![chain("fwd", Some((2, 1)), vec![vec![limit]])]);
         let r = Program::compile(&odd, "fwd").unwrap_err();
-        assert_eq!((r[0].handle, r[0].what.as_str()), (2, "`ct`"));
+        assert_eq!((r[0].handle, r[0].what.as_str()), (2, "`limit`"));
         // A jump to a chain the table does not hold is refused too.
         let lost = table(vec![chain(
             "fwd",
@@ -1237,12 +1388,86 @@ mod tests {
                 ip[15] = rng.gen_range(0..4);
                 let info = Info::of(&ip);
                 let f = frame(&ip);
-                let v =
-                    |p: &Program| p.accepts(&f, &info, true, link(2, "ra"), Some(link(3, "rb")));
+                let v = |p: &Program| {
+                    p.accepts(&f, &info, true, link(2, "ra"), Some(link(3, "rb")), None)
+                };
                 assert_eq!(v(&fast), v(&walk), "round {round}, {ip:02x?}");
             }
         }
         assert!(blocked > 50, "{blocked}");
+    }
+
+    #[test]
+    fn connections_are_read_as_nft_ct_get_eval_reads_them() {
+        use fibre_conntrack::{Conntrack, Settings};
+        // Forward: ct state established accept; ct direction reply drop; ct original
+        // proto-dst 53 accept; policy drop.
+        let rules = vec![
+            vec![
+                ct(0, 1, None),
+                cmp(0, 1, &2u32.to_ne_bytes()),
+                verdict(1, None),
+            ],
+            vec![ct(1, 1, None), cmp(0, 1, &[1]), verdict(0, None)],
+            vec![
+                ct(12, 1, Some(0)),
+                cmp(0, 1, &53u16.to_be_bytes()),
+                verdict(1, None),
+            ],
+        ];
+        let r = ruleset(Family::Inet, "t", vec![chain("fwd", Some((2, 0)), rules)]);
+        let f = Filter::of(&r);
+        assert!(f.reads_connections());
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let mut ip = udp4([10, 2, 0, 2], 53, 64);
+        let (iif, oif) = (link(2, "ra"), link(3, "rb"));
+        let decide = |table: &mut Conntrack, ip: &[u8]| {
+            let t = table.track(ip, 1, true);
+            let pass = {
+                let ct = Ct {
+                    state: t.state().bit(),
+                    reply: t.reply(),
+                    connection: table.connection(&t),
+                };
+                let fr = frame(ip);
+                f.forwarding(
+                    &Packet {
+                        frame: &fr,
+                        iif,
+                        oif,
+                    },
+                    Some(&ct),
+                )
+            };
+            if pass {
+                table.confirm(&t);
+            }
+            pass
+        };
+        // New, to port 53: accepted by its original destination port.
+        assert!(decide(&mut table, &ip));
+        // The reply: established, accepted before the direction's rule.
+        let mut reply = ip.clone();
+        reply[12..16].copy_from_slice(&[10, 2, 0, 2]);
+        reply[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        reply[20..24].copy_from_slice(&[0, 53, 0x30, 0x39]);
+        assert!(decide(&mut table, &reply));
+        // A new flow to port 99: neither established nor to 53: the policy drops it,
+        // and it leaves no connection behind.
+        ip[22..24].copy_from_slice(&99u16.to_be_bytes());
+        assert!(!decide(&mut table, &ip));
+        assert_eq!(table.len(), 1);
+        // Without a connection (before conntrack's hook), `ct state` reads invalid and
+        // the other keys break the rule.
+        let fr = frame(&ip);
+        assert!(!f.forwarding(
+            &Packet {
+                frame: &fr,
+                iif,
+                oif
+            },
+            None
+        ));
     }
 
     #[test]

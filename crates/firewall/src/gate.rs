@@ -1,7 +1,7 @@
-//! What of the router's firewall fibre may not bypass. fibre evaluates the stateless
-//! filter rules of the forwarding path ([`crate::eval`]) but does not track connections
-//! or translate addresses yet; forwarding around any of them would let pass what the
-//! kernel drops and send what the kernel changes. So every part of the ruleset that
+//! What of the router's firewall fibre may not bypass. fibre evaluates the filter rules
+//! of the forwarding path ([`crate::eval`]) and tracks connections for the `ct` they
+//! read, but does not translate addresses yet; forwarding around any of them would let
+//! pass what the kernel drops and send what the kernel changes. So every part of the ruleset that
 //! forwarded packets meet and fibre does not evaluate, or that changes how the kernel
 //! handles them, closes the IP families it applies to, and the daemon refuses to forward
 //! those families, naming each such part:
@@ -14,10 +14,10 @@
 //!   its families (which meet it, unevaluated);
 //! - a base chain of family `netdev` on a forwarded link (ingress or egress): the same;
 //! - anywhere in `ip`, `ip6` or `inet`, a `nat` chain or a rule with an expression that
-//!   makes the kernel track connections (`ct`, `nat`, `masq`, `redir`, `notrack`,
-//!   `connlimit`, `synproxy`, `flow_offload`, `objref`, `tproxy`, `socket`): the kernel
-//!   then tracks every packet of the family, forwarded ones too, and reassembles their
-//!   fragments;
+//!   makes the kernel track connections in a way fibre does not follow (`ct ... set`,
+//!   `nat`, `masq`, `redir`, `notrack`, `connlimit`, `synproxy`, `flow_offload`,
+//!   `objref`, `tproxy`, `socket`); a `ct` load fibre evaluates only has fibre track the
+//!   family's forwarded packets too ([`tracked`]);
 //! - a table of iptables-legacy (`/proc/net/ip_tables_names`,
 //!   `/proc/net/ip6_tables_names`), whose rules nf_tables' netlink does not show.
 //!
@@ -347,7 +347,9 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
                 ));
             }
             for r in &c.rules {
-                if tracks(&r.expressions) && !refused.contains(&(c.chain.name.clone(), r.handle)) {
+                if tracks_beyond_reading(&r.expressions)
+                    && !refused.contains(&(c.chain.name.clone(), r.handle))
+                {
                     out.push(refusal(
                         tracked,
                         name,
@@ -431,6 +433,41 @@ fn tracks(expressions: &[Expression]) -> bool {
         .iter()
         .flat_map(Expression::names)
         .any(|n| TRACKING.contains(&n.as_str()))
+}
+
+/// Whether `expressions` hold something that tracks connections beyond reading them
+/// (a `ct ... set`, NAT, `notrack`, ...): a `ct` load changes nothing of a connection
+/// (where forwarded packets meet one fibre does not evaluate, the chain is refused).
+fn tracks_beyond_reading(expressions: &[Expression]) -> bool {
+    expressions
+        .iter()
+        .filter(|e| !eval::reads_ct(e))
+        .flat_map(Expression::names)
+        .any(|n| TRACKING.contains(&n.as_str()))
+}
+
+/// The families whose connections the kernel tracks because of `ruleset` (a rule, a
+/// set, an object or a `nat` chain that makes it, in any table, dormant or not: each
+/// took its hold on conntrack when it was made): fibre tracks their forwarded packets
+/// too, and hands their fragments, which the kernel reassembles, to the kernel.
+pub fn tracked(ruleset: &Ruleset) -> Families {
+    let mut out = Families::NONE;
+    for t in ruleset.tables() {
+        let families = match t.table.family {
+            Family::Ip | Family::Ip6 => Families::of(t.table.family),
+            _ => Families::BOTH,
+        };
+        let tracking = t.chains.values().any(|c| {
+            c.chain.kind.as_deref() == Some("nat") || c.rules.iter().any(|r| tracks(&r.expressions))
+        }) || t.sets.values().any(|s| tracks(&s.expressions))
+            || t.objects
+                .values()
+                .any(|o| TRACKING_OBJECTS.contains(&o.kind));
+        if tracking {
+            out = out | families;
+        }
+    }
+    out
 }
 
 /// The families `refusals` close to forwarding together.
@@ -517,10 +554,26 @@ mod tests {
                 v6: false
             }
         );
+        // Reading connections there only has fibre track the family's too.
         apply(
             &mut r,
             &rule(10, "v6", "in", 5, &["ct", "cmp", "immediate"]),
         );
+        assert_eq!(
+            closed_by(&r),
+            Families {
+                v4: true,
+                v6: false
+            }
+        );
+        assert_eq!(
+            tracked(&r),
+            Families {
+                v4: false,
+                v6: true
+            }
+        );
+        apply(&mut r, &rule(10, "v6", "in", 6, &["notrack"]));
         assert_eq!(closed_by(&r), Families::BOTH);
         // A dormant table's chains meet nothing, but what tracks connections in it
         // still does: the kernel took conntrack when the rule was made.

@@ -50,12 +50,12 @@ use fibre_firewall::eval::{Filter, Link, Packet, Program};
 use fibre_firewall::kernel::dump;
 use fibre_firewall::Ruleset;
 use fibre_kernel::netns::Namespace;
+use fibre_kernel::wire::{self, in_namespace, ETHERNET_HEADER};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -68,7 +68,7 @@ const PACKETS_PER_ROUND: usize = 5_000;
 /// socket is normally forwarded and delivered before `send` returns.
 const QUIET: Duration = Duration::from_millis(50);
 /// The receiving socket's buffer: far more than a round's frames take.
-const CAPTURE_BUFFER: libc::c_int = 256 << 20;
+const CAPTURE_BUFFER: usize = 256 << 20;
 /// What precedes each packet's tag, at the very end of its IP packet.
 const TAG_MARK: [u8; 4] = *b"fbDT";
 /// Whether to send fragments other than the first (IPv4 fragment offset not 0, or an
@@ -78,8 +78,6 @@ const TAG_MARK: [u8; 4] = *b"fbDT";
 /// offset 0, the IPv6 header itself (`ipv6_find_hdr` leaves the offset unset for a
 /// later fragment): this test found it, and holds fibre to it.
 const SEND_LATER_FRAGMENTS: bool = true;
-/// The Ethernet header's length.
-const ETHERNET_HEADER: usize = 14;
 /// `ARPHRD_ETHER`: a veth's link type.
 const ETHER: u16 = 1;
 
@@ -102,19 +100,6 @@ const ROUTER_OUT_GROUP: u32 = 7;
 
 fn mac(m: [u8; 6]) -> String {
     m.map(|b| format!("{b:02x}")).join(":")
-}
-
-/// Runs `work` on a thread of its own that entered `ns` first (the calling thread keeps
-/// its namespace; a socket stays in the namespace it was made in).
-fn in_namespace<T: Send>(ns: &Namespace, work: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            ns.enter().expect("entering the namespace");
-            work()
-        })
-        .join()
-        .expect("the namespace's thread does not panic")
-    })
 }
 
 /// The three namespaces and what the test needs to know of their links.
@@ -226,150 +211,22 @@ impl Topology {
     /// Frames dropped so far below IP on the way (a veth's full peer, a CPU's full
     /// backlog): any would pass for a frame the firewall dropped.
     fn frames_lost_below_ip(&self) -> u64 {
-        link_drops(&self.sender, "a0")
-            + link_drops(&self.router, "ra")
-            + link_drops(&self.router, "rb")
-            + link_drops(&self.receiver, "b0")
-            + backlog_drops()
-    }
-}
-
-/// A link's dropped frames, received and sent, as `ip -s` counts them.
-fn link_drops(ns: &Namespace, link: &str) -> u64 {
-    let out = ns
-        .ip(&["-s", "-j", "link", "show", "dev", link])
-        .expect("ip -s link");
-    let listed: serde_json::Value = serde_json::from_str(&out).expect("ip's JSON");
-    let stats = &listed[0]["stats64"];
-    ["rx", "tx"]
-        .iter()
-        .map(|way| stats[way]["dropped"].as_u64().expect("a dropped count"))
-        .sum()
-}
-
-/// Frames dropped by every CPU's full input backlog (`/proc/net/softnet_stat`'s second
-/// column), the whole machine's.
-fn backlog_drops() -> u64 {
-    std::fs::read_to_string("/proc/net/softnet_stat")
-        .expect("/proc/net/softnet_stat")
-        .lines()
-        .filter_map(|line| line.split_whitespace().nth(1))
-        .map(|hex| u64::from_str_radix(hex, 16).expect("a hexadecimal count"))
-        .sum()
-}
-
-/// A packet socket bound to link `ifindex` of the calling thread's namespace, for
-/// frames of `protocol` (0: none, a socket that only sends).
-fn packet_socket(protocol: u16, ifindex: u32) -> OwnedFd {
-    // SAFETY: socket takes no pointers; the result is checked before use.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::c_int::from(protocol.to_be()),
-        )
-    };
-    assert!(fd >= 0, "a packet socket: {}", io::Error::last_os_error());
-    // SAFETY: fd is a descriptor just opened and owned by nothing else.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_ll is plain data, valid all zeros.
-    let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    address.sll_family = libc::AF_PACKET as u16;
-    address.sll_protocol = protocol.to_be();
-    address.sll_ifindex = ifindex as libc::c_int;
-    // SAFETY: address is a sockaddr_ll, its size given.
-    let bound = unsafe {
-        libc::bind(
-            socket.as_raw_fd(),
-            std::ptr::addr_of!(address).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(bound, 0, "binding: {}", io::Error::last_os_error());
-    socket
-}
-
-fn set_option<T>(socket: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) {
-    // SAFETY: value points to a T, its size given.
-    let set = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(value).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(set, 0, "setsockopt {name}: {}", io::Error::last_os_error());
-}
-
-/// The socket that sees every frame arriving on `b0`: a buffer for a whole round, and
-/// reads that give up after [`QUIET`].
-fn capture_socket(ifindex: u32) -> OwnedFd {
-    let socket = packet_socket(libc::ETH_P_ALL as u16, ifindex);
-    set_option(
-        &socket,
-        libc::SOL_SOCKET,
-        libc::SO_RCVBUFFORCE,
-        &CAPTURE_BUFFER,
-    );
-    let timeout = libc::timeval {
-        tv_sec: 0,
-        tv_usec: QUIET.as_micros() as libc::suseconds_t,
-    };
-    set_option(&socket, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout);
-    socket
-}
-
-/// Frames the kernel dropped for want of room in `socket`'s buffer since last asked
-/// (reading `PACKET_STATISTICS` resets it).
-fn capture_drops(socket: &OwnedFd) -> u32 {
-    // SAFETY: tpacket_stats is plain data, valid all zeros.
-    let mut stats: libc::tpacket_stats = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    // SAFETY: stats is a tpacket_stats and len its size, as PACKET_STATISTICS fills.
-    let got = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            std::ptr::addr_of_mut!(stats).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(got, 0, "PACKET_STATISTICS: {}", io::Error::last_os_error());
-    stats.tp_drops
-}
-
-/// Sends one whole frame on the link `socket` is bound to.
-fn send_frame(socket: &OwnedFd, frame: &[u8]) {
-    loop {
-        // SAFETY: frame is valid for frame.len() bytes.
-        let sent = unsafe { libc::send(socket.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        if sent == frame.len() as isize {
-            return;
-        }
-        let error = io::Error::last_os_error();
-        match error.raw_os_error() {
-            // Not sent: the socket's buffer full for a moment, or the veth's peer refused
-            // the frame (which the count of frames lost below IP then shows).
-            Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR) => std::thread::yield_now(),
-            _ => panic!("sending a frame of {} bytes: {error} ({sent})", frame.len()),
-        }
+        let drops = |ns: &Namespace, link: &str| {
+            wire::link_drops(ns, link).expect("a link's dropped frames")
+        };
+        drops(&self.sender, "a0")
+            + drops(&self.router, "ra")
+            + drops(&self.router, "rb")
+            + drops(&self.receiver, "b0")
+            + wire::backlog_drops().expect("the backlogs' drops")
     }
 }
 
 /// The tag and IP packet of one of the test's frames, `None` for any other frame (the
 /// router's and receiver's own neighbour discovery and such).
 fn tagged(frame: &[u8]) -> Option<(u32, &[u8])> {
-    let ip = frame.get(ETHERNET_HEADER..)?;
-    let len = match frame.get(12..14)? {
-        [0x08, 0x00] => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
-        [0x86, 0xdd] => 40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
-        _ => return None,
-    };
-    let ip = ip.get(..len)?;
-    let trailer = ip.get(len.checked_sub(8)?..)?;
+    let ip = wire::ip_packet(frame)?;
+    let trailer = ip.get(ip.len().checked_sub(8)?..)?;
     (trailer[..4] == TAG_MARK).then(|| {
         (
             u32::from_be_bytes([trailer[4], trailer[5], trailer[6], trailer[7]]),
@@ -385,33 +242,17 @@ fn receive_until_quiet(socket: &OwnedFd, sender_done: &AtomicBool) -> HashMap<u3
     let mut buffer = vec![0u8; 1 << 16];
     loop {
         let done_before_reading = sender_done.load(Ordering::Acquire);
-        // SAFETY: sockaddr_ll is plain data, valid all zeros.
-        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut from_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: buffer is valid for its length, from for from_len bytes.
-        let n = unsafe {
-            libc::recvfrom(
-                socket.as_raw_fd(),
-                buffer.as_mut_ptr().cast(),
-                buffer.len(),
-                0,
-                std::ptr::addr_of_mut!(from).cast(),
-                &mut from_len,
-            )
-        };
-        if n < 0 {
-            let error = io::Error::last_os_error();
-            match error.raw_os_error() {
-                Some(libc::EAGAIN | libc::ETIMEDOUT) if done_before_reading => return arrived,
-                Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => continue,
-                _ => panic!("receiving: {error}"),
+        let Some(frame) = wire::receive(socket, &mut buffer).expect("receiving") else {
+            if done_before_reading {
+                return arrived;
             }
-        }
+            continue;
+        };
         // The receiver's own frames, going out.
-        if from.sll_pkttype == libc::PACKET_OUTGOING {
+        if frame.outgoing {
             continue;
         }
-        if let Some((tag, ip)) = tagged(&buffer[..n as usize]) {
+        if let Some((tag, ip)) = tagged(&buffer[..frame.len]) {
             let again = arrived.insert(tag, ip.to_vec());
             assert!(again.is_none(), "the frame tagged {tag} arrived twice");
         }
@@ -2461,19 +2302,20 @@ fn forward_through_kernel(
     capture: &OwnedFd,
     probes: &[Probe],
 ) -> (HashMap<u32, Vec<u8>>, u32) {
-    capture_drops(capture);
+    wire::capture_drops(capture).expect("the capture's drops");
     let sender_done = AtomicBool::new(false);
     let arrived = std::thread::scope(|s| {
         let receiver = s.spawn(|| receive_until_quiet(capture, &sender_done));
         for probe in probes {
-            send_frame(inject, &probe.frame);
+            wire::send_frame(inject, &probe.frame).expect("sending a frame");
         }
         sender_done.store(true, Ordering::Release);
         receiver
             .join()
             .expect("the receiving thread does not panic")
     });
-    (arrived, capture_drops(capture))
+    let lost = wire::capture_drops(capture).expect("the capture's drops");
+    (arrived, lost)
 }
 
 /// Whether `received` is `sent` (its IP packet, no padding) as a router forwards it:
@@ -2518,8 +2360,13 @@ fn fibres_filter_decides_as_the_kernel_forwards() {
     println!("differential seed {seed} (FIBRE_SEED={seed} replays this run)");
     let started = Instant::now();
     let net = Topology::build();
-    let inject = in_namespace(&net.sender, || packet_socket(0, net.sender_link));
-    let capture = in_namespace(&net.receiver, || capture_socket(net.receiver_link));
+    let inject = in_namespace(&net.sender, || {
+        wire::packet_socket(0, net.sender_link).expect("the sending socket")
+    });
+    let capture = in_namespace(&net.receiver, || {
+        wire::capture_socket(net.receiver_link, CAPTURE_BUFFER, QUIET)
+            .expect("the capturing socket")
+    });
     let (iif, oif) = (net.router_in(), net.router_out());
     let mut rng = StdRng::seed_from_u64(seed);
     let mut next_tag = 0u32;
@@ -2573,8 +2420,8 @@ fn fibres_filter_decides_as_the_kernel_forwards() {
         for probe in &probes {
             let frame = &probe.frame[..];
             let ip = probe.ip();
-            let before_routing = filter.prerouting(frame, iif);
-            let after_routing = filter.forwarding(&Packet { frame, iif, oif });
+            let before_routing = filter.prerouting(frame, iif, None);
+            let after_routing = filter.forwarding(&Packet { frame, iif, oif }, None);
             let fibre = before_routing && after_routing;
             let kernel = arrived.contains_key(&probe.tag);
             round_passed += usize::from(kernel);

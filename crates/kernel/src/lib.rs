@@ -6,6 +6,8 @@
 //! - [`probe`]: the kernel's route lookup (`bpf_fib_lookup`) run from an XDP program on
 //!   addresses from a map, timed by the kernel, dry run beside it, answers readable.
 //! - [`sockopt`]: the netlink sockets' receive buffers.
+//! - [`wire`]: raw frames into and out of a link with packet sockets, for tests and
+//!   benchmarks that ask the kernel.
 //!
 //! Everything here needs root; [`netns::unavailable_reason`] says plainly why the kernel
 //! side cannot run when it cannot.
@@ -14,3 +16,4 @@ pub mod bpf;
 pub mod netns;
 pub mod probe;
 pub mod sockopt;
+pub mod wire;

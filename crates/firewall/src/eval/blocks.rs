@@ -13,7 +13,7 @@
 //! Only chains whose every rule writes each register it reads are made into blocks
 //! (`nft` makes them so): then skipping a rule cannot change what a later rule reads.
 
-use super::{run, At, Dest, Jump, Op, SetCode, REGISTER_BYTES};
+use super::{ct_width, run, At, Dest, Jump, Op, SetCode, REGISTER_BYTES};
 use std::collections::HashMap;
 
 /// Rules in a run that make it worth a block.
@@ -199,6 +199,7 @@ fn keys(rule: &[Op]) -> Vec<Key> {
                     });
                 }
             }
+            Op::Ct { dreg, key, .. } => clobber(&mut loaded, *dreg, ct_width(*key)),
             Op::Bitwise { dreg, mask, .. } => clobber(&mut loaded, *dreg, mask.len()),
             Op::Byteorder { dreg, len, .. } => clobber(&mut loaded, *dreg, *len),
             Op::Data { dreg, data } => clobber(&mut loaded, *dreg, data.len().next_multiple_of(4)),
@@ -235,6 +236,7 @@ fn self_contained(rule: &[Op], sets: &[SetCode]) -> bool {
                 *dreg,
                 if matches!(key, 6 | 7) { 16 } else { 4 },
             ),
+            Op::Ct { dreg, key, .. } => write(&mut written, *dreg, ct_width(*key)),
             Op::Cmp { sreg, data, .. } => {
                 if !read(&written, *sreg, data.len()) {
                     return false;
