@@ -162,6 +162,72 @@ fn never_around_the_firewall(io: &str) {
     daemon.terminate();
 }
 
+/// A stateful firewall over AF_PACKET.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft, ping, TCP"]
+fn a_stateful_firewall_lets_replies_in_and_keeps_connections_from_outside_out() {
+    stateful_firewall("packet");
+}
+
+/// A stateful firewall over AF_XDP.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ping, TCP"]
+fn a_stateful_firewall_lets_replies_in_and_keeps_connections_from_outside_out_over_af_xdp() {
+    stateful_firewall("xdp");
+}
+
+/// The ruleset almost every router holds: forward policy drop, replies and errors of
+/// known connections let in, new connections only from the inside (A, behind `r0`).
+/// fibre tracks the connections itself: the family stays open, A's pings and TCP
+/// connections to B work both ways, B's to A are refused.
+fn stateful_firewall(io: &str) {
+    let (a, r, b) = topology();
+    nft(
+        &r,
+        "table inet fw { chain forward_filter { type filter hook forward priority 0; policy drop; \
+         ct state established,related accept; ct state invalid drop; \
+         iifname \"r0\" ct state new accept; }; }",
+    );
+    let daemon = Daemon::start(&r, io);
+    let stats = daemon.stats();
+    assert_eq!(closed(&daemon), (false, false), "{stats}");
+    assert_eq!(stats["firewall"]["tracked"]["ipv4"], true, "{stats}");
+    assert_eq!(stats["firewall"]["tracked"]["ipv6"], true, "{stats}");
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &["-c", "3", to]);
+        assert!(ok, "A's pings to B and B's replies: {text}");
+    }
+    for to in ["10.0.0.2", "fd00::2"] {
+        let (ok, text) = ping(&b, &["-c", "2", to]);
+        assert!(!ok, "B's pings to A let in: {text}");
+    }
+    // A TCP connection from A, its data and its close, intact.
+    let to: std::net::SocketAddr = "10.0.1.2:7300".parse().unwrap();
+    let (got, sent_sum, got_sum) = transfer(&a, &b, to, 4 << 20);
+    assert_eq!((got, got_sum), (4 << 20, sent_sum), "{}", daemon.stats());
+    // One from B is refused: its SYN is new, from outside.
+    let refused = std::thread::scope(|s| {
+        s.spawn(|| {
+            b.enter().unwrap();
+            std::net::TcpStream::connect_timeout(
+                &"10.0.0.2:7301".parse().unwrap(),
+                std::time::Duration::from_secs(2),
+            )
+            .is_err()
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(refused, "B's connection to A let in");
+    let stats = daemon.stats();
+    let ct = &stats["forwarding"]["conntrack"];
+    assert!(ct["inserted"].as_u64() >= Some(3), "{stats}");
+    assert!(ct["found"].as_u64() > Some(100), "{stats}");
+    assert!(daemon.fate("drop:filtered") >= 4, "{stats}");
+    assert!(daemon.ctl(&["conntrack", "show"]));
+    daemon.terminate();
+}
+
 /// Sends `n` tagged UDP datagrams from A to `to` on B; for each tag, the sources it
 /// arrived from (one each, if nothing is lost or doubled).
 fn arrivals(
