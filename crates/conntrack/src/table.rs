@@ -725,3 +725,90 @@ enum Handled {
     Close,
     Reopen,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A million connections in at most 200 MB: a slot, and two handles of 4 bytes and
+    /// a control byte each, at a load as low as half (`hashbrown` doubles at 7/8).
+    #[test]
+    fn a_connection_costs_under_200_bytes() {
+        let slot = std::mem::size_of::<Option<Connection>>();
+        let handles = 2 * (4 + 1) * 2;
+        assert!(slot + handles <= 200, "{slot} bytes a slot");
+    }
+
+    fn udp(src_port: u16, reply: bool) -> Vec<u8> {
+        let (a, b) = ([10, 0, 0, 2], [10, 2, 0, 2]);
+        let (src, dst) = if reply { (b, a) } else { (a, b) };
+        let mut ip = vec![0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0];
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        let (sp, dp) = if reply {
+            (53, src_port)
+        } else {
+            (src_port, 53)
+        };
+        ip.extend_from_slice(&sp.to_be_bytes());
+        ip.extend_from_slice(&dp.to_be_bytes());
+        ip.extend_from_slice(&[0, 8, 0, 0]);
+        ip
+    }
+
+    #[test]
+    fn a_full_table_drops_unassured_connections_early_and_then_packets() {
+        let mut s = Settings::kernel_defaults();
+        s.max = 2;
+        let mut t = Conntrack::new(s);
+        for port in [1000, 1001] {
+            let tr = t.track(&udp(port, false), 1, true);
+            assert_eq!(tr.state(), State::New);
+            t.confirm(&tr);
+        }
+        // A third: one of the two (unassured) goes to make room.
+        let tr = t.track(&udp(1002, false), 1, true);
+        assert_eq!(tr.outcome(), Fate::Pass);
+        t.confirm(&tr);
+        assert_eq!((t.len(), t.stats.early_dropped), (2, 1));
+        // Both left answered, and assured once two seconds old: nothing can go, so a
+        // new flow's packet is dropped.
+        let later = 1 + 3 * TWO_SECONDS;
+        let kept: Vec<u16> = t
+            .connections(2)
+            .map(|(c, _)| c.tuples[0].src_port)
+            .collect();
+        assert_eq!(kept.len(), 2);
+        for port in kept {
+            assert_eq!(
+                t.track(&udp(port, true), 2, true).state(),
+                State::Established
+            );
+            assert_eq!(
+                t.track(&udp(port, false), later, true).state(),
+                State::Established
+            );
+        }
+        assert!(t.connections(later).all(|(c, _)| c.status & ASSURED != 0));
+        let tr = t.track(&udp(1003, false), later, true);
+        assert_eq!(tr.outcome(), Fate::TableFull);
+        // Expired, they make room again.
+        let tr = t.track(&udp(1003, false), later + 1_000 * TWO_SECONDS, true);
+        assert_eq!(tr.outcome(), Fate::Pass);
+    }
+
+    #[test]
+    fn an_unconfirmed_connection_is_gone_with_its_packet() {
+        let mut t = Conntrack::new(Settings::kernel_defaults());
+        let first = t.track(&udp(7, false), 1, true);
+        assert_eq!(first.state(), State::New);
+        // Not confirmed (the rules dropped it): the reply finds nothing, and is new.
+        let reply = t.track(&udp(7, true), 2, true);
+        assert_eq!((reply.state(), reply.reply()), (State::New, false));
+        assert_eq!(t.len(), 0);
+        t.confirm(&reply);
+        // Confirmed, the request is now its reply direction.
+        let again = t.track(&udp(7, false), 3, true);
+        assert_eq!((again.state(), again.reply()), (State::Established, true));
+    }
+}
