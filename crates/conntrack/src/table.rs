@@ -667,6 +667,13 @@ impl Conntrack {
                     tcp::Verdict::AcceptKeepTimer => Handled::Accept,
                     tcp::Verdict::Ignore => Handled::Ignore,
                     tcp::Verdict::Invalid => Handled::Invalid,
+                    tcp::Verdict::InvalidShorten(timeout) => {
+                        let left = c.expires.saturating_sub(now);
+                        if confirmed && left >= 120 * 1_000_000_000 && left > timeout {
+                            c.expires = now + timeout;
+                        }
+                        Handled::Invalid
+                    }
                     tcp::Verdict::Reopen => Handled::Reopen,
                     tcp::Verdict::Close => Handled::Close,
                 }

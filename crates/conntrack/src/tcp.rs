@@ -382,6 +382,10 @@ pub(crate) enum Verdict {
     Ignore,
     /// Not part of the connection: the packet is invalid.
     Invalid,
+    /// Invalid, and the connection, if it has longer left (and two minutes at least),
+    /// lives only this long: a FIN or RST out of the window answering one the other
+    /// way (`nf_tcp_handle_invalid`).
+    InvalidShorten(u64),
     /// A SYN reopening a closed connection: the connection goes, and the packet starts
     /// a new one.
     Reopen,
@@ -501,7 +505,7 @@ impl Tcp {
         if !skip_window {
             match self.in_window(s, dir, index, settings) {
                 Window::Ignore => return Verdict::Ignore,
-                Window::Invalid => return Verdict::Invalid,
+                Window::Invalid => return self.invalid(dir, index, status, settings),
                 Window::Accept => {}
             }
         }
@@ -549,6 +553,23 @@ impl Tcp {
             && matches!(old_state, TcpState::SynRecv | TcpState::Established)
             && new == TcpState::Established;
         Verdict::Accept { timeout, assured }
+    }
+
+    /// `nf_tcp_handle_invalid`: an assured connection notes a FIN or RST out of the
+    /// window, or, when it answers one the other way, is to live no longer than
+    /// unacknowledged data would.
+    fn invalid(&mut self, dir: usize, index: Kind, status: Status, settings: &Settings) -> Verdict {
+        if !status.assured || !matches!(index, Kind::Rst | Kind::Fin) {
+            return Verdict::Invalid;
+        }
+        let last = self.last_index;
+        if usize::from(self.last_dir) != dir && (last == Kind::Fin as u8 || last == Kind::Rst as u8)
+        {
+            return Verdict::InvalidShorten(settings.tcp.unacknowledged);
+        }
+        self.last_index = index as u8;
+        self.last_dir = dir as u8;
+        Verdict::Invalid
     }
 
     /// The `TCP_CONNTRACK_IGNORE` case (and SYN_SENT's fall into it): `Some` verdict to
@@ -653,7 +674,11 @@ impl Tcp {
         }
         // An RST answering a SYN or ACK let through, or a challenge ACK, skips the
         // window check.
-        let answers_let_through = ((status.seen_reply && self.last_index == Kind::Syn as u8)
+        // An RST answering a SYN the other side sent (the kernel's fix of 2025 that
+        // checks `last_dir`), or an ACK of a half-open connection.
+        let answers_let_through = ((status.seen_reply
+            && self.last_index == Kind::Syn as u8
+            && usize::from(self.last_dir) != dir)
             || (!status.assured && self.last_index == Kind::Ack as u8))
             && s.ack_seq == self.last_end;
         let answers_challenge = old == TcpState::SynSent

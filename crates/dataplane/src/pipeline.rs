@@ -809,9 +809,6 @@ impl Pipeline {
             }
         };
         let input = view(iif);
-        // A veth vouches for the checksums of what it carries, as the kernel takes them
-        // (`CHECKSUM_UNNECESSARY`); so does a frame whose checksum is left to finish.
-        let veth = snap.link(iif).is_some_and(|l| l.kind.name() == "veth");
         let conntrack = self.conntrack.clone();
         let mut table = match &conntrack {
             Some(c) if self.tracked != 0 => {
@@ -833,7 +830,9 @@ impl Pipeline {
                 .filter(|_| self.tracked & (1 << u8::from(v6)) != 0);
             let tracked = tracking.map(|t| {
                 let now = self.times.get(i).copied().unwrap_or(clock);
-                let vouched = veth || pool.offload(packets[i]).checksum.is_some();
+                // A checksum its sender left to finish (`CHECKSUM_PARTIAL`) is not
+                // checked, as the kernel's `nf_checksum` does not; any other is.
+                let vouched = pool.offload(packets[i]).checksum.is_some();
                 let tracked = t.track(&frame[ETHERNET_LEN..], now, vouched);
                 if tracked.outcome() == fibre_conntrack::Fate::Pass && i % 16 == 0 {
                     t.expire(now, 16);
