@@ -8,7 +8,7 @@
 //!
 //! - [`table`]: the connection table and a packet's way through it.
 //! - [`tcp`]: the TCP state machine and windows.
-//! - [`tuple`]: a packet's tuple, as the kernel reads it.
+//! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
 //! - [`settings`]: the namespace's conntrack sysctls.
 
 pub mod settings;
