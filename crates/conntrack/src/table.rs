@@ -233,14 +233,14 @@ pub struct Conntrack {
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
-    /// The connection the last packet made, unconfirmed, and its ticket.
+    /// The connection the last packet made, unconfirmed: its ticket, when it was made,
+    /// the connection.
     pending: Option<(u64, u64, Connection)>,
     ticket: u64,
     /// The connection the last packet closed, for the rules to read.
     gone: Option<Connection>,
     /// Where the sweep and the early drop look next.
     cursor: usize,
-    live: usize,
     /// What it counted.
     pub stats: Stats,
 }
@@ -263,7 +263,6 @@ impl Conntrack {
             ticket: 0,
             gone: None,
             cursor: 0,
-            live: 0,
             stats: Stats::default(),
         }
     }
@@ -280,12 +279,12 @@ impl Conntrack {
 
     /// Connections held (confirmed; expired ones not yet swept included).
     pub fn len(&self) -> usize {
-        self.live
+        self.slots.len() - self.free.len()
     }
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
 
     /// The connections held, with their remaining time at `now`.
@@ -346,7 +345,6 @@ impl Conntrack {
             }
         }
         self.free.push(slot);
-        self.live -= 1;
         Some(c)
     }
 
@@ -373,7 +371,6 @@ impl Conntrack {
             });
         }
         self.slots[slot as usize] = Some(c);
-        self.live += 1;
     }
 
     /// Enters a connection as it is (one the kernel tracked, imported), replacing any
@@ -492,7 +489,7 @@ impl Conntrack {
                         return Tracked::of(State::Invalid);
                     };
                     let max = self.settings.max as usize;
-                    if max != 0 && self.live + 1 > max && !self.early_drop(now) {
+                    if max != 0 && self.len() + 1 > max && !self.early_drop(now) {
                         return Tracked::fate(Fate::TableFull);
                     }
                     let protocol = match n.protocol {
