@@ -64,9 +64,10 @@ const INPUT_NET4: Ipv4Addr = Ipv4Addr::new(10, 199, 0, 0);
 const INPUT_NET6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x199, 0, 0, 0, 0, 0, 0);
 
 /// The stages in the order a packet goes through them, as [`Pipeline::stages`] names them.
-pub const STAGES: [&str; 8] = [
+pub const STAGES: [&str; 9] = [
     "receive",
     "input",
+    "conntrack",
     "route",
     "neighbour",
     "filter",

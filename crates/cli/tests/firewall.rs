@@ -116,19 +116,19 @@ fn never_around_the_firewall(io: &str) {
         assert!(ok, "{text}");
     }
 
-    // Masquerade out of B's link, in an inet table: both close, whatever the express
-    // path had been taught.
+    // A connection's mark set (which fibre does not follow) on the way out to B, in an
+    // inet table: both close, whatever the express path had been taught.
     nft(
         &r,
-        "table inet nat { chain post { type nat hook postrouting priority 100; \
-         oifname \"r1\" masquerade; }; }",
+        "table inet nat { chain post { type filter hook postrouting priority 100; \
+         oifname \"r1\" ct mark set 7 drop; }; }",
     );
     wait_for("both families to close", || closed(&daemon) == (true, true));
     for to in ["10.0.1.2", "fd01::2"] {
         let (ok, text) = ping(&a, &[to]);
-        assert!(!ok, "forwarded around masquerade: {text}");
+        assert!(!ok, "forwarded around the rule: {text}");
     }
-    // Dormant, the table's nat chain still has the kernel track connections: both
+    // Dormant, the table's `ct mark set` still has the kernel track connections: both
     // stay closed. Deleted, both open again.
     nft(&r, "add table inet nat { flags dormant; }");
     wait_for("the commit", || {
@@ -309,7 +309,7 @@ fn kernel_forwarding_on(io: &str) {
         &r,
         "table inet fw { \
            chain filter_forward { type filter hook forward priority 0; policy accept; \
-             ip daddr 10.0.1.2 icmp type echo-request drop; }; \
+             ip daddr 10.0.1.2 icmp type echo-request drop; ct mark set 7; }; \
            chain nat_postrouting { type nat hook postrouting priority 100; \
              oifname \"r1\" masquerade; }; }",
     );
@@ -365,5 +365,85 @@ fn kernel_forwarding_on(io: &str) {
         let taught = daemon.stats()["forwarding"]["express"]["taught"].as_u64();
         assert!(taught > Some(0), "{taught:?}");
     }
+    daemon.terminate();
+}
+
+/// A NAT gateway over AF_PACKET.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft, ping, TCP"]
+fn a_nat_gateway_masquerades_the_inside_and_forwards_a_port() {
+    nat_gateway("packet");
+}
+
+/// A NAT gateway over AF_XDP.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ping, TCP"]
+fn a_nat_gateway_masquerades_the_inside_and_forwards_a_port_over_af_xdp() {
+    nat_gateway("xdp");
+}
+
+/// The NAT gateway almost every home and office router is: A's network masqueraded
+/// out of B's link (`r1`), and a port of the router's outside address forwarded to A.
+/// fibre translates itself, as the kernel would: the families stay open, B sees A's
+/// datagrams, pings and a 100 MB TCP stream from the router's address, each once and
+/// intact; B's connection to the router's port 8080 reaches A's 7400, from B.
+fn nat_gateway(io: &str) {
+    let (a, r, b) = topology();
+    nft(
+        &r,
+        "table ip nat { \
+           chain pre { type nat hook prerouting priority dstnat; \
+             iifname \"r1\" tcp dport 8080 dnat to 10.0.0.2:7400; }; \
+           chain post { type nat hook postrouting priority srcnat; \
+             oifname \"r1\" masquerade; }; }\n\
+         table ip6 nat { chain post { type nat hook postrouting priority srcnat; \
+             oifname \"r1\" masquerade; }; }",
+    );
+    let daemon = Daemon::start(&r, io);
+    let stats = daemon.stats();
+    assert_eq!(closed(&daemon), (false, false), "{stats}");
+    for (to, router) in [("10.0.1.2:7100", "10.0.1.1"), ("[fd01::2]:7100", "fd01::1")] {
+        let router: std::net::IpAddr = router.parse().unwrap();
+        let got = arrivals(&a, &b, to.parse().unwrap(), 300);
+        assert!(
+            got.iter().all(|g| g == &[router]),
+            "each datagram once, masqueraded: {:?} {}",
+            got.iter()
+                .enumerate()
+                .filter(|(_, g)| g != &&[router])
+                .take(5)
+                .collect::<Vec<_>>(),
+            daemon.stats()
+        );
+    }
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &["-c", "3", to]);
+        assert!(ok, "A's pings to B, masqueraded, and B's replies: {text}");
+    }
+    // A stream out, masqueraded.
+    let to: std::net::SocketAddr = "10.0.1.2:7300".parse().unwrap();
+    let (got, sent_sum, got_sum, peer) = transfer_via(&a, &b, to, to, 100 << 20);
+    assert_eq!((got, got_sum), (100 << 20, sent_sum), "{}", daemon.stats());
+    assert_eq!(peer.ip().to_string(), "10.0.1.1");
+    // A stream in, through the forwarded port.
+    let (got, sent_sum, got_sum, peer) = transfer_via(
+        &b,
+        &a,
+        "10.0.0.2:7400".parse().unwrap(),
+        "10.0.1.1:8080".parse().unwrap(),
+        4 << 20,
+    );
+    assert_eq!((got, got_sum), (4 << 20, sent_sum), "{}", daemon.stats());
+    assert_eq!(peer.ip().to_string(), "10.0.1.2");
+    let stats = daemon.stats();
+    assert!(
+        stats["forwarding"]["sent"].as_u64() > Some(10_000),
+        "{stats}"
+    );
+    let listed = daemon.ctl_text(&["conntrack", "show"]);
+    assert!(
+        listed.contains("dport=8080") && listed.contains("dport=7400"),
+        "{listed}"
+    );
     daemon.terminate();
 }

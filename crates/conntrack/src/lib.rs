@@ -7,10 +7,12 @@
 //! from it, as the kernel's read its conntrack.
 //!
 //! - [`table`]: the connection table and a packet's way through it.
+//! - [`nat`]: address translation, bound to connections.
 //! - [`tcp`]: the TCP state machine and windows.
 //! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
 //! - [`settings`]: the namespace's conntrack sysctls.
 
+pub mod nat;
 pub mod settings;
 pub mod table;
 pub mod tcp;

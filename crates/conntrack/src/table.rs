@@ -28,6 +28,7 @@
 //! 4. the packet's state for the rules: NEW (the original direction before any reply),
 //!    ESTABLISHED, RELATED, INVALID (no connection would have it), UNTRACKED.
 
+use crate::nat;
 use crate::settings::Settings;
 use crate::tcp::{self, Segment, Tcp, TcpState};
 use crate::tuple::{self, Network, Tuple, Unread, ICMP, ICMPV6, TCP, UDP};
@@ -101,8 +102,9 @@ enum At {
     None,
     Entry(u32),
     Pending(u64),
-    /// Removed as the packet passed (an RST before any reply): held until the next.
-    Gone,
+    /// Removed as the packet passed (an RST before any reply): held, by its ticket,
+    /// until the vector is settled.
+    Gone(u64),
 }
 
 /// A packet's outcome: its fate, its state, its direction.
@@ -183,6 +185,9 @@ pub struct Connection {
     pub expires: u64,
     /// Its protocol's state.
     pub protocol: Protocol,
+    /// The link it was masqueraded out of (0: not masqueraded): a packet of it leaving
+    /// by another link ends it (`nf_nat_oif_changed`).
+    pub masquerade: u32,
 }
 
 impl Connection {
@@ -220,9 +225,14 @@ pub struct Stats {
     pub expired: u64,
     /// Packets handed to the kernel.
     pub kernel: u64,
+    /// Packets dropped because their new connection clashed with another as it was
+    /// entered.
+    pub insert_failed: u64,
 }
 
 const TWO_SECONDS: u64 = 2_000_000_000;
+/// Unconfirmed connections kept, at most, between settlings (a vector's worth).
+const PENDING_MAX: usize = 1024;
 /// Slots looked at, at most, to find a connection to drop early.
 const EVICTION_RANGE: usize = 64;
 
@@ -233,12 +243,20 @@ pub struct Conntrack {
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
-    /// The connection the last packet made, unconfirmed: its ticket, when it was made,
-    /// the connection.
-    pending: Option<(u64, u64, Connection)>,
+    /// The connections the vector's packets made, unconfirmed: each one's ticket, when
+    /// it was made, the connection.
+    pending: Vec<(u64, u64, Connection)>,
+    /// The vector's connections confirmed: their ticket, their slot.
+    confirmed: Vec<(u64, u32)>,
     ticket: u64,
-    /// The connection the last packet closed, for the rules to read.
-    gone: Option<Connection>,
+    /// The connections the vector's packets closed, by ticket, for the rules to read
+    /// and NAT to translate their packets by.
+    gone: Vec<(u64, Connection)>,
+    /// The connections with a source binding, by their original source (address, port,
+    /// protocol): `nf_nat_bysource`.
+    pub(crate) by_source: HashTable<u32>,
+    /// The state of the random numbers NAT draws ports from.
+    pub(crate) random: u64,
     /// Where the sweep and the early drop look next.
     cursor: usize,
     /// What it counted.
@@ -259,9 +277,12 @@ impl Conntrack {
             free: Vec::new(),
             index: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            pending: None,
+            pending: Vec::new(),
+            confirmed: Vec::new(),
             ticket: 0,
-            gone: None,
+            gone: Vec::new(),
+            by_source: HashTable::new(),
+            random: foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1,
             cursor: 0,
             stats: Stats::default(),
         }
@@ -301,14 +322,71 @@ impl Conntrack {
     pub fn connection(&self, t: &Tracked) -> Option<&Connection> {
         match t.at {
             At::Entry(slot) => self.slots.get(slot as usize)?.as_ref(),
-            At::Pending(ticket) => self
-                .pending
-                .as_ref()
-                .filter(|p| p.0 == ticket)
-                .map(|p| &p.2),
-            At::Gone => self.gone.as_ref(),
+            At::Pending(ticket) => match self.pending.iter().find(|p| p.0 == ticket) {
+                Some(p) => Some(&p.2),
+                None => {
+                    let &(_, slot) = self.confirmed.iter().find(|c| c.0 == ticket)?;
+                    self.slots.get(slot as usize)?.as_ref()
+                }
+            },
+            At::Gone(ticket) => self.gone.iter().find(|g| g.0 == ticket).map(|g| &g.1),
             At::None => None,
         }
+    }
+
+    /// The connection a tracked packet belongs to, mutably.
+    pub(crate) fn connection_mut(&mut self, t: &Tracked) -> Option<&mut Connection> {
+        match t.at {
+            At::Entry(slot) => self.slots.get_mut(slot as usize)?.as_mut(),
+            At::Pending(ticket) => {
+                if let Some(k) = self.pending.iter().position(|p| p.0 == ticket) {
+                    return Some(&mut self.pending[k].2);
+                }
+                let &(_, slot) = self.confirmed.iter().find(|c| c.0 == ticket)?;
+                self.slots.get_mut(slot as usize)?.as_mut()
+            }
+            At::Gone(ticket) => self
+                .gone
+                .iter_mut()
+                .find(|g| g.0 == ticket)
+                .map(|g| &mut g.1),
+            At::None => None,
+        }
+    }
+
+    /// Whether a tracked packet's connection is new, unconfirmed: one NAT may still bind.
+    pub(crate) fn unconfirmed(&self, t: &Tracked) -> bool {
+        matches!(t.at, At::Pending(ticket) if self.pending.iter().any(|p| p.0 == ticket))
+    }
+
+    /// The slot of a tracked packet's connection, if entered.
+    pub(crate) fn slot_of(&self, t: &Tracked) -> Option<u32> {
+        match t.at {
+            At::Entry(slot) => Some(slot),
+            At::Pending(ticket) => self.confirmed.iter().find(|c| c.0 == ticket).map(|c| c.1),
+            _ => None,
+        }
+    }
+
+    /// The connections with a source binding whose original source (address, port,
+    /// protocol) is `t`'s.
+    pub(crate) fn mapped_from<'s>(&'s self, t: &'s Tuple) -> impl Iterator<Item = &'s Connection> {
+        self.by_source
+            .iter_hash(self.source_hash(t))
+            .filter_map(|&s| self.slots.get(s as usize)?.as_ref())
+            .filter(move |c| {
+                let o = &c.tuples[0];
+                (o.src, o.src_port, o.protocol, o.v6) == (t.src, t.src_port, t.protocol, t.v6)
+            })
+    }
+
+    /// Ends the vector: the connections its packets made and no hook confirmed are
+    /// gone, as the kernel frees an unconfirmed connection with its packet. The packet
+    /// path settles each vector before tracking its packets.
+    pub fn settle(&mut self) {
+        self.pending.clear();
+        self.confirmed.clear();
+        self.gone.clear();
     }
 
     fn hash(&self, t: &Tuple) -> u64 {
@@ -317,7 +395,7 @@ impl Conntrack {
 
     /// The live connection under `t`: its slot and the direction `t` is. An expired one
     /// found is removed, as the kernel's lookup removes it.
-    fn find(&mut self, t: &Tuple, now: u64) -> Option<(u32, usize)> {
+    pub(crate) fn find(&mut self, t: &Tuple, now: u64) -> Option<(u32, usize)> {
         let hash = self.hash(t);
         let slots = &self.slots;
         let h = *self.index.find(hash, |&h| {
@@ -334,8 +412,13 @@ impl Conntrack {
         Some((slot, (h & 1) as usize))
     }
 
+    /// The hash of a connection's original source, for `by_source`.
+    pub(crate) fn source_hash(&self, t: &Tuple) -> u64 {
+        self.hasher.hash_one((t.src, t.src_port, t.protocol, t.v6))
+    }
+
     /// Removes the connection in `slot`, giving it back.
-    fn remove(&mut self, slot: u32) -> Option<Connection> {
+    pub(crate) fn remove(&mut self, slot: u32) -> Option<Connection> {
         let c = self.slots.get_mut(slot as usize)?.take()?;
         for dir in 0..2 {
             let hash = self.hash(&c.tuples[dir]);
@@ -344,12 +427,18 @@ impl Conntrack {
                 e.remove();
             }
         }
+        if c.status & nat::SRC_NAT_DONE != 0 {
+            let hash = self.source_hash(&c.tuples[0]);
+            if let Ok(e) = self.by_source.find_entry(hash, |&s| s == slot) {
+                e.remove();
+            }
+        }
         self.free.push(slot);
         Some(c)
     }
 
-    /// Enters `c` in the table.
-    fn insert(&mut self, c: Connection) {
+    /// Enters `c` in the table: its slot.
+    fn insert(&mut self, c: Connection) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -370,7 +459,20 @@ impl Conntrack {
                 hasher.hash_one(t)
             });
         }
+        if c.status & nat::SRC_NAT_DONE != 0 {
+            let hash = self.source_hash(&c.tuples[0]);
+            let (slots, hasher) = (&self.slots, &self.hasher);
+            let original = c.tuples[0];
+            self.by_source.insert_unique(hash, slot, |&s| {
+                let t = match slots.get(s as usize).and_then(Option::as_ref) {
+                    Some(other) => other.tuples[0],
+                    None => original,
+                };
+                hasher.hash_one((t.src, t.src_port, t.protocol, t.v6))
+            });
+        }
         self.slots[slot as usize] = Some(c);
+        slot
     }
 
     /// Enters a connection as it is (one the kernel tracked, imported), replacing any
@@ -425,18 +527,39 @@ impl Conntrack {
         false
     }
 
-    /// The packet passed every hook: the connection it made, if any, is entered.
-    pub fn confirm(&mut self, t: &Tracked) {
+    /// The packet passed every hook: the connection it made, if any, is entered. False
+    /// if it cannot be, another connection of the vector holding one of its tuples by
+    /// now with another binding: the kernel drops the packet (`insert_failed`).
+    pub fn confirm(&mut self, t: &Tracked) -> bool {
         let At::Pending(ticket) = t.at else {
-            return;
+            return true;
         };
-        if self.pending.as_ref().is_some_and(|p| p.0 == ticket) {
-            let (_, now, mut c) = self.pending.take().expect("checked above");
-            c.status |= CONFIRMED;
-            c.expires = now.saturating_add(c.expires);
-            self.insert(c);
-            self.stats.inserted += 1;
+        let Some(k) = self.pending.iter().position(|p| p.0 == ticket) else {
+            return true;
+        };
+        let (_, now, mut c) = self.pending.swap_remove(k);
+        let found = [
+            self.find(&c.tuples[0], now).map(|(s, _)| s),
+            self.find(&c.tuples[1], now).map(|(s, _)| s),
+        ];
+        if let Some(slot) = found[0].or(found[1]) {
+            let same = found[0] == found[1]
+                && self.slots[slot as usize]
+                    .as_ref()
+                    .is_some_and(|o| o.tuples == c.tuples);
+            if same {
+                self.confirmed.push((ticket, slot));
+                return true;
+            }
+            self.stats.insert_failed += 1;
+            return false;
         }
+        c.status |= CONFIRMED;
+        c.expires = now.saturating_add(c.expires);
+        let slot = self.insert(c);
+        self.confirmed.push((ticket, slot));
+        self.stats.inserted += 1;
+        true
     }
 
     /// Tracks the IP packet `ip` (from its header on; what runs past its length, a
@@ -447,8 +570,18 @@ impl Conntrack {
     pub fn track(&mut self, ip: &[u8], now: u64, vouched: bool) -> Tracked {
         // What the last packet made and no hook confirmed is gone, as the kernel frees
         // an unconfirmed connection with its packet.
-        self.pending = None;
-        self.gone = None;
+        self.settle();
+        self.track_in_vector(ip, now, vouched)
+    }
+
+    /// [`Conntrack::track`] for a packet of a vector whose packets are tracked in
+    /// turn, each before the last is confirmed: what the vector's earlier packets made
+    /// stays until [`Conntrack::settle`]. A packet of a flow an earlier packet of the
+    /// vector began, unconfirmed yet, belongs to that packet's new connection.
+    pub fn track_in_vector(&mut self, ip: &[u8], now: u64, vouched: bool) -> Tracked {
+        if self.pending.len() >= PENDING_MAX {
+            self.settle();
+        }
         let t = self.track_inner(ip, now, !vouched && self.settings.checksum);
         match t.fate {
             Fate::TableFull => self.stats.dropped += 1,
@@ -478,11 +611,16 @@ impl Conntrack {
             return Tracked::of(State::Invalid);
         };
         loop {
+            let earlier = self.pending.iter().position(|p| p.2.tuples[0] == tuple);
             let (mut c, dir, at) = match self.find(&tuple, now) {
                 Some((slot, dir)) => {
                     self.stats.found += 1;
                     let c = self.slots[slot as usize].take().expect("found");
                     (c, dir, At::Entry(slot))
+                }
+                None if earlier.is_some() => {
+                    let (ticket, _, c) = self.pending.swap_remove(earlier.expect("checked"));
+                    (c, 0, At::Pending(ticket))
                 }
                 None => {
                     let Some(reply) = tuple.inverted() else {
@@ -507,6 +645,7 @@ impl Conntrack {
                         mark: 0,
                         expires: 0,
                         protocol,
+                        masquerade: 0,
                     };
                     (c, 0, At::Pending(self.ticket))
                 }
@@ -519,7 +658,7 @@ impl Conntrack {
             let outcome = self.handle(&mut c, ip, &n, dir, now, check);
             let put_back = |this: &mut Conntrack, c: Connection| match at {
                 At::Entry(slot) => this.slots[slot as usize] = Some(c),
-                At::Pending(ticket) => this.pending = Some((ticket, now, c)),
+                At::Pending(ticket) => this.pending.push((ticket, now, c)),
                 _ => {}
             };
             let mut tracked = Tracked {
@@ -544,17 +683,20 @@ impl Conntrack {
                     put_back(self, c);
                 }
                 Handled::Invalid => {
-                    put_back(self, c);
-                    if let At::Pending(_) = at {
-                        self.pending = None;
+                    // A connection made by this packet goes with it; one found stays.
+                    if matches!(at, At::Entry(_)) || earlier.is_some() {
+                        put_back(self, c);
                     }
                     tracked = Tracked::of(State::Invalid);
                 }
                 Handled::Close => {
                     put_back(self, c);
                     if let At::Entry(slot) = at {
-                        self.gone = self.remove(slot);
-                        tracked.at = At::Gone;
+                        if let Some(c) = self.remove(slot) {
+                            self.ticket += 1;
+                            self.gone.push((self.ticket, c));
+                            tracked.at = At::Gone(self.ticket);
+                        }
                     }
                 }
                 Handled::Reopen => {

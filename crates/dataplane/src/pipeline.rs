@@ -43,13 +43,15 @@ use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
-use fibre_conntrack::{Conntrack, Untrackable};
+use fibre_conntrack::{Conntrack, Tracked, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
-use fibre_firewall::eval::{Ct, Filter};
+use fibre_firewall::eval::Filter;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Instant;
+
+mod connections;
 
 /// The neighbour table the neighbour stage reads: the MAC address of `addr` on `link`.
 pub trait Neighbours {
@@ -374,6 +376,9 @@ pub struct Pipeline {
     pub receive: StageCounters,
     /// The input stage's cost.
     pub input: StageCounters,
+    /// The conntrack stage's cost (over the packets it tracked): tracking, the
+    /// prerouting rules, destination NAT.
+    pub conntrack_stage: StageCounters,
     /// The route stage's cost.
     pub route: StageCounters,
     /// The neighbour stage's cost.
@@ -418,6 +423,8 @@ pub struct Pipeline {
     pub tracked: u8,
     /// The connection table, shared by the workers (taken once a vector).
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
+    /// What tracking made of each packet of the vector (none: not tracked).
+    tracks: Vec<Option<Tracked>>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
@@ -463,10 +470,11 @@ impl Pipeline {
     }
 
     /// The stages' counters in order, named.
-    pub fn stages(&self) -> [(&'static str, StageCounters); 8] {
+    pub fn stages(&self) -> [(&'static str, StageCounters); 9] {
         [
             ("receive", self.receive),
             ("input", self.input),
+            ("conntrack", self.conntrack_stage),
             ("route", self.route),
             ("neighbour", self.neighbour),
             ("filter", self.filter),
@@ -477,10 +485,11 @@ impl Pipeline {
     }
 
     /// The stages' counters, mutably, in [`Pipeline::stages`] order.
-    pub fn stages_mut(&mut self) -> [&mut StageCounters; 8] {
+    pub fn stages_mut(&mut self) -> [&mut StageCounters; 9] {
         [
             &mut self.receive,
             &mut self.input,
+            &mut self.conntrack_stage,
             &mut self.route,
             &mut self.neighbour,
             &mut self.filter,
@@ -545,6 +554,15 @@ impl Pipeline {
             }
         }
         self.input.add(n, t);
+
+        // Conntrack: where the ruleset has connections tracked.
+        if self.tracked != 0 && self.conntrack.is_some() {
+            let t = Instant::now();
+            let tracked = self.conntrack_vector(snap, iif, mac, pool, packets, fates);
+            self.conntrack_stage.add(tracked, t);
+        } else {
+            self.tracks.clear();
+        }
 
         // Route.
         let t = Instant::now();
@@ -630,6 +648,11 @@ impl Pipeline {
         if self.rules.holds(false) || self.rules.holds(true) || self.tracked != 0 {
             let t = Instant::now();
             let checked = self.filter_vector(snap, iif, pool, packets, fates, &mut next);
+            if self.tracks.iter().any(Option::is_some)
+                && (self.rules.translates(false) || self.rules.translates(true))
+            {
+                self.untranslate(pool, packets, fates);
+            }
             self.filter.add(checked, t);
         }
 
@@ -798,20 +821,10 @@ impl Pipeline {
         fates: &mut [Fate],
         next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
     ) -> usize {
-        let view = |index: LinkIndex| {
-            let l = snap.link(index);
-            fibre_firewall::eval::Link {
-                index,
-                name: l.map_or("", |l| l.name.as_str()),
-                // fibre forwards between Ethernet links only.
-                kind: 1,
-                group: l.map_or(0, |l| l.group),
-            }
-        };
-        let input = view(iif);
+        let input = connections::view(snap, iif);
         let conntrack = self.conntrack.clone();
         let mut table = match &conntrack {
-            Some(c) if self.tracked != 0 => {
+            Some(c) if self.tracks.iter().any(Option::is_some) => {
                 Some(c.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
             }
             _ => None,
@@ -823,56 +836,31 @@ impl Pipeline {
         order.sort_unstable_by_key(|o| o.0);
         let mut failed = Vec::new();
         for (i, to_send) in order {
-            let frame = pool.frame(packets[i]);
-            let v6 = matches!(self.inputs[i], Input::V6(_));
-            let tracking = table
-                .as_mut()
-                .filter(|_| self.tracked & (1 << u8::from(v6)) != 0);
-            let tracked = tracking.map(|t| {
-                let now = self.times.get(i).copied().unwrap_or(clock);
-                // A checksum its sender left to finish (`CHECKSUM_PARTIAL`) is not
-                // checked, as the kernel's `nf_checksum` does not; any other is.
-                let vouched = pool.offload(packets[i]).checksum.is_some();
-                let tracked = t.track(&frame[ETHERNET_LEN..], now, vouched);
-                if tracked.outcome() == fibre_conntrack::Fate::Pass && i % 16 == 0 {
-                    t.expire(now, 16);
-                }
-                tracked
-            });
-            let fate = match tracked.map(|t| t.outcome()) {
-                Some(fibre_conntrack::Fate::TableFull) => Some(Fate::Drop(Dropped::ConntrackFull)),
-                Some(fibre_conntrack::Fate::Kernel(why)) => {
-                    Some(Fate::Kernel(Handed::Untrackable(why)))
-                }
-                _ => None,
-            };
-            if let Some(fate) = fate {
-                failed.push((i, fate));
-                continue;
-            }
-            let held = table.as_deref();
-            let ct = tracked.map(|t| Ct {
-                state: t.state().bit(),
-                reply: t.reply(),
-                connection: held.and_then(|c| c.connection(&t)),
-            });
-            let ct = ct.as_ref();
             let out = fates[i].output().filter(|_| to_send);
-            let pass = self.rules.prerouting(frame, input, ct)
-                && out.is_none_or(|out| {
-                    self.rules.forwarding(
-                        &fibre_firewall::eval::Packet {
-                            frame,
-                            iif: input,
-                            oif: view(out),
-                        },
-                        ct,
-                    )
-                });
+            let tracked = self.tracks.get(i).copied().flatten();
+            let pass = match (tracked, table.as_deref_mut()) {
+                // Tracked: the prerouting hook is behind it (the conntrack stage).
+                (Some(t), Some(table)) => out.is_none_or(|out| {
+                    let now = self.times.get(i).copied().unwrap_or(clock);
+                    self.leave(snap, table, &t, i, input, out, pool, packets[i], now)
+                }),
+                _ => {
+                    let frame = pool.frame(packets[i]);
+                    self.rules.prerouting(frame, input, None)
+                        && out.is_none_or(|out| {
+                            self.rules.forwarding(
+                                &fibre_firewall::eval::Packet {
+                                    frame,
+                                    iif: input,
+                                    oif: connections::view(snap, out),
+                                },
+                                None,
+                            )
+                        })
+                }
+            };
             if !pass {
                 failed.push((i, Fate::Drop(Dropped::Filtered)));
-            } else if let (Some(t), Some(tracked), Some(_)) = (table.as_mut(), tracked, out) {
-                t.confirm(&tracked);
             }
         }
         drop(table);

@@ -1255,6 +1255,17 @@ impl Snapshot {
         }
     }
 
+    /// The address a connection masqueraded out of `oif` takes, as the kernel's
+    /// masquerade chooses it: IPv4's `inet_select_addr(oif, toward, universe)`, `toward`
+    /// the next hop (the gateway, or the destination); IPv6's source selection for the
+    /// destination `toward` out of `oif`.
+    pub fn masquerade_source(&self, oif: LinkIndex, toward: IpAddr) -> Option<IpAddr> {
+        match toward {
+            IpAddr::V4(_) => source::select_v4(&self.addrs, &self.links, oif, Some(toward), 0),
+            IpAddr::V6(_) => source::select_v6(&self.addrs, &self.links, oif, toward),
+        }
+    }
+
     /// A link by index.
     pub fn link(&self, index: LinkIndex) -> Option<&Link> {
         self.links.get(&index)

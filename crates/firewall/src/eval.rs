@@ -32,7 +32,9 @@ use crate::lookup::Index;
 use crate::message::{be32, string, Attributes, ElementData, Expression, Family};
 use crate::ruleset::{Ruleset, TableEntry};
 use blocks::Blocks;
+use fibre_conntrack::nat::{self, Range};
 use fibre_conntrack::Connection;
+use std::cell::Cell;
 use std::collections::HashMap;
 
 /// A link as rules see it.
@@ -122,11 +124,55 @@ pub struct Refused {
     pub what: String,
 }
 
+/// Where the kernel's NAT hooks sit: destination NAT at prerouting
+/// (`NF_IP_PRI_NAT_DST`), source NAT at postrouting (`NF_IP_PRI_NAT_SRC`). Every `nat`
+/// chain of a hook runs there, in its own priority's order among them.
+pub const NAT_PRIORITY: [i32; 2] = [-100, 100];
+
+/// Which of a hook's filter chains: all, or those before or after its NAT (a chain at
+/// NAT's very priority counts as after it: the kernel puts a hook registered later
+/// after one of equal priority, and NAT registers with the family's first `nat`
+/// chain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// All of them.
+    Whole,
+    /// Those before NAT.
+    BeforeNat,
+    /// Those after.
+    AfterNat,
+}
+
+impl Part {
+    fn holds(self, priority: i32, nat_at: i32) -> bool {
+        match self {
+            Part::Whole => true,
+            Part::BeforeNat => priority < nat_at,
+            Part::AfterNat => priority >= nat_at,
+        }
+    }
+}
+
+/// What a packet's NAT chains decided, for a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatVerdict {
+    /// No rule asked for a binding: the null binding.
+    None,
+    /// A chain dropped the packet.
+    Drop,
+    /// A rule asked for this one.
+    Bind(Translation),
+}
+
 /// The compiled filter of a ruleset: for IPv4 and IPv6, the base chains of each hook.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
     /// By family (0 IPv4, 1 IPv6), then hook ([`Hook`] order).
     hooks: [[Vec<Program>; 3]; 2],
+    /// The `nat` chains, by family, then prerouting and postrouting, in priority order.
+    nat: [[Vec<Program>; 2]; 2],
+    /// Whether the family has `nat` chains (so NAT binds each new connection).
+    translates: [bool; 2],
 }
 
 impl Filter {
@@ -145,6 +191,22 @@ impl Filter {
                 let Some(hook) = c.chain.hook.as_ref().and_then(|h| Hook::of(h.number)) else {
                     continue;
                 };
+                if c.chain.kind.as_deref() == Some("nat") {
+                    for &f in families {
+                        filter.translates[f] = true;
+                    }
+                    let at = match hook {
+                        Hook::Prerouting => 0,
+                        Hook::Postrouting => 1,
+                        Hook::Forward => continue,
+                    };
+                    if let Ok(p) = Program::compile(t, &c.chain.name) {
+                        for &f in families {
+                            filter.nat[f][at].push(p.clone());
+                        }
+                    }
+                    continue;
+                }
                 if c.chain.kind.as_deref().is_some_and(|k| k != "filter") {
                     continue;
                 }
@@ -158,7 +220,51 @@ impl Filter {
                 }
             }
         }
+        for chains in filter.nat.iter_mut().flatten() {
+            chains.sort_by_key(|p| p.priority);
+        }
+        // A family with `nat` chains in a table of another also binds (the kernel's
+        // NAT hooks are the family's, registered by any `nat` chain, `inet` too).
         filter
+    }
+
+    /// Whether new connections of IPv4 (`v6` false) or IPv6 are bound by NAT (the family
+    /// has `nat` chains).
+    pub fn translates(&self, v6: bool) -> bool {
+        self.translates[usize::from(v6)]
+    }
+
+    /// What the `nat` chains of `hook` (prerouting or postrouting) decide for the first
+    /// packet of a connection, `frame` (as it is at that hook), from `iif` to `oif`.
+    pub fn nat(
+        &self,
+        hook: Hook,
+        frame: &[u8],
+        iif: Link,
+        oif: Option<Link>,
+        ct: Option<&Ct>,
+    ) -> NatVerdict {
+        let Some(ip) = frame.get(ETHERNET..) else {
+            return NatVerdict::None;
+        };
+        let Some(f) = family(ip) else {
+            return NatVerdict::None;
+        };
+        let chains = match hook {
+            Hook::Prerouting => &self.nat[f][0],
+            Hook::Postrouting => &self.nat[f][1],
+            Hook::Forward => return NatVerdict::None,
+        };
+        let info = Info::of(ip);
+        let forwarded = hook == Hook::Postrouting;
+        for c in chains {
+            match c.decide(frame, &info, forwarded, iif, oif, ct) {
+                Decision::Drop => return NatVerdict::Drop,
+                Decision::Nat(t) => return NatVerdict::Bind(t),
+                Decision::Accept => {}
+            }
+        }
+        NatVerdict::None
     }
 
     /// The same rules walked one by one, as the kernel walks them, without the blocks
@@ -184,6 +290,11 @@ impl Filter {
     /// Whether `frame` (from its Ethernet header on, as received, coming in on `iif`;
     /// its connection `ct`, as tracking made it) passes the prerouting hook.
     pub fn prerouting(&self, frame: &[u8], iif: Link, ct: Option<&Ct>) -> bool {
+        self.prerouting_part(frame, iif, ct, Part::Whole)
+    }
+
+    /// [`Filter::prerouting`] for the chains of `part`.
+    pub fn prerouting_part(&self, frame: &[u8], iif: Link, ct: Option<&Ct>, part: Part) -> bool {
         let Some(ip) = frame.get(ETHERNET..) else {
             return false;
         };
@@ -193,15 +304,24 @@ impl Filter {
             return true;
         }
         let info = Info::of(ip);
-        chains.iter().all(|c| {
-            // Chains before conntrack's own hook see no connection.
-            let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
-            c.accepts(frame, &info, false, iif, None, ct)
-        })
+        chains
+            .iter()
+            .filter(|c| part.holds(c.priority, NAT_PRIORITY[0]))
+            .all(|c| {
+                // Chains before conntrack's own hook see no connection.
+                let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
+                c.accepts(frame, &info, false, iif, None, ct)
+            })
     }
 
     /// Whether `p` (its connection `ct`) passes the forward and postrouting hooks.
     pub fn forwarding(&self, p: &Packet, ct: Option<&Ct>) -> bool {
+        self.forwarding_part(p, ct, Part::Whole)
+    }
+
+    /// [`Filter::forwarding`] for the chains of `part` (the forward hook's are all
+    /// before NAT, which is at postrouting).
+    pub fn forwarding_part(&self, p: &Packet, ct: Option<&Ct>, part: Part) -> bool {
         let Some(ip) = p.frame.get(ETHERNET..) else {
             return false;
         };
@@ -213,7 +333,11 @@ impl Filter {
         let info = Info::of(ip);
         forward
             .iter()
-            .chain(post)
+            .filter(|_| part != Part::AfterNat)
+            .chain(
+                post.iter()
+                    .filter(|c| part.holds(c.priority, NAT_PRIORITY[1])),
+            )
             .all(|c| c.accepts(p.frame, &info, true, p.iif, Some(p.oif), ct))
     }
 }
@@ -286,8 +410,113 @@ enum Op {
         dreg: Option<Dest>,
         inv: bool,
     },
+    /// `nat`, `masq` or `redir`, in a `nat` chain: the connection's binding.
+    Nat(NatOp),
     /// `counter`: nothing fibre evaluates.
     Nothing,
+}
+
+/// A NAT statement as compiled: what it asks, and the registers it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NatOp {
+    kind: NatKind,
+    /// `nat`'s family (`NFPROTO_IPV4` 2, `_IPV6` 10, `_INET` 1); 0 for the others.
+    family: u32,
+    /// The registers of the first and last address.
+    addr: Option<(usize, usize)>,
+    /// The registers of the first and last port.
+    proto: Option<(usize, usize)>,
+    flags: u32,
+}
+
+/// What a NAT statement does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatKind {
+    /// `snat`: the source, to the range.
+    Snat,
+    /// `dnat`: the destination, to the range.
+    Dnat,
+    /// `masquerade`: the source, to the output link's address.
+    Masquerade,
+    /// `redirect`: the destination, to this host.
+    Redirect,
+}
+
+/// A binding a packet's NAT rules asked for: what, and to which range (for masquerade
+/// and redirect, the ports and flags only: the address is the link's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Translation {
+    /// What.
+    pub kind: NatKind,
+    /// To which range.
+    pub range: Range,
+}
+
+impl NatOp {
+    /// The translation the statement asks for, with the registers `regs`, of a packet
+    /// of `family` (0 IPv4): none if the statement is of the other family, which does
+    /// nothing.
+    fn translation(
+        &self,
+        regs: &[u8; REGISTER_BYTES],
+        family: usize,
+        ip: &[u8],
+    ) -> Option<Translation> {
+        let v6 = family == 1;
+        if self.kind == NatKind::Snat || self.kind == NatKind::Dnat {
+            let own = if v6 { 10 } else { 2 };
+            if self.family != own && self.family != 1 {
+                return None;
+            }
+        }
+        let mut range = Range {
+            flags: self.flags,
+            ..Range::default()
+        };
+        if let Some((lo, hi)) = self.addr {
+            let read = |at: usize| -> [u8; 16] {
+                if v6 {
+                    regs[at..at + 16].try_into().expect("16 bytes")
+                } else {
+                    let v4: [u8; 4] = regs[at..at + 4].try_into().expect("4 bytes");
+                    std::net::Ipv4Addr::from(v4).to_ipv6_mapped().octets()
+                }
+            };
+            range.min_addr = read(lo);
+            range.max_addr = read(hi);
+            if self.flags & nat::NETMAP != 0 {
+                // Each bit the range's ends share is the range's; the others the
+                // packet's own address's (`nft_nat_setup_netmap`).
+                let at = match (self.kind, v6) {
+                    (NatKind::Snat, false) => 12,
+                    (NatKind::Snat, true) => 8,
+                    (_, false) => 16,
+                    (_, true) => 24,
+                };
+                let own: [u8; 16] = if v6 {
+                    ip.get(at..at + 16)?.try_into().ok()?
+                } else {
+                    let v4: [u8; 4] = ip.get(at..at + 4)?.try_into().ok()?;
+                    std::net::Ipv4Addr::from(v4).to_ipv6_mapped().octets()
+                };
+                let mut new = [0u8; 16];
+                for k in 0..16 {
+                    let mask = !(range.min_addr[k] ^ range.max_addr[k]);
+                    new[k] = (own[k] & !mask) | (range.min_addr[k] & mask);
+                }
+                range.min_addr = new;
+                range.max_addr = new;
+            }
+        }
+        if let Some((lo, hi)) = self.proto {
+            range.min_proto = u16::from_be_bytes([regs[lo], regs[lo + 1]]);
+            range.max_proto = u16::from_be_bytes([regs[hi], regs[hi + 1]]);
+        }
+        Some(Translation {
+            kind: self.kind,
+            range,
+        })
+    }
 }
 
 /// A verdict an `immediate` sets; chains by their index in the program.
@@ -360,6 +589,8 @@ struct Compiler<'t> {
     sets: Vec<SetCode>,
     /// Whether a rule reads the packet's connection.
     reads_ct: bool,
+    /// Whether the base chain is of type `nat`, where NAT statements are.
+    nat: bool,
 }
 
 impl Compiler<'_> {
@@ -619,6 +850,73 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
             }
         }
         "counter" => Op::Nothing,
+        "nat" | "masq" | "redir" if c.nat => {
+            // The attributes: `nat`'s type 1, family 2, addresses 3 and 4, ports 5
+            // and 6, flags 7; `masq`'s flags 1, ports 2 and 3; `redir`'s ports 1 and
+            // 2, flags 3.
+            let (kind, family, addr_at, proto_at, flags_at) = match e.name.as_str() {
+                "nat" => (
+                    match u(1) {
+                        Some(0) => NatKind::Snat,
+                        Some(1) => NatKind::Dnat,
+                        _ => return Err(unsupported()),
+                    },
+                    u(2).unwrap_or(0),
+                    Some(3),
+                    5,
+                    7,
+                ),
+                "masq" => (NatKind::Masquerade, 0, None, 2, 1),
+                _ => (NatKind::Redirect, 0, None, 1, 3),
+            };
+            let pair = |first: u16| -> Result<Option<(usize, usize)>, String> {
+                match reg(first) {
+                    None => Ok(None),
+                    Some(lo) => {
+                        let hi = match u(first + 1) {
+                            Some(r) => register(r).ok_or_else(unsupported)?,
+                            None => lo,
+                        };
+                        if !fits(lo, 16) && !fits(lo, 4) || !fits(hi, 4) {
+                            return Err(unsupported());
+                        }
+                        Ok(Some((lo, hi)))
+                    }
+                }
+            };
+            let addr = match addr_at {
+                Some(at) => pair(at)?,
+                None => None,
+            };
+            let proto = pair(proto_at)?;
+            if addr.is_some_and(|(lo, hi)| family == 10 && (!fits(lo, 16) || !fits(hi, 16))) {
+                return Err(unsupported());
+            }
+            let given = u(flags_at);
+            let mut flags = 0;
+            if addr.is_some() {
+                flags |= nat::MAP_IPS;
+            }
+            if proto.is_some() && kind != NatKind::Masquerade {
+                flags |= nat::PROTO_SPECIFIED;
+            }
+            flags = match (kind, given) {
+                // `redir`'s flags, when given, are all its flags.
+                (NatKind::Redirect, Some(f)) => f,
+                (_, Some(f)) => flags | f,
+                (_, None) => flags,
+            };
+            if flags & nat::PROTO_OFFSET != 0 {
+                return Err("`nat` with a port offset".into());
+            }
+            Op::Nat(NatOp {
+                kind,
+                family,
+                addr,
+                proto,
+                flags,
+            })
+        }
         other => return Err(format!("`{other}`")),
     };
     Ok(op)
@@ -658,6 +956,7 @@ impl Program {
             set_names: HashMap::new(),
             sets: Vec::new(),
             reads_ct: false,
+            nat: entry.chain.kind.as_deref() == Some("nat"),
         };
         let mut chains: Vec<Option<Vec<Vec<Op>>>> = vec![None];
         let mut k = 0;
@@ -740,6 +1039,20 @@ impl Program {
         oif: Option<Link>,
         ct: Option<&Ct>,
     ) -> bool {
+        self.decide(frame, info, forwarded, iif, oif, ct) != Decision::Drop
+    }
+
+    /// What the chain decides for `frame`, as [`Program::accepts`] has it; a NAT
+    /// statement reached accepts, asking for its binding.
+    fn decide(
+        &self,
+        frame: &[u8],
+        info: &Info,
+        forwarded: bool,
+        iif: Link,
+        oif: Option<Link>,
+        ct: Option<&Ct>,
+    ) -> Decision {
         let at = At {
             frame,
             ip: &frame[ETHERNET..],
@@ -748,6 +1061,11 @@ impl Program {
             iif,
             oif,
             ct,
+            nat: Cell::new(None),
+        };
+        let accept = || match at.nat.get() {
+            Some(t) => Decision::Nat(t),
+            None => Decision::Accept,
         };
         let mut regs = [0u8; REGISTER_BYTES];
         let mut stack = [(0usize, 0usize); JUMP_STACK];
@@ -763,13 +1081,13 @@ impl Program {
                 next += 1;
                 match run(rule, &self.sets, &at, &mut regs) {
                     None | Some(Jump::Continue) => {}
-                    Some(Jump::Accept) => return true,
-                    Some(Jump::Drop) => return false,
+                    Some(Jump::Accept) => return accept(),
+                    Some(Jump::Drop) => return Decision::Drop,
                     Some(Jump::Return) => break,
                     Some(Jump::Call(c)) => {
                         if depth == JUMP_STACK {
                             // The kernel's own answer to a stack overrun.
-                            return false;
+                            return Decision::Drop;
                         }
                         stack[depth] = (chain, next);
                         depth += 1;
@@ -786,7 +1104,11 @@ impl Program {
                 continue;
             }
             if depth == 0 {
-                return self.accept;
+                return if self.accept {
+                    Decision::Accept
+                } else {
+                    Decision::Drop
+                };
             }
             depth -= 1;
             (chain, next) = stack[depth];
@@ -806,6 +1128,17 @@ struct At<'a> {
     oif: Option<Link<'a>>,
     /// Its connection, as tracking made it (none before conntrack's hook).
     ct: Option<&'a Ct<'a>>,
+    /// The binding a NAT statement asked for.
+    nat: Cell<Option<Translation>>,
+}
+
+/// What a chain decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Accept,
+    Drop,
+    /// Accept, with this binding.
+    Nat(Translation),
 }
 
 /// What the kernel finds of a packet before the rules (`nft_set_pktinfo`).
@@ -1095,6 +1428,13 @@ fn run<'p>(
                         regs[*d..d + n].copy_from_slice(&v[..n]);
                     }
                     _ => {}
+                }
+            }
+            Op::Nat(op) => {
+                let family = usize::from(p.info.nfproto == 10);
+                if let Some(t) = op.translation(regs, family, p.ip) {
+                    p.nat.set(Some(t));
+                    return Some(&Jump::Accept);
                 }
             }
             Op::Nothing => {}

@@ -231,16 +231,6 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
             let families = Families::of(family);
             let name = Some(c.chain.name.as_str());
             let mut found = Vec::new();
-            if met && c.chain.kind.as_deref() == Some("nat") {
-                refused.insert((c.chain.name.clone(), 0));
-                found.push(refusal(
-                    families,
-                    name,
-                    None,
-                    format!("type nat chain at the {at}"),
-                    "fibre does not translate addresses yet".into(),
-                ));
-            }
             if errors && c.chain.kind.as_deref() == Some("route") {
                 found.push(refusal(
                     families,
@@ -256,7 +246,10 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
             let evaluated = met
                 && matches!(family, Family::Ip | Family::Ip6 | Family::Inet)
                 && eval::Hook::of(h.number).is_some()
-                && c.chain.kind.as_deref().is_none_or(|k| k == "filter");
+                && c.chain
+                    .kind
+                    .as_deref()
+                    .is_none_or(|k| k == "filter" || k == "nat");
             if evaluated {
                 match eval::Program::compile(t, &c.chain.name) {
                     Ok(_) => {
@@ -335,17 +328,6 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
                    too, and reassemble their fragments";
         for c in t.chains.values() {
             let name = Some(c.chain.name.as_str());
-            if c.chain.kind.as_deref() == Some("nat")
-                && !refused.contains(&(c.chain.name.clone(), 0))
-            {
-                out.push(refusal(
-                    tracked,
-                    name,
-                    None,
-                    "type nat chain".into(),
-                    why.into(),
-                ));
-            }
             for r in &c.rules {
                 if tracks_beyond_reading(&r.expressions)
                     && !refused.contains(&(c.chain.name.clone(), r.handle))
@@ -443,8 +425,13 @@ fn tracks_beyond_reading(expressions: &[Expression]) -> bool {
         .iter()
         .filter(|e| !eval::reads_ct(e))
         .flat_map(Expression::names)
-        .any(|n| TRACKING.contains(&n.as_str()))
+        .any(|n| TRACKING.contains(&n.as_str()) && !NAT.contains(&n.as_str()))
 }
+
+/// NAT statements: the kernel takes them only in `nat` chains, which bind a
+/// connection's first packet; those forwarded packets meet fibre evaluates (or refuses,
+/// rule by rule), and those of other hooks bind only what the host sends or receives.
+const NAT: [&str; 3] = ["nat", "masq", "redir"];
 
 /// The families whose connections the kernel tracks because of `ruleset` (a rule, a
 /// set, an object or a `nat` chain that makes it, in any table, dormant or not: each

@@ -64,6 +64,17 @@ impl Daemon {
             .is_ok_and(|o| o.status.success())
     }
 
+    /// What `fibre ctl WORDS` prints.
+    pub fn ctl_text(&self, words: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(words)
+            .output()
+            .expect("fibre ctl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// A counter of the forwarding part of `fibre ctl stats` (0 if absent).
     pub fn counter(&self, name: &str) -> u64 {
         self.stats()["forwarding"][name].as_u64().unwrap_or(0)
@@ -396,13 +407,26 @@ pub fn fold(h: &[u8]) -> u16 {
 /// Sends `n` bytes of a known stream over TCP from host `a` to `to` on host `b`; (bytes
 /// received, the stream's checksum as sent, as received).
 pub fn transfer(a: &Namespace, b: &Namespace, to: SocketAddr, n: usize) -> (usize, u64, u64) {
+    let (got, sent, received, _) = transfer_via(a, b, to, to, n);
+    (got, sent, received)
+}
+
+/// [`transfer`] to a listener on `listen` on host `b`, through `connect` (an address
+/// translated to it on the way); also the peer the listener saw.
+pub fn transfer_via(
+    a: &Namespace,
+    b: &Namespace,
+    listen: SocketAddr,
+    connect: SocketAddr,
+    n: usize,
+) -> (usize, u64, u64, SocketAddr) {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         let receiver = s.spawn(move || {
             b.enter().unwrap();
-            let listener = std::net::TcpListener::bind(to).unwrap();
+            let listener = std::net::TcpListener::bind(listen).unwrap();
             ready_tx.send(()).unwrap();
-            let (mut conn, _) = listener.accept().unwrap();
+            let (mut conn, peer) = listener.accept().unwrap();
             conn.set_read_timeout(Some(Duration::from_secs(30)))
                 .unwrap();
             let mut buf = vec![0u8; 1 << 16];
@@ -417,12 +441,12 @@ pub fn transfer(a: &Namespace, b: &Namespace, to: SocketAddr, n: usize) -> (usiz
                     Err(e) => panic!("receiving: {e} after {got} bytes"),
                 }
             }
-            (got, sum)
+            (got, sum, peer)
         });
         let sender = s.spawn(move || {
             a.enter().unwrap();
             ready_rx.recv().unwrap();
-            let mut conn = std::net::TcpStream::connect(to).unwrap();
+            let mut conn = std::net::TcpStream::connect(connect).unwrap();
             let mut sum = 0u64;
             let mut sent = 0usize;
             let mut chunk = vec![0u8; 1 << 16];
@@ -438,8 +462,8 @@ pub fn transfer(a: &Namespace, b: &Namespace, to: SocketAddr, n: usize) -> (usiz
             sum
         });
         let sent = sender.join().unwrap();
-        let (got, received) = receiver.join().unwrap();
-        (got, sent, received)
+        let (got, received, peer) = receiver.join().unwrap();
+        (got, sent, received, peer)
     })
 }
 

@@ -237,6 +237,8 @@ fn self_contained(rule: &[Op], sets: &[SetCode]) -> bool {
                 if matches!(key, 6 | 7) { 16 } else { 4 },
             ),
             Op::Ct { dreg, key, .. } => write(&mut written, *dreg, ct_width(*key)),
+            // Which registers a NAT statement reads depends on the packet's family.
+            Op::Nat(_) => return false,
             Op::Cmp { sreg, data, .. } => {
                 if !read(&written, *sreg, data.len()) {
                     return false;

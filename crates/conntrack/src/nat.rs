@@ -1,0 +1,844 @@
+//! Network address translation as the kernel's `nf_nat` does it: a connection's
+//! binding chosen once, by its first packet (`nf_nat_setup_info`, `get_unique_tuple`),
+//! and every later packet of it rewritten by that binding (`nf_nat_packet`), both ways.
+//!
+//! A binding changes the tuple the connection's replies carry: source NAT (snat,
+//! masquerade) their destination, destination NAT (dnat, redirect) their source. The
+//! choice is the kernel's: the original address and port kept where the range allows
+//! them and no other connection holds the tuple they make; else a source already
+//! mapped (`find_appropriate_src`); else the address hashed out of the range as the
+//! kernel hashes it (`jhash2` of the addresses, so a client keeps its address across
+//! connections), and the port searched from a random offset within the range (the
+//! kernel's offset is random too: only the properties of such a choice can be compared).
+//!
+//! Packets are rewritten in place with their checksums updated incrementally (a
+//! checksum left partial by the sender is updated as the kernel updates it, over the
+//! pseudo-header only); an ICMP error RELATED to a translated connection has the packet
+//! it quotes translated back, and its own addresses with it
+//! (`nf_nat_icmp_reply_translation`).
+
+use crate::table::{Conntrack, State, Tracked};
+use crate::tuple::{self, Network, Tuple, ICMP, ICMPV6, TCP, UDP};
+
+/// `NF_NAT_RANGE_MAP_IPS`: the range holds addresses.
+pub const MAP_IPS: u32 = 1;
+/// `NF_NAT_RANGE_PROTO_SPECIFIED`: the range holds ports.
+pub const PROTO_SPECIFIED: u32 = 2;
+/// `NF_NAT_RANGE_PROTO_RANDOM`: ports chosen at random.
+pub const PROTO_RANDOM: u32 = 4;
+/// `NF_NAT_RANGE_PERSISTENT`: the address chosen by the source alone.
+pub const PERSISTENT: u32 = 8;
+/// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`.
+pub const PROTO_RANDOM_FULLY: u32 = 16;
+/// `NF_NAT_RANGE_PROTO_OFFSET`.
+pub const PROTO_OFFSET: u32 = 32;
+/// `NF_NAT_RANGE_NETMAP`.
+pub const NETMAP: u32 = 64;
+/// Either random flag (`NF_NAT_RANGE_PROTO_RANDOM_ALL`).
+pub const PROTO_RANDOM_ALL: u32 = PROTO_RANDOM | PROTO_RANDOM_FULLY;
+
+/// `IPS_SRC_NAT`: the connection's source is translated.
+pub const SRC_NAT: u32 = 1 << 4;
+/// `IPS_DST_NAT`: its destination is.
+pub const DST_NAT: u32 = 1 << 5;
+/// `IPS_SRC_NAT_DONE`: its source binding is chosen.
+pub const SRC_NAT_DONE: u32 = 1 << 7;
+/// `IPS_DST_NAT_DONE`.
+pub const DST_NAT_DONE: u32 = 1 << 8;
+
+/// `NF_NAT_MAX_ATTEMPTS`: ports tried in a round.
+const MAX_ATTEMPTS: u32 = 128;
+
+/// Which end of a packet a binding rewrites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Manip {
+    /// The source (at postrouting: snat, masquerade).
+    Source,
+    /// The destination (at prerouting: dnat, redirect).
+    Destination,
+}
+
+impl Manip {
+    /// The status bit saying a connection is translated this way.
+    pub fn nat_bit(self) -> u32 {
+        match self {
+            Manip::Source => SRC_NAT,
+            Manip::Destination => DST_NAT,
+        }
+    }
+
+    /// The status bit saying its binding this way is chosen.
+    pub fn done_bit(self) -> u32 {
+        match self {
+            Manip::Source => SRC_NAT_DONE,
+            Manip::Destination => DST_NAT_DONE,
+        }
+    }
+
+    fn other(self) -> Manip {
+        match self {
+            Manip::Source => Manip::Destination,
+            Manip::Destination => Manip::Source,
+        }
+    }
+}
+
+/// What a NAT statement asks for (`nf_nat_range2`): addresses and ports, inclusive,
+/// with the flags above. Addresses are 16 bytes, IPv4 as IPv4-mapped IPv6.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    /// [`MAP_IPS`], [`PROTO_SPECIFIED`], ...
+    pub flags: u32,
+    /// The first address.
+    pub min_addr: [u8; 16],
+    /// The last address.
+    pub max_addr: [u8; 16],
+    /// The first port (ICMP identifier).
+    pub min_proto: u16,
+    /// The last port.
+    pub max_proto: u16,
+    /// With [`PROTO_OFFSET`]: the port the offset counts from.
+    pub base_proto: u16,
+}
+
+/// The part of `t` that `m` rewrites: its address and port.
+fn part(t: &Tuple, m: Manip) -> ([u8; 16], u16) {
+    match m {
+        Manip::Source => (t.src, t.src_port),
+        Manip::Destination => (t.dst, t.dst_port),
+    }
+}
+
+fn set_part(t: &mut Tuple, m: Manip, addr: [u8; 16], port: u16) {
+    match m {
+        Manip::Source => (t.src, t.src_port) = (addr, port),
+        Manip::Destination => (t.dst, t.dst_port) = (addr, port),
+    }
+}
+
+/// Whether the protocol has ports (or an ICMP identifier) NAT may change.
+fn has_ports(protocol: u8) -> bool {
+    matches!(protocol, TCP | UDP | ICMP | ICMPV6)
+}
+
+/// The key NAT changes for `m`: ICMP's identifier is the source's whichever way.
+fn key(t: &Tuple, m: Manip) -> u16 {
+    match t.protocol {
+        ICMP | ICMPV6 => t.src_port,
+        _ => part(t, m).1,
+    }
+}
+
+fn set_key(t: &mut Tuple, m: Manip, v: u16) {
+    match (t.protocol, m) {
+        (ICMP | ICMPV6, _) | (_, Manip::Source) => t.src_port = v,
+        (_, Manip::Destination) => t.dst_port = v,
+    }
+}
+
+/// `l4proto_in_range`.
+fn proto_in_range(t: &Tuple, m: Manip, r: &Range) -> bool {
+    match t.protocol {
+        ICMP | ICMPV6 => (r.min_proto..=r.max_proto).contains(&t.src_port),
+        TCP | UDP => (r.min_proto..=r.max_proto).contains(&key(t, m)),
+        _ => true,
+    }
+}
+
+/// `nf_in_range`: the tuple's part already within the range.
+pub(crate) fn in_range(t: &Tuple, m: Manip, r: &Range) -> bool {
+    let (addr, _) = part(t, m);
+    if r.flags & MAP_IPS != 0 && !(r.min_addr <= addr && addr <= r.max_addr) {
+        return false;
+    }
+    r.flags & PROTO_SPECIFIED == 0 || proto_in_range(t, m, r)
+}
+
+/// The kernel's `jhash2` (Bob Jenkins' lookup3 over 32-bit words).
+pub fn jhash2(k: &[u32], initval: u32) -> u32 {
+    let mut a = 0xdead_beef_u32
+        .wrapping_add((k.len() as u32) << 2)
+        .wrapping_add(initval);
+    let (mut b, mut c) = (a, a);
+    let mut k = k;
+    while k.len() > 3 {
+        a = a.wrapping_add(k[0]);
+        b = b.wrapping_add(k[1]);
+        c = c.wrapping_add(k[2]);
+        // __jhash_mix
+        a = a.wrapping_sub(c) ^ c.rotate_left(4);
+        c = c.wrapping_add(b);
+        b = b.wrapping_sub(a) ^ a.rotate_left(6);
+        a = a.wrapping_add(c);
+        c = c.wrapping_sub(b) ^ b.rotate_left(8);
+        b = b.wrapping_add(a);
+        a = a.wrapping_sub(c) ^ c.rotate_left(16);
+        c = c.wrapping_add(b);
+        b = b.wrapping_sub(a) ^ a.rotate_left(19);
+        a = a.wrapping_add(c);
+        c = c.wrapping_sub(b) ^ b.rotate_left(4);
+        b = b.wrapping_add(a);
+        k = &k[3..];
+    }
+    if k.is_empty() {
+        return c;
+    }
+    if k.len() == 3 {
+        c = c.wrapping_add(k[2]);
+    }
+    if k.len() >= 2 {
+        b = b.wrapping_add(k[1]);
+    }
+    a = a.wrapping_add(k[0]);
+    // __jhash_final
+    c = (c ^ b).wrapping_sub(b.rotate_left(14));
+    a = (a ^ c).wrapping_sub(c.rotate_left(11));
+    b = (b ^ a).wrapping_sub(a.rotate_left(25));
+    c = (c ^ b).wrapping_sub(b.rotate_left(16));
+    a = (a ^ c).wrapping_sub(c.rotate_left(4));
+    b = (b ^ a).wrapping_sub(a.rotate_left(14));
+    (c ^ b).wrapping_sub(b.rotate_left(24))
+}
+
+/// An address as the kernel's `union nf_inet_addr` holds it: four words as they lie in
+/// memory (IPv4 in the first, the others zero).
+fn words(addr: [u8; 16], v6: bool) -> [u32; 4] {
+    if v6 {
+        std::array::from_fn(|i| u32::from_ne_bytes(addr[i * 4..i * 4 + 4].try_into().unwrap()))
+    } else {
+        [
+            u32::from_ne_bytes(addr[12..16].try_into().unwrap()),
+            0,
+            0,
+            0,
+        ]
+    }
+}
+
+fn from_words(w: [u32; 4], v6: bool) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    if v6 {
+        for (i, w) in w.iter().enumerate() {
+            out[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+    } else {
+        out[10] = 0xff;
+        out[11] = 0xff;
+        out[12..16].copy_from_slice(&w[0].to_ne_bytes());
+    }
+    out
+}
+
+/// `find_best_ips_proto`: the address of the range the tuple's endpoints hash to.
+pub(crate) fn best_address(t: &mut Tuple, r: &Range, m: Manip) {
+    if r.flags & MAP_IPS == 0 {
+        return;
+    }
+    let (_, port) = part(t, m);
+    if r.min_addr == r.max_addr {
+        set_part(t, m, r.min_addr, port);
+        return;
+    }
+    let max = if t.v6 { 3 } else { 0 };
+    let src = words(t.src, t.v6);
+    let dst = words(t.dst, t.v6);
+    let persistent = r.flags & PERSISTENT != 0;
+    let (min_w, max_w) = (words(r.min_addr, t.v6), words(r.max_addr, t.v6));
+    let mut j = jhash2(&src, if persistent { 0 } else { dst[max] });
+    let mut out = words(part(t, m).0, t.v6);
+    let mut full_range = false;
+    for i in 0..=max {
+        let (minip, dist) = if full_range {
+            (0u32, u32::MAX)
+        } else {
+            let (lo, hi) = (u32::from_be(min_w[i]), u32::from_be(max_w[i]));
+            (lo, hi.wrapping_sub(lo).wrapping_add(1))
+        };
+        let scaled = ((u64::from(j) * u64::from(dist)) >> 32) as u32;
+        out[i] = minip.wrapping_add(scaled).to_be();
+        if out[i] != max_w[i] {
+            full_range = true;
+        }
+        if !persistent {
+            j ^= dst[i];
+        }
+    }
+    set_part(t, m, from_words(out, t.v6), port);
+}
+
+/// What choosing a port asks of the table: whether a tuple is held by another
+/// connection, and a random number.
+pub(crate) trait Ports {
+    /// `nf_nat_used_tuple`: whether the reply `tuple` would make is held.
+    fn used(&mut self, tuple: &Tuple) -> bool;
+    /// A random 16-bit number (`get_random_u16`).
+    fn random(&mut self) -> u16;
+}
+
+/// `nf_nat_l4proto_unique_tuple`: a port (ICMP identifier) within the range that makes
+/// the tuple unique, searched from a random offset; the last tried if none does.
+pub(crate) fn unique_port(t: &mut Tuple, r: &Range, m: Manip, ports: &mut impl Ports) {
+    let (min, size): (u32, u32) = match t.protocol {
+        ICMP | ICMPV6 => {
+            if r.flags & PROTO_SPECIFIED == 0 {
+                (0, 65536)
+            } else {
+                let (lo, hi) = (u32::from(r.min_proto), u32::from(r.max_proto));
+                (lo, hi.wrapping_sub(lo).wrapping_add(1) & 0xffff)
+            }
+        }
+        TCP | UDP => {
+            if r.flags & PROTO_SPECIFIED == 0 {
+                if m == Manip::Destination {
+                    return;
+                }
+                match key(t, m) {
+                    p if p < 512 => (1, 511),
+                    p if p < 1024 => (600, 1023 - 600 + 1),
+                    _ => (1024, 65535 - 1024 + 1),
+                }
+            } else {
+                let (lo, hi) = (u32::from(r.min_proto), u32::from(r.max_proto));
+                let (lo, hi) = (lo.min(hi), lo.max(hi));
+                (lo, hi - lo + 1)
+            }
+        }
+        _ => return,
+    };
+    let size = size.max(1);
+    let mut off: u32 = if r.flags & PROTO_OFFSET != 0 {
+        u32::from(key(t, m).wrapping_sub(r.base_proto))
+    } else if r.flags & PROTO_RANDOM_ALL != 0 || m != Manip::Destination {
+        u32::from(ports.random())
+    } else {
+        0
+    };
+    let mut attempts = size.min(MAX_ATTEMPTS);
+    loop {
+        for _ in 0..attempts {
+            set_key(t, m, (min + off % size) as u16);
+            if !ports.used(t) {
+                return;
+            }
+            off = off.wrapping_add(1) & 0xffff;
+        }
+        if attempts >= size || attempts < 16 {
+            return;
+        }
+        attempts /= 2;
+        off = u32::from(ports.random());
+    }
+}
+
+/// `get_unique_tuple` from step 2 on: the best address, then the port, unless it
+/// already is in range and unique. (Step 1, the original and the mapped sources, is the
+/// table's, which holds them.)
+pub(crate) fn choose(t: &mut Tuple, r: &Range, m: Manip, ports: &mut impl Ports) {
+    best_address(t, r, m);
+    if r.flags & PROTO_RANDOM_ALL == 0 {
+        if r.flags & PROTO_SPECIFIED != 0 {
+            if r.flags & PROTO_OFFSET == 0
+                && proto_in_range(t, m, r)
+                && (r.min_proto == r.max_proto || !ports.used(t))
+            {
+                return;
+            }
+        } else if !ports.used(t) {
+            return;
+        }
+    }
+    if has_ports(t.protocol) {
+        unique_port(t, r, m, ports);
+    }
+}
+
+/// Ones' complement sum arithmetic on 16-bit words.
+fn fold(mut sum: u32) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// A checksum field updated for `from` (16-bit words) becoming `to`: RFC 1624's
+/// `~(~HC + ~m + m')`; a field left partial (holding the pseudo-header's sum, not
+/// complemented) takes `HC + ~m + m'`.
+fn replace(field: u16, from: &[u16], to: &[u16], partial: bool) -> u16 {
+    let mut sum = u32::from(if partial { field } else { !field });
+    for &w in from {
+        sum += u32::from(!w);
+    }
+    for &w in to {
+        sum += u32::from(w);
+    }
+    let folded = fold(sum);
+    if partial {
+        folded
+    } else {
+        !folded
+    }
+}
+
+fn words16(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect()
+}
+
+fn get16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Rewrites the part `m` of the IP packet `ip` (its network layer `n`) to `target`'s,
+/// with its checksums, as `nf_nat_ipv4_manip_pkt` and `nf_nat_ipv6_manip_pkt` do.
+/// `partial`: the transport checksum is left for the sender's link to finish. A packet
+/// an ICMP error quotes may have its transport header cut short: only what is there is
+/// rewritten, a checksum only if all of the header is.
+pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partial: bool) {
+    let (new_addr, new_port) = part(target, m);
+    let (addr_at, len) = match (n.v6, m) {
+        (false, Manip::Source) => (12, 4),
+        (false, Manip::Destination) => (16, 4),
+        (true, Manip::Source) => (8, 16),
+        (true, Manip::Destination) => (24, 16),
+    };
+    let new_bytes: &[u8] = if n.v6 { &new_addr } else { &new_addr[12..] };
+    let old = words16(&ip[addr_at..addr_at + len]);
+    let new = words16(new_bytes);
+    let l4 = n.transport;
+    let end = n.len.min(ip.len());
+    // The transport header: its checksum covers the addresses too, but ICMP's.
+    match n.protocol {
+        TCP | UDP => {
+            let at_port = l4 + if m == Manip::Source { 0 } else { 2 };
+            let csum_at = l4 + if n.protocol == TCP { 16 } else { 6 };
+            let whole = csum_at + 2 <= end;
+            let old_port = (at_port + 2 <= end).then(|| get16(ip, at_port));
+            if whole {
+                let field = get16(ip, csum_at);
+                // UDP without a checksum keeps none.
+                if !(n.protocol == UDP && field == 0) {
+                    let mut f = replace(field, &old, &new, partial);
+                    if let (Some(p), false) = (old_port, partial) {
+                        f = replace(f, &[p], &[new_port], false);
+                    }
+                    if n.protocol == UDP && f == 0 {
+                        f = 0xffff;
+                    }
+                    put16(ip, csum_at, f);
+                }
+            }
+            if old_port.is_some() && has_ports(n.protocol) {
+                put16(ip, at_port, new_port);
+            }
+        }
+        ICMP | ICMPV6 => {
+            let echo = |kind: u8| {
+                if n.v6 {
+                    matches!(kind, 128 | 129)
+                } else {
+                    matches!(kind, 0 | 8 | 13 | 14 | 15 | 16 | 17 | 18)
+                }
+            };
+            if l4 + 8 <= end {
+                let mut field = get16(ip, l4 + 2);
+                if n.v6 {
+                    field = replace(field, &old, &new, partial);
+                }
+                if echo(ip[l4]) {
+                    let id = get16(ip, l4 + 4);
+                    field = replace(field, &[id], &[target.src_port], false);
+                    put16(ip, l4 + 4, target.src_port);
+                }
+                put16(ip, l4 + 2, field);
+            }
+        }
+        _ => {}
+    }
+    ip[addr_at..addr_at + len].copy_from_slice(new_bytes);
+    if !n.v6 {
+        let c = replace(get16(ip, 10), &old, &new, false);
+        put16(ip, 10, c);
+    }
+}
+
+/// The Internet checksum of `b` made again from nothing.
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut chunks = b.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = chunks.remainder() {
+        sum += u32::from(*last) << 8;
+    }
+    !fold(sum)
+}
+
+/// `nf_nat_icmp_reply_translation`: the ICMP error `ip` (network layer `n`) RELATED to
+/// a connection whose tuples are `tuples`, going its direction `dir`, at the hook that
+/// rewrites `m`: the packet it quotes is rewritten as the connection's other direction
+/// is, its checksum made again, then its own addresses as the reply to that packet's
+/// would be. False: it cannot be (truncated; a redirect about a translated
+/// connection), and is dropped.
+pub(crate) fn icmp_error(
+    ip: &mut [u8],
+    n: &Network,
+    tuples: &[Tuple; 2],
+    dir: usize,
+    m: Manip,
+    partial: bool,
+) -> bool {
+    let l4 = n.transport;
+    if !n.v6 && ip.get(l4) == Some(&5) {
+        return false;
+    }
+    let end = n.len.min(ip.len());
+    let Some(quoted) = tuple::quoted_network(&ip[..end], l4 + 8, n.v6) else {
+        return false;
+    };
+    let other = &tuples[1 - dir];
+    {
+        let inner = &mut ip[l4 + 8..end];
+        let q = Network {
+            len: inner.len(),
+            ..quoted
+        };
+        manip(inner, &q, other, m.other(), false);
+    }
+    if !partial {
+        ip[l4 + 2..l4 + 4].fill(0);
+        let sum = if n.v6 {
+            let mut pseudo = Vec::with_capacity(40 + end - l4);
+            pseudo.extend_from_slice(&ip[8..40]);
+            pseudo.extend_from_slice(&((end - l4) as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, ICMPV6]);
+            pseudo.extend_from_slice(&ip[l4..end]);
+            checksum(&pseudo)
+        } else {
+            checksum(&ip[l4..end])
+        };
+        put16(ip, l4 + 2, sum);
+    }
+    let Some(mut target) = other.inverted() else {
+        return false;
+    };
+    target.protocol = n.protocol;
+    manip(ip, n, &target, m, partial);
+    true
+}
+
+/// The table, asked while a binding is chosen.
+struct Asking<'t> {
+    table: &'t mut Conntrack,
+    now: u64,
+}
+
+impl Ports for Asking<'_> {
+    fn used(&mut self, tuple: &Tuple) -> bool {
+        tuple
+            .inverted()
+            .is_some_and(|reply| self.table.find(&reply, self.now).is_some())
+    }
+
+    fn random(&mut self) -> u16 {
+        // xorshift64*.
+        let mut x = self.table.random;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.table.random = x;
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 48) as u16
+    }
+}
+
+impl Conntrack {
+    /// Whether a tracked packet's connection has its binding for `m` chosen
+    /// (`nf_nat_initialized`): NAT rules are not asked again.
+    pub fn bound(&self, t: &Tracked, m: Manip) -> bool {
+        self.connection(t)
+            .is_none_or(|c| c.status & m.done_bit() != 0)
+    }
+
+    /// Chooses a new connection's binding for `m` (`nf_nat_setup_info`): to `range`, or,
+    /// with none, the null binding the kernel gives a connection no rule translates
+    /// (which still moves its port off one another connection holds). Nothing for a
+    /// connection already bound, or entered.
+    pub fn bind(&mut self, t: &Tracked, m: Manip, range: Option<&Range>, now: u64) {
+        if !self.unconfirmed(t) || self.bound(t, m) {
+            return;
+        }
+        let Some(c) = self.connection(t) else { return };
+        let reply = c.tuples[1];
+        let Some(current) = reply.inverted() else {
+            return;
+        };
+        let null;
+        let range = match range {
+            Some(r) => r,
+            None => {
+                let addr = match m {
+                    Manip::Source => reply.dst,
+                    Manip::Destination => reply.src,
+                };
+                null = Range {
+                    flags: MAP_IPS,
+                    min_addr: addr,
+                    max_addr: addr,
+                    ..Range::default()
+                };
+                &null
+            }
+        };
+        let new = self.unique_tuple(&current, range, m, now);
+        let Some(c) = self.connection_mut(t) else {
+            return;
+        };
+        if new != current {
+            if let Some(r) = new.inverted() {
+                c.tuples[1] = r;
+                c.status |= m.nat_bit();
+            }
+        }
+        c.status |= m.done_bit();
+    }
+
+    /// Notes that a new connection is masqueraded out of link `oif`.
+    pub fn masquerade(&mut self, t: &Tracked, oif: u32) {
+        if let Some(c) = self.connection_mut(t) {
+            c.masquerade = oif;
+        }
+    }
+
+    /// Whether a packet of a masqueraded connection, in its original direction, leaves
+    /// by another link than the one it was masqueraded out of (`nf_nat_oif_changed`):
+    /// the kernel ends the connection ([`Conntrack::end`]) and drops the packet.
+    pub fn left_its_link(&self, t: &Tracked, oif: u32) -> bool {
+        !t.reply()
+            && self
+                .connection(t)
+                .is_some_and(|c| c.masquerade != 0 && c.masquerade != oif)
+    }
+
+    /// Ends a tracked packet's connection, if entered.
+    pub fn end(&mut self, t: &Tracked) {
+        if let Some(slot) = self.slot_of(t) {
+            self.remove(slot);
+        }
+    }
+
+    /// `get_unique_tuple`: the tuple `original` becomes within `range`, unique.
+    fn unique_tuple(&mut self, original: &Tuple, range: &Range, m: Manip, now: u64) -> Tuple {
+        let mut asking = Asking { table: self, now };
+        if m == Manip::Source && range.flags & PROTO_RANDOM_ALL == 0 {
+            if in_range(original, m, range) {
+                if !asking.used(original) {
+                    return *original;
+                }
+            } else {
+                let mapped = asking.table.mapped_from(original).find_map(|c| {
+                    let mut r = c.tuples[1].inverted()?;
+                    (r.dst, r.dst_port) = (original.dst, original.dst_port);
+                    in_range(&r, m, range).then_some(r)
+                });
+                if let Some(r) = mapped {
+                    if !asking.used(&r) {
+                        return r;
+                    }
+                }
+            }
+        }
+        let mut t = *original;
+        choose(&mut t, range, m, &mut asking);
+        t
+    }
+
+    /// Rewrites a tracked packet `ip` as its connection's binding says at the hook that
+    /// rewrites `m` (`nf_nat_packet`): the source at postrouting, the destination at
+    /// prerouting, whichever direction it goes. An ICMP error RELATED to a connection
+    /// has the packet it quotes rewritten too. False: the packet is to be dropped.
+    /// `partial`: its transport checksum is left for the link to finish.
+    pub fn translate(&self, t: &Tracked, ip: &mut [u8], m: Manip, partial: bool) -> bool {
+        let Some(c) = self.connection(t) else {
+            return true;
+        };
+        let dir = usize::from(t.reply());
+        let mut bit = m.nat_bit();
+        if dir == 1 {
+            bit ^= SRC_NAT | DST_NAT;
+        }
+        if c.status & bit == 0 {
+            return true;
+        }
+        let Ok(n) = tuple::network(ip) else {
+            return true;
+        };
+        if t.state() == State::Related {
+            return icmp_error(ip, &n, &c.tuples, dir, m, partial);
+        }
+        let Some(target) = c.tuples[1 - dir].inverted() else {
+            return true;
+        };
+        manip(ip, &n, &target, m, partial);
+        true
+    }
+
+    /// Undoes [`Conntrack::translate`] of the destination: the packet as it came, for
+    /// the kernel to be handed or an error to quote. (An ICMP error is left as it is.)
+    pub fn untranslate(&self, t: &Tracked, ip: &mut [u8], partial: bool) {
+        let Some(c) = self.connection(t) else { return };
+        let dir = usize::from(t.reply());
+        let bit = if dir == 1 { SRC_NAT } else { DST_NAT };
+        if c.status & bit == 0 || t.state() == State::Related {
+            return;
+        }
+        if let Ok(n) = tuple::network(ip) {
+            manip(ip, &n, &c.tuples[dir], Manip::Destination, partial);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the hash picks the kernel's address is checked against the kernel
+    /// (`tests/nat.rs`, a range of addresses); here, its shape.
+    #[test]
+    fn jhash2_is_deterministic_and_sensitive() {
+        // Of zero words, the initial value's arithmetic alone.
+        assert_eq!(jhash2(&[], 0), 0xdead_beef);
+        let a = jhash2(&[1, 2, 3, 4], 0);
+        assert_ne!(a, jhash2(&[1, 2, 3, 5], 0));
+        assert_ne!(a, jhash2(&[1, 2, 3, 4], 1));
+        assert_eq!(a, jhash2(&[1, 2, 3, 4], 0));
+    }
+
+    fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {
+        let len = 20 + l4.len();
+        let mut ip = vec![
+            0x45,
+            0,
+            (len >> 8) as u8,
+            len as u8,
+            0,
+            1,
+            0x40,
+            0,
+            64,
+            proto,
+            0,
+            0,
+        ];
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(l4);
+        let c = checksum(&ip[..20]);
+        put16(&mut ip, 10, c);
+        ip
+    }
+
+    fn finish_l4(ip: &mut [u8], proto: u8, csum_at: usize) {
+        let n = tuple::network(ip).unwrap();
+        put16(ip, n.transport + csum_at, 0);
+        let c = tuple::transport_checksum(ip, &n);
+        put16(ip, n.transport + csum_at, c);
+        let _ = proto;
+    }
+
+    fn mapped(a: [u8; 4]) -> [u8; 16] {
+        std::net::Ipv4Addr::from(a).to_ipv6_mapped().octets()
+    }
+
+    #[test]
+    fn rewritten_packets_keep_correct_checksums() {
+        // TCP and UDP, each end rewritten: the incremental checksum equals one made
+        // again from nothing.
+        for (proto, csum_at) in [(TCP, 16), (UDP, 6)] {
+            let mut l4 = vec![0u8; 24];
+            l4[0..2].copy_from_slice(&5000u16.to_be_bytes());
+            l4[2..4].copy_from_slice(&80u16.to_be_bytes());
+            if proto == UDP {
+                l4[4..6].copy_from_slice(&24u16.to_be_bytes());
+            } else {
+                l4[12] = 0x50;
+            }
+            l4[20..24].copy_from_slice(b"data");
+            let mut ip = ipv4([10, 1, 0, 2], [10, 2, 0, 2], proto, &l4);
+            finish_l4(&mut ip, proto, csum_at);
+            for m in [Manip::Source, Manip::Destination] {
+                let n = tuple::network(&ip).unwrap();
+                let target = Tuple {
+                    src: mapped([203, 0, 113, 9]),
+                    dst: mapped([192, 0, 2, 7]),
+                    src_port: 61000,
+                    dst_port: 8080,
+                    protocol: proto,
+                    v6: false,
+                };
+                manip(&mut ip, &n, &target, m, false);
+                let n = tuple::network(&ip).unwrap();
+                assert_eq!(tuple::transport_checksum(&ip, &n), 0, "{proto} {m:?}");
+                assert_eq!(checksum(&ip[..20]), 0);
+            }
+            let t = tuple::tuple(&ip, &tuple::network(&ip).unwrap()).unwrap();
+            assert_eq!((t.src_port, t.dst_port), (61000, 8080));
+            assert_eq!(&ip[12..20], &[203, 0, 113, 9, 192, 0, 2, 7]);
+        }
+    }
+
+    struct Free(u16);
+    impl Ports for Free {
+        fn used(&mut self, t: &Tuple) -> bool {
+            t.src_port < 2000 && t.protocol == UDP
+        }
+        fn random(&mut self) -> u16 {
+            self.0 = self.0.wrapping_mul(31).wrapping_add(7);
+            self.0
+        }
+    }
+
+    #[test]
+    fn ports_are_searched_within_the_range() {
+        let r = Range {
+            flags: MAP_IPS | PROTO_SPECIFIED,
+            min_addr: mapped([203, 0, 113, 1]),
+            max_addr: mapped([203, 0, 113, 1]),
+            min_proto: 1000,
+            max_proto: 3000,
+            base_proto: 0,
+        };
+        let mut t = Tuple {
+            src: mapped([10, 0, 0, 1]),
+            dst: mapped([10, 0, 0, 2]),
+            src_port: 1500,
+            dst_port: 53,
+            protocol: UDP,
+            v6: false,
+        };
+        choose(&mut t, &r, Manip::Source, &mut Free(1));
+        assert_eq!(t.src, mapped([203, 0, 113, 1]));
+        assert!((2000..=3000).contains(&t.src_port), "{}", t.src_port);
+        // A range of addresses: the one chosen is within it, and the same for the same
+        // endpoints.
+        let r = Range {
+            flags: MAP_IPS,
+            max_addr: mapped([203, 0, 113, 20]),
+            ..r
+        };
+        let mut a = Tuple {
+            src_port: 4000,
+            ..t
+        };
+        let mut b = a;
+        choose(&mut a, &r, Manip::Source, &mut Free(1));
+        choose(&mut b, &r, Manip::Source, &mut Free(9));
+        assert_eq!(a, b);
+        assert!(r.min_addr <= a.src && a.src <= r.max_addr);
+        assert_eq!(a.src_port, 4000);
+    }
+}

@@ -1,0 +1,355 @@
+//! The conntrack stage, and NAT at both its hooks: what the kernel's netfilter does to a
+//! forwarded packet of a family whose connections it tracks.
+//!
+//! Before routing, each such packet of the vector, in the order they came: tracked
+//! ([`fibre_conntrack`]); put through the prerouting filter chains before NAT (priority
+//! under -100); for a new connection of a family with `nat` chains, its destination
+//! bound by them (`dnat`; the null binding if none asks); translated by its
+//! connection's binding; through the chains after NAT. Routing then takes the
+//! translated destination, as the kernel routes again after destination NAT. A packet
+//! `redirect`ed, or bound to an address of this host, is for the host: it goes to the
+//! kernel as it came, which does the same to it.
+//!
+//! After the neighbour stage, the filter stage ([`Pipeline::filter_vector`]) puts each
+//! to send through the forward chains and the postrouting ones before NAT, binds a new
+//! connection's source by the postrouting `nat` chains (`snat`, `masquerade` to the
+//! output link's address), translates the source, runs the chains after NAT, and
+//! confirms the connection ([`Pipeline::leave`]). A packet that goes to the kernel or
+//! is answered with an error instead has its destination translated back first: the
+//! kernel, and the error, see the packet as it came.
+
+use super::{Dropped, Fate, Handed, Pipeline};
+use crate::input::{self, Input, ETHERNET_LEN};
+use crate::pool::{BufferId, Pool};
+
+use fibre_conntrack::nat::{self, Manip, Range};
+use fibre_conntrack::{Conntrack, State, Tracked};
+use fibre_fib::{LinkIndex, Snapshot};
+use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part};
+use std::net::IpAddr;
+
+/// A link as the rules see it.
+pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
+    let l = snap.link(index);
+    Link {
+        index,
+        name: l.map_or("", |l| l.name.as_str()),
+        // fibre forwards between Ethernet links only.
+        kind: 1,
+        group: l.map_or(0, |l| l.group),
+    }
+}
+
+/// What rules read of a tracked packet's connection.
+pub(super) fn ct_of<'c>(table: &'c Conntrack, t: &Tracked) -> Ct<'c> {
+    Ct {
+        state: t.state().bit(),
+        reply: t.reply(),
+        connection: table.connection(t),
+    }
+}
+
+impl Pipeline {
+    /// The conntrack stage over the vector's packets of tracked families (`self.v4` and
+    /// `self.v6` hold the vector's IP packets, `mac` the link's address): each one's
+    /// fate set if it goes no further, its outcome kept in `self.tracks` if it does.
+    /// How many packets it tracked.
+    pub(super) fn conntrack_vector(
+        &mut self,
+        snap: &Snapshot,
+        iif: LinkIndex,
+        mac: [u8; 6],
+        pool: &mut Pool,
+        packets: &[BufferId],
+        fates: &mut [Fate],
+    ) -> usize {
+        self.tracks.clear();
+        self.tracks.resize(packets.len(), None);
+        let Some(conntrack) = self.conntrack.clone() else {
+            return 0;
+        };
+        let mut table = conntrack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        table.settle();
+        let clock = self.limit.overall().now();
+        let input = view(snap, iif);
+        let mut order: Vec<usize> = Vec::new();
+        if self.tracked & 1 != 0 {
+            order.extend(&self.v4);
+        }
+        if self.tracked & 2 != 0 {
+            order.extend(&self.v6);
+        }
+        order.sort_unstable();
+        // The packets that go no further than this stage.
+        let mut stopped = vec![false; packets.len()];
+        for &i in &order {
+            let id = packets[i];
+            let v6 = matches!(self.inputs[i], Input::V6(_));
+            let now = self.times.get(i).copied().unwrap_or(clock);
+            // A checksum its sender left to finish (`CHECKSUM_PARTIAL`) is not checked,
+            // as the kernel's `nf_checksum` does not; any other is.
+            let partial = pool.offload(id).checksum.is_some();
+            let tracked = table.track_in_vector(&pool.frame(id)[ETHERNET_LEN..], now, partial);
+            let fate = match tracked.outcome() {
+                fibre_conntrack::Fate::TableFull => Some(Fate::Drop(Dropped::ConntrackFull)),
+                fibre_conntrack::Fate::Kernel(why) => Some(Fate::Kernel(Handed::Untrackable(why))),
+                fibre_conntrack::Fate::Pass => None,
+            };
+            if let Some(fate) = fate {
+                fates[i] = fate;
+                stopped[i] = true;
+                continue;
+            }
+            if i % 16 == 0 {
+                table.expire(now, 16);
+            }
+            let pass = self.rules.prerouting_part(
+                pool.frame(id),
+                input,
+                Some(&ct_of(&table, &tracked)),
+                Part::BeforeNat,
+            );
+            let fate = if !pass {
+                Some(Fate::Drop(Dropped::Filtered))
+            } else if self.rules.translates(v6) {
+                self.destination_nat(
+                    &mut table,
+                    &tracked,
+                    input,
+                    pool.frame_mut(id),
+                    partial,
+                    now,
+                )
+            } else {
+                None
+            };
+            if let Some(fate) = fate {
+                fates[i] = fate;
+                stopped[i] = true;
+                continue;
+            }
+            if self.rules.translates(v6) {
+                // Its destination may have changed: what routing reads, read again.
+                input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
+            }
+            let pass = self.rules.prerouting_part(
+                pool.frame(id),
+                input,
+                Some(&ct_of(&table, &tracked)),
+                Part::AfterNat,
+            );
+            if !pass {
+                fates[i] = Fate::Drop(Dropped::Filtered);
+                stopped[i] = true;
+                continue;
+            }
+            self.tracks[i] = Some(tracked);
+        }
+        drop(table);
+        // The vector's IP packets now: those that go on, with what routing reads.
+        if stopped.contains(&true) || self.rules.translates(false) || self.rules.translates(true) {
+            let inputs = &self.inputs;
+            self.v4
+                .retain(|&i| !stopped[i] && matches!(inputs[i], Input::V4(_)));
+            self.v6
+                .retain(|&i| !stopped[i] && matches!(inputs[i], Input::V6(_)));
+            (self.dst4, self.src4) = self
+                .v4
+                .iter()
+                .filter_map(|&i| match &inputs[i] {
+                    Input::V4(p) => Some((p.dst, p.src)),
+                    _ => None,
+                })
+                .unzip();
+            (self.dst6, self.src6) = self
+                .v6
+                .iter()
+                .filter_map(|&i| match &inputs[i] {
+                    Input::V6(p) => Some((p.dst, p.src)),
+                    _ => None,
+                })
+                .unzip();
+        }
+        order.len()
+    }
+
+    /// Destination NAT at prerouting for a tracked packet `frame`: a new connection
+    /// bound by the prerouting `nat` chains, then the packet translated. Its fate if it
+    /// goes no further.
+    fn destination_nat(
+        &self,
+        table: &mut Conntrack,
+        tracked: &Tracked,
+        input: Link,
+        frame: &mut [u8],
+        partial: bool,
+        now: u64,
+    ) -> Option<Fate> {
+        if !table.bound(tracked, Manip::Destination) {
+            let verdict = self.rules.nat(
+                Hook::Prerouting,
+                frame,
+                input,
+                None,
+                Some(&ct_of(table, tracked)),
+            );
+            match verdict {
+                NatVerdict::Drop => return Some(Fate::Drop(Dropped::Filtered)),
+                // For this host: the kernel redirects it itself.
+                NatVerdict::Bind(t) if t.kind == NatKind::Redirect => {
+                    return Some(Fate::Kernel(Handed::Local));
+                }
+                NatVerdict::Bind(t) => {
+                    table.bind(tracked, Manip::Destination, Some(&t.range), now);
+                }
+                NatVerdict::None => table.bind(tracked, Manip::Destination, None, now),
+            }
+        }
+        if !table.translate(
+            tracked,
+            &mut frame[ETHERNET_LEN..],
+            Manip::Destination,
+            partial,
+        ) {
+            return Some(Fate::Drop(Dropped::Filtered));
+        }
+        None
+    }
+
+    /// Whether a tracked packet to send out of `out` may leave, as the kernel's
+    /// forward and postrouting hooks decide: the chains before NAT, its connection's
+    /// source bound (a new one) and translated, the chains after NAT, its connection
+    /// confirmed. The packet is changed in `pool` as it leaves.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn leave(
+        &self,
+        snap: &Snapshot,
+        table: &mut Conntrack,
+        tracked: &Tracked,
+        i: usize,
+        input: Link,
+        out: LinkIndex,
+        pool: &mut Pool,
+        id: BufferId,
+        now: u64,
+    ) -> bool {
+        let v6 = matches!(self.inputs[i], Input::V6(_));
+        let oif = view(snap, out);
+        let pass = self.rules.forwarding_part(
+            &Packet {
+                frame: pool.frame(id),
+                iif: input,
+                oif,
+            },
+            Some(&ct_of(table, tracked)),
+            Part::BeforeNat,
+        );
+        if !pass {
+            return false;
+        }
+        if self.rules.translates(v6) {
+            if table.left_its_link(tracked, out) {
+                table.end(tracked);
+                return false;
+            }
+            if !table.bound(tracked, Manip::Source) {
+                let verdict = self.rules.nat(
+                    Hook::Postrouting,
+                    pool.frame(id),
+                    input,
+                    Some(oif),
+                    Some(&ct_of(table, tracked)),
+                );
+                match verdict {
+                    NatVerdict::Drop => return false,
+                    NatVerdict::Bind(t) if t.kind == NatKind::Masquerade => {
+                        let masquerade =
+                            self.masquerade(snap, table, tracked, i, input, out, t.range);
+                        let Some(range) = masquerade else {
+                            return false;
+                        };
+                        table.bind(tracked, Manip::Source, range.as_ref(), now);
+                    }
+                    NatVerdict::Bind(t) => table.bind(tracked, Manip::Source, Some(&t.range), now),
+                    NatVerdict::None => table.bind(tracked, Manip::Source, None, now),
+                }
+            }
+            let partial = pool.offload(id).checksum.is_some();
+            let frame = pool.frame_mut(id);
+            if !table.translate(tracked, &mut frame[ETHERNET_LEN..], Manip::Source, partial) {
+                return false;
+            }
+        }
+        let pass = self.rules.forwarding_part(
+            &Packet {
+                frame: pool.frame(id),
+                iif: input,
+                oif,
+            },
+            Some(&ct_of(table, tracked)),
+            Part::AfterNat,
+        );
+        pass && table.confirm(tracked)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    /// The range a connection masqueraded out of `out` is bound to: `masquerade`'s
+    /// ports and flags, and the output link's address toward the next hop
+    /// (`nf_nat_masquerade_ipv4`, `_ipv6`). `Some(None)`: an IPv4 connection from
+    /// 0.0.0.0 is not masqueraded (the null binding instead); `None`: the link has no
+    /// address to give, and the kernel drops the packet.
+    fn masquerade(
+        &self,
+        snap: &Snapshot,
+        table: &mut Conntrack,
+        tracked: &Tracked,
+        i: usize,
+        input: Link,
+        out: LinkIndex,
+        asked: Range,
+    ) -> Option<Option<Range>> {
+        let toward = match &self.inputs[i] {
+            Input::V4(p) => {
+                if p.src.is_unspecified() {
+                    return Some(None);
+                }
+                let hop = snap.route(&super::query4(input.index, p)).ok();
+                hop.and_then(|a| a.gateway).unwrap_or(IpAddr::V4(p.dst))
+            }
+            Input::V6(p) => IpAddr::V6(p.dst),
+            _ => return None,
+        };
+        let address = match snap.masquerade_source(out, toward)? {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        };
+        table.masquerade(tracked, out);
+        Some(Some(Range {
+            flags: asked.flags | nat::MAP_IPS,
+            min_addr: address,
+            max_addr: address,
+            ..asked
+        }))
+    }
+
+    /// Undoes destination NAT on the vector's tracked packets that go to the kernel or
+    /// are answered with an error: each as it came.
+    pub(super) fn untranslate(&self, pool: &mut Pool, packets: &[BufferId], fates: &[Fate]) {
+        let Some(conntrack) = &self.conntrack else {
+            return;
+        };
+        let table = conntrack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (i, t) in self.tracks.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let back = matches!(fates[i], Fate::Kernel(_)) || self.errors.iter().any(|e| e.0 == i);
+            if back && t.state() != State::Related {
+                let partial = pool.offload(packets[i]).checksum.is_some();
+                table.untranslate(t, &mut pool.frame_mut(packets[i])[ETHERNET_LEN..], partial);
+            }
+        }
+    }
+}
