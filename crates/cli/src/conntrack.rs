@@ -126,6 +126,9 @@ pub fn stats(table: &Conntrack) -> Value {
         "early_dropped": s.early_dropped,
         "expired": s.expired,
         "to_kernel": s.kernel,
+        "insert_failed": s.insert_failed,
+        "source_translated": s.source_translated,
+        "destination_translated": s.destination_translated,
     })
 }
 
@@ -150,6 +153,7 @@ pub fn metrics(table: &Conntrack, out: &mut String) {
         ("ignored", s.ignored),
         ("dropped", s.dropped),
         ("to_kernel", s.kernel),
+        ("insert_failed", s.insert_failed),
     ] {
         let _ = writeln!(
             out,
@@ -158,13 +162,16 @@ pub fn metrics(table: &Conntrack, out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "# HELP fibre_conntrack_events_total Connections entered, dropped early, expired.\n\
+        "# HELP fibre_conntrack_events_total Connections entered, dropped early, expired, \
+         translated (their source or their destination).\n\
          # TYPE fibre_conntrack_events_total counter"
     );
     for (event, n) in [
         ("inserted", s.inserted),
         ("early_dropped", s.early_dropped),
         ("expired", s.expired),
+        ("source_translated", s.source_translated),
+        ("destination_translated", s.destination_translated),
     ] {
         let _ = writeln!(out, "fibre_conntrack_events_total{{event=\"{event}\"}} {n}");
     }

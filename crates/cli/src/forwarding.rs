@@ -577,6 +577,11 @@ impl Forwarding {
                 "taught": c.express_taught,
                 "failed": c.express_failed,
             })),
+            "claims": {
+                "claimed": c.claimed,
+                "failed": c.claims_failed,
+                "unavailable": self.workers.as_ref().and_then(|w| w.claims_unavailable.clone()),
+            },
             "fates": fates(&c),
             "icmp_unanswered": {
                 "not_answered": c.unanswered.not_answered,

@@ -598,13 +598,17 @@ impl Conntrack {
         let Some(c) = self.connection_mut(t) else {
             return;
         };
-        if new != current {
-            if let Some(r) = new.inverted() {
-                c.tuples[1] = r;
-                c.status |= m.nat_bit();
-            }
+        let reply = new.inverted().filter(|_| new != current);
+        if let Some(r) = reply {
+            c.tuples[1] = r;
+            c.status |= m.nat_bit();
         }
         c.status |= m.done_bit();
+        match (reply, m) {
+            (None, _) => {}
+            (Some(_), Manip::Source) => self.stats.source_translated += 1,
+            (Some(_), Manip::Destination) => self.stats.destination_translated += 1,
+        }
     }
 
     /// Notes that a new connection is masqueraded out of link `oif`.

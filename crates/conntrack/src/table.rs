@@ -228,9 +228,16 @@ pub struct Stats {
     /// Packets dropped because their new connection clashed with another as it was
     /// entered.
     pub insert_failed: u64,
+    /// Bindings that translate a new connection's source (snat, masquerade, or a null
+    /// binding that moved its port off one taken).
+    pub source_translated: u64,
+    /// Bindings that translate a new connection's destination (dnat).
+    pub destination_translated: u64,
 }
 
 const TWO_SECONDS: u64 = 2_000_000_000;
+/// Released reply tuples kept, at most, until drained.
+pub const RELEASED_MAX: usize = 65_536;
 /// Unconfirmed connections kept, at most, between settlings (a vector's worth).
 const PENDING_MAX: usize = 1024;
 /// Slots looked at, at most, to find a connection to drop early.
@@ -257,6 +264,10 @@ pub struct Conntrack {
     pub(crate) by_source: HashTable<u32>,
     /// The state of the random numbers NAT draws ports from.
     pub(crate) random: u64,
+    /// The tuples of translated connections removed since the last
+    /// [`Conntrack::drain_released`]: the reply tuple of a source translated, the
+    /// original of a destination translated.
+    released: Vec<Tuple>,
     /// Where the sweep and the early drop look next.
     cursor: usize,
     /// What it counted.
@@ -283,6 +294,7 @@ impl Conntrack {
             gone: Vec::new(),
             by_source: HashTable::new(),
             random: foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1,
+            released: Vec::new(),
             cursor: 0,
             stats: Stats::default(),
         }
@@ -355,7 +367,7 @@ impl Conntrack {
     }
 
     /// Whether a tracked packet's connection is new, unconfirmed: one NAT may still bind.
-    pub(crate) fn unconfirmed(&self, t: &Tracked) -> bool {
+    pub fn unconfirmed(&self, t: &Tracked) -> bool {
         matches!(t.at, At::Pending(ticket) if self.pending.iter().any(|p| p.0 == ticket))
     }
 
@@ -378,6 +390,13 @@ impl Conntrack {
                 let o = &c.tuples[0];
                 (o.src, o.src_port, o.protocol, o.v6) == (t.src, t.src_port, t.protocol, t.v6)
             })
+    }
+
+    /// Moves the tuples of the translated connections removed since the last call
+    /// (the reply tuple of a source translated, the original of a destination
+    /// translated) into `out` (at most [`RELEASED_MAX`] are kept between calls).
+    pub fn drain_released(&mut self, out: &mut Vec<Tuple>) {
+        out.append(&mut self.released);
     }
 
     /// Ends the vector: the connections its packets made and no hook confirmed are
@@ -431,6 +450,13 @@ impl Conntrack {
             let hash = self.source_hash(&c.tuples[0]);
             if let Ok(e) = self.by_source.find_entry(hash, |&s| s == slot) {
                 e.remove();
+            }
+        }
+        // Its tuples that arrive at an address NAT gave: the replies of a source
+        // translated, the original direction of a destination translated.
+        for (bit, dir) in [(nat::SRC_NAT, 1), (nat::DST_NAT, 0)] {
+            if c.status & bit != 0 && self.released.len() < RELEASED_MAX {
+                self.released.push(c.tuples[dir]);
             }
         }
         self.free.push(slot);

@@ -34,6 +34,8 @@
 //! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
 //!   kernel's passes on to it, the rest goes to fibre's AF_XDP sockets.
 //! - [`xsk`]: AF_XDP sockets over a worker's pool, frames received and sent in place.
+//! - [`claims`]: the traffic-control program that keeps from the kernel's stack the
+//!   replies of connections fibre translated to an address of this host.
 //! - [`express`]: the traffic-control program that redirects, inside the kernel, frames
 //!   to destinations whose forwarding a worker has already decided, and its maps.
 //! - [`worker`]: forwarding threads, pinned, reading the forwarded links through AF_XDP
@@ -52,6 +54,7 @@
 
 pub mod capture;
 pub mod checksum;
+pub mod claims;
 pub mod express;
 pub mod fragment;
 pub mod icmp;

@@ -43,7 +43,7 @@ use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
 use crate::rewrite;
 use crate::runtime::StageCounters;
-use fibre_conntrack::{Conntrack, Tracked, Untrackable};
+use fibre_conntrack::{Conntrack, Tracked, Tuple, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
 use fibre_firewall::eval::Filter;
 use std::collections::HashMap;
@@ -425,6 +425,15 @@ pub struct Pipeline {
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
     /// What tracking made of each packet of the vector (none: not tracked).
     tracks: Vec<Option<Tracked>>,
+    /// The tuples of the vector's new translated connections that arrive at an address
+    /// of this host (the replies of a source translated to one, the original direction
+    /// of a destination translated from one), which the caller is to claim from the
+    /// kernel ([`crate::claims`]) if it sends their packet: the packet's index, the
+    /// tuple.
+    pub claims: Vec<(usize, Tuple)>,
+    /// The tuples of the translated connections that ended during the vector, as
+    /// claimed, for the caller to give back to the kernel.
+    pub released: Vec<Tuple>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
@@ -562,6 +571,8 @@ impl Pipeline {
             self.conntrack_stage.add(tracked, t);
         } else {
             self.tracks.clear();
+            self.claims.clear();
+            self.released.clear();
         }
 
         // Route.
@@ -835,6 +846,8 @@ impl Pipeline {
         order.extend(self.errors.iter().map(|e| (e.0, false)));
         order.sort_unstable_by_key(|o| o.0);
         let mut failed = Vec::new();
+        let mut claims = std::mem::take(&mut self.claims);
+        claims.clear();
         for (i, to_send) in order {
             let out = fates[i].output().filter(|_| to_send);
             let tracked = self.tracks.get(i).copied().flatten();
@@ -842,7 +855,23 @@ impl Pipeline {
                 // Tracked: the prerouting hook is behind it (the conntrack stage).
                 (Some(t), Some(table)) => out.is_none_or(|out| {
                     let now = self.times.get(i).copied().unwrap_or(clock);
-                    self.leave(snap, table, &t, i, input, out, pool, packets[i], now)
+                    let new = table.unconfirmed(&t);
+                    let pass = self.leave(snap, table, &t, i, input, out, pool, packets[i], now);
+                    if let (true, true, Some(c)) = (pass, new, table.connection(&t)) {
+                        use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
+                        // What of it arrives at an address of this host NAT gave.
+                        for (bit, dir) in [(SRC_NAT, 1), (DST_NAT, 0)] {
+                            let tuple = c.tuples[dir];
+                            let local = c.status & bit != 0
+                                && snap
+                                    .route(&Query::to(tuple.destination()))
+                                    .is_ok_and(|a| a.kind == RouteType::Local);
+                            if local {
+                                claims.push((i, tuple));
+                            }
+                        }
+                    }
+                    pass
                 }),
                 _ => {
                     let frame = pool.frame(packets[i]);
@@ -863,6 +892,11 @@ impl Pipeline {
                 failed.push((i, Fate::Drop(Dropped::Filtered)));
             }
         }
+        if let Some(t) = table.as_deref_mut() {
+            t.drain_released(&mut self.released);
+        }
+        claims.retain(|c| !failed.iter().any(|f| f.0 == c.0));
+        self.claims = claims;
         drop(table);
         let checked = next.len() + self.errors.len();
         next.retain(|n| !failed.iter().any(|f| f.0 == n.0));

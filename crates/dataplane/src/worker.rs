@@ -31,6 +31,7 @@
 //! What each worker counted is added to the shared counters every tenth of a
 //! second, so that no packet takes a lock.
 
+use crate::claims::Claims;
 use crate::express::{Entry, Express, Generation};
 use crate::icmp::{self, RateLimit};
 use crate::offload::{finish_checksum, Offload};
@@ -209,6 +210,10 @@ pub struct Counters {
     pub express_taught: u64,
     /// Destinations the express path's map refused.
     pub express_failed: u64,
+    /// Replies of translated connections claimed from the kernel's stack.
+    pub claimed: u64,
+    /// Replies the map of claims refused (full): the kernel's stack answers them.
+    pub claims_failed: u64,
     /// Packets of a family the router's firewall closes ([`Shared::closed`]) that fibre
     /// would have sent, dropped.
     pub firewall_refused: u64,
@@ -258,6 +263,8 @@ impl Counters {
         self.ring_dropped += std::mem::take(&mut io.ring_dropped);
         self.express_taught += std::mem::take(&mut io.express_taught);
         self.express_failed += std::mem::take(&mut io.express_failed);
+        self.claimed += std::mem::take(&mut io.claimed);
+        self.claims_failed += std::mem::take(&mut io.claims_failed);
         self.firewall_refused += std::mem::take(&mut io.firewall_refused);
         self.left_to_kernel += std::mem::take(&mut io.left_to_kernel);
         let x = std::mem::take(&mut io.xsk);
@@ -286,6 +293,8 @@ struct Io {
     ring_dropped: u64,
     express_taught: u64,
     express_failed: u64,
+    claimed: u64,
+    claims_failed: u64,
     firewall_refused: u64,
     left_to_kernel: u64,
     /// The kernel's AF_XDP counts since they were last added.
@@ -325,6 +334,9 @@ pub struct Shared {
     pub fail: AtomicUsize,
     /// The express path the workers feed with what they decide, if one runs.
     express: Mutex<Option<Arc<Express>>>,
+    /// The replies the workers claim from the kernel's stack, on the links that have
+    /// the program on ([`crate::claims`]); set before the workers start.
+    pub claims: Mutex<Option<Arc<Claims>>>,
     /// What the router's firewall closes to fibre: bit 0 IPv4, bit 1 IPv6 (packets of
     /// those it would send, it drops and counts instead, `firewall_refused`, and the
     /// express path forwards none); bit 2 IPv4's, bit 3 IPv6's ICMP errors fibre would
@@ -375,6 +387,7 @@ impl Shared {
             )),
             fail: AtomicUsize::new(usize::MAX),
             express: Mutex::new(None),
+            claims: Mutex::new(None),
             closed: AtomicU8::new(0),
             enforced: ArcSwap::default(),
             kernel_forwards: ArcSwap::default(),
@@ -627,6 +640,8 @@ struct Vector {
     free: Vec<BufferId>,
     /// The express path to teach, if one runs.
     express: Option<Learner>,
+    /// The map of replies claimed from the kernel, if the links have its program.
+    claims: Option<Arc<Claims>>,
     /// The families the firewall closes ([`Shared::closed`]), as read for this vector.
     closed: u8,
     /// The families the kernel forwards itself, by input link
@@ -789,6 +804,15 @@ impl Vector {
                             );
                         }
                     }
+                    if let Some(claims) = &self.claims {
+                        // Claimed before the packet leaves, and so before any reply.
+                        for (_, reply) in self.pipeline.claims.iter().filter(|c| c.0 == i) {
+                            match claims.claim(reply) {
+                                Ok(()) => self.io.claimed += 1,
+                                Err(_) => self.io.claims_failed += 1,
+                            }
+                        }
+                    }
                     self.out.push(*link, id)
                 }
                 Fate::Icmp(_, link) => self.out.push(*link, id),
@@ -813,6 +837,11 @@ impl Vector {
                     self.free.push(id);
                 }
                 _ => self.free.push(id),
+            }
+        }
+        if let Some(claims) = &self.claims {
+            for reply in &self.pipeline.released {
+                claims.release(reply);
             }
         }
         // Fragments of no packet cut (none, as the pipeline makes them) go back.
@@ -893,6 +922,11 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         fates: Vec::with_capacity(256),
         out: Output::default(),
         free: Vec::with_capacity(256),
+        claims: shared
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
         express: shared.express().clone().map(|express| Learner {
             express,
             generation: None,

@@ -17,6 +17,7 @@
 //! new pool ([`Workers::restart`]). A link deleted and made again is another
 //! link: the daemon starts all the workers again on the links as they are now.
 
+use crate::claims::Claims;
 use crate::express::Express;
 use crate::pool::Pool;
 use crate::ring::{ReceiveRing, LONGEST_FRAME};
@@ -134,6 +135,9 @@ pub struct Workers {
     realtime: bool,
     /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
     pub fallback: Option<String>,
+    /// Why the replies of connections translated to this host's addresses cannot be
+    /// kept from the kernel's stack ([`crate::claims`]), if they cannot.
+    pub claims_unavailable: Option<String>,
     /// What the operator should know of how they read and send: over AF_XDP on veth
     /// links, that every frame is copied in the kernel, which costs more than the
     /// kernel's own forwarding.
@@ -245,6 +249,7 @@ impl Workers {
             fallback: None,
             caution: None,
             express: None,
+            claims_unavailable: None,
         };
         let mut opened = Vec::new();
         if options.express && options.mode != IoMode::Packet {
@@ -283,6 +288,22 @@ impl Workers {
                 *workers.shared.express() = Some(express.clone());
                 workers.express = Some(express);
             }
+        }
+        // The replies of connections translated to this host's addresses, kept from the
+        // kernel's stack: one map for the daemon's life, the program on these links.
+        let claims = {
+            let mut held = workers
+                .shared
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &*held {
+                Some(c) => Ok(c.clone()),
+                None => Claims::new().map(|c| held.insert(Arc::new(c)).clone()),
+            }
+        };
+        if let Err(e) = claims.and_then(|c| c.attach(&workers.links)) {
+            workers.claims_unavailable = Some(e.to_string());
         }
         for (w, (ports, pool)) in opened.into_iter().enumerate() {
             workers.handles.push(None);

@@ -65,6 +65,7 @@ impl Pipeline {
     ) -> usize {
         self.tracks.clear();
         self.tracks.resize(packets.len(), None);
+        self.claims.clear();
         let Some(conntrack) = self.conntrack.clone() else {
             return 0;
         };
@@ -72,6 +73,8 @@ impl Pipeline {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         table.settle();
+        self.released.clear();
+        table.drain_released(&mut self.released);
         let clock = self.limit.overall().now();
         let input = view(snap, iif);
         let mut order: Vec<usize> = Vec::new();
