@@ -595,3 +595,169 @@ fn bad_input_is_named_and_a_cut_capture_keeps_what_came_before() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// NAT for the captures below: port forwards from B's side (`dnat`, to an address and
+/// port, to an address alone), a source block translated into a range of addresses
+/// (which one each source gets is the kernel's hash of the addresses), the rest
+/// masqueraded out of `b0`, IPv4 and IPv6.
+const NAT_RULESET: &str = r#"
+table ip nat {
+  chain pre { type nat hook prerouting priority dstnat;
+    iifname "b0" tcp dport 8080 dnat to 10.0.0.2:80
+    iifname "b0" udp dport 5353 dnat to 192.0.2.9
+  }
+  chain post { type nat hook postrouting priority srcnat;
+    ip saddr 192.0.2.128/25 oifname "b0" snat to 10.0.1.100-10.0.1.120
+    oifname "b0" masquerade
+  }
+}
+table ip6 nat {
+  chain post { type nat hook postrouting priority srcnat; oifname "b0" masquerade; }
+}
+"#;
+
+/// A UDP, TCP (SYN) or ICMP echo frame with these ports (the echo's identifier is
+/// `sport`).
+fn flow4(
+    from: [u8; 6],
+    to: [u8; 6],
+    proto: u8,
+    src: [u8; 4],
+    dst: [u8; 4],
+    ports: (u16, u16),
+    ttl: u8,
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(from, to).ipv4(src, dst, ttl);
+    let mut out = Vec::new();
+    match proto {
+        6 => b
+            .tcp(ports.0, ports.1, 1000, 64240)
+            .syn()
+            .write(&mut out, &[]),
+        17 => b.udp(ports.0, ports.1).write(&mut out, &[7; 20]),
+        _ => b.icmpv4_echo_request(ports.0, 1).write(&mut out, &[1; 16]),
+    }
+    .unwrap();
+    out
+}
+
+/// Frames from A to B's side: flows masqueraded (UDP, TCP, an echo, a second packet of
+/// a flow, one whose time to live runs out, answered quoting it as it came), twelve
+/// sources of the `snat` block, IPv6 masqueraded.
+fn nat_from_a() -> Vec<Vec<u8>> {
+    let s = |k: u8| [192, 0, 2, k];
+    let far = [10, 1, 0, 9];
+    let mut out = vec![
+        flow4(HOST_A, A0, 17, s(5), far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, s(5), far, (4000, 53), 64),
+        flow4(HOST_A, A0, 6, s(5), far, (4001, 80), 64),
+        flow4(HOST_A, A0, 1, s(5), far, (77, 0), 64),
+        flow4(HOST_A, A0, 17, s(7), far, (999, 53), 64),
+        flow4(HOST_A, A0, 17, s(8), far, (5000, 53), 1),
+    ];
+    for k in 0..12 {
+        out.push(flow4(
+            HOST_A,
+            A0,
+            17,
+            s(130 + 9 * k),
+            far,
+            (6000 + u16::from(k), 53),
+            64,
+        ));
+    }
+    for k in 0..3 {
+        let b = PacketBuilder::ethernet2(HOST_A, A0)
+            .ipv6(v6("2001:db8:9::5"), v6("2001:db8:1::9"), 64)
+            .udp(7000 + k, 53);
+        let mut f = Vec::new();
+        b.write(&mut f, &[3; 12]).unwrap();
+        out.push(f);
+    }
+    out
+}
+
+/// Frames from B's side to the router's address: the two port forwards, and a flow to a
+/// port nothing forwards (the kernel's own, which neither forwards).
+fn nat_from_b() -> Vec<Vec<u8>> {
+    let far = [10, 1, 0, 9];
+    let router = [10, 0, 1, 1];
+    vec![
+        flow4(HOST_B, B0, 6, far, router, (5555, 8080), 64),
+        flow4(HOST_B, B0, 17, far, router, (6000, 5353), 64),
+        flow4(HOST_B, B0, 17, far, router, (6000, 5353), 64),
+        flow4(HOST_B, B0, 6, far, [192, 0, 2, 44], (5556, 22), 64),
+    ]
+}
+
+/// With NAT, `fibre forward --ruleset` sends what the kernel sends, byte for byte: the
+/// sources masqueraded with their ports kept, the addresses the `snat` range gives each
+/// source (the kernel's hash), the port forwards, the error of a masqueraded flow.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn fibre_forward_translates_as_the_kernel_does() {
+    let (router, hosts) = router_and_hosts(Some(NAT_RULESET));
+    let dir = scratch("nat");
+    for (iif, peer, frames) in [("a0", "a1", nat_from_a()), ("b0", "b1", nat_from_b())] {
+        let kernel = kernel_forward(&router, &hosts, peer, &frames);
+        let (report, fibre) = fibre_forward(&dir, iif, &frames, Some(NAT_RULESET));
+        compare(iif, &kernel, &fibre);
+        let sent = report["sent"].as_u64().unwrap();
+        assert!(sent + 2 >= frames.len() as u64, "{report}");
+        if iif == "a0" {
+            // The twelve of the block went to more than one address of the range.
+            let sources: std::collections::BTreeSet<[u8; 4]> = kernel["b0"]
+                .iter()
+                .filter(|f| f[26] == 10 && f[28] == 1 && f[29] >= 100)
+                .map(|f| f[26..30].try_into().unwrap())
+                .collect();
+            assert!(sources.len() > 2, "{sources:?}");
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Two hosts' flows from the same port to the same server: the kernel keeps the first's
+/// port and moves the second's, at random, within 1024-65535. fibre does the same:
+/// compared by those properties, the rest of each frame byte for byte.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn a_port_taken_is_moved_as_the_kernel_moves_it() {
+    let (router, hosts) = router_and_hosts(Some(NAT_RULESET));
+    let dir = scratch("collision");
+    let far = [10, 1, 0, 9];
+    let frames = vec![
+        flow4(HOST_A, A0, 17, [192, 0, 2, 5], far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, [192, 0, 2, 6], far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, [192, 0, 2, 6], far, (4000, 53), 64),
+    ];
+    let kernel = kernel_forward(&router, &hosts, "a1", &frames);
+    let (_, fibre) = fibre_forward(&dir, "a0", &frames, Some(NAT_RULESET));
+    for sent in [&kernel, &fibre] {
+        let out = &sent["b0"];
+        assert_eq!(out.len(), 3);
+        let port = |f: &Vec<u8>| u16::from_be_bytes([f[34], f[35]]);
+        assert!(out.iter().all(|f| f[26..30] == [10, 0, 1, 1]));
+        assert_eq!(port(&out[0]), 4000);
+        assert!(
+            port(&out[1]) >= 1024 && port(&out[1]) != 4000,
+            "{}",
+            port(&out[1])
+        );
+        // The flow keeps the port it was given.
+        assert_eq!(port(&out[1]), port(&out[2]));
+        // The UDP checksum holds over the moved port.
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&out[1][26..34]);
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&out[1][38..40]);
+        pseudo.extend_from_slice(&out[1][34..]);
+        let sum = pseudo
+            .chunks(2)
+            .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+            .sum::<u32>();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        assert_eq!((folded & 0xffff) + (folded >> 16), 0xffff);
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

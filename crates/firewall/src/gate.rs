@@ -253,7 +253,13 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
             if evaluated {
                 match eval::Program::compile(t, &c.chain.name) {
                     Ok(_) => {
-                        if h.number == 4 && (!c.rules.is_empty() || c.chain.policy == Some(0)) {
+                        // (A `nat` chain never meets them: NAT translates an ICMP error
+                        // by the connection it quotes, without its chains.)
+                        let filter = c.chain.kind.as_deref() != Some("nat");
+                        if filter
+                            && h.number == 4
+                            && (!c.rules.is_empty() || c.chain.policy == Some(0))
+                        {
                             let mut f = refusal(
                                 families,
                                 name,
@@ -735,7 +741,12 @@ mod tests {
         apply(&mut r, &regular_chain(2, "t", "sub"));
         apply(&mut r, &rule(2, "t", "sub", 2, &["payload", "cmp"]));
         assert_eq!(closed_by(&r), Families::NONE);
+        // NAT in a regular chain binds only what a nat chain that jumps there meets
+        // (compiled, or refused, with it); a `notrack` changes how the kernel tracks
+        // the family wherever it is.
         apply(&mut r, &rule(2, "t", "sub", 3, &["masq"]));
+        assert_eq!(closed_by(&r), Families::NONE);
+        apply(&mut r, &rule(2, "t", "sub", 4, &["notrack"]));
         assert_eq!(
             closed_by(&r),
             Families {
