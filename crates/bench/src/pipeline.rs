@@ -97,6 +97,8 @@ pub struct PipelineConfig {
     pub seed: u64,
     /// Numbers of filter rules (none of which a flow matches) of the filter study.
     pub filter_rules: Vec<usize>,
+    /// Numbers of flows of the connections study (each its own connection).
+    pub connections: Vec<usize>,
 }
 
 impl Default for PipelineConfig {
@@ -111,6 +113,7 @@ impl Default for PipelineConfig {
             pool: 4096,
             seed: 1,
             filter_rules: vec![0, 2, 32, 128, 1000, 10_000],
+            connections: vec![1, 1_000, 100_000, 1_000_000],
         }
     }
 }
@@ -356,17 +359,33 @@ struct Lane<'a> {
     strays: u64,
 }
 
+/// What a lane's packets meet: the router's rules, and whether their connections are
+/// tracked (in a table of the lane's own).
+#[derive(Clone, Default)]
+struct Firewall {
+    rules: Arc<Filter>,
+    tracked: bool,
+}
+
 impl<'a> Lane<'a> {
     fn new(
         router: &'a Router,
         flows: &'a Flows,
         pool: usize,
         first: usize,
-        rules: &Arc<Filter>,
+        firewall: &Firewall,
     ) -> Lane<'a> {
         let frames = &flows.frames[..];
         let mut pipeline = Pipeline::new();
-        pipeline.rules = rules.clone();
+        pipeline.rules = firewall.rules.clone();
+        if firewall.tracked {
+            let mut settings = fibre_conntrack::Settings::kernel_defaults();
+            settings.max = 4 << 20;
+            pipeline.tracked = 3;
+            pipeline.conntrack = Some(Arc::new(Mutex::new(fibre_conntrack::Conntrack::new(
+                settings,
+            ))));
+        }
         Lane {
             router,
             frames,
@@ -458,7 +477,7 @@ fn measure_lanes(
     cfg: &PipelineConfig,
     threads: usize,
     vector: usize,
-    rules: &Arc<Filter>,
+    firewall: &Firewall,
 ) -> Result<Measured, String> {
     let reps = cfg.repetitions.max(1);
     // Per repetition, per thread, each stage's ns per packet.
@@ -470,7 +489,7 @@ fn measure_lanes(
             repetitions: reps,
             threads,
         },
-        |t| Lane::new(router, flows, cfg.pool, t * per_thread, rules),
+        |t| Lane::new(router, flows, cfg.pool, t * per_thread, firewall),
         |lane, rep| {
             let n = lane.forward(cfg.packets, vector);
             let mut ns = [0.0; STAGES.len()];
@@ -525,6 +544,41 @@ pub struct Flows {
 }
 
 impl Flows {
+    /// `n` flows made of these: each frame again with other source ports, as many
+    /// times as it takes (the UDP checksum kept right).
+    pub fn with_count(&self, n: usize) -> Flows {
+        let transport = if self.family == 4 { 34 } else { 54 };
+        let frames = (0..n.max(1))
+            .map(|k| {
+                let mut f = self.frames[k % self.frames.len()];
+                let round = (k / self.frames.len()) as u16;
+                let at = transport;
+                let old = u16::from_be_bytes([f[at], f[at + 1]]);
+                let new = old.wrapping_add(round.wrapping_mul(7919));
+                f[at..at + 2].copy_from_slice(&new.to_be_bytes());
+                let c = u16::from_be_bytes([f[at + 6], f[at + 7]]);
+                if c != 0 {
+                    // RFC 1624: ~(~HC + ~m + m').
+                    let mut sum = u32::from(!c) + u32::from(!old) + u32::from(new);
+                    sum = (sum & 0xffff) + (sum >> 16);
+                    sum = (sum & 0xffff) + (sum >> 16);
+                    let mut c = !(sum as u16);
+                    if c == 0 {
+                        c = 0xffff;
+                    }
+                    f[at + 6..at + 8].copy_from_slice(&c.to_be_bytes());
+                }
+                f
+            })
+            .collect();
+        Flows {
+            family: self.family,
+            frames,
+            len: self.len,
+            left_out: self.left_out,
+        }
+    }
+
     /// `cfg.flows` flows to matched addresses of `table`, those `router` forwards.
     pub fn new<K: Key>(router: &Router, table: &[Prefix<K>], cfg: &PipelineConfig) -> Flows {
         let frames = flows(table, cfg.flows, cfg.seed, INPUT_MAC, HOST_MAC);
@@ -568,7 +622,10 @@ pub fn pipeline_study(
     }
     let mhz = fibre_dataplane::runtime::cpu_mhz();
     let cycles = |ns: f64| mhz.map(|m| ns * m / 1e3);
-    let no_rules = Arc::new(Filter::default());
+    let no_rules = Firewall {
+        rules: Arc::new(Filter::default()),
+        tracked: false,
+    };
     let mut threads: Vec<usize> = cfg.threads.clone();
     threads.sort_unstable();
     threads.dedup();
@@ -638,7 +695,11 @@ pub fn pipeline_study(
             if mode == "walked" {
                 c.packets = (cfg.packets * 32 / (32 + n)).max(4 * cfg.vector);
             }
-            let m = measure_lanes(router, flows, &c, 1, cfg.vector, &Arc::new(filter))?;
+            let firewall = Firewall {
+                rules: Arc::new(filter),
+                tracked: false,
+            };
+            let m = measure_lanes(router, flows, &c, 1, cfg.vector, &firewall)?;
             let mut f = base(family, routes, 1, cfg.vector);
             f["metric"] = json!("filter");
             f["rules"] = json!(n);
@@ -651,15 +712,94 @@ pub fn pipeline_study(
             emit(f);
         }
     }
+    // Connections: each flow its own, tracked; then masqueraded out of the output link;
+    // then behind 1,000 filter rules none matches too.
+    let stage = |name: &str| STAGES.iter().position(|s| *s == name).expect("a stage");
+    for &n in &cfg.connections {
+        let many = flows.with_count(n);
+        for (mode, rules) in [
+            ("tracked", connection_rules(0, false, family)),
+            ("masquerade", connection_rules(0, true, family)),
+            (
+                "masquerade, 1000 rules",
+                connection_rules(1000, true, family),
+            ),
+        ] {
+            step(&format!("IPv{family}: {n} connections, {mode}"));
+            let firewall = Firewall {
+                rules: Arc::new(rules),
+                tracked: true,
+            };
+            let m = measure_lanes(router, &many, cfg, 1, cfg.vector, &firewall)?;
+            let mut f = base(family, routes, 1, cfg.vector);
+            f["metric"] = json!("connections");
+            f["connections"] = json!(n);
+            f["mode"] = json!(mode);
+            f["ns_per_packet"] = json!(m.per_packet.mean);
+            f["mean_dev"] = json!(m.per_packet.mean_dev);
+            f["cycles_per_packet"] = json!(cycles(m.per_packet.mean));
+            f["conntrack_ns"] = json!(m.stages[stage("conntrack")].mean);
+            f["filter_ns"] = json!(m.stages[stage("filter")].mean);
+            f["route_ns"] = json!(m.stages[stage("route")].mean);
+            let forwarding: f64 = m
+                .stages
+                .iter()
+                .zip(STAGES)
+                .filter(|(_, n)| *n != "receive" && *n != "output")
+                .map(|(s, _)| s.mean)
+                .sum();
+            f["forwarding_ns"] = json!(forwarding);
+            emit(f);
+        }
+    }
     Ok(())
+}
+
+/// The rules of the connections study (whose lanes track every connection, as a
+/// ruleset with a `ct` rule has them): `n` rules no flow matches at the forward hook,
+/// and with `masquerade`, a `nat` chain masquerading out of every link.
+pub fn connection_rules(n: usize, masquerade: bool, family: u8) -> Filter {
+    use fibre_firewall::build::{self, ChainSpec};
+    let mut chains = vec![ChainSpec {
+        nat: false,
+        name: "forward".into(),
+        hook: Some((2, 1)),
+        rules: unmatched_expressions(n, family),
+    }];
+    if masquerade {
+        chains.push(ChainSpec {
+            nat: true,
+            name: "postrouting".into(),
+            hook: Some((4, 1)),
+            rules: vec![vec![build::masquerade()]],
+        });
+    }
+    let r = build::ruleset(fibre_firewall::message::Family::Inet, "fw", chains);
+    Filter::of(&r)
 }
 
 /// `n` filter rules at the forward hook of an `inet` table, as `nft` compiles `ip saddr
 /// 198.18.X.Y drop` (`ip6 saddr 2001:db8:ffff::X drop` for IPv6): each source an
 /// address no flow has, so that every packet goes through them all and passes.
 pub fn unmatched_rules(n: usize, family: u8) -> Filter {
-    use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
-    let rules = (0..n)
+    use fibre_firewall::build::{ruleset, ChainSpec};
+    let r = ruleset(
+        fibre_firewall::message::Family::Inet,
+        "filter",
+        vec![ChainSpec {
+            nat: false,
+            name: "forward".into(),
+            hook: Some((2, 1)),
+            rules: unmatched_expressions(n, family),
+        }],
+    );
+    Filter::of(&r)
+}
+
+/// The expressions of [`unmatched_rules`]' rules.
+fn unmatched_expressions(n: usize, family: u8) -> Vec<Vec<fibre_firewall::message::Expression>> {
+    use fibre_firewall::build::{cmp, meta, payload, verdict};
+    (0..n)
         .map(|i| {
             let i = i as u32;
             let (nfproto, offset, address) = if family == 4 {
@@ -676,17 +816,7 @@ pub fn unmatched_rules(n: usize, family: u8) -> Filter {
                 verdict(0, None),
             ]
         })
-        .collect();
-    let r = ruleset(
-        fibre_firewall::message::Family::Inet,
-        "filter",
-        vec![ChainSpec {
-            name: "forward".into(),
-            hook: Some((2, 1)),
-            rules,
-        }],
-    );
-    Filter::of(&r)
+        .collect()
 }
 
 /// The figures of `family` and `metric`.
@@ -880,6 +1010,38 @@ pub fn markdown(figures: &[Value]) -> String {
                 }
             }
             let _ = writeln!(md, "{row}");
+        }
+        let _ = writeln!(md);
+    }
+    let connections: Vec<&Value> = of(figures, "pipeline", Some("connections")).collect();
+    if !connections.is_empty() {
+        let _ = writeln!(
+            md,
+            "## In memory, one core: connections tracked and translated\n\nEach flow its \
+             own connection (UDP, one way), tracked as the kernel's conntrack tracks it; then \
+             masqueraded out of the output link; then behind 1,000 filter rules none matches \
+             (walked with blocks). Per packet, ns: the conntrack stage (tracking, prerouting, \
+             destination NAT), the filter stage (the rules, source NAT, the confirm), and the \
+             whole packet but its receive and output (`forwarding`). The budget: routing, \
+             conntrack, NAT and 1,000 rules within 100 ns.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| family | connections | mode | conntrack | filter | forwarding | packet |\n\
+             |---|---:|---|---:|---:|---:|---:|"
+        );
+        for f in &connections {
+            let _ = writeln!(
+                md,
+                "| IPv{} | {} | {} | {} | {} | {} | {} |",
+                f["family"],
+                f["connections"],
+                f["mode"].as_str().unwrap_or(""),
+                show(num(&f["conntrack_ns"]), 1),
+                show(num(&f["filter_ns"]), 1),
+                show(num(&f["forwarding_ns"]), 1),
+                show(num(&f["ns_per_packet"]), 1)
+            );
         }
         let _ = writeln!(md);
     }
@@ -1236,7 +1398,7 @@ mod tests {
         ] {
             assert_eq!(flows.left_out, 0, "every matched address is routed");
             assert_eq!(flows.frames.len(), 500);
-            let mut lane = Lane::new(&router, &flows, 1024, 0, &Arc::default());
+            let mut lane = Lane::new(&router, &flows, 1024, 0, &Firewall::default());
             assert_eq!(lane.forward(1000, 64), 1000);
             assert_eq!(lane.strays, 0);
             let p = &lane.pipeline;

@@ -123,6 +123,10 @@ pub struct PipelineArgs {
     /// comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0,2,32,128,1000,10000")]
     filter_rules: Vec<usize>,
+    /// Numbers of connections of the connections study (each flow its own, tracked,
+    /// then masqueraded, then behind 1,000 filter rules), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,1000,100000,1000000")]
+    connections: Vec<usize>,
     /// Leave out the veth study (the kernel and fibre forwarding between namespaces).
     #[arg(long)]
     no_veth: bool,
@@ -423,6 +427,7 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
         vectors: args.vectors.clone(),
         seed: args.seed,
         filter_rules: args.filter_rules.clone(),
+        connections: args.connections.clone(),
         ..PipelineConfig::default()
     };
     let out = output_folder(&args.out, "pipeline", Some("fibre bench pipeline"))?;

@@ -109,10 +109,9 @@ impl Firewall {
     /// Closes what it closes through `shared` from now on (the workers started with
     /// it closed already).
     pub fn attach(&mut self, shared: Arc<Shared>) {
-        if let Err(e) = shared.enforce(self.filter.clone(), self.tracked, self.closed) {
-            eprintln!("fibre daemon: the express path's generation: {e}");
-        }
         self.shared = Some(shared);
+        // Judged again: whether the workers can claim translated frames is known now.
+        self.judge();
     }
 
     /// Dumps again; if the dump fails, everything closes. Whether what is closed
@@ -181,6 +180,9 @@ impl Firewall {
         self.refusals = gate::refusals(&self.ruleset, &self.links, &self.legacy);
         self.filter = Arc::new(Filter::of(&self.ruleset));
         self.tracked = gate::tracked(&self.ruleset).bits();
+        if let Some(refusal) = self.unclaimable() {
+            self.refusals.push(refusal);
+        }
         // Closed to the express path, which neither filters nor tracks: what is filtered
         // or tracked.
         let filtered = u8::from(self.filter.holds(false))
@@ -207,6 +209,35 @@ impl Firewall {
                 eprintln!("fibre daemon: {line}");
             }
         }
+    }
+
+    /// Where the workers cannot keep the frames of translated connections from the
+    /// kernel's stack (`fibre_dataplane::claims`: the traffic-control program could not
+    /// be attached), the families the ruleset translates, refused.
+    fn unclaimable(&self) -> Option<Refusal> {
+        let shared = self.shared.as_ref()?;
+        let claims = shared
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some();
+        let families = Families {
+            v4: self.filter.translates(false),
+            v6: self.filter.translates(true),
+        };
+        (!claims && families.any()).then(|| Refusal {
+            families,
+            errors_only: false,
+            family: "nat".into(),
+            table: "of every family".into(),
+            chain: None,
+            handle: None,
+            rule: "the ruleset's nat chains".into(),
+            why: "the traffic-control program that keeps the replies of translated \
+                  connections from the kernel's stack could not be attached (`fibre ctl \
+                  stats`: forwarding.claims.unavailable)"
+                .into(),
+        })
     }
 
     /// What to close to workers that start before they are given the filter rules

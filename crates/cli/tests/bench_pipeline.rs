@@ -89,6 +89,8 @@ fn the_packet_path_is_measured_stage_by_stage_in_memory() {
             "1,256",
             "--filter-rules",
             "0,32",
+            "--connections",
+            "1,4096",
         ],
     );
     for family in [4, 6] {
@@ -142,6 +144,37 @@ fn the_packet_path_is_measured_stage_by_stage_in_memory() {
             let ns = num(f, "filter_ns");
             assert_eq!(ns == 0.0, f["rules"] == 0, "{f}");
             assert!(num(f, "ns_per_packet") > 0.0, "{f}");
+        }
+        // The connections study: 1 and 4,096 connections, tracked, masqueraded, behind
+        // 1,000 rules; the conntrack stage costs something, the rules more.
+        let connections = of("connections");
+        let shape: Vec<(u64, &str)> = connections
+            .iter()
+            .map(|f| {
+                (
+                    f["connections"].as_u64().unwrap(),
+                    f["mode"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (1, "tracked"),
+                (1, "masquerade"),
+                (1, "masquerade, 1000 rules"),
+                (4096, "tracked"),
+                (4096, "masquerade"),
+                (4096, "masquerade, 1000 rules")
+            ]
+        );
+        for f in &connections {
+            assert!(num(f, "conntrack_ns") > 0.0, "{f}");
+            assert!(num(f, "forwarding_ns") > num(f, "conntrack_ns"), "{f}");
+            assert!(
+                num(f, "filter_ns") > 0.0,
+                "the filter stage confirms each connection: {f}"
+            );
         }
         let forwarding = of("forwarding");
         assert_eq!(forwarding.len(), 1);

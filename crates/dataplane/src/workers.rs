@@ -303,6 +303,13 @@ impl Workers {
             }
         };
         if let Err(e) = claims.and_then(|c| c.attach(&workers.links)) {
+            // None at all rather than some links without: the firewall closes what
+            // is translated.
+            *workers
+                .shared
+                .claims
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             workers.claims_unavailable = Some(e.to_string());
         }
         for (w, (ports, pool)) in opened.into_iter().enumerate() {

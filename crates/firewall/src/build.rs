@@ -93,6 +93,11 @@ pub fn counter() -> Expression {
     expression("counter", vec![])
 }
 
+/// `masq`: masquerade, with no ports or flags.
+pub fn masquerade() -> Expression {
+    expression("masq", vec![])
+}
+
 /// A chain to make: its name, its hook's number and its policy (0 drop, 1 accept) if it
 /// is a base chain of type filter at priority 0, and its rules' expressions.
 pub struct ChainSpec {
@@ -100,6 +105,9 @@ pub struct ChainSpec {
     pub name: String,
     /// Its hook and policy, if a base chain.
     pub hook: Option<(u32, u32)>,
+    /// Whether the base chain is of type `nat` (at NAT's priority for its hook:
+    /// -100 at prerouting, 100 at postrouting), not `filter` (at 0).
+    pub nat: bool,
     /// Its rules.
     pub rules: Vec<Vec<Expression>>,
 }
@@ -127,11 +135,15 @@ pub fn ruleset(family: Family, table: &str, chains: Vec<ChainSpec>) -> Ruleset {
                 handle,
                 hook: c.hook.map(|(number, _)| Hook {
                     number,
-                    priority: 0,
+                    priority: match (c.nat, number) {
+                        (true, 0) => -100,
+                        (true, _) => 100,
+                        _ => 0,
+                    },
                     devices: vec![],
                 }),
                 policy: c.hook.map(|(_, p)| p),
-                kind: c.hook.map(|_| "filter".into()),
+                kind: c.hook.map(|_| if c.nat { "nat" } else { "filter" }.into()),
             }),
             0,
         );

@@ -1539,6 +1539,7 @@ mod tests {
 
     fn chain(name: &str, hook: Option<(u32, u32)>, rules: Vec<Vec<Expression>>) -> ChainSpec {
         ChainSpec {
+            nat: false,
             name: name.into(),
             hook,
             rules,

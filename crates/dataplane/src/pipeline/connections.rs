@@ -190,7 +190,9 @@ impl Pipeline {
         partial: bool,
         now: u64,
     ) -> Option<Fate> {
-        if !table.bound(tracked, Manip::Destination) {
+        // The chains see a connection's first packets only (the kernel's `IP_CT_NEW`),
+        // until it is bound.
+        if tracked.state() == State::New && !table.bound(tracked, Manip::Destination) {
             let verdict = self.rules.nat(
                 Hook::Prerouting,
                 frame,
@@ -257,7 +259,7 @@ impl Pipeline {
                 table.end(tracked);
                 return false;
             }
-            if !table.bound(tracked, Manip::Source) {
+            if tracked.state() == State::New && !table.bound(tracked, Manip::Source) {
                 let verdict = self.rules.nat(
                     Hook::Postrouting,
                     pool.frame(id),
