@@ -644,11 +644,15 @@ impl Conntrack {
                     return *original;
                 }
             } else {
-                let mapped = asking.table.mapped_from(original).find_map(|c| {
-                    let mut r = c.tuples[1].inverted()?;
-                    (r.dst, r.dst_port) = (original.dst, original.dst_port);
-                    in_range(&r, m, range).then_some(r)
-                });
+                let mapped = asking
+                    .table
+                    .mapped_from(original)
+                    .into_iter()
+                    .find_map(|c| {
+                        let mut r = c.tuples[1].inverted()?;
+                        (r.dst, r.dst_port) = (original.dst, original.dst_port);
+                        in_range(&r, m, range).then_some(r)
+                    });
                 if let Some(r) = mapped {
                     if !asking.used(&r) {
                         return r;

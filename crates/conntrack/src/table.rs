@@ -260,8 +260,11 @@ pub struct Conntrack {
     /// and NAT to translate their packets by.
     gone: Vec<(u64, Connection)>,
     /// The connections with a source binding, by their original source (address, port,
-    /// protocol): `nf_nat_bysource`.
-    pub(crate) by_source: HashTable<u32>,
+    /// protocol): `nf_nat_bysource`. Each entry is the order it was entered in (high
+    /// 32 bits), then the slot: the kernel looks at the newest first.
+    pub(crate) by_source: HashTable<u64>,
+    /// The order of the next entry of `by_source`.
+    entered: u32,
     /// The state of the random numbers NAT draws ports from.
     pub(crate) random: u64,
     /// The tuples of translated connections removed since the last
@@ -293,6 +296,7 @@ impl Conntrack {
             ticket: 0,
             gone: Vec::new(),
             by_source: HashTable::new(),
+            entered: 0,
             random: foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1,
             released: Vec::new(),
             cursor: 0,
@@ -381,15 +385,19 @@ impl Conntrack {
     }
 
     /// The connections with a source binding whose original source (address, port,
-    /// protocol) is `t`'s.
-    pub(crate) fn mapped_from<'s>(&'s self, t: &'s Tuple) -> impl Iterator<Item = &'s Connection> {
-        self.by_source
+    /// protocol) is `t`'s, the newest first (as the kernel's list holds them).
+    pub(crate) fn mapped_from(&self, t: &Tuple) -> Vec<&Connection> {
+        let mut found: Vec<(u64, &Connection)> = self
+            .by_source
             .iter_hash(self.source_hash(t))
-            .filter_map(|&s| self.slots.get(s as usize)?.as_ref())
-            .filter(move |c| {
+            .filter_map(|&e| Some((e, self.slots.get(e as u32 as usize)?.as_ref()?)))
+            .filter(|(_, c)| {
                 let o = &c.tuples[0];
                 (o.src, o.src_port, o.protocol, o.v6) == (t.src, t.src_port, t.protocol, t.v6)
             })
+            .collect();
+        found.sort_unstable_by_key(|(e, _)| std::cmp::Reverse(e >> 32));
+        found.into_iter().map(|(_, c)| c).collect()
     }
 
     /// Moves the tuples of the translated connections removed since the last call
@@ -448,7 +456,7 @@ impl Conntrack {
         }
         if c.status & nat::SRC_NAT_DONE != 0 {
             let hash = self.source_hash(&c.tuples[0]);
-            if let Ok(e) = self.by_source.find_entry(hash, |&s| s == slot) {
+            if let Ok(e) = self.by_source.find_entry(hash, |&e| e as u32 == slot) {
                 e.remove();
             }
         }
@@ -489,8 +497,12 @@ impl Conntrack {
             let hash = self.source_hash(&c.tuples[0]);
             let (slots, hasher) = (&self.slots, &self.hasher);
             let original = c.tuples[0];
-            self.by_source.insert_unique(hash, slot, |&s| {
-                let t = match slots.get(s as usize).and_then(Option::as_ref) {
+            // (Past 2^32 entries the order wraps: the newest may then be taken for the
+            // oldest, among connections from one source.)
+            self.entered = self.entered.wrapping_add(1);
+            let entry = u64::from(self.entered) << 32 | u64::from(slot);
+            self.by_source.insert_unique(hash, entry, |&e| {
+                let t = match slots.get(e as u32 as usize).and_then(Option::as_ref) {
                     Some(other) => other.tuples[0],
                     None => original,
                 };

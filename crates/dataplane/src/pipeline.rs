@@ -1852,4 +1852,194 @@ route add 10.7.0.0/16 via 10.0.1.2
         }
         assert!(pipeline.route.packets >= 5000);
     }
+
+    /// The Internet checksum over `parts` holds (sums to all ones).
+    fn holds(parts: &[&[u8]]) -> bool {
+        let mut sum: u32 = 0;
+        for p in parts {
+            for c in p.chunks(2) {
+                sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+            }
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum == 0xffff
+    }
+
+    /// An IPv4 frame's header and transport checksums hold.
+    fn checksums_hold(f: &[u8]) -> bool {
+        let ip = &f[ETHERNET_LEN..];
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let l4 = &ip[20..total];
+        let pseudo = [
+            &ip[12..20],
+            &[0, ip[9]],
+            &(l4.len() as u16).to_be_bytes()[..],
+        ]
+        .concat();
+        holds(&[&ip[..20]])
+            && match ip[9] {
+                1 => holds(&[l4]),
+                _ => holds(&[&pseudo, l4]),
+            }
+    }
+
+    /// A flow: protocol, source, source port (an echo's identifier), destination,
+    /// destination port.
+    type Flow = (u8, [u8; 4], u16, [u8; 4], u16);
+
+    /// NAT over the whole pipeline, with random flows from `a0`'s network to beyond
+    /// `b0`, masqueraded: each leaves from the router's address on `b0`, its checksums
+    /// holding, no two flows to one destination on the same tuple, a port kept where no
+    /// other flow holds it; each reply, made of what left, comes back through the
+    /// pipeline to the flow's own source and port, its checksums holding. Random
+    /// protocols (UDP, TCP, ICMP echo), sources and ports from small sets (so that
+    /// ports collide), across vectors of one pipeline.
+    #[test]
+    fn masqueraded_flows_and_their_replies_round_trip() {
+        use fibre_firewall::build::{masquerade, ruleset, ChainSpec};
+        let (_, snap, a0, b0) = router("");
+        let nat = ruleset(
+            fibre_firewall::message::Family::Ip,
+            "nat",
+            vec![ChainSpec {
+                nat: true,
+                name: "post".into(),
+                hook: Some((4, 1)),
+                rules: vec![vec![masquerade()]],
+            }],
+        );
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut pool = Pool::new(64, 2048);
+        let mut run = |pipeline: &mut Pipeline, link: &fibre_fib::Link, frames: &[Vec<u8>]| {
+            let mut out = Vec::new();
+            for chunk in frames.chunks(32) {
+                let mut ids = Vec::new();
+                pool.alloc(chunk.len(), &mut ids);
+                for (id, f) in ids.iter().zip(chunk) {
+                    pool.fill(*id, f);
+                }
+                let mut fates = Vec::new();
+                let arrival = Arrival {
+                    link: link.index,
+                    mac: link.mac,
+                };
+                pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+                for (id, fate) in ids.iter().zip(&fates) {
+                    out.push((*fate, pool.frame(*id).to_vec()));
+                }
+                pool.free(&ids);
+            }
+            out
+        };
+        for seed in 0..8u64 {
+            let mut pipeline = Pipeline::new();
+            pipeline.rules = Arc::new(Filter::of(&nat));
+            pipeline.tracked = 1;
+            pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
+                fibre_conntrack::Settings::kernel_defaults(),
+            ))));
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            // Each flow: protocol, source, source port, destination, destination port.
+            let mut flows: Vec<Flow> = Vec::new();
+            while flows.len() < 120 {
+                let proto = [6, 17, 1][rng.gen_range(0..3)];
+                let flow = (
+                    proto,
+                    [10, 0, 0, rng.gen_range(2..6)],
+                    [1000, 2000, 40000, 40001, 700][rng.gen_range(0..5)],
+                    [10, 1, 0, rng.gen_range(1..4)],
+                    if proto == 1 {
+                        0
+                    } else {
+                        [53, 80][rng.gen_range(0..2)]
+                    },
+                );
+                if !flows.contains(&flow) {
+                    flows.push(flow);
+                }
+            }
+            let frame = |from: [u8; 6], to: [u8; 6], f: &Flow, reply: bool| {
+                let b = PacketBuilder::ethernet2(from, to).ipv4(f.1, f.3, 64);
+                let mut out = Vec::new();
+                match (f.0, reply) {
+                    (6, _) => {
+                        let t = b.tcp(f.2, f.4, 1, 64240);
+                        if reply { t.syn().ack(2) } else { t.syn() }
+                            .write(&mut out, &[])
+                            .unwrap()
+                    }
+                    (17, _) => b.udp(f.2, f.4).write(&mut out, &[5; 11]).unwrap(),
+                    (_, false) => b
+                        .icmpv4_echo_request(f.2, 1)
+                        .write(&mut out, &[1; 8])
+                        .unwrap(),
+                    (_, true) => b
+                        .icmpv4_echo_reply(f.2, 1)
+                        .write(&mut out, &[1; 8])
+                        .unwrap(),
+                }
+                out
+            };
+            let frames: Vec<Vec<u8>> = flows
+                .iter()
+                .map(|f| frame(NEIGHBOUR, a0.mac, f, false))
+                .collect();
+            let sent = run(&mut pipeline, &a0, &frames);
+            let mut replies = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            let mut mapped = HashMap::new();
+            for ((fate, out), f) in sent.iter().zip(&flows) {
+                assert_eq!(*fate, Fate::Out(b0.index), "{f:?}");
+                assert!(checksums_hold(out), "{f:?}: {out:02x?}");
+                let ip = &out[ETHERNET_LEN..];
+                assert_eq!(
+                    (&ip[12..16], &ip[16..20]),
+                    (&[10, 0, 1, 1][..], &f.3[..]),
+                    "{f:?}"
+                );
+                let port = u16::from_be_bytes(if f.0 == 1 {
+                    [ip[24], ip[25]]
+                } else {
+                    [ip[20], ip[21]]
+                });
+                // The port the latest earlier flow from the same source got (the
+                // kernel's `find_appropriate_src`), else its own, kept where no earlier
+                // flow to the same place holds it; else moved within its class (ports
+                // under 1024 stay under it, ICMP identifiers anywhere).
+                let wanted = mapped
+                    .insert((f.0, f.1, f.2), port)
+                    .filter(|w| !seen.contains(&(f.0, f.3, f.4, *w)));
+                let own_free = !seen.contains(&(f.0, f.3, f.4, f.2));
+                if let Some(w) = wanted {
+                    assert_eq!(port, w, "{f:?}");
+                } else if own_free {
+                    assert_eq!(port, f.2, "{f:?}");
+                } else if f.0 != 1 {
+                    assert_eq!((port < 1024, f.2 < 1024), (f.2 < 1024, f.2 < 1024), "{f:?}");
+                }
+                assert!(seen.insert((f.0, f.3, f.4, port)), "{f:?}: a tuple twice");
+                // An echo's answer carries the identifier where a port would be.
+                let back = match f.0 {
+                    1 => (1, f.3, port, [10, 0, 1, 1], 0),
+                    _ => (f.0, f.3, f.4, [10, 0, 1, 1], port),
+                };
+                replies.push(frame(NEIGHBOUR, b0.mac, &back, true));
+            }
+            let back = run(&mut pipeline, &b0, &replies);
+            for ((fate, out), f) in back.iter().zip(&flows) {
+                assert_eq!(*fate, Fate::Out(a0.index), "{f:?}");
+                assert!(checksums_hold(out), "{f:?}: {out:02x?}");
+                let ip = &out[ETHERNET_LEN..];
+                assert_eq!((&ip[12..16], &ip[16..20]), (&f.3[..], &f.1[..]), "{f:?}");
+                let port = u16::from_be_bytes(if f.0 == 1 {
+                    [ip[24], ip[25]]
+                } else {
+                    [ip[22], ip[23]]
+                });
+                assert_eq!(port, f.2, "{f:?}");
+            }
+        }
+    }
 }
