@@ -284,7 +284,8 @@ pub(crate) fn unique_port(t: &mut Tuple, r: &Range, m: Manip, ports: &mut impl P
                 (0, 65536)
             } else {
                 let (lo, hi) = (u32::from(r.min_proto), u32::from(r.max_proto));
-                (lo, hi.wrapping_sub(lo).wrapping_add(1) & 0xffff)
+                // 0 to 65535 is 65536 identifiers (the kernel's unsigned arithmetic).
+                (lo, hi.wrapping_sub(lo).wrapping_add(1))
             }
         }
         TCP | UDP => {
@@ -451,7 +452,11 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
                 }
                 if echo(ip[l4]) {
                     let id = get16(ip, l4 + 4);
-                    field = replace(field, &[id], &[target.src_port], false);
+                    // A partial checksum is left as it is (`inet_proto_csum_replace2`
+                    // without the pseudo-header).
+                    if !partial {
+                        field = replace(field, &[id], &[target.src_port], false);
+                    }
                     put16(ip, l4 + 4, target.src_port);
                 }
                 put16(ip, l4 + 2, field);
@@ -483,8 +488,7 @@ fn checksum(b: &[u8]) -> u16 {
 /// a connection whose tuples are `tuples`, going its direction `dir`, at the hook that
 /// rewrites `m`: the packet it quotes is rewritten as the connection's other direction
 /// is, its checksum made again, then its own addresses as the reply to that packet's
-/// would be. False: it cannot be (truncated; a redirect about a translated
-/// connection), and is dropped.
+/// would be. False: it cannot be (truncated), and is dropped.
 pub(crate) fn icmp_error(
     ip: &mut [u8],
     n: &Network,
@@ -494,9 +498,6 @@ pub(crate) fn icmp_error(
     partial: bool,
 ) -> bool {
     let l4 = n.transport;
-    if !n.v6 && ip.get(l4) == Some(&5) {
-        return false;
-    }
     let end = n.len.min(ip.len());
     let Some(quoted) = tuple::quoted_network(&ip[..end], l4 + 8, n.v6) else {
         return false;
@@ -622,7 +623,9 @@ impl Conntrack {
     /// by another link than the one it was masqueraded out of (`nf_nat_oif_changed`):
     /// the kernel ends the connection ([`Conntrack::end`]) and drops the packet.
     pub fn left_its_link(&self, t: &Tracked, oif: u32) -> bool {
-        !t.reply()
+        // (ICMP errors RELATED to it are not held to it, as the kernel's error path.)
+        t.state() != State::Related
+            && !t.reply()
             && self
                 .connection(t)
                 .is_some_and(|c| c.masquerade != 0 && c.masquerade != oif)
@@ -679,14 +682,21 @@ impl Conntrack {
         if dir == 1 {
             bit ^= SRC_NAT | DST_NAT;
         }
-        if c.status & bit == 0 {
-            return true;
-        }
         let Ok(n) = tuple::network(ip) else {
             return true;
         };
         if t.state() == State::Related {
-            return icmp_error(ip, &n, &c.tuples, dir, m, partial);
+            // A redirect about a connection NAT has not finished with, or translated,
+            // is dropped, before anything else.
+            let done = SRC_NAT_DONE | DST_NAT_DONE;
+            let redirect = !n.v6 && ip.get(n.transport) == Some(&5);
+            if redirect && (c.status & done != done || c.status & (SRC_NAT | DST_NAT) != 0) {
+                return false;
+            }
+            return c.status & bit == 0 || icmp_error(ip, &n, &c.tuples, dir, m, partial);
+        }
+        if c.status & bit == 0 {
+            return true;
         }
         let Some(target) = c.tuples[1 - dir].inverted() else {
             return true;
@@ -714,8 +724,9 @@ impl Conntrack {
 mod tests {
     use super::*;
 
-    /// Whether the hash picks the kernel's address is checked against the kernel
-    /// (`tests/nat.rs`, a range of addresses); here, its shape.
+    /// Whether the hash picks the kernel's address is checked against the kernel (the
+    /// `fibre forward` NAT test of the command line, a range of addresses); here, its
+    /// shape.
     #[test]
     fn jhash2_is_deterministic_and_sensitive() {
         // Of zero words, the initial value's arithmetic alone.
@@ -831,22 +842,28 @@ mod tests {
         choose(&mut t, &r, Manip::Source, &mut Free(1));
         assert_eq!(t.src, mapped([203, 0, 113, 1]));
         assert!((2000..=3000).contains(&t.src_port), "{}", t.src_port);
-        // A range of addresses: the one chosen is within it, and the same for the same
-        // endpoints.
+        // A range of addresses: the one each source gets is within it, hashed from the
+        // endpoints alone (whatever the random numbers), and the sources spread.
         let r = Range {
             flags: MAP_IPS,
             max_addr: mapped([203, 0, 113, 20]),
             ..r
         };
-        let mut a = Tuple {
-            src_port: 4000,
-            ..t
-        };
-        let mut b = a;
-        choose(&mut a, &r, Manip::Source, &mut Free(1));
-        choose(&mut b, &r, Manip::Source, &mut Free(9));
-        assert_eq!(a, b);
-        assert!(r.min_addr <= a.src && a.src <= r.max_addr);
-        assert_eq!(a.src_port, 4000);
+        let mut given = std::collections::BTreeSet::new();
+        for k in 0..20 {
+            let mut a = Tuple {
+                src: mapped([10, 0, 0, k]),
+                src_port: 4000,
+                ..t
+            };
+            let mut b = a;
+            choose(&mut a, &r, Manip::Source, &mut Free(1));
+            choose(&mut b, &r, Manip::Source, &mut Free(9));
+            assert_eq!(a, b);
+            assert!(r.min_addr <= a.src && a.src <= r.max_addr);
+            assert_eq!(a.src_port, 4000);
+            given.insert(a.src);
+        }
+        assert!(given.len() > 4, "{given:?}");
     }
 }

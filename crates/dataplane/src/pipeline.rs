@@ -36,6 +36,7 @@
 //! Not yet: no redirects are sent for packets that leave by the link they came in on
 //! (the kernel sends them, and forwards the packet as fibre does).
 
+use crate::claims::Claims;
 use crate::fragment;
 use crate::icmp::{self, RateLimit};
 use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
@@ -425,15 +426,21 @@ pub struct Pipeline {
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
     /// What tracking made of each packet of the vector (none: not tracked).
     tracks: Vec<Option<Tracked>>,
-    /// The tuples of the vector's new translated connections that arrive at an address
-    /// of this host (the replies of a source translated to one, the original direction
-    /// of a destination translated from one), which the caller is to claim from the
-    /// kernel ([`crate::claims`]) if it sends their packet: the packet's index, the
-    /// tuple.
-    pub claims: Vec<(usize, Tuple)>,
-    /// The tuples of the translated connections that ended during the vector, as
-    /// claimed, for the caller to give back to the kernel.
-    pub released: Vec<Tuple>,
+    /// The map of frames claimed from the kernel's stack ([`crate::claims`]), if the
+    /// links have its program: the tuples of new translated connections that arrive at
+    /// an address of this host (the replies of a source translated to one, the
+    /// original direction of a destination translated from one) go in as the
+    /// connections are confirmed, and out as they end, under the table's lock.
+    pub claims: Option<Arc<Claims>>,
+    /// Whether to claim this vector's new connections (not where the kernel forwards
+    /// the frames itself, from its own copy).
+    pub claiming: bool,
+    /// Tuples claimed.
+    pub claimed: u64,
+    /// Tuples the map refused (full).
+    pub claims_failed: u64,
+    /// Tuples given back, the connections ended.
+    released: Vec<Tuple>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
     /// The IP identification of the next IPv4 error.
@@ -564,15 +571,17 @@ impl Pipeline {
         }
         self.input.add(n, t);
 
-        // Conntrack: where the ruleset has connections tracked.
-        if self.tracked != 0 && self.conntrack.is_some() {
+        // Conntrack: where the ruleset has connections tracked. The table is taken for
+        // the whole vector: what its packets made stays the vector's until it ends.
+        let shared_table = self.conntrack.clone().filter(|_| self.tracked != 0);
+        let mut table = shared_table
+            .as_ref()
+            .map(|c| c.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        self.tracks.clear();
+        if let Some(table) = table.as_deref_mut() {
             let t = Instant::now();
-            let tracked = self.conntrack_vector(snap, iif, mac, pool, packets, fates);
+            let tracked = self.conntrack_vector(table, snap, iif, mac, pool, packets, fates);
             self.conntrack_stage.add(tracked, t);
-        } else {
-            self.tracks.clear();
-            self.claims.clear();
-            self.released.clear();
         }
 
         // Route.
@@ -658,14 +667,23 @@ impl Pipeline {
         // connections are tracked.
         if self.rules.holds(false) || self.rules.holds(true) || self.tracked != 0 {
             let t = Instant::now();
-            let checked = self.filter_vector(snap, iif, pool, packets, fates, &mut next);
-            if self.tracks.iter().any(Option::is_some)
-                && (self.rules.translates(false) || self.rules.translates(true))
-            {
-                self.untranslate(pool, packets, fates);
+            let checked = self.filter_vector(
+                table.as_deref_mut(),
+                snap,
+                iif,
+                pool,
+                packets,
+                fates,
+                &mut next,
+            );
+            if let Some(table) = table.as_deref() {
+                if self.rules.translates(false) || self.rules.translates(true) {
+                    self.untranslate(table, pool, packets, fates);
+                }
             }
             self.filter.add(checked, t);
         }
+        drop(table);
 
         // Rewrite.
         let t = Instant::now();
@@ -823,8 +841,10 @@ impl Pipeline {
     /// and postrouting too, as those hooks see it, and its new connection confirmed if
     /// it passed. A packet they drop is neither sent nor answered, and gives back the
     /// buffers taken for its fragments. How many packets it put through the rules.
+    #[allow(clippy::too_many_arguments)]
     fn filter_vector(
         &mut self,
+        mut table: Option<&mut Conntrack>,
         snap: &Snapshot,
         iif: LinkIndex,
         pool: &mut Pool,
@@ -833,46 +853,30 @@ impl Pipeline {
         next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
     ) -> usize {
         let input = connections::view(snap, iif);
-        let conntrack = self.conntrack.clone();
-        let mut table = match &conntrack {
-            Some(c) if self.tracks.iter().any(Option::is_some) => {
-                Some(c.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            }
-            _ => None,
-        };
         let clock = self.limit.overall().now();
         // In the order they came: a connection's packets change it in turn.
         let mut order: Vec<(usize, bool)> = next.iter().map(|n| (n.0, true)).collect();
         order.extend(self.errors.iter().map(|e| (e.0, false)));
         order.sort_unstable_by_key(|o| o.0);
         let mut failed = Vec::new();
-        let mut claims = std::mem::take(&mut self.claims);
-        claims.clear();
         for (i, to_send) in order {
             let out = fates[i].output().filter(|_| to_send);
             let tracked = self.tracks.get(i).copied().flatten();
             let pass = match (tracked, table.as_deref_mut()) {
                 // Tracked: the prerouting hook is behind it (the conntrack stage).
-                (Some(t), Some(table)) => out.is_none_or(|out| {
-                    let now = self.times.get(i).copied().unwrap_or(clock);
-                    let new = table.unconfirmed(&t);
-                    let pass = self.leave(snap, table, &t, i, input, out, pool, packets[i], now);
-                    if let (true, true, Some(c)) = (pass, new, table.connection(&t)) {
-                        use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
-                        // What of it arrives at an address of this host NAT gave.
-                        for (bit, dir) in [(SRC_NAT, 1), (DST_NAT, 0)] {
-                            let tuple = c.tuples[dir];
-                            let local = c.status & bit != 0
-                                && snap
-                                    .route(&Query::to(tuple.destination()))
-                                    .is_ok_and(|a| a.kind == RouteType::Local);
-                            if local {
-                                claims.push((i, tuple));
-                            }
+                (Some(t), Some(table)) => match out {
+                    None => true,
+                    Some(out) => {
+                        let now = self.times.get(i).copied().unwrap_or(clock);
+                        let new = table.unconfirmed(&t);
+                        let pass =
+                            self.leave(snap, table, &t, i, input, out, pool, packets[i], now);
+                        if pass && new {
+                            self.claim(table, snap, &t);
                         }
+                        pass
                     }
-                    pass
-                }),
+                },
                 _ => {
                     let frame = pool.frame(packets[i]);
                     self.rules.prerouting(frame, input, None)
@@ -892,12 +896,9 @@ impl Pipeline {
                 failed.push((i, Fate::Drop(Dropped::Filtered)));
             }
         }
-        if let Some(t) = table.as_deref_mut() {
-            t.drain_released(&mut self.released);
+        if let Some(t) = table {
+            self.release(t);
         }
-        claims.retain(|c| !failed.iter().any(|f| f.0 == c.0));
-        self.claims = claims;
-        drop(table);
         let checked = next.len() + self.errors.len();
         next.retain(|n| !failed.iter().any(|f| f.0 == n.0));
         self.errors.retain(|e| !failed.iter().any(|f| f.0 == e.0));

@@ -729,6 +729,14 @@ impl Vector {
         waiting: &mut Waiting,
     ) {
         self.fates.clear();
+        // Frames of translated connections are claimed from the kernel's stack, but
+        // where the kernel forwards what arrives on this link itself (its copy).
+        self.pipeline.claims = self.claims.clone();
+        self.pipeline.claiming = !(kernel_has_its_copy
+            && self
+                .kernel_forwards
+                .iter()
+                .any(|(l, f)| *l == arrival.link && *f != 0));
         // The kernel answers an IPv6 reject route itself (forwarding on or off) when it
         // sees the frame; when it does not, fibre answers.
         self.pipeline.kernel_answers_ipv6_rejects = kernel_has_its_copy;
@@ -804,15 +812,6 @@ impl Vector {
                             );
                         }
                     }
-                    if let Some(claims) = &self.claims {
-                        // Claimed before the packet leaves, and so before any reply.
-                        for (_, reply) in self.pipeline.claims.iter().filter(|c| c.0 == i) {
-                            match claims.claim(reply) {
-                                Ok(()) => self.io.claimed += 1,
-                                Err(_) => self.io.claims_failed += 1,
-                            }
-                        }
-                    }
                     self.out.push(*link, id)
                 }
                 Fate::Icmp(_, link) => self.out.push(*link, id),
@@ -839,11 +838,8 @@ impl Vector {
                 _ => self.free.push(id),
             }
         }
-        if let Some(claims) = &self.claims {
-            for reply in &self.pipeline.released {
-                claims.release(reply);
-            }
-        }
+        self.io.claimed += std::mem::take(&mut self.pipeline.claimed);
+        self.io.claims_failed += std::mem::take(&mut self.pipeline.claims_failed);
         // Fragments of no packet cut (none, as the pipeline makes them) go back.
         self.free.extend(later.map(|f| f.1));
         let out = self.out.len();

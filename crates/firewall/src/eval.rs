@@ -188,13 +188,17 @@ impl Filter {
                 _ => continue,
             };
             for c in t.chains.values() {
+                // A `nat` chain at any hook registers the family's NAT hooks, and so
+                // the null bindings of forwarded connections.
+                if c.chain.kind.as_deref() == Some("nat") && c.chain.hook.is_some() {
+                    for &f in families {
+                        filter.translates[f] = true;
+                    }
+                }
                 let Some(hook) = c.chain.hook.as_ref().and_then(|h| Hook::of(h.number)) else {
                     continue;
                 };
                 if c.chain.kind.as_deref() == Some("nat") {
-                    for &f in families {
-                        filter.translates[f] = true;
-                    }
                     let at = match hook {
                         Hook::Prerouting => 0,
                         Hook::Postrouting => 1,

@@ -378,7 +378,8 @@ impl Map {
             value_size,
             max_entries: entries,
             map_flags: match map_type {
-                MapType::LpmTrie => BPF_F_NO_PREALLOC,
+                // Memory as elements come, not all of it at once.
+                MapType::LpmTrie | MapType::Hash => BPF_F_NO_PREALLOC,
                 _ => 0,
             },
             ..Default::default()

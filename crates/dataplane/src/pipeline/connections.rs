@@ -54,8 +54,10 @@ impl Pipeline {
     /// `self.v6` hold the vector's IP packets, `mac` the link's address): each one's
     /// fate set if it goes no further, its outcome kept in `self.tracks` if it does.
     /// How many packets it tracked.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn conntrack_vector(
         &mut self,
+        table: &mut Conntrack,
         snap: &Snapshot,
         iif: LinkIndex,
         mac: [u8; 6],
@@ -65,16 +67,8 @@ impl Pipeline {
     ) -> usize {
         self.tracks.clear();
         self.tracks.resize(packets.len(), None);
-        self.claims.clear();
-        let Some(conntrack) = self.conntrack.clone() else {
-            return 0;
-        };
-        let mut table = conntrack
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         table.settle();
-        self.released.clear();
-        table.drain_released(&mut self.released);
+        self.release(table);
         let clock = self.limit.overall().now();
         let input = view(snap, iif);
         let mut order: Vec<usize> = Vec::new();
@@ -111,20 +105,13 @@ impl Pipeline {
             let pass = self.rules.prerouting_part(
                 pool.frame(id),
                 input,
-                Some(&ct_of(&table, &tracked)),
+                Some(&ct_of(table, &tracked)),
                 Part::BeforeNat,
             );
             let fate = if !pass {
                 Some(Fate::Drop(Dropped::Filtered))
             } else if self.rules.translates(v6) {
-                self.destination_nat(
-                    &mut table,
-                    &tracked,
-                    input,
-                    pool.frame_mut(id),
-                    partial,
-                    now,
-                )
+                self.destination_nat(table, &tracked, input, pool.frame_mut(id), partial, now)
             } else {
                 None
             };
@@ -140,7 +127,7 @@ impl Pipeline {
             let pass = self.rules.prerouting_part(
                 pool.frame(id),
                 input,
-                Some(&ct_of(&table, &tracked)),
+                Some(&ct_of(table, &tracked)),
                 Part::AfterNat,
             );
             if !pass {
@@ -150,7 +137,6 @@ impl Pipeline {
             }
             self.tracks[i] = Some(tracked);
         }
-        drop(table);
         // The vector's IP packets now: those that go on, with what routing reads.
         if stopped.contains(&true) || self.rules.translates(false) || self.rules.translates(true) {
             let inputs = &self.inputs;
@@ -339,15 +325,54 @@ impl Pipeline {
         }))
     }
 
+    /// Claims from the kernel's stack the frames of `t`'s connection, just confirmed,
+    /// that arrive at an address of this host NAT gave ([`crate::claims`]), when the
+    /// vector's are to be claimed: after what ended before is given back, so that a
+    /// connection that takes an ended one's tuple keeps its claim.
+    pub(super) fn claim(&mut self, table: &mut Conntrack, snap: &Snapshot, t: &Tracked) {
+        if !self.claiming || self.claims.is_none() {
+            return;
+        }
+        self.release(table);
+        let Some(c) = table.connection(t) else { return };
+        let Some(claims) = &self.claims else { return };
+        use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
+        for (bit, dir) in [(SRC_NAT, 1), (DST_NAT, 0)] {
+            let tuple = c.tuples[dir];
+            let local = c.status & bit != 0
+                && snap
+                    .route(&fibre_fib::Query::to(tuple.destination()))
+                    .is_ok_and(|a| a.kind == fibre_fib::RouteType::Local);
+            if local {
+                match claims.claim(&tuple) {
+                    Ok(()) => self.claimed += 1,
+                    Err(_) => self.claims_failed += 1,
+                }
+            }
+        }
+    }
+
+    /// Gives back to the kernel the frames of the translated connections that ended
+    /// since last time.
+    pub(super) fn release(&mut self, table: &mut Conntrack) {
+        self.released.clear();
+        table.drain_released(&mut self.released);
+        if let Some(claims) = &self.claims {
+            for tuple in &self.released {
+                claims.release(tuple);
+            }
+        }
+    }
+
     /// Undoes destination NAT on the vector's tracked packets that go to the kernel or
     /// are answered with an error: each as it came.
-    pub(super) fn untranslate(&self, pool: &mut Pool, packets: &[BufferId], fates: &[Fate]) {
-        let Some(conntrack) = &self.conntrack else {
-            return;
-        };
-        let table = conntrack
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    pub(super) fn untranslate(
+        &self,
+        table: &Conntrack,
+        pool: &mut Pool,
+        packets: &[BufferId],
+        fates: &[Fate],
+    ) {
         for (i, t) in self.tracks.iter().enumerate() {
             let Some(t) = t else { continue };
             let back = matches!(fates[i], Fate::Kernel(_)) || self.errors.iter().any(|e| e.0 == i);
