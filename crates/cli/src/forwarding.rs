@@ -24,6 +24,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// The links up, and each link's addresses.
+type LinksUp = (Vec<u32>, Vec<(u32, std::net::IpAddr)>);
+
 /// The workers and what they share.
 pub struct Forwarding {
     shared: Arc<Shared>,
@@ -55,6 +58,8 @@ pub struct Forwarding {
     /// The families the kernel forwards itself from each forwarded link, by name
     /// ([`kernel_forwarding`]).
     kernel: Vec<(String, u8)>,
+    /// The links up and their addresses masqueraded connections were last held to.
+    masquerade_links: Option<LinksUp>,
 }
 
 /// Prefixes covering every destination of the families `families` holds (bit 0 IPv4,
@@ -138,6 +143,7 @@ impl Forwarding {
             failed: 0,
             relinked: 0,
             kernel: kernel_forwarding(names),
+            masquerade_links: None,
         };
         forwarding.publish_kernel_forwarding(mirror);
         forwarding.publish_neighbours(mirror, true);
@@ -343,6 +349,7 @@ impl Forwarding {
     /// workers started again on the links there are now.
     pub fn publish(&mut self, mirror: &Mirror, force: bool) {
         self.publish_neighbours(mirror, force);
+        self.end_masqueraded(mirror);
         if let Err(e) = self.publish_local(mirror) {
             eprintln!("fibre daemon: {e}");
         }
@@ -510,6 +517,49 @@ impl Forwarding {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&table, now)
+    }
+
+    /// Ends the masqueraded connections whose link went down or lost the address they
+    /// took, as the kernel's masquerade does when told, on each new state of the links.
+    fn end_masqueraded(&mut self, mirror: &Mirror) {
+        let state = mirror.state();
+        let up: Vec<u32> = state.links().filter(|l| l.up).map(|l| l.index).collect();
+        let addresses: Vec<(u32, std::net::IpAddr)> = state
+            .addresses()
+            .iter()
+            .map(|a| (a.link, a.local))
+            .collect();
+        // Only when the links or their addresses changed (not on every route's).
+        let now = (up, addresses);
+        if self.masquerade_links.as_ref() == Some(&now) {
+            return;
+        }
+        let (up, addresses) = self.masquerade_links.insert(now);
+        let mut table = self
+            .shared
+            .conntrack
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if table.end_masqueraded(|link, address| {
+            up.contains(&link) && addresses.contains(&(link, address))
+        }) == 0
+        {
+            return;
+        }
+        // Their frames go back to the kernel now, under the table's lock (as a worker
+        // gives back what ended, before it claims anything).
+        let mut released = Vec::new();
+        table.drain_released(&mut released);
+        if let Some(claims) = &*self
+            .shared
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            for tuple in &released {
+                claims.release(tuple);
+            }
+        }
     }
 
     /// The forwarding part of `fibre ctl stats`.

@@ -454,5 +454,16 @@ fn nat_gateway(io: &str) {
         listed.contains("dport=8080 src=10.0.0.2 dst=10.0.1.2 sport=7400"),
         "{listed}"
     );
+    // The outside address gone, the connections masqueraded to it end, as the kernel's
+    // do; the port forward, not masqueraded, stays.
+    r.ip(&["addr", "del", "10.0.1.1/24", "dev", "r1"]).unwrap();
+    wait_for("the masqueraded connections to end", || {
+        !daemon
+            .ctl_text(&["conntrack", "show"])
+            .contains("dst=10.0.1.1 sport=7300")
+    });
+    let listed = daemon.ctl_text(&["conntrack", "show"]);
+    assert!(listed.contains("dport=8080"), "{listed}");
+    assert!(!listed.contains("dst=10.0.1.1 sport=7100"), "{listed}");
     daemon.terminate();
 }

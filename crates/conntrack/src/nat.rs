@@ -631,6 +631,18 @@ impl Conntrack {
                 .is_some_and(|c| c.masquerade != 0 && c.masquerade != oif)
     }
 
+    /// Ends the masqueraded connections whose link and address `kept` no longer keeps
+    /// (the link down, the address gone: the kernel's masquerade notifiers): how many.
+    /// Their replies go to the kernel again.
+    pub fn end_masqueraded(&mut self, kept: impl Fn(u32, std::net::IpAddr) -> bool) -> usize {
+        let ended: Vec<u32> = self
+            .slots_where(|c| c.masquerade != 0 && !kept(c.masquerade, c.tuples[1].destination()));
+        for &slot in &ended {
+            self.remove(slot);
+        }
+        ended.len()
+    }
+
     /// Ends a tracked packet's connection, if entered.
     pub fn end(&mut self, t: &Tracked) {
         if let Some(slot) = self.slot_of(t) {

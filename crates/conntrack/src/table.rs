@@ -439,6 +439,16 @@ impl Conntrack {
         Some((slot, (h & 1) as usize))
     }
 
+    /// The slots of the connections `which` picks.
+    pub(crate) fn slots_where(&self, which: impl Fn(&Connection) -> bool) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.as_ref().is_some_and(&which))
+            .map(|(s, _)| s as u32)
+            .collect()
+    }
+
     /// The hash of a connection's original source, for `by_source`.
     pub(crate) fn source_hash(&self, t: &Tuple) -> u64 {
         self.hasher.hash_one((t.src, t.src_port, t.protocol, t.v6))

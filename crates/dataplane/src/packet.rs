@@ -372,6 +372,23 @@ pub fn wait_any(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<usize>> {
         }
         return Err(e);
     }
+    for p in polls.iter().filter(|p| p.revents & libc::POLLERR != 0) {
+        // An error reported (the link gone: `ENETDOWN`) is taken, so that the next
+        // poll waits again instead of reporting it forever: a ring is read from memory,
+        // and no read would take it.
+        let mut error: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `error` and `len` are live and of the sizes given.
+        unsafe {
+            libc::getsockopt(
+                p.fd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut error as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+    }
     Ok(polls
         .iter()
         .enumerate()

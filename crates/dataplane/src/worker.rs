@@ -310,6 +310,12 @@ struct Waiting {
     seen: Option<Arc<NeighbourMacs>>,
 }
 
+/// The longest a worker reads without sleeping; then it sleeps [`BUSY_PAUSE`] (a
+/// fraction of a percent of its time), so that the kernel's grace periods pass.
+const BUSY_SPELL: Duration = Duration::from_millis(10);
+/// See [`BUSY_SPELL`].
+const BUSY_PAUSE: Duration = Duration::from_micros(20);
+
 /// Packets a worker holds waiting at most.
 const WAITING_MAX: usize = 256;
 /// How long a packet waits for its neighbour.
@@ -940,12 +946,18 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     // It never spins: the kernel's side that feeds its sockets (the link's NAPI, which
     // may share its CPU) needs the CPU meanwhile, and an idle router stays idle.
     let mut busy = false;
+    // Since when every round has found frames: a worker at real-time priority that
+    // never sleeps never lets its CPU pass through a quiescent state, and the kernel's
+    // read-copy-update grace periods (which deleting a link waits for, under the
+    // routing lock) stall while it runs. So a long busy spell ends in a short sleep.
+    let mut busy_since: Option<Instant> = None;
     let mut waiting = Waiting::default();
     let mut again: Vec<(BufferId, Arrival, bool, Instant)> = Vec::new();
     let mut added = Instant::now();
     let mut xsk_seen = XskStatistics::default();
     while !shared.stop.load(Ordering::Relaxed) {
         v.ports.service(&mut v.pool, &mut v.io);
+        let polled = !busy;
         let ready = if busy {
             all.clone()
         } else {
@@ -997,6 +1009,8 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                 waiting.packets.extend(kept);
             }
         }
+        // Ways in poll said were ready (not those read again after a busy round).
+        let woken = if polled { ready.len() } else { 0 };
         for k in ready {
             // A few vectors from one link, then the next: no link starves the others.
             for _ in 0..4 {
@@ -1032,6 +1046,21 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                     break;
                 }
             }
+        }
+        match (busy, busy_since) {
+            // Ways in that said they were ready and gave nothing (an error, a link going
+            // away): not a reason to spin.
+            (false, _) if woken > 0 => {
+                busy_since = None;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (false, _) => busy_since = None,
+            (true, None) => busy_since = Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() >= BUSY_SPELL => {
+                std::thread::sleep(BUSY_PAUSE);
+                busy_since = None;
+            }
+            _ => {}
         }
         // Asked to fail: after the frames just read, as a fault in the next round would.
         if shared.fail.load(Ordering::Relaxed) == n {
