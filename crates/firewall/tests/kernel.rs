@@ -229,8 +229,8 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
     let r = dump().unwrap().ruleset;
     let got = refusals(&r, &links, &Legacy::default());
     assert_eq!(closed(&got), Families::BOTH);
-    // The forward chain's rule that logs (fibre evaluates the others), the nat chain
-    // and its rule; not the input chain's, nor the empty ip6 chain.
+    // The forward chain's rule that logs (fibre evaluates the others, and the nat
+    // chain's masquerade); not the input chain's, nor the empty ip6 chain.
     let at: Vec<(String, Option<u64>)> = got
         .iter()
         .map(|g| (g.chain.clone().unwrap_or_default(), g.handle))
@@ -242,7 +242,7 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
     );
     assert_eq!(
         at.iter().filter(|(c, _)| c == "nat_postrouting").count(),
-        2,
+        0,
         "{at:?}"
     );
     assert!(
@@ -255,19 +255,33 @@ fn the_kernels_ruleset_closes_what_fibre_may_not_bypass() {
         .expect("the comment names the rule");
     assert!(comment.rule.contains("[ lookup"), "{}", comment.rule);
     assert!(comment.why.contains("`log`"), "{}", comment.why);
-    // Made dormant, the table's chains meet nothing; its nat chain still has the
-    // kernel track connections.
+    // Made dormant, the table's chains meet nothing, and its nat chain (which fibre
+    // follows) closes nothing; a connection's mark set in it (which fibre does not
+    // follow) still has the kernel track connections its way: both close.
     nft(&ns, &["add table inet fw { flags dormant; }"], "");
+    let r = dump().unwrap().ruleset;
+    assert_eq!(
+        closed(&refusals(&r, &links, &Legacy::default())),
+        Families::NONE
+    );
+    nft(
+        &ns,
+        &["-f", "-"],
+        "add chain inet fw marks\nadd rule inet fw marks ct mark set 1\n",
+    );
     let r = dump().unwrap().ruleset;
     let got = refusals(&r, &links, &Legacy::default());
     assert_eq!(closed(&got), Families::BOTH);
     assert!(
-        got.iter()
-            .all(|g| g.chain.as_deref() == Some("nat_postrouting")),
+        got.iter().all(|g| g.chain.as_deref() == Some("marks")),
         "{got:?}"
     );
-    // Without the nat chain, the dormant table closes nothing.
-    nft(&ns, &["delete chain inet fw nat_postrouting"], "");
+    // Without it, the dormant table closes nothing.
+    nft(
+        &ns,
+        &["-f", "-"],
+        "flush chain inet fw marks\ndelete chain inet fw marks\n",
+    );
     let r = dump().unwrap().ruleset;
     assert_eq!(
         closed(&refusals(&r, &links, &Legacy::default())),
