@@ -197,18 +197,7 @@ fn program(map: &Map) -> Vec<Insn> {
         Op(store_imm(Size::H, R10, KEY + 2, 0)),
     ]);
     for (from, to) in [(26, KEY + 8), (30, KEY + 24)] {
-        p.extend([
-            Op(store_imm(Size::W, R10, to, 0)),
-            Op(store_imm(Size::W, R10, to + 4, 0)),
-            Op(store_imm(
-                Size::W,
-                R10,
-                to + 8,
-                i32::from_ne_bytes([0, 0, 0xff, 0xff]),
-            )),
-            Op(load(Size::W, R2, R7, from)),
-            Op(store_reg(Size::W, R10, to + 12, R2)),
-        ]);
+        p.extend(bpf::v4_mapped_to_stack(R7, R2, from, to));
     }
     p.extend(ports(34, tuple::ICMP, "v4-icmp"));
     p.extend([

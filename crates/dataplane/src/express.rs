@@ -206,20 +206,7 @@ fn program(local: &Map, entries: &Map, generation: &Map) -> Vec<Insn> {
     };
     // Writes the IPv4 address at `from` in the frame to the stack at `to`, v4-mapped:
     // ten zero bytes, two 0xff, the address.
-    let v4_mapped = |from: i16, to: i16| -> [Item; 5] {
-        [
-            Op(store_imm(Size::W, R10, to, 0)),
-            Op(store_imm(Size::W, R10, to + 4, 0)),
-            Op(store_imm(
-                Size::W,
-                R10,
-                to + 8,
-                i32::from_ne_bytes([0, 0, 0xff, 0xff]),
-            )),
-            Op(load(Size::W, R2, R7, from)),
-            Op(store_reg(Size::W, R10, to + 12, R2)),
-        ]
-    };
+    let v4_mapped = |from: i16, to: i16| bpf::v4_mapped_to_stack(R7, R2, from, to);
     // Copies 16 address bytes from the frame at `from` to the stack at `to`.
     let address = |from: i16, to: i16| -> Vec<Item> {
         (0..4i16)

@@ -223,6 +223,23 @@ pub fn assemble(items: &[Item]) -> Vec<Insn> {
     out
 }
 
+/// Writes the IPv4 address at `from` in the frame (from `frame` on) to the stack at
+/// `R10 + to`, v4-mapped: ten zero bytes, two 0xff, the address; `scratch` is used.
+pub fn v4_mapped_to_stack(frame: Reg, scratch: Reg, from: i16, to: i16) -> [Item; 5] {
+    [
+        Item::Op(store_imm(Size::W, R10, to, 0)),
+        Item::Op(store_imm(Size::W, R10, to + 4, 0)),
+        Item::Op(store_imm(
+            Size::W,
+            R10,
+            to + 8,
+            i32::from_ne_bytes([0, 0, 0xff, 0xff]),
+        )),
+        Item::Op(load(Size::W, scratch, frame, from)),
+        Item::Op(store_reg(Size::W, R10, to + 12, scratch)),
+    ]
+}
+
 /// The IPv4 checksum of an Ethernet frame at register `frame` patched for a time to
 /// live taken down by one (`ip_decrease_ttl`): the field, in network order, plus 0x0100
 /// with its carry; `scratch` is used, `sum` names the label the sequence needs (unique
