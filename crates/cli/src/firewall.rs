@@ -183,6 +183,7 @@ impl Firewall {
         if let Some(refusal) = self.unclaimable() {
             self.refusals.push(refusal);
         }
+        self.switch_claims();
         // Closed to the express path, which neither filters nor tracks: what is filtered
         // or tracked.
         let filtered = u8::from(self.filter.holds(false))
@@ -238,6 +239,22 @@ impl Firewall {
                   stats`: forwarding.claims.unavailable)"
                 .into(),
         })
+    }
+
+    /// Turns the program that claims translated frames from the kernel's stack on while
+    /// the ruleset translates a family, off (one lookup a frame) while it does not.
+    fn switch_claims(&self) {
+        let Some(shared) = &self.shared else { return };
+        let on = self.filter.translates(false) || self.filter.translates(true);
+        let claims = shared
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = &*claims {
+            if let Err(e) = c.switch(on) {
+                eprintln!("fibre daemon: the claims program's switch: {e}");
+            }
+        }
     }
 
     /// What to close to workers that start before they are given the filter rules

@@ -49,6 +49,9 @@ pub fn key(t: &Tuple) -> [u8; KEY_LEN as usize] {
 #[derive(Debug)]
 pub struct Claims {
     map: Map,
+    /// One byte, not 0 while some family is translated: else the program looks no
+    /// further, so that a router without NAT pays one array lookup a frame.
+    switch: Map,
     program: Program,
     /// The links the program is on, each with the attachment that holds it there.
     links: std::sync::Mutex<Vec<(u32, OwnedFd)>>,
@@ -58,10 +61,12 @@ impl Claims {
     /// An empty map, and the program.
     pub fn new() -> io::Result<Claims> {
         let map = Map::create(MapType::Hash, KEY_LEN, 1, CAPACITY, "fibre_claims")?;
-        let insns = program(&map);
+        let switch = Map::new(MapType::Array, 4, 1, "fibre_claims_on")?;
+        let insns = program(&map, &switch);
         let program = Program::load(bpf::PROG_TYPE_SCHED_CLS, &insns, "fibre_claims")?;
         Ok(Claims {
             map,
+            switch,
             program,
             links: std::sync::Mutex::new(Vec::new()),
         })
@@ -85,6 +90,11 @@ impl Claims {
         Ok(())
     }
 
+    /// Turns the program on (some family is translated) or off.
+    pub fn switch(&self, on: bool) -> io::Result<()> {
+        self.switch.set(0, &u32::from(on).to_ne_bytes())
+    }
+
     /// Claims the replies of tuple `reply`.
     pub fn claim(&self, reply: &Tuple) -> io::Result<()> {
         self.map.update(&key(reply), &[1])
@@ -104,8 +114,8 @@ impl Claims {
 }
 
 /// The program. `R6` is the context, `R7` the frame's first byte and `R8` its end; the
-/// key is built at `R10 - 40`.
-fn program(map: &Map) -> Vec<Insn> {
+/// key is built at `R10 - 40`, the switch's index at `R10 - 44`.
+fn program(map: &Map, switch: &Map) -> Vec<Insn> {
     use bpf::{
         add_imm, and_imm, call, exit, jeq_imm, jgt_reg, jne_imm, load, mov_imm, mov_reg, store_imm,
         store_reg,
@@ -150,6 +160,15 @@ fn program(map: &Map) -> Vec<Insn> {
     };
     let mut p = vec![
         Op(mov_reg(R6, R1)),
+        // Off: nothing is translated.
+        Op(store_imm(Size::W, R10, KEY - 4, 0)),
+        Wide(bpf::load_map(R1, switch)),
+        Op(mov_reg(R2, R10)),
+        Op(add_imm(R2, i32::from(KEY - 4))),
+        Op(call(bpf::HELPER_MAP_LOOKUP_ELEM)),
+        Jump(jeq_imm, R0, 0, "next"),
+        Op(load(Size::W, R2, R0, 0)),
+        Jump(jeq_imm, R2, 0, "next"),
         // Only frames for this host (replies to its address are).
         Op(load(Size::W, R2, R6, SKB_PKT_TYPE)),
         Jump(jne_imm, R2, 0, "next"),
@@ -250,6 +269,7 @@ mod tests {
     #[ignore = "needs root: loads a BPF program and map"]
     fn claimed_replies_are_dropped_and_nothing_else() {
         let claims = Claims::new().unwrap();
+        claims.switch(true).unwrap();
         let (b, r) = ([10, 0, 1, 2], [10, 0, 1, 1]);
         let (b6, r6): ([u8; 16], [u8; 16]) = (
             "fd01::2".parse::<std::net::Ipv6Addr>().unwrap().octets(),
@@ -311,6 +331,13 @@ mod tests {
         for f in &others {
             assert_eq!(claims.run(f).unwrap() as i32, TCX_NEXT, "{f:?}");
         }
+        // Switched off (nothing translated), nothing is dropped; on again, the claims
+        // hold.
+        claims.switch(false).unwrap();
+        for (t, f) in &claimed {
+            assert_eq!(claims.run(f).unwrap() as i32, TCX_NEXT, "off: {t:?}");
+        }
+        claims.switch(true).unwrap();
         for (t, f) in &claimed {
             claims.release(t);
             assert_eq!(claims.run(f).unwrap() as i32, TCX_NEXT, "released: {t:?}");
