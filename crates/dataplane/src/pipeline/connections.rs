@@ -121,8 +121,20 @@ impl Pipeline {
                 continue;
             }
             if self.rules.translates(v6) {
-                // Its destination may have changed: what routing reads, read again.
+                // Its destination may have changed: what routing reads, read again. One
+                // translated to what the input stage would not route (a multicast or
+                // broadcast destination) is dropped, with the input stage's reason.
                 input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
+                let refused = match self.inputs[i] {
+                    Input::V4(_) | Input::V6(_) => None,
+                    Input::Drop(d) => Some(Dropped::Input(d)),
+                    Input::Kernel(_) => Some(Dropped::Filtered),
+                };
+                if let Some(d) = refused {
+                    fates[i] = Fate::Drop(d);
+                    stopped[i] = true;
+                    continue;
+                }
             }
             let pass = self.rules.prerouting_part(
                 pool.frame(id),
@@ -139,27 +151,21 @@ impl Pipeline {
         }
         // The vector's IP packets now: those that go on, with what routing reads.
         if stopped.contains(&true) || self.rules.translates(false) || self.rules.translates(true) {
-            let inputs = &self.inputs;
-            self.v4
-                .retain(|&i| !stopped[i] && matches!(inputs[i], Input::V4(_)));
-            self.v6
-                .retain(|&i| !stopped[i] && matches!(inputs[i], Input::V6(_)));
-            (self.dst4, self.src4) = self
-                .v4
-                .iter()
-                .filter_map(|&i| match &inputs[i] {
-                    Input::V4(p) => Some((p.dst, p.src)),
-                    _ => None,
-                })
-                .unzip();
-            (self.dst6, self.src6) = self
-                .v6
-                .iter()
-                .filter_map(|&i| match &inputs[i] {
-                    Input::V6(p) => Some((p.dst, p.src)),
-                    _ => None,
-                })
-                .unzip();
+            self.v4.retain(|&i| !stopped[i]);
+            self.v6.retain(|&i| !stopped[i]);
+            // Refilled in place (their room kept from vector to vector).
+            self.dst4.clear();
+            self.src4.clear();
+            self.dst6.clear();
+            self.src6.clear();
+            for &i in self.v4.iter().chain(&self.v6) {
+                match &self.inputs[i] {
+                    Input::V4(p) => (self.dst4.push(p.dst), self.src4.push(p.src)),
+                    Input::V6(p) => (self.dst6.push(p.dst), self.src6.push(p.src)),
+                    // (Stopped above.)
+                    _ => ((), ()),
+                };
+            }
         }
         order.len()
     }
