@@ -34,10 +34,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Bytes of a block: a page multiple, room for the largest frame (64 KiB and its
-/// headers) and some 2,000 of the shortest.
-const BLOCK_SIZE: usize = 1 << 18;
+/// headers) and some 1,000 of the shortest.
+const BLOCK_SIZE: usize = 1 << 17;
 /// Blocks of a ring: 4 MiB, some 30,000 short frames of slack while a worker is busy.
-const BLOCKS: usize = 16;
+/// At a low rate the kernel hands a block over every [`RETIRE_MS`] however few frames
+/// it holds, so the slack is also counted in time: the ring fills after this many
+/// milliseconds of a worker not reading (a stall of its virtual CPU, say). More, smaller
+/// blocks buy more of that time for the same memory.
+const BLOCKS: usize = 32;
 /// The longest frame a ring gives: a 64 KiB packet a sender or GRO left whole, with its
 /// link header; a buffer this long takes any.
 pub const LONGEST_FRAME: usize = 65_536 + 256;
