@@ -129,6 +129,7 @@ pub fn stats(table: &Conntrack) -> Value {
         "insert_failed": s.insert_failed,
         "source_translated": s.source_translated,
         "destination_translated": s.destination_translated,
+        "imported": s.imported,
     })
 }
 
@@ -163,7 +164,7 @@ pub fn metrics(table: &Conntrack, out: &mut String) {
     let _ = writeln!(
         out,
         "# HELP fibre_conntrack_events_total Connections entered, dropped early, expired, \
-         translated (their source or their destination).\n\
+         translated (their source or their destination), imported from the kernel's at takeover.\n\
          # TYPE fibre_conntrack_events_total counter"
     );
     for (event, n) in [
@@ -172,6 +173,7 @@ pub fn metrics(table: &Conntrack, out: &mut String) {
         ("expired", s.expired),
         ("source_translated", s.source_translated),
         ("destination_translated", s.destination_translated),
+        ("imported", s.imported),
     ] {
         let _ = writeln!(out, "fibre_conntrack_events_total{{event=\"{event}\"}} {n}");
     }

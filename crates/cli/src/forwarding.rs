@@ -60,6 +60,24 @@ pub struct Forwarding {
     kernel: Vec<(String, u8)>,
     /// The links up and their addresses masqueraded connections were last held to.
     masquerade_links: Option<LinksUp>,
+    /// What the kernel's connections gave when forwarding started.
+    takeover: Takeover,
+}
+
+/// The connections the kernel tracked when fibre took over, entered into fibre's table
+/// ([`fibre_firewall::connections`]).
+#[derive(Debug, Default)]
+struct Takeover {
+    /// Connections entered.
+    imported: u64,
+    /// Connections left out, by why.
+    left: std::collections::BTreeMap<&'static str, u64>,
+    /// Messages that could not be read.
+    malformed: u64,
+    /// Translated connections whose frames to this host were claimed from its stack.
+    claimed: u64,
+    /// Why none could be read, if none could.
+    unavailable: Option<String>,
 }
 
 /// Prefixes covering every destination of the families `families` holds (bit 0 IPv4,
@@ -126,6 +144,7 @@ impl Forwarding {
         // The namespace's settings: the daemon entered it before any thread started.
         let shared = Arc::new(Shared::new(fib, Limits::read()));
         follow_conntrack_settings(&shared)?;
+        let mut takeover = take_over_connections(&shared);
         // No express path yet: nothing to retire.
         let _ = shared.close(closed);
         let mut forwarding = Forwarding {
@@ -144,6 +163,7 @@ impl Forwarding {
             relinked: 0,
             kernel: kernel_forwarding(names),
             masquerade_links: None,
+            takeover: Takeover::default(),
         };
         forwarding.publish_kernel_forwarding(mirror);
         forwarding.publish_neighbours(mirror, true);
@@ -180,12 +200,45 @@ impl Forwarding {
             started => started,
         };
         started.map_err(|e| format!("--forward: {e}"))?;
+        takeover.claimed = forwarding.claim_imported();
+        forwarding.takeover = takeover;
         forwarding.publish_generation(mirror);
         forwarding.fallback = match (chosen, local_error) {
             (Some(c), Some(e)) => Some(format!("{c}; {e}")),
             (c, e) => c.or(e).or(forwarding.fallback.take()),
         };
         Ok(forwarding)
+    }
+
+    /// Claims from this host's stack the frames to it of the translated connections
+    /// taken over (as a worker claims a connection's it translates, once confirmed):
+    /// how many were claimed.
+    fn claim_imported(&self) -> u64 {
+        use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
+        let claims = self
+            .shared
+            .claims
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(claims) = claims else { return 0 };
+        let snap = self.shared.fib.snapshot();
+        let mut claimed = 0;
+        self.with_conntrack(|table, now| {
+            for (c, _) in table.connections(now) {
+                for (bit, dir) in [(SRC_NAT, 1), (DST_NAT, 0)] {
+                    let tuple = &c.tuples[dir];
+                    let local = c.status & bit != 0
+                        && snap
+                            .route(&fibre_fib::Query::to(tuple.destination()))
+                            .is_ok_and(|a| a.kind == fibre_fib::RouteType::Local);
+                    if local && claims.claim(tuple).is_ok() {
+                        claimed += 1;
+                    }
+                }
+            }
+        });
+        claimed
     }
 
     /// Resolves `--io auto` where AF_XDP is known to lose: on veth links AF_XDP has no
@@ -641,6 +694,13 @@ impl Forwarding {
             },
             "stages": stages,
             "conntrack": self.with_conntrack(|t, _| crate::conntrack::stats(t)),
+            "takeover": {
+                "imported": self.takeover.imported,
+                "left": self.takeover.left,
+                "malformed": self.takeover.malformed,
+                "claimed": self.takeover.claimed,
+                "unavailable": self.takeover.unavailable,
+            },
         })
     }
 
@@ -778,6 +838,56 @@ fn fates(c: &Counters) -> BTreeMap<String, u64> {
         *out.entry(fate_name(f)).or_default() += n;
     }
     out
+}
+
+/// Enters into fibre's table the connections the kernel of the namespace tracks, with
+/// their NAT bindings, so that they go on through fibre as they went through the
+/// kernel (up to the table's limit). A connection masqueraded (its source translated to
+/// the address masquerade would give it out of the link toward its destination) is
+/// held to that link, as one fibre masqueraded.
+fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
+    let now = shared.icmp_overall.now();
+    let dump = match fibre_firewall::connections::dump(now) {
+        Ok(d) => d,
+        Err(e) => {
+            return Takeover {
+                unavailable: Some(format!("ctnetlink: {e}")),
+                ..Takeover::default()
+            }
+        }
+    };
+    let mut takeover = Takeover {
+        malformed: dump.malformed,
+        unavailable: dump.unavailable,
+        ..Takeover::default()
+    };
+    for why in dump.left {
+        *takeover.left.entry(why.name()).or_default() += 1;
+    }
+    let snap = shared.fib.snapshot();
+    let mut table = shared
+        .conntrack
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let room = table.settings().max as usize;
+    for mut c in dump.connections {
+        if table.len() >= room {
+            *takeover.left.entry("table-full").or_default() += 1;
+            continue;
+        }
+        if c.status & fibre_conntrack::nat::SRC_NAT != 0 {
+            let dst = c.tuples[0].destination();
+            if let Ok(a) = snap.route(&fibre_fib::Query::to(dst)) {
+                let toward = a.gateway.unwrap_or(dst);
+                if snap.masquerade_source(a.dev, toward) == Some(c.tuples[1].destination()) {
+                    c.masquerade = a.dev;
+                }
+            }
+        }
+        table.import(c, now);
+        takeover.imported += 1;
+    }
+    takeover
 }
 
 /// Has the connection table follow the namespace's conntrack sysctls: read now (an

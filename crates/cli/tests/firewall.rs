@@ -467,3 +467,145 @@ fn nat_gateway(io: &str) {
     assert!(!listed.contains("dst=10.0.1.1 sport=7100"), "{listed}");
     daemon.terminate();
 }
+
+/// Connections the kernel opened survive fibre's takeover, over `AF_PACKET`.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, nft, ctnetlink, TCP"]
+fn connections_opened_through_the_kernel_survive_the_takeover() {
+    takeover("packet");
+}
+
+/// Connections the kernel opened survive fibre's takeover, over AF_XDP.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ctnetlink, TCP"]
+fn connections_opened_through_the_kernel_survive_the_takeover_over_af_xdp() {
+    takeover("xdp");
+}
+
+/// Runs `f` on a thread inside `ns` (the sockets it opens stay in `ns`).
+fn inside<T: Send>(ns: &Namespace, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter().unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// Sends `what` from `from` to `to` until `at` receives it (a few tries: the first
+/// frames after a takeover may meet a neighbour being resolved): where it came from.
+fn datagram(
+    from: &std::net::UdpSocket,
+    at: &std::net::UdpSocket,
+    to: std::net::SocketAddr,
+    what: &[u8],
+) -> std::net::SocketAddr {
+    let mut buf = [0u8; 64];
+    for _ in 0..5 {
+        from.send_to(what, to).unwrap();
+        if let Ok((n, peer)) = at.recv_from(&mut buf) {
+            assert_eq!(&buf[..n], what);
+            return peer;
+        }
+    }
+    panic!("{what:?} never arrived");
+}
+
+/// The takeover of a NAT gateway with a stateful firewall: while the kernel forwards,
+/// two hosts' flows from the same port (A's two addresses) to one server on B are
+/// masqueraded, the second moved off the port by the kernel; B connects through the
+/// port forward to A. Then the kernel's forwarding goes off and fibre starts. The
+/// moved flow speaks first and still reaches B from the port the kernel gave it (fibre
+/// alone, bound anew, would give it the free original port); the forwarded
+/// connection's inside end speaks first and reaches B translated back (fibre alone
+/// would masquerade it from another port, and B would reset it); replies come back
+/// to each.
+fn takeover(io: &str) {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+    let (a, r, b) = topology();
+    a.ip(&["addr", "add", "10.0.0.3/24", "dev", "h0"]).unwrap();
+    nft(
+        &r,
+        "table ip nat { \
+           chain pre { type nat hook prerouting priority dstnat; \
+             iifname \"r1\" tcp dport 8080 dnat to 10.0.0.2:7400; }; \
+           chain post { type nat hook postrouting priority srcnat; \
+             oifname \"r1\" masquerade; }; }\n\
+         table inet filter { chain forward { type filter hook forward priority 0; policy drop; \
+             ct state established,related accept; ct state invalid drop; \
+             iifname \"r0\" accept; ct status dnat accept; }; }",
+    );
+    r.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    let timeout = Some(std::time::Duration::from_secs(1));
+    let server = inside(&b, || UdpSocket::bind("10.0.1.2:7600").unwrap());
+    let first = inside(&a, || UdpSocket::bind("10.0.0.2:5000").unwrap());
+    let second = inside(&a, || UdpSocket::bind("10.0.0.3:5000").unwrap());
+    for s in [&server, &first, &second] {
+        s.set_read_timeout(timeout).unwrap();
+    }
+    let to: SocketAddr = "10.0.1.2:7600".parse().unwrap();
+    let kept = datagram(&first, &server, to, b"first");
+    let moved = datagram(&second, &server, to, b"second");
+    assert_eq!(kept, "10.0.1.1:5000".parse().unwrap());
+    assert_eq!(moved.ip(), kept.ip());
+    assert_ne!(
+        moved.port(),
+        5000,
+        "the kernel moves the second flow's port"
+    );
+    let listener = inside(&a, || TcpListener::bind("10.0.0.2:7400").unwrap());
+    let mut outside = inside(&b, || TcpStream::connect("10.0.1.1:8080").unwrap());
+    let (mut inner, peer) = listener.accept().unwrap();
+    assert_eq!(peer.ip().to_string(), "10.0.1.2");
+    for s in [&outside, &inner] {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+    }
+    let mut got = [0u8; 6];
+    outside.write_all(b"before").unwrap();
+    inner.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"before");
+
+    r.sysctl("net.ipv4.ip_forward", "0").unwrap();
+    let daemon = Daemon::start(&r, io);
+    let stats = daemon.stats();
+    assert_eq!(closed(&daemon), (false, false), "{stats}");
+    let t = &stats["forwarding"]["takeover"];
+    assert!(t["imported"].as_u64() >= Some(3), "{stats}");
+    assert_eq!(t["malformed"], 0, "{stats}");
+    // The port forward and the masqueraded flows' replies, claimed from the router's
+    // stack.
+    assert!(t["claimed"].as_u64() >= Some(3), "{stats}");
+    let sent = daemon.fate("sent");
+
+    assert_eq!(datagram(&second, &server, to, b"second again"), moved);
+    assert_eq!(datagram(&first, &server, to, b"first again"), kept);
+    assert_eq!(datagram(&server, &second, moved, b"reply"), to);
+    assert_eq!(datagram(&server, &first, kept, b"reply"), to);
+    inner.write_all(b"after!").unwrap();
+    outside.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"after!");
+    outside.write_all(b"again!").unwrap();
+    inner.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"again!");
+    // fibre forwarded them (the kernel no longer does), and listed them as it found
+    // them.
+    wait_for("fibre's count of what it sent", || {
+        daemon.fate("sent") >= sent + 8
+    });
+    let listed = daemon.ctl_text(&["conntrack", "show"]);
+    assert!(
+        listed.contains(&format!(
+            "src=10.0.0.3 dst=10.0.1.2 sport=5000 dport=7600 src=10.0.1.2 dst=10.0.1.1 sport=7600 dport={}",
+            moved.port()
+        )),
+        "{listed}"
+    );
+    let ct = &daemon.stats()["forwarding"]["conntrack"];
+    assert_eq!(ct["source_translated"], 0, "nothing bound anew: {ct}");
+    assert_eq!(ct["destination_translated"], 0, "nothing bound anew: {ct}");
+    daemon.terminate();
+}

@@ -233,6 +233,8 @@ pub struct Stats {
     pub source_translated: u64,
     /// Bindings that translate a new connection's destination (dnat).
     pub destination_translated: u64,
+    /// Connections entered as the kernel tracked them ([`Conntrack::import`]).
+    pub imported: u64,
 }
 
 const TWO_SECONDS: u64 = 2_000_000_000;
@@ -533,6 +535,7 @@ impl Conntrack {
         }
         c.status |= CONFIRMED;
         self.insert(c);
+        self.stats.imported += 1;
     }
 
     /// Removes the connections whose time is up, looking at `budget` slots at most from

@@ -251,6 +251,25 @@ pub struct Tcp {
     last_flags: u8,
 }
 
+impl Tcp {
+    /// A connection's tracking as ctnetlink creates one from what it exports (the
+    /// state, each side's window scale and flags): no window seen either way
+    /// (`td_maxwin` 0), so that the first segment each way sets its side's window, as
+    /// on a connection picked up mid-stream.
+    pub fn imported(state: TcpState, scale: [u8; 2], flags: [u8; 2]) -> Tcp {
+        let side = |d: usize| Side {
+            scale: scale[d].min(MAX_WSCALE),
+            flags: flags[d],
+            ..Side::default()
+        };
+        Tcp {
+            seen: [side(0), side(1)],
+            state,
+            ..Tcp::default()
+        }
+    }
+}
+
 /// A TCP segment as the tracker reads it.
 pub(crate) struct Segment<'a> {
     seq: u32,

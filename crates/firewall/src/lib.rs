@@ -16,8 +16,11 @@
 //! - [`lookup`]: a set's elements as the kernel's set backends match them.
 //! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
 //!   tables.
+//! - [`connections`]: the connections the kernel tracks, read over ctnetlink when
+//!   fibre takes over.
 
 pub mod build;
+pub mod connections;
 pub mod eval;
 pub mod gate;
 pub mod kernel;
