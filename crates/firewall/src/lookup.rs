@@ -92,6 +92,17 @@ impl Index {
             } else {
                 set.fields.iter().map(|&l| l as usize).collect()
             };
+            // The fields, each rounded up, make the key exactly (the kernel refuses a
+            // set whose fields do not): anything else is not a set fibre can read.
+            if lens.contains(&0)
+                || lens.iter().map(|l| l.next_multiple_of(4)).sum::<usize>()
+                    != key_len.next_multiple_of(4)
+            {
+                return Err(format!(
+                    "the set {} (fields of {lens:?} bytes for a key of {key_len})",
+                    set.name
+                ));
+            }
             let mut fields = Vec::new();
             let mut at = 0;
             for len in lens {
@@ -248,6 +259,13 @@ mod tests {
         // Inside as a whole key, outside by its second field.
         assert_eq!(index.find(&[10, 0, 0, 7, 0x07, 0xd1, 0, 0]), None);
         assert_eq!(index.find(&[10, 0, 1, 0, 0x04, 0, 0, 0]), None);
+        // Fields that do not make the key (found by fuzzing: a field's length out of
+        // any key's reach read past it), or a field of no length, are refused.
+        for fields in [vec![4, 4_194_304], vec![4], vec![4, 2, 4], vec![0, 4, 4]] {
+            s.fields = fields;
+            assert!(Index::new(&s).is_err(), "{:?}", s.fields);
+        }
+        s.fields = vec![4, 2];
         // What fibre does not follow is refused.
         s.flags |= 0x10;
         assert!(Index::new(&s).is_err());
