@@ -402,6 +402,13 @@ fn nat_gateway(io: &str) {
     let daemon = Daemon::start(&r, io);
     let stats = daemon.stats();
     assert_eq!(closed(&daemon), (false, false), "{stats}");
+    // Pings first: B's address resolved before the datagrams, which come faster than
+    // a neighbour is resolved (as the kernel's, fibre's queue for an unresolved
+    // neighbour is bounded).
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &["-c", "3", to]);
+        assert!(ok, "A's pings to B, masqueraded, and B's replies: {text}");
+    }
     for (to, router) in [("10.0.1.2:7100", "10.0.1.1"), ("[fd01::2]:7100", "fd01::1")] {
         let router: std::net::IpAddr = router.parse().unwrap();
         let got = arrivals(&a, &b, to.parse().unwrap(), 300);
@@ -415,10 +422,6 @@ fn nat_gateway(io: &str) {
                 .collect::<Vec<_>>(),
             daemon.stats()
         );
-    }
-    for to in ["10.0.1.2", "fd01::2"] {
-        let (ok, text) = ping(&a, &["-c", "3", to]);
-        assert!(ok, "A's pings to B, masqueraded, and B's replies: {text}");
     }
     // A stream out, masqueraded.
     let to: std::net::SocketAddr = "10.0.1.2:7300".parse().unwrap();
@@ -607,5 +610,67 @@ fn takeover(io: &str) {
     let ct = &daemon.stats()["forwarding"]["conntrack"];
     assert_eq!(ct["source_translated"], 0, "nothing bound anew: {ct}");
     assert_eq!(ct["destination_translated"], 0, "nothing bound anew: {ct}");
+    daemon.terminate();
+}
+
+/// A forward chain that rejects, over `AF_PACKET`.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, nft, ping"]
+fn what_the_firewall_rejects_is_answered() {
+    rejected("packet");
+}
+
+/// A forward chain that rejects, over AF_XDP.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, XDP, nft, ping"]
+fn what_the_firewall_rejects_is_answered_over_af_xdp() {
+    rejected("xdp");
+}
+
+/// The forward chain rejects A's pings to B (`icmpx admin-prohibited`) and A's
+/// datagrams to B's port 9 (`reject`: port unreachable), IPv4 and IPv6: the families
+/// stay open, fibre answers each as the kernel would (ping reports the packet filtered,
+/// a connected UDP socket is refused), and datagrams to another port pass.
+fn rejected(io: &str) {
+    use std::net::UdpSocket;
+    let (a, r, b) = topology();
+    nft(
+        &r,
+        "table inet f { chain through { type filter hook forward priority 0; \
+           icmp type echo-request reject with icmpx admin-prohibited; \
+           icmpv6 type echo-request reject with icmpx admin-prohibited; \
+           udp dport 9 reject; }; }",
+    );
+    let daemon = Daemon::start(&r, io);
+    assert_eq!(closed(&daemon), (false, false), "{}", daemon.stats());
+    for to in ["10.0.1.2", "fd01::2"] {
+        let (ok, text) = ping(&a, &["-c", "1", to]);
+        assert!(!ok, "{text}");
+        assert!(
+            text.contains("Packet filtered") || text.contains("Administratively prohibited"),
+            "{to}: {text}"
+        );
+    }
+    for (from, to) in [("10.0.0.2:0", "10.0.1.2:9"), ("[fd00::2]:0", "[fd01::2]:9")] {
+        let socket = inside(&a, || UdpSocket::bind(from).unwrap());
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        socket.connect(to).unwrap();
+        socket.send(b"to port 9").unwrap();
+        let got = socket.recv(&mut [0u8; 16]);
+        assert_eq!(
+            got.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionRefused),
+            "{to}"
+        );
+    }
+    let got = arrivals(&a, &b, "10.0.1.2:7100".parse().unwrap(), 50);
+    assert!(
+        got.iter().all(|g| g.len() == 1),
+        "{got:?} {}",
+        daemon.stats()
+    );
+    wait_for("the rejects counted", || daemon.fate("icmp:rejected") >= 4);
     daemon.terminate();
 }

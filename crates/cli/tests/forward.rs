@@ -813,6 +813,128 @@ fn fibre_forward_hairpins_as_the_kernel_does() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A ruleset that rejects: at prerouting and at forward, with each kind of answer
+/// (`icmp`, `icmpv6`, `icmpx` of every code, the default), both families.
+const REJECT_RULESET: &str = r#"
+table inet filter {
+  chain pre { type filter hook prerouting priority -150;
+    ip daddr 10.1.0.66 reject with icmp type host-unreachable
+  }
+  chain through { type filter hook forward priority 0;
+    ip daddr 10.1.0.9 udp dport 99 reject
+    ip daddr 10.1.0.9 tcp dport 25 reject with icmpx admin-prohibited
+    ip daddr 10.1.0.9 ip protocol icmp reject with icmp type net-prohibited
+    ip daddr 10.1.0.10 reject with icmpx no-route
+    ip daddr 10.1.0.11 reject with icmpx host-unreachable
+    ip6 daddr 2001:db8:1::9 udp dport 99 reject
+    ip6 daddr 2001:db8:1::9 tcp dport 25 reject with icmpv6 type admin-prohibited
+    ip6 daddr 2001:db8:1::10 reject with icmpx host-unreachable
+    ip6 daddr 2001:db8:1::11 reject with icmpx no-route
+  }
+}
+"#;
+
+/// The IPv4 header checksum of `frame` made again.
+fn fix_ipv4_checksum(frame: &mut [u8]) {
+    frame[24..26].fill(0);
+    let sum = !fold(&frame[14..14 + usize::from(frame[14] & 0xf) * 4]);
+    frame[24..26].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// The ones' complement sum of `data` (big-endian words).
+fn fold(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// `reject`, byte for byte: from A's side, packets the forward chain rejects with each
+/// code, IPv4 and IPv6 (UDP, a UDP checksum of 0, TCP, ICMP), one the prerouting chain
+/// rejects, and those the kernel rejects without an answer (a bad UDP or ICMPv6
+/// checksum, a later fragment, an ICMP error), and one whose time to live runs out
+/// first (time exceeded, not the reject). Each from a source of its own, so that no
+/// limit on errors applies.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn fibre_forward_rejects_as_the_kernel_does() {
+    let (router, hosts) = router_and_hosts(Some(REJECT_RULESET));
+    let dir = scratch("reject");
+    let s = |k: u8| [192, 0, 2, k];
+    let far = |k: u8| [10, 1, 0, k];
+    let udp6 = |src: &str, dst: &str, dport: u16| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(HOST_A, A0)
+            .ipv6(v6(src), v6(dst), 64)
+            .udp(5000, dport)
+            .write(&mut f, &[9; 12])
+            .unwrap();
+        f
+    };
+    let mut zero_sum = flow4(HOST_A, A0, 17, s(2), far(9), (4000, 99), 64);
+    zero_sum[40..42].fill(0);
+    let mut bad_sum = flow4(HOST_A, A0, 17, s(3), far(9), (4000, 99), 64);
+    bad_sum[45] ^= 0x55;
+    let mut later = flow4(HOST_A, A0, 17, s(8), far(10), (4000, 53), 64);
+    later[20..22].copy_from_slice(&100u16.to_be_bytes());
+    fix_ipv4_checksum(&mut later);
+    // A port unreachable to 10.1.0.10, quoting a datagram.
+    let mut error = flow4(HOST_A, A0, 1, s(9), far(10), (0, 0), 64);
+    let quoted = flow4(HOST_A, A0, 17, far(10), s(9), (53, 4000), 63)[14..42].to_vec();
+    error.truncate(34);
+    error.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]);
+    error.extend_from_slice(&quoted);
+    let total = (error.len() - 14) as u16;
+    error[16..18].copy_from_slice(&total.to_be_bytes());
+    fix_ipv4_checksum(&mut error);
+    let sum = !fold(&error[34..]);
+    error[36..38].copy_from_slice(&sum.to_be_bytes());
+    let mut bad6 = udp6("2001:db8:9::7", "2001:db8:1::9", 99);
+    bad6[70] ^= 0x55;
+    let mut tcp6 = Vec::new();
+    PacketBuilder::ethernet2(HOST_A, A0)
+        .ipv6(v6("2001:db8:9::6"), v6("2001:db8:1::9"), 64)
+        .tcp(5001, 25, 7, 64240)
+        .syn()
+        .write(&mut tcp6, &[])
+        .unwrap();
+    let frames = vec![
+        flow4(HOST_A, A0, 17, s(1), far(9), (4000, 99), 64),
+        zero_sum,
+        bad_sum,
+        flow4(HOST_A, A0, 6, s(4), far(9), (4001, 25), 64),
+        flow4(HOST_A, A0, 1, s(5), far(9), (77, 0), 64),
+        flow4(HOST_A, A0, 17, s(6), far(10), (4000, 53), 64),
+        flow4(HOST_A, A0, 17, s(7), far(11), (4000, 53), 64),
+        later,
+        error,
+        flow4(HOST_A, A0, 17, s(10), [10, 1, 0, 66], (4000, 53), 64),
+        flow4(HOST_A, A0, 17, s(11), far(9), (4000, 99), 1),
+        flow4(HOST_A, A0, 17, s(12), far(9), (4000, 98), 64),
+        udp6("2001:db8:9::5", "2001:db8:1::9", 99),
+        tcp6,
+        bad6,
+        udp6("2001:db8:9::8", "2001:db8:1::10", 53),
+        udp6("2001:db8:9::9", "2001:db8:1::11", 53),
+    ];
+    let kernel = kernel_forward(&router, &hosts, "a1", &frames);
+    let (report, fibre) = fibre_forward(&dir, "a0", &frames, Some(REJECT_RULESET));
+    compare("a0", &kernel, &fibre);
+    // Twelve answered (eleven rejected, one out of time), one sent on (to port 98).
+    assert_eq!(kernel["a0"].len(), 12, "{report}");
+    assert_eq!(kernel["b0"].len(), 1, "{report}");
+    assert_eq!(
+        report["fates"]["icmp:rejected"].as_u64(),
+        Some(11),
+        "{report}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// Two hosts' flows from the same port to the same server: the kernel keeps the first's
 /// port and moves the second's, at random, within 1024-65535. fibre does the same:
 /// compared by those properties, the rest of each frame byte for byte.

@@ -70,6 +70,9 @@ pub enum Error {
     /// Over the MTU of the way on: IPv4 with DF, fragmentation needed (type 3, code 4);
     /// IPv6, packet too big (type 2). The MTU goes in the error.
     TooBig,
+    /// A firewall rule's `reject`: destination unreachable (ICMP type 3, ICMPv6 type
+    /// 1) with this code of the packet's family.
+    Rejected(u8),
 }
 
 impl Error {
@@ -92,6 +95,7 @@ impl Error {
             Error::Prohibited => "prohibited",
             Error::BeyondScope => "beyond-scope",
             Error::TooBig => "too-big",
+            Error::Rejected(_) => "rejected",
         }
     }
 
@@ -103,6 +107,7 @@ impl Error {
             Error::HostUnreachable | Error::BeyondScope => (3, 1),
             Error::Prohibited => (3, 13),
             Error::TooBig => (3, 4),
+            Error::Rejected(code) => (3, code),
         }
     }
 
@@ -114,6 +119,7 @@ impl Error {
             Error::Prohibited => (1, 1),
             Error::BeyondScope => (1, 2),
             Error::TooBig => (2, 0),
+            Error::Rejected(code) => (1, code),
         }
     }
 }
@@ -171,6 +177,97 @@ pub fn answers_v6(ip: &[u8]) -> bool {
     }
     // ICMPv6: informational messages (type 128 and over) are answered.
     ip.get(at).is_some_and(|&t| t & 0x80 != 0)
+}
+
+/// Whether the kernel's `reject` answers the IP packet `ip` (its header first; IPv6 if
+/// `v6`), as `nf_send_unreach` and `nf_send_unreach6` decide before `icmp_send`: not a
+/// fragment other than the first, and, unless its sender left its checksum to finish
+/// (`partial`: the kernel's `skb_csum_unnecessary`), its checksum holding: over the
+/// transport's pseudo-header for TCP and UDP (a UDP checksum of 0 is not checked) and
+/// every protocol of IPv6; over the payload alone for IPv4's others; not checked for
+/// those with another check or a partial one (AH, ESP, SCTP, UDP-Lite, DCCP, GRE).
+pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
+    let found = if v6 {
+        transport_v6(ip)
+    } else {
+        transport_v4(ip)
+    };
+    let Some((protocol, at, end)) = found else {
+        return false;
+    };
+    if partial {
+        return true;
+    }
+    let l4 = &ip[at..end];
+    match protocol {
+        // UDP with no checksum, and the protocols whose checksum is another's.
+        17 if l4.len() >= 8 && l4[6..8] == [0, 0] => return true,
+        47 | 51 | 50 | 132 | 136 | 33 => return true,
+        _ => {}
+    }
+    let mut sum = checksum::sum(l4);
+    if v6 || matches!(protocol, 6 | 17) {
+        let (src, dst) = if v6 {
+            (&ip[8..24], &ip[24..40])
+        } else {
+            (&ip[12..16], &ip[16..20])
+        };
+        sum = checksum::add(sum, checksum::sum(src));
+        sum = checksum::add(sum, checksum::sum(dst));
+        let len = l4.len() as u32;
+        sum = checksum::add(sum, (len >> 16) as u16);
+        sum = checksum::add(sum, len as u16);
+        sum = checksum::add(sum, u16::from(protocol));
+    }
+    sum == 0xffff
+}
+
+/// An IPv4 packet's transport: its protocol, where it starts and where the packet ends;
+/// `None` for a later fragment or a header that does not fit.
+fn transport_v4(ip: &[u8]) -> Option<(u8, usize, usize)> {
+    let h = ip.get(..20)?;
+    if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
+        return None;
+    }
+    let at = usize::from(h[0] & 0xf) * 4;
+    let end = usize::from(u16::from_be_bytes([h[2], h[3]])).min(ip.len());
+    (at >= 20 && at <= end).then_some((h[9], at, end))
+}
+
+/// An IPv6 packet's transport past its extension headers, as `ipv6_skip_exthdr` finds
+/// it: its protocol, where it starts and where the packet ends; `None` for a later
+/// fragment, or where the headers do not fit or leave nothing.
+fn transport_v6(ip: &[u8]) -> Option<(u8, usize, usize)> {
+    let h = ip.get(..40)?;
+    let end = (40 + usize::from(u16::from_be_bytes([h[4], h[5]]))).min(ip.len());
+    let (mut next, mut at) = (h[6], 40usize);
+    loop {
+        match next {
+            0 | 43 | 60 => {
+                let e = ip.get(at..at + 2)?;
+                next = e[0];
+                at += (usize::from(e[1]) + 1) * 8;
+            }
+            // The authentication header counts its length in 4-byte words.
+            51 => {
+                let e = ip.get(at..at + 2)?;
+                next = e[0];
+                at += (usize::from(e[1]) + 2) * 4;
+            }
+            44 => {
+                let e = ip.get(at..at + 8)?;
+                if u16::from_be_bytes([e[2], e[3]]) & 0xfff8 != 0 {
+                    return None;
+                }
+                next = e[0];
+                at += 8;
+            }
+            // "No next header": nothing to answer about.
+            59 => return None,
+            _ => break,
+        }
+    }
+    (at < end).then_some((next, at, end))
 }
 
 /// Makes, in place of the IPv4 packet in `buffer` (a whole packet buffer, holding the

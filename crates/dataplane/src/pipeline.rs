@@ -46,7 +46,7 @@ use crate::rewrite;
 use crate::runtime::StageCounters;
 use fibre_conntrack::{Conntrack, Tracked, Tuple, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::eval::{Filter, Part, Verdict};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -403,6 +403,9 @@ pub struct Pipeline {
     /// answers them itself, forwarding on or off (`ip6_pkt_discard`), when it sees every
     /// frame fibre does (a packet socket's link).
     pub kernel_answers_ipv6_rejects: bool,
+    /// The kernel sees every frame fibre does and runs its prerouting chains on its
+    /// copy: a `reject` there, it answers itself.
+    pub kernel_rejects_at_prerouting: bool,
     /// The next hops of the last vector that had no MAC address (a link, an address),
     /// for the kernel to be asked to resolve.
     pub unresolved: Vec<(LinkIndex, IpAddr)>,
@@ -454,6 +457,9 @@ pub struct Pipeline {
     spare: Vec<BufferId>,
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
+    /// Packets the prerouting chains rejected, to answer among `errors` once routing
+    /// made those.
+    rejected: Vec<(usize, icmp::Error, u32)>,
     inputs: Vec<Input>,
     /// For each packet of the vector left whole by its sender (GSO), the length of its
     /// segments' IP packets (the MTU applies to those, as the kernel's
@@ -578,6 +584,7 @@ impl Pipeline {
             .as_ref()
             .map(|c| c.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         self.tracks.clear();
+        self.rejected.clear();
         if let Some(table) = table.as_deref_mut() {
             let t = Instant::now();
             let tracked = self.conntrack_vector(table, snap, iif, mac, pool, packets, fates);
@@ -634,6 +641,7 @@ impl Pipeline {
                 self.errors.truncate(before);
             }
         }
+        self.errors.extend_from_slice(&self.rejected);
         let routed = self.v4.len() + self.v6.len();
         self.route.add(routed, t);
 
@@ -859,41 +867,72 @@ impl Pipeline {
         order.extend(self.errors.iter().map(|e| (e.0, false)));
         order.sort_unstable_by_key(|o| o.0);
         let mut failed = Vec::new();
+        // Packets a rule rejected, and the error that answers each.
+        let mut rejects = Vec::new();
         for (i, to_send) in order {
             let out = fates[i].output().filter(|_| to_send);
             let tracked = self.tracks.get(i).copied().flatten();
-            let pass = match (tracked, table.as_deref_mut()) {
+            // What the hooks decided, and whether at forward (where the packet's time
+            // to live was taken down before the chains).
+            let (verdict, forwarded) = match (tracked, table.as_deref_mut()) {
                 // Tracked: the prerouting hook is behind it (the conntrack stage).
                 (Some(t), Some(table)) => match out {
-                    None => true,
+                    None => (Verdict::Accept, false),
                     Some(out) => {
                         let now = self.times.get(i).copied().unwrap_or(clock);
                         let new = table.unconfirmed(&t);
-                        let pass =
+                        let verdict =
                             self.leave(snap, table, &t, i, input, out, pool, packets[i], now);
-                        if pass && new {
+                        if verdict == Verdict::Accept && new {
                             self.claim(table, snap, &t);
                         }
-                        pass
+                        (verdict, true)
                     }
                 },
                 _ => {
                     let frame = pool.frame(packets[i]);
-                    self.rules.prerouting(frame, input, None)
-                        && out.is_none_or(|out| {
-                            self.rules.forwarding(
-                                &fibre_firewall::eval::Packet {
+                    match self
+                        .rules
+                        .prerouting_verdict(frame, input, None, Part::Whole)
+                    {
+                        Verdict::Accept => match out {
+                            Some(out) => {
+                                let p = fibre_firewall::eval::Packet {
                                     frame,
                                     iif: input,
                                     oif: connections::view(snap, out),
-                                },
-                                None,
-                            )
-                        })
+                                };
+                                (self.rules.forwarding_verdict(&p, None, Part::Whole), true)
+                            }
+                            None => (Verdict::Accept, false),
+                        },
+                        verdict => {
+                            if !self.kernel_rejects_at_prerouting {
+                                (verdict, false)
+                            } else {
+                                (Verdict::Drop, false)
+                            }
+                        }
+                    }
                 }
             };
-            if !pass {
+            if verdict != Verdict::Accept {
                 failed.push((i, Fate::Drop(Dropped::Filtered)));
+            }
+            if let Verdict::Reject(r) = verdict {
+                let id = packets[i];
+                let partial = pool.offload(id).checksum.is_some();
+                if forwarded {
+                    // The kernel's forward hook sees the time to live taken down.
+                    let frame = pool.frame_mut(id);
+                    match self.inputs[i] {
+                        Input::V4(_) => rewrite::decrement_ttl(frame),
+                        _ => rewrite::decrement_hop_limit(frame),
+                    };
+                }
+                if let Some(error) = self.rejection(i, r, pool.frame(id), partial) {
+                    rejects.push((i, error, 0));
+                }
             }
         }
         if let Some(t) = table {
@@ -902,6 +941,7 @@ impl Pipeline {
         let checked = next.len() + self.errors.len();
         next.retain(|n| !failed.iter().any(|f| f.0 == n.0));
         self.errors.retain(|e| !failed.iter().any(|f| f.0 == e.0));
+        self.errors.extend(rejects);
         for (i, fate) in failed {
             if let Fate::Fragmented(_) = fates[i] {
                 if let Some(k) = self.cut.iter().position(|c| c.0 == i) {
@@ -912,6 +952,46 @@ impl Pipeline {
             fates[i] = fate;
         }
         checked
+    }
+
+    /// The error that answers packet `i` (`frame`, as the hook that rejected it sees
+    /// it; its checksum left partial by its sender if `partial`), rejected by `r`: the
+    /// unreachable of the code `r` gives its family, if the kernel would send one
+    /// ([`icmp::reject_answers`]).
+    pub(crate) fn rejection(
+        &self,
+        i: usize,
+        r: fibre_firewall::eval::Reject,
+        frame: &[u8],
+        partial: bool,
+    ) -> Option<icmp::Error> {
+        let (v6, ip_len) = match self.inputs[i] {
+            Input::V4(p) => (false, p.len as usize),
+            Input::V6(p) => (true, 40 + p.len as usize),
+            _ => return None,
+        };
+        let code = r.unreachable_code(v6)?;
+        let ip = frame.get(ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len()))?;
+        icmp::reject_answers(ip, v6, partial).then_some(icmp::Error::Rejected(code))
+    }
+
+    /// A packet the prerouting chains stopped with `verdict`: if rejected, its error
+    /// kept to answer after routing, unless the kernel answers it itself.
+    pub(crate) fn reject_at_prerouting(
+        &mut self,
+        i: usize,
+        verdict: Verdict,
+        frame: &[u8],
+        partial: bool,
+    ) {
+        if let Verdict::Reject(r) = verdict {
+            if self.kernel_rejects_at_prerouting {
+                return;
+            }
+            if let Some(error) = self.rejection(i, r, frame, partial) {
+                self.rejected.push((i, error, 0));
+            }
+        }
     }
 
     /// Takes from `pool` the buffers packet `i` (`len` bytes, to an MTU of `mtu`) needs

@@ -746,6 +746,7 @@ impl Vector {
         // The kernel answers an IPv6 reject route itself (forwarding on or off) when it
         // sees the frame; when it does not, fibre answers.
         self.pipeline.kernel_answers_ipv6_rejects = kernel_has_its_copy;
+        self.pipeline.kernel_rejects_at_prerouting = kernel_has_its_copy;
         self.pipeline.run(
             snap,
             &**neighbours,

@@ -88,6 +88,14 @@ pub fn verdict(code: i32, chain: Option<&str>) -> Expression {
     )
 }
 
+/// A `reject` of type `kind` (0 ICMP, 1 TCP reset, 2 `icmpx`) with `code`.
+pub fn reject(kind: u32, code: u8) -> Expression {
+    expression(
+        "reject",
+        vec![attribute(1, &be(kind)), attribute(2, &[code])],
+    )
+}
+
 /// A `counter`.
 pub fn counter() -> Expression {
     expression("counter", vec![])

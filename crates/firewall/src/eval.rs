@@ -164,6 +164,49 @@ pub enum NatVerdict {
     Bind(Translation),
 }
 
+/// A `reject` statement (`nft_reject`): the packet dropped, and answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reject {
+    /// `NFTA_REJECT_TYPE`: 0 an ICMP (or ICMPv6) destination unreachable with the
+    /// packet's family's `code`, 1 a TCP reset, 2 (`icmpx`) a code that names one for
+    /// each family.
+    pub kind: u32,
+    /// `NFTA_REJECT_ICMP_CODE`.
+    pub code: u8,
+    /// Whether its table is `inet`: `ip` and `ip6` tables answer no `icmpx` (they drop).
+    pub inet: bool,
+}
+
+/// `icmpx` codes (`NFT_REJECT_ICMPX_*`: no route, port, host unreachable,
+/// administratively prohibited) as each family's code: ICMP's, ICMPv6's.
+const ICMPX: [(u8, u8); 4] = [(0, 0), (3, 4), (1, 3), (13, 1)];
+
+impl Reject {
+    /// The destination unreachable code a packet of the family (IPv6 if `v6`) is
+    /// answered with, as `nft_reject_inet_eval` (or the `ip`/`ip6` one) picks it: `None`
+    /// where the kernel sends no ICMP error (a TCP reset, `icmpx` outside `inet`).
+    pub fn unreachable_code(self, v6: bool) -> Option<u8> {
+        match (self.kind, self.inet) {
+            (0, _) => Some(self.code),
+            (2, true) => ICMPX
+                .get(usize::from(self.code))
+                .map(|&(v4, v6_code)| if v6 { v6_code } else { v4 }),
+            _ => None,
+        }
+    }
+}
+
+/// What the chains of a packet's hooks decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It goes on.
+    Accept,
+    /// It is dropped.
+    Drop,
+    /// It is dropped and answered.
+    Reject(Reject),
+}
+
 /// The compiled filter of a ruleset: for IPv4 and IPv6, the base chains of each hook.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {
@@ -263,7 +306,7 @@ impl Filter {
         let forwarded = hook == Hook::Postrouting;
         for c in chains {
             match c.decide(frame, &info, forwarded, iif, oif, ct) {
-                Decision::Drop => return NatVerdict::Drop,
+                Decision::Drop | Decision::Reject(_) => return NatVerdict::Drop,
                 Decision::Nat(t) => return NatVerdict::Bind(t),
                 Decision::Accept => {}
             }
@@ -299,23 +342,42 @@ impl Filter {
 
     /// [`Filter::prerouting`] for the chains of `part`.
     pub fn prerouting_part(&self, frame: &[u8], iif: Link, ct: Option<&Ct>, part: Part) -> bool {
+        self.prerouting_verdict(frame, iif, ct, part) == Verdict::Accept
+    }
+
+    /// What the prerouting chains of `part` decide for `frame` (as
+    /// [`Filter::prerouting`] takes it).
+    pub fn prerouting_verdict(
+        &self,
+        frame: &[u8],
+        iif: Link,
+        ct: Option<&Ct>,
+        part: Part,
+    ) -> Verdict {
         let Some(ip) = frame.get(ETHERNET..) else {
-            return false;
+            return Verdict::Drop;
         };
-        let Some(f) = family(ip) else { return false };
+        let Some(f) = family(ip) else {
+            return Verdict::Drop;
+        };
         let chains = &self.hooks[f][0];
         if chains.is_empty() {
-            return true;
+            return Verdict::Accept;
         }
         let info = Info::of(ip);
-        chains
+        for c in chains
             .iter()
             .filter(|c| part.holds(c.priority, NAT_PRIORITY[0]))
-            .all(|c| {
-                // Chains before conntrack's own hook see no connection.
-                let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
-                c.accepts(frame, &info, false, iif, None, ct)
-            })
+        {
+            // Chains before conntrack's own hook see no connection.
+            let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
+            match c.decide(frame, &info, false, iif, None, ct) {
+                Decision::Drop => return Verdict::Drop,
+                Decision::Reject(r) => return Verdict::Reject(r),
+                Decision::Accept | Decision::Nat(_) => {}
+            }
+        }
+        Verdict::Accept
     }
 
     /// Whether `p` (its connection `ct`) passes the forward and postrouting hooks.
@@ -326,23 +388,34 @@ impl Filter {
     /// [`Filter::forwarding`] for the chains of `part` (the forward hook's are all
     /// before NAT, which is at postrouting).
     pub fn forwarding_part(&self, p: &Packet, ct: Option<&Ct>, part: Part) -> bool {
+        self.forwarding_verdict(p, ct, part) == Verdict::Accept
+    }
+
+    /// What the forward and postrouting chains of `part` decide for `p` (a `reject`
+    /// can only be met at forward: the kernel refuses it at postrouting).
+    pub fn forwarding_verdict(&self, p: &Packet, ct: Option<&Ct>, part: Part) -> Verdict {
         let Some(ip) = p.frame.get(ETHERNET..) else {
-            return false;
+            return Verdict::Drop;
         };
-        let Some(f) = family(ip) else { return false };
+        let Some(f) = family(ip) else {
+            return Verdict::Drop;
+        };
         let [_, forward, post] = &self.hooks[f];
         if forward.is_empty() && post.is_empty() {
-            return true;
+            return Verdict::Accept;
         }
         let info = Info::of(ip);
-        forward
-            .iter()
-            .filter(|_| part != Part::AfterNat)
-            .chain(
-                post.iter()
-                    .filter(|c| part.holds(c.priority, NAT_PRIORITY[1])),
-            )
-            .all(|c| c.accepts(p.frame, &info, true, p.iif, Some(p.oif), ct))
+        for c in forward.iter().filter(|_| part != Part::AfterNat).chain(
+            post.iter()
+                .filter(|c| part.holds(c.priority, NAT_PRIORITY[1])),
+        ) {
+            match c.decide(p.frame, &info, true, p.iif, Some(p.oif), ct) {
+                Decision::Drop => return Verdict::Drop,
+                Decision::Reject(r) => return Verdict::Reject(r),
+                Decision::Accept | Decision::Nat(_) => {}
+            }
+        }
+        Verdict::Accept
     }
 }
 
@@ -534,6 +607,8 @@ enum Jump {
     Call(usize),
     /// To the chain, not coming back.
     Goto(usize),
+    /// Dropped, and answered (`reject`).
+    Reject(Reject),
 }
 
 /// The bytes of the registers: 16 of verdict, then sixteen of 4.
@@ -854,6 +929,25 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
             }
         }
         "counter" => Op::Nothing,
+        // `reject`: type 1, ICMP code 2. A TCP reset is refused: fibre does not make
+        // one. So is a `reject` in a `nat` chain, which binds rather than filters.
+        "reject" if !c.nat => {
+            let kind = u(1).ok_or_else(unsupported)?;
+            let code = match a.get(2) {
+                Some([code]) => *code,
+                None => 0,
+                Some(_) => return Err(unsupported()),
+            };
+            match kind {
+                0 | 2 => Op::Verdict(Jump::Reject(Reject {
+                    kind,
+                    code,
+                    inet: c.table.table.family == Family::Inet,
+                })),
+                1 => return Err("`reject with tcp reset`".into()),
+                _ => return Err(unsupported()),
+            }
+        }
         "nat" | "masq" | "redir" if c.nat => {
             // The attributes: `nat`'s type 1, family 2, addresses 3 and 4, ports 5
             // and 6, flags 7; `masq`'s flags 1, ports 2 and 3; `redir`'s ports 1 and
@@ -1034,6 +1128,7 @@ impl Program {
 
     /// Whether the chain accepts `frame` (its IP packet described by `info`; with its
     /// time to live taken down if `forwarded`) from `iif` to `oif`, its connection `ct`.
+    #[cfg(test)]
     fn accepts(
         &self,
         frame: &[u8],
@@ -1043,7 +1138,10 @@ impl Program {
         oif: Option<Link>,
         ct: Option<&Ct>,
     ) -> bool {
-        self.decide(frame, info, forwarded, iif, oif, ct) != Decision::Drop
+        !matches!(
+            self.decide(frame, info, forwarded, iif, oif, ct),
+            Decision::Drop | Decision::Reject(_)
+        )
     }
 
     /// What the chain decides for `frame`, as [`Program::accepts`] has it; a NAT
@@ -1087,6 +1185,7 @@ impl Program {
                     None | Some(Jump::Continue) => {}
                     Some(Jump::Accept) => return accept(),
                     Some(Jump::Drop) => return Decision::Drop,
+                    Some(Jump::Reject(r)) => return Decision::Reject(*r),
                     Some(Jump::Return) => break,
                     Some(Jump::Call(c)) => {
                         if depth == JUMP_STACK {
@@ -1141,6 +1240,8 @@ struct At<'a> {
 enum Decision {
     Accept,
     Drop,
+    /// Drop, and answer.
+    Reject(Reject),
     /// Accept, with this binding.
     Nat(Translation),
 }
@@ -1580,6 +1681,80 @@ mod tests {
             name,
             kind: 1,
             group: 0,
+        }
+    }
+
+    #[test]
+    fn a_reject_drops_and_names_the_answer_of_each_family() {
+        use crate::build::reject;
+        // Forward: to 10.2.0.2 `reject with icmpx admin-prohibited`; the rest
+        // `reject` (icmpx port-unreachable) after a rule that accepts port 53.
+        let rules = vec![
+            vec![
+                payload(1, 16, 4, 1),
+                cmp(0, 1, &[10, 2, 0, 2]),
+                reject(2, 3),
+            ],
+            vec![
+                payload(2, 2, 2, 1),
+                cmp(0, 1, &53u16.to_be_bytes()),
+                verdict(1, None),
+            ],
+            vec![reject(2, 1)],
+        ];
+        let r = ruleset(Family::Inet, "t", vec![chain("fwd", Some((2, 0)), rules)]);
+        let f = Filter::of(&r);
+        let (iif, oif) = (link(2, "ra"), link(3, "rb"));
+        let verdict = |ip: &[u8]| {
+            let fr = frame(ip);
+            let p = Packet {
+                frame: &fr,
+                iif,
+                oif,
+            };
+            (
+                f.forwarding_verdict(&p, None, Part::Whole),
+                f.forwarding(&p, None),
+            )
+        };
+        let Verdict::Reject(r) = verdict(&udp4([10, 2, 0, 2], 53, 64)).0 else {
+            panic!("not rejected")
+        };
+        assert_eq!(
+            (r.unreachable_code(false), r.unreachable_code(true)),
+            (Some(13), Some(1))
+        );
+        assert_eq!(
+            verdict(&udp4([10, 2, 0, 3], 53, 64)),
+            (Verdict::Accept, true)
+        );
+        let (Verdict::Reject(r), false) = verdict(&udp4([10, 2, 0, 3], 54, 64)) else {
+            panic!("not rejected, or passed")
+        };
+        assert_eq!(
+            (r.unreachable_code(false), r.unreachable_code(true)),
+            (Some(3), Some(4))
+        );
+        // The other codes of `icmpx`; an ICMP code is the packet's family's as given;
+        // `icmpx` in an `ip` table answers nothing.
+        let code = |kind, code, inet| Reject { kind, code, inet }.unreachable_code(false);
+        assert_eq!((code(2, 0, true), code(2, 2, true)), (Some(0), Some(1)));
+        assert_eq!(code(0, 10, false), Some(10));
+        assert_eq!(code(2, 1, false), None);
+        // A TCP reset, and a reject in a nat chain, are not compiled: refused.
+        for (nat, e) in [(false, reject(1, 0)), (true, reject(2, 1))] {
+            let r = ruleset(
+                Family::Inet,
+                "t",
+                vec![ChainSpec {
+                    nat,
+                    name: "c".into(),
+                    hook: Some((if nat { 0 } else { 2 }, 0)),
+                    rules: vec![vec![e]],
+                }],
+            );
+            let t = r.tables().next().unwrap();
+            assert!(Program::compile(t, "c").is_err(), "nat {nat}");
         }
     }
 

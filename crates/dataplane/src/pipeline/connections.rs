@@ -16,16 +16,18 @@
 //! output link's address), translates the source, runs the chains after NAT, and
 //! confirms the connection ([`Pipeline::leave`]). A packet that goes to the kernel or
 //! is answered with an error instead has its destination translated back first: the
-//! kernel, and the error, see the packet as it came.
+//! kernel, and the error, see the packet as it came; one a `reject` answers is quoted as
+//! the hook that rejected it saw it.
 
 use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
 use crate::pool::{BufferId, Pool};
 
+use crate::icmp;
 use fibre_conntrack::nat::{self, Manip, Range};
 use fibre_conntrack::{Conntrack, State, Tracked};
 use fibre_fib::{LinkIndex, Snapshot};
-use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part};
+use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Verdict};
 use std::net::IpAddr;
 
 /// A link as the rules see it.
@@ -102,13 +104,14 @@ impl Pipeline {
             if i % 16 == 0 {
                 table.expire(now, 16);
             }
-            let pass = self.rules.prerouting_part(
+            let verdict = self.rules.prerouting_verdict(
                 pool.frame(id),
                 input,
                 Some(&ct_of(table, &tracked)),
                 Part::BeforeNat,
             );
-            let fate = if !pass {
+            let fate = if verdict != Verdict::Accept {
+                self.reject_at_prerouting(i, verdict, pool.frame(id), partial);
                 Some(Fate::Drop(Dropped::Filtered))
             } else if self.rules.translates(v6) {
                 self.destination_nat(table, &tracked, input, pool.frame_mut(id), partial, now)
@@ -136,13 +139,14 @@ impl Pipeline {
                     continue;
                 }
             }
-            let pass = self.rules.prerouting_part(
+            let verdict = self.rules.prerouting_verdict(
                 pool.frame(id),
                 input,
                 Some(&ct_of(table, &tracked)),
                 Part::AfterNat,
             );
-            if !pass {
+            if verdict != Verdict::Accept {
+                self.reject_at_prerouting(i, verdict, pool.frame(id), partial);
                 fates[i] = Fate::Drop(Dropped::Filtered);
                 stopped[i] = true;
                 continue;
@@ -215,12 +219,48 @@ impl Pipeline {
         None
     }
 
-    /// Whether a tracked packet to send out of `out` may leave, as the kernel's
-    /// forward and postrouting hooks decide: the chains before NAT, its connection's
-    /// source bound (a new one) and translated, the chains after NAT, its connection
-    /// confirmed. The packet is changed in `pool` as it leaves.
+    /// What the forward and postrouting hooks decide for a tracked packet to send out of
+    /// `out`: the chains before NAT, its connection's source bound (a new one) and
+    /// translated, the chains after NAT, its connection confirmed. The packet is
+    /// changed in `pool` as it leaves. A drop for anything that stops it (a `reject` at
+    /// forward too).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn leave(
+        &self,
+        snap: &Snapshot,
+        table: &mut Conntrack,
+        tracked: &Tracked,
+        i: usize,
+        input: Link,
+        out: LinkIndex,
+        pool: &mut Pool,
+        id: BufferId,
+        now: u64,
+    ) -> Verdict {
+        let oif = view(snap, out);
+        let verdict = self.rules.forwarding_verdict(
+            &Packet {
+                frame: pool.frame(id),
+                iif: input,
+                oif,
+            },
+            Some(&ct_of(table, tracked)),
+            Part::BeforeNat,
+        );
+        if verdict != Verdict::Accept {
+            return verdict;
+        }
+        let pass = self.bind_source_and_confirm(snap, table, tracked, i, input, out, pool, id, now);
+        if pass {
+            Verdict::Accept
+        } else {
+            Verdict::Drop
+        }
+    }
+
+    /// [`Pipeline::leave`] past the chains before NAT: whether the packet may leave.
+    #[allow(clippy::too_many_arguments)]
+    fn bind_source_and_confirm(
         &self,
         snap: &Snapshot,
         table: &mut Conntrack,
@@ -234,18 +274,6 @@ impl Pipeline {
     ) -> bool {
         let v6 = matches!(self.inputs[i], Input::V6(_));
         let oif = view(snap, out);
-        let pass = self.rules.forwarding_part(
-            &Packet {
-                frame: pool.frame(id),
-                iif: input,
-                oif,
-            },
-            Some(&ct_of(table, tracked)),
-            Part::BeforeNat,
-        );
-        if !pass {
-            return false;
-        }
         if self.rules.translates(v6) {
             if table.left_its_link(tracked, out) {
                 table.end(tracked);
@@ -381,7 +409,12 @@ impl Pipeline {
     ) {
         for (i, t) in self.tracks.iter().enumerate() {
             let Some(t) = t else { continue };
-            let back = matches!(fates[i], Fate::Kernel(_)) || self.errors.iter().any(|e| e.0 == i);
+            // A packet rejected is answered as the hook that rejected it saw it.
+            let answered = self
+                .errors
+                .iter()
+                .any(|e| e.0 == i && !matches!(e.1, icmp::Error::Rejected(_)));
+            let back = matches!(fates[i], Fate::Kernel(_)) || answered;
             if back && t.state() != State::Related {
                 let partial = pool.offload(packets[i]).checksum.is_some();
                 table.untranslate(t, &mut pool.frame_mut(packets[i])[ETHERNET_LEN..], partial);
