@@ -438,6 +438,32 @@ fn nat_gateway(io: &str) {
     );
     assert_eq!((got, got_sum), (4 << 20, sent_sum), "{}", daemon.stats());
     assert_eq!(peer.ip().to_string(), "10.0.1.2");
+    // A port forward added with `nft` while the daemon runs steers the next
+    // connection: before it, the router's own stack refuses port 8081.
+    let refused = inside(&b, || {
+        std::net::TcpStream::connect_timeout(
+            &"10.0.1.1:8081".parse().unwrap(),
+            std::time::Duration::from_secs(3),
+        )
+    });
+    assert!(refused.is_err(), "{refused:?}");
+    let commits = daemon.stats()["firewall"]["commits"].as_u64().unwrap_or(0);
+    nft(
+        &r,
+        "add rule ip nat pre iifname \"r1\" tcp dport 8081 dnat to 10.0.0.2:7401",
+    );
+    wait_for("the rule's commit", || {
+        daemon.stats()["firewall"]["commits"].as_u64() > Some(commits)
+    });
+    let (got, sent_sum, got_sum, peer) = transfer_via(
+        &b,
+        &a,
+        "10.0.0.2:7401".parse().unwrap(),
+        "10.0.1.1:8081".parse().unwrap(),
+        1 << 20,
+    );
+    assert_eq!((got, got_sum), (1 << 20, sent_sum), "{}", daemon.stats());
+    assert_eq!(peer.ip().to_string(), "10.0.1.2");
     let stats = daemon.stats();
     assert!(
         stats["forwarding"]["sent"].as_u64() > Some(1_000),
@@ -446,13 +472,13 @@ fn nat_gateway(io: &str) {
     // The replies of each masqueraded connection and the port forwarded, claimed from
     // the router's stack (which would answer them with resets and "port unreachable").
     // (Counted by the workers as they go: waited for.)
-    wait_for("six connections' claims", || {
-        daemon.stats()["forwarding"]["claims"]["claimed"].as_u64() >= Some(6)
+    wait_for("seven connections' claims", || {
+        daemon.stats()["forwarding"]["claims"]["claimed"].as_u64() >= Some(7)
     });
     let listed = daemon.ctl_text(&["conntrack", "show"]);
     let ct = &stats["forwarding"]["conntrack"];
     assert!(ct["source_translated"].as_u64() >= Some(5), "{stats}");
-    assert_eq!(ct["destination_translated"], 1, "{stats}");
+    assert_eq!(ct["destination_translated"], 2, "{stats}");
     assert!(
         listed.contains("dport=8080 src=10.0.0.2 dst=10.0.1.2 sport=7400"),
         "{listed}"
