@@ -279,6 +279,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(left[changed.end..], came[changed.end..]);
             }
             Fate::Icmp(_, _) => check_error(left, &input),
+            Fate::Reset(_) => panic!("a reset with no rule that resets"),
             Fate::Kernel(_) | Fate::Drop(_) => {
                 assert_eq!(left, &came[..], "a packet not sent is left as it came");
             }

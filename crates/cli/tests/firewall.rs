@@ -653,10 +653,11 @@ fn what_the_firewall_rejects_is_answered_over_af_xdp() {
     rejected("xdp");
 }
 
-/// The forward chain rejects A's pings to B (`icmpx admin-prohibited`) and A's
-/// datagrams to B's port 9 (`reject`: port unreachable), IPv4 and IPv6: the families
-/// stay open, fibre answers each as the kernel would (ping reports the packet filtered,
-/// a connected UDP socket is refused), and datagrams to another port pass.
+/// The forward chain rejects A's pings to B (`icmpx admin-prohibited`), A's datagrams
+/// to B's port 9 (`reject`: port unreachable) and connections to it (`tcp reset`), IPv4
+/// and IPv6: the families stay open, fibre answers each as the kernel would (ping
+/// reports the packet filtered, a connected UDP socket and a connection are refused),
+/// and datagrams to another port pass.
 fn rejected(io: &str) {
     use std::net::UdpSocket;
     let (a, r, b) = topology();
@@ -665,7 +666,7 @@ fn rejected(io: &str) {
         "table inet f { chain through { type filter hook forward priority 0; \
            icmp type echo-request reject with icmpx admin-prohibited; \
            icmpv6 type echo-request reject with icmpx admin-prohibited; \
-           udp dport 9 reject; }; }",
+           udp dport 9 reject; tcp dport 9 reject with tcp reset; }; }",
     );
     let daemon = Daemon::start(&r, io);
     assert_eq!(closed(&daemon), (false, false), "{}", daemon.stats());
@@ -691,12 +692,28 @@ fn rejected(io: &str) {
             "{to}"
         );
     }
+    // A connection to B's port 9: reset, refused at once.
+    for to in ["10.0.1.2:9", "[fd01::2]:9"] {
+        let got = inside(&a, || {
+            std::net::TcpStream::connect_timeout(
+                &to.parse().unwrap(),
+                std::time::Duration::from_secs(5),
+            )
+        });
+        assert_eq!(
+            got.map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionRefused),
+            "{to}"
+        );
+    }
     let got = arrivals(&a, &b, "10.0.1.2:7100".parse().unwrap(), 50);
     assert!(
         got.iter().all(|g| g.len() == 1),
         "{got:?} {}",
         daemon.stats()
     );
-    wait_for("the rejects counted", || daemon.fate("icmp:rejected") >= 4);
+    wait_for("the rejects counted", || {
+        daemon.fate("icmp:rejected") >= 4 && daemon.fate("tcp-reset") >= 2
+    });
     daemon.terminate();
 }

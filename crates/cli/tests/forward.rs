@@ -300,6 +300,20 @@ fn kernels_own(f: &[u8]) -> bool {
 /// IP identification and header checksum, an ICMPv6 error's flow label.
 fn normal(mut f: Vec<u8>) -> Vec<u8> {
     match u16::from_be_bytes([f[12], f[13]]) {
+        // A TCP reset the kernel made leaves its checksum for the device to finish
+        // (`CHECKSUM_PARTIAL`); a veth hands it on unfinished: finished here.
+        0x0800 if f[23] == 6 && f.len() >= 54 && f[47] & 0x04 != 0 => {
+            let ihl = usize::from(f[14] & 0xf) * 4;
+            let tcp = 14 + ihl;
+            let len = u16::from_be_bytes([f[16], f[17]]) as usize - ihl;
+            f[tcp + 16..tcp + 18].fill(0);
+            let mut pseudo = f[26..34].to_vec();
+            pseudo.extend_from_slice(&[0, 6]);
+            pseudo.extend_from_slice(&(len as u16).to_be_bytes());
+            pseudo.extend_from_slice(&f[tcp..tcp + len]);
+            let sum = !fold(&pseudo);
+            f[tcp + 16..tcp + 18].copy_from_slice(&sum.to_be_bytes());
+        }
         0x0800 if f[23] == 1 && matches!(f[34], 3 | 11) => {
             f[18..20].fill(0);
             f[24..26].fill(0);
@@ -830,6 +844,8 @@ table inet filter {
     ip6 daddr 2001:db8:1::9 tcp dport 25 reject with icmpv6 type admin-prohibited
     ip6 daddr 2001:db8:1::10 reject with icmpx host-unreachable
     ip6 daddr 2001:db8:1::11 reject with icmpx no-route
+    ip daddr 10.1.0.12 meta l4proto tcp reject with tcp reset
+    ip6 daddr 2001:db8:1::12 meta l4proto tcp reject with tcp reset
   }
 }
 "#;
@@ -857,8 +873,9 @@ fn fold(data: &[u8]) -> u16 {
 /// code, IPv4 and IPv6 (UDP, a UDP checksum of 0, TCP, ICMP), one the prerouting chain
 /// rejects, and those the kernel rejects without an answer (a bad UDP or ICMPv6
 /// checksum, a later fragment, an ICMP error), and one whose time to live runs out
-/// first (time exceeded, not the reject). Each from a source of its own, so that no
-/// limit on errors applies.
+/// first (time exceeded, not the reject); TCP segments rejected with a reset (a SYN,
+/// data with an acknowledgement, a FIN, IPv6), a reset not answered. Each from a source
+/// of its own, so that no limit on errors applies.
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
 fn fibre_forward_rejects_as_the_kernel_does() {
@@ -895,13 +912,39 @@ fn fibre_forward_rejects_as_the_kernel_does() {
     error[36..38].copy_from_slice(&sum.to_be_bytes());
     let mut bad6 = udp6("2001:db8:9::7", "2001:db8:1::9", 99);
     bad6[70] ^= 0x55;
-    let mut tcp6 = Vec::new();
-    PacketBuilder::ethernet2(HOST_A, A0)
-        .ipv6(v6("2001:db8:9::6"), v6("2001:db8:1::9"), 64)
-        .tcp(5001, 25, 7, 64240)
-        .syn()
-        .write(&mut tcp6, &[])
-        .unwrap();
+    let tcp6_to = |dst: &str| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2(HOST_A, A0)
+            .ipv6(v6("2001:db8:9::6"), v6(dst), 64)
+            .tcp(5001, 25, 7, 64240)
+            .syn()
+            .write(&mut f, &[])
+            .unwrap();
+        f
+    };
+    // A TCP segment to 10.1.0.12 with these flags, numbers and data.
+    let tcp4 =
+        |src: [u8; 4], ports: (u16, u16), seq: u32, ack: Option<u32>, flags: u8, data: usize| {
+            let b = PacketBuilder::ethernet2(HOST_A, A0)
+                .ipv4(src, [10, 1, 0, 12], 64)
+                .tcp(ports.0, ports.1, seq, 64240);
+            let b = match ack {
+                Some(a) => b.ack(a),
+                None => b,
+            };
+            let mut f = Vec::new();
+            b.write(&mut f, &vec![5u8; data]).unwrap();
+            // The flags as asked (the builder sets ACK with its number).
+            f[47] = flags;
+            f[50..52].fill(0);
+            let mut pseudo = f[26..34].to_vec();
+            pseudo.extend_from_slice(&[0, 6]);
+            pseudo.extend_from_slice(&((f.len() - 34) as u16).to_be_bytes());
+            pseudo.extend_from_slice(&f[34..]);
+            let sum = !fold(&pseudo);
+            f[50..52].copy_from_slice(&sum.to_be_bytes());
+            f
+        };
     let frames = vec![
         flow4(HOST_A, A0, 17, s(1), far(9), (4000, 99), 64),
         zero_sum,
@@ -916,17 +959,26 @@ fn fibre_forward_rejects_as_the_kernel_does() {
         flow4(HOST_A, A0, 17, s(11), far(9), (4000, 99), 1),
         flow4(HOST_A, A0, 17, s(12), far(9), (4000, 98), 64),
         udp6("2001:db8:9::5", "2001:db8:1::9", 99),
-        tcp6,
+        tcp6_to("2001:db8:1::9"),
         bad6,
         udp6("2001:db8:9::8", "2001:db8:1::10", 53),
         udp6("2001:db8:9::9", "2001:db8:1::11", 53),
+        // Reset: a SYN, a segment with data and an acknowledgement, a FIN; a reset is
+        // not answered.
+        tcp4(s(13), (4002, 22), 5000, None, 0x02, 0),
+        tcp4(s(14), (4003, 22), 6000, Some(777), 0x18, 100),
+        tcp4(s(15), (4004, 22), 7000, None, 0x01, 10),
+        tcp4(s(16), (4005, 22), 8000, None, 0x04, 0),
+        tcp6_to("2001:db8:1::12"),
     ];
     let kernel = kernel_forward(&router, &hosts, "a1", &frames);
     let (report, fibre) = fibre_forward(&dir, "a0", &frames, Some(REJECT_RULESET));
     compare("a0", &kernel, &fibre);
-    // Twelve answered (eleven rejected, one out of time), one sent on (to port 98).
-    assert_eq!(kernel["a0"].len(), 12, "{report}");
+    // Sixteen answered (eleven rejected with an error, four with a reset, one out of
+    // time), one sent on (to port 98).
+    assert_eq!(kernel["a0"].len(), 16, "{report}");
     assert_eq!(kernel["b0"].len(), 1, "{report}");
+    assert_eq!(report["fates"]["tcp-reset"].as_u64(), Some(4), "{report}");
     assert_eq!(
         report["fates"]["icmp:rejected"].as_u64(),
         Some(11),

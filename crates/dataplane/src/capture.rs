@@ -183,6 +183,7 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Out(_) => "sent".into(),
         Fate::Fragmented(_) => "sent:fragmented".into(),
         Fate::Icmp(e, _) => format!("icmp:{}", e.name()),
+        Fate::Reset(_) => "tcp-reset".into(),
         Fate::Kernel(Handed::Input(k)) => format!("kernel:{}", k.name()),
         Fate::Kernel(Handed::Local) => "kernel:local".into(),
         Fate::Kernel(Handed::Unresolved) => "kernel:unresolved".into(),

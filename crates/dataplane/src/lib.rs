@@ -16,6 +16,7 @@
 //!   cut into its segments as the kernel cuts it, for a way out that cannot carry it.
 //! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
 //!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
+//! - [`reset`]: the TCP resets a firewall's `reject with tcp reset` answers with.
 //! - [`checksum`]: the Internet checksum, whole and incremental.
 //! - [`pool`]: packet buffers made once, taken and given back in bulk.
 //! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
@@ -65,6 +66,7 @@ pub mod offload;
 pub mod packet;
 pub mod pipeline;
 pub mod pool;
+pub mod reset;
 pub mod rewrite;
 pub mod ring;
 pub mod runtime;

@@ -42,6 +42,7 @@ use crate::icmp::{self, RateLimit};
 use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
 use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
+use crate::reset;
 use crate::rewrite;
 use crate::runtime::StageCounters;
 use fibre_conntrack::{Conntrack, Tracked, Tuple, Untrackable};
@@ -305,6 +306,9 @@ pub enum Fate {
     /// Answered: the buffer now holds the ICMP or ICMPv6 error sent back to the packet's
     /// source, to be sent out of the link.
     Icmp(icmp::Error, LinkIndex),
+    /// Rejected with a TCP reset: the buffer now holds the reset sent back to the
+    /// segment's source, to be sent out of the link.
+    Reset(LinkIndex),
     /// To the kernel, untouched.
     Kernel(Handed),
     /// Dropped.
@@ -315,7 +319,9 @@ impl Fate {
     /// The link the packet's buffer is to be sent out of, if it is to be sent.
     pub fn output(&self) -> Option<LinkIndex> {
         match *self {
-            Fate::Out(link) | Fate::Fragmented(link) | Fate::Icmp(_, link) => Some(link),
+            Fate::Out(link) | Fate::Fragmented(link) | Fate::Icmp(_, link) | Fate::Reset(link) => {
+                Some(link)
+            }
             _ => None,
         }
     }
@@ -460,6 +466,9 @@ pub struct Pipeline {
     /// Packets the prerouting chains rejected, to answer among `errors` once routing
     /// made those.
     rejected: Vec<(usize, icmp::Error, u32)>,
+    /// Segments a rule rejected with a TCP reset: their index, where their TCP header
+    /// starts in the IP packet.
+    resets: Vec<(usize, usize)>,
     inputs: Vec<Input>,
     /// For each packet of the vector left whole by its sender (GSO), the length of its
     /// segments' IP packets (the MTU applies to those, as the kernel's
@@ -585,6 +594,7 @@ impl Pipeline {
             .map(|c| c.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         self.tracks.clear();
         self.rejected.clear();
+        self.resets.clear();
         if let Some(table) = table.as_deref_mut() {
             let t = Instant::now();
             let tracked = self.conntrack_vector(table, snap, iif, mac, pool, packets, fates);
@@ -709,10 +719,11 @@ impl Pipeline {
         self.rewrite.add(next.len(), t);
         self.next = next;
 
-        if !self.errors.is_empty() {
+        if !self.errors.is_empty() || !self.resets.is_empty() {
             let t = Instant::now();
             self.answer(snap, neighbours, iif, pool, packets, fates);
-            self.icmp.add(self.errors.len(), t);
+            self.send_resets(snap, neighbours, iif, pool, packets, fates);
+            self.icmp.add(self.errors.len() + self.resets.len(), t);
         }
 
         // Counted by runs of one fate (a vector's packets mostly share theirs), so that
@@ -930,8 +941,10 @@ impl Pipeline {
                         _ => rewrite::decrement_hop_limit(frame),
                     };
                 }
-                if let Some(error) = self.rejection(i, r, pool.frame(id), partial) {
-                    rejects.push((i, error, 0));
+                match self.rejection(i, r, pool.frame(id), partial) {
+                    Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
+                    Some(Rejection::Reset(at)) => self.resets.push((i, at)),
+                    None => {}
                 }
             }
         }
@@ -964,15 +977,19 @@ impl Pipeline {
         r: fibre_firewall::eval::Reject,
         frame: &[u8],
         partial: bool,
-    ) -> Option<icmp::Error> {
+    ) -> Option<Rejection> {
         let (v6, ip_len) = match self.inputs[i] {
             Input::V4(p) => (false, p.len as usize),
             Input::V6(p) => (true, 40 + p.len as usize),
             _ => return None,
         };
-        let code = r.unreachable_code(v6)?;
         let ip = frame.get(ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len()))?;
-        icmp::reject_answers(ip, v6, partial).then_some(icmp::Error::Rejected(code))
+        if r.resets() {
+            return reset::answers(ip, v6, partial).map(Rejection::Reset);
+        }
+        let code = r.unreachable_code(v6)?;
+        icmp::reject_answers(ip, v6, partial)
+            .then_some(Rejection::Error(icmp::Error::Rejected(code)))
     }
 
     /// A packet the prerouting chains stopped with `verdict`: if rejected, its error
@@ -988,8 +1005,10 @@ impl Pipeline {
             if self.kernel_rejects_at_prerouting {
                 return;
             }
-            if let Some(error) = self.rejection(i, r, frame, partial) {
-                self.rejected.push((i, error, 0));
+            match self.rejection(i, r, frame, partial) {
+                Some(Rejection::Error(error)) => self.rejected.push((i, error, 0)),
+                Some(Rejection::Reset(at)) => self.resets.push((i, at)),
+                None => {}
             }
         }
     }
@@ -1175,6 +1194,82 @@ impl Pipeline {
             // The error is whole: nothing of the packet's offload applies to it.
             pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Icmp(error, route.dev);
+        }
+    }
+}
+
+/// How a rejected packet is answered.
+pub(crate) enum Rejection {
+    /// With this ICMP or ICMPv6 error.
+    Error(icmp::Error),
+    /// With a TCP reset; its TCP header starts here in the IP packet.
+    Reset(usize),
+}
+
+impl Pipeline {
+    /// The segments rejected with a TCP reset, each made into its reset and sent back by
+    /// the route from its destination to its source, as the kernel's `nf_send_reset`
+    /// routes it (`ip_route_me_harder`: a route this host takes, the segment's
+    /// destination as the source).
+    fn send_resets(
+        &mut self,
+        snap: &Snapshot,
+        neighbours: &impl Neighbours,
+        iif: LinkIndex,
+        pool: &mut Pool,
+        packets: &[BufferId],
+        fates: &mut [Fate],
+    ) {
+        for &(i, at) in &self.resets {
+            let id = packets[i];
+            let (back, from, v6) = match self.inputs[i] {
+                Input::V4(p) => (IpAddr::V4(p.src), IpAddr::V4(p.dst), false),
+                Input::V6(p) => (IpAddr::V6(p.src), IpAddr::V6(p.dst), true),
+                _ => continue,
+            };
+            let query = Query {
+                ipproto: 6,
+                ..Query::to(back)
+            };
+            // From the segment's destination where the rules can say (a rule `from` it).
+            let route = snap
+                .route(&Query {
+                    src: Some(from),
+                    ..query
+                })
+                .or_else(|_| snap.route(&query));
+            let route = match route {
+                Ok(a) if a.kind == RouteType::Unicast => a,
+                _ => {
+                    self.unanswered.no_route_back += 1;
+                    continue;
+                }
+            };
+            let Some(link) = snap.link(route.dev) else {
+                self.unanswered.no_route_back += 1;
+                continue;
+            };
+            let frame = pool.frame(id);
+            let dst_mac = match neighbours.mac(route.dev, route.gateway.unwrap_or(back)) {
+                Some(m) => m,
+                None if route.dev == iif => frame[6..12].try_into().unwrap_or([0; 6]),
+                None => {
+                    self.unanswered.unresolved += 1;
+                    let wanted = (route.dev, route.gateway.unwrap_or(back));
+                    if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
+                        self.unresolved.push(wanted);
+                    }
+                    continue;
+                }
+            };
+            let size = pool.buffer_size();
+            let buffer = pool.resize(id, size);
+            let Some(len) = reset::make(buffer, at, v6) else {
+                continue;
+            };
+            rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
+            pool.set_offload(id, Offload::NONE);
+            fates[i] = Fate::Reset(route.dev);
         }
     }
 }

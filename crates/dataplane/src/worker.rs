@@ -794,7 +794,7 @@ impl Vector {
                 && in_families(
                     self.closed,
                     self.pool.frame(id),
-                    matches!(fate, Fate::Icmp(..)),
+                    matches!(fate, Fate::Icmp(..) | Fate::Reset(_)),
                 )
             {
                 self.io.firewall_refused += 1;
@@ -821,7 +821,7 @@ impl Vector {
                     }
                     self.out.push(*link, id)
                 }
-                Fate::Icmp(_, link) => self.out.push(*link, id),
+                Fate::Icmp(_, link) | Fate::Reset(link) => self.out.push(*link, id),
                 Fate::Fragmented(link) => {
                     self.out.push(*link, id);
                     while let Some(&(_, f)) = later.next_if(|f| f.0 == i) {

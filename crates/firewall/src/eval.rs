@@ -182,6 +182,11 @@ pub struct Reject {
 const ICMPX: [(u8, u8); 4] = [(0, 0), (3, 4), (1, 3), (13, 1)];
 
 impl Reject {
+    /// Whether it answers with a TCP reset (`reject with tcp reset`).
+    pub fn resets(self) -> bool {
+        self.kind == 1
+    }
+
     /// The destination unreachable code a packet of the family (IPv6 if `v6`) is
     /// answered with, as `nft_reject_inet_eval` (or the `ip`/`ip6` one) picks it: `None`
     /// where the kernel sends no ICMP error (a TCP reset, `icmpx` outside `inet`).
@@ -929,8 +934,8 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
             }
         }
         "counter" => Op::Nothing,
-        // `reject`: type 1, ICMP code 2. A TCP reset is refused: fibre does not make
-        // one. So is a `reject` in a `nat` chain, which binds rather than filters.
+        // `reject`: type 1, ICMP code 2. One in a `nat` chain, which binds rather than
+        // filters, is refused.
         "reject" if !c.nat => {
             let kind = u(1).ok_or_else(unsupported)?;
             let code = match a.get(2) {
@@ -939,12 +944,11 @@ fn compile(e: &Expression, c: &mut Compiler) -> Result<Op, String> {
                 Some(_) => return Err(unsupported()),
             };
             match kind {
-                0 | 2 => Op::Verdict(Jump::Reject(Reject {
+                0..=2 => Op::Verdict(Jump::Reject(Reject {
                     kind,
                     code,
                     inet: c.table.table.family == Family::Inet,
                 })),
-                1 => return Err("`reject with tcp reset`".into()),
                 _ => return Err(unsupported()),
             }
         }
@@ -1741,8 +1745,15 @@ mod tests {
         assert_eq!((code(2, 0, true), code(2, 2, true)), (Some(0), Some(1)));
         assert_eq!(code(0, 10, false), Some(10));
         assert_eq!(code(2, 1, false), None);
-        // A TCP reset, and a reject in a nat chain, are not compiled: refused.
-        for (nat, e) in [(false, reject(1, 0)), (true, reject(2, 1))] {
+        // A TCP reset is no unreachable; a reject in a nat chain is not compiled.
+        assert!(Reject {
+            kind: 1,
+            code: 0,
+            inet: true
+        }
+        .resets());
+        assert_eq!(code(1, 0, true), None);
+        for (nat, e) in [(true, reject(2, 1)), (true, reject(1, 0))] {
             let r = ruleset(
                 Family::Inet,
                 "t",
