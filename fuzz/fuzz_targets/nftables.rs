@@ -13,7 +13,7 @@
 //! the fuzzer then varies.
 #![no_main]
 
-use fibre_firewall::eval::{Ct, Filter, Hook, Link, Packet};
+use fibre_firewall::eval::{Ct, Filter, Hook, Link, Packet, Part};
 use fibre_firewall::gate::{self, Legacy};
 use fibre_firewall::{connections, message, render, Ruleset};
 use libfuzzer_sys::fuzz_target;
@@ -80,10 +80,18 @@ fuzz_target!(|data: &[u8]| {
                 iif,
                 oif,
             };
-            let pre = fast.prerouting(&frame, iif, ct.as_ref());
-            assert_eq!(pre, walked.prerouting(&frame, iif, ct.as_ref()), "prerouting");
-            let fwd = fast.forwarding(&p, ct.as_ref());
-            assert_eq!(fwd, walked.forwarding(&p, ct.as_ref()), "forwarding");
+            for part in [Part::Whole, Part::BeforeNat, Part::AfterNat] {
+                assert_eq!(
+                    fast.prerouting_verdict(&frame, iif, ct.as_ref(), part),
+                    walked.prerouting_verdict(&frame, iif, ct.as_ref(), part),
+                    "prerouting"
+                );
+                assert_eq!(
+                    fast.forwarding_verdict(&p, ct.as_ref(), part),
+                    walked.forwarding_verdict(&p, ct.as_ref(), part),
+                    "forwarding"
+                );
+            }
             for hook in [Hook::Prerouting, Hook::Postrouting] {
                 let out = (hook == Hook::Postrouting).then_some(oif);
                 assert_eq!(

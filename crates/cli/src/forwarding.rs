@@ -869,9 +869,10 @@ fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
         .conntrack
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // `nf_conntrack_max` 0: no limit.
     let room = table.settings().max as usize;
     for mut c in dump.connections {
-        if table.len() >= room {
+        if room != 0 && table.len() >= room {
             *takeover.left.entry("table-full").or_default() += 1;
             continue;
         }

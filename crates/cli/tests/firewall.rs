@@ -668,6 +668,15 @@ fn rejected(io: &str) {
            icmpv6 type echo-request reject with icmpx admin-prohibited; \
            udp dport 9 reject; tcp dport 9 reject with tcp reset; }; }",
     );
+    // B listens on port 9, so that only the router's reject can refuse what goes there.
+    let listening = inside(&b, || {
+        [("10.0.1.2:9"), ("[fd01::2]:9")].map(|at| {
+            (
+                UdpSocket::bind(at).unwrap(),
+                std::net::TcpListener::bind(at).unwrap(),
+            )
+        })
+    });
     let daemon = Daemon::start(&r, io);
     assert_eq!(closed(&daemon), (false, false), "{}", daemon.stats());
     for to in ["10.0.1.2", "fd01::2"] {
@@ -715,5 +724,6 @@ fn rejected(io: &str) {
     wait_for("the rejects counted", || {
         daemon.fate("icmp:rejected") >= 4 && daemon.fate("tcp-reset") >= 2
     });
+    drop(listening);
     daemon.terminate();
 }

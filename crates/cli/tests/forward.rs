@@ -828,7 +828,9 @@ fn fibre_forward_hairpins_as_the_kernel_does() {
 }
 
 /// A ruleset that rejects: at prerouting and at forward, with each kind of answer
-/// (`icmp`, `icmpv6`, `icmpx` of every code, the default), both families.
+/// (`icmp`, `icmpv6`, `icmpx` of every code, the default, a TCP reset), both families;
+/// IPv4's connections tracked (a rule reads them), so that its rejects are met on the
+/// conntrack stage's way.
 const REJECT_RULESET: &str = r#"
 table inet filter {
   chain pre { type filter hook prerouting priority -150;
@@ -847,6 +849,9 @@ table inet filter {
     ip daddr 10.1.0.12 meta l4proto tcp reject with tcp reset
     ip6 daddr 2001:db8:1::12 meta l4proto tcp reject with tcp reset
   }
+}
+table ip tracked {
+  chain pre { type filter hook prerouting priority -160; ip daddr 10.1.0.66 ct state invalid drop; }
 }
 "#;
 

@@ -377,6 +377,27 @@ impl Conntrack {
         matches!(t.at, At::Pending(ticket) if self.pending.iter().any(|p| p.0 == ticket))
     }
 
+    /// Closes `t`'s connection, if it is a confirmed TCP one, as the kernel's
+    /// `nf_conntrack_tcp_set_closing` does when a reset is sent for one of its packets
+    /// (`reject with tcp reset`): state CLOSE, the close timeout from `now`. One
+    /// already closed keeps its time.
+    pub fn set_closing(&mut self, t: &Tracked, now: u64) {
+        if self.unconfirmed(t) {
+            return;
+        }
+        let close = self.settings.tcp.close;
+        let Some(c) = self.connection_mut(t) else {
+            return;
+        };
+        let Protocol::Tcp(tcp) = &mut c.protocol else {
+            return;
+        };
+        if tcp.state != TcpState::Close {
+            tcp.state = TcpState::Close;
+            c.expires = now.saturating_add(close);
+        }
+    }
+
     /// The slot of a tracked packet's connection, if entered.
     pub(crate) fn slot_of(&self, t: &Tracked) -> Option<u32> {
         match t.at {
@@ -992,6 +1013,52 @@ mod tests {
         // Expired, they make room again.
         let tr = t.track(&udp(1003, false), later + 1_000 * TWO_SECONDS, true);
         assert_eq!(tr.outcome(), Fate::Pass);
+    }
+
+    /// A TCP segment between 10.0.0.2:4000 and 10.2.0.2:22 (`reply`: the other way),
+    /// with these flags and numbers; its checksum left for the tracker not to check.
+    fn tcp(reply: bool, flags: u8, seq: u32, ack: u32) -> Vec<u8> {
+        let (a, b) = ([10, 0, 0, 2], [10, 2, 0, 2]);
+        let (src, dst, sp, dp) = if reply {
+            (b, a, 22u16, 4000u16)
+        } else {
+            (a, b, 4000, 22)
+        };
+        let mut ip = vec![0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0];
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(&sp.to_be_bytes());
+        ip.extend_from_slice(&dp.to_be_bytes());
+        ip.extend_from_slice(&seq.to_be_bytes());
+        ip.extend_from_slice(&ack.to_be_bytes());
+        ip.extend_from_slice(&[0x50, flags, 0xfa, 0xf0, 0, 0, 0, 0]);
+        ip
+    }
+
+    #[test]
+    fn a_reset_sent_for_a_connection_closes_it() {
+        let mut t = Conntrack::new(Settings::kernel_defaults());
+        let syn = t.track(&tcp(false, 0x02, 1000, 0), 1, true);
+        // Not yet confirmed: nothing to close (`nf_conntrack_tcp_set_closing`).
+        t.set_closing(&syn, 1);
+        assert_eq!(
+            t.connection(&syn).and_then(Connection::tcp_state),
+            Some(TcpState::SynSent)
+        );
+        t.confirm(&syn);
+        t.track(&tcp(true, 0x12, 5000, 1001), 2, true);
+        let ack = t.track(&tcp(false, 0x10, 1001, 5001), 3, true);
+        assert_eq!(ack.state(), State::Established);
+        t.set_closing(&ack, 100);
+        let c = t.connection(&ack).unwrap();
+        assert_eq!(c.tcp_state(), Some(TcpState::Close));
+        assert_eq!(c.expires, 100 + t.settings().tcp.close);
+        // Closed already: its time stays.
+        t.set_closing(&ack, 500);
+        assert_eq!(
+            t.connection(&ack).unwrap().expires,
+            100 + t.settings().tcp.close
+        );
     }
 
     #[test]

@@ -187,6 +187,11 @@ pub fn answers_v6(ip: &[u8]) -> bool {
 /// every protocol of IPv6; over the payload alone for IPv4's others; not checked for
 /// those with another check or a partial one (AH, ESP, SCTP, UDP-Lite, DCCP, GRE).
 pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
+    // IPv6 asks nothing more of a packet whose checksum is left to finish
+    // (`reject6_csum_ok`); IPv4 refuses a later fragment first (`nf_send_unreach`).
+    if v6 && partial && ip.len() >= 40 {
+        return true;
+    }
     let found = if v6 {
         transport_v6(ip)
     } else {

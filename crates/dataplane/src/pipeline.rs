@@ -651,7 +651,6 @@ impl Pipeline {
                 self.errors.truncate(before);
             }
         }
-        self.errors.extend_from_slice(&self.rejected);
         let routed = self.v4.len() + self.v6.len();
         self.route.add(routed, t);
 
@@ -702,6 +701,9 @@ impl Pipeline {
             self.filter.add(checked, t);
         }
         drop(table);
+        // What the prerouting chains rejected, answered with the rest (after the
+        // filter stage, which must not put them through those chains again).
+        self.errors.extend_from_slice(&self.rejected);
 
         // Rewrite.
         let t = Instant::now();
@@ -943,7 +945,14 @@ impl Pipeline {
                 }
                 match self.rejection(i, r, pool.frame(id), partial) {
                     Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
-                    Some(Rejection::Reset(at)) => self.resets.push((i, at)),
+                    Some(Rejection::Reset(at)) => {
+                        self.resets.push((i, at));
+                        // The reset closes the connection it answers.
+                        if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
+                            let now = self.times.get(i).copied().unwrap_or(clock);
+                            table.set_closing(&t, now);
+                        }
+                    }
                     None => {}
                 }
             }
@@ -992,24 +1001,32 @@ impl Pipeline {
             .then_some(Rejection::Error(icmp::Error::Rejected(code)))
     }
 
-    /// A packet the prerouting chains stopped with `verdict`: if rejected, its error
-    /// kept to answer after routing, unless the kernel answers it itself.
+    /// A packet the prerouting chains stopped with `verdict`: if rejected, its answer
+    /// kept to make after the filter stage, unless the kernel, which sees its own copy,
+    /// answers it itself. Whether it is answered with a TCP reset (which closes its
+    /// connection, whoever sends it).
     pub(crate) fn reject_at_prerouting(
         &mut self,
         i: usize,
         verdict: Verdict,
         frame: &[u8],
         partial: bool,
-    ) {
-        if let Verdict::Reject(r) = verdict {
-            if self.kernel_rejects_at_prerouting {
-                return;
+    ) -> bool {
+        let Verdict::Reject(r) = verdict else {
+            return false;
+        };
+        match self.rejection(i, r, frame, partial) {
+            Some(Rejection::Error(error)) if !self.kernel_rejects_at_prerouting => {
+                self.rejected.push((i, error, 0));
+                false
             }
-            match self.rejection(i, r, frame, partial) {
-                Some(Rejection::Error(error)) => self.rejected.push((i, error, 0)),
-                Some(Rejection::Reset(at)) => self.resets.push((i, at)),
-                None => {}
+            Some(Rejection::Reset(at)) => {
+                if !self.kernel_rejects_at_prerouting {
+                    self.resets.push((i, at));
+                }
+                true
             }
+            _ => false,
         }
     }
 
@@ -1231,7 +1248,10 @@ impl Pipeline {
                 ipproto: 6,
                 ..Query::to(back)
             };
-            // From the segment's destination where the rules can say (a rule `from` it).
+            // From the segment's destination, as the kernel routes it (a rule `from` it
+            // applies). An IPv4 route from an address not this host's is refused as
+            // `ip route get` refuses it, where the kernel's reset takes any source
+            // (`FLOWI_FLAG_ANYSRC`): then by the destination alone.
             let route = snap
                 .route(&Query {
                     src: Some(from),

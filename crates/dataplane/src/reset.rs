@@ -23,7 +23,13 @@ const ACK: u8 = 0x10;
 pub fn answers(ip: &[u8], v6: bool, partial: bool) -> Option<usize> {
     if v6 {
         let h = ip.get(..40)?;
-        let unicast = |a: &[u8]| a[0] != 0xff && a.iter().any(|&b| b != 0);
+        // As `ipv6_addr_type` has it: neither multicast, nor unspecified, nor
+        // IPv4-mapped.
+        let unicast = |a: &[u8]| {
+            a[0] != 0xff
+                && a.iter().any(|&b| b != 0)
+                && !(a[..10] == [0; 10] && a[10..12] == [0xff, 0xff])
+        };
         if !unicast(&h[8..24]) || !unicast(&h[24..40]) {
             return None;
         }
@@ -87,9 +93,10 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
     let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
     let ack_seq = [t[8], t[9], t[10], t[11]];
     let flags = t[13];
-    let data = len
-        .saturating_sub(tcp_at)
-        .saturating_sub(usize::from(t[12] >> 4) * 4);
+    // In 32 bits, wrapping as the kernel's sum does where a data offset overruns.
+    let data = (len as u32)
+        .wrapping_sub(tcp_at as u32)
+        .wrapping_sub(u32::from(t[12] >> 4) * 4);
     let (src, dst): (Vec<u8>, Vec<u8>) = if v6 {
         (ip[24..40].to_vec(), ip[8..24].to_vec())
     } else {
@@ -103,7 +110,7 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
         tcp[13] = RST;
     } else {
         let counted = u32::from(flags & SYN != 0) + u32::from(flags & FIN != 0);
-        let acked = seq.wrapping_add(counted).wrapping_add(data as u32);
+        let acked = seq.wrapping_add(counted).wrapping_add(data);
         tcp[8..12].copy_from_slice(&acked.to_be_bytes());
         tcp[13] = RST | ACK;
     }

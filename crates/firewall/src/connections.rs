@@ -164,7 +164,7 @@ fn read_all(bytes: &[u8], now: u64, out: &mut Dump) -> Result<bool, i32> {
         };
         match kind {
             // NLMSG_ERROR, NLMSG_DONE (with the dump's error if it failed).
-            2 | 3 if code() < 0 => return Err(-code()),
+            2 | 3 if code() < 0 => return Err(code().wrapping_neg()),
             3 => return Ok(true),
             _ if kind == u16::from(SUBSYS_CTNETLINK) << 8 | u16::from(CT_NEW) => {
                 match decode(payload, now) {
@@ -196,8 +196,8 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
         10 => true,
         _ => return Err("a connection of a family neither IPv4 nor IPv6"),
     };
-    let original = tuple(attrs.get(TUPLE_ORIG).ok_or("no original tuple")?, v6)?;
-    let reply = tuple(attrs.get(TUPLE_REPLY).ok_or("no reply tuple")?, v6)?;
+    let (original, zoned_original) = tuple(attrs.get(TUPLE_ORIG).ok_or("no original tuple")?, v6)?;
+    let (reply, zoned_reply) = tuple(attrs.get(TUPLE_REPLY).ok_or("no reply tuple")?, v6)?;
     let status = attrs.u32(STATUS)?.ok_or("no status")?;
     let zone = match attrs.get(ZONE) {
         Some(z) => {
@@ -205,7 +205,8 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
         }
         None => 0,
     };
-    if zone != 0 {
+    // A zone for one direction only comes inside that direction's tuple.
+    if zone != 0 || zoned_original || zoned_reply {
         return Ok(Err(Left::Zone));
     }
     if status & (DYING | NOT_CONNECTIONS | OFFLOADED) != 0 {
@@ -242,8 +243,9 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
 
 /// `CTA_TUPLE_*`: `CTA_TUPLE_IP` 1 (`CTA_IP_V4_SRC` 1, `_DST` 2, `CTA_IP_V6_SRC` 3,
 /// `_DST` 4), `CTA_TUPLE_PROTO` 2 (`CTA_PROTO_NUM` 1, `_SRC_PORT` 2, `_DST_PORT` 3,
-/// `_ICMP_ID` 4, `_TYPE` 5, `_CODE` 6, `_ICMPV6_ID` 7, `_TYPE` 8, `_CODE` 9).
-fn tuple(nested: &[u8], v6: bool) -> Result<Tuple, &'static str> {
+/// `_ICMP_ID` 4, `_TYPE` 5, `_CODE` 6, `_ICMPV6_ID` 7, `_TYPE` 8, `_CODE` 9); and
+/// whether it names a zone of its own (`CTA_TUPLE_ZONE` 3, not 0).
+fn tuple(nested: &[u8], v6: bool) -> Result<(Tuple, bool), &'static str> {
     let a = Attributes::read(nested)?;
     let ip = Attributes::read(a.get(1).ok_or("a tuple without its addresses")?)?;
     let proto = Attributes::read(a.get(2).ok_or("a tuple without its protocol")?)?;
@@ -283,19 +285,26 @@ fn tuple(nested: &[u8], v6: bool) -> Result<Tuple, &'static str> {
         // Ports where the protocol has them (the kernel's generic tracker has none).
         _ => (port(2).unwrap_or(0), port(3).unwrap_or(0)),
     };
-    Ok(Tuple {
-        src,
-        dst,
-        src_port,
-        dst_port,
-        protocol,
-        v6,
-    })
+    let zoned = match a.get(3) {
+        Some(z) => <[u8; 2]>::try_from(z).map_err(|_| "a zone of a length not 2")? != [0, 0],
+        None => false,
+    };
+    Ok((
+        Tuple {
+            src,
+            dst,
+            src_port,
+            dst_port,
+            protocol,
+            v6,
+        },
+        zoned,
+    ))
 }
 
 /// `CTA_PROTOINFO` holding `CTA_PROTOINFO_TCP` 1: `_STATE` 1, `_WSCALE_ORIGINAL` 2,
 /// `_WSCALE_REPLY` 3, `_FLAGS_ORIGINAL` 4 and `_FLAGS_REPLY` 5 (`nf_ct_tcp_flags`:
-/// the flags, then their mask).
+/// the flags, then a mask the kernel's dump leaves 0: the flags are taken whole).
 fn tcp(info: &[u8]) -> Result<Tcp, &'static str> {
     let outer = Attributes::read(info)?;
     let a = Attributes::read(outer.get(1).ok_or("a TCP connection without its state")?)?;
@@ -308,7 +317,7 @@ fn tcp(info: &[u8]) -> Result<Tcp, &'static str> {
         .and_then(TcpState::of)
         .ok_or("a TCP state the kernel does not have")?;
     let flags = |kind: u16| match a.get(kind) {
-        Some([flags, mask]) => Ok(flags & mask),
+        Some([flags, _mask]) => Ok(*flags),
         Some(_) => Err("TCP flags of a length not 2"),
         None => Ok(0),
     };
@@ -382,7 +391,9 @@ mod tests {
 
     #[test]
     fn a_masqueraded_flow_keeps_its_binding_and_its_time() {
-        let c = decode(&masqueraded(0x18e | 1 << 6, &[]), 1_000)
+        // SEEN_REPLY, ASSURED, CONFIRMED, SRC_NAT, SRC_NAT_DONE, DST_NAT_DONE and
+        // SEQ_ADJUST: a masqueraded flow's status as the kernel's dump gives it.
+        let c = decode(&masqueraded(0x19e | 1 << 6, &[]), 1_000)
             .unwrap()
             .unwrap();
         assert_eq!(c.tuples[0].source().to_string(), "10.0.0.3");
@@ -390,9 +401,18 @@ mod tests {
         assert_eq!(c.tuples[1].destination().to_string(), "10.0.1.1");
         assert_eq!(c.tuples[1].dst_port, 40123);
         assert!(!c.tuples[0].v6);
-        // SEEN_REPLY, ASSURED, CONFIRMED, SRC_NAT, SRC_NAT_DONE kept; SEQ_ADJUST not.
-        assert_eq!(c.status, 0x18e & KEPT);
-        assert_eq!(c.status & (1 << 6), 0);
+        // Each kept; SEQ_ADJUST (1 << 6) not.
+        for bit in [
+            SEEN_REPLY,
+            ASSURED,
+            CONFIRMED,
+            SRC_NAT,
+            SRC_NAT_DONE,
+            DST_NAT_DONE,
+        ] {
+            assert_ne!(c.status & bit, 0, "{bit:#x}");
+        }
+        assert_eq!(c.status & (DST_NAT | 1 << 6), 0);
         assert_eq!(c.mark, 7);
         assert_eq!(c.expires, 1_000 + 120_000_000_000);
         assert_eq!(c.protocol, Protocol::Udp { stream_after: 0 });
@@ -402,6 +422,21 @@ mod tests {
     fn what_fibre_cannot_carry_on_is_left_out_and_said_why() {
         let zone = attr(ZONE, &3u16.to_be_bytes());
         assert_eq!(decode(&masqueraded(0x18e, &[zone]), 0), Ok(Err(Left::Zone)));
+        // A zone of the reply direction alone, inside its tuple.
+        let mut m = vec![2, 0, 0, 0];
+        m.extend(v4_tuple(
+            TUPLE_ORIG,
+            [10, 0, 0, 3],
+            [10, 0, 1, 2],
+            5000,
+            7600,
+        ));
+        let reply = v4_tuple(0, [10, 0, 1, 2], [10, 0, 1, 1], 7600, 5000);
+        let mut inner = reply[4..].to_vec();
+        inner.extend(attr(3, &5u16.to_be_bytes()));
+        m.extend(attr(TUPLE_REPLY | 0x8000, &inner));
+        m.extend(attr(STATUS, &0x18eu32.to_be_bytes()));
+        assert_eq!(decode(&m, 0), Ok(Err(Left::Zone)));
         let help = nested(HELP, &[attr(1, b"ftp\0")]);
         assert_eq!(
             decode(&masqueraded(0x18e, &[help]), 0),
@@ -454,8 +489,9 @@ mod tests {
                     attr(1, &[3]),
                     attr(2, &[7]),
                     attr(3, &[9]),
-                    attr(4, &[0x23, 0x21]),
-                    attr(5, &[0x03, 0xff]),
+                    // The flags as the kernel dumps them: their mask 0.
+                    attr(4, &[0x23, 0]),
+                    attr(5, &[0x03, 0]),
                 ],
             )],
         ));
@@ -466,7 +502,7 @@ mod tests {
             panic!("not TCP")
         };
         assert_eq!((t.seen[0].scale, t.seen[1].scale), (7, 9));
-        assert_eq!((t.seen[0].flags, t.seen[1].flags), (0x21, 0x03));
+        assert_eq!((t.seen[0].flags, t.seen[1].flags), (0x23, 0x03));
         assert_eq!((t.seen[0].maxwin, t.seen[1].maxwin), (0, 0));
     }
 

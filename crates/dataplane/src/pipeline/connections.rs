@@ -111,7 +111,9 @@ impl Pipeline {
                 Part::BeforeNat,
             );
             let fate = if verdict != Verdict::Accept {
-                self.reject_at_prerouting(i, verdict, pool.frame(id), partial);
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
+                    table.set_closing(&tracked, now);
+                }
                 Some(Fate::Drop(Dropped::Filtered))
             } else if self.rules.translates(v6) {
                 self.destination_nat(table, &tracked, input, pool.frame_mut(id), partial, now)
@@ -146,7 +148,9 @@ impl Pipeline {
                 Part::AfterNat,
             );
             if verdict != Verdict::Accept {
-                self.reject_at_prerouting(i, verdict, pool.frame(id), partial);
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
+                    table.set_closing(&tracked, now);
+                }
                 fates[i] = Fate::Drop(Dropped::Filtered);
                 stopped[i] = true;
                 continue;
@@ -409,11 +413,13 @@ impl Pipeline {
     ) {
         for (i, t) in self.tracks.iter().enumerate() {
             let Some(t) = t else { continue };
-            // A packet rejected is answered as the hook that rejected it saw it.
-            let answered = self
-                .errors
-                .iter()
-                .any(|e| e.0 == i && !matches!(e.1, icmp::Error::Rejected(_)));
+            // A packet rejected is answered as the hook that rejected it saw it, if its
+            // connection is new (the kernel's error then finds no connection to be
+            // translated by); one of a connection is translated back, as the kernel's
+            // NAT translates an error RELATED to it.
+            let answered = self.errors.iter().any(|e| {
+                e.0 == i && (!matches!(e.1, icmp::Error::Rejected(_)) || !table.unconfirmed(t))
+            });
             let back = matches!(fates[i], Fate::Kernel(_)) || answered;
             if back && t.state() != State::Related {
                 let partial = pool.offload(packets[i]).checksum.is_some();
