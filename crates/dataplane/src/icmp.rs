@@ -192,12 +192,7 @@ pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
     if v6 && partial && ip.len() >= 40 {
         return true;
     }
-    let found = if v6 {
-        transport_v6(ip)
-    } else {
-        transport_v4(ip)
-    };
-    let Some((protocol, at, end)) = found else {
+    let Some((protocol, at, end)) = transport(ip, v6) else {
         return false;
     };
     if partial {
@@ -225,6 +220,16 @@ pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
         sum = checksum::add(sum, u16::from(protocol));
     }
     sum == 0xffff
+}
+
+/// An IP packet's transport (IPv6 if `v6`): its protocol, where it starts and where the
+/// packet ends; `None` for a later fragment, or headers that do not fit.
+pub(crate) fn transport(ip: &[u8], v6: bool) -> Option<(u8, usize, usize)> {
+    if v6 {
+        transport_v6(ip)
+    } else {
+        transport_v4(ip)
+    }
 }
 
 /// An IPv4 packet's transport: its protocol, where it starts and where the packet ends;

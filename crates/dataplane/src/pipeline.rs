@@ -1181,21 +1181,14 @@ impl Pipeline {
                 }
                 self.limit.overall().spend();
             }
-            let frame = pool.frame(id);
-            let dst_mac = match neighbours.mac(route.dev, route.gateway.unwrap_or(back)) {
-                Some(m) => m,
-                // The way back is the way the packet came: to the host that sent it.
-                None if route.dev == iif => frame[6..12].try_into().unwrap_or([0; 6]),
-                // The kernel would queue the error and resolve; here it is counted, and
-                // the kernel asked to resolve, so that the next ones go.
-                None => {
-                    self.unanswered.unresolved += 1;
-                    let wanted = (route.dev, route.gateway.unwrap_or(back));
-                    if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
-                        self.unresolved.push(wanted);
-                    }
-                    continue;
-                }
+            let Some(dst_mac) = way_back(
+                &mut self.unanswered,
+                &mut self.unresolved,
+                neighbours,
+                &route,
+                (iif, pool.frame(id), back),
+            ) else {
+                continue;
             };
             let size = pool.buffer_size();
             let buffer = pool.resize(id, size);
@@ -1211,6 +1204,32 @@ impl Pipeline {
             // The error is whole: nothing of the packet's offload applies to it.
             pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Icmp(error, route.dev);
+        }
+    }
+}
+
+/// The MAC address an answer to `back` (the packet `frame`'s source) goes to by
+/// `route`: its next hop's; the packet's own sender's where the way back is the way it
+/// came. `None` where the next hop is unresolved: counted in `unanswered`, and put in
+/// `unresolved` for the kernel to be asked to resolve, so that the next answers go (the
+/// kernel would queue this one).
+fn way_back(
+    unanswered: &mut Unanswered,
+    unresolved: &mut Vec<(LinkIndex, IpAddr)>,
+    neighbours: &impl Neighbours,
+    route: &fibre_fib::Answer,
+    (iif, frame, back): (LinkIndex, &[u8], IpAddr),
+) -> Option<[u8; 6]> {
+    let hop = route.gateway.unwrap_or(back);
+    match neighbours.mac(route.dev, hop) {
+        Some(m) => Some(m),
+        None if route.dev == iif => Some(frame[6..12].try_into().unwrap_or([0; 6])),
+        None => {
+            unanswered.unresolved += 1;
+            if !unresolved.contains(&(route.dev, hop)) && unresolved.len() < 64 {
+                unresolved.push((route.dev, hop));
+            }
+            None
         }
     }
 }
@@ -1269,18 +1288,14 @@ impl Pipeline {
                 self.unanswered.no_route_back += 1;
                 continue;
             };
-            let frame = pool.frame(id);
-            let dst_mac = match neighbours.mac(route.dev, route.gateway.unwrap_or(back)) {
-                Some(m) => m,
-                None if route.dev == iif => frame[6..12].try_into().unwrap_or([0; 6]),
-                None => {
-                    self.unanswered.unresolved += 1;
-                    let wanted = (route.dev, route.gateway.unwrap_or(back));
-                    if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
-                        self.unresolved.push(wanted);
-                    }
-                    continue;
-                }
+            let Some(dst_mac) = way_back(
+                &mut self.unanswered,
+                &mut self.unresolved,
+                neighbours,
+                &route,
+                (iif, pool.frame(id), back),
+            ) else {
+                continue;
             };
             let size = pool.buffer_size();
             let buffer = pool.resize(id, size);

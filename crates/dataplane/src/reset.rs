@@ -37,38 +37,9 @@ pub fn answers(ip: &[u8], v6: bool, partial: bool) -> Option<usize> {
     if !crate::icmp::reject_answers(ip, v6, partial) {
         return None;
     }
-    let at = tcp_at(ip, v6)?;
-    let end = packet_len(ip, v6);
-    let tcp = ip.get(at..end)?.get(..20)?;
+    let (protocol, at, end) = crate::icmp::transport(ip, v6)?;
+    let tcp = ip.get(at..end).filter(|_| protocol == 6)?.get(..20)?;
     (tcp[13] & RST == 0).then_some(at)
-}
-
-/// Where the TCP header starts, if the packet is TCP.
-fn tcp_at(ip: &[u8], v6: bool) -> Option<usize> {
-    if !v6 {
-        return (ip.get(9) == Some(&6)).then(|| usize::from(ip[0] & 0xf) * 4);
-    }
-    let (mut next, mut at) = (*ip.get(6)?, 40usize);
-    loop {
-        match next {
-            0 | 43 | 60 => {
-                let e = ip.get(at..at + 2)?;
-                next = e[0];
-                at += (usize::from(e[1]) + 1) * 8;
-            }
-            51 => {
-                let e = ip.get(at..at + 2)?;
-                next = e[0];
-                at += (usize::from(e[1]) + 2) * 4;
-            }
-            44 => {
-                next = *ip.get(at)?;
-                at += 8;
-            }
-            6 => return Some(at),
-            _ => return None,
-        }
-    }
 }
 
 /// The packet's length as its header says, within `ip`.
