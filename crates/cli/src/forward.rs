@@ -32,9 +32,11 @@ pub struct ForwardArgs {
     /// nexthops), with `neigh add ADDR lladdr MAC dev DEV` lines for the neighbours.
     #[arg(long)]
     config: PathBuf,
-    /// The link the capture's frames arrive on.
+    /// The link the capture's frames arrive on. Without it, each frame arrives on the
+    /// link its pcapng interface block names (a capture of several links, as
+    /// `--out` writes one).
     #[arg(long)]
-    iif: String,
+    iif: Option<String>,
     /// The capture in (pcap or pcapng, Ethernet).
     #[arg(long = "in")]
     input: PathBuf,
@@ -149,18 +151,39 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         return Ok(ExitCode::FAILURE);
     };
     let snap = state.snapshot();
-    let Some(iif) = snap.links().find(|l| l.name == a.iif) else {
-        return Err(format!("--iif {}: no such link in {file}", a.iif).into());
+    let arrival_on = |name: &str| {
+        snap.links().find(|l| l.name == name).map(|l| Arrival {
+            link: l.index,
+            mac: l.mac,
+        })
     };
-    let arrival = Arrival {
-        link: iif.index,
-        mac: iif.mac,
+    let iif = match &a.iif {
+        Some(name) => {
+            Some(arrival_on(name).ok_or_else(|| format!("--iif {name}: no such link in {file}"))?)
+        }
+        None => None,
     };
     let input = a.input.display().to_string();
     let bytes = std::fs::read(&a.input).map_err(|e| format!("{input}: {e}"))?;
     let capture = read_capture(&bytes).map_err(|e| format!("{input}: {e}"))?;
     if let Some(why) = &capture.broken {
         eprintln!("{input}: cut short, the frames before kept: {why}");
+    }
+    // Without `--iif`, each interface block of the capture names the link its frames
+    // arrived on.
+    let arrivals: Vec<Result<Arrival, String>> = (capture.interfaces.iter().enumerate())
+        .map(|(k, name)| match (iif, name) {
+            (Some(a), _) => Ok(a),
+            (None, Some(name)) => arrival_on(name).ok_or_else(|| {
+                format!("{input}: interface {k} is named {name}, no link of {file} (or give --iif)")
+            }),
+            (None, None) => Err(format!(
+                "{input}: interface {k} does not name the link its frames arrived on: give --iif"
+            )),
+        })
+        .collect();
+    for f in &capture.frames {
+        arrivals[f.interface].clone()?;
     }
 
     let mut pipeline = Pipeline::new();
@@ -179,7 +202,13 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         &mut pipeline,
         &snap,
         &neighbours,
-        arrival,
+        // (Every frame's checked above.)
+        |f| {
+            arrivals[f.interface].clone().unwrap_or(Arrival {
+                link: 0,
+                mac: [0; 6],
+            })
+        },
         &capture.frames,
         a.vector,
     );
@@ -236,7 +265,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         println!(
             "{} frames in on {}, {} sent to {}",
             capture.frames.len(),
-            a.iif,
+            a.iif.as_deref().unwrap_or("the links the capture names"),
             sent.len(),
             a.output.display()
         );

@@ -4,6 +4,10 @@
 //! and compared packet by packet with what fibre writes for that link, both directions,
 //! IPv4 and IPv6, forwarded packets and ICMP errors alike.
 
+mod common;
+
+use common::fold;
+use common::frames::{kernels_own, normal};
 use etherparse::PacketBuilder;
 use fibre_dataplane::capture::{read_capture, Frame};
 use fibre_dataplane::packet::PacketSocket;
@@ -286,47 +290,6 @@ fn fibre_forward_with(
     (report, by_link)
 }
 
-/// Whether a frame the kernel sent is its own doing rather than forwarding's or an
-/// error's: neighbour discovery, router solicitations, multicast listener reports.
-fn kernels_own(f: &[u8]) -> bool {
-    let ethertype = u16::from_be_bytes([f[12], f[13]]);
-    if f[0] & 1 == 1 || (ethertype != 0x0800 && ethertype != 0x86dd) {
-        return true;
-    }
-    ethertype == 0x86dd && f[20] == 58 && (130..=143).contains(&f[54])
-}
-
-/// A frame with what may differ between two correct routers set to zero: an ICMP error's
-/// IP identification and header checksum, an ICMPv6 error's flow label.
-fn normal(mut f: Vec<u8>) -> Vec<u8> {
-    match u16::from_be_bytes([f[12], f[13]]) {
-        // A TCP reset the kernel made leaves its checksum for the device to finish
-        // (`CHECKSUM_PARTIAL`); a veth hands it on unfinished: finished here.
-        0x0800 if f[23] == 6 && f.len() >= 54 && f[47] & 0x04 != 0 => {
-            let ihl = usize::from(f[14] & 0xf) * 4;
-            let tcp = 14 + ihl;
-            let len = u16::from_be_bytes([f[16], f[17]]) as usize - ihl;
-            f[tcp + 16..tcp + 18].fill(0);
-            let mut pseudo = f[26..34].to_vec();
-            pseudo.extend_from_slice(&[0, 6]);
-            pseudo.extend_from_slice(&(len as u16).to_be_bytes());
-            pseudo.extend_from_slice(&f[tcp..tcp + len]);
-            let sum = !fold(&pseudo);
-            f[tcp + 16..tcp + 18].copy_from_slice(&sum.to_be_bytes());
-        }
-        0x0800 if f[23] == 1 && matches!(f[34], 3 | 11) => {
-            f[18..20].fill(0);
-            f[24..26].fill(0);
-        }
-        0x86dd if f[20] == 58 && f[54] < 128 => {
-            f[15] &= 0xf0;
-            f[16..18].fill(0);
-        }
-        _ => {}
-    }
-    f
-}
-
 /// The kernel's side: the router namespace with `ROUTER`, the hosts' ends of its links
 /// in another namespace, the frames sent in there; what each host end receives.
 fn kernel_forward(
@@ -605,6 +568,41 @@ fn bad_input_is_named_and_a_cut_capture_keeps_what_came_before() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
 
+    // Without `--iif`, a pcap names no link for its frames; a pcapng's interface
+    // names one, or another the router does not have.
+    let without_iif = |input: &Path| {
+        Command::new(FIBRE)
+            .args(["forward", "--config"])
+            .arg(&config)
+            .arg("--in")
+            .arg(input)
+            .arg("--out")
+            .arg(&output)
+            .output()
+            .unwrap()
+    };
+    let out = without_iif(&input);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("in.pcap: interface 0") && err.contains("--iif"),
+        "{err}"
+    );
+    for (name, works) in [("a0", true), ("zz9", false)] {
+        let named = dir.join(format!("{name}.pcapng"));
+        let mut w = fibre_dataplane::capture::SentCapture::new(Vec::new()).unwrap();
+        for f in from_a() {
+            w.write(7, name, Duration::from_secs(1), &f).unwrap();
+        }
+        std::fs::write(&named, w.finish().unwrap()).unwrap();
+        let out = without_iif(&named);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), works, "{err}");
+        if !works {
+            assert!(err.contains("named zz9, no link"), "{err}");
+        }
+    }
+
     let bytes = std::fs::read(&input).unwrap();
     let cut = dir.join("cut.pcap");
     std::fs::write(&cut, &bytes[..bytes.len() - 20]).unwrap();
@@ -862,18 +860,6 @@ fn fix_ipv4_checksum(frame: &mut [u8]) {
     frame[24..26].copy_from_slice(&sum.to_be_bytes());
 }
 
-/// The ones' complement sum of `data` (big-endian words).
-fn fold(data: &[u8]) -> u16 {
-    let mut sum: u32 = data
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// `reject`, byte for byte: from A's side, packets the forward chain rejects with each
 /// code, IPv4 and IPv6 (UDP, a UDP checksum of 0, TCP, ICMP), one the prerouting chain
 /// rejects, and those the kernel rejects without an answer (a bad UDP or ICMPv6
@@ -1034,5 +1020,145 @@ fn a_port_taken_is_moved_as_the_kernel_moves_it() {
         let folded = (sum & 0xffff) + (sum >> 16);
         assert_eq!((folded & 0xffff) + (folded >> 16), 0xffff);
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Port forwards whose errors the random rulesets of `random_nat.rs` found fibre
+/// answering otherwise than the kernel: an error about a packet of a connection whose
+/// destination NAT changed comes from where the packet was going (the kernel's NAT
+/// makes the error look like the reply to it), the connection new or not, the packet
+/// translated yet or not; and an IPv6 address range is drawn by the kernel's hash over
+/// the address as it is being written.
+const ERRORS_OF_PORT_FORWARDS: &str = r#"
+table ip nat {
+  chain pre { type nat hook prerouting priority dstnat;
+    ip daddr 10.0.1.1 tcp dport 8080 dnat to 192.0.2.44:80
+    ip daddr 10.0.1.1 udp dport 5353 dnat to 192.0.2.40-192.0.2.47
+  }
+}
+table ip6 nat {
+  chain pre { type nat hook prerouting priority dstnat;
+    ip6 daddr fd01::1 udp dport 5353 dnat to 2001:db8:9::40-2001:db8:9::47
+  }
+}
+table ip filter {
+  chain pre { type filter hook prerouting priority -150;
+    ip saddr 192.0.2.8 ct status dnat reject
+  }
+  chain forwarding { type filter hook forward priority filter;
+    ip saddr 192.0.2.7 tcp dport 80 reject
+  }
+}
+"#;
+
+/// Byte for byte: from inside to the router's outside address (the errors go back out
+/// of `a0`, whose own address the host would give them), a port forward's first SYN
+/// whose time to live runs out (time exceeded, quoting the SYN as it came); one the
+/// forward chain rejects, new; a connection's second packet rejected at prerouting
+/// before NAT; datagrams of many sources to a range of addresses, IPv4 from inside and
+/// IPv6 from outside.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn errors_of_port_forwards_come_from_where_they_were_going() {
+    let (router, hosts) = router_and_hosts(Some(ERRORS_OF_PORT_FORWARDS));
+    let dir = scratch("port-forward-errors");
+    let router_outside = [10, 0, 1, 1];
+    let mut from_a = vec![
+        flow4(
+            HOST_A,
+            A0,
+            6,
+            [192, 0, 2, 9],
+            router_outside,
+            (4000, 8080),
+            1,
+        ),
+        flow4(
+            HOST_A,
+            A0,
+            6,
+            [192, 0, 2, 7],
+            router_outside,
+            (4001, 8080),
+            64,
+        ),
+        flow4(
+            HOST_A,
+            A0,
+            17,
+            [192, 0, 2, 8],
+            router_outside,
+            (4002, 5353),
+            64,
+        ),
+        flow4(
+            HOST_A,
+            A0,
+            17,
+            [192, 0, 2, 8],
+            router_outside,
+            (4002, 5353),
+            64,
+        ),
+    ];
+    let mut from_b = Vec::new();
+    for k in 0..8u8 {
+        from_a.push(flow4(
+            HOST_A,
+            A0,
+            17,
+            [192, 0, 2, 100 + 7 * k],
+            router_outside,
+            (5000 + u16::from(k), 5353),
+            64,
+        ));
+        let b = PacketBuilder::ethernet2(HOST_B, B0)
+            .ipv6(
+                v6(&format!("2001:db8:1::{:x}", 10 + 7 * k)),
+                v6("fd01::1"),
+                64,
+            )
+            .udp(6000 + u16::from(k), 5353);
+        let mut f = Vec::new();
+        b.write(&mut f, &[5; 12]).unwrap();
+        from_b.push(f);
+    }
+    let mut out_of_a = Vec::new();
+    for (iif, peer, frames) in [("a0", "a1", from_a), ("b0", "b1", from_b)] {
+        let kernel = kernel_forward(&router, &hosts, peer, &frames);
+        let (report, fibre) = fibre_forward_with(
+            &dir,
+            iif,
+            &frames,
+            Some(ERRORS_OF_PORT_FORWARDS),
+            &["--vector", "1"],
+        );
+        compare(iif, &kernel, &fibre);
+        out_of_a.extend(kernel["a0"].clone());
+        eprintln!("{report}");
+    }
+    // Three errors back to the inside, each from the router's outside address.
+    let errors: Vec<&Vec<u8>> = (out_of_a.iter())
+        .filter(|f| f[12] == 0x08 && f[23] == 1)
+        .collect();
+    assert_eq!(errors.len(), 3);
+    for e in errors {
+        assert_eq!(e[26..30], router_outside);
+    }
+    // The ranges' addresses: more than one of each drawn.
+    let drawn = |v6: bool| -> std::collections::BTreeSet<Vec<u8>> {
+        out_of_a
+            .iter()
+            .filter(|f| f[12] == 0x86 && v6 || f[12] == 0x08 && f[23] == 17 && !v6)
+            .map(|f| {
+                if v6 {
+                    f[38..54].to_vec()
+                } else {
+                    f[30..34].to_vec()
+                }
+            })
+            .collect()
+    };
+    assert!(drawn(false).len() > 2 && drawn(true).len() > 2);
     std::fs::remove_dir_all(dir).ok();
 }

@@ -19,6 +19,7 @@
 
 use crate::table::{Conntrack, State, Tracked};
 use crate::tuple::{self, Network, Tuple, ICMP, ICMPV6, TCP, UDP};
+use std::net::IpAddr;
 
 /// `NF_NAT_RANGE_MAP_IPS`: the range holds addresses.
 pub const MAP_IPS: u32 = 1;
@@ -259,8 +260,14 @@ pub(crate) fn best_address(t: &mut Tuple, r: &Range, m: Manip) {
         if out[i] != max_w[i] {
             full_range = true;
         }
+        // The kernel mixes in the tuple's destination word as it now is: for
+        // destination NAT, the word just chosen (it writes the tuple in place).
         if !persistent {
-            j ^= dst[i];
+            j ^= if m == Manip::Destination {
+                out[i]
+            } else {
+                dst[i]
+            };
         }
     }
     set_part(t, m, from_words(out, t.v6), port);
@@ -720,15 +727,34 @@ impl Conntrack {
     /// Undoes [`Conntrack::translate`] of the destination: the packet as it came, for
     /// the kernel to be handed or an error to quote. (An ICMP error is left as it is.)
     pub fn untranslate(&self, t: &Tracked, ip: &mut [u8], partial: bool) {
+        if self.error_source(t).is_none() {
+            return;
+        }
         let Some(c) = self.connection(t) else { return };
+        if let Ok(n) = tuple::network(ip) {
+            manip(
+                ip,
+                &n,
+                &c.tuples[usize::from(t.reply())],
+                Manip::Destination,
+                partial,
+            );
+        }
+    }
+
+    /// Where an ICMP error answering `t`'s packet comes from, if NAT has it come from
+    /// elsewhere than the host chose: where the packet was going before NAT changed
+    /// its destination, as the kernel's NAT makes the error's outer header "look like
+    /// the reply to an incoming packet" (`nf_nat_icmp_reply_translation`), whether or
+    /// not the packet itself was translated yet.
+    pub fn error_source(&self, t: &Tracked) -> Option<IpAddr> {
+        let c = self.connection(t)?;
         let dir = usize::from(t.reply());
         let bit = if dir == 1 { SRC_NAT } else { DST_NAT };
         if c.status & bit == 0 || t.state() == State::Related {
-            return;
+            return None;
         }
-        if let Ok(n) = tuple::network(ip) {
-            manip(ip, &n, &c.tuples[dir], Manip::Destination, partial);
-        }
+        Some(c.tuples[dir].destination())
     }
 }
 

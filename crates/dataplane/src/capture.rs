@@ -90,6 +90,8 @@ pub fn read_capture(bytes: &[u8]) -> Result<Capture, String> {
         }
     } else {
         let mut reader = PcapReader::new(bytes).map_err(|e| format!("pcap: {e}"))?;
+        // A pcap file is of one interface, which it does not name.
+        out.interfaces.push(None);
         let ethernet = reader.header().datalink == DataLink::ETHERNET;
         while let Some(packet) = reader.next_packet() {
             match packet {

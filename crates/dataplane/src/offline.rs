@@ -25,15 +25,17 @@ pub struct Sent {
     pub data: Vec<u8>,
 }
 
-/// Forwards `frames`, received on `arrival`, with the routes of `snap` and the neighbours
-/// of `neighbours`, in vectors of `vector` packets (at most [`VECTOR`]); returns each
-/// frame's fate and the frames sent, in order. `pipeline` counts. The limits on errors
-/// read the frames' capture times, so that a run gives the same whatever its vectors.
+/// Forwards `frames`, each received on the link `arrival` gives it, with the routes of
+/// `snap` and the neighbours of `neighbours`, in vectors of `vector` packets (at most
+/// [`VECTOR`]; a vector holds one link's frames, and ends where the next frame arrived on
+/// another link); returns each frame's fate and the frames sent, in order. `pipeline`
+/// counts. The limits on errors read the frames' capture times, so that a run gives the
+/// same whatever its vectors.
 pub fn forward(
     pipeline: &mut Pipeline,
     snap: &Snapshot,
     neighbours: &impl Neighbours,
-    arrival: Arrival,
+    arrival: impl Fn(&Frame) -> Arrival,
     frames: &[Frame],
     vector: usize,
 ) -> (Vec<Fate>, Vec<Sent>) {
@@ -58,7 +60,17 @@ pub fn forward(
     let mut fates = Vec::with_capacity(frames.len());
     let mut sent = Vec::new();
     let mut ids = Vec::with_capacity(vector);
-    for (n, chunk) in frames.chunks(vector).enumerate() {
+    let mut first = 0;
+    while first < frames.len() {
+        let link = arrival(&frames[first]);
+        let len = frames[first..]
+            .iter()
+            .take(vector)
+            .take_while(|f| arrival(f) == link)
+            .count();
+        let chunk = &frames[first..first + len];
+        let n = first;
+        first += len;
         ids.clear();
         let t = Instant::now();
         pool.alloc(chunk.len(), &mut ids);
@@ -71,21 +83,21 @@ pub fn forward(
         pipeline
             .times
             .extend(chunk.iter().map(|f| f.timestamp.as_nanos() as u64));
-        pipeline.run(snap, neighbours, arrival, &mut pool, &ids, &mut fates);
+        pipeline.run(snap, neighbours, link, &mut pool, &ids, &mut fates);
         let t = Instant::now();
         let before = sent.len();
         let mut later = pipeline.fragments.iter().peekable();
         for (k, (&id, fate)) in ids.iter().zip(&fates[start..]).enumerate() {
             if let Some(link) = fate.output() {
                 sent.push(Sent {
-                    of: n * vector + k,
+                    of: n + k,
                     link,
                     data: pool.frame(id).to_vec(),
                 });
                 // A packet cut into fragments: the others after its first.
                 while let Some(&(_, f)) = later.next_if(|f| f.0 == k) {
                     sent.push(Sent {
-                        of: n * vector + k,
+                        of: n + k,
                         link,
                         data: pool.frame(f).to_vec(),
                     });
@@ -168,7 +180,7 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
             mac: a0.mac,
         };
         let mut one = Pipeline::new();
-        let (fates, sent) = forward(&mut one, &snap, &neighbours, arrival, &frames, 1);
+        let (fates, sent) = forward(&mut one, &snap, &neighbours, |_| arrival, &frames, 1);
         assert!(sent.len() > 200 && fates.len() == 700);
         assert!(
             sent.iter().any(|s| s.link == a0.index),
@@ -176,7 +188,7 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
         );
         for vector in [7, 64, 256, 1000] {
             let mut p = Pipeline::new();
-            let (f, s) = forward(&mut p, &snap, &neighbours, arrival, &frames, vector);
+            let (f, s) = forward(&mut p, &snap, &neighbours, |_| arrival, &frames, vector);
             let first = |a: &[Fate], b: &[Fate]| a.iter().zip(b).position(|(x, y)| x != y);
             assert_eq!(
                 first(&f, &fates),
@@ -191,6 +203,38 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
             );
             assert_eq!(s.len(), sent.len());
         }
+        // Frames of two links, taken in runs of one link's: each run forwarded as it
+        // arrived, in the order they came.
+        let b0 = snap.link(index("b0").unwrap()).unwrap().clone();
+        let both = Arrival {
+            link: b0.index,
+            mac: b0.mac,
+        };
+        let mixed: Vec<Frame> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Frame {
+                interface: (i / 5 + i / 17) % 2,
+                ..f.clone()
+            })
+            .collect();
+        let on = |f: &Frame| if f.interface == 0 { arrival } else { both };
+        let mut p = Pipeline::new();
+        let (f, s) = forward(&mut p, &snap, &neighbours, on, &mixed, 64);
+        let mut q = Pipeline::new();
+        let (mut by_run, mut sent_by_run) = (Vec::new(), Vec::new());
+        for (i, frame) in mixed.iter().enumerate() {
+            let (f1, s1) = forward(&mut q, &snap, &neighbours, |_| on(frame), &mixed[i..=i], 1);
+            by_run.extend(f1);
+            sent_by_run.extend(s1.into_iter().map(|s| Sent { of: i, ..s }));
+        }
+        assert_eq!(f, by_run);
+        assert_eq!(s, sent_by_run);
+        assert!(
+            f.iter().zip(&fates).any(|(x, y)| x != y),
+            "frames arriving on b0 meet other fates"
+        );
+
         let mut out = SentCapture::new(Vec::new()).unwrap();
         write_sent(&snap, &frames, &sent, &mut out).unwrap();
         let back = read_capture(&out.finish().unwrap()).unwrap();

@@ -463,6 +463,9 @@ pub struct Pipeline {
     spare: Vec<BufferId>,
     /// Packets to answer: their index, the error, the MTU it reports.
     errors: Vec<(usize, icmp::Error, u32)>,
+    /// Packets to answer whose destination NAT undid: their index, the address it
+    /// gave back, which their error comes from.
+    error_sources: Vec<(usize, IpAddr)>,
     /// Packets the prerouting chains rejected, to answer among `errors` once routing
     /// made those.
     rejected: Vec<(usize, icmp::Error, u32)>,
@@ -593,6 +596,7 @@ impl Pipeline {
             .as_ref()
             .map(|c| c.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         self.tracks.clear();
+        self.error_sources.clear();
         self.rejected.clear();
         self.resets.clear();
         if let Some(table) = table.as_deref_mut() {
@@ -1173,6 +1177,13 @@ impl Pipeline {
             let (Some(src), Some(link)) = (route.prefsrc, snap.link(route.dev)) else {
                 self.unanswered.no_route_back += 1;
                 continue;
+            };
+            // An error of a translated connection comes from the address its packet
+            // came to, as the kernel's NAT rewrites its error's source (the route
+            // stays the one found for the host's own).
+            let src = match self.error_sources.iter().find(|e| e.0 == i) {
+                Some(&(_, to)) if to.is_ipv4() == src.is_ipv4() => to,
+                _ => src,
             };
             if limited {
                 if !self.limit.to(back, now) {

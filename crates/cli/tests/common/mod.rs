@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod frames;
+
 use fibre_dataplane::packet::PacketSocket;
 pub use fibre_kernel::netns::Namespace;
 use serde_json::Value;

@@ -15,15 +15,15 @@
 //! connection's source by the postrouting `nat` chains (`snat`, `masquerade` to the
 //! output link's address), translates the source, runs the chains after NAT, and
 //! confirms the connection ([`Pipeline::leave`]). A packet that goes to the kernel or
-//! is answered with an error instead has its destination translated back first: the
-//! kernel, and the error, see the packet as it came; one a `reject` answers is quoted as
-//! the hook that rejected it saw it.
+//! is answered with an error instead (a `reject`'s too) has its destination translated
+//! back first: the kernel, and the error, see the packet as it came, and the error comes
+//! from the address it came to, as the kernel's NAT translates an error by the
+//! connection it carries.
 
 use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
 use crate::pool::{BufferId, Pool};
 
-use crate::icmp;
 use fibre_conntrack::nat::{self, Manip, Range};
 use fibre_conntrack::{Conntrack, State, Tracked};
 use fibre_fib::{LinkIndex, Snapshot};
@@ -111,6 +111,13 @@ impl Pipeline {
                 Part::BeforeNat,
             );
             let fate = if verdict != Verdict::Accept {
+                // (A connection NAT changed: its error comes from where it was going.)
+                if let Some(to) = table
+                    .error_source(&tracked)
+                    .filter(|_| verdict != Verdict::Drop)
+                {
+                    self.error_sources.push((i, to));
+                }
                 if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
                     table.set_closing(&tracked, now);
                 }
@@ -147,6 +154,13 @@ impl Pipeline {
                 Some(&ct_of(table, &tracked)),
                 Part::AfterNat,
             );
+            if let Verdict::Reject(_) = verdict {
+                // Its error quotes it as it came, from where it came to.
+                table.untranslate(&tracked, &mut pool.frame_mut(id)[ETHERNET_LEN..], partial);
+                if let Some(to) = table.error_source(&tracked) {
+                    self.error_sources.push((i, to));
+                }
+            }
             if verdict != Verdict::Accept {
                 if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
                     table.set_closing(&tracked, now);
@@ -403,9 +417,10 @@ impl Pipeline {
     }
 
     /// Undoes destination NAT on the vector's tracked packets that go to the kernel or
-    /// are answered with an error: each as it came.
+    /// are answered with an error: each as it came; an error's source is then the
+    /// address the packet came to (`self.error_sources`).
     pub(super) fn untranslate(
-        &self,
+        &mut self,
         table: &Conntrack,
         pool: &mut Pool,
         packets: &[BufferId],
@@ -413,17 +428,18 @@ impl Pipeline {
     ) {
         for (i, t) in self.tracks.iter().enumerate() {
             let Some(t) = t else { continue };
-            // A packet rejected is answered as the hook that rejected it saw it, if its
-            // connection is new (the kernel's error then finds no connection to be
-            // translated by); one of a connection is translated back, as the kernel's
-            // NAT translates an error RELATED to it.
-            let answered = self.errors.iter().any(|e| {
-                e.0 == i && (!matches!(e.1, icmp::Error::Rejected(_)) || !table.unconfirmed(t))
-            });
+            // An error, a reject's too, is translated back as the kernel's NAT
+            // translates an error RELATED to the connection its packet made, confirmed
+            // or not (the kernel's error carries its packet's connection).
+            let answered = self.errors.iter().any(|e| e.0 == i);
             let back = matches!(fates[i], Fate::Kernel(_)) || answered;
             if back && t.state() != State::Related {
                 let partial = pool.offload(packets[i]).checksum.is_some();
-                table.untranslate(t, &mut pool.frame_mut(packets[i])[ETHERNET_LEN..], partial);
+                let ip = &mut pool.frame_mut(packets[i])[ETHERNET_LEN..];
+                table.untranslate(t, ip, partial);
+                if let Some(to) = table.error_source(t).filter(|_| answered) {
+                    self.error_sources.push((i, to));
+                }
             }
         }
     }
