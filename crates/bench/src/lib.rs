@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addresses;
+pub mod attribution;
 pub mod floor;
 pub mod kernel;
 pub mod lookups;

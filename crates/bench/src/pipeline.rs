@@ -1090,6 +1090,7 @@ pub fn markdown(figures: &[Value]) -> String {
         }
         let _ = writeln!(md);
     }
+    component_model(figures, &mut md);
     let veth: Vec<&Value> = of(figures, "veth", None).collect();
     if !veth.is_empty() {
         let _ = writeln!(
@@ -1366,6 +1367,127 @@ fn line_plot(
     Ok(())
 }
 
+/// The component model's section of the report: the kernel's forwarding in each
+/// configuration (`veth-components`), its time a frame by component, and beside the
+/// last configuration the cost the model predicts from the components measured apart
+/// (the configuration before it, plus each rule's cost from the filter study over
+/// veth), and the rate one core would forward at each; fibre's packets in memory in the
+/// same configurations (one connection) and the model's prediction for them alike.
+fn component_model(figures: &[Value], md: &mut String) {
+    let kernel: Vec<&Value> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-components")
+        .collect();
+    if kernel.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## The component model: the kernel's forwarding by component, beside fibre's\n\n\
+         The kernel forwarding over veth (the veth study's topology, at a rate it keeps \
+         up with) in four configurations, each adding a component: forwarding alone; \
+         connections tracked (a forward rule reads their state); masqueraded out of host \
+         B's link; behind rules at the forward hook that no frame matches. What a frame \
+         costs the router's core, and that time by component: the core sampled by \
+         `perf` (software clock) in a trial of its own, each sample put to the outermost \
+         function on its call chain that is one of conntrack's (`nf_conntrack_in`, the \
+         confirm), NAT's (`nf_nat_*`), the filter's (`nft_do_chain`) or routing's (the \
+         FIB's lookups); the rest is forwarding's own. The model predicts the last \
+         configuration's cost as the one before it plus its rules' cost, each rule's \
+         measured apart (the filter study over veth); the rate is what one core would \
+         forward at that cost. fibre: a packet in memory, one core, one connection (the \
+         connections study), in the same configurations, and its model alike (the \
+         filter study's rules, with blocks).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| family | configuration | kernel ns a frame | routing | conntrack | filter | NAT | forwarding | kernel, model's ns | kernel Mpps a core, measured / model | fibre ns a packet | fibre, model's ns |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mpps = |ns: Option<f64>| ns.filter(|&n| n > 0.0).map(|n| 1e3 / n);
+    let mut notes = Vec::new();
+    for f in &kernel {
+        let fam = f["family"].as_u64().unwrap_or(0);
+        let config = f["config"].as_str().unwrap_or("");
+        let rules = f["rules"].as_u64().unwrap_or(0);
+        let ns = num(&f["core_ns_per_frame"]);
+        let part = |name: &str| num(&f["components"][name]);
+        // The model: the configuration before plus its rules, for the last one.
+        let last = config.starts_with("masquerade,");
+        let before = |config: &str| {
+            kernel
+                .iter()
+                .find(|g| g["family"] == fam && g["config"] == config)
+                .and_then(|g| num(&g["core_ns_per_frame"]))
+        };
+        let filter_rule = |n: u64| {
+            figures
+                .iter()
+                .find(|g| g["study"] == "veth-filter" && g["family"] == fam && g["rules"] == n)
+                .and_then(|g| num(&g["core_ns_per_frame"]))
+        };
+        let n = rules.saturating_sub(1);
+        let per_rule = match (filter_rule(n), filter_rule(0)) {
+            (Some(a), Some(b)) if n > 0 => Some((a - b) / n as f64),
+            _ => None,
+        };
+        let model = match (last, before("masquerade"), per_rule) {
+            (true, Some(b), Some(r)) => Some(b + r * n as f64),
+            _ => None,
+        };
+        let fibre = |mode: &str| {
+            figures
+                .iter()
+                .find(|g| {
+                    g["study"] == "pipeline"
+                        && g["metric"] == "connections"
+                        && g["family"] == fam
+                        && g["connections"] == 1
+                        && g["mode"] == mode
+                })
+                .and_then(|g| num(&g["forwarding_ns"]))
+        };
+        let fibre_filter = |n: u64| {
+            figures
+                .iter()
+                .find(|g| {
+                    g["study"] == "pipeline"
+                        && g["metric"] == "filter"
+                        && g["family"] == fam
+                        && g["rules"] == n
+                        && g["mode"] == "blocks"
+                })
+                .and_then(|g| num(&g["filter_ns"]))
+        };
+        let fibre_model = match (last, fibre("masquerade"), fibre_filter(n), fibre_filter(0)) {
+            (true, Some(b), Some(with), Some(without)) => Some(b + with - without),
+            _ => None,
+        };
+        let measured_mpps = mpps(ns).map_or("–".into(), |m| format!("{m:.3}"));
+        let model_mpps = mpps(model).map_or("–".into(), |m| format!("{m:.3}"));
+        let _ = writeln!(
+            md,
+            "| IPv{fam} | {config} | {} | {} | {} | {} | {} | {} | {} | {measured_mpps} / {model_mpps} | {} | {} |",
+            show(ns, 0),
+            show(part("routing"), 0),
+            show(part("conntrack"), 0),
+            show(part("filter"), 0),
+            show(part("nat"), 0),
+            show(part("forwarding"), 0),
+            show(model, 0),
+            show(if config == "forwarding" { None } else { fibre(config) }, 1),
+            show(fibre_model, 1),
+        );
+        if let Some(why) = f["attribution_error"].as_str() {
+            notes.push(format!("IPv{fam}, {config}: no components: {why}."));
+        }
+    }
+    let _ = writeln!(md);
+    for n in notes {
+        let _ = writeln!(md, "{n}\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1468,6 +1590,46 @@ mod tests {
         let two = md.find("| 2 | 25.00 | 12.50 | – | – |").expect(&md);
         assert!(one < two, "rows in order of threads");
         assert!(md.contains("| 16 | – | 120.50 |"), "{md}");
+    }
+
+    /// The component model's table: the kernel's components as measured, the model's
+    /// prediction for the last configuration (the one before plus its rules at what
+    /// each costs over veth), its rate, and fibre's beside it.
+    #[test]
+    fn the_component_model_predicts_from_the_parts() {
+        let kernel = |config: &str, rules: u64, ns: f64| {
+            json!({"study": "veth-components", "engine": "kernel", "family": 4,
+                   "config": config, "rules": rules, "core_ns_per_frame": ns,
+                   "components": {"routing": 100.0, "conntrack": 200.0, "filter": 300.0,
+                                  "nat": 400.0, "forwarding": ns - 1000.0}})
+        };
+        let fibre = |mode: &str, ns: f64| {
+            json!({"study": "pipeline", "metric": "connections", "family": 4,
+                   "connections": 1, "mode": mode, "forwarding_ns": ns})
+        };
+        let figures = vec![
+            kernel("forwarding", 0, 2000.0),
+            kernel("tracked", 1, 2500.0),
+            kernel("masquerade", 1, 3000.0),
+            kernel("masquerade, 1000 rules", 1001, 30000.0),
+            json!({"study": "veth-filter", "family": 4, "rules": 0, "core_ns_per_frame": 2000.0}),
+            json!({"study": "veth-filter", "family": 4, "rules": 1000, "core_ns_per_frame": 28000.0}),
+            fibre("masquerade", 300.0),
+            fibre("masquerade, 1000 rules", 360.0),
+            json!({"study": "pipeline", "metric": "filter", "family": 4, "rules": 0,
+                   "mode": "blocks", "filter_ns": 20.0}),
+            json!({"study": "pipeline", "metric": "filter", "family": 4, "rules": 1000,
+                   "mode": "blocks", "filter_ns": 70.0}),
+        ];
+        let mut md = String::new();
+        component_model(&figures, &mut md);
+        // 3000 + 1000 × 26 = 29,000 ns: 0.0345 Mpps against 0.0333 measured; fibre's
+        // 300 + 50.
+        assert!(
+            md.contains("| IPv4 | masquerade, 1000 rules | 30000 | 100 | 200 | 300 | 400 | 29000 | 29000 | 0.033 / 0.034 | 360.0 | 350.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| IPv4 | forwarding | 2000 | 100 | 200 | 300 | 400 | 1000 | – | 0.500 / – | – | – |"), "{md}");
     }
 
     #[test]

@@ -36,6 +36,7 @@
 //! Last, TCP from host A to host B through the router, each host with the offloads a
 //! new veth has: what a transfer of a few seconds moves, in Gbit/s.
 
+use crate::attribution::{Sampling, COMPONENTS};
 use crate::kernel::GATEWAYS;
 use crate::pipeline::{flows, mac_text};
 use fibre_dataplane::packet::{Batch, PacketSocket};
@@ -89,6 +90,9 @@ pub struct VethConfig {
     /// Numbers of forward rules no frame matches loaded into the kernel's ruleset, to
     /// measure what its filter costs a frame by its rules.
     pub filter_rules: Vec<usize>,
+    /// The rules of the component model's last configuration (masquerade behind them);
+    /// 0: the kernel's components are not measured.
+    pub component_rules: usize,
 }
 
 impl Default for VethConfig {
@@ -103,6 +107,7 @@ impl Default for VethConfig {
             tcp_time: Duration::from_secs(3),
             idle_time: Duration::from_secs(10),
             filter_rules: vec![0, 1000, 10_000],
+            component_rules: 1000,
         }
     }
 }
@@ -770,6 +775,25 @@ pub fn veth_study<'a>(
                     }));
                 }
             }
+            if engine.name == "kernel" && cfg.component_rules > 0 {
+                for (config, rules, ns, lost, rate, split) in
+                    kernel_components(t, *family, frames, cfg, step)?
+                {
+                    let components = split.as_ref().ok().map(|parts| {
+                        let mut m = serde_json::Map::new();
+                        for (name, ns) in COMPONENTS.iter().zip(parts) {
+                            m.insert(name.to_string(), json!(ns));
+                        }
+                        Value::Object(m)
+                    });
+                    emit(json!({
+                        "study": "veth-components", "engine": "kernel", "family": family,
+                        "config": config, "rules": rules, "core_ns_per_frame": ns,
+                        "lost": lost, "rate_kpps": rate / 1e3, "components": components,
+                        "attribution_error": split.err(), "router_cpu": t.router_cpu,
+                    }));
+                }
+            }
             step(&format!("{} forwarding IPv{family}", engine.name));
             let r = rates(t, frames, cfg, step)?;
             emit(json!({
@@ -824,13 +848,7 @@ fn kernel_filter(
                 "table inet fibre_bench { chain forward { type filter hook forward priority 0; \
                  policy accept;\n",
             );
-            for i in 0..n {
-                if family == 4 {
-                    let _ = writeln!(rules, "ip saddr 198.18.{}.{} drop", i >> 8 & 0xff, i & 0xff);
-                } else {
-                    let _ = writeln!(rules, "ip6 saddr 2001:db8:ffff::{i:x} drop");
-                }
-            }
+            rules += &unmatched_rules(family, n);
             rules += "}\n}\n";
             t.router.nft(&["-f", "-"], &rules).map_err(io)?;
             let rate = cfg.cost_rate / (1.0 + n as f64 / 100.0);
@@ -846,6 +864,109 @@ fn kernel_filter(
             t.router
                 .nft(&["delete", "table", "inet", "fibre_bench"], "")
                 .map_err(io)?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Rules at the forward hook that no frame matches, as `nft` writes them (`ip saddr
+/// 198.18.X.Y drop`, `ip6 saddr 2001:db8:ffff::X drop`).
+fn unmatched_rules(family: u8, n: usize) -> String {
+    let mut rules = String::new();
+    for i in 0..n {
+        if family == 4 {
+            let _ = writeln!(rules, "ip saddr 198.18.{}.{} drop", i >> 8 & 0xff, i & 0xff);
+        } else {
+            let _ = writeln!(rules, "ip6 saddr 2001:db8:ffff::{i:x} drop");
+        }
+    }
+    rules
+}
+
+/// The configurations the component model takes the kernel's forwarding apart by, each
+/// adding one component to the one before: forwarding alone; connections tracked (a
+/// forward rule reads their state); masqueraded out of host B's link; behind `rules`
+/// forward rules that no frame matches. Their names, rules, and rulesets.
+pub fn component_configurations(family: u8, rules: usize) -> Vec<(String, usize, String)> {
+    let filter = |extra: &str| {
+        format!(
+            "table inet fibre_bench {{\n  chain forward {{ type filter hook forward priority 0; \
+             policy accept;\n    ct state invalid drop\n{extra}  }}\n}}\n"
+        )
+    };
+    let nat = format!(
+        "table {} fibre_bench_nat {{\n  chain post {{ type nat hook postrouting priority 100; \
+         oifname \"{ROUTER_OUT}\" masquerade; }}\n}}\n",
+        if family == 4 { "ip" } else { "ip6" }
+    );
+    vec![
+        ("forwarding".into(), 0, String::new()),
+        ("tracked".into(), 1, filter("")),
+        ("masquerade".into(), 1, filter("") + &nat),
+        (
+            format!("masquerade, {rules} rules"),
+            1 + rules,
+            filter(&unmatched_rules(family, rules)) + &nat,
+        ),
+    ]
+}
+
+/// The kernel's forwarding in each of [`component_configurations`]: what a frame costs
+/// the router's core (a trial of its own), the frames lost, the rate offered, and that
+/// time by component ([`crate::attribution`], from a trial sampled by `perf`; why not,
+/// if it cannot be).
+#[allow(clippy::type_complexity)]
+fn kernel_components(
+    t: &Topology,
+    family: u8,
+    frames: &[Vec<u8>],
+    cfg: &VethConfig,
+    step: &mut dyn FnMut(&str),
+) -> Result<Vec<(String, usize, f64, u64, f64, Result<[f64; 5], String>)>, String> {
+    // A configuration's connections end within a second of its last frame, so that the
+    // next (masquerade after tracking alone) makes its own.
+    for k in [
+        "net.netfilter.nf_conntrack_udp_timeout",
+        "net.netfilter.nf_conntrack_udp_timeout_stream",
+    ] {
+        let _ = t.router.sysctl(k, "1");
+    }
+    let data = std::env::temp_dir().join(format!("fibre-bench-perf-{}.data", std::process::id()));
+    let mut out = Vec::new();
+    with_generator(t, frames, cfg, |trial| {
+        for (name, rules, ruleset) in component_configurations(family, cfg.component_rules) {
+            step(&format!("kernel forwarding IPv{family}: {name}"));
+            if !ruleset.is_empty() {
+                t.router.nft(&["-f", "-"], &ruleset).map_err(io)?;
+            }
+            let rate = cfg.cost_rate / (1.0 + rules as f64 / 100.0);
+            // Once to warm up (the connections made), once measured, once sampled.
+            trial(Some(rate), false)?;
+            let r = trial(Some(rate), true)?;
+            let ns = r.router_busy_ns / r.forwarded.max(1) as f64;
+            let split = match Sampling::start(t.router_cpu, &data, cfg.cost_time.as_secs_f64()) {
+                Ok(sampling) => {
+                    let sampled = trial(Some(rate), true);
+                    let shares = sampling.finish(&data);
+                    sampled?;
+                    shares.and_then(|s| {
+                        s.split(ns)
+                            .ok_or_else(|| "perf took no sample of the busy CPU".to_string())
+                    })
+                }
+                Err(e) => Err(e),
+            };
+            out.push((name, rules, ns, r.lost(), rate, split));
+            for table in [
+                "inet fibre_bench",
+                "ip fibre_bench_nat",
+                "ip6 fibre_bench_nat",
+            ] {
+                let words: Vec<&str> = table.split(' ').collect();
+                let _ = t.router.nft(&["delete", "table", words[0], words[1]], "");
+            }
+            std::thread::sleep(Duration::from_millis(1500));
         }
         Ok(())
     })?;

@@ -133,6 +133,18 @@ pub struct PipelineArgs {
     /// Routes of each family the veth study's router holds (default: all).
     #[arg(long)]
     veth_routes: Option<usize>,
+    /// The rules of the kernel's component model's last configuration (connections
+    /// tracked, masqueraded, behind that many forward rules that no frame matches); 0
+    /// leaves the kernel's components out.
+    #[arg(long, default_value_t = 1000)]
+    component_rules: usize,
+    /// The veth study's engines, comma-separated (kernel, floor, xdp, packet, express).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kernel,floor,xdp,packet,express"
+    )]
+    engines: Vec<String>,
     /// Milliseconds a veth trial offers its rate for.
     #[arg(long, default_value_t = 1000)]
     trial_ms: u64,
@@ -401,6 +413,13 @@ fn rules(args: RulesArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 
 /// `fibre bench pipeline`: the packet path in memory, then over veth against the kernel.
 fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if let Some(e) = args.engines.iter().find(|e| {
+        !["kernel", "floor", "xdp", "packet", "express"].contains(&e.to_lowercase().as_str())
+    }) {
+        return Err(
+            format!("--engines {e}: not one of kernel, floor, xdp, packet, express").into(),
+        );
+    }
     use fibre_bench::pipeline::{markdown, pipeline_study, plots, Flows, PipelineConfig, Router};
     use fibre_bench::veth::{kernel_forwarding, veth_study, Engine, Topology, VethConfig};
     use std::io::Write;
@@ -510,8 +529,15 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 .copied()
                 .filter(|&n| n == 0 || n >= 1000)
                 .collect(),
+            component_rules: args.component_rules,
             ..VethConfig::default()
         };
+        let picked = |name: &str| {
+            let short = name.trim_start_matches("fibre ").to_lowercase();
+            let short = short.trim_start_matches("af_");
+            args.engines.iter().any(|e| e.eq_ignore_ascii_case(short))
+        };
+        let engines: Vec<Engine> = engines.into_iter().filter(|e| picked(e.name)).collect();
         veth_study(&topology, &v4s, &v6s, &engines, &vcfg, &mut emit, &mut step)?;
     }
     progress.finish_and_clear();

@@ -261,6 +261,8 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             "200",
             "--steps",
             "2",
+            "--component-rules",
+            "100",
         ],
     );
     let veth: Vec<&Value> = figures.iter().filter(|f| f["study"] == "veth").collect();
@@ -298,6 +300,57 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             if f["family"] == 4 { 64 } else { 66 },
             "{f}"
         );
+    }
+    // The kernel taken apart by component: four configurations a family, each costing
+    // its frame more than forwarding alone; with `perf` at hand, their time split into
+    // components that add up to it, conntrack's there once connections are tracked,
+    // NAT's once masqueraded, the filter's behind the rules.
+    let components: Vec<&Value> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-components")
+        .collect();
+    let configs: Vec<(u64, &str)> = components
+        .iter()
+        .map(|f| (f["family"].as_u64().unwrap(), f["config"].as_str().unwrap()))
+        .collect();
+    let mut wanted = Vec::new();
+    for family in [4, 6] {
+        for c in [
+            "forwarding",
+            "tracked",
+            "masquerade",
+            "masquerade, 100 rules",
+        ] {
+            wanted.push((family, c));
+        }
+    }
+    assert_eq!(configs, wanted);
+    let perf = std::process::Command::new("perf")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    for f in &components {
+        let ns = num(f, "core_ns_per_frame");
+        assert!(ns > 0.0, "{f}");
+        if !perf {
+            assert!(f["attribution_error"].is_string(), "{f}");
+            continue;
+        }
+        let part = |c: &str| f["components"][c].as_f64().unwrap_or(-1.0);
+        let sum: f64 = ["routing", "conntrack", "filter", "nat", "forwarding"]
+            .iter()
+            .map(|c| part(c))
+            .sum();
+        assert!((sum - ns).abs() < ns * 1e-6, "{f}");
+        let config = f["config"].as_str().unwrap();
+        assert!(part("routing") > 0.0, "{f}");
+        // (Where a component is not loaded, a sample or two at most: a hook just gone.)
+        let there = |c: &str| part(c) > ns * 0.005;
+        assert_eq!(there("conntrack"), config != "forwarding", "{f}");
+        assert_eq!(there("nat"), config.starts_with("masquerade"), "{f}");
+        if config.ends_with("rules") {
+            assert!(part("filter") > part("conntrack"), "{f}");
+        }
     }
     // TCP with the hosts' default offloads passes through every engine, both families.
     let tcp: Vec<(u64, &str)> = figures
