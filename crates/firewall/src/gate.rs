@@ -1,23 +1,25 @@
-//! What of the router's firewall fibre may not bypass. fibre evaluates the filter rules
-//! of the forwarding path ([`crate::eval`]) and tracks connections for the `ct` they
-//! read, but does not translate addresses yet; forwarding around any of them would let
-//! pass what the kernel drops and send what the kernel changes. So every part of the ruleset that
-//! forwarded packets meet and fibre does not evaluate, or that changes how the kernel
-//! handles them, closes the IP families it applies to, and the daemon refuses to forward
-//! those families, naming each such part:
+//! What of the router's firewall fibre may not bypass. fibre evaluates the filter and
+//! `nat` chains of the forwarding path ([`crate::eval`]), tracks connections where the
+//! ruleset has the kernel track them, and translates them as their `nat` chains bind
+//! them; forwarding around anything else would let pass what the kernel drops and send
+//! what the kernel changes. So every part of the ruleset that forwarded packets meet and
+//! fibre does not evaluate, or that changes how the kernel handles them, closes the IP
+//! families it applies to, and the daemon refuses to forward those families, naming
+//! each such part:
 //!
 //! - a base chain of family `ip`, `ip6` or `inet` at prerouting, forward or postrouting
-//!   that the filter does not compile: each rule that does not compile (in it or a chain
-//!   it reaches), named with what fibre lacks; the chain itself if it is a `nat` chain;
-//!   `inet` ingress on a forwarded link: each of its rules, its policy if it drops;
+//!   that does not compile: each rule that does not compile (in it or a chain it
+//!   reaches), named with what fibre lacks; a rule that resets TCP in a family a `nat`
+//!   chain translates; `inet` ingress on a forwarded link: each of its rules, its
+//!   policy if it drops;
 //! - a filter chain at postrouting that fibre evaluates: the ICMP errors fibre sends of
 //!   its families (which meet it, unevaluated);
 //! - a base chain of family `netdev` on a forwarded link (ingress or egress): the same;
-//! - anywhere in `ip`, `ip6` or `inet`, a `nat` chain or a rule with an expression that
-//!   makes the kernel track connections in a way fibre does not follow (`ct ... set`,
-//!   `nat`, `masq`, `redir`, `notrack`, `connlimit`, `synproxy`, `flow_offload`,
-//!   `objref`, `tproxy`, `socket`); a `ct` load fibre evaluates only has fibre track the
-//!   family's forwarded packets too ([`tracked`]);
+//! - anywhere in `ip`, `ip6` or `inet`, a rule with an expression that makes the kernel
+//!   track connections in a way fibre does not follow (`ct ... set`, `notrack`,
+//!   `connlimit`, `synproxy`, `flow_offload`, `objref`, `tproxy`, `socket`); a `ct` load
+//!   fibre evaluates, and NAT in a `nat` chain, only have fibre track the family's
+//!   forwarded packets too ([`tracked`]);
 //! - a table of iptables-legacy (`/proc/net/ip_tables_names`,
 //!   `/proc/net/ip6_tables_names`), whose rules nf_tables' netlink does not show.
 //!

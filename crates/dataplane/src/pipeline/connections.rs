@@ -239,7 +239,8 @@ impl Pipeline {
 
     /// What the forward and postrouting hooks decide for a tracked packet to send out of
     /// `out`: the chains before NAT, its connection's source bound (a new one) and
-    /// translated, the chains after NAT, its connection confirmed. The packet is
+    /// translated, the chains after NAT, its connection confirmed (a connection
+    /// masqueraded out of a link it no longer leaves by ends here). The packet is
     /// changed in `pool` as it leaves. A drop for anything that stops it (a `reject` at
     /// forward too).
     #[allow(clippy::too_many_arguments)]
@@ -268,34 +269,11 @@ impl Pipeline {
         if verdict != Verdict::Accept {
             return verdict;
         }
-        let pass = self.bind_source_and_confirm(snap, table, tracked, i, input, out, pool, id, now);
-        if pass {
-            Verdict::Accept
-        } else {
-            Verdict::Drop
-        }
-    }
-
-    /// [`Pipeline::leave`] past the chains before NAT: whether the packet may leave.
-    #[allow(clippy::too_many_arguments)]
-    fn bind_source_and_confirm(
-        &self,
-        snap: &Snapshot,
-        table: &mut Conntrack,
-        tracked: &Tracked,
-        i: usize,
-        input: Link,
-        out: LinkIndex,
-        pool: &mut Pool,
-        id: BufferId,
-        now: u64,
-    ) -> bool {
         let v6 = matches!(self.inputs[i], Input::V6(_));
-        let oif = view(snap, out);
         if self.rules.translates(v6) {
             if table.left_its_link(tracked, out) {
                 table.end(tracked);
-                return false;
+                return Verdict::Drop;
             }
             if tracked.state() == State::New && !table.bound(tracked, Manip::Source) {
                 let verdict = self.rules.nat(
@@ -306,12 +284,12 @@ impl Pipeline {
                     Some(&ct_of(table, tracked)),
                 );
                 match verdict {
-                    NatVerdict::Drop => return false,
+                    NatVerdict::Drop => return Verdict::Drop,
                     NatVerdict::Bind(t) if t.kind == NatKind::Masquerade => {
                         let masquerade =
                             self.masquerade(snap, table, tracked, i, input, out, t.range);
                         let Some(range) = masquerade else {
-                            return false;
+                            return Verdict::Drop;
                         };
                         table.bind(tracked, Manip::Source, range.as_ref(), now);
                     }
@@ -322,7 +300,7 @@ impl Pipeline {
             let partial = pool.offload(id).checksum.is_some();
             let frame = pool.frame_mut(id);
             if !table.translate(tracked, &mut frame[ETHERNET_LEN..], Manip::Source, partial) {
-                return false;
+                return Verdict::Drop;
             }
         }
         let pass = self.rules.forwarding_part(
@@ -334,7 +312,11 @@ impl Pipeline {
             Some(&ct_of(table, tracked)),
             Part::AfterNat,
         );
-        pass && table.confirm(tracked)
+        if pass && table.confirm(tracked) {
+            Verdict::Accept
+        } else {
+            Verdict::Drop
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
