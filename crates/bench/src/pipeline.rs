@@ -1293,7 +1293,143 @@ pub fn plots(figures: &[Value], dir: &std::path::Path) -> Result<Vec<std::path::
         line_plot(&path, title, x_desc, y_desc, &s, log_x)?;
         written.push(path);
     }
+    let bars = component_bars(figures);
+    if !bars.is_empty() {
+        let path = dir.join("pipeline-components.svg");
+        stacked_bars(
+            &path,
+            "Forwarding a packet by component: the kernel over veth, fibre in memory",
+            &bars,
+        )?;
+        written.push(path);
+    }
     Ok(written)
+}
+
+/// The parts each bar of the component plot stacks, bottom up.
+const BAR_PARTS: [&str; 5] = ["routing", "conntrack", "NAT", "filter", "forwarding"];
+
+/// The component plot's bars: for each family and configuration without rules
+/// (forwarding alone, tracked, masquerade), the kernel's frame by component
+/// (`veth-components`) and fibre's packet in memory (the connections study, one
+/// connection: its route stage as routing, conntrack stage (destination NAT's and
+/// tracking) as conntrack, filter stage (source NAT's and the confirm) as filter, the
+/// rest as forwarding). Each: its label, and ns by [`BAR_PARTS`].
+fn component_bars(figures: &[Value]) -> Vec<(String, [f64; 5])> {
+    let mut bars = Vec::new();
+    for fam in [4u64, 6] {
+        for config in ["forwarding", "tracked", "masquerade"] {
+            let kernel = figures.iter().find(|f| {
+                f["study"] == "veth-components" && f["family"] == fam && f["config"] == config
+            });
+            if let Some(c) = kernel.map(|f| &f["components"]).filter(|c| c.is_object()) {
+                let part = |n: &str| num(&c[n]).unwrap_or(0.0);
+                bars.push((
+                    format!("kernel IPv{fam} {config}"),
+                    [
+                        part("routing"),
+                        part("conntrack"),
+                        part("nat"),
+                        part("filter"),
+                        part("forwarding"),
+                    ],
+                ));
+            }
+            let fibre = figures.iter().find(|f| {
+                f["study"] == "pipeline"
+                    && f["metric"] == "connections"
+                    && f["family"] == fam
+                    && f["connections"] == 1
+                    && f["mode"] == config
+            });
+            if let Some(f) = fibre {
+                let part = |n: &str| num(&f[n]).unwrap_or(0.0);
+                let (route, conntrack, filter) =
+                    (part("route_ns"), part("conntrack_ns"), part("filter_ns"));
+                let rest = (part("forwarding_ns") - route - conntrack - filter).max(0.0);
+                bars.push((
+                    format!("fibre IPv{fam} {config}"),
+                    [route, conntrack, 0.0, filter, rest],
+                ));
+            }
+        }
+    }
+    bars
+}
+
+/// A plot of `bars` (a label, and ns by [`BAR_PARTS`]), each stacked bottom up.
+fn stacked_bars(
+    path: &std::path::Path,
+    title: &str,
+    bars: &[(String, [f64; 5])],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let top = bars
+        .iter()
+        .map(|(_, p)| p.iter().sum::<f64>())
+        .fold(0.0, f64::max);
+    let root = SVGBackend::new(path, (1100, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(150, 150, 150),
+    ];
+    let n = bars.len();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(150)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..top * 1.15)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let k = x.round();
+            if (x - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < n {
+                bars[k as usize].0.clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style(
+            ("sans-serif", 12)
+                .into_font()
+                .transform(FontTransform::Rotate90),
+        )
+        .y_desc("ns a packet (the kernel: a frame of its core)")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (k, name) in BAR_PARTS.iter().enumerate() {
+        let color = colors[k];
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, (_, parts))| {
+                let below: f64 = parts[..k].iter().sum();
+                let x = i as f64;
+                Rectangle::new(
+                    [(x - 0.35, below), (x + 0.35, below + parts[k])],
+                    color.filled(),
+                )
+            }))
+            .map_err(|e| err(&e))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
 }
 
 /// A line plot of `series` (a name and its points), y from zero.
@@ -1621,6 +1757,25 @@ mod tests {
             json!({"study": "pipeline", "metric": "filter", "family": 4, "rules": 1000,
                    "mode": "blocks", "filter_ns": 70.0}),
         ];
+        let bars = component_bars(&figures);
+        let labels: Vec<&str> = bars.iter().map(|b| b.0.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "kernel IPv4 forwarding",
+                "kernel IPv4 tracked",
+                "kernel IPv4 masquerade",
+                "fibre IPv4 masquerade"
+            ]
+        );
+        assert_eq!(bars[2].1, [100.0, 200.0, 400.0, 300.0, 2000.0]);
+        let dir = std::env::temp_dir().join(format!("fibre-components-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.svg");
+        stacked_bars(&path, "t", &bars).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("conntrack") && svg.contains("kernel IPv4 tracked"));
+        std::fs::remove_dir_all(dir).ok();
         let mut md = String::new();
         component_model(&figures, &mut md);
         // 3000 + 1000 × 26 = 29,000 ns: 0.0345 Mpps against 0.0333 measured; fibre's
