@@ -7,9 +7,10 @@
 //! perf report -i pipeline.perf --no-children --sort symbol
 //! ```
 //!
-//! The arguments are the family (4 or 6) and the repetitions (each 2^20 packets); it
-//! prints each stage's ns per packet as the bench does, so a change can be judged by its
-//! figures and its profile at once.
+//! The arguments are the family (4 or 6), the repetitions (each 2^20 packets) and, for
+//! the connections study alone, its number of connections; it prints each stage's ns per
+//! packet as the bench does, so a change can be judged by its figures and its profile at
+//! once.
 
 use fibre_bench::pipeline::{pipeline_study, Flows, PipelineConfig, Router};
 use fibre_bench::source::{final_prefixes, read_route_file};
@@ -21,10 +22,24 @@ fn main() -> Result<(), String> {
     let repetitions: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(40);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/ris-2026-05-11");
     let read = |name: &str| read_route_file(&root.join(name), false).map_err(|e| e.to_string());
-    let cfg = PipelineConfig {
-        repetitions,
-        vectors: vec![],
-        ..PipelineConfig::default()
+    // A third argument, a number of connections, measures the connections study alone.
+    let connections: Option<usize> = args.get(3).and_then(|a| a.parse().ok());
+    let cfg = match connections {
+        Some(n) => PipelineConfig {
+            repetitions,
+            vectors: vec![],
+            threads: vec![],
+            filter_rules: vec![],
+            connections: vec![n],
+            ..PipelineConfig::default()
+        },
+        None => PipelineConfig {
+            repetitions,
+            vectors: vec![],
+            filter_rules: vec![],
+            connections: vec![],
+            ..PipelineConfig::default()
+        },
     };
     let (router, flows, routes) = if family == 4 {
         let v4 = final_prefixes(&read("rib-v4.txt.gz")?.v4);
@@ -42,6 +57,15 @@ fn main() -> Result<(), String> {
         flows.frames.len()
     );
     let mut emit = |f: serde_json::Value| {
+        if f["metric"] == "connections" {
+            println!(
+                "{:>24} conntrack {:6.1} filter {:6.1} forwarding {:6.1} ns",
+                f["mode"].as_str().unwrap_or(""),
+                f["conntrack_ns"].as_f64().unwrap_or(f64::NAN),
+                f["filter_ns"].as_f64().unwrap_or(f64::NAN),
+                f["forwarding_ns"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
         if f["metric"] == "stage" || f["metric"] == "forwarding" {
             println!(
                 "{:>12} {:6.2} ns",

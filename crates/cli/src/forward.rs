@@ -257,6 +257,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "rate_limited": u.rate_limited,
                 "no_route_back": u.no_route_back,
                 "unresolved": u.unresolved,
+                "dropped_by_nat": u.dropped_by_nat,
             },
             "stages": stages,
         });
@@ -281,8 +282,8 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         if u != Default::default() {
             println!(
-                "errors not sent: {} not answered (errors, later fragments), {} over the limits, {} no route back, {} unresolved",
-                u.not_answered, u.rate_limited, u.no_route_back, u.unresolved
+                "errors not sent: {} not answered (errors, later fragments), {} over the limits, {} no route back, {} unresolved, {} resets NAT dropped",
+                u.not_answered, u.rate_limited, u.no_route_back, u.unresolved, u.dropped_by_nat
             );
         }
         print!("{}", runtime::table(&pipeline.stages(), mhz));

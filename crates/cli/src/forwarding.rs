@@ -691,6 +691,7 @@ impl Forwarding {
                 "rate_limited": c.unanswered.rate_limited,
                 "no_route_back": c.unanswered.no_route_back,
                 "unresolved": c.unanswered.unresolved,
+                "dropped_by_nat": c.unanswered.dropped_by_nat,
             },
             "stages": stages,
             "conntrack": self.with_conntrack(|t, _| crate::conntrack::stats(t)),

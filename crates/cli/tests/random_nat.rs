@@ -18,8 +18,9 @@
 //! The rulesets: filter chains at prerouting (before and after destination NAT) and
 //! forward, with policies, and regular chains reached by `jump` and `goto`; matches on
 //! the connection (state, status, direction), links, protocols, addresses, ports, TCP
-//! flags, in sets too; verdicts accept, drop, `reject` of every kind (a TCP reset only
-//! where no NAT translates the family, which fibre refuses), `return`, a counter alone.
+//! flags, in sets too; verdicts accept, drop, `reject` of every kind (TCP resets, which
+//! the kernel's NAT translates by the connection they answer, too), `return`, a counter
+//! alone.
 //! NAT: `dnat` to addresses, address ranges, ports and port ranges; `snat` to an address
 //! or a range, `persistent` at times; `masquerade`, with a port range at times. No
 //! `redirect`: fibre hands what it redirects to the kernel, which offline is no one
@@ -602,11 +603,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool) -> String {
         for k in 0..subs {
             let _ = writeln!(out, "  chain sub{k} {{");
             for _ in 0..rng.gen_range(1..4) {
-                let _ = writeln!(
-                    out,
-                    "    {}",
-                    random_rule(rng, family, nat, true, k + 1, subs)
-                );
+                let _ = writeln!(out, "    {}", random_rule(rng, family, true, k + 1, subs));
             }
             let _ = writeln!(out, "  }}");
         }
@@ -617,7 +614,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool) -> String {
                 "  chain pre {{ type filter hook prerouting priority {priority}; policy accept;"
             );
             for _ in 0..rng.gen_range(1..3) {
-                let _ = writeln!(out, "    {}", random_rule(rng, family, nat, false, 0, 0));
+                let _ = writeln!(out, "    {}", random_rule(rng, family, false, 0, 0));
             }
             let _ = writeln!(out, "  }}");
         }
@@ -630,7 +627,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool) -> String {
             let _ = writeln!(out, "    ct state established,related accept");
         }
         for _ in 0..rng.gen_range(1..7) {
-            let _ = writeln!(out, "    {}", random_rule(rng, family, nat, false, 0, subs));
+            let _ = writeln!(out, "    {}", random_rule(rng, family, false, 0, subs));
         }
         let _ = writeln!(out, "  }}\n}}");
     }
@@ -645,14 +642,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool) -> String {
 
 /// A filter rule: matches and a verdict. In a regular chain (`sub`) `return` too; jumps
 /// only to chains after `first` of `subs` (no loops).
-fn random_rule(
-    rng: &mut StdRng,
-    family: &str,
-    nat: bool,
-    sub: bool,
-    first: usize,
-    subs: usize,
-) -> String {
+fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: usize) -> String {
     let mut rule = String::new();
     let mut tcp_only = false;
     // At most one match of each kind: nft refuses protocols in conflict.
@@ -752,7 +742,7 @@ fn random_rule(
             ("ip", 0) => "reject with icmp type host-prohibited".into(),
             ("ip6", 0) => "reject with icmpv6 type admin-prohibited".into(),
             ("inet", 1) => "reject with icmpx type port-unreachable".into(),
-            (_, 2) if !nat => {
+            (_, 2) => {
                 if !tcp_only {
                     rule += "meta l4proto tcp ";
                 }
@@ -1067,6 +1057,18 @@ fn translated_source(f: &[u8]) -> bool {
     })
 }
 
+/// Whether `f` is a TCP reset the router made (for a `reject`): an IPv4 identification
+/// of 0 (the hosts' is 0x1234), or an IPv6 hop limit of 64 (the hosts' leave the router
+/// with 63).
+fn router_reset(f: &[u8]) -> bool {
+    let (at, made) = match f.get(12..14) {
+        Some([0x08, 0x00]) => (34, f.get(18..20) == Some(&[0, 0]) && f.get(23) == Some(&6)),
+        Some([0x86, 0xdd]) => (54, f.get(20) == Some(&6) && f.get(21) == Some(&64)),
+        _ => return false,
+    };
+    made && f.get(at + 13).is_some_and(|flags| flags & 0x04 != 0)
+}
+
 /// Random rulesets with NAT send the same frames out of each link through `fibre
 /// forward` as through the kernel, byte for byte, over at least 100,000 packets.
 #[test]
@@ -1082,6 +1084,8 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
     let dir = std::env::temp_dir().join(format!("fibre-random-nat-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (mut packets, mut forwarded, mut translated) = (0, 0, 0);
+    // The router's resets in rounds with NAT, and those from an address NAT gave.
+    let (mut resets, mut resets_translated) = (0, 0);
     for round in 0..ROUNDS {
         let nat = round % 6 != 5;
         let ruleset = random_ruleset(&mut rng, nat);
@@ -1111,6 +1115,11 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
             );
             forwarded += k.len();
             translated += k.iter().filter(|f| translated_source(f)).count();
+            if nat {
+                let made: Vec<&Vec<u8>> = k.iter().filter(|f| router_reset(f)).collect();
+                resets += made.len();
+                resets_translated += made.iter().filter(|f| translated_source(f)).count();
+            }
         }
         assert!(
             !fibre
@@ -1121,9 +1130,12 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
         );
     }
     eprintln!(
-        "{packets} packets, {forwarded} frames out, {translated} of them from a source NAT gave"
+        "{packets} packets, {forwarded} frames out, {translated} of them from a source NAT \
+         gave; {resets} resets of the router's with NAT, {resets_translated} of them from a \
+         source NAT gave"
     );
     assert!(packets >= 100_000);
     assert!(translated * 20 > forwarded, "NAT at work");
+    assert!(resets > 0, "resets where NAT translates");
     std::fs::remove_dir_all(dir).ok();
 }

@@ -17,7 +17,7 @@
 //! it quotes translated back, and its own addresses with it
 //! (`nf_nat_icmp_reply_translation`).
 
-use crate::table::{Conntrack, State, Tracked};
+use crate::table::{Connection, Conntrack, State, Tracked};
 use crate::tuple::{self, Network, Tuple, ICMP, ICMPV6, TCP, UDP};
 use std::net::IpAddr;
 
@@ -478,6 +478,22 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
     }
 }
 
+/// Rewrites `ip` (its network header read as `n`), a packet of connection `c` going in
+/// direction `dir`, where the connection's binding for `m` changed that direction
+/// (`nf_nat_packet`'s status bit): to the other direction's tuple inverted.
+fn manip_as(c: &Connection, dir: usize, ip: &mut [u8], n: &Network, m: Manip, partial: bool) {
+    let mut bit = m.nat_bit();
+    if dir == 1 {
+        bit ^= SRC_NAT | DST_NAT;
+    }
+    if c.status & bit == 0 {
+        return;
+    }
+    if let Some(target) = c.tuples[1 - dir].inverted() {
+        manip(ip, n, &target, m, partial);
+    }
+}
+
 /// The Internet checksum of `b` made again from nothing.
 fn checksum(b: &[u8]) -> u16 {
     let mut sum: u32 = 0;
@@ -714,14 +730,23 @@ impl Conntrack {
             }
             return c.status & bit == 0 || icmp_error(ip, &n, &c.tuples, dir, m, partial);
         }
-        if c.status & bit == 0 {
-            return true;
-        }
-        let Some(target) = c.tuples[1 - dir].inverted() else {
-            return true;
-        };
-        manip(ip, &n, &target, m, partial);
+        manip_as(c, dir, ip, &n, m, partial);
         true
+    }
+
+    /// Rewrites `ip`, a TCP reset the host sends for a `reject` of `t`'s packet, as the
+    /// kernel's NAT rewrites it: the reset carries the packet's connection the other way
+    /// ([`Tracked::answer`], `nf_ct_attach`), and the bindings apply to it as to a packet
+    /// of that direction (`nf_nat_packet`), the destination at output, the source at
+    /// postrouting. (A binding the hooks make for it changes the other direction only:
+    /// the connection's bindings made so far are all that apply.)
+    pub fn translate_answer(&self, t: &Tracked, ip: &mut [u8]) {
+        let Some(c) = self.connection(t) else { return };
+        let Ok(n) = tuple::network(ip) else { return };
+        let dir = usize::from(t.answer().reply());
+        for m in [Manip::Destination, Manip::Source] {
+            manip_as(c, dir, ip, &n, m, false);
+        }
     }
 
     /// Undoes [`Conntrack::translate`] of the destination: the packet as it came, for

@@ -147,6 +147,16 @@ impl Tracked {
     pub fn outcome(&self) -> Fate {
         self.fate
     }
+
+    /// What a packet the host sends in answer to this one carries (the TCP reset of a
+    /// `reject`): its connection, the other way, RELATED (`nf_conntrack_attach`).
+    pub fn answer(&self) -> Tracked {
+        Tracked {
+            state: State::Related,
+            reply: !self.reply,
+            ..*self
+        }
+    }
 }
 
 /// A connection's protocol state.

@@ -14,7 +14,7 @@
 //! Source addresses the route stage refuses (martians, this host's own) are its to judge,
 //! as they are the kernel's route lookup's: the rules and tables decide.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
@@ -193,6 +193,21 @@ fn ports_at(data: &[u8], at: usize) -> Option<(u16, u16)> {
         u16::from_be_bytes([p[0], p[1]]),
         u16::from_be_bytes([p[2], p[3]]),
     ))
+}
+
+/// The destination and source addresses of the IPv4 (`v6` false) or IPv6 packet the
+/// Ethernet frame `frame` carries, if its network header is whole.
+pub fn addresses(frame: &[u8], v6: bool) -> Option<(IpAddr, IpAddr)> {
+    let ip = frame.get(ETHERNET_LEN..)?;
+    if v6 {
+        let h: &[u8; 40] = ip.get(..40)?.try_into().ok()?;
+        let at = |k: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[k..k + 16]).unwrap_or([0; 16]));
+        Some((IpAddr::V6(at(24)), IpAddr::V6(at(8))))
+    } else {
+        let h = ip.get(..20)?;
+        let at = |k: usize| Ipv4Addr::new(h[k], h[k + 1], h[k + 2], h[k + 3]);
+        Some((IpAddr::V4(at(16)), IpAddr::V4(at(12))))
+    }
 }
 
 /// Checks and sorts `frame`, received on a link whose MAC address is `mac`.

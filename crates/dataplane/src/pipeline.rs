@@ -373,6 +373,9 @@ pub struct Unanswered {
     pub no_route_back: u64,
     /// No MAC address for the way back.
     pub unresolved: u64,
+    /// A TCP reset the kernel's NAT would drop: a `nat` chain drops it, or it leaves a
+    /// masqueraded connection's link.
+    pub dropped_by_nat: u64,
 }
 
 /// The stages, their counters, and the room they work in (made once, reused).
@@ -470,8 +473,8 @@ pub struct Pipeline {
     /// made those.
     rejected: Vec<(usize, icmp::Error, u32)>,
     /// Segments a rule rejected with a TCP reset: their index, where their TCP header
-    /// starts in the IP packet.
-    resets: Vec<(usize, usize)>,
+    /// starts in the IP packet, their connection if tracked.
+    resets: Vec<(usize, usize, Option<Tracked>)>,
     inputs: Vec<Input>,
     /// For each packet of the vector left whole by its sender (GSO), the length of its
     /// segments' IP packets (the MTU applies to those, as the kernel's
@@ -704,7 +707,6 @@ impl Pipeline {
             }
             self.filter.add(checked, t);
         }
-        drop(table);
         // What the prerouting chains rejected, answered with the rest (after the
         // filter stage, which must not put them through those chains again).
         self.errors.extend_from_slice(&self.rejected);
@@ -728,9 +730,18 @@ impl Pipeline {
         if !self.errors.is_empty() || !self.resets.is_empty() {
             let t = Instant::now();
             self.answer(snap, neighbours, iif, pool, packets, fates);
-            self.send_resets(snap, neighbours, iif, pool, packets, fates);
+            self.send_resets(
+                table.as_deref_mut(),
+                snap,
+                neighbours,
+                iif,
+                pool,
+                packets,
+                fates,
+            );
             self.icmp.add(self.errors.len() + self.resets.len(), t);
         }
+        drop(table);
 
         // Counted by runs of one fate (a vector's packets mostly share theirs), so that
         // the table is touched once a run, not once a packet.
@@ -950,7 +961,7 @@ impl Pipeline {
                 match self.rejection(i, r, pool.frame(id), partial) {
                     Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
                     Some(Rejection::Reset(at)) => {
-                        self.resets.push((i, at));
+                        self.resets.push((i, at, tracked));
                         // The reset closes the connection it answers.
                         if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
                             let now = self.times.get(i).copied().unwrap_or(clock);
@@ -1015,6 +1026,7 @@ impl Pipeline {
         verdict: Verdict,
         frame: &[u8],
         partial: bool,
+        tracked: Tracked,
     ) -> bool {
         let Verdict::Reject(r) = verdict else {
             return false;
@@ -1026,7 +1038,7 @@ impl Pipeline {
             }
             Some(Rejection::Reset(at)) => {
                 if !self.kernel_rejects_at_prerouting {
-                    self.resets.push((i, at));
+                    self.resets.push((i, at, Some(tracked)));
                 }
                 true
             }
@@ -1258,8 +1270,10 @@ impl Pipeline {
     /// the route from its destination to its source, as the kernel's `nf_send_reset`
     /// routes it (`ip_route_me_harder`: a route this host takes, the segment's
     /// destination as the source).
+    #[allow(clippy::too_many_arguments)]
     fn send_resets(
         &mut self,
+        mut table: Option<&mut Conntrack>,
         snap: &Snapshot,
         neighbours: &impl Neighbours,
         iif: LinkIndex,
@@ -1267,12 +1281,27 @@ impl Pipeline {
         packets: &[BufferId],
         fates: &mut [Fate],
     ) {
-        for &(i, at) in &self.resets {
+        let resets = std::mem::take(&mut self.resets);
+        for &(i, at, tracked) in &resets {
             let id = packets[i];
-            let (back, from, v6) = match self.inputs[i] {
-                Input::V4(p) => (IpAddr::V4(p.src), IpAddr::V4(p.dst), false),
-                Input::V6(p) => (IpAddr::V6(p.src), IpAddr::V6(p.dst), true),
+            let v6 = match self.inputs[i] {
+                Input::V4(_) => false,
+                Input::V6(_) => true,
                 _ => continue,
+            };
+            let size = pool.buffer_size();
+            let Some(len) = reset::make(pool.resize(id, size), at, v6) else {
+                continue;
+            };
+            // Translated by the connection it carries, as the kernel's NAT translates
+            // it: from and to where it then goes.
+            let tracked = tracked.filter(|_| self.rules.translates(v6));
+            if let (Some(t), Some(table)) = (tracked, table.as_deref()) {
+                table.translate_answer(&t, &mut pool.frame_mut(id)[ETHERNET_LEN..]);
+            }
+            let (back, from) = match input::addresses(pool.frame(id), v6) {
+                Some(a) => a,
+                None => continue,
             };
             let query = Query {
                 ipproto: 6,
@@ -1299,6 +1328,12 @@ impl Pipeline {
                 self.unanswered.no_route_back += 1;
                 continue;
             };
+            if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
+                if !self.reset_leaves(snap, table, &t, pool.frame(id), &route) {
+                    self.unanswered.dropped_by_nat += 1;
+                    continue;
+                }
+            }
             let Some(dst_mac) = way_back(
                 &mut self.unanswered,
                 &mut self.unresolved,
@@ -1308,15 +1343,11 @@ impl Pipeline {
             ) else {
                 continue;
             };
-            let size = pool.buffer_size();
-            let buffer = pool.resize(id, size);
-            let Some(len) = reset::make(buffer, at, v6) else {
-                continue;
-            };
             rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
             pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Reset(route.dev);
         }
+        self.resets = resets;
     }
 }
 

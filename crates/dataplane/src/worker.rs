@@ -244,6 +244,7 @@ impl Counters {
         self.unanswered.rate_limited += u.rate_limited;
         self.unanswered.no_route_back += u.no_route_back;
         self.unanswered.unresolved += u.unresolved;
+        self.unanswered.dropped_by_nat += u.dropped_by_nat;
         self.fragments_made += std::mem::take(&mut p.fragments_made);
         for s in p.stages_mut() {
             *s = StageCounters::default();

@@ -50,6 +50,28 @@ pub struct Link<'a> {
     pub group: u32,
 }
 
+/// What the `nat` chains `chains` decide for `frame` (`ip` its IP packet; its time to
+/// live read as taken down if `forwarded`).
+fn nat_of(
+    chains: &[Program],
+    frame: &[u8],
+    ip: &[u8],
+    forwarded: bool,
+    iif: Link,
+    oif: Option<Link>,
+    ct: Option<&Ct>,
+) -> NatVerdict {
+    let info = Info::of(ip);
+    for c in chains {
+        match c.decide(frame, &info, forwarded, iif, oif, ct) {
+            Decision::Drop | Decision::Reject(_) => return NatVerdict::Drop,
+            Decision::Nat(t) => return NatVerdict::Bind(t),
+            Decision::Accept => {}
+        }
+    }
+    NatVerdict::None
+}
+
 /// The length of the Ethernet header a frame begins with (fibre hands frames with a
 /// VLAN tag to the kernel).
 pub const ETHERNET: usize = 14;
@@ -307,16 +329,28 @@ impl Filter {
             Hook::Postrouting => &self.nat[f][1],
             Hook::Forward => return NatVerdict::None,
         };
-        let info = Info::of(ip);
         let forwarded = hook == Hook::Postrouting;
-        for c in chains {
-            match c.decide(frame, &info, forwarded, iif, oif, ct) {
-                Decision::Drop | Decision::Reject(_) => return NatVerdict::Drop,
-                Decision::Nat(t) => return NatVerdict::Bind(t),
-                Decision::Accept => {}
-            }
-        }
-        NatVerdict::None
+        nat_of(chains, frame, ip, forwarded, iif, oif, ct)
+    }
+
+    /// What the postrouting `nat` chains decide for a packet this host sends out of
+    /// `oif`, `frame` as it leaves, carrying connection `ct` whose source is not bound
+    /// yet (a TCP reset of a `reject`, which the kernel's NAT puts through them). It
+    /// came in by no link: the input link reads as index 0, no name, no type.
+    pub fn nat_of_sent(&self, frame: &[u8], oif: Link, ct: Option<&Ct>) -> NatVerdict {
+        let Some(ip) = frame.get(ETHERNET..) else {
+            return NatVerdict::None;
+        };
+        let Some(f) = family(ip) else {
+            return NatVerdict::None;
+        };
+        let none = Link {
+            index: 0,
+            name: "",
+            kind: 0,
+            group: 0,
+        };
+        nat_of(&self.nat[f][1], frame, ip, false, none, Some(oif), ct)
     }
 
     /// The same rules walked one by one, as the kernel walks them, without the blocks

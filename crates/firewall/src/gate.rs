@@ -9,9 +9,8 @@
 //!
 //! - a base chain of family `ip`, `ip6` or `inet` at prerouting, forward or postrouting
 //!   that does not compile: each rule that does not compile (in it or a chain it
-//!   reaches), named with what fibre lacks; a rule that resets TCP in a family a `nat`
-//!   chain translates; `inet` ingress on a forwarded link: each of its rules, its
-//!   policy if it drops;
+//!   reaches), named with what fibre lacks; `inet` ingress on a forwarded link: each of
+//!   its rules, its policy if it drops;
 //! - a filter chain at postrouting that fibre evaluates: the ICMP errors fibre sends of
 //!   its families (which meet it, unevaluated);
 //! - a base chain of family `netdev` on a forwarded link (ingress or egress): the same;
@@ -385,35 +384,6 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
             ));
         }
     }
-    // The TCP reset the kernel sends for a `reject` leaves with the rejected packet's
-    // connection attached, and NAT translates it by that connection's bindings
-    // (`nf_ct_attach`): fibre makes resets only for families it translates nothing of.
-    let filter = eval::Filter::of(ruleset);
-    for t in ruleset.tables().filter(|t| !t.table.dormant()) {
-        let of = Families::of(t.table.family);
-        let families = Families {
-            v4: of.v4 && filter.translates(false),
-            v6: of.v6 && filter.translates(true),
-        };
-        if !families.any() {
-            continue;
-        }
-        for c in t.chains.values() {
-            for r in c.rules.iter().filter(|r| r.expressions.iter().any(resets)) {
-                out.push(Refusal {
-                    families,
-                    errors_only: false,
-                    family: t.table.family.name(),
-                    table: t.table.name.clone(),
-                    chain: Some(c.chain.name.clone()),
-                    handle: Some(r.handle),
-                    rule: render::rule(r),
-                    why: "its TCP reset would be translated by the connection it answers, in a                           family NAT translates; fibre makes resets only where nothing is                           translated"
-                        .into(),
-                });
-            }
-        }
-    }
     for (names, families) in [
         (
             &legacy.v4,
@@ -444,15 +414,6 @@ pub fn refusals(ruleset: &Ruleset, links: &[String], legacy: &Legacy) -> Vec<Ref
         }
     }
     out
-}
-
-/// Whether `e` is `reject with tcp reset` (`NFTA_REJECT_TYPE` 1).
-fn resets(e: &Expression) -> bool {
-    e.name == "reject"
-        && crate::message::Attributes::read(&e.data)
-            .ok()
-            .and_then(|a| a.u32(1).ok().flatten())
-            == Some(1)
 }
 
 /// Whether expressions (or those nested in them) make the kernel track connections.
@@ -550,7 +511,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tcp_reset_closes_only_a_family_nat_translates() {
+    fn tcp_resets_close_nothing_even_where_nat_translates() {
         use crate::build::{self, masquerade, ChainSpec};
         let chain = |nat: bool, hook: u32, rules| ChainSpec {
             nat,
@@ -559,28 +520,20 @@ mod tests {
             rules,
         };
         let resets = vec![vec![build::reject(1, 0)], vec![build::reject(2, 3)]];
-        let alone = build::ruleset(Family::Ip, "t", vec![chain(false, 2, resets.clone())]);
-        assert!(
-            !closed_by(&alone).any(),
-            "{:?}",
-            refusals(&alone, &[], &Legacy::default())
-        );
-        let translated = build::ruleset(
-            Family::Ip,
-            "t",
-            vec![
-                chain(false, 2, resets),
-                chain(true, 4, vec![vec![masquerade()]]),
-            ],
-        );
-        let found = refusals(&translated, &[], &Legacy::default());
-        assert_eq!(closed(&found), Families::of(Family::Ip), "{found:?}");
-        assert_eq!(
-            found.len(),
-            1,
-            "the reset alone, not the unreachable: {found:?}"
-        );
-        assert!(found[0].why.contains("TCP reset"), "{found:?}");
+        for r in [
+            build::ruleset(Family::Ip, "t", vec![chain(false, 2, resets.clone())]),
+            build::ruleset(
+                Family::Inet,
+                "t",
+                vec![
+                    chain(false, 2, resets.clone()),
+                    chain(true, 4, vec![vec![masquerade()]]),
+                ],
+            ),
+        ] {
+            let found = refusals(&r, &[], &Legacy::default());
+            assert!(found.is_empty(), "{found:?}");
+        }
     }
 
     #[test]

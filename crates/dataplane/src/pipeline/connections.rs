@@ -118,7 +118,7 @@ impl Pipeline {
                 {
                     self.error_sources.push((i, to));
                 }
-                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial, tracked) {
                     table.set_closing(&tracked, now);
                 }
                 Some(Fate::Drop(Dropped::Filtered))
@@ -162,7 +162,7 @@ impl Pipeline {
                 }
             }
             if verdict != Verdict::Accept {
-                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial) {
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial, tracked) {
                     table.set_closing(&tracked, now);
                 }
                 fates[i] = Fate::Drop(Dropped::Filtered);
@@ -357,6 +357,49 @@ impl Pipeline {
             max_addr: address,
             ..asked
         }))
+    }
+
+    /// Whether a TCP reset this host sends for a `reject` of `t`'s packet, `frame` as it
+    /// leaves by `route`, gets past the kernel's NAT at postrouting (`nf_nat_inet_fn`
+    /// on the connection the reset carries): a connection whose source is not bound yet
+    /// has the reset put through the postrouting `nat` chains, which may drop it (a
+    /// masquerade out of a link with no address to give drops it too); one masqueraded
+    /// out of another link than the reset leaves by, going its original way, is ended
+    /// and the reset dropped.
+    pub(super) fn reset_leaves(
+        &self,
+        snap: &Snapshot,
+        table: &mut Conntrack,
+        t: &Tracked,
+        frame: &[u8],
+        route: &fibre_fib::Answer,
+    ) -> bool {
+        let answer = t.answer();
+        let Some(c) = table.connection(&answer) else {
+            return true;
+        };
+        if !table.bound(&answer, Manip::Source) {
+            let ct = ct_of(table, &answer);
+            return match self
+                .rules
+                .nat_of_sent(frame, view(snap, route.dev), Some(&ct))
+            {
+                NatVerdict::Drop => false,
+                NatVerdict::Bind(b) if b.kind == NatKind::Masquerade => {
+                    let v6 = frame.get(12..14) == Some(&[0x86, 0xdd]);
+                    input::addresses(frame, v6).is_some_and(|(dst, _)| {
+                        let toward = route.gateway.unwrap_or(dst);
+                        snap.masquerade_source(route.dev, toward).is_some()
+                    })
+                }
+                _ => true,
+            };
+        }
+        if !answer.reply() && c.masquerade != 0 && c.masquerade != route.dev {
+            table.end(&answer);
+            return false;
+        }
+        true
     }
 
     /// Claims from the kernel's stack the frames of `t`'s connection, just confirmed,
