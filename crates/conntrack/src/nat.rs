@@ -368,17 +368,14 @@ fn fold(mut sum: u32) -> u16 {
     sum as u16
 }
 
-/// A checksum field updated for `from` (16-bit words) becoming `to`: RFC 1624's
-/// `~(~HC + ~m + m')`; a field left partial (holding the pseudo-header's sum, not
-/// complemented) takes `HC + ~m + m'`.
-fn replace(field: u16, from: &[u16], to: &[u16], partial: bool) -> u16 {
-    let mut sum = u32::from(if partial { field } else { !field });
-    for &w in from {
-        sum += u32::from(!w);
-    }
-    for &w in to {
-        sum += u32::from(w);
-    }
+/// A checksum field updated for the 16-bit words `from` becoming `to` (each given as
+/// [`Words`]): RFC 1624's `~(~HC + ~m + m')`, the words' complements summed one by one
+/// as the kernel's `csum_replace` sums them; a field left partial (holding the
+/// pseudo-header's sum, not complemented) takes `HC + ~m + m'`.
+fn replace(field: u16, from: Words, to: Words, partial: bool) -> u16 {
+    let start = u32::from(if partial { field } else { !field });
+    // (The complements' sum, `Σ(0xffff - w)`, without a loop.)
+    let sum = start + from.count * 0xffff - from.sum + to.sum;
     let folded = fold(sum);
     if partial {
         folded
@@ -387,10 +384,33 @@ fn replace(field: u16, from: &[u16], to: &[u16], partial: bool) -> u16 {
     }
 }
 
-fn words16(b: &[u8]) -> Vec<u16> {
-    b.chunks_exact(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]))
-        .collect()
+/// Big-endian 16-bit words, as a checksum update needs them: their plain sum and how
+/// many.
+#[derive(Clone, Copy)]
+struct Words {
+    sum: u32,
+    count: u32,
+}
+
+impl Words {
+    /// The words of `b` (an even length: an address, a port).
+    fn of(b: &[u8]) -> Words {
+        Words {
+            sum: b
+                .chunks_exact(2)
+                .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+                .sum(),
+            count: (b.len() / 2) as u32,
+        }
+    }
+
+    /// One word.
+    fn one(w: u16) -> Words {
+        Words {
+            sum: u32::from(w),
+            count: 1,
+        }
+    }
 }
 
 fn get16(b: &[u8], at: usize) -> u16 {
@@ -415,8 +435,8 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
         (true, Manip::Destination) => (24, 16),
     };
     let new_bytes: &[u8] = if n.v6 { &new_addr } else { &new_addr[12..] };
-    let old = words16(&ip[addr_at..addr_at + len]);
-    let new = words16(new_bytes);
+    let old = Words::of(&ip[addr_at..addr_at + len]);
+    let new = Words::of(new_bytes);
     let l4 = n.transport;
     let end = n.len.min(ip.len());
     // The transport header: its checksum covers the addresses too, but ICMP's.
@@ -430,9 +450,9 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
                 let field = get16(ip, csum_at);
                 // UDP without a checksum keeps none.
                 if !(n.protocol == UDP && field == 0) {
-                    let mut f = replace(field, &old, &new, partial);
+                    let mut f = replace(field, old, new, partial);
                     if let (Some(p), false) = (old_port, partial) {
-                        f = replace(f, &[p], &[new_port], false);
+                        f = replace(f, Words::one(p), Words::one(new_port), false);
                     }
                     if n.protocol == UDP && f == 0 {
                         f = 0xffff;
@@ -455,14 +475,14 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
             if l4 + 8 <= end {
                 let mut field = get16(ip, l4 + 2);
                 if n.v6 {
-                    field = replace(field, &old, &new, partial);
+                    field = replace(field, old, new, partial);
                 }
                 if echo(ip[l4]) {
                     let id = get16(ip, l4 + 4);
                     // A partial checksum is left as it is (`inet_proto_csum_replace2`
                     // without the pseudo-header).
                     if !partial {
-                        field = replace(field, &[id], &[target.src_port], false);
+                        field = replace(field, Words::one(id), Words::one(target.src_port), false);
                     }
                     put16(ip, l4 + 4, target.src_port);
                 }
@@ -473,7 +493,7 @@ pub(crate) fn manip(ip: &mut [u8], n: &Network, target: &Tuple, m: Manip, partia
     }
     ip[addr_at..addr_at + len].copy_from_slice(new_bytes);
     if !n.v6 {
-        let c = replace(get16(ip, 10), &old, &new, false);
+        let c = replace(get16(ip, 10), old, new, false);
         put16(ip, 10, c);
     }
 }
@@ -717,10 +737,14 @@ impl Conntrack {
         if dir == 1 {
             bit ^= SRC_NAT | DST_NAT;
         }
+        let related = t.state() == State::Related;
+        if !related && c.status & bit == 0 {
+            return true;
+        }
         let Ok(n) = tuple::network(ip) else {
             return true;
         };
-        if t.state() == State::Related {
+        if related {
             // A redirect about a connection NAT has not finished with, or translated,
             // is dropped, before anything else.
             let done = SRC_NAT_DONE | DST_NAT_DONE;
@@ -747,6 +771,18 @@ impl Conntrack {
         for m in [Manip::Destination, Manip::Source] {
             manip_as(c, dir, ip, &n, m, false);
         }
+    }
+
+    /// Whether [`Conntrack::translate`] rewrites `t`'s packet at the hook that rewrites
+    /// `m`: its connection's binding for `m` changed the packet's direction.
+    pub fn rewrites(&self, t: &Tracked, m: Manip) -> bool {
+        self.connection(t).is_some_and(|c| {
+            let mut bit = m.nat_bit();
+            if t.reply() {
+                bit ^= SRC_NAT | DST_NAT;
+            }
+            c.status & bit != 0
+        })
     }
 
     /// Undoes [`Conntrack::translate`] of the destination: the packet as it came, for

@@ -31,7 +31,7 @@
 use crate::nat;
 use crate::settings::Settings;
 use crate::tcp::{self, Segment, Tcp, TcpState};
-use crate::tuple::{self, Network, Tuple, Unread, ICMP, ICMPV6, TCP, UDP};
+use crate::tuple::{self, Network, Tuple, TupleHash, Unread, ICMP, ICMPV6, TCP, UDP};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
@@ -262,6 +262,8 @@ pub struct Conntrack {
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
+    /// The hash of `index`'s tuples.
+    tuple_hash: TupleHash,
     /// The connections the vector's packets made, unconfirmed: each one's ticket, when
     /// it was made, the connection.
     pending: Vec<(u64, u64, Connection)>,
@@ -303,6 +305,7 @@ impl Conntrack {
             free: Vec::new(),
             index: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
+            tuple_hash: TupleHash::new(),
             pending: Vec::new(),
             confirmed: Vec::new(),
             ticket: 0,
@@ -450,7 +453,7 @@ impl Conntrack {
     }
 
     fn hash(&self, t: &Tuple) -> u64 {
-        self.hasher.hash_one(t)
+        self.tuple_hash.of(t)
     }
 
     /// The live connection under `t`: its slot and the direction `t` is. An expired one
@@ -525,7 +528,7 @@ impl Conntrack {
         };
         for dir in 0..2 {
             let hash = self.hash(&c.tuples[dir]);
-            let (slots, hasher) = (&self.slots, &self.hasher);
+            let (slots, hasher) = (&self.slots, self.tuple_hash);
             let tuples = c.tuples;
             self.index.insert_unique(hash, handle(slot, dir), |&h| {
                 let t = match slots.get((h >> 1) as usize).and_then(Option::as_ref) {
@@ -533,7 +536,7 @@ impl Conntrack {
                     // The connection being entered, not yet in its slot.
                     None => tuples[(h & 1) as usize],
                 };
-                hasher.hash_one(t)
+                hasher.of(&t)
             });
         }
         if c.status & nat::SRC_NAT_DONE != 0 {
@@ -693,16 +696,55 @@ impl Conntrack {
             return Tracked::of(State::Invalid);
         };
         loop {
-            let earlier = self.pending.iter().position(|p| p.2.tuples[0] == tuple);
-            let (mut c, dir, at) = match self.find(&tuple, now) {
-                Some((slot, dir)) => {
-                    self.stats.found += 1;
-                    let c = self.slots[slot as usize].take().expect("found");
-                    (c, dir, At::Entry(slot))
+            // A connection entered is tracked where it lies.
+            if let Some((slot, dir)) = self.find(&tuple, now) {
+                self.stats.found += 1;
+                let c = self.slots[slot as usize].as_mut().expect("found");
+                let state = if dir == 1 || c.status & SEEN_REPLY != 0 {
+                    State::Established
+                } else {
+                    State::New
+                };
+                let outcome = track_packet(&self.settings, c, ip, &n, dir, now, check);
+                let mut tracked = Tracked {
+                    fate: Fate::Pass,
+                    state,
+                    reply: dir == 1,
+                    at: At::Entry(slot),
+                };
+                match outcome {
+                    Handled::Accept | Handled::Ignore => {
+                        // (Ignored, it passes, so that a reply is seen, as the kernel
+                        // marks it.)
+                        if dir == 1 {
+                            c.status |= SEEN_REPLY;
+                        }
+                        if matches!(outcome, Handled::Ignore) {
+                            self.stats.ignored += 1;
+                        }
+                    }
+                    // A connection found stays.
+                    Handled::Invalid => tracked = Tracked::of(State::Invalid),
+                    Handled::Close => {
+                        if let Some(c) = self.remove(slot) {
+                            self.ticket += 1;
+                            self.gone.push((self.ticket, c));
+                            tracked.at = At::Gone(self.ticket);
+                        }
+                    }
+                    Handled::Reopen => {
+                        self.remove(slot);
+                        continue;
+                    }
                 }
-                None if earlier.is_some() => {
-                    let (ticket, _, c) = self.pending.swap_remove(earlier.expect("checked"));
-                    (c, 0, At::Pending(ticket))
+                return tracked;
+            }
+            // One an earlier packet of the vector made, unconfirmed, or a new one.
+            let earlier = self.pending.iter().position(|p| p.2.tuples[0] == tuple);
+            let (mut c, ticket) = match earlier {
+                Some(k) => {
+                    let (ticket, _, c) = self.pending.swap_remove(k);
+                    (c, ticket)
                 }
                 None => {
                     let Some(reply) = tuple.inverted() else {
@@ -729,67 +771,39 @@ impl Conntrack {
                         protocol,
                         masquerade: 0,
                     };
-                    (c, 0, At::Pending(self.ticket))
+                    (c, self.ticket)
                 }
             };
-            let state = if dir == 1 || c.status & SEEN_REPLY != 0 {
+            let state = if c.status & SEEN_REPLY != 0 {
                 State::Established
             } else {
                 State::New
             };
-            let outcome = self.handle(&mut c, ip, &n, dir, now, check);
-            let put_back = |this: &mut Conntrack, c: Connection| match at {
-                At::Entry(slot) => this.slots[slot as usize] = Some(c),
-                At::Pending(ticket) => this.pending.push((ticket, now, c)),
-                _ => {}
-            };
-            let mut tracked = Tracked {
+            let tracked = Tracked {
                 fate: Fate::Pass,
                 state,
-                reply: dir == 1,
-                at,
+                reply: false,
+                at: At::Pending(ticket),
             };
-            match outcome {
-                Handled::Accept => {
-                    if dir == 1 {
-                        c.status |= SEEN_REPLY;
-                    }
-                    put_back(self, c);
+            return match track_packet(&self.settings, &mut c, ip, &n, 0, now, check) {
+                Handled::Accept | Handled::Close | Handled::Reopen => {
+                    self.pending.push((ticket, now, c));
+                    tracked
                 }
                 Handled::Ignore => {
-                    // Let pass, so a reply is seen, as the kernel marks it.
-                    if dir == 1 {
-                        c.status |= SEEN_REPLY;
-                    }
                     self.stats.ignored += 1;
-                    put_back(self, c);
+                    self.pending.push((ticket, now, c));
+                    tracked
                 }
                 Handled::Invalid => {
-                    // A connection made by this packet goes with it; one found stays.
-                    if matches!(at, At::Entry(_)) || earlier.is_some() {
-                        put_back(self, c);
+                    // A connection made by this packet goes with it; an earlier one's
+                    // stays.
+                    if earlier.is_some() {
+                        self.pending.push((ticket, now, c));
                     }
-                    tracked = Tracked::of(State::Invalid);
+                    Tracked::of(State::Invalid)
                 }
-                Handled::Close => {
-                    put_back(self, c);
-                    if let At::Entry(slot) = at {
-                        if let Some(c) = self.remove(slot) {
-                            self.ticket += 1;
-                            self.gone.push((self.ticket, c));
-                            tracked.at = At::Gone(self.ticket);
-                        }
-                    }
-                }
-                Handled::Reopen => {
-                    put_back(self, c);
-                    if let At::Entry(slot) = at {
-                        self.remove(slot);
-                    }
-                    continue;
-                }
-            }
-            return tracked;
+            };
         }
     }
 
@@ -837,110 +851,110 @@ impl Conntrack {
             None => Tracked::of(State::Invalid),
         })
     }
+}
 
-    /// The protocol's tracker on a packet of connection `c` in direction `dir`.
-    fn handle(
-        &self,
-        c: &mut Connection,
-        ip: &[u8],
-        n: &Network,
-        dir: usize,
-        now: u64,
-        check: bool,
-    ) -> Handled {
-        let confirmed = c.status & CONFIRMED != 0;
-        let s = &self.settings;
-        let l4 = &ip[n.transport..n.len];
-        let refresh = |c: &mut Connection, timeout: u64| {
-            c.expires = if confirmed {
-                now.saturating_add(timeout)
-            } else {
-                timeout
-            };
+/// The protocol's tracker, following `s`, on a packet of connection `c` in direction
+/// `dir`.
+fn track_packet(
+    s: &Settings,
+    c: &mut Connection,
+    ip: &[u8],
+    n: &Network,
+    dir: usize,
+    now: u64,
+    check: bool,
+) -> Handled {
+    let confirmed = c.status & CONFIRMED != 0;
+    let l4 = &ip[n.transport..n.len];
+    let refresh = |c: &mut Connection, timeout: u64| {
+        c.expires = if confirmed {
+            now.saturating_add(timeout)
+        } else {
+            timeout
         };
-        let status = c.status;
-        match &mut c.protocol {
-            Protocol::Tcp(t) => {
-                let Some(segment) = Segment::parse(l4) else {
-                    return Handled::Invalid;
-                };
-                if check && tuple::transport_checksum(ip, n) != 0 {
-                    return Handled::Invalid;
-                }
-                if !confirmed {
-                    match Tcp::new(&segment, s) {
-                        Some(fresh) => *t = fresh,
-                        None => return Handled::Invalid,
-                    }
-                }
-                let flags = tcp::Status {
-                    seen_reply: status & SEEN_REPLY != 0,
-                    assured: status & ASSURED != 0,
-                };
-                match t.packet(&segment, dir, flags, s) {
-                    tcp::Verdict::Accept { timeout, assured } => {
-                        refresh(c, timeout);
-                        if assured {
-                            c.status |= ASSURED;
-                        }
-                        Handled::Accept
-                    }
-                    tcp::Verdict::AcceptKeepTimer => Handled::Accept,
-                    tcp::Verdict::Ignore => Handled::Ignore,
-                    tcp::Verdict::Invalid => Handled::Invalid,
-                    tcp::Verdict::InvalidShorten(timeout) => {
-                        let left = c.expires.saturating_sub(now);
-                        if confirmed && left >= 120 * 1_000_000_000 && left > timeout {
-                            c.expires = now + timeout;
-                        }
-                        Handled::Invalid
-                    }
-                    tcp::Verdict::Reopen => Handled::Reopen,
-                    tcp::Verdict::Close => Handled::Close,
+    };
+    let status = c.status;
+    match &mut c.protocol {
+        Protocol::Tcp(t) => {
+            let Some(segment) = Segment::parse(l4) else {
+                return Handled::Invalid;
+            };
+            if check && tuple::transport_checksum(ip, n) != 0 {
+                return Handled::Invalid;
+            }
+            if !confirmed {
+                match Tcp::new(&segment, s) {
+                    Some(fresh) => *t = fresh,
+                    None => return Handled::Invalid,
                 }
             }
-            Protocol::Udp { stream_after } => {
-                let Some(h) = l4.get(..8) else {
-                    return Handled::Invalid;
-                };
-                let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
-                if len > l4.len() || len < 8 {
-                    return Handled::Invalid;
-                }
-                if h[6..8] != [0, 0] && check && tuple::transport_checksum(ip, n) != 0 {
-                    return Handled::Invalid;
-                }
-                let stream_after = *stream_after;
-                if status & SEEN_REPLY != 0 {
-                    let stream = now > stream_after;
-                    refresh(c, if stream { s.udp_stream } else { s.udp });
-                    if stream {
+            let flags = tcp::Status {
+                seen_reply: status & SEEN_REPLY != 0,
+                assured: status & ASSURED != 0,
+            };
+            match t.packet(&segment, dir, flags, s) {
+                tcp::Verdict::Accept { timeout, assured } => {
+                    refresh(c, timeout);
+                    if assured {
                         c.status |= ASSURED;
                     }
-                } else {
-                    refresh(c, s.udp);
+                    Handled::Accept
                 }
-                Handled::Accept
-            }
-            Protocol::Icmp => {
-                let kind = c.tuples[0].icmp_type();
-                if n.v6 {
-                    if !confirmed && !matches!(kind, 128 | 139) {
-                        return Handled::Invalid;
+                tcp::Verdict::AcceptKeepTimer => Handled::Accept,
+                tcp::Verdict::Ignore => Handled::Ignore,
+                tcp::Verdict::Invalid => Handled::Invalid,
+                tcp::Verdict::InvalidShorten(timeout) => {
+                    let left = c.expires.saturating_sub(now);
+                    if confirmed && left >= 120 * 1_000_000_000 && left > timeout {
+                        c.expires = now + timeout;
                     }
-                    refresh(c, s.icmpv6);
-                } else {
-                    if !matches!(kind, 8 | 13 | 15 | 17) {
-                        return Handled::Invalid;
-                    }
-                    refresh(c, s.icmp);
+                    Handled::Invalid
                 }
-                Handled::Accept
+                tcp::Verdict::Reopen => Handled::Reopen,
+                tcp::Verdict::Close => Handled::Close,
             }
-            Protocol::Generic => {
-                refresh(c, s.generic);
-                Handled::Accept
+        }
+        Protocol::Udp { stream_after } => {
+            let Some(h) = l4.get(..8) else {
+                return Handled::Invalid;
+            };
+            let len = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            if len > l4.len() || len < 8 {
+                return Handled::Invalid;
             }
+            if h[6..8] != [0, 0] && check && tuple::transport_checksum(ip, n) != 0 {
+                return Handled::Invalid;
+            }
+            let stream_after = *stream_after;
+            if status & SEEN_REPLY != 0 {
+                let stream = now > stream_after;
+                refresh(c, if stream { s.udp_stream } else { s.udp });
+                if stream {
+                    c.status |= ASSURED;
+                }
+            } else {
+                refresh(c, s.udp);
+            }
+            Handled::Accept
+        }
+        Protocol::Icmp => {
+            let kind = c.tuples[0].icmp_type();
+            if n.v6 {
+                if !confirmed && !matches!(kind, 128 | 139) {
+                    return Handled::Invalid;
+                }
+                refresh(c, s.icmpv6);
+            } else {
+                if !matches!(kind, 8 | 13 | 15 | 17) {
+                    return Handled::Invalid;
+                }
+                refresh(c, s.icmp);
+            }
+            Handled::Accept
+        }
+        Protocol::Generic => {
+            refresh(c, s.generic);
+            Handled::Accept
         }
     }
 }

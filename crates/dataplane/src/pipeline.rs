@@ -472,6 +472,16 @@ pub struct Pipeline {
     /// Packets the prerouting chains rejected, to answer among `errors` once routing
     /// made those.
     rejected: Vec<(usize, icmp::Error, u32)>,
+    /// The conntrack stage's packets in the order they came, and those it stopped
+    /// (room kept from vector to vector).
+    order: Vec<usize>,
+    stopped: Vec<bool>,
+    /// The filter stage's packets in the order they came (whether each is to send),
+    /// those the rules stopped, and those a rule rejected with the error that answers
+    /// each (room kept from vector to vector).
+    filter_order: Vec<(usize, bool)>,
+    failed: Vec<usize>,
+    rejects: Vec<(usize, icmp::Error, u32)>,
     /// Segments a rule rejected with a TCP reset: their index, where their TCP header
     /// starts in the IP packet, their connection if tracked.
     resets: Vec<(usize, usize, Option<Tracked>)>,
@@ -891,13 +901,16 @@ impl Pipeline {
         let input = connections::view(snap, iif);
         let clock = self.limit.overall().now();
         // In the order they came: a connection's packets change it in turn.
-        let mut order: Vec<(usize, bool)> = next.iter().map(|n| (n.0, true)).collect();
+        let mut order = std::mem::take(&mut self.filter_order);
+        order.clear();
+        order.extend(next.iter().map(|n| (n.0, true)));
         order.extend(self.errors.iter().map(|e| (e.0, false)));
         order.sort_unstable_by_key(|o| o.0);
-        let mut failed = Vec::new();
-        // Packets a rule rejected, and the error that answers each.
-        let mut rejects = Vec::new();
-        for (i, to_send) in order {
+        let mut failed = std::mem::take(&mut self.failed);
+        failed.clear();
+        let mut rejects = std::mem::take(&mut self.rejects);
+        rejects.clear();
+        for &(i, to_send) in &order {
             let out = fates[i].output().filter(|_| to_send);
             let tracked = self.tracks.get(i).copied().flatten();
             // What the hooks decided, and whether at forward (where the packet's time
@@ -945,7 +958,7 @@ impl Pipeline {
                 }
             };
             if verdict != Verdict::Accept {
-                failed.push((i, Fate::Drop(Dropped::Filtered)));
+                failed.push(i);
             }
             if let Verdict::Reject(r) = verdict {
                 let id = packets[i];
@@ -976,18 +989,23 @@ impl Pipeline {
             self.release(t);
         }
         let checked = next.len() + self.errors.len();
-        next.retain(|n| !failed.iter().any(|f| f.0 == n.0));
-        self.errors.retain(|e| !failed.iter().any(|f| f.0 == e.0));
-        self.errors.extend(rejects);
-        for (i, fate) in failed {
+        if !failed.is_empty() {
+            next.retain(|n| !failed.contains(&n.0));
+            self.errors.retain(|e| !failed.contains(&e.0));
+        }
+        self.errors.extend_from_slice(&rejects);
+        for &i in &failed {
             if let Fate::Fragmented(_) = fates[i] {
                 if let Some(k) = self.cut.iter().position(|c| c.0 == i) {
                     let (_, _, later) = self.cut.remove(k);
                     pool.free(&self.spare[later]);
                 }
             }
-            fates[i] = fate;
+            fates[i] = Fate::Drop(Dropped::Filtered);
         }
+        self.filter_order = order;
+        self.failed = failed;
+        self.rejects = rejects;
         checked
     }
 

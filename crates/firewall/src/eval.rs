@@ -368,6 +368,12 @@ impl Filter {
         self.hooks[usize::from(v6)].iter().any(|h| !h.is_empty())
     }
 
+    /// Whether IPv4 (`v6` false) or IPv6 packets meet filter chains at `hook`: without,
+    /// its verdict is to accept, and the packet path need not ask for it.
+    pub fn filters_at(&self, hook: Hook, v6: bool) -> bool {
+        !self.hooks[usize::from(v6)][hook.slot()].is_empty()
+    }
+
     /// Whether any rule reads a packet's connection (`ct`).
     pub fn reads_connections(&self) -> bool {
         self.hooks.iter().flatten().flatten().any(|p| p.reads_ct)

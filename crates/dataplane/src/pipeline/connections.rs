@@ -73,7 +73,9 @@ impl Pipeline {
         self.release(table);
         let clock = self.limit.overall().now();
         let input = view(snap, iif);
-        let mut order: Vec<usize> = Vec::new();
+        // (Lists of the pipeline's, their room kept from vector to vector.)
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
         if self.tracked & 1 != 0 {
             order.extend(&self.v4);
         }
@@ -82,7 +84,11 @@ impl Pipeline {
         }
         order.sort_unstable();
         // The packets that go no further than this stage.
-        let mut stopped = vec![false; packets.len()];
+        let mut stopped = std::mem::take(&mut self.stopped);
+        stopped.clear();
+        stopped.resize(packets.len(), false);
+        // Whether what routing reads changed for any packet.
+        let mut changed = false;
         for &i in &order {
             let id = packets[i];
             let v6 = matches!(self.inputs[i], Input::V6(_));
@@ -104,12 +110,17 @@ impl Pipeline {
             if i % 16 == 0 {
                 table.expire(now, 16);
             }
-            let verdict = self.rules.prerouting_verdict(
-                pool.frame(id),
-                input,
-                Some(&ct_of(table, &tracked)),
-                Part::BeforeNat,
-            );
+            let filtered = self.rules.filters_at(Hook::Prerouting, v6);
+            let verdict = if filtered {
+                self.rules.prerouting_verdict(
+                    pool.frame(id),
+                    input,
+                    Some(&ct_of(table, &tracked)),
+                    Part::BeforeNat,
+                )
+            } else {
+                Verdict::Accept
+            };
             let fate = if verdict != Verdict::Accept {
                 // (A connection NAT changed: its error comes from where it was going.)
                 if let Some(to) = table
@@ -130,10 +141,12 @@ impl Pipeline {
             if let Some(fate) = fate {
                 fates[i] = fate;
                 stopped[i] = true;
+                changed = true;
                 continue;
             }
-            if self.rules.translates(v6) {
-                // Its destination may have changed: what routing reads, read again. One
+            if self.rules.translates(v6) && table.rewrites(&tracked, Manip::Destination) {
+                changed = true;
+                // Its destination changed: what routing reads, read again. One
                 // translated to what the input stage would not route (a multicast or
                 // broadcast destination) is dropped, with the input stage's reason.
                 input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
@@ -148,12 +161,16 @@ impl Pipeline {
                     continue;
                 }
             }
-            let verdict = self.rules.prerouting_verdict(
-                pool.frame(id),
-                input,
-                Some(&ct_of(table, &tracked)),
-                Part::AfterNat,
-            );
+            let verdict = if filtered {
+                self.rules.prerouting_verdict(
+                    pool.frame(id),
+                    input,
+                    Some(&ct_of(table, &tracked)),
+                    Part::AfterNat,
+                )
+            } else {
+                Verdict::Accept
+            };
             if let Verdict::Reject(_) = verdict {
                 // Its error quotes it as it came, from where it came to.
                 table.untranslate(&tracked, &mut pool.frame_mut(id)[ETHERNET_LEN..], partial);
@@ -172,7 +189,7 @@ impl Pipeline {
             self.tracks[i] = Some(tracked);
         }
         // The vector's IP packets now: those that go on, with what routing reads.
-        if stopped.contains(&true) || self.rules.translates(false) || self.rules.translates(true) {
+        if changed || stopped.contains(&true) {
             self.v4.retain(|&i| !stopped[i]);
             self.v6.retain(|&i| !stopped[i]);
             // Refilled in place (their room kept from vector to vector).
@@ -189,7 +206,10 @@ impl Pipeline {
                 };
             }
         }
-        order.len()
+        let tracked = order.len();
+        self.order = order;
+        self.stopped = stopped;
+        tracked
     }
 
     /// Destination NAT at prerouting for a tracked packet `frame`: a new connection
@@ -257,19 +277,23 @@ impl Pipeline {
         now: u64,
     ) -> Verdict {
         let oif = view(snap, out);
-        let verdict = self.rules.forwarding_verdict(
-            &Packet {
-                frame: pool.frame(id),
-                iif: input,
-                oif,
-            },
-            Some(&ct_of(table, tracked)),
-            Part::BeforeNat,
-        );
-        if verdict != Verdict::Accept {
-            return verdict;
-        }
         let v6 = matches!(self.inputs[i], Input::V6(_));
+        let forwarded = self.rules.filters_at(Hook::Forward, v6);
+        let leaving = self.rules.filters_at(Hook::Postrouting, v6);
+        if forwarded || leaving {
+            let verdict = self.rules.forwarding_verdict(
+                &Packet {
+                    frame: pool.frame(id),
+                    iif: input,
+                    oif,
+                },
+                Some(&ct_of(table, tracked)),
+                Part::BeforeNat,
+            );
+            if verdict != Verdict::Accept {
+                return verdict;
+            }
+        }
         if self.rules.translates(v6) {
             if table.left_its_link(tracked, out) {
                 table.end(tracked);
@@ -303,15 +327,16 @@ impl Pipeline {
                 return Verdict::Drop;
             }
         }
-        let pass = self.rules.forwarding_part(
-            &Packet {
-                frame: pool.frame(id),
-                iif: input,
-                oif,
-            },
-            Some(&ct_of(table, tracked)),
-            Part::AfterNat,
-        );
+        let pass = !leaving
+            || self.rules.forwarding_part(
+                &Packet {
+                    frame: pool.frame(id),
+                    iif: input,
+                    oif,
+                },
+                Some(&ct_of(table, tracked)),
+                Part::AfterNat,
+            );
         if pass && table.confirm(tracked) {
             Verdict::Accept
         } else {
