@@ -110,17 +110,13 @@ impl Pipeline {
             if i % 16 == 0 {
                 table.expire(now, 16);
             }
-            let filtered = self.rules.filters_at(Hook::Prerouting, v6);
-            let verdict = if filtered {
-                self.rules.prerouting_verdict(
-                    pool.frame(id),
-                    input,
-                    Some(&ct_of(table, &tracked)),
-                    Part::BeforeNat,
-                )
-            } else {
-                Verdict::Accept
-            };
+            let verdict = self.prerouting(
+                table,
+                &tracked,
+                (pool.frame(id), v6),
+                input,
+                Part::BeforeNat,
+            );
             let fate = if verdict != Verdict::Accept {
                 // (A connection NAT changed: its error comes from where it was going.)
                 if let Some(to) = table
@@ -161,16 +157,8 @@ impl Pipeline {
                     continue;
                 }
             }
-            let verdict = if filtered {
-                self.rules.prerouting_verdict(
-                    pool.frame(id),
-                    input,
-                    Some(&ct_of(table, &tracked)),
-                    Part::AfterNat,
-                )
-            } else {
-                Verdict::Accept
-            };
+            let verdict =
+                self.prerouting(table, &tracked, (pool.frame(id), v6), input, Part::AfterNat);
             if let Verdict::Reject(_) = verdict {
                 // Its error quotes it as it came, from where it came to.
                 table.untranslate(&tracked, &mut pool.frame_mut(id)[ETHERNET_LEN..], partial);
@@ -210,6 +198,23 @@ impl Pipeline {
         self.order = order;
         self.stopped = stopped;
         tracked
+    }
+
+    /// What the prerouting chains of `part` decide for a tracked packet `frame` (IPv6 if
+    /// `v6`) from `input`: accept, without asking, where its family has none.
+    fn prerouting(
+        &self,
+        table: &Conntrack,
+        tracked: &Tracked,
+        (frame, v6): (&[u8], bool),
+        input: Link,
+        part: Part,
+    ) -> Verdict {
+        if !self.rules.filters_at(Hook::Prerouting, v6) {
+            return Verdict::Accept;
+        }
+        self.rules
+            .prerouting_verdict(frame, input, Some(&ct_of(table, tracked)), part)
     }
 
     /// Destination NAT at prerouting for a tracked packet `frame`: a new connection
