@@ -275,6 +275,28 @@ pub fn udp_frame_v6(
     f
 }
 
+/// The UDP frame `f` (of [`udp_frame_v4`] or [`udp_frame_v6`]) again, a flow of
+/// another connection: its source port moved by `round` steps (`round` 0 leaves it as
+/// it is), the UDP checksum kept right.
+pub fn other_source_port(f: &mut [u8], round: u16) {
+    let at = if f[12..14] == [0x08, 0x00] { 34 } else { 54 };
+    let old = u16::from_be_bytes([f[at], f[at + 1]]);
+    let new = old.wrapping_add(round.wrapping_mul(7919));
+    f[at..at + 2].copy_from_slice(&new.to_be_bytes());
+    let c = u16::from_be_bytes([f[at + 6], f[at + 7]]);
+    if c != 0 {
+        // RFC 1624: ~(~HC + ~m + m').
+        let mut sum = u32::from(!c) + u32::from(!old) + u32::from(new);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        let mut c = !(sum as u16);
+        if c == 0 {
+            c = 0xffff;
+        }
+        f[at + 6..at + 8].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
 /// `count` frames of family `K` to matched addresses of `table`, from random hosts of the
 /// input link's subnet and random ports, addressed from `src_mac` to `dst_mac`.
 pub fn flows<K: Key>(
@@ -547,27 +569,10 @@ impl Flows {
     /// `n` flows made of these: each frame again with other source ports, as many
     /// times as it takes (the UDP checksum kept right).
     pub fn with_count(&self, n: usize) -> Flows {
-        let transport = if self.family == 4 { 34 } else { 54 };
         let frames = (0..n.max(1))
             .map(|k| {
                 let mut f = self.frames[k % self.frames.len()];
-                let round = (k / self.frames.len()) as u16;
-                let at = transport;
-                let old = u16::from_be_bytes([f[at], f[at + 1]]);
-                let new = old.wrapping_add(round.wrapping_mul(7919));
-                f[at..at + 2].copy_from_slice(&new.to_be_bytes());
-                let c = u16::from_be_bytes([f[at + 6], f[at + 7]]);
-                if c != 0 {
-                    // RFC 1624: ~(~HC + ~m + m').
-                    let mut sum = u32::from(!c) + u32::from(!old) + u32::from(new);
-                    sum = (sum & 0xffff) + (sum >> 16);
-                    sum = (sum & 0xffff) + (sum >> 16);
-                    let mut c = !(sum as u16);
-                    if c == 0 {
-                        c = 0xffff;
-                    }
-                    f[at + 6..at + 8].copy_from_slice(&c.to_be_bytes());
-                }
+                other_source_port(&mut f, (k / self.frames.len()) as u16);
                 f
             })
             .collect();
@@ -1091,6 +1096,7 @@ pub fn markdown(figures: &[Value]) -> String {
         let _ = writeln!(md);
     }
     component_model(figures, &mut md);
+    components_by_connections(figures, &mut md);
     let veth: Vec<&Value> = of(figures, "veth", None).collect();
     if !veth.is_empty() {
         let _ = writeln!(
@@ -1501,6 +1507,74 @@ fn line_plot(
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// The kernel's masquerade taken apart by the connections it holds
+/// (`veth-components-flows`), beside fibre's packet masqueraded in memory at as many
+/// connections (the connections study).
+fn components_by_connections(figures: &[Value], md: &mut String) {
+    let kernel: Vec<&Value> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-components-flows")
+        .collect();
+    if kernel.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## The kernel's masquerade by its connections, beside fibre's\n\n\
+         The kernel masquerading over veth (the component model's `masquerade` \
+         configuration) with that many UDP connections, each made before the \
+         measurement (every flow's frame sent once) and found after: what a frame costs \
+         the router's core, and that time by component, taken as the component model \
+         takes it. fibre: a packet masqueraded in memory, one core, as many connections \
+         (the connections study's `masquerade`; everything but receive and output).\n"
+    );
+    let _ = writeln!(
+        md,
+        "| family | connections | kernel ns a frame | routing | conntrack | filter | NAT | forwarding | fibre ns a packet | kernel / fibre |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut notes = Vec::new();
+    for f in &kernel {
+        let fam = f["family"].as_u64().unwrap_or(0);
+        let n = f["connections"].as_u64().unwrap_or(0);
+        let ns = num(&f["core_ns_per_frame"]);
+        let part = |name: &str| num(&f["components"][name]);
+        let fibre = figures
+            .iter()
+            .find(|g| {
+                g["study"] == "pipeline"
+                    && g["metric"] == "connections"
+                    && g["family"] == fam
+                    && g["connections"] == n
+                    && g["mode"] == "masquerade"
+            })
+            .and_then(|g| num(&g["forwarding_ns"]));
+        let ratio = match (ns, fibre) {
+            (Some(k), Some(p)) if p > 0.0 => Some(k / p),
+            _ => None,
+        };
+        let _ = writeln!(
+            md,
+            "| IPv{fam} | {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            show(ns, 0),
+            show(part("routing"), 0),
+            show(part("conntrack"), 0),
+            show(part("filter"), 0),
+            show(part("nat"), 0),
+            show(part("forwarding"), 0),
+            show(fibre, 1),
+            show(ratio, 1),
+        );
+        if let Some(why) = f["attribution_error"].as_str() {
+            notes.push(format!("IPv{fam}, {n} connections: no components: {why}."));
+        }
+    }
+    let _ = writeln!(md);
+    for n in notes {
+        let _ = writeln!(md, "{n}\n");
+    }
 }
 
 /// The component model's section of the report: the kernel's forwarding in each

@@ -38,7 +38,7 @@
 
 use crate::attribution::{Sampling, COMPONENTS};
 use crate::kernel::GATEWAYS;
-use crate::pipeline::{flows, mac_text};
+use crate::pipeline::{flows, mac_text, other_source_port};
 use fibre_dataplane::packet::{Batch, PacketSocket};
 use fibre_dataplane::pool::{BufferId, Pool};
 use fibre_kernel::netns::{gateway, Namespace};
@@ -74,7 +74,8 @@ pub struct VethConfig {
     pub trial: Duration,
     /// Halvings of the search interval.
     pub steps: usize,
-    /// Distinct flows host A sends (at most 4096).
+    /// Distinct flows host A sends (at most 4096; the kernel's masquerade by its
+    /// connections sends [`VethConfig::component_flows`]).
     pub flows: usize,
     /// Seed of the flows.
     pub seed: u64,
@@ -93,6 +94,9 @@ pub struct VethConfig {
     /// The rules of the component model's last configuration (masquerade behind them);
     /// 0: the kernel's components are not measured.
     pub component_rules: usize,
+    /// Numbers of connections the kernel's masquerade is taken apart at (each a UDP
+    /// flow of its own, made before the measurement); none: not measured.
+    pub component_flows: Vec<usize>,
 }
 
 impl Default for VethConfig {
@@ -108,6 +112,7 @@ impl Default for VethConfig {
             idle_time: Duration::from_secs(10),
             filter_rules: vec![0, 1000, 10_000],
             component_rules: 1000,
+            component_flows: vec![1, 1000, 100_000, 1_000_000],
         }
     }
 }
@@ -454,6 +459,9 @@ struct Generator {
     pool: Pool,
     ids: Vec<BufferId>,
     batch: Batch,
+    /// Where in `ids` the next burst starts: each trial goes on where the last stopped,
+    /// so that every frame is sent in turn however many there are.
+    next: usize,
 }
 
 /// Frames per send call.
@@ -466,7 +474,7 @@ impl Generator {
         t.host_a.enter().map_err(io)?;
         let ifindex = t.host_a.ifindex(HOST_A_DEV).map_err(io)?;
         let socket = PacketSocket::open_for_sending(ifindex).map_err(io)?;
-        let n = frames.len().clamp(BURST, 4096);
+        let n = frames.len().max(BURST);
         let mut pool = Pool::new(n, 128);
         let mut ids = Vec::with_capacity(n);
         pool.alloc(n, &mut ids);
@@ -478,6 +486,7 @@ impl Generator {
             pool,
             ids,
             batch: Batch::new(),
+            next: 0,
         })
     }
 
@@ -485,7 +494,6 @@ impl Generator {
     fn send(&mut self, time: Duration, rate: Option<f64>) {
         let start = Instant::now();
         let mut sent = 0u64;
-        let mut k = 0;
         loop {
             let elapsed = start.elapsed();
             if elapsed >= time {
@@ -497,8 +505,9 @@ impl Generator {
                     continue;
                 }
             }
+            let k = self.next;
             let burst = &self.ids[k..k + BURST];
-            k = (k + BURST) % (self.ids.len() - BURST + 1);
+            self.next = (k + BURST) % (self.ids.len() - BURST + 1);
             sent += self
                 .socket
                 .send(&mut self.pool, burst, &mut self.batch)
@@ -779,18 +788,25 @@ pub fn veth_study<'a>(
                 for (config, rules, ns, lost, rate, split) in
                     kernel_components(t, *family, frames, cfg, step)?
                 {
-                    let components = split.as_ref().ok().map(|parts| {
-                        let mut m = serde_json::Map::new();
-                        for (name, ns) in COMPONENTS.iter().zip(parts) {
-                            m.insert(name.to_string(), json!(ns));
-                        }
-                        Value::Object(m)
-                    });
+                    let components = split.as_ref().ok().map(components_json);
                     emit(json!({
                         "study": "veth-components", "engine": "kernel", "family": family,
                         "config": config, "rules": rules, "core_ns_per_frame": ns,
                         "lost": lost, "rate_kpps": rate / 1e3, "components": components,
                         "attribution_error": split.err(), "router_cpu": t.router_cpu,
+                    }));
+                }
+            }
+            if engine.name == "kernel" && !cfg.component_flows.is_empty() {
+                for f in kernel_flows(t, *family, frames, cfg, step)? {
+                    emit(json!({
+                        "study": "veth-components-flows", "engine": "kernel",
+                        "family": family, "config": "masquerade",
+                        "connections": f.connections, "tracked": f.tracked,
+                        "core_ns_per_frame": f.ns, "lost": f.lost,
+                        "rate_kpps": f.rate / 1e3,
+                        "components": f.split.as_ref().ok().map(components_json),
+                        "attribution_error": f.split.err(), "router_cpu": t.router_cpu,
                     }));
                 }
             }
@@ -945,18 +961,7 @@ fn kernel_components(
             trial(Some(rate), false)?;
             let r = trial(Some(rate), true)?;
             let ns = r.router_busy_ns / r.forwarded.max(1) as f64;
-            let split = match Sampling::start(t.router_cpu, &data, cfg.cost_time.as_secs_f64()) {
-                Ok(sampling) => {
-                    let sampled = trial(Some(rate), true);
-                    let shares = sampling.finish(&data);
-                    sampled?;
-                    shares.and_then(|s| {
-                        s.split(ns)
-                            .ok_or_else(|| "perf took no sample of the busy CPU".to_string())
-                    })
-                }
-                Err(e) => Err(e),
-            };
+            let split = sampled_split(t, &data, cfg, ns, &mut || trial(Some(rate), true))?;
             out.push((name, rules, ns, r.lost(), rate, split));
             for table in [
                 "inet fibre_bench",
@@ -970,6 +975,182 @@ fn kernel_components(
         }
         Ok(())
     })?;
+    Ok(out)
+}
+
+/// A frame's time by component as JSON, each of [`COMPONENTS`] by name.
+fn components_json(parts: &[f64; 5]) -> Value {
+    let mut m = serde_json::Map::new();
+    for (name, ns) in COMPONENTS.iter().zip(parts) {
+        m.insert(name.to_string(), json!(ns));
+    }
+    Value::Object(m)
+}
+
+/// `ns`, a frame's cost to the router's core, split by component from `perf` samples
+/// of the router's core taken over one more trial (`trial`); why not, if it cannot be
+/// (the trial's own failure is the study's).
+fn sampled_split(
+    t: &Topology,
+    data: &std::path::Path,
+    cfg: &VethConfig,
+    ns: f64,
+    trial: &mut dyn FnMut() -> Result<Trial, String>,
+) -> Result<Result<[f64; 5], String>, String> {
+    let sampling = match Sampling::start(t.router_cpu, data, cfg.cost_time.as_secs_f64()) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    let sampled = trial();
+    let shares = sampling.finish(data);
+    sampled?;
+    Ok(shares.and_then(|s| {
+        s.split(ns)
+            .ok_or_else(|| "perf took no sample of the busy CPU".to_string())
+    }))
+}
+
+/// Room for `connections` in the kernel's connection table, whose limit and hash size
+/// are the host's, not a namespace's (`nf_conntrack_max`, `nf_conntrack_buckets`): each
+/// raised to at least that while held, and given back as it was.
+struct ConntrackRoom(Vec<(&'static str, String)>);
+
+impl ConntrackRoom {
+    fn make(connections: usize) -> Result<ConntrackRoom, String> {
+        let mut kept = Vec::new();
+        for (path, at_least) in [
+            ("/proc/sys/net/netfilter/nf_conntrack_max", 2 * connections),
+            ("/proc/sys/net/netfilter/nf_conntrack_buckets", connections),
+        ] {
+            let was = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            let now: usize = was.trim().parse().unwrap_or(0);
+            if now < at_least {
+                std::fs::write(path, at_least.to_string()).map_err(|e| format!("{path}: {e}"))?;
+                kept.push((path, was.trim().to_string()));
+            }
+        }
+        Ok(ConntrackRoom(kept))
+    }
+}
+
+impl Drop for ConntrackRoom {
+    fn drop(&mut self) {
+        for (path, was) in &self.0 {
+            let _ = std::fs::write(path, was);
+        }
+    }
+}
+
+/// The kernel's masquerade at one number of connections.
+struct FlowsFigure {
+    /// The connections host A's frames make.
+    connections: usize,
+    /// The connections the router's table held once they were made.
+    tracked: u64,
+    /// What a frame cost the router's core, in nanoseconds.
+    ns: f64,
+    /// Frames lost in the measured trial.
+    lost: u64,
+    /// The rate offered, frames a second.
+    rate: f64,
+    /// That time by component, or why not.
+    split: Result<[f64; 5], String>,
+}
+
+/// The connections namespace `ns`'s table holds (`nf_conntrack_count`).
+fn conntrack_count(ns: &Namespace) -> Result<u64, String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "cat"])
+        .arg("/proc/sys/net/netfilter/nf_conntrack_count")
+        .output()
+        .map_err(|e| format!("nf_conntrack_count: {e}"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|e| format!("nf_conntrack_count in {}: {e}", ns.name()))
+}
+
+/// The kernel's masquerade by the number of connections it holds: for each of
+/// `cfg.component_flows`, that many UDP connections from host A (its frames, each again
+/// from other source ports), all made (every frame sent once) before what a frame costs
+/// the router's core is measured and split by component, as [`kernel_components`] does
+/// it. Each number's connections, what a frame costs, frames lost, the rate, the split.
+fn kernel_flows(
+    t: &Topology,
+    family: u8,
+    frames: &[Vec<u8>],
+    cfg: &VethConfig,
+    step: &mut dyn FnMut(&str),
+) -> Result<Vec<FlowsFigure>, String> {
+    let most = cfg.component_flows.iter().copied().max().unwrap_or(0);
+    let _room = ConntrackRoom::make(most)?;
+    // The connections live through the study: made once, then found.
+    let timeouts = [
+        ("net.netfilter.nf_conntrack_udp_timeout", "600"),
+        ("net.netfilter.nf_conntrack_udp_timeout_stream", "600"),
+    ];
+    for (k, v) in timeouts {
+        t.router.sysctl(k, v).map_err(io)?;
+    }
+    let (_, _, ruleset) = component_configurations(family, 0)
+        .into_iter()
+        .find(|c| c.0 == "masquerade")
+        .ok_or("no masquerade configuration")?;
+    t.router.nft(&["-f", "-"], &ruleset).map_err(io)?;
+    let data = std::env::temp_dir().join(format!("fibre-bench-perf-{}.data", std::process::id()));
+    let rate = cfg.cost_rate;
+    let mut out = Vec::new();
+    for &n in &cfg.component_flows {
+        step(&format!(
+            "kernel forwarding IPv{family}: masquerade, {n} connections"
+        ));
+        exec(&t.router, &["conntrack", "-F"])?;
+        let many: Vec<Vec<u8>> = (0..n.max(1))
+            .map(|k| {
+                let mut f = frames[k % frames.len()].clone();
+                other_source_port(&mut f, (k / frames.len()) as u16);
+                f
+            })
+            .collect();
+        with_generator(t, &many, cfg, |trial| {
+            // Every connection made: each frame sent once, at a quarter of the rate
+            // (making a connection costs the router more than finding one), again
+            // while some are missing (three times at most).
+            let slow = rate / 4.0;
+            let per_trial = slow * cfg.trial.as_secs_f64();
+            let mut tracked = 0;
+            for _ in 0..3 {
+                for _ in 0..=(n as f64 / per_trial).ceil() as usize {
+                    trial(Some(slow), false)?;
+                }
+                tracked = conntrack_count(&t.router)?;
+                if tracked >= n as u64 {
+                    break;
+                }
+            }
+            let r = trial(Some(rate), true)?;
+            let ns = r.router_busy_ns / r.forwarded.max(1) as f64;
+            let split = sampled_split(t, &data, cfg, ns, &mut || trial(Some(rate), true))?;
+            out.push(FlowsFigure {
+                connections: n,
+                tracked,
+                ns,
+                lost: r.lost(),
+                rate,
+                split,
+            });
+            Ok(())
+        })?;
+    }
+    let _ = exec(&t.router, &["conntrack", "-F"]);
+    for table in [
+        "inet fibre_bench",
+        "ip fibre_bench_nat",
+        "ip6 fibre_bench_nat",
+    ] {
+        let words: Vec<&str> = table.split(' ').collect();
+        let _ = t.router.nft(&["delete", "table", words[0], words[1]], "");
+    }
     Ok(out)
 }
 

@@ -138,6 +138,11 @@ pub struct PipelineArgs {
     /// leaves the kernel's components out.
     #[arg(long, default_value_t = 1000)]
     component_rules: usize,
+    /// Numbers of connections the kernel's masquerade is taken apart at, comma-separated
+    /// (each a UDP flow, all made before the measurement; the host's conntrack limit and
+    /// hash size raised to fit while it runs); 0 leaves it out
+    #[arg(long, value_delimiter = ',', default_value = "1,1000,100000,1000000")]
+    component_flows: Vec<usize>,
     /// The veth study's engines, comma-separated (kernel, floor, xdp, packet, express).
     #[arg(
         long,
@@ -530,6 +535,12 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
                 .filter(|&n| n == 0 || n >= 1000)
                 .collect(),
             component_rules: args.component_rules,
+            component_flows: args
+                .component_flows
+                .iter()
+                .copied()
+                .filter(|&n| n > 0)
+                .collect(),
             ..VethConfig::default()
         };
         let picked = |name: &str| {

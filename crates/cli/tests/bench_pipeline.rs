@@ -263,6 +263,8 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             "2",
             "--component-rules",
             "100",
+            "--component-flows",
+            "1,5000",
         ],
     );
     let veth: Vec<&Value> = figures.iter().filter(|f| f["study"] == "veth").collect();
@@ -352,6 +354,32 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             assert!(part("filter") > part("conntrack"), "{f}");
         }
     }
+    // The kernel's masquerade by its connections: each number's connections all made
+    // (more than the 4,096 flows of the other studies), what a frame costs, conntrack's
+    // and NAT's part of it.
+    let by_connections: Vec<&Value> = figures
+        .iter()
+        .filter(|f| f["study"] == "veth-components-flows")
+        .collect();
+    let counts: Vec<(u64, u64)> = by_connections
+        .iter()
+        .map(|f| {
+            (
+                f["family"].as_u64().unwrap(),
+                f["connections"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(counts, [(4, 1), (4, 5000), (6, 1), (6, 5000)]);
+    for f in &by_connections {
+        let n = f["connections"].as_u64().unwrap();
+        assert!(f["tracked"].as_u64().unwrap() >= n, "{f}");
+        assert!(num(f, "core_ns_per_frame") > 0.0, "{f}");
+        if perf {
+            assert!(f["components"]["conntrack"].as_f64().unwrap() > 0.0, "{f}");
+            assert!(f["components"]["nat"].as_f64().unwrap() > 0.0, "{f}");
+        }
+    }
     // TCP with the hosts' default offloads passes through every engine, both families.
     let tcp: Vec<(u64, &str)> = figures
         .iter()
@@ -387,5 +415,9 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
     assert!(report.contains("loss-free rate is"), "{report}");
     assert!(report.contains("## Idle"), "{report}");
     assert!(report.contains("TCP through the router"), "{report}");
+    assert!(
+        report.contains("## The kernel's masquerade by its connections"),
+        "{report}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
