@@ -1527,13 +1527,15 @@ fn components_by_connections(figures: &[Value], md: &mut String) {
          configuration) with that many UDP connections, each made before the \
          measurement (every flow's frame sent once) and found after: what a frame costs \
          the router's core, and that time by component, taken as the component model \
-         takes it. fibre: a packet masqueraded in memory, one core, as many connections \
-         (the connections study's `masquerade`; everything but receive and output).\n"
+         takes it; `tracked`, the kernel's connections once they were made (two flows \
+         that share a tuple make one). fibre: a packet masqueraded in memory, one core, \
+         as many flows (the connections study's `masquerade`; everything but receive \
+         and output).\n"
     );
     let _ = writeln!(
         md,
-        "| family | connections | kernel ns a frame | routing | conntrack | filter | NAT | forwarding | fibre ns a packet | kernel / fibre |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| family | flows | tracked | kernel ns a frame | routing | conntrack | filter | NAT | forwarding | fibre ns a packet | kernel / fibre |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut notes = Vec::new();
     for f in &kernel {
@@ -1557,7 +1559,10 @@ fn components_by_connections(figures: &[Value], md: &mut String) {
         };
         let _ = writeln!(
             md,
-            "| IPv{fam} | {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| IPv{fam} | {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            f["tracked"]
+                .as_u64()
+                .map_or("–".to_string(), |t| t.to_string()),
             show(ns, 0),
             show(part("routing"), 0),
             show(part("conntrack"), 0),

