@@ -191,7 +191,14 @@ fn forwards_with_the_kernels_forwarding_off(way: &str) {
         .unwrap_or(0);
     for to in ["10.0.1.2:6001", "[fd01::2]:6002"] {
         let (got, frames) = datagrams(&a, &b, to.parse().unwrap(), 300);
-        assert_eq!(got, 300, "every datagram to {to} arrived whole");
+        assert_eq!(
+            got,
+            300,
+            "every datagram to {to} arrived whole; B's socket overflowed {} times; \
+             fibre's stats: {}",
+            receive_buffer_errors(&b),
+            daemon.stats()["forwarding"]
+        );
         if io == "xdp" {
             assert!(frames >= 250, "B's link saw the datagrams: {frames}");
         }

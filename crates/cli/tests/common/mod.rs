@@ -262,6 +262,7 @@ pub fn datagrams(a: &Namespace, b: &Namespace, to: SocketAddr, n: usize) -> (usi
             socket
                 .set_read_timeout(Some(Duration::from_millis(500)))
                 .unwrap();
+            room_for(&socket, n);
             ready_tx.send(()).unwrap();
             let mut got = 0;
             let mut buf = [0u8; 2048];
@@ -305,6 +306,38 @@ pub fn datagrams(a: &Namespace, b: &Namespace, to: SocketAddr, n: usize) -> (usi
         });
         receiver.join().unwrap()
     })
+}
+
+/// Gives `socket` room for `n` datagrams of up to a page each, beyond what the host's
+/// limit allows a process (`SO_RCVBUFFORCE`, as root): what the router forwards must not
+/// be lost at the receiver because the test's thread was late to read it on a busy
+/// machine.
+fn room_for(socket: &UdpSocket, n: usize) {
+    use std::os::fd::AsRawFd;
+    let bytes = libc::c_int::try_from(n * 4096).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is the open socket's, and the option's value a c_int of
+    // the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&bytes as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+}
+
+/// UDP datagrams a host's stack dropped for want of room at the socket, as `nstat`
+/// counts them (IPv4 and IPv6).
+pub fn receive_buffer_errors(ns: &Namespace) -> u64 {
+    let out = exec(ns, &["nstat", "-az", "-j"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    ["UdpRcvbufErrors", "Udp6RcvbufErrors"]
+        .iter()
+        .map(|k| v["kernel"][k].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// Datagram `k`'s content: its number, then bytes that depend on it.
