@@ -251,6 +251,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             "sent": sent.len(),
             "sent_by_link": by_link,
             "fragments_made": pipeline.fragments_made,
+            "verdicts_kept": pipeline.verdicts_kept,
             "fates": by_fate,
             "unanswered": {
                 "not_answered": u.not_answered,
@@ -284,6 +285,12 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!(
                 "errors not sent: {} not answered (errors, later fragments), {} over the limits, {} no route back, {} unresolved, {} resets NAT dropped",
                 u.not_answered, u.rate_limited, u.no_route_back, u.unresolved, u.dropped_by_nat
+            );
+        }
+        if pipeline.verdicts_kept > 0 {
+            println!(
+                "{} packets met no chain: their verdict was kept on their connection",
+                pipeline.verdicts_kept
             );
         }
         print!("{}", runtime::table(&pipeline.stages(), mhz));

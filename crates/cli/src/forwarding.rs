@@ -633,7 +633,7 @@ impl Forwarding {
                 })
             })
             .collect();
-        json!({
+        let mut stats = json!({
             "links": self.links,
             "workers": self.workers(),
             "priority": self.priority(),
@@ -702,7 +702,10 @@ impl Forwarding {
                 "claimed": self.takeover.claimed,
                 "unavailable": self.takeover.unavailable,
             },
-        })
+        });
+        // (Apart: one more key overflows the macro's recursion.)
+        stats["verdicts_kept"] = json!(c.verdicts_kept);
+        stats
     }
 
     /// The stage table, as `show runtime` prints it.
@@ -765,6 +768,11 @@ impl Forwarding {
                 "fibre_fragments_made_total",
                 "Fragments made of IPv4 packets over the MTU without DF.",
                 c.fragments_made,
+            ),
+            (
+                "fibre_verdicts_kept_total",
+                "Tracked packets whose chains' verdict was kept on their connection.",
+                c.verdicts_kept,
             ),
             (
                 "fibre_frames_send_failed_total",

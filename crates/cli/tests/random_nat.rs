@@ -653,7 +653,7 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
         rng.gen_range(1..4)
     };
     for _ in 0..matches {
-        let kind = match rng.gen_range(0..12) {
+        let kind = match rng.gen_range(0..13) {
             // An address of the table's family.
             9 if family == "ip6" => (10, 9),
             10 if family == "ip" => (9, 9),
@@ -729,6 +729,9 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
                 pick(rng, &["saddr", "daddr"]),
                 pick(rng, &["2001:db8:9::/124", "2001:db8:1::10/124", "fd01::1"])
             ),
+            // What differs from packet to packet of a connection: its verdict is
+            // never one kept for the connection.
+            12 => format!("meta length {}", pick(rng, &["< 90", "> 120", "80-140"])),
             _ => "meta l4proto { tcp, udp, icmp, ipv6-icmp }".to_string(),
         };
         rule += &m;
@@ -996,13 +999,14 @@ fn write_capture(path: &std::path::Path, into: &[(Side, Duration, Vec<u8>)]) {
 }
 
 /// `fibre forward` of the capture, with the ruleset, in the router's namespace (whose
-/// limits on errors it reads): the frames it sent, by link.
+/// limits on errors it reads): the frames it sent, by link, and the packets whose
+/// verdict it kept on their connection.
 fn fibre_forward(
     router: &Namespace,
     dir: &std::path::Path,
     config: &str,
     ruleset: &str,
-) -> BTreeMap<String, Vec<Vec<u8>>> {
+) -> (BTreeMap<String, Vec<Vec<u8>>>, u64) {
     let conf = dir.join("router.conf");
     std::fs::write(&conf, config).unwrap();
     let rules = dir.join("rules.nft");
@@ -1017,6 +1021,7 @@ fn fibre_forward(
             "forward",
             "--vector",
             "1",
+            "--json",
         ])
         .arg("--config")
         .arg(&conf)
@@ -1042,7 +1047,8 @@ fn fibre_forward(
         let name = sent.interfaces[interface].clone().unwrap();
         by_link.entry(name).or_default().push(data);
     }
-    by_link
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    (by_link, report["verdicts_kept"].as_u64().unwrap())
 }
 
 /// Whether a frame left with a source NAT gave: an address of the router, or of the
@@ -1086,13 +1092,16 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
     let (mut packets, mut forwarded, mut translated) = (0, 0, 0);
     // The router's resets in rounds with NAT, and those from an address NAT gave.
     let (mut resets, mut resets_translated) = (0, 0);
+    // Packets whose verdict fibre kept on their connection, not asking the chains.
+    let mut kept = 0;
     for round in 0..ROUNDS {
         let nat = round % 6 != 5;
         let ruleset = random_ruleset(&mut rng, nat);
         let (router, hosts) = router_and_hosts(&config, &ruleset);
         let played = play(&hosts, &mut rng);
         write_capture(&dir.join("in.pcapng"), &played.into);
-        let fibre = fibre_forward(&router, &dir, &config, &ruleset);
+        let (fibre, kept_here) = fibre_forward(&router, &dir, &config, &ruleset);
+        kept += kept_here;
         drop((router, hosts));
         packets += played.into.len();
         for (link, kernel) in &played.kernel {
@@ -1132,10 +1141,14 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
     eprintln!(
         "{packets} packets, {forwarded} frames out, {translated} of them from a source NAT \
          gave; {resets} resets of the router's with NAT, {resets_translated} of them from a \
-         source NAT gave"
+         source NAT gave; {kept} packets met no chain, their verdict kept"
     );
     assert!(packets >= 100_000);
     assert!(translated * 20 > forwarded, "NAT at work");
     assert!(resets > 0, "resets where NAT translates");
+    assert!(
+        kept * 10 > packets as u64,
+        "verdicts kept for a tenth of the packets at least"
+    );
     std::fs::remove_dir_all(dir).ok();
 }

@@ -8,16 +8,19 @@
 //!
 //! - [`table`]: the connection table and a packet's way through it.
 //! - [`nat`]: address translation, bound to connections.
+//! - [`kept`]: the chains' verdicts kept on connections for their later packets.
 //! - [`tcp`]: the TCP state machine and windows.
 //! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
 //! - [`settings`]: the namespace's conntrack sysctls.
 
+pub mod kept;
 pub mod nat;
 pub mod settings;
 pub mod table;
 pub mod tcp;
 pub mod tuple;
 
+pub use kept::{Epoch, Kept};
 pub use settings::Settings;
 pub use table::{Connection, Conntrack, Fate, Protocol, State, Tracked, Untrackable};
 pub use tuple::Tuple;

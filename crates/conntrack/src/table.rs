@@ -28,6 +28,7 @@
 //! 4. the packet's state for the rules: NEW (the original direction before any reply),
 //!    ESTABLISHED, RELATED, INVALID (no connection would have it), UNTRACKED.
 
+use crate::kept::{Epochs, Kept};
 use crate::nat;
 use crate::settings::Settings;
 use crate::tcp::{self, Segment, Tcp, TcpState};
@@ -198,6 +199,9 @@ pub struct Connection {
     /// The link it was masqueraded out of (0: not masqueraded): a packet of it leaving
     /// by another link ends it (`nf_nat_oif_changed`).
     pub masquerade: u32,
+    /// For each direction, the verdict of the chains kept for its packets
+    /// ([`crate::kept`]).
+    pub kept: [Kept; 2],
 }
 
 impl Connection {
@@ -258,7 +262,7 @@ const EVICTION_RANGE: usize = 64;
 /// The connection table of one namespace's forwarded packets.
 pub struct Conntrack {
     settings: Settings,
-    slots: Vec<Option<Connection>>,
+    pub(crate) slots: Vec<Option<Connection>>,
     free: Vec<u32>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
@@ -287,6 +291,8 @@ pub struct Conntrack {
     released: Vec<Tuple>,
     /// Where the sweep and the early drop look next.
     cursor: usize,
+    /// The epochs verdicts are kept under.
+    pub(crate) epochs: Epochs,
     /// What it counted.
     pub stats: Stats,
 }
@@ -315,6 +321,7 @@ impl Conntrack {
             random: foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1,
             released: Vec::new(),
             cursor: 0,
+            epochs: Epochs::default(),
             stats: Stats::default(),
         }
     }
@@ -770,6 +777,7 @@ impl Conntrack {
                         expires: 0,
                         protocol,
                         masquerade: 0,
+                        kept: Default::default(),
                     };
                     (c, self.ticket)
                 }

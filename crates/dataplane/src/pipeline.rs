@@ -45,7 +45,7 @@ use crate::pool::{BufferId, Pool};
 use crate::reset;
 use crate::rewrite;
 use crate::runtime::StageCounters;
-use fibre_conntrack::{Conntrack, Tracked, Tuple, Untrackable};
+use fibre_conntrack::{Conntrack, Epoch, Tracked, Tuple, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
 use fibre_firewall::eval::{Filter, Part, Verdict};
 use std::collections::HashMap;
@@ -438,6 +438,12 @@ pub struct Pipeline {
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
     /// What tracking made of each packet of the vector (none: not tracked).
     tracks: Vec<Option<Tracked>>,
+    /// The epoch the vector's verdicts are kept under ([`fibre_conntrack::kept`]).
+    epoch: Epoch,
+    /// For each packet of the vector tracked, whether the prerouting chains' verdict
+    /// holds for every packet of its connection's direction (kept, or read from
+    /// nothing else): then the verdict of all the hooks may be kept.
+    steady: Vec<bool>,
     /// The map of frames claimed from the kernel's stack ([`crate::claims`]), if the
     /// links have its program: the tuples of new translated connections that arrive at
     /// an address of this host (the replies of a source translated to one, the
@@ -455,6 +461,9 @@ pub struct Pipeline {
     released: Vec<Tuple>,
     /// Fragments made (every piece, the first too: the kernel's `FragCreates`).
     pub fragments_made: u64,
+    /// Tracked packets whose verdict was kept on their connection: no chain asked at
+    /// forward and postrouting, nor at prerouting.
+    pub verdicts_kept: u64,
     /// The IP identification of the next IPv4 error.
     ip_id: u16,
     /// The packets to cut into fragments: their index, the MTU of the way on, where
@@ -2167,6 +2176,88 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// pipeline to the flow's own source and port, its checksums holding. Random
     /// protocols (UDP, TCP, ICMP echo), sources and ports from small sets (so that
     /// ports collide), across vectors of one pipeline.
+    /// A connection's verdict kept: after its first packet, its direction's packets
+    /// meet no chain while the rules and routes stay; new rules (which drop it), new
+    /// routes, or rules that read what its packets do not hold alike, and the chains
+    /// are asked again.
+    #[test]
+    fn a_kept_verdict_holds_while_the_rules_and_routes_stay() {
+        use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+        let (_, snap, a0, b0) = router("");
+        let (_, other_routes, _, _) = router("");
+        assert_ne!(snap.serial(), other_routes.serial());
+        // forward: meta l4proto udp udp dport N VERDICT (policy accept).
+        let rules = |port: u16, code: i32, read_ttl: bool| {
+            let mut rule = vec![meta(16, 1), cmp(0, 1, &[17])];
+            if read_ttl {
+                // ip ttl != 9
+                rule.extend([payload(1, 8, 1, 1), cmp(1, 1, &[9])]);
+            }
+            rule.extend([
+                payload(2, 2, 2, 1),
+                cmp(0, 1, &port.to_be_bytes()),
+                verdict(code, None),
+            ]);
+            Arc::new(Filter::of(&ruleset(
+                fibre_firewall::message::Family::Ip,
+                "fw",
+                vec![ChainSpec {
+                    nat: false,
+                    name: "fwd".into(),
+                    hook: Some((2, 1)),
+                    rules: vec![rule],
+                }],
+            )))
+        };
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut pool = Pool::new(64, 2048);
+        let mut pipeline = Pipeline::new();
+        pipeline.tracked = 1;
+        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
+            fibre_conntrack::Settings::kernel_defaults(),
+        ))));
+        let mut send = |pipeline: &mut Pipeline, snap: &Snapshot| {
+            let mut ids = Vec::new();
+            pool.alloc(1, &mut ids);
+            pool.fill(ids[0], &udp4(a0.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20));
+            let mut fates = Vec::new();
+            let arrival = Arrival {
+                link: a0.index,
+                mac: a0.mac,
+            };
+            pipeline.run(snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+            pool.free(&ids);
+            (fates[0], pipeline.verdicts_kept)
+        };
+        let out = Fate::Out(b0.index);
+        // The rules accept port 53: the first packet asks them, the next do not.
+        pipeline.rules = rules(53, 1, false);
+        assert_eq!(send(&mut pipeline, &snap), (out, 0));
+        assert_eq!(send(&mut pipeline, &snap), (out, 1));
+        assert_eq!(send(&mut pipeline, &snap), (out, 2));
+        // Rules that drop it: dropped at once.
+        pipeline.rules = rules(53, 0, false);
+        assert_eq!(
+            send(&mut pipeline, &snap),
+            (Fate::Drop(Dropped::Filtered), 2)
+        );
+        assert_eq!(
+            send(&mut pipeline, &snap),
+            (Fate::Drop(Dropped::Filtered), 2)
+        );
+        // Accepting again; then other routes: asked again once each time.
+        pipeline.rules = rules(53, 1, false);
+        assert_eq!(send(&mut pipeline, &snap), (out, 2));
+        assert_eq!(send(&mut pipeline, &snap), (out, 3));
+        assert_eq!(send(&mut pipeline, &other_routes), (out, 3));
+        assert_eq!(send(&mut pipeline, &other_routes), (out, 4));
+        // Rules that read the time to live: asked for every packet.
+        pipeline.rules = rules(53, 1, true);
+        for _ in 0..3 {
+            assert_eq!(send(&mut pipeline, &other_routes), (out, 4));
+        }
+    }
+
     #[test]
     fn masqueraded_flows_and_their_replies_round_trip() {
         use fibre_firewall::build::{masquerade, ruleset, ChainSpec};

@@ -171,6 +171,8 @@ pub struct Counters {
     pub unanswered: Unanswered,
     /// Fragments made of IPv4 packets over the MTU without DF.
     pub fragments_made: u64,
+    /// Tracked packets whose chains' verdict was kept on their connection.
+    pub verdicts_kept: u64,
     /// Frames received.
     pub received: u64,
     /// Frames sent.
@@ -246,6 +248,7 @@ impl Counters {
         self.unanswered.unresolved += u.unresolved;
         self.unanswered.dropped_by_nat += u.dropped_by_nat;
         self.fragments_made += std::mem::take(&mut p.fragments_made);
+        self.verdicts_kept += std::mem::take(&mut p.verdicts_kept);
         for s in p.stages_mut() {
             *s = StageCounters::default();
         }

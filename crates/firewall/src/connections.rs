@@ -238,6 +238,7 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
         expires: now.saturating_add(u64::from(seconds) * 1_000_000_000),
         protocol,
         masquerade: 0,
+        kept: Default::default(),
     }))
 }
 

@@ -63,7 +63,7 @@ fn nat_of(
 ) -> NatVerdict {
     let info = Info::of(ip);
     for c in chains {
-        match c.decide(frame, &info, forwarded, iif, oif, ct) {
+        match c.decide(frame, &info, forwarded, iif, oif, ct, None) {
             Decision::Drop | Decision::Reject(_) => return NatVerdict::Drop,
             Decision::Nat(t) => return NatVerdict::Bind(t),
             Decision::Accept => {}
@@ -98,6 +98,53 @@ pub struct Ct<'a> {
     pub reply: bool,
     /// Its connection: none if invalid or untracked.
     pub connection: Option<&'a Connection>,
+    /// Where the chains say whether what they read of this packet every packet of
+    /// its connection's direction holds alike (none: nobody asks).
+    pub steady: Option<&'a Steady>,
+}
+
+/// Whether the chains a packet met read only what every packet of its connection's
+/// direction holds alike: its addresses, transport protocol and ports, its links, and
+/// its connection's state, direction, mark and tuples. The chains are functions of what
+/// they read, so with the same chains, links and connection state every such packet
+/// meets the same verdict, and the packet path may keep it for them. A read of
+/// anything else (the packet's length, any other field of its headers, its link-layer
+/// header, its connection's status bits) breaks it.
+#[derive(Debug)]
+pub struct Steady(Cell<bool>);
+
+impl Default for Steady {
+    fn default() -> Steady {
+        Steady(Cell::new(true))
+    }
+}
+
+impl Steady {
+    /// Whether every read so far was of what the connection's direction holds alike.
+    pub fn holds(&self) -> bool {
+        self.0.get()
+    }
+
+    fn breaks(&self) {
+        self.0.set(false);
+    }
+}
+
+/// Whether `len` bytes at `offset` of header `base` (1 network, 2 transport) are the
+/// same in every packet of a connection's direction (`info` this packet's): IPv4's
+/// protocol and addresses, IPv6's addresses, and the ports of a transport whose first
+/// four bytes are its ports, in a packet that is not a later fragment.
+fn steady_payload(base: u32, offset: usize, len: usize, info: &Info) -> bool {
+    let end = offset + len;
+    match (base, info.nfproto) {
+        (1, 2) => (offset == 9 && len == 1) || (offset >= 12 && end <= 20),
+        (1, _) => offset >= 8 && end <= 40,
+        // TCP, UDP, DCCP, SCTP, UDP-Lite.
+        (2, _) => {
+            info.fragoff == 0 && end <= 4 && matches!(info.l4, Some((6 | 17 | 33 | 132 | 136, _)))
+        }
+        _ => false,
+    }
 }
 
 /// Conntrack's own hook at prerouting (`NF_IP_PRI_CONNTRACK`): chains before it see no
@@ -243,13 +290,21 @@ pub struct Filter {
     nat: [[Vec<Program>; 2]; 2],
     /// Whether the family has `nat` chains (so NAT binds each new connection).
     translates: [bool; 2],
+    /// A number no other filter built had (0 for the empty one).
+    id: u64,
 }
+
+/// The number of the next filter built.
+static FILTERS_BUILT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Filter {
     /// The filter of every base chain of `ruleset` that forwarded packets meet and that
     /// compiles (those that do not are the gate's to refuse).
     pub fn of(ruleset: &Ruleset) -> Filter {
-        let mut filter = Filter::default();
+        let mut filter = Filter {
+            id: FILTERS_BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            ..Filter::default()
+        };
         for t in ruleset.tables().filter(|t| !t.table.dormant()) {
             let families: &[usize] = match t.table.family {
                 Family::Ip => &[0],
@@ -300,6 +355,13 @@ impl Filter {
         // A family with `nat` chains in a table of another also binds (the kernel's
         // NAT hooks are the family's, registered by any `nat` chain, `inet` too).
         filter
+    }
+
+    /// A number that names this filter's content: every filter built gets one no other
+    /// had; a clone keeps its original's (they decide alike). What a packet path keeps
+    /// of the filter's verdicts it keeps while the number stays.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Whether new connections of IPv4 (`v6` false) or IPv6 are bound by NAT (the family
@@ -410,13 +472,14 @@ impl Filter {
             return Verdict::Accept;
         }
         let info = Info::of(ip);
+        let steady = ct.and_then(|c| c.steady);
         for c in chains
             .iter()
             .filter(|c| part.holds(c.priority, NAT_PRIORITY[0]))
         {
             // Chains before conntrack's own hook see no connection.
             let ct = ct.filter(|_| c.priority > CONNTRACK_PRIORITY);
-            match c.decide(frame, &info, false, iif, None, ct) {
+            match c.decide(frame, &info, false, iif, None, ct, steady) {
                 Decision::Drop => return Verdict::Drop,
                 Decision::Reject(r) => return Verdict::Reject(r),
                 Decision::Accept | Decision::Nat(_) => {}
@@ -450,11 +513,12 @@ impl Filter {
             return Verdict::Accept;
         }
         let info = Info::of(ip);
+        let steady = ct.and_then(|c| c.steady);
         for c in forward.iter().filter(|_| part != Part::AfterNat).chain(
             post.iter()
                 .filter(|c| part.holds(c.priority, NAT_PRIORITY[1])),
         ) {
-            match c.decide(p.frame, &info, true, p.iif, Some(p.oif), ct) {
+            match c.decide(p.frame, &info, true, p.iif, Some(p.oif), ct, steady) {
                 Decision::Drop => return Verdict::Drop,
                 Decision::Reject(r) => return Verdict::Reject(r),
                 Decision::Accept | Decision::Nat(_) => {}
@@ -1183,7 +1247,7 @@ impl Program {
         ct: Option<&Ct>,
     ) -> bool {
         !matches!(
-            self.decide(frame, info, forwarded, iif, oif, ct),
+            self.decide(frame, info, forwarded, iif, oif, ct, None),
             Decision::Drop | Decision::Reject(_)
         )
     }
@@ -1198,6 +1262,7 @@ impl Program {
         iif: Link,
         oif: Option<Link>,
         ct: Option<&Ct>,
+        steady: Option<&Steady>,
     ) -> Decision {
         let at = At {
             frame,
@@ -1207,6 +1272,7 @@ impl Program {
             iif,
             oif,
             ct,
+            steady,
             nat: Cell::new(None),
         };
         let accept = || match at.nat.get() {
@@ -1275,6 +1341,8 @@ struct At<'a> {
     oif: Option<Link<'a>>,
     /// Its connection, as tracking made it (none before conntrack's hook).
     ct: Option<&'a Ct<'a>>,
+    /// Told of each read of what its connection's packets may hold otherwise.
+    steady: Option<&'a Steady>,
     /// The binding a NAT statement asked for.
     nat: Cell<Option<Translation>>,
 }
@@ -1403,6 +1471,12 @@ fn run<'p>(
                         _ => return None,
                     },
                 };
+                if let Some(s) = p
+                    .steady
+                    .filter(|_| !steady_payload(*base, *offset, *len, p.info))
+                {
+                    s.breaks();
+                }
                 if start + len > end {
                     return None;
                 }
@@ -1431,6 +1505,10 @@ fn run<'p>(
                 }
             }
             Op::Meta { key, dreg } => {
+                // All but the length are the link's, the family's or the protocol's.
+                if let Some(s) = p.steady.filter(|_| *key == 0) {
+                    s.breaks();
+                }
                 let r = &mut regs[*dreg..];
                 let word = |r: &mut [u8], v: u32| r[..4].copy_from_slice(&v.to_ne_bytes());
                 let half = |r: &mut [u8], v: [u8; 2]| {
@@ -1475,6 +1553,10 @@ fn run<'p>(
                 }
             }
             Op::Ct { key, dir, dreg } => {
+                // All but the status bits stay while the state does.
+                if let Some(s) = p.steady.filter(|_| *key == 2) {
+                    s.breaks();
+                }
                 if !ct_load(p.ct, *key, *dir, &mut regs[*dreg..]) {
                     return None;
                 }
@@ -1972,6 +2054,112 @@ mod tests {
         assert!(blocked > 50, "{blocked}");
     }
 
+    /// What `Steady` vouches for holds: over random chains reading fields a
+    /// connection's packets hold alike (addresses, protocol, ports, the output link's
+    /// name) and fields they may not (the time to live, the type of service, the length,
+    /// the UDP length, the link layer's source), each packet whose way read only the
+    /// former is decided as every packet that differs from it in the latter only; and
+    /// both kinds of way are met.
+    #[test]
+    fn a_steady_verdict_is_every_alike_packets_verdict() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let (mut steady_ways, mut unsteady_ways) = (0, 0);
+        for round in 0..150 {
+            let rule = |rng: &mut rand::rngs::SmallRng, jumps: bool| {
+                let mut e = Vec::new();
+                for _ in 0..rng.gen_range(1..3) {
+                    match rng.gen_range(0..9) {
+                        0 => e.extend([payload(1, 12, 4, 1), cmp(0, 1, &[10, 0, 0, 2])]),
+                        1 => e.extend([
+                            payload(1, 16, 4, 2),
+                            cmp(rng.gen_range(0..2), 2, &[10, 9, 0, rng.gen_range(0..4)]),
+                        ]),
+                        2 => e.extend([payload(2, 2, 2, 9), cmp(0, 9, &[0, rng.gen_range(0..4)])]),
+                        3 => e.extend([meta(16, 1), cmp(0, 1, &[17])]),
+                        4 => e.extend([meta(7, 1), cmp(1, 1, b"rb\0\0\0\0\0\0\0\0\0\0\0\0\0\0")]),
+                        // The unsteady: ttl, tos, length, UDP length, MAC source.
+                        5 => e.extend([payload(1, 8, 1, 1), cmp(4, 1, &[rng.gen_range(60..66)])]),
+                        6 => e.extend([payload(1, 1, 1, 1), cmp(0, 1, &[rng.gen_range(0..2)])]),
+                        7 => e.extend([
+                            meta(0, 1),
+                            cmp(2, 1, &(rng.gen_range(28u32..32)).to_ne_bytes()),
+                        ]),
+                        _ => e.extend([
+                            payload(if rng.gen() { 2 } else { 0 }, 4, 2, 1),
+                            cmp(0, 1, &[0, rng.gen_range(7..10)]),
+                        ]),
+                    }
+                }
+                e.push(match rng.gen_range(0..5) {
+                    0 => verdict(1, None),
+                    1 => verdict(0, None),
+                    2 if jumps => verdict(-3, Some("sub")),
+                    3 if !jumps => verdict(-5, None),
+                    _ => crate::build::counter(),
+                });
+                e
+            };
+            let base: Vec<Vec<Expression>> = (0..rng.gen_range(1..40))
+                .map(|_| rule(&mut rng, true))
+                .collect();
+            let sub: Vec<Vec<Expression>> = (0..rng.gen_range(0..10))
+                .map(|_| rule(&mut rng, false))
+                .collect();
+            let t = table(vec![
+                chain("fwd", Some((2, u32::from(round % 2 == 0))), base),
+                chain("sub", None, sub),
+            ]);
+            let c = Program::compile(&t, "fwd").unwrap();
+            let decide = |ip: &[u8], mac: u8, steady: Option<&Steady>| {
+                let mut f = frame(ip);
+                f[11] = mac;
+                let info = Info::of(ip);
+                c.decide(
+                    &f,
+                    &info,
+                    true,
+                    link(2, "ra"),
+                    Some(link(3, "rb")),
+                    None,
+                    steady,
+                )
+            };
+            for _ in 0..50 {
+                let mut ip = udp4([10, 9, 0, rng.gen_range(0..4)], rng.gen_range(0..4), 64);
+                let vary = |rng: &mut rand::rngs::SmallRng, ip: &mut Vec<u8>| {
+                    ip[8] = rng.gen_range(60..66);
+                    ip[1] = rng.gen_range(0..2);
+                    ip[24..26].copy_from_slice(&[0, rng.gen_range(7..10)]);
+                    let extra = rng.gen_range(0..4);
+                    ip.resize(28 + extra, 0);
+                    ip[2..4].copy_from_slice(&(28 + extra as u16).to_be_bytes());
+                };
+                vary(&mut rng, &mut ip);
+                let steady = Steady::default();
+                let d = decide(&ip, 2, Some(&steady));
+                if !steady.holds() {
+                    unsteady_ways += 1;
+                    continue;
+                }
+                steady_ways += 1;
+                for _ in 0..20 {
+                    let mut alike = ip.clone();
+                    vary(&mut rng, &mut alike);
+                    assert_eq!(
+                        decide(&alike, rng.gen(), None),
+                        d,
+                        "round {round}: {ip:02x?} and {alike:02x?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            steady_ways > 1000 && unsteady_ways > 1000,
+            "{steady_ways} {unsteady_ways}"
+        );
+    }
+
     #[test]
     fn connections_are_read_as_nft_ct_get_eval_reads_them() {
         use fibre_conntrack::{Conntrack, Settings};
@@ -2003,6 +2191,7 @@ mod tests {
                     state: t.state().bit(),
                     reply: t.reply(),
                     connection: table.connection(&t),
+                    steady: None,
                 };
                 let fr = frame(ip);
                 f.forwarding(

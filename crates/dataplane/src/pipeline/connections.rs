@@ -27,7 +27,7 @@ use crate::pool::{BufferId, Pool};
 use fibre_conntrack::nat::{self, Manip, Range};
 use fibre_conntrack::{Conntrack, State, Tracked};
 use fibre_fib::{LinkIndex, Snapshot};
-use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Verdict};
+use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Steady, Verdict};
 use std::net::IpAddr;
 
 /// A link as the rules see it.
@@ -42,12 +42,14 @@ pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
     }
 }
 
-/// What rules read of a tracked packet's connection.
-pub(super) fn ct_of<'c>(table: &'c Conntrack, t: &Tracked) -> Ct<'c> {
+/// What rules read of a tracked packet's connection (told to `steady` whether they
+/// read only what its direction's packets hold alike, if asked).
+pub(super) fn ct_of<'c>(table: &'c Conntrack, t: &Tracked, steady: Option<&'c Steady>) -> Ct<'c> {
     Ct {
         state: t.state().bit(),
         reply: t.reply(),
         connection: table.connection(t),
+        steady,
     }
 }
 
@@ -69,6 +71,9 @@ impl Pipeline {
     ) -> usize {
         self.tracks.clear();
         self.tracks.resize(packets.len(), None);
+        self.steady.clear();
+        self.steady.resize(packets.len(), false);
+        self.epoch = table.epoch(self.rules.id(), snap.serial());
         table.settle();
         self.release(table);
         let clock = self.limit.overall().now();
@@ -110,13 +115,21 @@ impl Pipeline {
             if i % 16 == 0 {
                 table.expire(now, 16);
             }
-            let verdict = self.prerouting(
-                table,
-                &tracked,
-                (pool.frame(id), v6),
-                input,
-                Part::BeforeNat,
-            );
+            // Kept for its connection's direction: the chains would accept it.
+            let kept = table.kept(&tracked, self.epoch).is_some();
+            let steady = Steady::default();
+            let verdict = if kept {
+                Verdict::Accept
+            } else {
+                self.prerouting(
+                    table,
+                    &tracked,
+                    (pool.frame(id), v6),
+                    input,
+                    Part::BeforeNat,
+                    &steady,
+                )
+            };
             let fate = if verdict != Verdict::Accept {
                 // (A connection NAT changed: its error comes from where it was going.)
                 if let Some(to) = table
@@ -157,8 +170,18 @@ impl Pipeline {
                     continue;
                 }
             }
-            let verdict =
-                self.prerouting(table, &tracked, (pool.frame(id), v6), input, Part::AfterNat);
+            let verdict = if kept {
+                Verdict::Accept
+            } else {
+                self.prerouting(
+                    table,
+                    &tracked,
+                    (pool.frame(id), v6),
+                    input,
+                    Part::AfterNat,
+                    &steady,
+                )
+            };
             if let Verdict::Reject(_) = verdict {
                 // Its error quotes it as it came, from where it came to.
                 table.untranslate(&tracked, &mut pool.frame_mut(id)[ETHERNET_LEN..], partial);
@@ -175,6 +198,7 @@ impl Pipeline {
                 continue;
             }
             self.tracks[i] = Some(tracked);
+            self.steady[i] = kept || steady.holds();
         }
         // The vector's IP packets now: those that go on, with what routing reads.
         if changed || stopped.contains(&true) {
@@ -201,7 +225,8 @@ impl Pipeline {
     }
 
     /// What the prerouting chains of `part` decide for a tracked packet `frame` (IPv6 if
-    /// `v6`) from `input`: accept, without asking, where its family has none.
+    /// `v6`) from `input`: accept, without asking, where its family has none. `steady`
+    /// is told whether they read anything its direction's packets may hold otherwise.
     fn prerouting(
         &self,
         table: &Conntrack,
@@ -209,12 +234,13 @@ impl Pipeline {
         (frame, v6): (&[u8], bool),
         input: Link,
         part: Part,
+        steady: &Steady,
     ) -> Verdict {
         if !self.rules.filters_at(Hook::Prerouting, v6) {
             return Verdict::Accept;
         }
-        self.rules
-            .prerouting_verdict(frame, input, Some(&ct_of(table, tracked)), part)
+        let ct = ct_of(table, tracked, Some(steady));
+        self.rules.prerouting_verdict(frame, input, Some(&ct), part)
     }
 
     /// Destination NAT at prerouting for a tracked packet `frame`: a new connection
@@ -237,7 +263,7 @@ impl Pipeline {
                 frame,
                 input,
                 None,
-                Some(&ct_of(table, tracked)),
+                Some(&ct_of(table, tracked, None)),
             );
             match verdict {
                 NatVerdict::Drop => return Some(Fate::Drop(Dropped::Filtered)),
@@ -267,10 +293,12 @@ impl Pipeline {
     /// translated, the chains after NAT, its connection confirmed (a connection
     /// masqueraded out of a link it no longer leaves by ends here). The packet is
     /// changed in `pool` as it leaves. A drop for anything that stops it (a `reject` at
-    /// forward too).
+    /// forward too). Where the chains' verdict is kept for its connection's direction
+    /// leaving by `out`, they are not asked; where they accept it having read only what
+    /// its direction's packets hold alike, as at prerouting, that is kept.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn leave(
-        &self,
+        &mut self,
         snap: &Snapshot,
         table: &mut Conntrack,
         tracked: &Tracked,
@@ -283,8 +311,12 @@ impl Pipeline {
     ) -> Verdict {
         let oif = view(snap, out);
         let v6 = matches!(self.inputs[i], Input::V6(_));
-        let forwarded = self.rules.filters_at(Hook::Forward, v6);
-        let leaving = self.rules.filters_at(Hook::Postrouting, v6);
+        let steady_before = self.steady.get(i).copied().unwrap_or(false);
+        let kept = steady_before && table.kept(tracked, self.epoch) == Some(out);
+        self.verdicts_kept += u64::from(kept);
+        let steady = Steady::default();
+        let forwarded = self.rules.filters_at(Hook::Forward, v6) && !kept;
+        let leaving = self.rules.filters_at(Hook::Postrouting, v6) && !kept;
         if forwarded || leaving {
             let verdict = self.rules.forwarding_verdict(
                 &Packet {
@@ -292,7 +324,7 @@ impl Pipeline {
                     iif: input,
                     oif,
                 },
-                Some(&ct_of(table, tracked)),
+                Some(&ct_of(table, tracked, Some(&steady))),
                 Part::BeforeNat,
             );
             if verdict != Verdict::Accept {
@@ -310,7 +342,7 @@ impl Pipeline {
                     pool.frame(id),
                     input,
                     Some(oif),
-                    Some(&ct_of(table, tracked)),
+                    Some(&ct_of(table, tracked, None)),
                 );
                 match verdict {
                     NatVerdict::Drop => return Verdict::Drop,
@@ -339,10 +371,13 @@ impl Pipeline {
                     iif: input,
                     oif,
                 },
-                Some(&ct_of(table, tracked)),
+                Some(&ct_of(table, tracked, Some(&steady))),
                 Part::AfterNat,
             );
         if pass && table.confirm(tracked) {
+            if !kept && steady_before && steady.holds() {
+                table.keep(tracked, self.epoch, out);
+            }
             Verdict::Accept
         } else {
             Verdict::Drop
@@ -409,7 +444,7 @@ impl Pipeline {
             return true;
         };
         if !table.bound(&answer, Manip::Source) {
-            let ct = ct_of(table, &answer);
+            let ct = ct_of(table, &answer, None);
             return match self
                 .rules
                 .nat_of_sent(frame, view(snap, route.dev), Some(&ct))
