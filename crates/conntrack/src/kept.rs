@@ -1,13 +1,13 @@
 //! Verdicts kept on connections. The router's chains are functions of what they read
 //! of a packet, and most rulesets read only what every packet of a connection's
-//! direction holds alike: its addresses and ports, its links, its connection's state.
+//! direction holds alike: its addresses and ports, its connection's state, and its links.
 //! Once a packet's way through every hook's chains read nothing else and was accepted,
 //! the packet path keeps that on its connection's direction, with the number of the
-//! rules and routes it was decided under ([`Epoch`]), the state it was in and the link
-//! it left by; a later packet of that direction met under the same number, in the same
-//! state, leaving by the same link, is accepted without asking the chains again: they
-//! would decide the same. Everything else (a change of rules, routes or links, another
-//! state, another link) asks them again.
+//! rules and routes it was decided under ([`Epoch`]), the state it was in and the links
+//! it came in and left by; a later packet of that direction met under the same number,
+//! in the same state, by the same links, is accepted without asking the chains again:
+//! they would decide the same. Everything else (a change of rules, routes or links,
+//! another state, another link in or out) asks them again.
 //!
 //! Only NEW and ESTABLISHED packets are kept: a RELATED packet's headers are an error's,
 //! not its connection's, and INVALID and UNTRACKED ones have no connection.
@@ -19,22 +19,27 @@ use crate::table::{Conntrack, State, Tracked};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Epoch(u32);
 
-/// That the packets of one direction of a connection passed every chain: under which
-/// epoch, in which state, leaving by which link.
+/// Bits of a stamp below the epoch's number: for each direction, whether kept, and
+/// whether in the NEW state.
+const FLAGS: u32 = 4;
+
+/// That the packets of a connection's directions passed every chain: under which
+/// epoch, in which state, by which links. One stamp serves both directions (kept under
+/// another epoch, a direction is not kept), so that a connection holds 20 bytes of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
-    /// The epoch's number (even, never 0), its lowest bit set for the NEW state; 0 for
-    /// nothing kept.
+    /// The epoch's number (above [`FLAGS`] bits), then for each direction whether kept
+    /// (bit 0 original, 1 reply) and whether NEW (bit 2, 3); 0: nothing kept.
     stamp: u32,
-    /// The link its packets left by.
-    oif: u32,
+    /// For each direction, the links its packets came in by and left by.
+    links: [[u32; 2]; 2],
 }
 
-/// The stamp of `epoch` for `state`, if a verdict in that state may be kept.
-fn stamp(epoch: Epoch, state: State) -> Option<u32> {
+/// The bits of `state` for direction `dir`, if a verdict in that state may be kept.
+fn bits(state: State, dir: usize) -> Option<u32> {
     match state {
-        State::Established => Some(epoch.0),
-        State::New => Some(epoch.0 | 1),
+        State::Established => Some(1 << dir),
+        State::New => Some(1 << dir | 1 << (dir + 2)),
         _ => None,
     }
 }
@@ -55,34 +60,45 @@ impl Conntrack {
         let e = &mut self.epochs;
         if e.current == 0 || e.of != (rules, routes) {
             e.of = (rules, routes);
-            e.current = e.current.wrapping_add(2);
+            e.current = e.current.wrapping_add(1 << FLAGS);
             if e.current == 0 {
                 // Numbers come round again: what was kept under the old ones goes.
                 for c in self.slots.iter_mut().flatten() {
-                    c.kept = [Kept::default(); 2];
+                    c.kept = Kept::default();
                 }
-                self.epochs.current = 2;
+                self.epochs.current = 1 << FLAGS;
             }
         }
         Epoch(self.epochs.current)
     }
 
-    /// The link the packets of `t`'s direction were kept as leaving by, if kept under
-    /// `epoch` in `t`'s state.
-    pub fn kept(&self, t: &Tracked, epoch: Epoch) -> Option<u32> {
-        let s = stamp(epoch, t.state())?;
-        let k = self.connection(t)?.kept[usize::from(t.reply())];
-        (k.stamp == s).then_some(k.oif)
+    /// The links (in, out) the packets of `t`'s direction were kept as coming in and
+    /// leaving by, if kept under `epoch` in `t`'s state.
+    pub fn kept(&self, t: &Tracked, epoch: Epoch) -> Option<(u32, u32)> {
+        let dir = usize::from(t.reply());
+        let want = bits(t.state(), dir)?;
+        let k = self.connection(t)?.kept;
+        let mine = (1 << dir) | (1 << (dir + 2));
+        (k.stamp >> FLAGS << FLAGS == epoch.0 && k.stamp & mine == want)
+            .then_some((k.links[dir][0], k.links[dir][1]))
     }
 
     /// Keeps that the packets of `t`'s direction, in its state, pass every chain under
-    /// `epoch`, leaving by `oif`.
-    pub fn keep(&mut self, t: &Tracked, epoch: Epoch, oif: u32) {
-        let Some(stamp) = stamp(epoch, t.state()) else {
+    /// `epoch`, coming in by `iif` and leaving by `oif`.
+    pub fn keep(&mut self, t: &Tracked, epoch: Epoch, iif: u32, oif: u32) {
+        let dir = usize::from(t.reply());
+        let Some(want) = bits(t.state(), dir) else {
             return;
         };
         if let Some(c) = self.connection_mut(t) {
-            c.kept[usize::from(t.reply())] = Kept { stamp, oif };
+            let k = &mut c.kept;
+            if k.stamp >> FLAGS << FLAGS != epoch.0 {
+                // The other direction's was kept under another epoch: it goes.
+                k.stamp = epoch.0;
+            }
+            let mine = (1 << dir) | (1 << (dir + 2));
+            k.stamp = k.stamp & !mine | want;
+            k.links[dir] = [iif, oif];
         }
     }
 }
@@ -122,8 +138,8 @@ mod tests {
         assert!(table.confirm(&first));
         let again = table.track(&udp(1000, false), 1, false);
         assert_eq!(table.kept(&again, e), None);
-        table.keep(&again, e, 7);
-        assert_eq!(table.kept(&again, e), Some(7));
+        table.keep(&again, e, 2, 7);
+        assert_eq!(table.kept(&again, e), Some((2, 7)));
         // The other direction is not kept; its reply makes the connection ESTABLISHED,
         // a state not kept either way.
         let reply = table.track(&udp(1000, true), 2, false);
@@ -132,8 +148,8 @@ mod tests {
         let on = table.track(&udp(1000, false), 3, false);
         assert_eq!(on.state(), State::Established);
         assert_eq!(table.kept(&on, e), None, "kept when NEW, not now");
-        table.keep(&on, e, 7);
-        assert_eq!(table.kept(&on, e), Some(7));
+        table.keep(&on, e, 2, 7);
+        assert_eq!(table.kept(&on, e), Some((2, 7)));
         // Other rules, or other routes: a new epoch, nothing kept under it.
         let other = table.epoch(2, 1);
         assert_ne!(other, e);
@@ -141,6 +157,16 @@ mod tests {
         let routes = table.epoch(2, 2);
         assert_ne!(routes, other);
         assert_eq!(table.kept(&on, routes), None);
+        // Both directions under one epoch; one kept under the next ends the other's.
+        let back = table.track(&udp(1000, true), 5, false);
+        table.keep(&on, routes, 2, 7);
+        table.keep(&back, routes, 7, 2);
+        assert_eq!(table.kept(&on, routes), Some((2, 7)));
+        assert_eq!(table.kept(&back, routes), Some((7, 2)));
+        let next = table.epoch(3, 3);
+        table.keep(&back, next, 7, 2);
+        assert_eq!(table.kept(&back, next), Some((7, 2)));
+        assert_eq!(table.kept(&on, next), None);
         // Another connection knows nothing of this one's.
         let second = table.track(&udp(1001, false), 4, false);
         assert_eq!(table.kept(&second, routes), None);
@@ -153,11 +179,11 @@ mod tests {
         let t = table.track(&udp(1000, false), 0, false);
         assert!(table.confirm(&t));
         let t = table.track(&udp(1000, false), 1, false);
-        table.keep(&t, e, 3);
+        table.keep(&t, e, 2, 3);
         // The count made to wrap: the epoch after it must not find the old stamp.
-        table.epochs.current = u32::MAX - 1;
+        table.epochs.current = u32::MAX >> FLAGS << FLAGS;
         let wrapped = table.epoch(9, 9);
-        assert_eq!(wrapped, Epoch(2));
+        assert_eq!(wrapped, Epoch(1 << FLAGS));
         assert_eq!(table.kept(&t, wrapped), None);
     }
 }

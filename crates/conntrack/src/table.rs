@@ -199,9 +199,8 @@ pub struct Connection {
     /// The link it was masqueraded out of (0: not masqueraded): a packet of it leaving
     /// by another link ends it (`nf_nat_oif_changed`).
     pub masquerade: u32,
-    /// For each direction, the verdict of the chains kept for its packets
-    /// ([`crate::kept`]).
-    pub kept: [Kept; 2],
+    /// The verdict of the chains kept for its directions' packets ([`crate::kept`]).
+    pub kept: Kept,
 }
 
 impl Connection {

@@ -2216,14 +2216,15 @@ route add 10.7.0.0/16 via 10.0.1.2
         pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
             fibre_conntrack::Settings::kernel_defaults(),
         ))));
-        let mut send = |pipeline: &mut Pipeline, snap: &Snapshot| {
+        let a1 = snap.links().find(|l| l.name == "a1").unwrap().clone();
+        let mut send_by = |pipeline: &mut Pipeline, snap: &Snapshot, by: &fibre_fib::Link| {
             let mut ids = Vec::new();
             pool.alloc(1, &mut ids);
-            pool.fill(ids[0], &udp4(a0.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20));
+            pool.fill(ids[0], &udp4(by.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20));
             let mut fates = Vec::new();
             let arrival = Arrival {
-                link: a0.index,
-                mac: a0.mac,
+                link: by.index,
+                mac: by.mac,
             };
             pipeline.run(snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
             pool.free(&ids);
@@ -2232,30 +2233,53 @@ route add 10.7.0.0/16 via 10.0.1.2
         let out = Fate::Out(b0.index);
         // The rules accept port 53: the first packet asks them, the next do not.
         pipeline.rules = rules(53, 1, false);
-        assert_eq!(send(&mut pipeline, &snap), (out, 0));
-        assert_eq!(send(&mut pipeline, &snap), (out, 1));
-        assert_eq!(send(&mut pipeline, &snap), (out, 2));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 0));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 1));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 2));
         // Rules that drop it: dropped at once.
         pipeline.rules = rules(53, 0, false);
         assert_eq!(
-            send(&mut pipeline, &snap),
+            send_by(&mut pipeline, &snap, &a0),
             (Fate::Drop(Dropped::Filtered), 2)
         );
         assert_eq!(
-            send(&mut pipeline, &snap),
+            send_by(&mut pipeline, &snap, &a0),
             (Fate::Drop(Dropped::Filtered), 2)
         );
         // Accepting again; then other routes: asked again once each time.
         pipeline.rules = rules(53, 1, false);
-        assert_eq!(send(&mut pipeline, &snap), (out, 2));
-        assert_eq!(send(&mut pipeline, &snap), (out, 3));
-        assert_eq!(send(&mut pipeline, &other_routes), (out, 3));
-        assert_eq!(send(&mut pipeline, &other_routes), (out, 4));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 2));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 3));
+        assert_eq!(send_by(&mut pipeline, &other_routes, &a0), (out, 3));
+        assert_eq!(send_by(&mut pipeline, &other_routes, &a0), (out, 4));
         // Rules that read the time to live: asked for every packet.
         pipeline.rules = rules(53, 1, true);
         for _ in 0..3 {
-            assert_eq!(send(&mut pipeline, &other_routes), (out, 4));
+            assert_eq!(send_by(&mut pipeline, &other_routes, &a0), (out, 4));
         }
+        // Forward: iifname "a0" accept, policy drop. Kept coming in by a0; the same
+        // flow coming in by a1 (leaving by b0 as well) is asked, and dropped.
+        pipeline.rules = Arc::new(Filter::of(&ruleset(
+            fibre_firewall::message::Family::Ip,
+            "fw",
+            vec![ChainSpec {
+                nat: false,
+                name: "fwd".into(),
+                hook: Some((2, 0)),
+                rules: vec![vec![
+                    meta(6, 1),
+                    cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                    verdict(1, None),
+                ]],
+            }],
+        )));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 4));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 5));
+        assert_eq!(
+            send_by(&mut pipeline, &snap, &a1),
+            (Fate::Drop(Dropped::Filtered), 5)
+        );
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 6));
     }
 
     #[test]

@@ -116,7 +116,9 @@ impl Pipeline {
                 table.expire(now, 16);
             }
             // Kept for its connection's direction: the chains would accept it.
-            let kept = table.kept(&tracked, self.epoch).is_some();
+            let kept = table
+                .kept(&tracked, self.epoch)
+                .is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
             let verdict = if kept {
                 Verdict::Accept
@@ -312,7 +314,7 @@ impl Pipeline {
         let oif = view(snap, out);
         let v6 = matches!(self.inputs[i], Input::V6(_));
         let steady_before = self.steady.get(i).copied().unwrap_or(false);
-        let kept = steady_before && table.kept(tracked, self.epoch) == Some(out);
+        let kept = steady_before && table.kept(tracked, self.epoch) == Some((input.index, out));
         self.verdicts_kept += u64::from(kept);
         let steady = Steady::default();
         let forwarded = self.rules.filters_at(Hook::Forward, v6) && !kept;
@@ -376,7 +378,7 @@ impl Pipeline {
             );
         if pass && table.confirm(tracked) {
             if !kept && steady_before && steady.holds() {
-                table.keep(tracked, self.epoch, out);
+                table.keep(tracked, self.epoch, input.index, out);
             }
             Verdict::Accept
         } else {
