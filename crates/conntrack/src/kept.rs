@@ -172,6 +172,33 @@ mod tests {
         assert_eq!(table.kept(&second, routes), None);
     }
 
+    /// A connection ended in a vector leaves its slot empty until the vector ends: a
+    /// later packet of the vector that had found it there meets no other connection
+    /// (its stamp, its bindings) in it.
+    #[test]
+    fn a_slot_given_back_in_a_vector_is_taken_in_the_next_only() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let a = table.track(&udp(1000, false), 0, false);
+        assert!(table.confirm(&a));
+        table.settle();
+        let a = table.track_in_vector(&udp(1000, false), 1, false);
+        let again = table.track_in_vector(&udp(1000, false), 1, false);
+        table.end(&a);
+        let b = table.track_in_vector(&udp(1001, false), 1, false);
+        assert!(table.confirm(&b));
+        assert_eq!(
+            table.connection(&again),
+            None,
+            "the slot holds no one this vector"
+        );
+        assert_eq!(table.len(), 1);
+        table.settle();
+        let c = table.track_in_vector(&udp(1002, false), 2, false);
+        assert!(table.confirm(&c));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.slots.len(), 2, "the slot taken again");
+    }
+
     #[test]
     fn numbers_come_round_without_an_old_verdict_holding() {
         let mut table = Conntrack::new(Settings::kernel_defaults());

@@ -263,6 +263,10 @@ pub struct Conntrack {
     settings: Settings,
     pub(crate) slots: Vec<Option<Connection>>,
     free: Vec<u32>,
+    /// Slots given back during the vector: free from the next on, so that a packet of
+    /// the vector that found its connection in one never meets another connection
+    /// there (its translation, its kept verdict).
+    freed: Vec<u32>,
     index: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
     /// The hash of `index`'s tuples.
@@ -308,6 +312,7 @@ impl Conntrack {
             settings,
             slots: Vec::new(),
             free: Vec::new(),
+            freed: Vec::new(),
             index: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
             tuple_hash: TupleHash::new(),
@@ -337,7 +342,7 @@ impl Conntrack {
 
     /// Connections held (confirmed; expired ones not yet swept included).
     pub fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free.len() - self.freed.len()
     }
 
     /// Whether it holds none.
@@ -456,6 +461,7 @@ impl Conntrack {
         self.pending.clear();
         self.confirmed.clear();
         self.gone.clear();
+        self.free.append(&mut self.freed);
     }
 
     fn hash(&self, t: &Tuple) -> u64 {
@@ -519,7 +525,7 @@ impl Conntrack {
                 self.released.push(c.tuples[dir]);
             }
         }
-        self.free.push(slot);
+        self.freed.push(slot);
         Some(c)
     }
 

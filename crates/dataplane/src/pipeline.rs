@@ -2167,15 +2167,6 @@ route add 10.7.0.0/16 via 10.0.1.2
 
     /// A flow: protocol, source, source port (an echo's identifier), destination,
     /// destination port.
-    type Flow = (u8, [u8; 4], u16, [u8; 4], u16);
-
-    /// NAT over the whole pipeline, with random flows from `a0`'s network to beyond
-    /// `b0`, masqueraded: each leaves from the router's address on `b0`, its checksums
-    /// holding, no two flows to one destination on the same tuple, a port kept where no
-    /// other flow holds it; each reply, made of what left, comes back through the
-    /// pipeline to the flow's own source and port, its checksums holding. Random
-    /// protocols (UDP, TCP, ICMP echo), sources and ports from small sets (so that
-    /// ports collide), across vectors of one pipeline.
     /// A connection's verdict kept: after its first packet, its direction's packets
     /// meet no chain while the rules and routes stay; new rules (which drop it), new
     /// routes, or rules that read what its packets do not hold alike, and the chains
@@ -2280,8 +2271,158 @@ route add 10.7.0.0/16 via 10.0.1.2
             (Fate::Drop(Dropped::Filtered), 5)
         );
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 6));
+        // The same at prerouting (no forward chain to ask again for the other link).
+        pipeline.rules = Arc::new(Filter::of(&ruleset(
+            fibre_firewall::message::Family::Ip,
+            "fw",
+            vec![ChainSpec {
+                nat: false,
+                name: "pre".into(),
+                hook: Some((0, 0)),
+                rules: vec![vec![
+                    meta(6, 1),
+                    cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                    verdict(1, None),
+                ]],
+            }],
+        )));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 6));
+        assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 7));
+        assert_eq!(
+            send_by(&mut pipeline, &snap, &a1),
+            (Fate::Drop(Dropped::Filtered), 7)
+        );
     }
 
+    /// A connection's first packet meets the chains before NAT binds it: its reply
+    /// tuple is then not what its later packets carry, and its verdict is not kept.
+    /// Masquerade out of b0; forward: ct reply daddr 10.0.0.2 accept, policy drop. The
+    /// first packet passes (its reply still to 10.0.0.2); the next, the reply now to the
+    /// router's address, is dropped, as the kernel drops it.
+    #[test]
+    fn a_kept_verdict_waits_for_the_binding() {
+        use fibre_firewall::build::{cmp, ct, masquerade, ruleset, verdict, ChainSpec};
+        let (_, snap, a0, b0) = router("");
+        let mut pipeline = Pipeline::new();
+        pipeline.rules = Arc::new(Filter::of(&ruleset(
+            fibre_firewall::message::Family::Ip,
+            "fw",
+            vec![
+                ChainSpec {
+                    nat: true,
+                    name: "post".into(),
+                    hook: Some((4, 1)),
+                    rules: vec![vec![masquerade()]],
+                },
+                ChainSpec {
+                    nat: false,
+                    name: "fwd".into(),
+                    hook: Some((2, 0)),
+                    rules: vec![vec![
+                        ct(20, 1, Some(1)),
+                        cmp(0, 1, &[10, 0, 0, 2]),
+                        verdict(1, None),
+                    ]],
+                },
+            ],
+        )));
+        pipeline.tracked = 1;
+        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
+            fibre_conntrack::Settings::kernel_defaults(),
+        ))));
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut pool = Pool::new(8, 2048);
+        let frame = udp4(a0.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20);
+        let mut send = |pipeline: &mut Pipeline| {
+            let mut ids = Vec::new();
+            pool.alloc(1, &mut ids);
+            pool.fill(ids[0], &frame);
+            let mut fates = Vec::new();
+            let arrival = Arrival {
+                link: a0.index,
+                mac: a0.mac,
+            };
+            pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+            pool.free(&ids);
+            (fates[0], pipeline.verdicts_kept)
+        };
+        assert_eq!(send(&mut pipeline), (Fate::Out(b0.index), 0));
+        assert_eq!(send(&mut pipeline), (Fate::Drop(Dropped::Filtered), 0));
+    }
+
+    /// An IPv6 connection's packets with an authentication header are its own for
+    /// conntrack, which steps over it, but the chains take it for the transport: a
+    /// verdict kept from its packets without one stands for none with one.
+    #[test]
+    fn a_kept_verdict_is_not_one_for_ipv6_extension_headers() {
+        use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+        let (_, snap, a0, b0) = router("");
+        // forward: meta l4proto udp udp dport 53 accept, policy drop.
+        let rule = vec![
+            meta(16, 1),
+            cmp(0, 1, &[17]),
+            payload(2, 2, 2, 1),
+            cmp(0, 1, &53u16.to_be_bytes()),
+            verdict(1, None),
+        ];
+        let mut pipeline = Pipeline::new();
+        pipeline.rules = Arc::new(Filter::of(&ruleset(
+            fibre_firewall::message::Family::Ip6,
+            "fw",
+            vec![ChainSpec {
+                nat: false,
+                name: "fwd".into(),
+                hook: Some((2, 0)),
+                rules: vec![rule],
+            }],
+        )));
+        pipeline.tracked = 2;
+        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
+            fibre_conntrack::Settings::kernel_defaults(),
+        ))));
+        let plain = udp6(a0.mac, "fd00::2", "2001:db8:1::5", 64);
+        // The same datagram behind an authentication header (next header 17, 24 bytes).
+        let mut with_ah = plain[..ETHERNET_LEN + 40].to_vec();
+        with_ah[ETHERNET_LEN + 6] = 51;
+        let len = u16::from_be_bytes([with_ah[ETHERNET_LEN + 4], with_ah[ETHERNET_LEN + 5]]);
+        with_ah[ETHERNET_LEN + 4..ETHERNET_LEN + 6].copy_from_slice(&(len + 24).to_be_bytes());
+        with_ah.extend_from_slice(&[17, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
+        with_ah.extend_from_slice(&[0; 12]);
+        with_ah.extend_from_slice(&plain[ETHERNET_LEN + 40..]);
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut pool = Pool::new(8, 2048);
+        let mut send = |pipeline: &mut Pipeline, frame: &[u8]| {
+            let mut ids = Vec::new();
+            pool.alloc(1, &mut ids);
+            pool.fill(ids[0], frame);
+            let mut fates = Vec::new();
+            let arrival = Arrival {
+                link: a0.index,
+                mac: a0.mac,
+            };
+            pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+            pool.free(&ids);
+            (fates[0], pipeline.verdicts_kept)
+        };
+        let out = Fate::Out(b0.index);
+        assert_eq!(send(&mut pipeline, &plain), (out, 0));
+        assert_eq!(send(&mut pipeline, &plain), (out, 1));
+        assert_eq!(
+            send(&mut pipeline, &with_ah),
+            (Fate::Drop(Dropped::Filtered), 1)
+        );
+        assert_eq!(send(&mut pipeline, &plain), (out, 2));
+    }
+
+    type Flow = (u8, [u8; 4], u16, [u8; 4], u16);
+
+    /// NAT over the whole pipeline, with random flows from `a0`'s network to beyond
+    /// `b0`, masqueraded: each leaves from the router's address on `b0`, its checksums
+    /// holding, no two flows to one destination on the same tuple, a port kept where no
+    /// other flow holds it; each reply, made of what left, comes back through the
+    /// pipeline to the flow's own source and port, its checksums holding. Random
+    /// protocols (UDP, TCP, ICMP echo), sources and ports from small sets (so that
+    /// ports collide), across vectors of one pipeline.
     #[test]
     fn masqueraded_flows_and_their_replies_round_trip() {
         use fibre_firewall::build::{masquerade, ruleset, ChainSpec};

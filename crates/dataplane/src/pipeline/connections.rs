@@ -42,6 +42,33 @@ pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
     }
 }
 
+/// Whether a verdict kept for the direction of tracked packet `frame` (IPv6 if `v6`)
+/// may stand for its own, or its own be kept: what the chains read of it is what they
+/// read of its direction's other packets. Not where its connection's tuples may still
+/// change (NEW and not yet bound by NAT, where the family translates: its first packet
+/// is decided on the tuples before the binding); not for IPv6 with extension headers
+/// (the kernel's conntrack steps over an authentication header, which the chains take
+/// for the transport: a packet with one and a packet without are one connection's, and
+/// read apart).
+fn keepable(
+    table: &Conntrack,
+    tracked: &Tracked,
+    frame: &[u8],
+    v6: bool,
+    translates: bool,
+) -> bool {
+    let bound = !translates
+        || tracked.state() != State::New
+        || (table.bound(tracked, Manip::Source) && table.bound(tracked, Manip::Destination));
+    // TCP, UDP, ICMPv6, SCTP, DCCP, UDP-Lite straight after the fixed header.
+    let plain = !v6
+        || matches!(
+            frame.get(ETHERNET_LEN + 6),
+            Some(6 | 17 | 58 | 132 | 33 | 136)
+        );
+    bound && plain && table.connection(tracked).is_some()
+}
+
 /// What rules read of a tracked packet's connection (told to `steady` whether they
 /// read only what its direction's packets hold alike, if asked).
 pub(super) fn ct_of<'c>(table: &'c Conntrack, t: &Tracked, steady: Option<&'c Steady>) -> Ct<'c> {
@@ -116,9 +143,17 @@ impl Pipeline {
                 table.expire(now, 16);
             }
             // Kept for its connection's direction: the chains would accept it.
-            let kept = table
-                .kept(&tracked, self.epoch)
-                .is_some_and(|(came_by, _)| came_by == iif);
+            let keepable = keepable(
+                table,
+                &tracked,
+                pool.frame(id),
+                v6,
+                self.rules.translates(v6),
+            );
+            let kept = keepable
+                && table
+                    .kept(&tracked, self.epoch)
+                    .is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
             let verdict = if kept {
                 Verdict::Accept
@@ -200,7 +235,7 @@ impl Pipeline {
                 continue;
             }
             self.tracks[i] = Some(tracked);
-            self.steady[i] = kept || steady.holds();
+            self.steady[i] = keepable && (kept || steady.holds());
         }
         // The vector's IP packets now: those that go on, with what routing reads.
         if changed || stopped.contains(&true) {
