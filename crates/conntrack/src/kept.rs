@@ -74,6 +74,7 @@ impl Conntrack {
 
     /// The links (in, out) the packets of `t`'s direction were kept as coming in and
     /// leaving by, if kept under `epoch` in `t`'s state.
+    #[inline]
     pub fn kept(&self, t: &Tracked, epoch: Epoch) -> Option<(u32, u32)> {
         let dir = usize::from(t.reply());
         let want = bits(t.state(), dir)?;

@@ -361,6 +361,7 @@ impl Conntrack {
 
     /// The connection a tracked packet belongs to (a new one too, before it is
     /// confirmed).
+    #[inline]
     pub fn connection(&self, t: &Tracked) -> Option<&Connection> {
         match t.at {
             At::Entry(slot) => self.slots.get(slot as usize)?.as_ref(),

@@ -440,10 +440,9 @@ pub struct Pipeline {
     tracks: Vec<Option<Tracked>>,
     /// The epoch the vector's verdicts are kept under ([`fibre_conntrack::kept`]).
     epoch: Epoch,
-    /// For each packet of the vector tracked, whether the prerouting chains' verdict
-    /// holds for every packet of its connection's direction (kept, or read from
-    /// nothing else): then the verdict of all the hooks may be kept.
-    steady: Vec<bool>,
+    /// For each packet of the vector tracked, what the conntrack stage found of its
+    /// kept verdict.
+    keeping: Vec<connections::Keeping>,
     /// The map of frames claimed from the kernel's stack ([`crate::claims`]), if the
     /// links have its program: the tuples of new translated connections that arrive at
     /// an address of this host (the replies of a source translated to one, the

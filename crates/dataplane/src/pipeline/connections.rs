@@ -57,16 +57,29 @@ fn keepable(
     v6: bool,
     translates: bool,
 ) -> bool {
-    let bound = !translates
-        || tracked.state() != State::New
-        || (table.bound(tracked, Manip::Source) && table.bound(tracked, Manip::Destination));
+    let Some(c) = table.connection(tracked) else {
+        return false;
+    };
+    let both = nat::SRC_NAT_DONE | nat::DST_NAT_DONE;
+    let bound = !translates || tracked.state() != State::New || c.status & both == both;
     // TCP, UDP, ICMPv6, SCTP, DCCP, UDP-Lite straight after the fixed header.
     let plain = !v6
         || matches!(
             frame.get(ETHERNET_LEN + 6),
             Some(6 | 17 | 58 | 132 | 33 | 136)
         );
-    bound && plain && table.connection(tracked).is_some()
+    bound && plain
+}
+
+/// What the conntrack stage found of a packet's kept verdict, for the filter stage.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Keeping {
+    /// Whether the prerouting chains' verdict holds for every packet of its
+    /// connection's direction (kept, or read from nothing else).
+    steady: bool,
+    /// The links (in, out) its direction was kept as coming in and leaving by under the
+    /// vector's epoch, if any (still so for the whole epoch).
+    kept: Option<(u32, u32)>,
 }
 
 /// What rules read of a tracked packet's connection (told to `steady` whether they
@@ -98,8 +111,8 @@ impl Pipeline {
     ) -> usize {
         self.tracks.clear();
         self.tracks.resize(packets.len(), None);
-        self.steady.clear();
-        self.steady.resize(packets.len(), false);
+        self.keeping.clear();
+        self.keeping.resize(packets.len(), Keeping::default());
         self.epoch = table.epoch(self.rules.id(), snap.serial());
         table.settle();
         self.release(table);
@@ -150,10 +163,8 @@ impl Pipeline {
                 v6,
                 self.rules.translates(v6),
             );
-            let kept = keepable
-                && table
-                    .kept(&tracked, self.epoch)
-                    .is_some_and(|(came_by, _)| came_by == iif);
+            let links = table.kept(&tracked, self.epoch).filter(|_| keepable);
+            let kept = links.is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
             let verdict = if kept {
                 Verdict::Accept
@@ -235,7 +246,10 @@ impl Pipeline {
                 continue;
             }
             self.tracks[i] = Some(tracked);
-            self.steady[i] = keepable && (kept || steady.holds());
+            self.keeping[i] = Keeping {
+                steady: keepable && (kept || steady.holds()),
+                kept: links,
+            };
         }
         // The vector's IP packets now: those that go on, with what routing reads.
         if changed || stopped.contains(&true) {
@@ -348,8 +362,11 @@ impl Pipeline {
     ) -> Verdict {
         let oif = view(snap, out);
         let v6 = matches!(self.inputs[i], Input::V6(_));
-        let steady_before = self.steady.get(i).copied().unwrap_or(false);
-        let kept = steady_before && table.kept(tracked, self.epoch) == Some((input.index, out));
+        let Keeping {
+            steady: steady_before,
+            kept: links,
+        } = self.keeping.get(i).copied().unwrap_or_default();
+        let kept = steady_before && links == Some((input.index, out));
         self.verdicts_kept += u64::from(kept);
         let steady = Steady::default();
         let forwarded = self.rules.filters_at(Hook::Forward, v6) && !kept;
