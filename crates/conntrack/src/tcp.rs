@@ -219,7 +219,7 @@ const MAXACKWINCONST: u32 = 66000;
 /// What the tracker knows of one side, as `ip_ct_tcp_state`. Packed to two bytes, so
 /// that its 18 bytes take 18 (not 20): a connection's slot stays under 180 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(packed(2))]
+#[repr(C, packed(2))]
 pub struct Side {
     /// The highest sequence number sent, plus the segment's length.
     pub end: u32,

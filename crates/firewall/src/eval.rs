@@ -1257,6 +1257,7 @@ impl Program {
 
     /// What the chain decides for `frame`, as [`Program::accepts`] has it; a NAT
     /// statement reached accepts, asking for its binding.
+    #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         frame: &[u8],
