@@ -155,15 +155,21 @@ impl Pipeline {
             if i % 16 == 0 {
                 table.expire(now, 16);
             }
-            // Kept for its connection's direction: the chains would accept it.
-            let keepable = keepable(
-                table,
-                &tracked,
-                pool.frame(id),
-                v6,
-                self.rules.translates(v6),
-            );
-            let links = table.kept(&tracked, self.epoch).filter(|_| keepable);
+            // Kept for its connection's direction: the chains would accept it. (Where
+            // the family meets no filter chain there is nothing to keep, nor to ask.)
+            let keepable = self.rules.holds(v6)
+                && keepable(
+                    table,
+                    &tracked,
+                    pool.frame(id),
+                    v6,
+                    self.rules.translates(v6),
+                );
+            let links = if keepable {
+                table.kept(&tracked, self.epoch)
+            } else {
+                None
+            };
             let kept = links.is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
             let verdict = if kept {
