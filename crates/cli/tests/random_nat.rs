@@ -653,12 +653,15 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
         rng.gen_range(1..4)
     };
     for _ in 0..matches {
-        let kind = match rng.gen_range(0..13) {
+        let kind = match rng.gen_range(0..16) {
             // An address of the table's family.
             9 if family == "ip6" => (10, 9),
             10 if family == "ip" => (9, 9),
-            k @ (5..=8 | 11) => (k, 5),
+            14 if family == "ip6" => (15, 14),
+            15 if family == "ip" => (14, 14),
+            k @ (5..=8 | 11 | 13) => (k, 5),
             k @ (9 | 10) => (k, 9),
+            k @ (14 | 15) => (k, 14),
             k => (k, k),
         };
         if kinds.contains(&kind.1) {
@@ -732,6 +735,32 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
             // What differs from packet to packet of a connection: its verdict is
             // never one kept for the connection.
             12 => format!("meta length {}", pick(rng, &["< 90", "> 120", "80-140"])),
+            // The connection's tuples, which NAT binds on its first packet: a rule
+            // on the reply's reads them before the binding then, and after it later.
+            13 => {
+                let p = pick(rng, &["tcp", "udp"]);
+                tcp_only = p == "tcp";
+                format!(
+                    "meta l4proto {p} ct {} proto-dst {}",
+                    pick(rng, &["original", "reply"]),
+                    pick(rng, &["53", "80", "{ 22, 8080 }", "!= 53"])
+                )
+            }
+            14 => format!(
+                "ct {} ip {} {}",
+                pick(rng, &["original", "reply"]),
+                pick(rng, &["saddr", "daddr"]),
+                pick(
+                    rng,
+                    &["10.0.1.1", "10.1.0.0/24", "192.0.2.0/28", "10.0.0.0/16"]
+                )
+            ),
+            15 => format!(
+                "ct {} ip6 {} {}",
+                pick(rng, &["original", "reply"]),
+                pick(rng, &["saddr", "daddr"]),
+                pick(rng, &["fd01::1", "2001:db8:1::10/124", "2001:db8:9::/124"])
+            ),
             _ => "meta l4proto { tcp, udp, icmp, ipv6-icmp }".to_string(),
         };
         rule += &m;
