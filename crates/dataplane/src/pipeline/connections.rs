@@ -19,6 +19,12 @@
 //! back first: the kernel, and the error, see the packet as it came, and the error comes
 //! from the address it came to, as the kernel's NAT translates an error by the
 //! connection it carries.
+//!
+//! Where a packet's connection keeps the chains' verdict for its direction
+//! ([`fibre_conntrack::kept`]), under the vector's epoch, in its state, by its links,
+//! neither stage asks the chains: they would accept it. Where they accept a packet
+//! having read only what its direction's packets hold alike, the filter stage keeps
+//! that once the connection is confirmed ([`keepable`] says where it may).
 
 use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
