@@ -2166,6 +2166,41 @@ route add 10.7.0.0/16 via 10.0.1.2
 
     /// A flow: protocol, source, source port (an echo's identifier), destination,
     /// destination port.
+    /// A pipeline that tracks the connections of the families `tracked` (bits 0 IPv4,
+    /// 1 IPv6), with `rules`.
+    fn tracking(rules: Filter, tracked: u8) -> Pipeline {
+        let mut pipeline = Pipeline::new();
+        pipeline.rules = Arc::new(rules);
+        pipeline.tracked = tracked;
+        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
+            fibre_conntrack::Settings::kernel_defaults(),
+        ))));
+        pipeline
+    }
+
+    /// `frame` through `pipeline` alone, arrived on `by`: its fate, and the packets whose
+    /// verdict the pipeline has kept so far.
+    fn send_one(
+        pipeline: &mut Pipeline,
+        snap: &Snapshot,
+        pool: &mut Pool,
+        by: &fibre_fib::Link,
+        frame: &[u8],
+    ) -> (Fate, u64) {
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut ids = Vec::new();
+        pool.alloc(1, &mut ids);
+        pool.fill(ids[0], frame);
+        let mut fates = Vec::new();
+        let arrival = Arrival {
+            link: by.index,
+            mac: by.mac,
+        };
+        pipeline.run(snap, &neighbours, arrival, pool, &ids, &mut fates);
+        pool.free(&ids);
+        (fates[0], pipeline.verdicts_kept)
+    }
+
     /// A connection's verdict kept: after its first packet, its direction's packets
     /// meet no chain while the rules and routes stay; new rules (which drop it), new
     /// routes, or rules that read what its packets do not hold alike, and the chains
@@ -2199,26 +2234,12 @@ route add 10.7.0.0/16 via 10.0.1.2
                 }],
             )))
         };
-        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
         let mut pool = Pool::new(64, 2048);
-        let mut pipeline = Pipeline::new();
-        pipeline.tracked = 1;
-        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
-            fibre_conntrack::Settings::kernel_defaults(),
-        ))));
+        let mut pipeline = tracking(Filter::default(), 1);
         let a1 = snap.links().find(|l| l.name == "a1").unwrap().clone();
         let mut send_by = |pipeline: &mut Pipeline, snap: &Snapshot, by: &fibre_fib::Link| {
-            let mut ids = Vec::new();
-            pool.alloc(1, &mut ids);
-            pool.fill(ids[0], &udp4(by.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20));
-            let mut fates = Vec::new();
-            let arrival = Arrival {
-                link: by.index,
-                mac: by.mac,
-            };
-            pipeline.run(snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
-            pool.free(&ids);
-            (fates[0], pipeline.verdicts_kept)
+            let frame = udp4(by.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20);
+            send_one(pipeline, snap, &mut pool, by, &frame)
         };
         let out = Fate::Out(b0.index);
         // The rules accept port 53: the first packet asks them, the next do not.
@@ -2302,49 +2323,34 @@ route add 10.7.0.0/16 via 10.0.1.2
     fn a_kept_verdict_waits_for_the_binding() {
         use fibre_firewall::build::{cmp, ct, masquerade, ruleset, verdict, ChainSpec};
         let (_, snap, a0, b0) = router("");
-        let mut pipeline = Pipeline::new();
-        pipeline.rules = Arc::new(Filter::of(&ruleset(
-            fibre_firewall::message::Family::Ip,
-            "fw",
-            vec![
-                ChainSpec {
-                    nat: true,
-                    name: "post".into(),
-                    hook: Some((4, 1)),
-                    rules: vec![vec![masquerade()]],
-                },
-                ChainSpec {
-                    nat: false,
-                    name: "fwd".into(),
-                    hook: Some((2, 0)),
-                    rules: vec![vec![
-                        ct(20, 1, Some(1)),
-                        cmp(0, 1, &[10, 0, 0, 2]),
-                        verdict(1, None),
-                    ]],
-                },
-            ],
-        )));
-        pipeline.tracked = 1;
-        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
-            fibre_conntrack::Settings::kernel_defaults(),
-        ))));
-        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let mut pipeline = tracking(
+            Filter::of(&ruleset(
+                fibre_firewall::message::Family::Ip,
+                "fw",
+                vec![
+                    ChainSpec {
+                        nat: true,
+                        name: "post".into(),
+                        hook: Some((4, 1)),
+                        rules: vec![vec![masquerade()]],
+                    },
+                    ChainSpec {
+                        nat: false,
+                        name: "fwd".into(),
+                        hook: Some((2, 0)),
+                        rules: vec![vec![
+                            ct(20, 1, Some(1)),
+                            cmp(0, 1, &[10, 0, 0, 2]),
+                            verdict(1, None),
+                        ]],
+                    },
+                ],
+            )),
+            1,
+        );
         let mut pool = Pool::new(8, 2048);
         let frame = udp4(a0.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20);
-        let mut send = |pipeline: &mut Pipeline| {
-            let mut ids = Vec::new();
-            pool.alloc(1, &mut ids);
-            pool.fill(ids[0], &frame);
-            let mut fates = Vec::new();
-            let arrival = Arrival {
-                link: a0.index,
-                mac: a0.mac,
-            };
-            pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
-            pool.free(&ids);
-            (fates[0], pipeline.verdicts_kept)
-        };
+        let mut send = |pipeline: &mut Pipeline| send_one(pipeline, &snap, &mut pool, &a0, &frame);
         assert_eq!(send(&mut pipeline), (Fate::Out(b0.index), 0));
         assert_eq!(send(&mut pipeline), (Fate::Drop(Dropped::Filtered), 0));
     }
@@ -2364,21 +2370,19 @@ route add 10.7.0.0/16 via 10.0.1.2
             cmp(0, 1, &53u16.to_be_bytes()),
             verdict(1, None),
         ];
-        let mut pipeline = Pipeline::new();
-        pipeline.rules = Arc::new(Filter::of(&ruleset(
-            fibre_firewall::message::Family::Ip6,
-            "fw",
-            vec![ChainSpec {
-                nat: false,
-                name: "fwd".into(),
-                hook: Some((2, 0)),
-                rules: vec![rule],
-            }],
-        )));
-        pipeline.tracked = 2;
-        pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
-            fibre_conntrack::Settings::kernel_defaults(),
-        ))));
+        let mut pipeline = tracking(
+            Filter::of(&ruleset(
+                fibre_firewall::message::Family::Ip6,
+                "fw",
+                vec![ChainSpec {
+                    nat: false,
+                    name: "fwd".into(),
+                    hook: Some((2, 0)),
+                    rules: vec![rule],
+                }],
+            )),
+            2,
+        );
         let plain = udp6(a0.mac, "fd00::2", "2001:db8:1::5", 64);
         // The same datagram behind an authentication header (next header 17, 24 bytes).
         let mut with_ah = plain[..ETHERNET_LEN + 40].to_vec();
@@ -2388,20 +2392,9 @@ route add 10.7.0.0/16 via 10.0.1.2
         with_ah.extend_from_slice(&[17, 4, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1]);
         with_ah.extend_from_slice(&[0; 12]);
         with_ah.extend_from_slice(&plain[ETHERNET_LEN + 40..]);
-        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
         let mut pool = Pool::new(8, 2048);
         let mut send = |pipeline: &mut Pipeline, frame: &[u8]| {
-            let mut ids = Vec::new();
-            pool.alloc(1, &mut ids);
-            pool.fill(ids[0], frame);
-            let mut fates = Vec::new();
-            let arrival = Arrival {
-                link: a0.index,
-                mac: a0.mac,
-            };
-            pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
-            pool.free(&ids);
-            (fates[0], pipeline.verdicts_kept)
+            send_one(pipeline, &snap, &mut pool, &a0, frame)
         };
         let out = Fate::Out(b0.index);
         assert_eq!(send(&mut pipeline, &plain), (out, 0));

@@ -178,18 +178,14 @@ impl Pipeline {
             };
             let kept = links.is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
-            let verdict = if kept {
-                Verdict::Accept
-            } else {
-                self.prerouting(
-                    table,
-                    &tracked,
-                    (pool.frame(id), v6),
-                    input,
-                    Part::BeforeNat,
-                    &steady,
-                )
-            };
+            let verdict = self.prerouting(
+                table,
+                &tracked,
+                (pool.frame(id), v6),
+                input,
+                Part::BeforeNat,
+                (kept, &steady),
+            );
             let fate = if verdict != Verdict::Accept {
                 // (A connection NAT changed: its error comes from where it was going.)
                 if let Some(to) = table
@@ -230,18 +226,14 @@ impl Pipeline {
                     continue;
                 }
             }
-            let verdict = if kept {
-                Verdict::Accept
-            } else {
-                self.prerouting(
-                    table,
-                    &tracked,
-                    (pool.frame(id), v6),
-                    input,
-                    Part::AfterNat,
-                    &steady,
-                )
-            };
+            let verdict = self.prerouting(
+                table,
+                &tracked,
+                (pool.frame(id), v6),
+                input,
+                Part::AfterNat,
+                (kept, &steady),
+            );
             if let Verdict::Reject(_) = verdict {
                 // Its error quotes it as it came, from where it came to.
                 table.untranslate(&tracked, &mut pool.frame_mut(id)[ETHERNET_LEN..], partial);
@@ -288,8 +280,9 @@ impl Pipeline {
     }
 
     /// What the prerouting chains of `part` decide for a tracked packet `frame` (IPv6 if
-    /// `v6`) from `input`: accept, without asking, where its family has none. `steady`
-    /// is told whether they read anything its direction's packets may hold otherwise.
+    /// `v6`) from `input`: accept, without asking, where its family has none or where its
+    /// verdict is `kept`; else `steady` is told whether they read anything its
+    /// direction's packets may hold otherwise.
     fn prerouting(
         &self,
         table: &Conntrack,
@@ -297,9 +290,9 @@ impl Pipeline {
         (frame, v6): (&[u8], bool),
         input: Link,
         part: Part,
-        steady: &Steady,
+        (kept, steady): (bool, &Steady),
     ) -> Verdict {
-        if !self.rules.filters_at(Hook::Prerouting, v6) {
+        if kept || !self.rules.filters_at(Hook::Prerouting, v6) {
             return Verdict::Accept;
         }
         let ct = ct_of(table, tracked, Some(steady));
