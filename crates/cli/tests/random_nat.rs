@@ -652,6 +652,7 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
     let mut tcp_only = false;
     // At most one match of each kind: nft refuses protocols in conflict.
     let mut kinds = Vec::new();
+    let mut address_family = None;
     let matches = if rng.gen_bool(0.1) {
         0
     } else {
@@ -672,6 +673,16 @@ fn random_rule(rng: &mut StdRng, family: &str, sub: bool, first: usize, subs: us
         if kinds.contains(&kind.1) {
             continue;
         }
+        // Addresses of one IP family only (an `inet` table's rule may draw either).
+        let v6 = match kind.0 {
+            9 | 14 => Some(false),
+            10 | 15 => Some(true),
+            _ => None,
+        };
+        if v6.is_some() && address_family.is_some_and(|f| Some(f) != v6) {
+            continue;
+        }
+        address_family = address_family.or(v6);
         kinds.push(kind.1);
         let m = match kind.0 {
             0 => format!(
