@@ -36,6 +36,11 @@ use fibre_fib::{LinkIndex, Snapshot};
 use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Steady, Verdict};
 use std::net::IpAddr;
 
+/// The connections from which a table outgrows a core's second-level cache (a slot
+/// and its handles are some 200 bytes): from there on, the conntrack stage reads each
+/// vector's connections ahead of tracking its packets ([`Conntrack::warm`]).
+const WARM_FROM: usize = 16_384;
+
 /// A link as the rules see it.
 pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
     let l = snap.link(index);
@@ -134,6 +139,15 @@ impl Pipeline {
             order.extend(&self.v6);
         }
         order.sort_unstable();
+        // A table past the caches: the vector's lookups made together first, their
+        // misses overlapping, so that tracking each then finds its connection cached.
+        if table.len() >= WARM_FROM {
+            table.warm(
+                order
+                    .iter()
+                    .map(|&i| &pool.frame(packets[i])[ETHERNET_LEN..]),
+            );
+        }
         // The packets that go no further than this stage.
         let mut stopped = std::mem::take(&mut self.stopped);
         stopped.clear();
