@@ -74,6 +74,13 @@ fn main() -> Result<(), String> {
                 f["filter_ns"].as_f64().unwrap_or(f64::NAN),
                 f["forwarding_ns"].as_f64().unwrap_or(f64::NAN)
             );
+            if let Some(stages) = f["stages_ns"].as_object() {
+                let each: Vec<String> = stages
+                    .iter()
+                    .map(|(n, v)| format!("{n} {:.1}", v.as_f64().unwrap_or(f64::NAN)))
+                    .collect();
+                println!("{:>24} {}", "", each.join(", "));
+            }
         }
         if f["metric"] == "stage" || f["metric"] == "forwarding" {
             println!(

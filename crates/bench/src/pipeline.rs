@@ -754,6 +754,11 @@ pub fn pipeline_study(
                 .map(|(s, _)| s.mean)
                 .sum();
             f["forwarding_ns"] = json!(forwarding);
+            f["stages_ns"] = STAGES
+                .iter()
+                .zip(&m.stages)
+                .map(|(n, s)| (n.to_string(), json!(s.mean)))
+                .collect();
             emit(f);
         }
     }

@@ -476,12 +476,18 @@ impl Conntrack {
     /// The live connection under `t`: its slot and the direction `t` is. An expired one
     /// found is removed, as the kernel's lookup removes it.
     pub(crate) fn find(&mut self, t: &Tuple, now: u64) -> Option<(u32, usize)> {
-        let hash = self.hash(t);
+        self.find_key(&t.words(), now)
+    }
+
+    /// [`Conntrack::find`] by the tuple's words ([`tuple::key`]).
+    #[inline(always)]
+    fn find_key(&mut self, key: &[u64; 5], now: u64) -> Option<(u32, usize)> {
+        let hash = self.tuple_hash.of_words(key);
         let slots = &self.slots;
         let h = *self.index.find(hash, |&h| {
             slots[(h >> 1) as usize]
                 .as_ref()
-                .is_some_and(|c| c.tuples[(h & 1) as usize] == *t)
+                .is_some_and(|c| tuple::same_words(&c.tuples[(h & 1) as usize].words(), key))
         })?;
         let slot = h >> 1;
         if self.slots[slot as usize].as_ref()?.expires <= now {
@@ -505,8 +511,8 @@ impl Conntrack {
         hashes.clear();
         for ip in packets {
             let Ok(n) = tuple::network(ip) else { continue };
-            if let Some(t) = tuple::tuple(ip, &n) {
-                hashes.push(self.hash(&t));
+            if let Some(key) = tuple::key(ip, &n) {
+                hashes.push(self.tuple_hash.of_words(&key));
             }
         }
         // The first handle under each hash's tag: its connection's but for a tag
@@ -748,12 +754,12 @@ impl Conntrack {
                 return t;
             }
         }
-        let Some(tuple) = tuple::tuple(ip, &n) else {
+        let Some(key) = tuple::key(ip, &n) else {
             return Tracked::of(State::Invalid);
         };
         loop {
             // A connection entered is tracked where it lies.
-            if let Some((slot, dir)) = self.find(&tuple, now) {
+            if let Some((slot, dir)) = self.find_key(&key, now) {
                 self.stats.found += 1;
                 let c = self.slots[slot as usize].as_mut().expect("found");
                 let state = if dir == 1 || c.status & SEEN_REPLY != 0 {
@@ -796,7 +802,11 @@ impl Conntrack {
                 return tracked;
             }
             // One an earlier packet of the vector made, unconfirmed, or a new one.
-            let earlier = self.pending.iter().position(|p| p.2.tuples[0] == tuple);
+            let earlier = self
+                .pending
+                .iter()
+                .position(|p| tuple::same_words(&p.2.tuples[0].words(), &key));
+            let tuple = Tuple::from_words(&key);
             let (mut c, ticket) = match earlier {
                 Some(k) => {
                     let (ticket, _, c) = self.pending.swap_remove(k);
@@ -896,7 +906,7 @@ impl Conntrack {
             let wanted = tuple::tuple(inner, &quoted)?.inverted()?;
             let (slot, dir) = self.find(&wanted, now)?;
             let c = self.slots[slot as usize].as_ref()?;
-            (c.tuples[dir].dst == n.dst).then_some((slot, dir))
+            (c.tuples[dir].dst == n.dst.to_be_bytes()).then_some((slot, dir))
         })();
         Some(match related {
             Some((slot, dir)) => Tracked {

@@ -17,7 +17,7 @@ pub const ICMPV6: u8 = 58;
 pub const UNTRACKED_HERE: [u8; 4] = [33, 47, 132, 136];
 
 /// One direction of a connection, as `nf_conntrack_tuple` holds it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Tuple {
     /// The source address (IPv4 as IPv4-mapped IPv6).
     pub src: [u8; 16],
@@ -32,6 +32,25 @@ pub struct Tuple {
     /// Whether IPv6.
     pub v6: bool,
 }
+
+// Compared as the words the hash reads, not field by field: a tuple just built is
+// read back at once, and loads the size of the stores that built it are forwarded
+// from them, where wider ones (a whole address) would wait for them to drain.
+impl PartialEq for Tuple {
+    #[inline]
+    fn eq(&self, other: &Tuple) -> bool {
+        same_words(&self.words(), &other.words())
+    }
+}
+
+/// Whether two tuples' words are the same: compared all at once, without a branch or a
+/// call to `memcmp` for each.
+#[inline]
+pub(crate) fn same_words(a: &[u64; 5], b: &[u64; 5]) -> bool {
+    (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) == 0
+}
+
+impl Eq for Tuple {}
 
 impl std::hash::Hash for Tuple {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
@@ -62,11 +81,17 @@ impl TupleHash {
     /// `t`'s hash.
     #[inline]
     pub fn of(&self, t: &Tuple) -> u64 {
+        self.of_words(&t.words())
+    }
+
+    /// The hash of the tuple whose words are `words`.
+    #[inline]
+    pub fn of_words(&self, words: &[u64; 5]) -> u64 {
         let fold = |a: u64, b: u64| {
             let p = u128::from(a) * u128::from(b);
             (p as u64) ^ ((p >> 64) as u64)
         };
-        let [a, b, c, d, e] = t.words();
+        let [a, b, c, d, e] = *words;
         let [s0, s1, s2, s3] = self.seeds;
         let high = fold(a ^ s0, b ^ s1);
         let low = fold(c ^ s2, d ^ s3);
@@ -94,6 +119,24 @@ impl Tuple {
                 | u64::from(self.protocol) << 32
                 | u64::from(self.v6) << 40,
         ]
+    }
+
+    /// The tuple whose words are `w` ([`Tuple::words`]'s inverse).
+    pub(crate) fn from_words(w: &[u64; 5]) -> Tuple {
+        let address = |high: u64, low: u64| {
+            let mut a = [0u8; 16];
+            a[..8].copy_from_slice(&high.to_ne_bytes());
+            a[8..].copy_from_slice(&low.to_ne_bytes());
+            a
+        };
+        Tuple {
+            src: address(w[0], w[1]),
+            dst: address(w[2], w[3]),
+            src_port: w[4] as u16,
+            dst_port: (w[4] >> 16) as u16,
+            protocol: (w[4] >> 32) as u8,
+            v6: (w[4] >> 40) & 1 != 0,
+        }
     }
 
     /// The tuple of the other direction, as `nf_ct_invert_tuple` makes it: `None` for an
@@ -163,8 +206,10 @@ fn answer_type(v6: bool, kind: u8) -> Option<u8> {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Network {
     pub v6: bool,
-    pub src: [u8; 16],
-    pub dst: [u8; 16],
+    /// The addresses, as the tuple's bytes read big-endian (IPv4 mapped): held as
+    /// numbers, so that the tuple's words are stored whole from registers.
+    pub src: u128,
+    pub dst: u128,
     /// The transport protocol (after IPv6's extension headers).
     pub protocol: u8,
     /// Where the transport header starts.
@@ -186,12 +231,12 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
-fn address(b: &[u8], at: usize, v6: bool) -> Option<[u8; 16]> {
+fn address(b: &[u8], at: usize, v6: bool) -> Option<u128> {
     if v6 {
-        b.get(at..at + 16)?.try_into().ok()
+        Some(u128::from_be_bytes(b.get(at..at + 16)?.try_into().ok()?))
     } else {
         let bytes: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-        Some(std::net::Ipv4Addr::from(bytes).to_ipv6_mapped().octets())
+        Some(0xffff_u128 << 32 | u128::from(u32::from_be_bytes(bytes)))
     }
 }
 
@@ -223,6 +268,7 @@ fn skip_extensions(ip: &[u8], mut next: u8, mut at: usize) -> Option<(u8, usize,
 
 /// The network layer of the IP packet `ip` (from its header on; what runs past its
 /// length is ignored).
+#[inline(always)]
 pub(crate) fn network(ip: &[u8]) -> Result<Network, Unread> {
     let version = ip.first().ok_or(Unread::Malformed)? >> 4;
     match version {
@@ -316,54 +362,81 @@ pub(crate) fn quoted_network(packet: &[u8], at: usize, v6: bool) -> Option<Netwo
 /// `n.transport`, up to `n.len`), as `nf_ct_get_tuple` reads it: `None` if the words it
 /// reads are not all there.
 pub(crate) fn tuple(ip: &[u8], n: &Network) -> Option<Tuple> {
+    key(ip, n).map(|k| Tuple::from_words(&k))
+}
+
+/// The words ([`Tuple::words`]) of the tuple of a packet whose network layer is `n`,
+/// made from the packet in registers, as [`tuple`] reads it: the tracker's key for a
+/// lookup. (A tuple built in memory field by field and read back at once as words
+/// waits for its narrow stores to drain: the loads are wider than the stores.)
+#[inline]
+pub(crate) fn key(ip: &[u8], n: &Network) -> Option<[u64; 5]> {
     let l4 = ip.get(n.transport..n.len)?;
-    let mut t = Tuple {
-        src: n.src,
-        dst: n.dst,
-        protocol: n.protocol,
-        v6: n.v6,
-        ..Tuple::default()
-    };
-    match n.protocol {
+    let (src_port, dst_port) = match n.protocol {
         ICMP | ICMPV6 => {
             let header = l4.get(..8)?;
-            t.src_port = u16::from_be_bytes([header[4], header[5]]);
-            t.dst_port = u16::from_be_bytes([header[0], header[1]]);
+            (
+                u16::from_be_bytes([header[4], header[5]]),
+                u16::from_be_bytes([header[0], header[1]]),
+            )
         }
         TCP | UDP | 33 | 47 | 132 | 136 => {
             let ports = l4.get(..4)?;
-            t.src_port = u16::from_be_bytes([ports[0], ports[1]]);
-            t.dst_port = u16::from_be_bytes([ports[2], ports[3]]);
+            (
+                u16::from_be_bytes([ports[0], ports[1]]),
+                u16::from_be_bytes([ports[2], ports[3]]),
+            )
         }
-        _ => {}
+        _ => (0, 0),
+    };
+    // An address's bytes big-endian, each half read as `words` reads it.
+    let halves = |a: u128| (((a >> 64) as u64).to_be(), (a as u64).to_be());
+    let (s0, s1) = halves(n.src);
+    let (d0, d1) = halves(n.dst);
+    Some([
+        s0,
+        s1,
+        d0,
+        d1,
+        u64::from(src_port)
+            | u64::from(dst_port) << 16
+            | u64::from(n.protocol) << 32
+            | u64::from(n.v6) << 40,
+    ])
+}
+
+/// `sum` plus the 16-bit big-endian words of `bytes` (an odd last byte padded with
+/// zero), unfolded: read four bytes at a time, as ones' complement arithmetic allows
+/// (a 32-bit word is its two halves once folded).
+#[inline]
+fn add_words(mut sum: u64, bytes: &[u8]) -> u64 {
+    let mut quads = bytes.chunks_exact(4);
+    for q in &mut quads {
+        sum += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
     }
-    Some(t)
+    let mut words = quads.remainder().chunks_exact(2);
+    for w in &mut words {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    sum
 }
 
 /// The Internet checksum of a transport segment with its pseudo-header, as it reads
 /// when the segment is whole and correct: 0 means good.
 pub(crate) fn transport_checksum(ip: &[u8], n: &Network) -> u16 {
     let segment = &ip[n.transport..n.len];
-    let mut sum: u64 = 0;
-    let mut add = |bytes: &[u8]| {
-        let mut chunks = bytes.chunks_exact(2);
-        for c in &mut chunks {
-            sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        if let [last] = chunks.remainder() {
-            sum += u64::from(*last) << 8;
-        }
-    };
-    if n.v6 {
-        add(&ip[8..40]);
-        add(&(segment.len() as u32).to_be_bytes());
-        add(&[0, 0, 0, n.protocol]);
+    // The pseudo-header's length and protocol, as numbers (their words' sum).
+    let mut sum = if n.v6 {
+        add_words(segment.len() as u64 + u64::from(n.protocol), &ip[8..40])
     } else if n.protocol != ICMP {
-        add(&ip[12..20]);
-        add(&[0, n.protocol]);
-        add(&(segment.len() as u16).to_be_bytes());
-    }
-    add(segment);
+        add_words(segment.len() as u64 + u64::from(n.protocol), &ip[12..20])
+    } else {
+        0
+    };
+    sum = add_words(sum, segment);
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -401,6 +474,138 @@ mod tests {
             ..echo
         };
         assert_eq!(v6.inverted().unwrap().icmp_type(), 129);
+    }
+
+    /// A tuple drawn at random, with its fields.
+    fn random_tuple(rng: &mut impl rand::Rng) -> Tuple {
+        Tuple {
+            src: rng.gen(),
+            dst: rng.gen(),
+            src_port: rng.gen(),
+            dst_port: rng.gen(),
+            protocol: rng.gen(),
+            v6: rng.gen(),
+        }
+    }
+
+    fn fields(t: &Tuple) -> ([u8; 16], [u8; 16], u16, u16, u8, bool) {
+        (t.src, t.dst, t.src_port, t.dst_port, t.protocol, t.v6)
+    }
+
+    #[test]
+    fn tuples_are_their_words_and_equal_as_their_fields_are() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..10_000 {
+            let t = random_tuple(&mut rng);
+            assert_eq!(fields(&Tuple::from_words(&t.words())), fields(&t));
+            // One field changed (or none): equal exactly when the fields are.
+            let mut u = t;
+            match rng.gen_range(0..7) {
+                0 => u.src[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
+                1 => u.dst[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
+                2 => u.src_port ^= 1 << rng.gen_range(0..16),
+                3 => u.dst_port ^= 1 << rng.gen_range(0..16),
+                4 => u.protocol ^= 1 << rng.gen_range(0..8),
+                5 => u.v6 = !u.v6,
+                _ => {}
+            }
+            assert_eq!(t == u, fields(&t) == fields(&u));
+        }
+    }
+
+    #[test]
+    fn a_packets_key_is_its_tuples_words() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        for _ in 0..2_000 {
+            let v6: bool = rng.gen();
+            let protocol = [TCP, UDP, ICMP, ICMPV6, 47, 99][rng.gen_range(0..6)];
+            let mut ip = vec![0u8; if v6 { 48 } else { 28 }];
+            rng.fill(&mut ip[..]);
+            if v6 {
+                ip[0] = 0x60;
+                ip[4..6].copy_from_slice(&8u16.to_be_bytes());
+                ip[6] = protocol;
+            } else {
+                ip[0] = 0x45;
+                ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+                ip[6..8].copy_from_slice(&[0x40, 0]);
+                ip[9] = protocol;
+            }
+            let n = network(&ip).unwrap();
+            let at = if v6 { 8 } else { 12 };
+            let len = if v6 { 16 } else { 4 };
+            let mapped = |a: &[u8]| match <[u8; 16]>::try_from(a) {
+                Ok(a) => a,
+                Err(_) => std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3])
+                    .to_ipv6_mapped()
+                    .octets(),
+            };
+            let t = Tuple::from_words(&key(&ip, &n).unwrap());
+            assert_eq!(t.src, mapped(&ip[at..at + len]));
+            assert_eq!(t.dst, mapped(&ip[at + len..at + 2 * len]));
+            assert_eq!((t.protocol, t.v6), (protocol, v6));
+            let l4 = &ip[n.transport..];
+            let (sp, dp) = match protocol {
+                ICMP | ICMPV6 => ([l4[4], l4[5]], [l4[0], l4[1]]),
+                TCP | UDP | 47 => ([l4[0], l4[1]], [l4[2], l4[3]]),
+                _ => ([0, 0], [0, 0]),
+            };
+            let ports = (u16::from_be_bytes(sp), u16::from_be_bytes(dp));
+            assert_eq!((t.src_port, t.dst_port), ports);
+        }
+    }
+
+    /// The checksum summed a 16-bit word at a time over the pseudo-header and segment
+    /// laid out as the RFCs draw them.
+    fn checksum_by_words(ip: &[u8], n: &Network) -> u16 {
+        let segment = &ip[n.transport..n.len];
+        let mut bytes = Vec::new();
+        if n.v6 {
+            bytes.extend_from_slice(&ip[8..40]);
+            bytes.extend_from_slice(&(segment.len() as u32).to_be_bytes());
+            bytes.extend_from_slice(&[0, 0, 0, n.protocol]);
+        } else if n.protocol != ICMP {
+            bytes.extend_from_slice(&ip[12..20]);
+            bytes.extend_from_slice(&[0, n.protocol]);
+            bytes.extend_from_slice(&(segment.len() as u16).to_be_bytes());
+        }
+        bytes.extend_from_slice(segment);
+        let mut sum: u64 = 0;
+        for (k, b) in bytes.iter().enumerate() {
+            sum += u64::from(*b) << if k % 2 == 0 { 8 } else { 0 };
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    #[test]
+    fn transport_checksums_are_the_word_by_word_sums() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for _ in 0..5_000 {
+            let v6: bool = rng.gen();
+            let protocol = [TCP, UDP, ICMP, ICMPV6][rng.gen_range(0..4)];
+            let header = if v6 { 40 } else { 20 };
+            let len = header + rng.gen_range(0..70);
+            let mut ip = vec![0u8; len];
+            rng.fill(&mut ip[..]);
+            if v6 {
+                ip[0] = 0x60;
+                ip[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
+                ip[6] = protocol;
+            } else {
+                ip[0] = 0x45;
+                ip[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+                ip[6..8].copy_from_slice(&[0x40, 0]);
+                ip[9] = protocol;
+            }
+            let n = network(&ip).unwrap();
+            assert_eq!(transport_checksum(&ip, &n), checksum_by_words(&ip, &n));
+        }
     }
 
     #[test]

@@ -593,7 +593,12 @@ impl Pipeline {
             if let Some(gso) = pool.offload(id).gso {
                 self.segment_lens[i] = segment_len(pool.frame(id), &pool.offload(id), gso);
             }
-            match &self.inputs[i] {
+        }
+        // Sorted once all are classified: a packet's addresses read back at once would
+        // wait for the stores that classifying it just made (narrower than the reads)
+        // to drain.
+        for (i, input) in self.inputs[..n].iter().enumerate() {
+            match input {
                 Input::V4(p) => {
                     self.v4.push(i);
                     self.dst4.push(p.dst);
