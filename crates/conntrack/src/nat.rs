@@ -773,7 +773,15 @@ impl Conntrack {
     /// prerouting, whichever direction it goes. An ICMP error RELATED to a connection
     /// has the packet it quotes rewritten too. False: the packet is to be dropped.
     /// `partial`: its transport checksum is left for the link to finish.
+    #[inline]
     pub fn translate(&self, t: &Tracked, ip: &mut [u8], m: Manip, partial: bool) -> bool {
+        // (Most packets are not rewritten at a hook: told so here, without a call.)
+        t.state() != State::Related && !self.rewrites(t, m)
+            || self.translate_packet(t, ip, m, partial)
+    }
+
+    /// [`Conntrack::translate`] of a packet its connection's binding may rewrite.
+    fn translate_packet(&self, t: &Tracked, ip: &mut [u8], m: Manip, partial: bool) -> bool {
         let Some(c) = self.connection(t) else {
             return true;
         };
@@ -820,6 +828,7 @@ impl Conntrack {
 
     /// Whether [`Conntrack::translate`] rewrites `t`'s packet at the hook that rewrites
     /// `m`: its connection's binding for `m` changed the packet's direction.
+    #[inline]
     pub fn rewrites(&self, t: &Tracked, m: Manip) -> bool {
         self.connection(t).is_some_and(|c| {
             let mut bit = m.nat_bit();

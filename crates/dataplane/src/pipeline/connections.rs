@@ -132,13 +132,17 @@ impl Pipeline {
         // (Lists of the pipeline's, their room kept from vector to vector.)
         let mut order = std::mem::take(&mut self.order);
         order.clear();
-        if self.tracked & 1 != 0 {
+        let (v4, v6) = (self.tracked & 1 != 0, self.tracked & 2 != 0);
+        if v4 {
             order.extend(&self.v4);
         }
-        if self.tracked & 2 != 0 {
+        if v6 {
             order.extend(&self.v6);
         }
-        order.sort_unstable();
+        // (Each family's list is in the vector's order already.)
+        if v4 && v6 && !self.v4.is_empty() && !self.v6.is_empty() {
+            order.sort_unstable();
+        }
         // A table past the caches: the vector's lookups made together first, their
         // misses overlapping, so that tracking each then finds its connection cached.
         if table.len() >= WARM_FROM {
