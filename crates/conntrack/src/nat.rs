@@ -537,6 +537,39 @@ fn rewrite(
     }
 }
 
+/// The network header of `ip`, a packet of `tuple`'s direction, where it is plain: TCP
+/// or UDP straight after an unfragmented IPv4 header or an IPv6 header without
+/// extensions, its transport header whole. Read from the fields a rewrite needs alone,
+/// as [`tuple::network`] would read them (its addresses left unread); `None` where the
+/// packet is not so, for `tuple::network` to read it all.
+#[inline]
+fn plain_network(ip: &[u8], tuple: &Tuple) -> Option<Network> {
+    let protocol = tuple.protocol;
+    let (transport, len) = if tuple.v6 {
+        let h = ip.get(..40)?;
+        (h[0] >> 4 == 6 && h[6] == protocol).then_some((40, 40 + usize::from(get16(h, 4))))?
+    } else {
+        let h = ip.get(..20)?;
+        let ihl = usize::from(h[0] & 0x0f) * 4;
+        let unfragmented = get16(h, 6) & 0x3fff == 0;
+        (h[0] >> 4 == 4 && ihl >= 20 && unfragmented && h[9] == protocol)
+            .then_some((ihl, usize::from(get16(h, 2))))?
+    };
+    let header = match protocol {
+        TCP => 20,
+        UDP => 8,
+        _ => return None,
+    };
+    (transport + header <= len && len <= ip.len()).then_some(Network {
+        v6: tuple.v6,
+        src: 0,
+        dst: 0,
+        protocol,
+        transport,
+        len,
+    })
+}
+
 /// Rewrites `ip` (its network header read as `n`), a packet of connection `c` going in
 /// direction `dir`, where the connection's binding for `m` changed that direction
 /// (`nf_nat_packet`'s status bit): to the other direction's tuple inverted.
@@ -793,6 +826,12 @@ impl Conntrack {
         let related = t.state() == State::Related;
         if !related && c.status & bit == 0 {
             return true;
+        }
+        if !related {
+            if let Some(n) = plain_network(ip, &c.tuples[dir]) {
+                manip_as(c, dir, ip, &n, m, partial);
+                return true;
+            }
         }
         let Ok(n) = tuple::network(ip) else {
             return true;
@@ -1066,6 +1105,49 @@ mod tests {
                 assert_eq!(checksum(&ip[..20]), 0);
             }
         }
+    }
+
+    #[test]
+    fn a_plain_packets_network_header_is_read_as_in_full() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut plain = 0;
+        for _ in 0..50_000 {
+            let mut ip = random_packet(&mut rng);
+            let t = tuple::tuple(&ip, &tuple::network(&ip).unwrap()).unwrap();
+            // Now and then a field that makes it other than plain, or malformed.
+            match rng.gen_range(0..12) {
+                0 => ip[0] = (ip[0] & 0xf0) | rng.gen_range(0..16),
+                1 => ip[rng.gen_range(0..8)] = rng.gen(),
+                2 => ip[6] = rng.gen(),
+                3 => ip.truncate(rng.gen_range(0..ip.len())),
+                4 => ip[9] = rng.gen(),
+                _ => {}
+            }
+            let full = tuple::network(&ip).ok();
+            match plain_network(&ip, &t) {
+                Some(n) => {
+                    plain += 1;
+                    let f = full.expect("a plain header is a header");
+                    assert_eq!(
+                        (n.v6, n.protocol, n.transport, n.len),
+                        (f.v6, f.protocol, f.transport, f.len)
+                    );
+                }
+                None => {
+                    // Not plain: a header of another shape, or not whole.
+                    let shaped = full.is_some_and(|f| {
+                        f.v6 == t.v6
+                            && f.protocol == t.protocol
+                            && f.transport == if t.v6 { 40 } else { 20 }
+                            && f.transport + if f.protocol == TCP { 20 } else { 8 } <= f.len
+                            && (!t.v6 || ip[6] == t.protocol)
+                    });
+                    assert!(!shaped, "{ip:?}");
+                }
+            }
+        }
+        assert!(plain > 30_000, "{plain}");
     }
 
     struct Free(u16);
