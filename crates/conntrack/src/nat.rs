@@ -361,11 +361,11 @@ pub(crate) fn choose(t: &mut Tuple, r: &Range, m: Manip, ports: &mut impl Ports)
 }
 
 /// Ones' complement sum arithmetic on 16-bit words.
-fn fold(mut sum: u32) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+fn fold(sum: u32) -> u16 {
+    // Twice is enough for any 32-bit sum (the first leaves at most 0x1fffe), and a
+    // sum without a carry is left as it is: without a branch.
+    let sum = (sum & 0xffff) + (sum >> 16);
+    ((sum & 0xffff) + (sum >> 16)) as u16
 }
 
 /// A checksum field updated for the 16-bit words `from` becoming `to` (each given as
