@@ -84,6 +84,36 @@ impl Conntrack {
             .then_some((k.links[dir][0], k.links[dir][1]))
     }
 
+    /// Whether a verdict may be kept for `t`'s direction at all, and the links it was
+    /// kept as coming in and leaving by under `epoch` ([`Conntrack::kept`]), from one
+    /// look at its connection. Not where its tuples may still change: a NEW connection
+    /// not yet bound by NAT where its family `translates` (its first packet is decided on
+    /// the tuples before the binding).
+    #[inline]
+    pub fn keeping(
+        &self,
+        t: &Tracked,
+        epoch: Epoch,
+        translates: bool,
+    ) -> (bool, Option<(u32, u32)>) {
+        let Some(c) = self.connection(t) else {
+            return (false, None);
+        };
+        let both = crate::nat::SRC_NAT_DONE | crate::nat::DST_NAT_DONE;
+        if translates && t.state() == State::New && c.status & both != both {
+            return (false, None);
+        }
+        let dir = usize::from(t.reply());
+        let Some(want) = bits(t.state(), dir) else {
+            return (true, None);
+        };
+        let k = c.kept;
+        let mine = (1 << dir) | (1 << (dir + 2));
+        let links = (k.stamp >> FLAGS << FLAGS == epoch.0 && k.stamp & mine == want)
+            .then_some((k.links[dir][0], k.links[dir][1]));
+        (true, links)
+    }
+
     /// Keeps that the packets of `t`'s direction, in its state, pass every chain under
     /// `epoch`, coming in by `iif` and leaving by `oif`.
     pub fn keep(&mut self, t: &Tracked, epoch: Epoch, iif: u32, oif: u32) {
@@ -198,6 +228,47 @@ mod tests {
         assert!(table.confirm(&c));
         assert_eq!(table.len(), 2);
         assert_eq!(table.slots.len(), 2, "the slot taken again");
+    }
+
+    /// One look at the connection says what the two questions say: whether a verdict
+    /// may be kept (not for a NEW connection NAT has not bound where the family
+    /// translates) and what is kept.
+    #[test]
+    fn keeping_is_whether_it_may_be_kept_and_what_is() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let e = table.epoch(1, 1);
+        // One connection NAT bound both ways (to nothing), one it never bound.
+        let first = table.track(&udp(1000, false), 0, false);
+        for m in [crate::nat::Manip::Destination, crate::nat::Manip::Source] {
+            table.bind(&first, m, None, 0);
+        }
+        assert!(table.confirm(&first));
+        let unbound = table.track(&udp(1001, false), 0, false);
+        assert!(table.confirm(&unbound));
+        let again = table.track(&udp(1000, false), 1, false);
+        assert_eq!(again.state(), State::New);
+        assert_eq!(table.keeping(&again, e, true), (true, None));
+        table.keep(&again, e, 2, 7);
+        assert_eq!(table.keeping(&again, e, true), (true, Some((2, 7))));
+        assert_eq!(table.keeping(&again, e, true).1, table.kept(&again, e));
+        let other = table.epoch(2, 1);
+        assert_eq!(table.keeping(&again, other, true), (true, None));
+        let stranger = table.track(&udp(1001, false), 2, false);
+        assert_eq!(table.keeping(&stranger, other, false), (true, None));
+        table.keep(&stranger, other, 3, 4);
+        assert_eq!(table.keeping(&stranger, other, false), (true, Some((3, 4))));
+        assert_eq!(
+            table.keeping(&stranger, other, true),
+            (false, None),
+            "NEW and not bound where the family translates"
+        );
+        // An ESTABLISHED packet's tuples are settled, bound or not.
+        let reply = table.track(&udp(1001, true), 3, false);
+        assert_eq!(reply.state(), State::Established);
+        assert_eq!(table.keeping(&reply, other, true), (true, None));
+        let lone = table.track(&udp(1002, false), 4, false);
+        table.settle();
+        assert_eq!(table.keeping(&lone, other, false), (false, None), "gone");
     }
 
     #[test]

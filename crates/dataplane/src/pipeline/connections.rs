@@ -24,7 +24,7 @@
 //! ([`fibre_conntrack::kept`]), under the vector's epoch, in its state, by its links,
 //! neither stage asks the chains: they would accept it. Where they accept a packet
 //! having read only what its direction's packets hold alike, the filter stage keeps
-//! that once the connection is confirmed ([`keepable`] says where it may).
+//! that once the connection is confirmed ([`Conntrack::keeping`] says where it may).
 
 use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
@@ -53,33 +53,17 @@ pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
     }
 }
 
-/// Whether a verdict kept for the direction of tracked packet `frame` (IPv6 if `v6`)
-/// may stand for its own, or its own be kept: what the chains read of it is what they
-/// read of its direction's other packets. Not where its connection's tuples may still
-/// change (NEW and not yet bound by NAT, where the family translates: its first packet
-/// is decided on the tuples before the binding); not for IPv6 with extension headers
-/// (the kernel's conntrack steps over an authentication header, which the chains take
-/// for the transport: a packet with one and a packet without are one connection's, and
-/// read apart).
-fn keepable(
-    table: &Conntrack,
-    tracked: &Tracked,
-    frame: &[u8],
-    v6: bool,
-    translates: bool,
-) -> bool {
-    let Some(c) = table.connection(tracked) else {
-        return false;
-    };
-    let both = nat::SRC_NAT_DONE | nat::DST_NAT_DONE;
-    let bound = !translates || tracked.state() != State::New || c.status & both == both;
+/// Whether the chains read a tracked IPv6 packet `frame` as they read its
+/// connection's other packets (always for IPv4): not with extension headers (the
+/// kernel's conntrack steps over an authentication header, which the chains take for
+/// the transport: a packet with one and a packet without are one connection's, and read
+/// apart).
+fn plain(frame: &[u8], v6: bool) -> bool {
     // TCP, UDP, ICMPv6, SCTP, DCCP, UDP-Lite straight after the fixed header.
-    let plain = !v6
-        || matches!(
-            frame.get(ETHERNET_LEN + 6),
-            Some(6 | 17 | 58 | 132 | 33 | 136)
-        );
-    bound && plain
+    !v6 || matches!(
+        frame.get(ETHERNET_LEN + 6),
+        Some(6 | 17 | 58 | 132 | 33 | 136)
+    )
 }
 
 /// What the conntrack stage found of a packet's kept verdict, for the filter stage.
@@ -181,18 +165,13 @@ impl Pipeline {
             }
             // Kept for its connection's direction: the chains would accept it. (Where
             // the family meets no filter chain there is nothing to keep, nor to ask.)
-            let keepable = self.rules.holds(v6)
-                && keepable(
-                    table,
-                    &tracked,
-                    pool.frame(id),
-                    v6,
-                    self.rules.translates(v6),
-                );
-            let links = if keepable {
-                table.kept(&tracked, self.epoch)
+            // (Where a verdict kept for its connection's direction may stand for its
+            // own, or its own be kept: what the chains read of it is what they read of
+            // its direction's other packets.)
+            let (keepable, links) = if self.rules.holds(v6) && plain(pool.frame(id), v6) {
+                table.keeping(&tracked, self.epoch, self.rules.translates(v6))
             } else {
-                None
+                (false, None)
             };
             let kept = links.is_some_and(|(came_by, _)| came_by == iif);
             let steady = Steady::default();
@@ -383,7 +362,8 @@ impl Pipeline {
         id: BufferId,
         now: u64,
     ) -> Verdict {
-        let oif = view(snap, out);
+        // (Looked up where the chains read it: a kept verdict reads nothing.)
+        let oif = || view(snap, out);
         let v6 = matches!(self.inputs[i], Input::V6(_));
         let Keeping {
             steady: steady_before,
@@ -399,7 +379,7 @@ impl Pipeline {
                 &Packet {
                     frame: pool.frame(id),
                     iif: input,
-                    oif,
+                    oif: oif(),
                 },
                 Some(&ct_of(table, tracked, Some(&steady))),
                 Part::BeforeNat,
@@ -418,7 +398,7 @@ impl Pipeline {
                     Hook::Postrouting,
                     pool.frame(id),
                     input,
-                    Some(oif),
+                    Some(oif()),
                     Some(&ct_of(table, tracked, None)),
                 );
                 match verdict {
@@ -446,7 +426,7 @@ impl Pipeline {
                 &Packet {
                     frame: pool.frame(id),
                     iif: input,
-                    oif,
+                    oif: oif(),
                 },
                 Some(&ct_of(table, tracked, Some(&steady))),
                 Part::AfterNat,
