@@ -639,7 +639,7 @@ impl Conntrack {
     pub fn expire(&mut self, now: u64, budget: usize) -> usize {
         let mut removed = 0;
         for _ in 0..budget.min(self.slots.len()) {
-            self.cursor = (self.cursor + 1) % self.slots.len();
+            self.step_cursor();
             let slot = self.cursor as u32;
             if self.slots[self.cursor]
                 .as_ref()
@@ -653,10 +653,19 @@ impl Conntrack {
         removed
     }
 
+    /// The expiry cursor moved to the next slot, round to the first after the last
+    /// (without a division: this runs for every packet of a large table).
+    fn step_cursor(&mut self) {
+        self.cursor += 1;
+        if self.cursor >= self.slots.len() {
+            self.cursor = 0;
+        }
+    }
+
     /// Makes room for one connection: an expired one, or one the kernel may drop early.
     fn early_drop(&mut self, now: u64) -> bool {
         for _ in 0..EVICTION_RANGE.min(self.slots.len()) {
-            self.cursor = (self.cursor + 1) % self.slots.len();
+            self.step_cursor();
             let Some(c) = self.slots[self.cursor].as_ref() else {
                 continue;
             };
