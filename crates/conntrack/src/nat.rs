@@ -577,7 +577,7 @@ fn plain_network(ip: &[u8], tuple: &Tuple) -> Option<Network> {
 /// complement sum read with every word's bytes swapped is the sum swapped (RFC 1071),
 /// so nothing is swapped, and a 32-bit word counts as its two halves. False, changing
 /// nothing, if the header is not whole.
-#[inline]
+#[inline(always)]
 fn rewrite_whole(ip: &mut [u8], n: &Network, addr: &[u8; 16], port: u16, m: Manip) -> bool {
     let (addr_at, width) = match (n.v6, m) {
         (false, Manip::Source) => (12, 4),
@@ -907,7 +907,13 @@ impl Conntrack {
         }
         if !related {
             if let Some(n) = plain_network(ip, &c.tuples[dir]) {
-                manip_as(c, dir, ip, &n, m, partial);
+                // (`manip_as` for TCP and UDP, whose status bit is checked above: the
+                // other direction's tuple inverted has, as its part `m`, that tuple's
+                // other part.)
+                let (addr, port) = part(&c.tuples[1 - dir], m.other());
+                if partial || !rewrite_whole(ip, &n, &addr, port, m) {
+                    rewrite(ip, &n, (u128::from_be_bytes(addr), port, 0), m, partial);
+                }
                 return true;
             }
         }
