@@ -646,6 +646,17 @@ fn fold_wide(sum: u64) -> u16 {
     fold(sum as u32)
 }
 
+/// Rewrites the TCP or UDP packet `ip` (its network header read as `n`) as the tuple
+/// `other` inverted says: its part `m` is `other`'s other part (read in place rather
+/// than the tuple built anew).
+#[inline(always)]
+fn rewrite_ported(other: &Tuple, ip: &mut [u8], n: &Network, m: Manip, partial: bool) {
+    let (addr, port) = part(other, m.other());
+    if partial || !rewrite_whole(ip, n, &addr, port, m) {
+        rewrite(ip, n, (u128::from_be_bytes(addr), port, 0), m, partial);
+    }
+}
+
 /// Rewrites `ip` (its network header read as `n`), a packet of connection `c` going in
 /// direction `dir`, where the connection's binding for `m` changed that direction
 /// (`nf_nat_packet`'s status bit): to the other direction's tuple inverted.
@@ -659,12 +670,7 @@ fn manip_as(c: &Connection, dir: usize, ip: &mut [u8], n: &Network, m: Manip, pa
     }
     let other = &c.tuples[1 - dir];
     if matches!(other.protocol, TCP | UDP) {
-        // The other direction's tuple inverted has, as its part `m`, that tuple's
-        // other part (read in place rather than the tuple built anew).
-        let (addr, port) = part(other, m.other());
-        if partial || !rewrite_whole(ip, n, &addr, port, m) {
-            rewrite(ip, n, (u128::from_be_bytes(addr), port, 0), m, partial);
-        }
+        rewrite_ported(other, ip, n, m, partial);
     } else if let Some(target) = other.inverted() {
         manip(ip, n, &target, m, partial);
     }
@@ -907,13 +913,8 @@ impl Conntrack {
         }
         if !related {
             if let Some(n) = plain_network(ip, &c.tuples[dir]) {
-                // (`manip_as` for TCP and UDP, whose status bit is checked above: the
-                // other direction's tuple inverted has, as its part `m`, that tuple's
-                // other part.)
-                let (addr, port) = part(&c.tuples[1 - dir], m.other());
-                if partial || !rewrite_whole(ip, &n, &addr, port, m) {
-                    rewrite(ip, &n, (u128::from_be_bytes(addr), port, 0), m, partial);
-                }
+                // (`manip_as` for TCP and UDP, whose status bit is checked above.)
+                rewrite_ported(&c.tuples[1 - dir], ip, &n, m, partial);
                 return true;
             }
         }
