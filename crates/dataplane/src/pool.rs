@@ -41,17 +41,36 @@ pub struct Pool {
     /// The area's length in bytes.
     area_len: usize,
     size: usize,
-    lens: Vec<u32>,
-    /// What each buffer's frame leaves to be done.
-    offloads: Vec<Offload>,
-    /// Where each buffer's frame starts in it.
-    offsets: Vec<u32>,
+    /// Each buffer's frame and state, side by side: a frame is found from one record
+    /// (one bounds check, one cache line), as every stage finds it for every packet.
+    buffers: Vec<Buffer>,
     /// The free buffers, a stack.
     free: Vec<BufferId>,
-    /// Whether each buffer is taken.
-    taken: Vec<bool>,
     /// Buffers given back that were not taken.
     refused: u64,
+}
+
+/// What the pool holds of one buffer.
+#[derive(Clone, Copy, Debug)]
+struct Buffer {
+    /// Where its frame starts in it.
+    offset: u32,
+    /// Its frame's length.
+    len: u32,
+    /// Whether it is taken.
+    taken: bool,
+    /// What its frame leaves to be done.
+    offload: Offload,
+}
+
+impl Buffer {
+    /// A buffer free, or just taken: its frame empty, at its start, nothing to do.
+    const EMPTY: Buffer = Buffer {
+        offset: 0,
+        len: 0,
+        taken: false,
+        offload: Offload::NONE,
+    };
 }
 
 // SAFETY: the pool owns its area alone (nothing else holds the pointer but what the
@@ -127,18 +146,15 @@ impl Pool {
             area,
             area_len,
             size,
-            lens: vec![0; count],
-            offloads: vec![Offload::NONE; count],
-            offsets: vec![0; count],
+            buffers: vec![Buffer::EMPTY; count],
             free: (0..count as BufferId).rev().collect(),
-            taken: vec![false; count],
             refused: 0,
         }
     }
 
     /// Buffers in the pool.
     pub fn count(&self) -> usize {
-        self.taken.len()
+        self.buffers.len()
     }
 
     /// The whole area, to lend to the kernel as a UMEM: page-aligned, `count() *
@@ -149,13 +165,26 @@ impl Pool {
         NonNull::slice_from_raw_parts(self.area, self.area_len)
     }
 
+    /// Buffer `i`, if taken.
+    #[inline]
+    fn taken(&self, i: usize) -> Option<&Buffer> {
+        self.buffers.get(i).filter(|b| b.taken)
+    }
+
     fn is_taken(&self, i: usize) -> bool {
-        self.taken.get(i).copied().unwrap_or(false)
+        self.taken(i).is_some()
     }
 
     /// Where buffer `i`'s frame starts, and the room from there to the buffer's end.
     fn span(&self, i: usize) -> (*mut u8, usize) {
-        let offset = self.offsets[i] as usize;
+        self.span_at(i, self.buffers[i].offset)
+    }
+
+    /// [`Pool::span`] of buffer `i` whose frame starts at `offset` (less than the
+    /// buffer's size).
+    #[inline]
+    fn span_at(&self, i: usize, offset: u32) -> (*mut u8, usize) {
+        let offset = offset as usize;
         (
             // In bounds: `i < count` and `offset < size`, so the pointer stays in the area.
             self.area.as_ptr().wrapping_add(i * self.size + offset),
@@ -180,16 +209,16 @@ impl Pool {
             return false;
         }
         let offset = offset.min(self.size - 1);
-        self.offsets[i] = offset as u32;
-        self.lens[i] = len.min(self.size - offset) as u32;
+        let b = &mut self.buffers[i];
+        b.offset = offset as u32;
+        b.len = len.min(self.size - offset) as u32;
         true
     }
 
     /// Where buffer `id`'s frame starts in it, and its length (`None` if not taken).
     pub fn placement(&self, id: BufferId) -> Option<(usize, usize)> {
-        let i = id as usize;
-        self.is_taken(i)
-            .then(|| (self.offsets[i] as usize, self.lens[i] as usize))
+        self.taken(id as usize)
+            .map(|b| (b.offset as usize, b.len as usize))
     }
 
     /// Bytes a buffer holds at most.
@@ -213,10 +242,10 @@ impl Pool {
         let n = n.min(self.free.len());
         let from = self.free.len() - n;
         for &id in &self.free[from..] {
-            self.taken[id as usize] = true;
-            self.lens[id as usize] = 0;
-            self.offsets[id as usize] = 0;
-            self.offloads[id as usize] = Offload::NONE;
+            self.buffers[id as usize] = Buffer {
+                taken: true,
+                ..Buffer::EMPTY
+            };
         }
         out.extend(self.free.drain(from..).rev());
         n
@@ -226,9 +255,9 @@ impl Pool {
     /// range) is refused and counted.
     pub fn free(&mut self, ids: &[BufferId]) {
         for &id in ids {
-            match self.taken.get_mut(id as usize) {
-                Some(t) if *t => {
-                    *t = false;
+            match self.buffers.get_mut(id as usize) {
+                Some(b) if b.taken => {
+                    b.taken = false;
                     self.free.push(id);
                 }
                 _ => self.refused += 1,
@@ -236,9 +265,11 @@ impl Pool {
         }
     }
 
-    /// The first `len` bytes of buffer `i`'s frame span (`len` within its room).
-    fn bytes(&self, i: usize, len: usize) -> &[u8] {
-        let (start, room) = self.span(i);
+    /// The first `len` bytes of buffer `i`'s frame span, which starts at `offset` (`len`
+    /// within its room).
+    #[inline]
+    fn bytes(&self, i: usize, offset: u32, len: usize) -> &[u8] {
+        let (start, room) = self.span_at(i, offset);
         debug_assert!(len <= room);
         // SAFETY: buffer `i` is taken (every caller checked), so neither the pool nor the
         // kernel writes it but through `self`; the span lies inside the area, which lives
@@ -247,8 +278,9 @@ impl Pool {
     }
 
     /// As [`Pool::bytes`], to change.
-    fn bytes_mut(&mut self, i: usize, len: usize) -> &mut [u8] {
-        let (start, room) = self.span(i);
+    #[inline]
+    fn bytes_mut(&mut self, i: usize, offset: u32, len: usize) -> &mut [u8] {
+        let (start, room) = self.span_at(i, offset);
         debug_assert!(len <= room);
         // SAFETY: as in `bytes`; the pool is borrowed mutably, so this is the only
         // reference to the span while it lives.
@@ -256,22 +288,23 @@ impl Pool {
     }
 
     /// The frame in buffer `id` (empty if it is not taken).
+    #[inline]
     pub fn frame(&self, id: BufferId) -> &[u8] {
         let i = id as usize;
-        if !self.is_taken(i) {
-            return &[];
+        match self.taken(i) {
+            Some(b) => self.bytes(i, b.offset, b.len as usize),
+            None => &[],
         }
-        self.bytes(i, self.lens[i] as usize)
     }
 
     /// The frame in buffer `id`, to change in place (empty if it is not taken).
+    #[inline]
     pub fn frame_mut(&mut self, id: BufferId) -> &mut [u8] {
         let i = id as usize;
-        if !self.is_taken(i) {
-            return &mut [];
+        match self.taken(i).copied() {
+            Some(b) => self.bytes_mut(i, b.offset, b.len as usize),
+            None => &mut [],
         }
-        let len = self.lens[i] as usize;
-        self.bytes_mut(i, len)
     }
 
     /// Sets the length of buffer `id`'s frame to `len` (at most the room from its start
@@ -279,24 +312,24 @@ impl Pool {
     /// returns the frame. Empty if `id` is not taken.
     pub fn resize(&mut self, id: BufferId, len: usize) -> &mut [u8] {
         let i = id as usize;
-        if !self.is_taken(i) {
+        let Some(&b) = self.taken(i) else {
             return &mut [];
-        }
-        let len = len.min(self.size - self.offsets[i] as usize);
-        self.lens[i] = len as u32;
-        self.bytes_mut(i, len)
+        };
+        let len = len.min(self.size - b.offset as usize);
+        self.buffers[i].len = len as u32;
+        self.bytes_mut(i, b.offset, len)
     }
 
     /// Puts `frame` in buffer `id`, cut to the buffer's room; returns the bytes kept (0 if
     /// the buffer is not taken).
     pub fn fill(&mut self, id: BufferId, frame: &[u8]) -> usize {
         let i = id as usize;
-        if !self.is_taken(i) {
+        let Some(&b) = self.taken(i) else {
             return 0;
-        }
-        let n = frame.len().min(self.size - self.offsets[i] as usize);
-        self.bytes_mut(i, n).copy_from_slice(&frame[..n]);
-        self.lens[i] = n as u32;
+        };
+        let n = frame.len().min(self.size - b.offset as usize);
+        self.bytes_mut(i, b.offset, n).copy_from_slice(&frame[..n]);
+        self.buffers[i].len = n as u32;
         n
     }
 
@@ -304,20 +337,18 @@ impl Pool {
     /// buffer taken from the pool starts with nothing.
     #[inline]
     pub fn offload(&self, id: BufferId) -> Offload {
-        match self.taken.get(id as usize) {
-            Some(true) => self.offloads[id as usize],
-            _ => Offload::NONE,
-        }
+        self.taken(id as usize).map_or(Offload::NONE, |b| b.offload)
     }
 
     /// Sets what buffer `id`'s frame leaves to be done; false if it is not taken.
     pub fn set_offload(&mut self, id: BufferId, offload: Offload) -> bool {
-        let i = id as usize;
-        if !self.is_taken(i) {
-            return false;
+        match self.buffers.get_mut(id as usize) {
+            Some(b) if b.taken => {
+                b.offload = offload;
+                true
+            }
+            _ => false,
         }
-        self.offloads[i] = offload;
-        true
     }
 }
 
