@@ -367,6 +367,17 @@ impl Conntrack {
     /// confirmed).
     #[inline]
     pub fn connection(&self, t: &Tracked) -> Option<&Connection> {
+        // (A connection entered, most packets', told apart first, without the match's
+        // jump.)
+        if let At::Entry(slot) = t.at {
+            return self.slots.get(slot as usize)?.as_ref();
+        }
+        self.connection_elsewhere(t)
+    }
+
+    /// [`Conntrack::connection`] of a packet whose connection is not entered: pending in
+    /// the vector, or ended by it.
+    fn connection_elsewhere(&self, t: &Tracked) -> Option<&Connection> {
         match t.at {
             At::Entry(slot) => self.slots.get(slot as usize)?.as_ref(),
             At::Pending(ticket) => match self.pending.iter().find(|p| p.0 == ticket) {

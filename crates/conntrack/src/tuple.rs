@@ -405,42 +405,77 @@ pub(crate) fn key(ip: &[u8], n: &Network) -> Option<[u64; 5]> {
     ])
 }
 
-/// `sum` plus the 16-bit big-endian words of `bytes` (an odd last byte padded with
-/// zero), unfolded: read four bytes at a time, as ones' complement arithmetic allows
-/// (a 32-bit word is its two halves once folded).
-#[inline]
-fn add_words(mut sum: u64, bytes: &[u8]) -> u64 {
-    let mut quads = bytes.chunks_exact(4);
-    for q in &mut quads {
-        sum += u64::from(u32::from_be_bytes([q[0], q[1], q[2], q[3]]));
+/// `a + b` with the carry out added back in (ones' complement addition on 64 bits;
+/// no second carry: a sum that carried is at most 2^64 - 2).
+#[inline(always)]
+fn add_carry(a: u64, b: u64) -> u64 {
+    let (sum, carried) = a.overflowing_add(b);
+    sum + u64::from(carried)
+}
+
+/// The ones' complement sum of `bytes` read as the machine reads them: 64-bit words,
+/// then a 32-bit and a 16-bit one, then an odd last byte as the first of a 16-bit word.
+/// Nothing needs swapping on the way: each is its 16-bit words as they lie, and a sum of
+/// words read with their bytes swapped is the sum swapped (RFC 1071).
+#[inline(always)]
+fn sum_as_read(bytes: &[u8]) -> u64 {
+    let mut eights = bytes.chunks_exact(8);
+    let mut sum = 0;
+    for e in &mut eights {
+        let word = u64::from_ne_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]);
+        sum = add_carry(sum, word);
     }
-    let mut words = quads.remainder().chunks_exact(2);
-    for w in &mut words {
-        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    let mut rest = eights.remainder();
+    if let [a, b, c, d, more @ ..] = rest {
+        sum = add_carry(sum, u64::from(u32::from_ne_bytes([*a, *b, *c, *d])));
+        rest = more;
     }
-    if let [last] = words.remainder() {
-        sum += u64::from(*last) << 8;
+    if let [a, b, more @ ..] = rest {
+        sum = add_carry(sum, u64::from(u16::from_ne_bytes([*a, *b])));
+        rest = more;
+    }
+    if let [a] = rest {
+        sum = add_carry(sum, u64::from(u16::from_ne_bytes([*a, 0])));
     }
     sum
+}
+
+/// `sum` folded to 16 bits, each carry out added back in: from 64 bits to 33, to 32,
+/// to 17, to 16, without a loop.
+#[inline(always)]
+fn fold(sum: u64) -> u16 {
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    let sum = (sum & 0xffff) + (sum >> 16);
+    ((sum & 0xffff) + (sum >> 16)) as u16
 }
 
 /// The Internet checksum of a transport segment with its pseudo-header, as it reads
 /// when the segment is whole and correct: 0 means good.
 pub(crate) fn transport_checksum(ip: &[u8], n: &Network) -> u16 {
     let segment = &ip[n.transport..n.len];
-    // The pseudo-header's length and protocol, as numbers (their words' sum).
-    let mut sum = if n.v6 {
-        add_words(segment.len() as u64 + u64::from(n.protocol), &ip[8..40])
-    } else if n.protocol != ICMP {
-        add_words(segment.len() as u64 + u64::from(n.protocol), &ip[12..20])
-    } else {
-        0
+    // The pseudo-header's addresses (at their fixed sizes) and the segment, as they
+    // lie.
+    let addresses = match (n.v6, n.protocol) {
+        (true, _) => <&[u8; 32]>::try_from(&ip[8..40]).map_or(0, |a| {
+            let word = |i: usize| u64::from_ne_bytes(std::array::from_fn(|k| a[i + k]));
+            add_carry(add_carry(word(0), word(8)), add_carry(word(16), word(24)))
+        }),
+        (false, ICMP) => 0,
+        (false, _) => <&[u8; 8]>::try_from(&ip[12..20]).map_or(0, |a| {
+            u64::from(u32::from_ne_bytes([a[0], a[1], a[2], a[3]]))
+                + u64::from(u32::from_ne_bytes([a[4], a[5], a[6], a[7]]))
+        }),
     };
-    sum = add_words(sum, segment);
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
+    let mut sum = add_carry(addresses, sum_as_read(segment));
+    // The pseudo-header's length and protocol, as numbers (their words' sum) laid out
+    // in the network's order, read as the rest was.
+    if n.v6 || n.protocol != ICMP {
+        let numbers = segment.len() as u32 + u32::from(n.protocol);
+        sum = add_carry(sum, u64::from(u32::from_ne_bytes(numbers.to_be_bytes())));
     }
-    !(sum as u16)
+    // Folded, then in the network's order.
+    !u16::from_be_bytes(fold(sum).to_ne_bytes())
 }
 
 #[cfg(test)]
