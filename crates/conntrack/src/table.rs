@@ -697,10 +697,18 @@ impl Conntrack {
     /// The packet passed every hook: the connection it made, if any, is entered. False
     /// if it cannot be, another connection of the vector holding one of its tuples by
     /// now with another binding: the kernel drops the packet (`insert_failed`).
+    #[inline]
     pub fn confirm(&mut self, t: &Tracked) -> bool {
-        let At::Pending(ticket) = t.at else {
-            return true;
-        };
+        // (Most packets' connections are entered already: told so here, without the
+        // call.)
+        match t.at {
+            At::Pending(ticket) => self.confirm_pending(ticket),
+            _ => true,
+        }
+    }
+
+    /// [`Conntrack::confirm`] of a packet whose connection is pending under `ticket`.
+    fn confirm_pending(&mut self, ticket: u64) -> bool {
         let Some(k) = self.pending.iter().position(|p| p.0 == ticket) else {
             return true;
         };
