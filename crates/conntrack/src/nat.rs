@@ -827,6 +827,7 @@ impl Conntrack {
     /// Whether a packet of a masqueraded connection, in its original direction, leaves
     /// by another link than the one it was masqueraded out of (`nf_nat_oif_changed`):
     /// the kernel ends the connection ([`Conntrack::end`]) and drops the packet.
+    #[inline]
     pub fn left_its_link(&self, t: &Tracked, oif: u32) -> bool {
         // (ICMP errors RELATED to it are not held to it, as the kernel's error path.)
         t.state() != State::Related
