@@ -573,6 +573,10 @@ impl Pipeline {
         packets: &[BufferId],
         fates: &[Fate],
     ) {
+        // (Most vectors have none of either: nothing to look through.)
+        if self.errors.is_empty() && !fates.iter().any(|f| matches!(f, Fate::Kernel(_))) {
+            return;
+        }
         for (i, t) in self.tracks.iter().enumerate() {
             let Some(t) = t else { continue };
             // An error, a reject's too, is translated back as the kernel's NAT
