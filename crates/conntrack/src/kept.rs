@@ -76,12 +76,7 @@ impl Conntrack {
     /// leaving by, if kept under `epoch` in `t`'s state.
     #[inline]
     pub fn kept(&self, t: &Tracked, epoch: Epoch) -> Option<(u32, u32)> {
-        let dir = usize::from(t.reply());
-        let want = bits(t.state(), dir)?;
-        let k = self.connection(t)?.kept;
-        let mine = (1 << dir) | (1 << (dir + 2));
-        (k.stamp >> FLAGS << FLAGS == epoch.0 && k.stamp & mine == want)
-            .then_some((k.links[dir][0], k.links[dir][1]))
+        self.keeping(t, epoch, false).1
     }
 
     /// Whether a verdict may be kept for `t`'s direction at all, and the links it was
