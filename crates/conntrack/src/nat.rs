@@ -596,11 +596,15 @@ fn rewrite_whole(ip: &mut [u8], n: &Network, addr: &[u8; 16], port: u16, m: Mani
         return false;
     };
     // The address's words, old complemented and new, summed a 32-bit word at a time
-    // (at the address's fixed size, without a loop).
+    // (at the address's fixed size, without a loop). Sizes that differ (never: both are
+    // the family's) leave the packet to the general rewrite.
     let delta = if n.v6 {
         address_delta::<16>(old, new)
     } else {
         address_delta::<4>(old, new)
+    };
+    let Some(delta) = delta else {
+        return false;
     };
     let half = |ip: &[u8], at: usize| u16::from_ne_bytes([ip[at], ip[at + 1]]);
     let field = half(ip, csum_at);
@@ -624,18 +628,20 @@ fn rewrite_whole(ip: &mut [u8], n: &Network, addr: &[u8; 16], port: u16, m: Mani
 }
 
 /// The sum of the 32-bit words of `old` complemented and of `new` (each `N` bytes, read
-/// in the machine's order): what a checksum gains when `old` becomes `new`.
+/// in the machine's order): what a checksum gains when `old` becomes `new`. `None` if
+/// either is not `N` bytes.
 #[inline]
-fn address_delta<const N: usize>(old: &[u8], new: &[u8]) -> u64 {
+fn address_delta<const N: usize>(old: &[u8], new: &[u8]) -> Option<u64> {
     let (Ok(old), Ok(new)) = (<[u8; N]>::try_from(old), <[u8; N]>::try_from(new)) else {
-        return 0;
+        return None;
     };
     let word =
         |b: &[u8; N], i: usize| u64::from(u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]));
     (0..N)
         .step_by(4)
         .map(|i| (0xffff_ffff - word(&old, i)) + word(&new, i))
-        .sum()
+        .sum::<u64>()
+        .into()
 }
 
 /// [`fold`] of a sum of up to 2^32 32-bit words: 2^32 is 1 in ones' complement
