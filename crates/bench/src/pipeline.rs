@@ -382,36 +382,49 @@ struct Lane<'a> {
 }
 
 /// What a lane's packets meet: the router's rules, and whether their connections are
-/// tracked (in a table of the lane's own).
+/// tracked: in a table of the lane's own, or in `shared`, one table every lane takes
+/// once a vector, as the daemon's workers share theirs.
 #[derive(Clone, Default)]
 struct Firewall {
     rules: Arc<Filter>,
     tracked: bool,
+    shared: Option<Arc<Mutex<fibre_conntrack::Conntrack>>>,
+    /// Each lane forwards flows of its own (a share of them), as a router's workers
+    /// each get theirs from the links' steering; else every lane all of them, from its
+    /// own place.
+    disjoint: bool,
+}
+
+/// The table of a lane whose connections are tracked: room for the study's largest
+/// number of connections.
+fn lane_table() -> fibre_conntrack::Conntrack {
+    let mut settings = fibre_conntrack::Settings::kernel_defaults();
+    settings.max = 4 << 20;
+    fibre_conntrack::Conntrack::new(settings)
 }
 
 impl<'a> Lane<'a> {
     fn new(
         router: &'a Router,
-        flows: &'a Flows,
+        frames: &'a [[u8; 64]],
+        len: usize,
         pool: usize,
         first: usize,
         firewall: &Firewall,
     ) -> Lane<'a> {
-        let frames = &flows.frames[..];
         let mut pipeline = Pipeline::new();
         pipeline.rules = firewall.rules.clone();
         if firewall.tracked {
-            let mut settings = fibre_conntrack::Settings::kernel_defaults();
-            settings.max = 4 << 20;
             pipeline.tracked = 3;
-            pipeline.conntrack = Some(Arc::new(Mutex::new(fibre_conntrack::Conntrack::new(
-                settings,
-            ))));
+            pipeline.conntrack = Some(match &firewall.shared {
+                Some(table) => table.clone(),
+                None => Arc::new(Mutex::new(lane_table())),
+            });
         }
         Lane {
             router,
             frames,
-            len: flows.len,
+            len,
             next: first % frames.len().max(1),
             pipeline,
             pool: Pool::new(pool.max(256), 2048),
@@ -511,7 +524,14 @@ fn measure_lanes(
             repetitions: reps,
             threads,
         },
-        |t| Lane::new(router, flows, cfg.pool, t * per_thread, firewall),
+        |t| {
+            let (frames, first) = if firewall.disjoint && per_thread > 0 {
+                (&flows.frames[t * per_thread..(t + 1) * per_thread], 0)
+            } else {
+                (&flows.frames[..], t * per_thread)
+            };
+            Lane::new(router, frames, flows.len, cfg.pool, first, firewall)
+        },
         |lane, rep| {
             let n = lane.forward(cfg.packets, vector);
             let mut ns = [0.0; STAGES.len()];
@@ -627,10 +647,7 @@ pub fn pipeline_study(
     }
     let mhz = fibre_dataplane::runtime::cpu_mhz();
     let cycles = |ns: f64| mhz.map(|m| ns * m / 1e3);
-    let no_rules = Firewall {
-        rules: Arc::new(Filter::default()),
-        tracked: false,
-    };
+    let no_rules = Firewall::default();
     let mut threads: Vec<usize> = cfg.threads.clone();
     threads.sort_unstable();
     threads.dedup();
@@ -702,7 +719,7 @@ pub fn pipeline_study(
             }
             let firewall = Firewall {
                 rules: Arc::new(filter),
-                tracked: false,
+                ..Firewall::default()
             };
             let m = measure_lanes(router, flows, &c, 1, cfg.vector, &firewall)?;
             let mut f = base(family, routes, 1, cfg.vector);
@@ -734,6 +751,7 @@ pub fn pipeline_study(
             let firewall = Firewall {
                 rules: Arc::new(rules),
                 tracked: true,
+                ..Firewall::default()
             };
             let m = measure_lanes(router, &many, cfg, 1, cfg.vector, &firewall)?;
             let mut f = base(family, routes, 1, cfg.vector);
@@ -760,6 +778,54 @@ pub fn pipeline_study(
                 .map(|(n, s)| (n.to_string(), json!(s.mean)))
                 .collect();
             emit(f);
+        }
+    }
+    connections_by_workers(router, flows, routes, cfg, &threads, emit, step)
+}
+
+/// The connections study's last mode (masqueraded behind 1,000 rules) on each number of
+/// threads past one, each thread forwarding flows of its own: its connections tracked in
+/// a table of each thread's own, and in one table every thread takes once a vector (as
+/// the daemon's workers share theirs). All packets over the wall time.
+fn connections_by_workers(
+    router: &Router,
+    flows: &Flows,
+    routes: usize,
+    cfg: &PipelineConfig,
+    threads: &[usize],
+    emit: &mut dyn FnMut(Value),
+    step: &mut dyn FnMut(&str),
+) -> Result<(), String> {
+    let family = flows.family;
+    if threads.iter().all(|&t| t < 2) {
+        return Ok(());
+    }
+    let rules = Arc::new(connection_rules(1000, true, family));
+    for &n in &cfg.connections {
+        let many = flows.with_count(n);
+        for &t in threads {
+            if n < t {
+                continue;
+            }
+            for table in ["own", "shared"] {
+                step(&format!(
+                    "IPv{family}: {n} connections, {t} threads, {table} table"
+                ));
+                let firewall = Firewall {
+                    rules: rules.clone(),
+                    tracked: true,
+                    shared: (table == "shared").then(|| Arc::new(Mutex::new(lane_table()))),
+                    disjoint: true,
+                };
+                let m = measure_lanes(router, &many, cfg, t, cfg.vector, &firewall)?;
+                let mut f = base(family, routes, t, cfg.vector);
+                f["metric"] = json!("connections-workers");
+                f["connections"] = json!(n);
+                f["table"] = json!(table);
+                f["throughput_ns"] = json!(m.throughput.mean);
+                f["mpps"] = json!(1e3 / m.throughput.mean);
+                emit(f);
+            }
         }
     }
     Ok(())
@@ -1055,6 +1121,7 @@ pub fn markdown(figures: &[Value]) -> String {
         }
         let _ = writeln!(md);
     }
+    connections_by_workers_table(figures, &mut md);
     let kernel_filter: Vec<&Value> = of(figures, "veth-filter", None).collect();
     if !kernel_filter.is_empty() {
         let _ = writeln!(
@@ -1514,6 +1581,50 @@ fn line_plot(
     Ok(())
 }
 
+/// The table of [`connections_by_workers`]: per family, number of connections and of
+/// threads, the rate with a table each and with one shared, and their ratio.
+fn connections_by_workers_table(figures: &[Value], md: &mut String) {
+    let rows: Vec<&Value> = of(figures, "pipeline", Some("connections-workers")).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## In memory, by threads: connections in a table each, or in one shared\n\n\
+         The connections study's `masquerade, 1000 rules`, each thread on a core of its own \
+         forwarding flows of its own. Its connections tracked in a table of each thread's \
+         own (what a table per worker, with both directions steered to it, would give), or \
+         in one table every thread takes once a vector, as the daemon's workers share \
+         theirs. Millions of packets a second, all threads' packets over the wall time.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| family | connections | threads | a table each, Mpps | one shared, Mpps | shared / each |\n\
+         |---|---:|---:|---:|---:|---:|"
+    );
+    for f in rows.iter().filter(|f| f["table"] == "own") {
+        let shared = rows.iter().find(|g| {
+            g["table"] == "shared"
+                && g["family"] == f["family"]
+                && g["connections"] == f["connections"]
+                && g["threads"] == f["threads"]
+        });
+        let (own, one) = (num(&f["mpps"]), shared.and_then(|g| num(&g["mpps"])));
+        let ratio = own.zip(one).map(|(a, b)| b / a);
+        let _ = writeln!(
+            md,
+            "| IPv{} | {} | {} | {} | {} | {} |",
+            f["family"],
+            f["connections"],
+            f["threads"],
+            show(own, 2),
+            show(one, 2),
+            show(ratio, 2)
+        );
+    }
+    let _ = writeln!(md);
+}
+
 /// The kernel's masquerade taken apart by the connections it holds
 /// (`veth-components-flows`), beside fibre's packet masqueraded in memory at as many
 /// connections (the connections study).
@@ -1740,7 +1851,14 @@ mod tests {
         ] {
             assert_eq!(flows.left_out, 0, "every matched address is routed");
             assert_eq!(flows.frames.len(), 500);
-            let mut lane = Lane::new(&router, &flows, 1024, 0, &Firewall::default());
+            let mut lane = Lane::new(
+                &router,
+                &flows.frames,
+                flows.len,
+                1024,
+                0,
+                &Firewall::default(),
+            );
             assert_eq!(lane.forward(1000, 64), 1000);
             assert_eq!(lane.strays, 0);
             let p = &lane.pipeline;
