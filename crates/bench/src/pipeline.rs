@@ -1930,6 +1930,33 @@ mod tests {
         assert!(md.contains("| 16 | – | 120.50 |"), "{md}");
     }
 
+    #[test]
+    fn the_workers_table_sets_a_shared_table_beside_a_table_each() {
+        let row = |threads: u64, table: &str, mpps: f64| {
+            json!({"study": "pipeline", "family": 4, "metric": "connections-workers",
+                   "threads": threads, "connections": 1000, "table": table, "mpps": mpps})
+        };
+        let figures = vec![
+            row(1, "own", 8.0),
+            row(1, "shared", 8.0),
+            row(2, "own", 16.0),
+            row(2, "shared", 4.0),
+            // A table each without its shared counterpart: shown, with no ratio.
+            json!({"study": "pipeline", "family": 6, "metric": "connections-workers",
+                   "threads": 2, "connections": 1000, "table": "own", "mpps": 15.0}),
+        ];
+        let md = markdown(&figures);
+        assert!(
+            md.contains("| IPv4 | 1000 | 1 | 8.00 | 8.00 | 1.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| IPv4 | 1000 | 2 | 16.00 | 4.00 | 0.25 |"),
+            "{md}"
+        );
+        assert!(md.contains("| IPv6 | 1000 | 2 | 15.00 | – | – |"), "{md}");
+    }
+
     /// The component model's table: the kernel's components as measured, the model's
     /// prediction for the last configuration (the one before plus its rules at what
     /// each costs over veth), its rate, and fibre's beside it.
