@@ -12,7 +12,7 @@
 //! refused, naming each such part.
 
 use fibre_dataplane::capture::{fate_name, read_capture, SentCapture};
-use fibre_dataplane::icmp::{Limits, RateLimit};
+use fibre_dataplane::icmp::{Hops, Limits, RateLimit};
 use fibre_dataplane::neighbour::StaticNeighbours;
 use fibre_dataplane::offline::{self, VECTOR};
 use fibre_dataplane::pipeline::{Arrival, Pipeline};
@@ -198,6 +198,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     // Errors limited as this machine's kernel limits them.
     pipeline.limit = RateLimit::new(&Limits::read());
+    pipeline.hops = Hops::read();
     let (fates, sent) = offline::forward(
         &mut pipeline,
         &snap,

@@ -10,7 +10,7 @@
 use fibre_conntrack::{Conntrack, Settings};
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::express::Generation;
-use fibre_dataplane::icmp::Limits;
+use fibre_dataplane::icmp::{Hops, Limits};
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{Counters, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::workers::IoMode;
@@ -142,7 +142,7 @@ impl Forwarding {
         let mut options = options;
         let chosen = Forwarding::choose(mirror, &links, &mut options);
         // The namespace's settings: the daemon entered it before any thread started.
-        let shared = Arc::new(Shared::new(fib, Limits::read()));
+        let shared = Arc::new(Shared::new(fib, Limits::read(), Hops::read()));
         follow_conntrack_settings(&shared)?;
         let mut takeover = take_over_connections(&shared);
         // No express path yet: nothing to retire.

@@ -907,6 +907,10 @@ fn router_and_hosts(config: &str, ruleset: &str) -> (Namespace, Namespace) {
         ("net.ipv6.icmp.ratelimit", "0"),
         ("net.ipv4.icmp_msgs_per_sec", "10000000"),
         ("net.ipv4.icmp_msgs_burst", "10000000"),
+        // The hop counts of what the router makes (errors, resets) not the defaults,
+        // so that fibre's must follow them: links made from here on take `default`'s.
+        ("net.ipv4.ip_default_ttl", "77"),
+        ("net.ipv6.conf.default.hop_limit", "66"),
     ] {
         router.sysctl(k, v).unwrap();
     }
@@ -916,6 +920,8 @@ fn router_and_hosts(config: &str, ruleset: &str) -> (Namespace, Namespace) {
         .unwrap();
     router.batch("link set lo up\n").unwrap();
     router.batch(config).unwrap();
+    // One link's own, another's its default.
+    router.sysctl("net.ipv6.conf.a0.hop_limit", "55").unwrap();
     if let Err(e) = router.nft(&["-f", "-"], ruleset) {
         panic!("nft refused the ruleset: {e}\n{ruleset}");
     }

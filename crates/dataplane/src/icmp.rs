@@ -8,10 +8,11 @@
 //!   other than the first;
 //! - the error goes back to the packet's source from the address the route back to it
 //!   gives (the kernel's default, `icmp_errors_use_inbound_ifaddr=0`);
-//! - IPv4: TOS the packet's with precedence "internetwork control", TTL 64, DF clear, and
-//!   as much of the packet as fits in 576 bytes (RFC 1812, 4.3.2.3);
-//! - IPv6: traffic class 0, hop limit 64, and as much of the packet as fits in 1280 bytes
-//!   (RFC 4443, 2.4).
+//! - IPv4: TOS the packet's with precedence "internetwork control", the namespace's
+//!   default TTL ([`Hops`]), DF clear, and as much of the packet as fits in 576 bytes
+//!   (RFC 1812, 4.3.2.3);
+//! - IPv6: traffic class 0, the hop limit of the link it leaves by ([`Hops`]), and as
+//!   much of the packet as fits in 1280 bytes (RFC 4443, 2.4).
 //!
 //! The limits are the kernel's (its settings read from `/proc/sys` where a namespace has
 //! them, [`Limits::read`]), checked in its order (`__icmp_send`, `icmp6_send`):
@@ -48,9 +49,79 @@ use std::time::Instant;
 pub const IPV4_ERROR_MAX: usize = 576;
 /// Bytes an IPv6 error may have in all: the minimum MTU (RFC 4443, 2.4).
 pub const IPV6_ERROR_MAX: usize = 1280;
-/// The TTL and hop limit errors leave with (`net.ipv4.ip_default_ttl`,
-/// `net.ipv6.conf.*.hop_limit`).
-pub const ERROR_HOPS: u8 = 64;
+/// The TTL and hop limit the router's own packets leave with, as the kernel's settings
+/// give them: IPv4's `net.ipv4.ip_default_ttl` (`ip4_dst_hoplimit`), IPv6's the
+/// `hop_limit` of the link the packet leaves by (`ip6_dst_hoplimit`: the link's
+/// `net.ipv6.conf.LINK.hop_limit`; a link made since they were read has `default`'s, as
+/// the kernel gives a new link). A route's own `hoplimit` metric, which the kernel puts
+/// first, is not followed. Read when the router starts, as the error limits are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hops {
+    /// The TTL of IPv4 packets.
+    pub ipv4: u8,
+    /// The hop limit of IPv6 packets leaving by a link not in `ipv6_links`.
+    pub ipv6_default: u8,
+    /// The hop limit of IPv6 packets leaving by each link, by name.
+    pub ipv6_links: Vec<(String, u8)>,
+}
+
+impl Default for Hops {
+    /// The kernel's defaults: 64 both.
+    fn default() -> Hops {
+        Hops {
+            ipv4: 64,
+            ipv6_default: 64,
+            ipv6_links: Vec::new(),
+        }
+    }
+}
+
+impl Hops {
+    /// The settings of the calling thread's network namespace, from `/proc/sys/net`; the
+    /// defaults for any that cannot be read.
+    pub fn read() -> Hops {
+        Hops::read_from(std::path::Path::new("/proc/sys/net"))
+    }
+
+    /// [`Hops::read`] from the tree `net` (laid out as `/proc/sys/net`).
+    pub fn read_from(net: &std::path::Path) -> Hops {
+        // (The kernel takes 1 to 255 for either.)
+        let value = |path: std::path::PathBuf| -> Option<u8> {
+            std::fs::read_to_string(path)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&v| v != 0)
+        };
+        let d = Hops::default();
+        let conf = net.join("ipv6/conf");
+        let mut ipv6_links: Vec<(String, u8)> = std::fs::read_dir(&conf)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let hops = value(e.path().join("hop_limit"))?;
+                (name != "all" && name != "default").then_some((name, hops))
+            })
+            .collect();
+        ipv6_links.sort();
+        Hops {
+            ipv4: value(net.join("ipv4/ip_default_ttl")).unwrap_or(d.ipv4),
+            ipv6_default: value(conf.join("default/hop_limit")).unwrap_or(d.ipv6_default),
+            ipv6_links,
+        }
+    }
+
+    /// The hop limit of IPv6 packets leaving by the link named `link`.
+    pub fn ipv6(&self, link: &str) -> u8 {
+        self.ipv6_links
+            .iter()
+            .find(|(name, _)| name == link)
+            .map_or(self.ipv6_default, |&(_, hops)| hops)
+    }
+}
 
 /// An error a packet is answered with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -282,8 +353,8 @@ fn transport_v6(ip: &[u8]) -> Option<(u8, usize, usize)> {
 
 /// Makes, in place of the IPv4 packet in `buffer` (a whole packet buffer, holding the
 /// received frame: its Ethernet header, then `ip_len` bytes of packet), the ICMP `error`
-/// answering it, from `src`, with IP identification `id`; `mtu` goes in a fragmentation
-/// needed error. The Ethernet addresses are left for the caller. Returns the error's
+/// answering it, from `src`, with IP identification `id` and TTL `ttl`; `mtu` goes in a
+/// fragmentation needed error. The Ethernet addresses are left for the caller. Returns the error's
 /// frame length; `None` if `buffer` does not hold the packet.
 pub fn answer_v4(
     buffer: &mut [u8],
@@ -292,6 +363,7 @@ pub fn answer_v4(
     mtu: u32,
     src: Ipv4Addr,
     id: u16,
+    ttl: u8,
 ) -> Option<usize> {
     const AT: usize = ETHERNET_LEN + 20 + 8;
     if buffer.len() < AT {
@@ -312,7 +384,7 @@ pub fn answer_v4(
     ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
     ip[4..6].copy_from_slice(&id.to_be_bytes());
     ip[6..8].fill(0);
-    ip[8] = ERROR_HOPS;
+    ip[8] = ttl;
     ip[9] = 1;
     ip[10..12].fill(0);
     ip[12..16].copy_from_slice(&src.octets());
@@ -331,8 +403,8 @@ pub fn answer_v4(
 }
 
 /// Makes, in place of the IPv6 packet in `buffer` (as [`answer_v4`]; `ip_len` counts the
-/// fixed header), the ICMPv6 `error` answering it, from `src`; `mtu` goes in a packet
-/// too big error. Returns the error's frame length; `None` if `buffer` does not hold the
+/// fixed header), the ICMPv6 `error` answering it, from `src`, with hop limit
+/// `hop_limit`; `mtu` goes in a packet too big error. Returns the error's frame length; `None` if `buffer` does not hold the
 /// packet.
 pub fn answer_v6(
     buffer: &mut [u8],
@@ -340,6 +412,7 @@ pub fn answer_v6(
     error: Error,
     mtu: u32,
     src: Ipv6Addr,
+    hop_limit: u8,
 ) -> Option<usize> {
     const AT: usize = ETHERNET_LEN + 40 + 8;
     if buffer.len() < AT {
@@ -358,7 +431,7 @@ pub fn answer_v6(
     ip[..4].copy_from_slice(&[0x60, 0, 0, 0]);
     ip[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
     ip[6] = 58;
-    ip[7] = ERROR_HOPS;
+    ip[7] = hop_limit;
     ip[8..24].copy_from_slice(&src.octets());
     ip[24..40].copy_from_slice(&dst);
     let (kind, code) = error.icmpv6();
@@ -710,7 +783,8 @@ mod tests {
             let ip_len = frame.len() - ETHERNET_LEN;
             let mut buffer = frame.clone();
             buffer.resize(2048, 0);
-            let len = answer_v4(&mut buffer, ip_len, error, mtu, [10, 0, 0, 1].into(), 7).unwrap();
+            let len =
+                answer_v4(&mut buffer, ip_len, error, mtu, [10, 0, 0, 1].into(), 7, 71).unwrap();
             assert_eq!(len - ETHERNET_LEN, (ip_len + 28).min(576), "{error:?}");
             let p = SlicedPacket::from_ethernet(&buffer[..len]).unwrap();
             let Some(etherparse::NetSlice::Ipv4(ip)) = p.net else {
@@ -721,7 +795,7 @@ mod tests {
             assert_eq!(h.destination, [198, 51, 100, 7]);
             assert_eq!(
                 (h.time_to_live, h.dont_fragment, h.dscp.value()),
-                (64, false, 48)
+                (71, false, 48)
             );
             assert_eq!(h.header_checksum, h.calc_header_checksum());
             let Some(TransportSlice::Icmpv4(icmp)) = p.transport else {
@@ -771,7 +845,7 @@ mod tests {
             let ip_len = frame.len() - ETHERNET_LEN;
             let mut buffer = frame.clone();
             buffer.resize(2048, 0);
-            let len = answer_v6(&mut buffer, ip_len, error, mtu, router).unwrap();
+            let len = answer_v6(&mut buffer, ip_len, error, mtu, router, 66).unwrap();
             assert_eq!(len - ETHERNET_LEN, (ip_len + 48).min(1280), "{error:?}");
             let p = SlicedPacket::from_ethernet(&buffer[..len]).unwrap();
             let Some(etherparse::NetSlice::Ipv6(ip)) = p.net else {
@@ -779,7 +853,7 @@ mod tests {
             };
             let h = ip.header().to_header();
             assert_eq!((h.source, h.destination), (router.octets(), src.octets()));
-            assert_eq!(h.hop_limit, 64);
+            assert_eq!(h.hop_limit, 66);
             let Some(TransportSlice::Icmpv6(icmp)) = p.transport else {
                 panic!("{error:?}: not ICMPv6")
             };
@@ -820,13 +894,21 @@ mod tests {
                 Error::TimeExceeded,
                 0,
                 [10, 0, 0, 1].into(),
-                1
+                1,
+                64
             ),
             None
         );
         let mut short = vec![0x60; 60];
         assert_eq!(
-            answer_v6(&mut short, 40, Error::TimeExceeded, 0, Ipv6Addr::LOCALHOST),
+            answer_v6(
+                &mut short,
+                40,
+                Error::TimeExceeded,
+                0,
+                Ipv6Addr::LOCALHOST,
+                64
+            ),
             None
         );
         assert!(answers_v4(&ip(17, 0, &[0; 8])));
@@ -1001,5 +1083,30 @@ mod tests {
             let within = times[i..].iter().take_while(|u| **u < t + second).count();
             assert!(within <= 1050, "{within} errors in a second from {t}");
         }
+    }
+    #[test]
+    fn hop_counts_are_read_as_the_namespace_has_them() {
+        let net = std::env::temp_dir().join(format!("fibre-hops-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&net);
+        let write = |path: &str, value: &str| {
+            let path = net.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, value).unwrap();
+        };
+        // Nothing to read: the kernel's defaults.
+        assert_eq!(Hops::read_from(&net), Hops::default());
+        write("ipv4/ip_default_ttl", "77\n");
+        write("ipv6/conf/all/hop_limit", "12\n");
+        write("ipv6/conf/default/hop_limit", "66\n");
+        write("ipv6/conf/b0/hop_limit", "55\n");
+        write("ipv6/conf/a0/hop_limit", "not a number\n");
+        let hops = Hops::read_from(&net);
+        assert_eq!(hops.ipv4, 77);
+        assert_eq!(hops.ipv6("b0"), 55);
+        // A link whose own cannot be read, and one made since: `default`'s, never
+        // `all`'s.
+        assert_eq!(hops.ipv6("a0"), 66);
+        assert_eq!(hops.ipv6("c0"), 66);
+        std::fs::remove_dir_all(&net).unwrap();
     }
 }

@@ -436,6 +436,9 @@ pub struct Pipeline {
     pub tracked: u8,
     /// The connection table, shared by the workers (taken once a vector).
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
+    /// The TTL and hop limits of the errors and resets the router makes, as the caller
+    /// read them from its namespace.
+    pub hops: icmp::Hops,
     /// What tracking made of each packet of the vector (none: not tracked).
     tracks: Vec<Option<Tracked>>,
     /// The epoch the vector's verdicts are kept under ([`fibre_conntrack::kept`]).
@@ -1249,9 +1252,13 @@ impl Pipeline {
             let made = match src {
                 IpAddr::V4(src) => {
                     self.ip_id = self.ip_id.wrapping_add(1);
-                    icmp::answer_v4(buffer, ip_len, error, mtu, src, self.ip_id)
+                    let ttl = self.hops.ipv4;
+                    icmp::answer_v4(buffer, ip_len, error, mtu, src, self.ip_id, ttl)
                 }
-                IpAddr::V6(src) => icmp::answer_v6(buffer, ip_len, error, mtu, src),
+                IpAddr::V6(src) => {
+                    let hop_limit = self.hops.ipv6(&link.name);
+                    icmp::answer_v6(buffer, ip_len, error, mtu, src, hop_limit)
+                }
             };
             let Some(len) = made else { continue };
             rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
@@ -1321,7 +1328,9 @@ impl Pipeline {
                 _ => continue,
             };
             let size = pool.buffer_size();
-            let Some(len) = reset::make(pool.resize(id, size), at, v6) else {
+            // IPv4's TTL is the namespace's (the route's metric aside); IPv6's hop
+            // limit is the link's it leaves by, set once the route back is found.
+            let Some(len) = reset::make(pool.resize(id, size), at, v6, self.hops.ipv4) else {
                 continue;
             };
             // Translated by the connection it carries, as the kernel's NAT translates
@@ -1374,7 +1383,11 @@ impl Pipeline {
             ) else {
                 continue;
             };
-            rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
+            let frame = pool.resize(id, len);
+            if v6 {
+                reset::set_hop_limit(frame, self.hops.ipv6(&link.name));
+            }
+            rewrite::set_macs(frame, dst_mac, link.mac);
             pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Reset(route.dev);
         }

@@ -4,10 +4,11 @@
 //! the segment acknowledged if it carried an acknowledgement, else an acknowledgement
 //! of everything it carried (its SYN and FIN counting one each). The IPv4 header has
 //! DF set, identification 0, a TOS of 0; the IPv6 header no traffic class or flow
-//! label. Both leave with the default hop count.
+//! label. The hop count is the caller's ([`crate::icmp::Hops`]: IPv4's default TTL,
+//! IPv6's the hop limit of the link the reset leaves by, [`set_hop_limit`] once that
+//! link is known).
 
 use crate::checksum;
-use crate::icmp::ERROR_HOPS;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 /// The TCP flags of a reset's and a segment's header.
@@ -54,8 +55,9 @@ fn packet_len(ip: &[u8], v6: bool) -> usize {
 
 /// Makes, in place of the IP packet in `buffer` (its Ethernet header, then the packet,
 /// whose TCP header starts at `tcp_at` of it: [`answers`]), the reset answering it. The
-/// Ethernet addresses are left for the caller. Returns the reset's frame length.
-pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
+/// Ethernet addresses are left for the caller; `hops` is its TTL or hop limit. Returns
+/// the reset's frame length.
+pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool, hops: u8) -> Option<usize> {
     let ip = buffer.get(ETHERNET_LEN..)?;
     ip.get(..if v6 { 40 } else { 20 })?;
     let len = packet_len(ip, v6);
@@ -104,7 +106,7 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
         out[0] = 0x60;
         out[4..6].copy_from_slice(&20u16.to_be_bytes());
         out[6] = 6;
-        out[7] = ERROR_HOPS;
+        out[7] = hops;
         out[8..24].copy_from_slice(&src);
         out[24..40].copy_from_slice(&dst);
     } else {
@@ -112,7 +114,7 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
         out[0] = 0x45;
         out[2..4].copy_from_slice(&40u16.to_be_bytes());
         out[6] = 0x40;
-        out[8] = ERROR_HOPS;
+        out[8] = hops;
         out[9] = 6;
         out[12..16].copy_from_slice(&src);
         out[16..20].copy_from_slice(&dst);
@@ -123,6 +125,14 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool) -> Option<usize> {
     let ethertype = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
     buffer[12..14].copy_from_slice(&ethertype.to_be_bytes());
     Some(total)
+}
+
+/// Sets the hop limit of the IPv6 reset `frame` (as [`make`] made it), which no checksum
+/// covers.
+pub fn set_hop_limit(frame: &mut [u8], hops: u8) {
+    if let Some(h) = frame.get_mut(ETHERNET_LEN + 7) {
+        *h = hops;
+    }
 }
 
 #[cfg(test)]
@@ -161,9 +171,10 @@ mod tests {
     fn a_syn_is_acknowledged_and_an_acknowledgement_taken_as_the_sequence() {
         let mut f = segment(SYN, 1000, 0, 0);
         let at = answers(&f[ETHERNET_LEN..], false, false).unwrap();
-        let n = make(&mut f, at, false).unwrap();
+        let n = make(&mut f, at, false, 99).unwrap();
         let r = &f[..n];
         assert_eq!(n, ETHERNET_LEN + 40);
+        assert_eq!(r[22], 99, "the TTL given");
         assert_eq!(&r[26..34], &[10, 1, 0, 9, 10, 0, 0, 2]);
         assert_eq!(&r[34..38], &[0, 22, 0x9c, 0x40]);
         assert_eq!(&r[38..42], &[0; 4]);
@@ -177,11 +188,11 @@ mod tests {
         // Data acknowledged: 1000 + 30 bytes and a FIN.
         let mut f = segment(FIN, 1000, 0, 30);
         let at = answers(&f[ETHERNET_LEN..], false, false).unwrap();
-        make(&mut f, at, false).unwrap();
+        make(&mut f, at, false, 64).unwrap();
         assert_eq!(u32::from_be_bytes([f[42], f[43], f[44], f[45]]), 1031);
         let mut f = segment(ACK, 5, 777, 10);
         let at = answers(&f[ETHERNET_LEN..], false, false).unwrap();
-        make(&mut f, at, false).unwrap();
+        make(&mut f, at, false, 64).unwrap();
         assert_eq!(u32::from_be_bytes([f[38], f[39], f[40], f[41]]), 777);
         assert_eq!(f[47], RST);
     }

@@ -337,6 +337,8 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// The limits on ICMP and ICMPv6 errors.
     pub icmp_limits: icmp::Limits,
+    /// The TTL and hop limits of the errors and resets the workers make.
+    pub hops: icmp::Hops,
     /// The overall limit on errors, which the workers share as the kernel's CPUs do.
     pub icmp_overall: Arc<icmp::Overall>,
     /// The worker to fail (panic) at its next round, to test what follows a failure;
@@ -384,13 +386,14 @@ pub struct Enforced {
 
 impl Shared {
     /// What the workers share, with nothing counted: the FIB's reader, the ICMP limits.
-    pub fn new(fib: FibReader, icmp_limits: icmp::Limits) -> Shared {
+    pub fn new(fib: FibReader, icmp_limits: icmp::Limits, hops: icmp::Hops) -> Shared {
         Shared {
             fib,
             neighbours: SharedNeighbours::default(),
             counters: Mutex::default(),
             stop: AtomicBool::new(false),
             icmp_limits,
+            hops,
             icmp_overall: Arc::new(icmp::Overall::new(
                 icmp_limits.per_second,
                 icmp_limits.burst,
@@ -920,6 +923,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let mut pipeline = Pipeline::new();
     pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
     pipeline.conntrack = Some(shared.conntrack.clone());
+    pipeline.hops = shared.hops.clone();
     let mut v = Vector {
         ports,
         pool,
