@@ -219,8 +219,9 @@ fn udp_header(udp: &mut [u8], ports: (u16, u16), len: u16) {
     udp[4..6].copy_from_slice(&len.to_be_bytes());
 }
 
-/// The shortest IPv4 UDP frame from `src` to `dst`: 60 bytes, TTL 64, its header
-/// checksum right (the UDP checksum is left out, as IPv4 allows).
+/// The shortest IPv4 UDP frame from `src` to `dst`: 60 bytes, TTL 64, its header and
+/// UDP checksums right (a UDP checksum, as hosts send them, that tracking checks as
+/// the kernel's conntrack does).
 pub fn udp_frame_v4(
     dst_mac: [u8; 6],
     src_mac: [u8; 6],
@@ -239,6 +240,17 @@ pub fn udp_frame_v4(
     let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     udp_header(&mut f[34..42], ports, 26);
+    // The pseudo-header (addresses, protocol, length) and the datagram.
+    let mut pseudo = Vec::with_capacity(38);
+    pseudo.extend_from_slice(&f[26..34]);
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&26u16.to_be_bytes());
+    pseudo.extend_from_slice(&f[34..60]);
+    let c = match checksum::checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    };
+    f[40..42].copy_from_slice(&c.to_be_bytes());
     f
 }
 
@@ -2017,7 +2029,7 @@ mod tests {
     }
 
     #[test]
-    fn the_ipv6_udp_checksum_is_right() {
+    fn the_udp_checksums_are_right_and_stay_right_on_other_ports() {
         let f = udp_frame_v6(
             [0; 6],
             [0; 6],
@@ -2040,5 +2052,20 @@ mod tests {
         );
         assert!(checksum::holds(&f4[14..34]));
         assert_eq!(f4.len(), 60);
+        let mut pseudo = f4[26..34].to_vec();
+        pseudo.extend_from_slice(&[0, 17, 0, 26]);
+        pseudo.extend_from_slice(&f4[34..60]);
+        assert_ne!(&f4[40..42], &[0, 0], "a UDP checksum sent");
+        assert!(checksum::holds(&pseudo));
+        // Other connections' frames: the source port moved, the checksum kept right.
+        for round in [1, 2, 500, 9000] {
+            let mut g = f4.clone();
+            other_source_port(&mut g, round);
+            assert_ne!(g[34..36], f4[34..36]);
+            let mut pseudo = g[26..34].to_vec();
+            pseudo.extend_from_slice(&[0, 17, 0, 26]);
+            pseudo.extend_from_slice(&g[34..60]);
+            assert!(checksum::holds(&pseudo), "round {round}");
+        }
     }
 }
