@@ -240,16 +240,7 @@ pub fn udp_frame_v4(
     let c = checksum::checksum(ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     udp_header(&mut f[34..42], ports, 26);
-    // The pseudo-header (addresses, protocol, length) and the datagram.
-    let mut pseudo = Vec::with_capacity(38);
-    pseudo.extend_from_slice(&f[26..34]);
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&26u16.to_be_bytes());
-    pseudo.extend_from_slice(&f[34..60]);
-    let c = match checksum::checksum(&pseudo) {
-        0 => 0xffff,
-        c => c,
-    };
+    let c = udp_checksum(&f[26..34], &f[34..60]);
     f[40..42].copy_from_slice(&c.to_be_bytes());
     f
 }
@@ -272,19 +263,24 @@ pub fn udp_frame_v6(
     ip[8..24].copy_from_slice(&src.octets());
     ip[24..40].copy_from_slice(&dst.octets());
     udp_header(&mut f[54..62], ports, 8);
-    // The pseudo-header (addresses, length, next header) and the UDP header.
-    let mut pseudo = Vec::with_capacity(48);
-    pseudo.extend_from_slice(&src.octets());
-    pseudo.extend_from_slice(&dst.octets());
-    pseudo.extend_from_slice(&8u32.to_be_bytes());
-    pseudo.extend_from_slice(&17u32.to_be_bytes());
-    pseudo.extend_from_slice(&f[54..62]);
-    let c = match checksum::checksum(&pseudo) {
-        0 => 0xffff,
-        c => c,
-    };
+    let c = udp_checksum(&f[22..54], &f[54..62]);
     f[60..62].copy_from_slice(&c.to_be_bytes());
     f
+}
+
+/// The checksum of the UDP `datagram` (its checksum field 0) under the pseudo-header
+/// of `addresses` (source and destination, as they lie): its protocol and length summed
+/// as the 16-bit words they are in either family's pseudo-header; 0 sent as all ones.
+fn udp_checksum(addresses: &[u8], datagram: &[u8]) -> u16 {
+    let mut pseudo = Vec::with_capacity(addresses.len() + 4 + datagram.len());
+    pseudo.extend_from_slice(addresses);
+    pseudo.extend_from_slice(&[0, 17]);
+    pseudo.extend_from_slice(&(datagram.len() as u16).to_be_bytes());
+    pseudo.extend_from_slice(datagram);
+    match checksum::checksum(&pseudo) {
+        0 => 0xffff,
+        c => c,
+    }
 }
 
 /// The UDP frame `f` (of [`udp_frame_v4`] or [`udp_frame_v6`]) again, a flow of

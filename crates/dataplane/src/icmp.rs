@@ -252,8 +252,9 @@ pub fn answers_v6(ip: &[u8]) -> bool {
 
 /// Whether the kernel's `reject` answers the IP packet `ip` (its header first; IPv6 if
 /// `v6`), as `nf_send_unreach` and `nf_send_unreach6` decide before `icmp_send`: not a
-/// fragment other than the first, and, unless its sender left its checksum to finish
-/// (`partial`: the kernel's `skb_csum_unnecessary`), its checksum holding: over the
+/// fragment other than the first, and, unless its sender left its checksum to finish or
+/// its link vouched for it (`partial`: the kernel's `skb_csum_unnecessary`), its
+/// checksum holding: over the
 /// transport's pseudo-header for TCP and UDP (a UDP checksum of 0 is not checked) and
 /// every protocol of IPv6; over the payload alone for IPv4's others; not checked for
 /// those with another check or a partial one (AH, ESP, SCTP, UDP-Lite, DCCP, GRE).
@@ -354,8 +355,8 @@ fn transport_v6(ip: &[u8]) -> Option<(u8, usize, usize)> {
 /// Makes, in place of the IPv4 packet in `buffer` (a whole packet buffer, holding the
 /// received frame: its Ethernet header, then `ip_len` bytes of packet), the ICMP `error`
 /// answering it, from `src`, with IP identification `id` and TTL `ttl`; `mtu` goes in a
-/// fragmentation needed error. The Ethernet addresses are left for the caller. Returns the error's
-/// frame length; `None` if `buffer` does not hold the packet.
+/// fragmentation needed error. The Ethernet addresses are left for the caller. Returns
+/// the error's frame length; `None` if `buffer` does not hold the packet.
 pub fn answer_v4(
     buffer: &mut [u8],
     ip_len: usize,
@@ -404,8 +405,8 @@ pub fn answer_v4(
 
 /// Makes, in place of the IPv6 packet in `buffer` (as [`answer_v4`]; `ip_len` counts the
 /// fixed header), the ICMPv6 `error` answering it, from `src`, with hop limit
-/// `hop_limit`; `mtu` goes in a packet too big error. Returns the error's frame length; `None` if `buffer` does not hold the
-/// packet.
+/// `hop_limit`; `mtu` goes in a packet too big error. Returns the error's frame length;
+/// `None` if `buffer` does not hold the packet.
 pub fn answer_v6(
     buffer: &mut [u8],
     ip_len: usize,
@@ -1084,6 +1085,9 @@ mod tests {
             assert!(within <= 1050, "{within} errors in a second from {t}");
         }
     }
+
+    /// The hop counts as `/proc/sys/net` holds them: the default TTL, each link's IPv6
+    /// hop limit, `default`'s for a link without its own.
     #[test]
     fn hop_counts_are_read_as_the_namespace_has_them() {
         let net = std::env::temp_dir().join(format!("fibre-hops-{}", std::process::id()));
