@@ -978,7 +978,8 @@ impl Pipeline {
             }
             if let Verdict::Reject(r) = verdict {
                 let id = packets[i];
-                let partial = pool.offload(id).checksum.is_some();
+                let offload = pool.offload(id);
+                let vouched = offload.checksum.is_some() || offload.checksum_valid;
                 if forwarded {
                     // The kernel's forward hook sees the time to live taken down.
                     let frame = pool.frame_mut(id);
@@ -987,7 +988,7 @@ impl Pipeline {
                         _ => rewrite::decrement_hop_limit(frame),
                     };
                 }
-                match self.rejection(i, r, pool.frame(id), partial) {
+                match self.rejection(i, r, pool.frame(id), vouched) {
                     Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
                     Some(Rejection::Reset(at)) => {
                         self.resets.push((i, at, tracked));
@@ -1026,7 +1027,8 @@ impl Pipeline {
     }
 
     /// The error that answers packet `i` (`frame`, as the hook that rejected it sees
-    /// it; its checksum left partial by its sender if `partial`), rejected by `r`: the
+    /// it; its checksum not to be checked if `vouched`: left to finish by its sender, or
+    /// checked by its link), rejected by `r`: the
     /// unreachable of the code `r` gives its family, if the kernel would send one
     /// ([`icmp::reject_answers`]).
     pub(crate) fn rejection(
@@ -1034,7 +1036,7 @@ impl Pipeline {
         i: usize,
         r: fibre_firewall::eval::Reject,
         frame: &[u8],
-        partial: bool,
+        vouched: bool,
     ) -> Option<Rejection> {
         let (v6, ip_len) = match self.inputs[i] {
             Input::V4(p) => (false, p.len as usize),
@@ -1043,10 +1045,10 @@ impl Pipeline {
         };
         let ip = frame.get(ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len()))?;
         if r.resets() {
-            return reset::answers(ip, v6, partial).map(Rejection::Reset);
+            return reset::answers(ip, v6, vouched).map(Rejection::Reset);
         }
         let code = r.unreachable_code(v6)?;
-        icmp::reject_answers(ip, v6, partial)
+        icmp::reject_answers(ip, v6, vouched)
             .then_some(Rejection::Error(icmp::Error::Rejected(code)))
     }
 
@@ -1059,13 +1061,13 @@ impl Pipeline {
         i: usize,
         verdict: Verdict,
         frame: &[u8],
-        partial: bool,
+        vouched: bool,
         tracked: Tracked,
     ) -> bool {
         let Verdict::Reject(r) = verdict else {
             return false;
         };
-        match self.rejection(i, r, frame, partial) {
+        match self.rejection(i, r, frame, vouched) {
             Some(Rejection::Error(error)) if !self.kernel_rejects_at_prerouting => {
                 self.rejected.push((i, error, 0));
                 false
@@ -2217,6 +2219,91 @@ route add 10.7.0.0/16 via 10.0.1.2
         pipeline.run(snap, &neighbours, arrival, pool, &ids, &mut fates);
         pool.free(&ids);
         (fates[0], pipeline.verdicts_kept)
+    }
+
+    /// A checksum its link vouched for (`DATA_VALID`, the kernel's
+    /// `CHECKSUM_UNNECESSARY`) is not checked again, as the kernel's conntrack and reject
+    /// do not check it; one nobody vouched for is: wrong, it makes the packet invalid to
+    /// tracking and leaves a reject unanswered.
+    #[test]
+    fn a_checksum_its_link_vouched_for_is_not_checked_again() {
+        use fibre_firewall::build::{cmp, ct, meta, reject, ruleset, verdict, ChainSpec};
+        let (_, snap, a0, b0) = router("");
+        // forward: meta l4proto udp udp dport 54 reject (port unreachable); ct state
+        // invalid drop; policy accept.
+        let rules = Filter::of(&ruleset(
+            fibre_firewall::message::Family::Ip,
+            "fw",
+            vec![ChainSpec {
+                nat: false,
+                name: "fwd".into(),
+                hook: Some((2, 1)),
+                rules: vec![
+                    vec![
+                        meta(16, 1),
+                        cmp(0, 1, &[17]),
+                        fibre_firewall::build::payload(2, 2, 2, 1),
+                        cmp(0, 1, &54u16.to_be_bytes()),
+                        reject(0, 3),
+                    ],
+                    vec![
+                        ct(0, 1, None),
+                        cmp(0, 1, &1u32.to_ne_bytes()),
+                        verdict(0, None),
+                    ],
+                ],
+            }],
+        ));
+        let mut pipeline = tracking(rules, 1);
+        let mut pool = Pool::new(64, 2048);
+        let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
+        let arrival = Arrival {
+            link: a0.index,
+            mac: a0.mac,
+        };
+        // A datagram from source port `port` to `dport`, its UDP checksum made wrong if
+        // `wrong`, its link vouching for it if `vouched`: its fate.
+        let mut send = |port: u16, dport: u16, wrong: bool, vouched: bool| {
+            let mut frame = udp4(a0.mac, [10, 0, 0, 2], [10, 1, 0, 5], 64, 20);
+            let udp = ETHERNET_LEN + 20;
+            frame[udp..udp + 2].copy_from_slice(&port.to_be_bytes());
+            frame[udp + 2..udp + 4].copy_from_slice(&dport.to_be_bytes());
+            frame[udp + 6..udp + 8].fill(0);
+            let ip = &frame[ETHERNET_LEN..];
+            let pseudo = [&ip[12..20], &[0, 17], &28u16.to_be_bytes()[..], &ip[20..48]].concat();
+            let sum = match crate::checksum::checksum(&pseudo) {
+                0 => 0xffff,
+                c => c,
+            } ^ u16::from(wrong);
+            frame[udp + 6..udp + 8].copy_from_slice(&sum.to_be_bytes());
+            assert_eq!(checksums_hold(&frame), !wrong);
+            let mut ids = Vec::new();
+            pool.alloc(1, &mut ids);
+            pool.fill(ids[0], &frame);
+            if vouched {
+                let offload = Offload {
+                    checksum_valid: true,
+                    ..Offload::NONE
+                };
+                assert!(pool.set_offload(ids[0], offload));
+            }
+            let mut fates = Vec::new();
+            pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+            pool.free(&ids);
+            fates[0]
+        };
+        let out = Fate::Out(b0.index);
+        let answered = Fate::Icmp(icmp::Error::Rejected(3), a0.index);
+        assert_eq!(send(1000, 53, false, false), out);
+        assert_eq!(send(1001, 53, true, false), Fate::Drop(Dropped::Filtered));
+        assert_eq!(send(1002, 53, true, true), out, "the link vouched for it");
+        assert_eq!(send(1003, 54, false, false), answered);
+        assert_eq!(send(1004, 54, true, false), Fate::Drop(Dropped::Filtered));
+        assert_eq!(
+            send(1005, 54, true, true),
+            answered,
+            "the link vouched for it"
+        );
     }
 
     /// A connection's verdict kept: after its first packet, its direction's packets

@@ -20,7 +20,8 @@ const ACK: u8 = 0x10;
 /// Where the TCP header of the IP packet `ip` starts, if the kernel answers it with a
 /// reset (`nf_reject_ip_tcphdr_get`, `nf_reject_ip6_tcphdr_get`): TCP in the first or
 /// only fragment, its fixed header whole, not a reset itself, its checksum holding
-/// unless its sender left it to finish (`partial`); IPv6 from and to unicast addresses.
+/// unless its sender left it to finish or its link vouched for it (`partial`: the
+/// kernel's `skb_csum_unnecessary`); IPv6 from and to unicast addresses.
 pub fn answers(ip: &[u8], v6: bool, partial: bool) -> Option<usize> {
     if v6 {
         let h = ip.get(..40)?;

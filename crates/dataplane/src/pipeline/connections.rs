@@ -146,10 +146,15 @@ impl Pipeline {
             let id = packets[i];
             let v6 = matches!(self.inputs[i], Input::V6(_));
             let now = self.times.get(i).copied().unwrap_or(clock);
-            // A checksum its sender left to finish (`CHECKSUM_PARTIAL`) is not checked,
-            // as the kernel's `nf_checksum` does not; any other is.
-            let partial = pool.offload(id).checksum.is_some();
-            let tracked = table.track_in_vector(&pool.frame(id)[ETHERNET_LEN..], now, partial);
+            // A checksum its sender left to finish (`CHECKSUM_PARTIAL`), or one the
+            // link checked and vouched for (`DATA_VALID`: `CHECKSUM_UNNECESSARY`), is
+            // not checked, as the kernel's `nf_checksum` and `reject` do not check it
+            // (`skb_csum_unnecessary`); any other is. (NAT's rewrite tells the first
+            // apart: such a checksum is the pseudo-header's alone.)
+            let offload = pool.offload(id);
+            let partial = offload.checksum.is_some();
+            let vouched = partial || offload.checksum_valid;
+            let tracked = table.track_in_vector(&pool.frame(id)[ETHERNET_LEN..], now, vouched);
             let fate = match tracked.outcome() {
                 fibre_conntrack::Fate::TableFull => Some(Fate::Drop(Dropped::ConntrackFull)),
                 fibre_conntrack::Fate::Kernel(why) => Some(Fate::Kernel(Handed::Untrackable(why))),
@@ -191,7 +196,7 @@ impl Pipeline {
                 {
                     self.error_sources.push((i, to));
                 }
-                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial, tracked) {
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), vouched, tracked) {
                     table.set_closing(&tracked, now);
                 }
                 Some(Fate::Drop(Dropped::Filtered))
@@ -239,7 +244,7 @@ impl Pipeline {
                 }
             }
             if verdict != Verdict::Accept {
-                if self.reject_at_prerouting(i, verdict, pool.frame(id), partial, tracked) {
+                if self.reject_at_prerouting(i, verdict, pool.frame(id), vouched, tracked) {
                     table.set_closing(&tracked, now);
                 }
                 fates[i] = Fate::Drop(Dropped::Filtered);
