@@ -978,6 +978,40 @@ fn fibre_forward_rejects_as_the_kernel_does() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A reset answering a segment that came in from outside goes back from the segment's
+/// destination, another host's address: the kernel routes it from there all the same
+/// (`ip_route_me_harder`'s `FLOWI_FLAG_ANYSRC`), so the router's rule `from
+/// 192.0.2.128/25 lookup 100` sends it by table 100's 10.0.1.3, not main's 10.0.1.2.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn a_reset_is_routed_from_the_segments_destination_as_the_kernel_routes_it() {
+    const RULESET: &str = "table ip fw {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    ip daddr 192.0.2.200 tcp dport 22 reject with tcp reset
+  }
+}
+";
+    let (router, hosts) = router_and_hosts(Some(RULESET));
+    let dir = scratch("reset-from");
+    let mut syn = Vec::new();
+    PacketBuilder::ethernet2(HOST_B, B0)
+        .ipv4([10, 1, 0, 12], [192, 0, 2, 200], 64)
+        .tcp(4000, 22, 1000, 64240)
+        .syn()
+        .write(&mut syn, &[])
+        .unwrap();
+    let frames = vec![syn];
+    let kernel = kernel_forward(&router, &hosts, "b1", &frames);
+    let (report, fibre) = fibre_forward(&dir, "b0", &frames, Some(RULESET));
+    compare("b0", &kernel, &fibre);
+    let sent = kernel.get("b0").cloned().unwrap_or_default();
+    assert_eq!(sent.len(), 1, "the kernel's reset: {report}");
+    assert_eq!(sent[0][..6], [2, 0, 0, 0, 0x0b, 3], "by 10.0.1.3");
+    assert_eq!(report["fates"]["tcp-reset"].as_u64(), Some(1), "{report}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// Two hosts' flows from the same port to the same server: the kernel keeps the first's
 /// port and moves the second's, at random, within 1024-65535. fibre does the same:
 /// compared by those properties, the rest of each frame byte for byte.

@@ -1345,20 +1345,15 @@ impl Pipeline {
                 Some(a) => a,
                 None => continue,
             };
-            let query = Query {
+            // From the segment's destination, whosever address it is, as the kernel's
+            // `ip_route_me_harder` routes it (`FLOWI_FLAG_ANYSRC`): a rule `from` it
+            // applies.
+            let route = snap.route(&Query {
+                src: Some(from),
                 ipproto: 6,
+                any_source: true,
                 ..Query::to(back)
-            };
-            // From the segment's destination, as the kernel routes it (a rule `from` it
-            // applies). An IPv4 route from an address not this host's is refused as
-            // `ip route get` refuses it, where the kernel's reset takes any source
-            // (`FLOWI_FLAG_ANYSRC`): then by the destination alone.
-            let route = snap
-                .route(&Query {
-                    src: Some(from),
-                    ..query
-                })
-                .or_else(|_| snap.route(&query));
+            });
             let route = match route {
                 Ok(a) if a.kind == RouteType::Unicast => a,
                 _ => {

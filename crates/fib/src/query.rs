@@ -29,6 +29,10 @@ pub struct Query {
     pub dport: u16,
     /// The uid (`uid`).
     pub uid: u32,
+    /// The source may be an address this host does not have (the kernel's
+    /// `FLOWI_FLAG_ANYSRC`, which netfilter's `ip_route_me_harder` sets: a reset sent
+    /// from a forwarded segment's destination is routed so, a rule `from` it applying).
+    pub any_source: bool,
 }
 
 impl Query {
@@ -45,6 +49,7 @@ impl Query {
             sport: 0,
             dport: 0,
             uid: 0,
+            any_source: false,
         }
     }
 }

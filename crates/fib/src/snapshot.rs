@@ -1375,7 +1375,7 @@ impl Snapshot {
                 {
                     return Err(NoRoute::Invalid);
                 }
-                if !self.is_local_v4(s) {
+                if !q.any_source && !self.is_local_v4(s) {
                     return Err(NoRoute::NetworkUnreachable);
                 }
             }
