@@ -8,9 +8,15 @@
 //! ```
 //!
 //! The arguments are the family (4 or 6), the repetitions (each 2^20 packets) and, for
-//! the connections study alone, its number of connections; it prints each stage's ns per
-//! packet as the bench does, so a change can be judged by its figures and its profile at
-//! once.
+//! the connections study alone, its number of connections, then the number of routes to
+//! keep and the one mode to run; it prints each stage's ns per packet as the bench does,
+//! so a change can be judged by its figures and its profile at once. Instructions a
+//! packet of one mode, which do not drift as timings do (2^20 packets, and warm-up):
+//!
+//! ```sh
+//! valgrind --tool=callgrind --toggle-collect='fibre_dataplane::pipeline::Pipeline::run' \
+//!     target/release/examples/pipeline_profile 6 1 1 20000 "masquerade, 1000 rules"
+//! ```
 
 use fibre_bench::pipeline::{pipeline_study, Flows, PipelineConfig, Router};
 use fibre_bench::source::{final_prefixes, read_route_file};
@@ -31,6 +37,8 @@ fn main() -> Result<(), String> {
             threads: vec![],
             filter_rules: vec![],
             connections: vec![n],
+            // A fifth: the one mode of the study to run.
+            connections_mode: args.get(5).cloned(),
             ..PipelineConfig::default()
         },
         None => PipelineConfig {

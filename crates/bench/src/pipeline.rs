@@ -99,6 +99,9 @@ pub struct PipelineConfig {
     pub filter_rules: Vec<usize>,
     /// Numbers of flows of the connections study (each its own connection).
     pub connections: Vec<usize>,
+    /// The one mode of the connections study to measure (`tracked`, `masquerade`,
+    /// `masquerade, 1000 rules`); all three if none.
+    pub connections_mode: Option<String>,
 }
 
 impl Default for PipelineConfig {
@@ -114,6 +117,7 @@ impl Default for PipelineConfig {
             seed: 1,
             filter_rules: vec![0, 2, 32, 128, 1000, 10_000],
             connections: vec![1, 1_000, 100_000, 1_000_000],
+            connections_mode: None,
         }
     }
 }
@@ -755,6 +759,9 @@ pub fn pipeline_study(
                 connection_rules(1000, true, family),
             ),
         ] {
+            if cfg.connections_mode.as_deref().is_some_and(|m| m != mode) {
+                continue;
+            }
             step(&format!("IPv{family}: {n} connections, {mode}"));
             let firewall = Firewall {
                 rules: Arc::new(rules),
