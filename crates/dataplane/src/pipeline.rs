@@ -2181,6 +2181,26 @@ route add 10.7.0.0/16 via 10.0.1.2
 
     /// A flow: protocol, source, source port (an echo's identifier), destination,
     /// destination port.
+    /// The rules of one filter chain, `name`, of table `fw` of `family`: at `hook` with
+    /// `policy` (0 drop, 1 accept).
+    fn one_chain(
+        family: fibre_firewall::message::Family,
+        name: &str,
+        (hook, policy): (u32, u32),
+        rules: Vec<Vec<fibre_firewall::message::Expression>>,
+    ) -> Filter {
+        Filter::of(&fibre_firewall::build::ruleset(
+            family,
+            "fw",
+            vec![fibre_firewall::build::ChainSpec {
+                nat: false,
+                name: name.into(),
+                hook: Some((hook, policy)),
+                rules,
+            }],
+        ))
+    }
+
     /// A pipeline that tracks the connections of the families `tracked` (bits 0 IPv4,
     /// 1 IPv6), with `rules`.
     fn tracking(rules: Filter, tracked: u8) -> Pipeline {
@@ -2222,33 +2242,29 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// tracking and leaves a reject unanswered.
     #[test]
     fn a_checksum_its_link_vouched_for_is_not_checked_again() {
-        use fibre_firewall::build::{cmp, ct, meta, reject, ruleset, verdict, ChainSpec};
+        use fibre_firewall::build::{cmp, ct, meta, reject, verdict};
         let (_, snap, a0, b0) = router("");
         // forward: meta l4proto udp udp dport 54 reject (port unreachable); ct state
         // invalid drop; policy accept.
-        let rules = Filter::of(&ruleset(
+        let rules = one_chain(
             fibre_firewall::message::Family::Ip,
-            "fw",
-            vec![ChainSpec {
-                nat: false,
-                name: "fwd".into(),
-                hook: Some((2, 1)),
-                rules: vec![
-                    vec![
-                        meta(16, 1),
-                        cmp(0, 1, &[17]),
-                        fibre_firewall::build::payload(2, 2, 2, 1),
-                        cmp(0, 1, &54u16.to_be_bytes()),
-                        reject(0, 3),
-                    ],
-                    vec![
-                        ct(0, 1, None),
-                        cmp(0, 1, &1u32.to_ne_bytes()),
-                        verdict(0, None),
-                    ],
+            "fwd",
+            (2, 1),
+            vec![
+                vec![
+                    meta(16, 1),
+                    cmp(0, 1, &[17]),
+                    fibre_firewall::build::payload(2, 2, 2, 1),
+                    cmp(0, 1, &54u16.to_be_bytes()),
+                    reject(0, 3),
                 ],
-            }],
-        ));
+                vec![
+                    ct(0, 1, None),
+                    cmp(0, 1, &1u32.to_ne_bytes()),
+                    verdict(0, None),
+                ],
+            ],
+        );
         let mut pipeline = tracking(rules, 1);
         let mut pool = Pool::new(64, 2048);
         let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
@@ -2307,7 +2323,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// are asked again.
     #[test]
     fn a_kept_verdict_holds_while_the_rules_and_routes_stay() {
-        use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+        use fibre_firewall::build::{cmp, meta, payload, verdict};
         let (_, snap, a0, b0) = router("");
         let (_, other_routes, _, _) = router("");
         assert_ne!(snap.serial(), other_routes.serial());
@@ -2323,16 +2339,12 @@ route add 10.7.0.0/16 via 10.0.1.2
                 cmp(0, 1, &port.to_be_bytes()),
                 verdict(code, None),
             ]);
-            Arc::new(Filter::of(&ruleset(
+            Arc::new(one_chain(
                 fibre_firewall::message::Family::Ip,
-                "fw",
-                vec![ChainSpec {
-                    nat: false,
-                    name: "fwd".into(),
-                    hook: Some((2, 1)),
-                    rules: vec![rule],
-                }],
-            )))
+                "fwd",
+                (2, 1),
+                vec![rule],
+            ))
         };
         let mut pool = Pool::new(64, 2048);
         let mut pipeline = tracking(Filter::default(), 1);
@@ -2370,20 +2382,16 @@ route add 10.7.0.0/16 via 10.0.1.2
         }
         // Forward: iifname "a0" accept, policy drop. Kept coming in by a0; the same
         // flow coming in by a1 (leaving by b0 as well) is asked, and dropped.
-        pipeline.rules = Arc::new(Filter::of(&ruleset(
+        pipeline.rules = Arc::new(one_chain(
             fibre_firewall::message::Family::Ip,
-            "fw",
-            vec![ChainSpec {
-                nat: false,
-                name: "fwd".into(),
-                hook: Some((2, 0)),
-                rules: vec![vec![
-                    meta(6, 1),
-                    cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
-                    verdict(1, None),
-                ]],
-            }],
-        )));
+            "fwd",
+            (2, 0),
+            vec![vec![
+                meta(6, 1),
+                cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                verdict(1, None),
+            ]],
+        ));
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 4));
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 5));
         assert_eq!(
@@ -2392,20 +2400,16 @@ route add 10.7.0.0/16 via 10.0.1.2
         );
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 6));
         // The same at prerouting (no forward chain to ask again for the other link).
-        pipeline.rules = Arc::new(Filter::of(&ruleset(
+        pipeline.rules = Arc::new(one_chain(
             fibre_firewall::message::Family::Ip,
-            "fw",
-            vec![ChainSpec {
-                nat: false,
-                name: "pre".into(),
-                hook: Some((0, 0)),
-                rules: vec![vec![
-                    meta(6, 1),
-                    cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
-                    verdict(1, None),
-                ]],
-            }],
-        )));
+            "pre",
+            (0, 0),
+            vec![vec![
+                meta(6, 1),
+                cmp(0, 1, b"a0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                verdict(1, None),
+            ]],
+        ));
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 6));
         assert_eq!(send_by(&mut pipeline, &snap, &a0), (out, 7));
         assert_eq!(
@@ -2460,7 +2464,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// verdict kept from its packets without one stands for none with one.
     #[test]
     fn a_kept_verdict_is_not_one_for_ipv6_extension_headers() {
-        use fibre_firewall::build::{cmp, meta, payload, ruleset, verdict, ChainSpec};
+        use fibre_firewall::build::{cmp, meta, payload, verdict};
         let (_, snap, a0, b0) = router("");
         // forward: meta l4proto udp udp dport 53 accept, policy drop.
         let rule = vec![
@@ -2471,16 +2475,12 @@ route add 10.7.0.0/16 via 10.0.1.2
             verdict(1, None),
         ];
         let mut pipeline = tracking(
-            Filter::of(&ruleset(
+            one_chain(
                 fibre_firewall::message::Family::Ip6,
-                "fw",
-                vec![ChainSpec {
-                    nat: false,
-                    name: "fwd".into(),
-                    hook: Some((2, 0)),
-                    rules: vec![rule],
-                }],
-            )),
+                "fwd",
+                (2, 0),
+                vec![rule],
+            ),
             2,
         );
         let plain = udp6(a0.mac, "fd00::2", "2001:db8:1::5", 64);
