@@ -1012,6 +1012,59 @@ fn a_reset_is_routed_from_the_segments_destination_as_the_kernel_routes_it() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// The kernel's prerouting chains see a packet before it is routed: one for the router
+/// itself, or one its route drops (blackhole, prohibit), meets them too. A `reject`
+/// there answers it, as the random rulesets of `random_nat.rs` found the kernel doing
+/// where fibre, offline, handed the packet on and nothing answered; a `drop` stops it
+/// before the host's own stack (which would answer a closed port) sees it. An IPv6
+/// error about a packet to one of the router's addresses, or to the subnet-router
+/// anycast address of one of its prefixes, comes from that address, whichever link it
+/// is on.
+#[test]
+#[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
+fn the_prerouting_chains_stop_packets_for_the_router_as_the_kernels_do() {
+    const RULESET: &str = "table inet fw {
+  chain pre {
+    type filter hook prerouting priority -90; policy accept;
+    udp dport 7 reject
+    udp dport 9 drop
+  }
+}
+";
+    let (router, hosts) = router_and_hosts(Some(RULESET));
+    let dir = scratch("prerouting-local");
+    let mut frames = Vec::new();
+    for port in [7, 9] {
+        for dst in [[10, 0, 1, 1], [10, 0, 0, 1], [10, 7, 0, 5], [10, 6, 0, 5]] {
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2(HOST_B, B0)
+                .ipv4([10, 1, 0, 12], dst, 64)
+                .udp(4000, port)
+                .write(&mut f, &[1; 12])
+                .unwrap();
+            frames.push(f);
+        }
+        for dst in ["fd01::1", "fd00::1", "2001:db8:6::5", "fd01::", "fd00::"] {
+            let mut f = Vec::new();
+            PacketBuilder::ethernet2(HOST_B, B0)
+                .ipv6(v6("2001:db8:1::12"), v6(dst), 64)
+                .udp(4000, port)
+                .write(&mut f, &[1; 12])
+                .unwrap();
+            frames.push(f);
+        }
+    }
+    let kernel = kernel_forward(&router, &hosts, "b1", &frames);
+    let (report, fibre) = fibre_forward(&dir, "b0", &frames, Some(RULESET));
+    compare("b0", &kernel, &fibre);
+    let fates = &report["fates"];
+    assert_eq!(kernel.get("b0").map(Vec::len), Some(9), "{report}");
+    assert_eq!(fates["icmp:rejected"].as_u64(), Some(9), "{report}");
+    assert_eq!(fates["drop:filtered"].as_u64(), Some(9), "{report}");
+    assert!(fates.get("kernel:local").is_none(), "{report}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// Two hosts' flows from the same port to the same server: the kernel keeps the first's
 /// port and moves the second's, at random, within 1024-65535. fibre does the same:
 /// compared by those properties, the rest of each frame byte for byte.

@@ -966,10 +966,13 @@ fn receive(
             // The server answers the first it saw, as it came: a later one may have
             // left untranslated (invalid, so not NAT's), and answering that would
             // clash with the connection's own mapping, which the kernel then moves
-            // to a port it draws at random.
+            // to a port it draws at random. A TCP segment that opens no connection (a
+            // FIN or a reset with none to close: invalid to conntrack) leaves
+            // untranslated too, and a server answering it would open one the other
+            // way, which the client's next would clash with: not answered.
             if let Some((src, dst, sport, dport, packet)) = addressing(&f) {
                 let flow = by_port.get(&sport).map(|&k| &mut flows[k]);
-                if let Some(flow) = flow.filter(|f| f.seen.is_none()) {
+                if let Some(flow) = flow.filter(|f| f.seen.is_none() && opens(&packet)) {
                     flow.seen = Some(Seen {
                         side,
                         src,
@@ -983,6 +986,19 @@ fn receive(
             played.kernel.entry(side.link()).or_default().push(f);
         }
     }
+}
+
+/// Whether an IP packet could open a connection in the kernel's conntrack: any but a
+/// TCP segment other than a SYN or a bare ACK (`tcp_conntracks` from `sNO`).
+fn opens(packet: &[u8]) -> bool {
+    let (proto, l4) = match packet[0] >> 4 {
+        4 => (packet[9], usize::from(packet[0] & 0xf) * 4),
+        _ => (packet[6], 40),
+    };
+    let Some(&flags) = packet.get(l4 + 13).filter(|_| proto == 6) else {
+        return true;
+    };
+    matches!(flags & (SYN | ACK | FIN | RST), SYN | ACK)
 }
 
 /// Plays a round's connections through the kernel's router from the hosts' namespace.
@@ -1115,12 +1131,15 @@ fn translated_source(f: &[u8]) -> bool {
 }
 
 /// Whether `f` is a TCP reset the router made (for a `reject`): an IPv4 identification
-/// of 0 (the hosts' is 0x1234), or an IPv6 hop limit of 64 (the hosts' leave the router
-/// with 63).
+/// of 0 (the hosts' is 0x1234), or an IPv6 hop limit the router gives its own (55 out
+/// of `a0`, 66 out of `b0`; the hosts' leave the router with 63).
 fn router_reset(f: &[u8]) -> bool {
     let (at, made) = match f.get(12..14) {
         Some([0x08, 0x00]) => (34, f.get(18..20) == Some(&[0, 0]) && f.get(23) == Some(&6)),
-        Some([0x86, 0xdd]) => (54, f.get(20) == Some(&6) && f.get(21) == Some(&64)),
+        Some([0x86, 0xdd]) => (
+            54,
+            f.get(20) == Some(&6) && matches!(f.get(21), Some(55 | 66)),
+        ),
         _ => return false,
     };
     made && f.get(at + 13).is_some_and(|flags| flags & 0x04 != 0)
@@ -1160,6 +1179,14 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
             let k: Vec<Vec<u8>> = kernel.iter().cloned().map(normal).collect();
             let f: Vec<Vec<u8>> = theirs.into_iter().map(normal).collect();
             if let Some(i) = k.iter().zip(&f).position(|(a, b)| a != b) {
+                // What the kernel sent, beside the round's capture, to look into.
+                for (link, kernel) in &played.kernel {
+                    let sent: Vec<(Side, Duration, Vec<u8>)> = kernel
+                        .iter()
+                        .map(|f| (Side::A, Duration::ZERO, f.clone()))
+                        .collect();
+                    write_capture(&dir.join(format!("kernel-{link}.pcapng")), &sent);
+                }
                 panic!(
                     "round {round} (FIBRE_SEED={seed}), frame {i} out of {link}:\n\
                      kernel {:02x?}\n fibre {:02x?}\n{ruleset}",

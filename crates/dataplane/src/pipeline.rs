@@ -45,9 +45,10 @@ use crate::pool::{BufferId, Pool};
 use crate::reset;
 use crate::rewrite;
 use crate::runtime::StageCounters;
-use fibre_conntrack::{Conntrack, Epoch, Tracked, Tuple, Untrackable};
+use fibre_conntrack::nat::Manip;
+use fibre_conntrack::{Conntrack, Epoch, State, Tracked, Tuple, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
-use fibre_firewall::eval::{Filter, Part, Verdict};
+use fibre_firewall::eval::{Filter, Hook, Part, Verdict};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -921,7 +922,27 @@ impl Pipeline {
         order.clear();
         order.extend(next.iter().map(|n| (n.0, true)));
         order.extend(self.errors.iter().map(|e| (e.0, false)));
+        // The kernel's prerouting chains see every packet before it is routed: those
+        // routed to the host, or dropped by their route without an answer, too. (Where
+        // their connections are tracked they met them in the conntrack stage.) A packet
+        // for the host they stop is not handed on; one they reject is answered.
+        for (v6, list) in [(false, &self.v4), (true, &self.v6)] {
+            if (table.is_some() && self.tracked & (1 << v6 as u8) != 0)
+                || !self.rules.filters_at(Hook::Prerouting, v6)
+            {
+                continue;
+            }
+            order.extend(list.iter().filter_map(|&i| {
+                matches!(
+                    fates[i],
+                    Fate::Kernel(Handed::Local) | Fate::Drop(Dropped::NoRoute(_))
+                )
+                .then_some((i, false))
+            }));
+        }
         order.sort_unstable_by_key(|o| o.0);
+        // (A packet dropped by its route may be in both.)
+        order.dedup_by_key(|o| o.0);
         let mut failed = std::mem::take(&mut self.failed);
         failed.clear();
         let mut rejects = std::mem::take(&mut self.rejects);
@@ -1005,7 +1026,7 @@ impl Pipeline {
         if let Some(t) = table {
             self.release(t);
         }
-        let checked = next.len() + self.errors.len();
+        let checked = order.len();
         if !failed.is_empty() {
             next.retain(|n| !failed.contains(&n.0));
             self.errors.retain(|e| !failed.contains(&e.0));
@@ -1226,6 +1247,12 @@ impl Pipeline {
                 self.unanswered.no_route_back += 1;
                 continue;
             };
+            // An IPv6 error about a packet to the host comes from the address the
+            // packet came to.
+            let src = match self.inputs[i] {
+                Input::V6(p) if snap.answers_from_v6(iif, p.dst) => IpAddr::V6(p.dst),
+                _ => src,
+            };
             // An error of a translated connection comes from the address its packet
             // came to, as the kernel's NAT rewrites its error's source (the route
             // stays the one found for the host's own).
@@ -1322,6 +1349,7 @@ impl Pipeline {
         fates: &mut [Fate],
     ) {
         let resets = std::mem::take(&mut self.resets);
+        let clock = self.limit.overall().now();
         for &(i, at, tracked) in &resets {
             let id = packets[i];
             let v6 = match self.inputs[i] {
@@ -1335,6 +1363,27 @@ impl Pipeline {
             let Some(len) = reset::make(pool.resize(id, size), at, v6, self.hops.ipv4) else {
                 continue;
             };
+            // A reset answering a packet tracking found invalid carries no connection:
+            // the kernel's conntrack tracks it as the host's own (`LOCAL_OUT`), and NAT
+            // translates it as a packet of the connection it belongs to, if one. It may
+            // end that connection: a reset its original direction's packets never
+            // had an answer before.
+            let answers_invalid = tracked.is_none_or(|t| t.state() == State::Invalid);
+            if let Some(table) = table.as_deref_mut().filter(|_| answers_invalid) {
+                if self.tracked & (1 << u8::from(v6)) != 0 {
+                    let now = self.times.get(i).copied().unwrap_or(clock);
+                    let ip = &mut pool.frame_mut(id)[ETHERNET_LEN..len];
+                    let own = table.track_in_vector(ip, now, true);
+                    let translated = !self.rules.translates(v6)
+                        || [Manip::Destination, Manip::Source]
+                            .into_iter()
+                            .all(|m| table.translate(&own, ip, m, false));
+                    if !translated {
+                        self.unanswered.dropped_by_nat += 1;
+                        continue;
+                    }
+                }
+            }
             // Translated by the connection it carries, as the kernel's NAT translates
             // it: from and to where it then goes.
             let tracked = tracked.filter(|_| self.rules.translates(v6));
@@ -2314,6 +2363,112 @@ route add 10.7.0.0/16 via 10.0.1.2
             send(1005, 54, true, true),
             answered,
             "the link vouched for it"
+        );
+    }
+
+    /// The prerouting chains see every packet, as the kernel's do before it routes it:
+    /// one for the host or dropped by its route too, its connection tracked or not. A
+    /// `reject` there answers it (unless the kernel, which has its copy, does), a
+    /// `drop` keeps one for the host from the kernel.
+    #[test]
+    fn the_prerouting_chains_see_packets_for_the_host_and_for_routes_that_drop() {
+        use fibre_firewall::build::{reject, verdict};
+        use fibre_firewall::message::Family;
+        let (_, snap, a0, _) = router("");
+        // prerouting: reject with icmpx port-unreachable (or drop), in an inet table.
+        let rules = |statement| one_chain(Family::Inet, "pre", (0, 1), vec![vec![statement]]);
+        let frames = [
+            udp4(a0.mac, [10, 0, 0, 2], [10, 0, 1, 1], 64, 20),
+            udp4(a0.mac, [10, 0, 0, 2], [10, 6, 0, 5], 64, 20),
+            udp6(a0.mac, "fd00::2", "fd01::1", 64),
+            udp6(a0.mac, "fd00::2", "2001:db8:7::5", 64),
+        ];
+        let mut pool = Pool::new(64, 2048);
+        let answered = [
+            Fate::Icmp(icmp::Error::Rejected(3), a0.index),
+            Fate::Icmp(icmp::Error::Rejected(3), a0.index),
+            Fate::Icmp(icmp::Error::Rejected(4), a0.index),
+            Fate::Icmp(icmp::Error::Rejected(4), a0.index),
+        ];
+        for tracked in [0, 3] {
+            let mut pipeline = tracking(rules(reject(2, 1)), tracked);
+            for (frame, answer) in frames.iter().zip(answered) {
+                let (fate, _) = send_one(&mut pipeline, &snap, &mut pool, &a0, frame);
+                assert_eq!(fate, answer, "tracked {tracked}: {frame:02x?}");
+            }
+            // The kernel, with its copy, answers it itself.
+            pipeline.kernel_rejects_at_prerouting = true;
+            for frame in &frames {
+                let (fate, _) = send_one(&mut pipeline, &snap, &mut pool, &a0, frame);
+                assert_eq!(fate, Fate::Drop(Dropped::Filtered), "tracked {tracked}");
+            }
+            let mut pipeline = tracking(rules(verdict(0, None)), tracked);
+            for frame in &frames {
+                let (fate, _) = send_one(&mut pipeline, &snap, &mut pool, &a0, frame);
+                assert_eq!(fate, Fate::Drop(Dropped::Filtered), "tracked {tracked}");
+            }
+        }
+    }
+
+    /// A reset answering a packet tracking found invalid carries no connection, so it
+    /// is tracked as the host's own packet, as the kernel's conntrack tracks it on its
+    /// way out: here it is the first packet of its connection's reply direction, a reset,
+    /// which ends the connection (the random rulesets of `random_nat.rs` found fibre
+    /// forwarding the next reply as established where the kernel saw a new connection).
+    #[test]
+    fn a_reset_for_an_invalid_packet_ends_the_connection_it_belongs_to() {
+        use fibre_firewall::build::{cmp, ct, meta, reject, verdict};
+        let (_, snap, a0, b0) = router("");
+        // forward: ct state invalid reject with tcp reset; iifname "b0" ct state new
+        // drop; policy accept.
+        let rules = one_chain(
+            fibre_firewall::message::Family::Ip,
+            "forward",
+            (2, 1),
+            vec![
+                vec![ct(0, 1, None), cmp(0, 1, &1u32.to_ne_bytes()), reject(1, 0)],
+                vec![
+                    meta(6, 1),
+                    cmp(0, 1, b"b0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                    ct(0, 1, None),
+                    cmp(0, 1, &8u32.to_ne_bytes()),
+                    verdict(0, None),
+                ],
+            ],
+        );
+        let segment = |to: [u8; 6], from: ([u8; 4], u16), dst: ([u8; 4], u16), flags: &str| {
+            let b = PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], to)
+                .ipv4(from.0, dst.0, 64)
+                .tcp(from.1, dst.1, 1000, 64240);
+            let b = match flags {
+                "ack" => b.ack(5000).psh(),
+                _ => b.syn().fin(),
+            };
+            let mut out = Vec::new();
+            b.write(&mut out, &[7; 10]).unwrap();
+            out
+        };
+        let (host, far) = (([10, 0, 0, 2], 4000), ([10, 1, 0, 5], 80));
+        let mut pool = Pool::new(64, 2048);
+        let mut pipeline = tracking(rules, 1);
+        let mut send = |by: &fibre_fib::Link, frame: Vec<u8>| {
+            send_one(&mut pipeline, &snap, &mut pool, by, &frame).0
+        };
+        // Picked up in mid-stream from inside, forwarded.
+        assert_eq!(
+            send(&a0, segment(a0.mac, host, far, "ack")),
+            Fate::Out(b0.index)
+        );
+        // SYN and FIN at once: invalid, answered with a reset (sequence 0: it
+        // acknowledged nothing), which the other end never sent before.
+        assert_eq!(
+            send(&a0, segment(a0.mac, host, far, "syn-fin")),
+            Fate::Reset(a0.index)
+        );
+        // The far end's answer finds no connection: a new one, dropped.
+        assert_eq!(
+            send(&b0, segment(b0.mac, far, host, "ack")),
+            Fate::Drop(Dropped::Filtered)
         );
     }
 

@@ -1266,6 +1266,25 @@ impl Snapshot {
         }
     }
 
+    /// Whether an ICMPv6 error about a packet to `addr`, arrived on `iif`, comes from
+    /// `addr` (`icmp6_send`): `addr` is one of the host's addresses, or the subnet-router
+    /// anycast address of one of its prefixes (an address or prefix of link or host
+    /// scope counts on `iif` only).
+    pub fn answers_from_v6(&self, iif: LinkIndex, addr: std::net::Ipv6Addr) -> bool {
+        let scoped = addr.is_unicast_link_local() || addr.is_loopback();
+        let addr = IpAddr::V6(addr);
+        self.addrs.iter().any(|a| {
+            let here = a.link == iif;
+            let unicast = a.local == addr && (here || !matches!(a.scope, SCOPE_LINK | SCOPE_HOST));
+            let anycast = a.local.is_ipv6()
+                && a.len < 127
+                && a.scope != SCOPE_HOST
+                && a.subnet().addr() == addr
+                && (here || !scoped);
+            unicast || anycast
+        })
+    }
+
     /// A link by index.
     pub fn link(&self, index: LinkIndex) -> Option<&Link> {
         self.links.get(&index)
