@@ -22,7 +22,8 @@ use std::time::Duration;
 
 const FIBRE: &str = env!("CARGO_BIN_EXE_fibre");
 
-/// The router: two links, routes of every type, a rule, fixed neighbours. `a1` and `b1`
+/// The router: two links, routes of every type (some with a hop limit, which the
+/// router's errors and resets take), a rule, fixed neighbours. `a1` and `b1`
 /// are the hosts' ends of the links (moved to another namespace on the kernel's side).
 const ROUTER: &str = "\
 link add a0 address 02:00:00:00:0a:00 type veth peer name a1 address 02:00:00:00:0a:01
@@ -35,16 +36,16 @@ addr add 10.0.0.1/24 dev a0
 addr add 10.0.1.1/24 dev b0
 addr add fd00::1/64 dev a0
 addr add fd01::1/64 dev b0
-route add 10.1.0.0/16 via 10.0.1.2
+route add 10.1.0.0/16 via 10.0.1.2 hoplimit 34
 route add 10.3.0.0/16 via 10.0.1.2 mtu 1000
 route add unreachable 10.5.0.0/16
 route add prohibit 10.6.0.0/16
 route add blackhole 10.7.0.0/16
-route add 192.0.2.0/24 via 10.0.0.2
+route add 192.0.2.0/24 via 10.0.0.2 hoplimit 33
 route add 192.0.2.64/26 via 10.0.0.2 mtu 1280
 route add 10.1.0.0/16 via 10.0.1.3 table 100
 rule add from 192.0.2.128/25 lookup 100
-route add 2001:db8:1::/48 via fd01::2
+route add 2001:db8:1::/48 via fd01::2 hoplimit 35
 route add unreachable 2001:db8:5::/48
 route add prohibit 2001:db8:6::/48
 route add 2001:db8:9::/48 via fd00::2

@@ -495,8 +495,8 @@ pub struct Pipeline {
     failed: Vec<usize>,
     rejects: Vec<(usize, icmp::Error, u32)>,
     /// Segments a rule rejected with a TCP reset: their index, where their TCP header
-    /// starts in the IP packet, their connection if tracked.
-    resets: Vec<(usize, usize, Option<Tracked>)>,
+    /// starts in the IP packet, their connection if tracked, whether at prerouting.
+    resets: Vec<(usize, usize, Option<Tracked>, bool)>,
     inputs: Vec<Input>,
     /// For each packet of the vector left whole by its sender (GSO), the length of its
     /// segments' IP packets (the MTU applies to those, as the kernel's
@@ -1012,7 +1012,7 @@ impl Pipeline {
                 match self.rejection(i, r, pool.frame(id), vouched) {
                     Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
                     Some(Rejection::Reset(at)) => {
-                        self.resets.push((i, at, tracked));
+                        self.resets.push((i, at, tracked, !forwarded));
                         // The reset closes the connection it answers.
                         if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
                             let now = self.times.get(i).copied().unwrap_or(clock);
@@ -1095,7 +1095,7 @@ impl Pipeline {
             }
             Some(Rejection::Reset(at)) => {
                 if !self.kernel_rejects_at_prerouting {
-                    self.resets.push((i, at, Some(tracked)));
+                    self.resets.push((i, at, Some(tracked), true));
                 }
                 true
             }
@@ -1281,11 +1281,11 @@ impl Pipeline {
             let made = match src {
                 IpAddr::V4(src) => {
                     self.ip_id = self.ip_id.wrapping_add(1);
-                    let ttl = self.hops.ipv4;
+                    let ttl = route.hoplimit.unwrap_or(self.hops.ipv4);
                     icmp::answer_v4(buffer, ip_len, error, mtu, src, self.ip_id, ttl)
                 }
                 IpAddr::V6(src) => {
-                    let hop_limit = self.hops.ipv6(&link.name);
+                    let hop_limit = route.hoplimit.unwrap_or_else(|| self.hops.ipv6(&link.name));
                     icmp::answer_v6(buffer, ip_len, error, mtu, src, hop_limit)
                 }
             };
@@ -1333,6 +1333,28 @@ pub(crate) enum Rejection {
 }
 
 impl Pipeline {
+    /// The hop limit metric of the route an IPv4 segment rejected with a reset held
+    /// (`skb_dst` of the segment, whose `ip4_dst_hoplimit` the reset takes): at
+    /// prerouting the route to its source the kernel gives it to reject it
+    /// (`nf_reject_fill_skb_dst`), at forward the route it came to leave by.
+    fn segment_hoplimit(
+        &self,
+        snap: &Snapshot,
+        iif: LinkIndex,
+        i: usize,
+        at_prerouting: bool,
+    ) -> Option<u8> {
+        let Input::V4(p) = &self.inputs[i] else {
+            return None;
+        };
+        let query = if at_prerouting {
+            Query::to(IpAddr::V4(p.src))
+        } else {
+            query4(iif, p)
+        };
+        snap.route(&query).ok().and_then(|a| a.hoplimit)
+    }
+
     /// The segments rejected with a TCP reset, each made into its reset and sent back by
     /// the route from its destination to its source, as the kernel's `nf_send_reset`
     /// routes it (`ip_route_me_harder`: a route this host takes, the segment's
@@ -1350,7 +1372,7 @@ impl Pipeline {
     ) {
         let resets = std::mem::take(&mut self.resets);
         let clock = self.limit.overall().now();
-        for &(i, at, tracked) in &resets {
+        for &(i, at, tracked, at_prerouting) in &resets {
             let id = packets[i];
             let v6 = match self.inputs[i] {
                 Input::V4(_) => false,
@@ -1430,9 +1452,21 @@ impl Pipeline {
                 continue;
             };
             let frame = pool.resize(id, len);
-            if v6 {
-                reset::set_hop_limit(frame, self.hops.ipv6(&link.name));
-            }
+            // A route's hop limit, else the namespace's (IPv4) or the link's (IPv6):
+            // `ip4_dst_hoplimit`, `ip6_dst_hoplimit`. IPv6 takes the reset's own route;
+            // IPv4 (`nf_send_reset`) the rejected segment's: at forward, the route it
+            // was to leave by, at prerouting the route to its source.
+            let hoplimit = if v6 {
+                route.hoplimit
+            } else {
+                self.segment_hoplimit(snap, iif, i, at_prerouting)
+            };
+            let hops = match hoplimit {
+                Some(h) => h,
+                None if v6 => self.hops.ipv6(&link.name),
+                None => self.hops.ipv4,
+            };
+            reset::set_hops(frame, v6, hops);
             rewrite::set_macs(frame, dst_mac, link.mac);
             pool.set_offload(id, Offload::NONE);
             fates[i] = Fate::Reset(route.dev);

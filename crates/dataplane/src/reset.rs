@@ -4,9 +4,9 @@
 //! the segment acknowledged if it carried an acknowledgement, else an acknowledgement
 //! of everything it carried (its SYN and FIN counting one each). The IPv4 header has
 //! DF set, identification 0, a TOS of 0; the IPv6 header no traffic class or flow
-//! label. The hop count is the caller's ([`crate::icmp::Hops`]: IPv4's default TTL,
-//! IPv6's the hop limit of the link the reset leaves by, [`set_hop_limit`] once that
-//! link is known).
+//! label. The hop count is the caller's ([`set_hops`] once the route is known): the
+//! route's `hoplimit`, else [`crate::icmp::Hops`] (IPv4's default TTL, IPv6's the hop
+//! limit of the link the reset leaves by).
 
 use crate::checksum;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
@@ -128,11 +128,20 @@ pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool, hops: u8) -> Option<usiz
     Some(total)
 }
 
-/// Sets the hop limit of the IPv6 reset `frame` (as [`make`] made it), which no checksum
-/// covers.
-pub fn set_hop_limit(frame: &mut [u8], hops: u8) {
-    if let Some(h) = frame.get_mut(ETHERNET_LEN + 7) {
-        *h = hops;
+/// Sets the time to live (IPv4, its header's checksum made again) or the hop limit
+/// (IPv6) of the reset `frame` (as [`make`] made it), once its route is known.
+pub fn set_hops(frame: &mut [u8], v6: bool, hops: u8) {
+    if v6 {
+        if let Some(h) = frame.get_mut(ETHERNET_LEN + 7) {
+            *h = hops;
+        }
+    } else if let Some(h) = frame.get_mut(ETHERNET_LEN..ETHERNET_LEN + 20) {
+        if h[8] != hops {
+            h[8] = hops;
+            h[10..12].fill(0);
+            let c = checksum::checksum(h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+        }
     }
 }
 

@@ -482,6 +482,7 @@ struct RouteSpec {
     scope: Option<u8>,
     prefsrc: Option<IpAddr>,
     mtu: Option<u32>,
+    hoplimit: Option<u8>,
     gateway: Option<IpAddr>,
     dev: Option<u32>,
     onlink: bool,
@@ -516,6 +517,7 @@ impl RouteSpec {
             scope: None,
             prefsrc: None,
             mtu: None,
+            hoplimit: None,
             gateway: None,
             dev: None,
             onlink: false,
@@ -561,6 +563,17 @@ impl RouteSpec {
                         w.next();
                     }
                     s.mtu = Some(w.number("mtu")?);
+                }
+                "hoplimit" => {
+                    if w.peek() == Some("lock") {
+                        w.next();
+                    }
+                    let v: u32 = w.number("hoplimit")?;
+                    // 0 leaves it unset, as the kernel takes it.
+                    s.hoplimit = match u8::try_from(v) {
+                        Ok(h) => (h != 0).then_some(h),
+                        Err(_) => return Err(format!("\"hoplimit\" value is invalid: {v}")),
+                    };
                 }
                 "via" => s.gateway = Some(via_value(w)?),
                 "dev" | "oif" => s.dev = Some(dev_index(state, w.value("dev")?)?),
@@ -742,6 +755,7 @@ impl RouteSpec {
             kind,
             prefsrc: self.prefsrc,
             mtu: self.mtu,
+            hoplimit: self.hoplimit,
             paths,
             pref: self.pref,
         })

@@ -136,6 +136,8 @@ pub struct Answer {
     pub tos: u8,
     /// The route's MTU metric.
     pub mtu: Option<u32>,
+    /// The route's hop limit metric: what the host sends by it leaves with it.
+    pub hoplimit: Option<u8>,
     /// The input link, for forwarded flows.
     pub iif: Option<LinkIndex>,
     /// The path's link has no carrier (`linkdown`).

@@ -139,6 +139,9 @@ pub struct Route {
     pub prefsrc: Option<IpAddr>,
     /// The path MTU (`mtu`).
     pub mtu: Option<u32>,
+    /// The hop limit of what the host sends by it (`hoplimit`, `RTAX_HOPLIMIT`): the
+    /// time to live of its IPv4 packets, the hop limit of its IPv6 ones.
+    pub hoplimit: Option<u8>,
     /// The paths.
     pub paths: Paths,
     /// IPv6 router preference (`pref low|medium|high`), printed as `ip` does.

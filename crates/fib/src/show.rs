@@ -68,8 +68,8 @@ pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
         }
         m.insert("cache".into(), json!(a.cache));
     }
-    if let Some(mtu) = a.mtu {
-        m.insert("metrics".into(), json!([{ "mtu": mtu }]));
+    if let Some(metrics) = metrics_json(a.mtu, a.hoplimit) {
+        m.insert("metrics".into(), metrics);
     }
     if let Some(i) = a.iif {
         m.insert("iif".into(), json!(name_of(&names, i)));
@@ -113,6 +113,7 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
     }
     if v6 {
         s += &format!(" metric {}", a.metric);
+        s += &metrics_text(a.mtu, a.hoplimit);
     }
     if a.mark != 0 && !v6 {
         s += &format!(" mark 0x{:x}", a.mark);
@@ -129,9 +130,31 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
         if !a.cache.is_empty() {
             s += &format!(" <{}>", a.cache.join(","));
         }
-        if let Some(mtu) = a.mtu {
-            s += &format!(" mtu {mtu}");
-        }
+        s += &metrics_text(a.mtu, a.hoplimit);
+    }
+    s
+}
+
+/// A route's metrics as `ip -j` gives them (`metrics`), if it has any.
+fn metrics_json(mtu: Option<u32>, hoplimit: Option<u8>) -> Option<Value> {
+    let mut m = serde_json::Map::new();
+    if let Some(mtu) = mtu {
+        m.insert("mtu".into(), json!(mtu));
+    }
+    if let Some(h) = hoplimit {
+        m.insert("hoplimit".into(), json!(h));
+    }
+    (!m.is_empty()).then(|| json!([Value::Object(m)]))
+}
+
+/// A route's metrics as `ip` prints them, each after a space, in the kernel's order.
+fn metrics_text(mtu: Option<u32>, hoplimit: Option<u8>) -> String {
+    let mut s = String::new();
+    if let Some(mtu) = mtu {
+        s += &format!(" mtu {mtu}");
+    }
+    if let Some(h) = hoplimit {
+        s += &format!(" hoplimit {h}");
     }
     s
 }
@@ -261,8 +284,8 @@ pub fn route_json(state: &State, r: &Route) -> Value {
         _ => Vec::new(),
     };
     m.insert("flags".into(), json!(flags));
-    if let Some(mtu) = r.mtu {
-        m.insert("metrics".into(), json!([{ "mtu": mtu }]));
+    if let Some(metrics) = metrics_json(r.mtu, r.hoplimit) {
+        m.insert("metrics".into(), metrics);
     }
     if v6 {
         m.insert("pref".into(), json!(pref_name(r.pref)));
@@ -346,9 +369,7 @@ pub fn route_text(state: &State, r: &Route) -> String {
             .collect()
     };
     s += &words(v.get("flags"));
-    if let Some(mtu) = r.mtu {
-        s += &format!(" mtu {mtu}");
-    }
+    s += &metrics_text(r.mtu, r.hoplimit);
     if r.family() == Family::V6 {
         s += &format!(" pref {}", pref_name(r.pref));
     }

@@ -764,6 +764,7 @@ impl State {
             kind: RouteType::Local,
             prefsrc: Some(prim),
             mtu: None,
+            hoplimit: None,
             paths: Paths::Own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
             pref: 0,
         });
@@ -802,6 +803,7 @@ impl State {
             kind: RouteType::Broadcast,
             prefsrc: Some(prim),
             mtu: None,
+            hoplimit: None,
             paths: Paths::Own(vec![dev_path(a.link, SCOPE_HOST)]),
             pref: 0,
         };
@@ -832,6 +834,7 @@ impl State {
                     },
                     prefsrc: Some(prim),
                     mtu: None,
+                    hoplimit: None,
                     paths: Paths::Own(vec![dev_path(
                         a.link,
                         if is_lo { SCOPE_NOWHERE } else { SCOPE_HOST },
@@ -929,6 +932,7 @@ impl State {
                         kind: RouteType::Anycast,
                         prefsrc: None,
                         mtu: None,
+                        hoplimit: None,
                         paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
                         pref: 0,
                     });
@@ -946,6 +950,7 @@ impl State {
             kind: RouteType::Local,
             prefsrc: None,
             mtu: None,
+            hoplimit: None,
             paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
             pref: 0,
         });
@@ -964,6 +969,7 @@ impl State {
             kind: RouteType::Multicast,
             prefsrc: None,
             mtu: None,
+            hoplimit: None,
             paths: Paths::Own(vec![dev_path(index, SCOPE_LINK)]),
             pref: 0,
         });
@@ -993,6 +999,7 @@ impl State {
             kind: RouteType::Unicast,
             prefsrc: None,
             mtu: None,
+            hoplimit: None,
             paths: Paths::Own(vec![dev_path(index, SCOPE_HOST)]),
             pref: 0,
         });

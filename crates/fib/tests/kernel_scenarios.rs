@@ -83,6 +83,7 @@ route add throw 10.5.5.0/24 table 100
 route add 10.5.5.0/24 via 10.0.1.2
 rule add from all lookup 100 pref 100
 route add 10.6.0.0/16 via 10.0.0.2 src 10.0.1.1 mtu 1400
+route add 10.7.0.0/16 via 10.0.0.2 hoplimit 33
 route add 10.9.0.0/16 dev b0 scope link
 route add default via 10.0.0.254
 -6 route add 2001:db8:5::/48 via 2001:db8::2
@@ -91,6 +92,7 @@ route add default via 10.0.0.254
 -6 route add blackhole 2001:db8:7::/48
 -6 route add prohibit 2001:db8:8::/48
 -6 route add 2001:db8:9::/48 dev b0 metric 5
+-6 route add 2001:db8:b::/48 via 2001:db8::2 mtu 1400 hoplimit 35
 -6 route add 2001:db8:a::/48 via 2001:db8::2 table 100
 -6 rule add lookup 100 pref 100
 -6 route add default via 2001:db8:1::2",
@@ -106,6 +108,7 @@ route add default via 10.0.0.254
             "10.5.0.1",
             "10.5.5.1",
             "10.6.0.1",
+            "10.7.0.1",
             "10.9.0.1",
             "8.8.8.8",
             "10.0.0.5",
@@ -115,6 +118,7 @@ route add default via 10.0.0.254
             "2001:db8:8::1",
             "2001:db8:9::1",
             "2001:db8:a::1",
+            "2001:db8:b::1",
             "2001:db9::1",
             "10.1.2.3 from 10.0.1.1",
             "10.1.2.3 oif b0",

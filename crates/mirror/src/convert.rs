@@ -240,7 +240,7 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
     let (mut dst, mut src, mut gateway, mut prefsrc) = (None, None, None, None);
     let (mut table, mut metric, mut oif, mut mtu, mut pref) =
         (u32::from(h.table), 0, None, None, 0);
-    let (mut multipath, mut nhid) = (None, None);
+    let (mut multipath, mut nhid, mut hoplimit) = (None, None, None);
     for a in &m.attributes {
         match a {
             RouteAttribute::Destination(d) => dst = route_address(d),
@@ -256,8 +256,13 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
             RouteAttribute::Preference(p) => pref = u8::from(*p),
             RouteAttribute::Metrics(ms) => {
                 for x in ms {
-                    if let RouteMetric::Mtu(v) = x {
-                        mtu = Some(*v);
+                    match x {
+                        RouteMetric::Mtu(v) => mtu = Some(*v),
+                        // (0 is unset, as the kernel takes it.)
+                        RouteMetric::Hoplimit(v) => {
+                            hoplimit = u8::try_from((*v).min(255)).ok().filter(|&h| h != 0);
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -314,6 +319,7 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
         kind,
         prefsrc,
         mtu,
+        hoplimit,
         paths,
         pref,
     })
