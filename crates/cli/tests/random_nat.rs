@@ -64,7 +64,9 @@ const HOST_A: [u8; 6] = [2, 0, 0, 0, 0x0a, 0x02];
 const HOST_B: [u8; 6] = [2, 0, 0, 0, 0x0b, 0x02];
 
 /// The router: the inside (192.0.2.0/24, 2001:db8:9::/48) behind `a0`, the outside
-/// (10.1.0.0/16, 2001:db8:1::/48) behind `b0`; neighbours fixed, those of the `snat`
+/// (10.1.0.0/16, 2001:db8:1::/48) behind `b0`, half of the outside's IPv4 hosts by a
+/// route with a hop limit (what the router sends them, and its resets of what is sent
+/// to them, leave with it); neighbours fixed, those of the `snat`
 /// range's addresses too, so that what is sent to them without a connection is
 /// forwarded alike rather than waiting on a neighbour that never answers.
 fn router_config() -> String {
@@ -81,6 +83,7 @@ addr add 10.0.1.1/24 dev b0
 addr add fd00::1/64 dev a0
 addr add fd01::1/64 dev b0
 route add 10.1.0.0/16 via 10.0.1.2
+route add 10.1.1.0/24 via 10.0.1.2 hoplimit 44
 route add 192.0.2.0/24 via 10.0.0.2
 route add 2001:db8:1::/48 via fd01::2
 route add 2001:db8:9::/48 via fd00::2
