@@ -924,10 +924,12 @@ impl Pipeline {
         order.extend(self.errors.iter().map(|e| (e.0, false)));
         // The kernel's prerouting chains see every packet before it is routed: those
         // routed to the host, or dropped by their route without an answer, too. (Where
-        // their connections are tracked they met them in the conntrack stage.) A packet
-        // for the host they stop is not handed on; one they reject is answered.
+        // their connections are tracked they met them in the conntrack stage.) One they
+        // stop counts as filtered, one they reject is answered, unless the kernel has
+        // its own copy (live, a packet for the host reaches the kernel as it came:
+        // this answers it where no kernel is, offline).
         for (v6, list) in [(false, &self.v4), (true, &self.v6)] {
-            if (table.is_some() && self.tracked & (1 << v6 as u8) != 0)
+            if (table.is_some() && self.tracked & (1 << u8::from(v6)) != 0)
                 || !self.rules.filters_at(Hook::Prerouting, v6)
             {
                 continue;
@@ -1230,9 +1232,16 @@ impl Pipeline {
             }
             // A link-local source is answered on the link the packet came in on.
             let scoped = matches!(back, IpAddr::V6(a) if a.is_unicast_link_local());
+            // An IPv6 error about a packet to the host comes from the address the
+            // packet came to, routed from it (`icmp6_send`: a rule `from` it applies).
+            let own = match self.inputs[i] {
+                Input::V6(p) if snap.answers_from_v6(iif, p.dst) => Some(IpAddr::V6(p.dst)),
+                _ => None,
+            };
             let query = Query {
                 tos,
                 ipproto,
+                src: own,
                 oif: scoped.then_some(iif),
                 ..Query::to(back)
             };
@@ -1243,15 +1252,9 @@ impl Pipeline {
                     continue;
                 }
             };
-            let (Some(src), Some(link)) = (route.prefsrc, snap.link(route.dev)) else {
+            let (Some(src), Some(link)) = (own.or(route.prefsrc), snap.link(route.dev)) else {
                 self.unanswered.no_route_back += 1;
                 continue;
-            };
-            // An IPv6 error about a packet to the host comes from the address the
-            // packet came to.
-            let src = match self.inputs[i] {
-                Input::V6(p) if snap.answers_from_v6(iif, p.dst) => IpAddr::V6(p.dst),
-                _ => src,
             };
             // An error of a translated connection comes from the address its packet
             // came to, as the kernel's NAT rewrites its error's source (the route
@@ -1336,23 +1339,24 @@ impl Pipeline {
     /// The hop limit metric of the route an IPv4 segment rejected with a reset held
     /// (`skb_dst` of the segment, whose `ip4_dst_hoplimit` the reset takes): at
     /// prerouting the route to its source the kernel gives it to reject it
-    /// (`nf_reject_fill_skb_dst`), at forward the route it came to leave by.
+    /// (`nf_reject_fill_skb_dst`; none, and there is no reset), at forward the route it
+    /// came to leave by. IPv6 (whose reset takes its own route's): none.
     fn segment_hoplimit(
         &self,
         snap: &Snapshot,
         iif: LinkIndex,
         i: usize,
         at_prerouting: bool,
-    ) -> Option<u8> {
+    ) -> Result<Option<u8>, NoRoute> {
         let Input::V4(p) = &self.inputs[i] else {
-            return None;
+            return Ok(None);
         };
-        let query = if at_prerouting {
-            Query::to(IpAddr::V4(p.src))
+        if at_prerouting {
+            snap.route(&Query::to(IpAddr::V4(p.src)))
+                .map(|a| a.hoplimit)
         } else {
-            query4(iif, p)
-        };
-        snap.route(&query).ok().and_then(|a| a.hoplimit)
+            Ok(snap.route(&query4(iif, p)).ok().and_then(|a| a.hoplimit))
+        }
     }
 
     /// The segments rejected with a TCP reset, each made into its reset and sent back by
@@ -1379,19 +1383,28 @@ impl Pipeline {
                 Input::V6(_) => true,
                 _ => continue,
             };
+            // (An IPv4 segment rejected at prerouting with no route to its source is
+            // not answered: `nf_reject_fill_skb_dst` fails.)
+            let Ok(segment_hoplimit) = self.segment_hoplimit(snap, iif, i, at_prerouting) else {
+                self.unanswered.no_route_back += 1;
+                continue;
+            };
             let size = pool.buffer_size();
-            // IPv4's TTL is the namespace's (the route's metric aside); IPv6's hop
-            // limit is the link's it leaves by, set once the route back is found.
+            // The hop count is set once the route back is found.
             let Some(len) = reset::make(pool.resize(id, size), at, v6, self.hops.ipv4) else {
                 continue;
             };
             // A reset answering a packet tracking found invalid carries no connection:
-            // the kernel's conntrack tracks it as the host's own (`LOCAL_OUT`), and NAT
-            // translates it as a packet of the connection it belongs to, if one. It may
-            // end that connection: a reset its original direction's packets never
-            // had an answer before.
+            // once the host has a route for it, the kernel's conntrack tracks it as the
+            // host's own packet (`LOCAL_OUT`), and NAT translates it as a packet of the
+            // connection it belongs to, if one. Being that connection's first packet in
+            // its reply direction, it ends the connection.
             let answers_invalid = tracked.is_none_or(|t| t.state() == State::Invalid);
             if let Some(table) = table.as_deref_mut().filter(|_| answers_invalid) {
+                if reset_route(snap, pool.frame(id), v6).is_none() {
+                    self.unanswered.no_route_back += 1;
+                    continue;
+                }
                 if self.tracked & (1 << u8::from(v6)) != 0 {
                     let now = self.times.get(i).copied().unwrap_or(clock);
                     let ip = &mut pool.frame_mut(id)[ETHERNET_LEN..len];
@@ -1412,25 +1425,9 @@ impl Pipeline {
             if let (Some(t), Some(table)) = (tracked, table.as_deref()) {
                 table.translate_answer(&t, &mut pool.frame_mut(id)[ETHERNET_LEN..]);
             }
-            let (back, from) = match input::addresses(pool.frame(id), v6) {
-                Some(a) => a,
-                None => continue,
-            };
-            // From the segment's destination, whosever address it is, as the kernel's
-            // `ip_route_me_harder` routes it (`FLOWI_FLAG_ANYSRC`): a rule `from` it
-            // applies.
-            let route = snap.route(&Query {
-                src: Some(from),
-                ipproto: 6,
-                any_source: true,
-                ..Query::to(back)
-            });
-            let route = match route {
-                Ok(a) if a.kind == RouteType::Unicast => a,
-                _ => {
-                    self.unanswered.no_route_back += 1;
-                    continue;
-                }
+            let Some(route) = reset_route(snap, pool.frame(id), v6) else {
+                self.unanswered.no_route_back += 1;
+                continue;
             };
             let Some(link) = snap.link(route.dev) else {
                 self.unanswered.no_route_back += 1;
@@ -1447,7 +1444,7 @@ impl Pipeline {
                 &mut self.unresolved,
                 neighbours,
                 &route,
-                (iif, pool.frame(id), back),
+                (iif, pool.frame(id), route.dst),
             ) else {
                 continue;
             };
@@ -1456,11 +1453,7 @@ impl Pipeline {
             // `ip4_dst_hoplimit`, `ip6_dst_hoplimit`. IPv6 takes the reset's own route;
             // IPv4 (`nf_send_reset`) the rejected segment's: at forward, the route it
             // was to leave by, at prerouting the route to its source.
-            let hoplimit = if v6 {
-                route.hoplimit
-            } else {
-                self.segment_hoplimit(snap, iif, i, at_prerouting)
-            };
+            let hoplimit = if v6 { route.hoplimit } else { segment_hoplimit };
             let hops = match hoplimit {
                 Some(h) => h,
                 None if v6 => self.hops.ipv6(&link.name),
@@ -1567,6 +1560,20 @@ fn query6(iif: LinkIndex, p: &Packet6) -> Query {
         dport,
         ..Query::to(IpAddr::V6(p.dst))
     }
+}
+
+/// The route a reset made in `frame` (IPv6 if `v6`) leaves by: from the rejected
+/// segment's destination, whosever address it is, as the kernel's `ip_route_me_harder`
+/// routes it (`FLOWI_FLAG_ANYSRC`: a rule `from` it applies); none unless unicast.
+fn reset_route(snap: &Snapshot, frame: &[u8], v6: bool) -> Option<fibre_fib::Answer> {
+    let (back, from) = input::addresses(frame, v6)?;
+    let route = snap.route(&Query {
+        src: Some(from),
+        ipproto: 6,
+        any_source: true,
+        ..Query::to(back)
+    });
+    route.ok().filter(|a| a.kind == RouteType::Unicast)
 }
 
 #[cfg(test)]
@@ -2406,7 +2413,7 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// `drop` keeps one for the host from the kernel.
     #[test]
     fn the_prerouting_chains_see_packets_for_the_host_and_for_routes_that_drop() {
-        use fibre_firewall::build::{reject, verdict};
+        use fibre_firewall::build::{cmp, meta, reject, verdict};
         use fibre_firewall::message::Family;
         let (_, snap, a0, _) = router("");
         // prerouting: reject with icmpx port-unreachable (or drop), in an inet table.
@@ -2424,7 +2431,31 @@ route add 10.7.0.0/16 via 10.0.1.2
             Fate::Icmp(icmp::Error::Rejected(4), a0.index),
             Fate::Icmp(icmp::Error::Rejected(4), a0.index),
         ];
-        for tracked in [0, 3] {
+        // IPv4's connections tracked, IPv6's not, and each way.
+        for tracked in [0, 1, 3] {
+            // A rule that matches none of them: each goes its way.
+            let none = one_chain(
+                Family::Inet,
+                "pre",
+                (0, 1),
+                vec![vec![meta(16, 1), cmp(0, 1, &[6]), reject(2, 1)]],
+            );
+            let mut pipeline = tracking(none, tracked);
+            let fates: Vec<Fate> = frames
+                .iter()
+                .map(|frame| send_one(&mut pipeline, &snap, &mut pool, &a0, frame).0)
+                .collect();
+            assert_eq!(fates[0], Fate::Kernel(Handed::Local), "tracked {tracked}");
+            assert!(
+                matches!(fates[1], Fate::Drop(Dropped::NoRoute(_))),
+                "{fates:?}"
+            );
+            assert_eq!(fates[2], Fate::Kernel(Handed::Local), "tracked {tracked}");
+            assert_eq!(
+                fates[3],
+                Fate::Icmp(icmp::Error::Prohibited, a0.index),
+                "tracked {tracked}"
+            );
             let mut pipeline = tracking(rules(reject(2, 1)), tracked);
             for (frame, answer) in frames.iter().zip(answered) {
                 let (fate, _) = send_one(&mut pipeline, &snap, &mut pool, &a0, frame);

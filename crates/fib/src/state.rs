@@ -1727,6 +1727,7 @@ fn same_route(a: &Route, b: &Route) -> bool {
         && a.protocol == b.protocol
         && a.scope == b.scope
         && a.mtu == b.mtu
+        && a.hoplimit == b.hoplimit
         && same_paths(&a.paths, &b.paths)
 }
 

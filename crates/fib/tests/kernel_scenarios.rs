@@ -84,6 +84,8 @@ route add 10.5.5.0/24 via 10.0.1.2
 rule add from all lookup 100 pref 100
 route add 10.6.0.0/16 via 10.0.0.2 src 10.0.1.1 mtu 1400
 route add 10.7.0.0/16 via 10.0.0.2 hoplimit 33
+route replace 10.7.0.0/16 via 10.0.0.2 hoplimit 40
+route append 10.7.0.0/16 via 10.0.0.2 hoplimit 41
 route add 10.9.0.0/16 dev b0 scope link
 route add default via 10.0.0.254
 -6 route add 2001:db8:5::/48 via 2001:db8::2
