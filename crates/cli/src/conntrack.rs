@@ -82,8 +82,9 @@ fn line(c: &Connection, left: u64) -> String {
 }
 
 /// `fibre ctl conntrack show [--json]`: every connection tracked, at `now`.
-pub fn show(table: &Conntrack, now: u64, json: bool, o: &mut Out) -> Done {
-    let mut list: Vec<(&Connection, u64)> = table.connections(now).collect();
+pub fn show(tables: &[&Conntrack], now: u64, json: bool, o: &mut Out) -> Done {
+    let mut list: Vec<(&Connection, u64)> =
+        tables.iter().flat_map(|t| t.connections(now)).collect();
     list.sort_by_key(|(c, _)| (c.tuples[0].v6, c.tuples[0].protocol, c.tuples[0].src));
     if json {
         let v: Vec<Value> = list
@@ -112,12 +113,21 @@ pub fn show(table: &Conntrack, now: u64, json: bool, o: &mut Out) -> Done {
     Ok(0)
 }
 
+/// What every worker's table counted, together.
+fn total(tables: &[&Conntrack]) -> fibre_conntrack::table::Stats {
+    let mut sum = fibre_conntrack::table::Stats::default();
+    for t in tables {
+        sum.add(&t.stats);
+    }
+    sum
+}
+
 /// The tracking part of `stats`.
-pub fn stats(table: &Conntrack) -> Value {
-    let s = table.stats;
+pub fn stats(tables: &[&Conntrack]) -> Value {
+    let s = total(tables);
     json!({
-        "connections": table.len(),
-        "max": table.settings().max,
+        "connections": tables.iter().map(|t| t.len()).sum::<usize>(),
+        "max": tables.first().map_or(0, |t| t.settings().max),
         "found": s.found,
         "inserted": s.inserted,
         "invalid": s.invalid,
@@ -134,14 +144,14 @@ pub fn stats(table: &Conntrack) -> Value {
 }
 
 /// The tracking metrics, in Prometheus' text exposition format.
-pub fn metrics(table: &Conntrack, out: &mut String) {
-    let s = table.stats;
+pub fn metrics(tables: &[&Conntrack], out: &mut String) {
+    let s = total(tables);
     let _ = writeln!(
         out,
         "# HELP fibre_conntrack_connections Connections tracked.\n\
          # TYPE fibre_conntrack_connections gauge\n\
          fibre_conntrack_connections {}",
-        table.len()
+        tables.iter().map(|t| t.len()).sum::<usize>()
     );
     let _ = writeln!(
         out,

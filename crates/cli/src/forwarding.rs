@@ -224,8 +224,8 @@ impl Forwarding {
         let Some(claims) = claims else { return 0 };
         let snap = self.shared.fib.snapshot();
         let mut claimed = 0;
-        self.with_conntrack(|table, now| {
-            for (c, _) in table.connections(now) {
+        self.with_conntrack(|tables, now| {
+            for (c, _) in tables.iter().flat_map(|t| t.connections(now)) {
                 for (bit, dir) in [(SRC_NAT, 1), (DST_NAT, 0)] {
                     let tuple = &c.tuples[dir];
                     let local = c.status & bit != 0
@@ -561,15 +561,14 @@ impl Forwarding {
         }
     }
 
-    /// The connections tracked, held for `f` (the table's clock's time given too).
-    pub fn with_conntrack<T>(&self, f: impl FnOnce(&Conntrack, u64) -> T) -> T {
+    /// The connections tracked, every worker's table held for `f` (the tables' clock's
+    /// time given too).
+    pub fn with_conntrack<T>(&self, f: impl FnOnce(&[&Conntrack], u64) -> T) -> T {
         let now = self.shared.icmp_overall.now();
-        let table = self
-            .shared
-            .conntrack
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&table, now)
+        self.shared.with_tables(|all| {
+            let tables: Vec<&Conntrack> = all.iter().map(|t| &**t).collect();
+            f(&tables, now)
+        })
     }
 
     /// Ends the masqueraded connections whose link went down or lost the address they
@@ -587,29 +586,35 @@ impl Forwarding {
         if self.masquerade_links.as_ref() == Some(&now) {
             return;
         }
-        let (up, addresses) = self.masquerade_links.insert(now);
-        let mut table = self
-            .shared
-            .conntrack
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if table.end_masqueraded(|link, address| {
-            up.contains(&link) && addresses.contains(&(link, address))
-        }) == 0
-        {
+        let (up, addresses) = self.masquerade_links.insert(now).clone();
+        self.shared.with_tables(|all| {
+            let mut released = Vec::new();
+            for table in all.iter_mut() {
+                if table.end_masqueraded(|link, address| {
+                    up.contains(&link) && addresses.contains(&(link, address))
+                }) != 0
+                {
+                    // Their frames go back to the kernel now, under the tables' locks (as a
+                    // worker gives back what ended, before it claims anything).
+                    table.drain_released(&mut released);
+                }
+            }
+            self.release_claims(&released);
+        });
+    }
+
+    /// Gives the kernel's stack back the replies of translated connections that ended.
+    fn release_claims(&self, released: &[fibre_conntrack::Tuple]) {
+        if released.is_empty() {
             return;
         }
-        // Their frames go back to the kernel now, under the table's lock (as a worker
-        // gives back what ended, before it claims anything).
-        let mut released = Vec::new();
-        table.drain_released(&mut released);
         if let Some(claims) = &*self
             .shared
             .claims
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            for tuple in &released {
+            for tuple in released {
                 claims.release(tuple);
             }
         }
@@ -705,6 +710,8 @@ impl Forwarding {
         });
         // (Apart: one more key overflows the macro's recursion.)
         stats["verdicts_kept"] = json!(c.verdicts_kept);
+        stats["handed_off"] = json!(c.handed_off);
+        stats["handoff_dropped"] = json!(c.handoff_dropped);
         stats
     }
 
@@ -830,6 +837,16 @@ impl Forwarding {
                 c.left_to_kernel,
             ),
             (
+                "fibre_handed_off_total",
+                "Packets a worker handed to the worker that owns their connection.",
+                c.handed_off,
+            ),
+            (
+                "fibre_handoff_dropped_total",
+                "Packets handed over that the worker they went to had no room for, dropped.",
+                c.handoff_dropped,
+            ),
+            (
                 "fibre_firewall_refused_total",
                 "Packets of a family the router's firewall closes to fibre, dropped rather than sent.",
                 c.firewall_refused,
@@ -874,29 +891,38 @@ fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
         *takeover.left.entry(why.name()).or_default() += 1;
     }
     let snap = shared.fib.snapshot();
-    let mut table = shared
-        .conntrack
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // `nf_conntrack_max` 0: no limit.
-    let room = table.settings().max as usize;
-    for mut c in dump.connections {
-        if room != 0 && table.len() >= room {
-            *takeover.left.entry("table-full").or_default() += 1;
-            continue;
-        }
-        if c.status & fibre_conntrack::nat::SRC_NAT != 0 {
-            let dst = c.tuples[0].destination();
-            if let Ok(a) = snap.route(&fibre_fib::Query::to(dst)) {
-                let toward = a.gateway.unwrap_or(dst);
-                if snap.masquerade_source(a.dev, toward) == Some(c.tuples[1].destination()) {
-                    c.masquerade = a.dev;
+    // A translated connection's family is the first worker's ([`Shared::pin`]).
+    use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
+    let translated = dump
+        .connections
+        .iter()
+        .filter(|c| c.status & (SRC_NAT | DST_NAT) != 0)
+        .fold(0, |f, c| {
+            f | fibre_conntrack::owners::family_bit(c.tuples[0].v6)
+        });
+    shared.pin(translated);
+    shared.with_tables(|tables| {
+        // `nf_conntrack_max` 0: no limit.
+        let room = tables[0].settings().max as usize;
+        for mut c in dump.connections {
+            if room != 0 && tables[0].census() >= room {
+                *takeover.left.entry("table-full").or_default() += 1;
+                continue;
+            }
+            if c.status & fibre_conntrack::nat::SRC_NAT != 0 {
+                let dst = c.tuples[0].destination();
+                if let Ok(a) = snap.route(&fibre_fib::Query::to(dst)) {
+                    let toward = a.gateway.unwrap_or(dst);
+                    if snap.masquerade_source(a.dev, toward) == Some(c.tuples[1].destination()) {
+                        c.masquerade = a.dev;
+                    }
                 }
             }
+            let owner = usize::from(tables[0].owners().of_connection(&c));
+            tables[owner].import(c, now);
+            takeover.imported += 1;
         }
-        table.import(c, now);
-        takeover.imported += 1;
-    }
+    });
     takeover
 }
 
@@ -906,11 +932,11 @@ fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
 fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
     let read = || Settings::read().map_err(|e| format!("the conntrack settings: {e}"));
     let first = read()?;
-    shared
-        .conntrack
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .set_settings(first.clone());
+    shared.with_tables(|tables| {
+        for t in tables.iter_mut() {
+            t.set_settings(first.clone());
+        }
+    });
     let weak = Arc::downgrade(shared);
     std::thread::spawn(move || {
         let mut last = first;
@@ -919,11 +945,11 @@ fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
             let Some(shared) = weak.upgrade() else { return };
             match read() {
                 Ok(now) if now != last => {
-                    shared
-                        .conntrack
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .set_settings(now.clone());
+                    shared.with_tables(|tables| {
+                        for t in tables.iter_mut() {
+                            t.set_settings(now.clone());
+                        }
+                    });
                     last = now;
                 }
                 Ok(_) => {}

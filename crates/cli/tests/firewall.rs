@@ -219,7 +219,27 @@ fn stateful_firewall(io: &str) {
         .unwrap()
     });
     assert!(refused, "B's connection to A let in");
+    // More connections, both families, each of them intact: over AF_PACKET the two
+    // workers read each link's flows as the kernel spreads them, so a packet is often
+    // read by the worker that does not own its connection, and handed over.
+    for k in 0..16u16 {
+        let to: std::net::SocketAddr = if k % 2 == 0 {
+            format!("10.0.1.2:{}", 7310 + k)
+        } else {
+            format!("[fd01::2]:{}", 7310 + k)
+        }
+        .parse()
+        .unwrap();
+        let (got, sent_sum, got_sum) = transfer(&a, &b, to, 64 << 10);
+        assert_eq!((got, got_sum), (64 << 10, sent_sum), "{}", daemon.stats());
+    }
     let stats = daemon.stats();
+    let forwarding = &stats["forwarding"];
+    if io == "packet" {
+        assert_eq!(forwarding["workers"], 2, "{stats}");
+        assert!(forwarding["handed_off"].as_u64() > Some(0), "{stats}");
+    }
+    assert_eq!(forwarding["handoff_dropped"], 0, "{stats}");
     let ct = &stats["forwarding"]["conntrack"];
     assert!(ct["inserted"].as_u64() >= Some(3), "{stats}");
     assert!(ct["found"].as_u64() > Some(100), "{stats}");

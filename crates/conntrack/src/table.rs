@@ -30,11 +30,14 @@
 
 use crate::kept::{Epochs, Kept};
 use crate::nat;
+use crate::owners::Owners;
 use crate::settings::Settings;
 use crate::tcp::{self, Segment, Tcp, TcpState};
 use crate::tuple::{self, Network, Tuple, TupleHash, Unread, ICMP, ICMPV6, TCP, UDP};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// A packet's state, as `ct state` matches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,6 +253,38 @@ pub struct Stats {
     pub imported: u64,
 }
 
+impl Stats {
+    /// Adds what `other` counted.
+    pub fn add(&mut self, other: &Stats) {
+        let Stats {
+            found,
+            inserted,
+            invalid,
+            ignored,
+            dropped,
+            early_dropped,
+            expired,
+            kernel,
+            insert_failed,
+            source_translated,
+            destination_translated,
+            imported,
+        } = *other;
+        self.found += found;
+        self.inserted += inserted;
+        self.invalid += invalid;
+        self.ignored += ignored;
+        self.dropped += dropped;
+        self.early_dropped += early_dropped;
+        self.expired += expired;
+        self.kernel += kernel;
+        self.insert_failed += insert_failed;
+        self.source_translated += source_translated;
+        self.destination_translated += destination_translated;
+        self.imported += imported;
+    }
+}
+
 const TWO_SECONDS: u64 = 2_000_000_000;
 /// Released reply tuples kept, at most, until drained.
 pub const RELEASED_MAX: usize = 65_536;
@@ -301,6 +336,11 @@ pub struct Conntrack {
     pub(crate) epochs: Epochs,
     /// What it counted.
     pub stats: Stats,
+    /// Which worker's table it is, among how many ([`crate::owners`]).
+    owners: Owners,
+    /// The connections of every worker's table together, which `nf_conntrack_max`
+    /// bounds as the kernel's count of its one table.
+    census: Arc<AtomicUsize>,
 }
 
 /// A handle: slot and direction.
@@ -331,7 +371,58 @@ impl Conntrack {
             epochs: Epochs::default(),
             warming: Vec::new(),
             stats: Stats::default(),
+            owners: Owners::default(),
+            census: Arc::default(),
         }
+    }
+
+    /// Which worker's table it is.
+    pub fn owners(&self) -> &Owners {
+        &self.owners
+    }
+
+    /// Makes it worker `owners.me`'s table ([`crate::owners::redistribute`] moves the
+    /// connections with it).
+    pub fn set_owners(&mut self, owners: Owners) {
+        self.owners = owners;
+    }
+
+    /// Has it count its connections into `census`, the count of every worker's table,
+    /// which `nf_conntrack_max` bounds.
+    pub fn set_census(&mut self, census: Arc<AtomicUsize>) {
+        census.fetch_add(self.len(), Ordering::Relaxed);
+        self.census.fetch_sub(self.len(), Ordering::Relaxed);
+        self.census = census;
+    }
+
+    /// The connections of every table counted with it ([`Conntrack::set_census`]).
+    pub fn census(&self) -> usize {
+        self.census.load(Ordering::Relaxed)
+    }
+
+    /// Takes out the connections `leaving` holds, as they are, to enter in another
+    /// worker's table ([`Conntrack::adopt`]): nothing of them is counted as ended.
+    pub fn hand_over(&mut self, leaving: impl Fn(&Connection) -> bool) -> Vec<Connection> {
+        // (Between vectors: what the last one made and did not confirm is gone.)
+        self.settle();
+        let released = self.released.len();
+        let out: Vec<Connection> = self
+            .slots_where(leaving)
+            .into_iter()
+            .filter_map(|slot| self.remove(slot))
+            .collect();
+        // (Not ended: their frames are not the kernel's again.)
+        self.released.truncate(released);
+        // (The slots are free at once: no packet of a vector is under way.)
+        self.free.append(&mut self.freed);
+        out
+    }
+
+    /// Enters a connection another worker's table handed over, as it was (the
+    /// verdicts kept on it were under that table's epochs, and are forgotten).
+    pub fn adopt(&mut self, mut c: Connection) {
+        c.kept = Default::default();
+        self.insert(c);
     }
 
     /// The settings followed.
@@ -587,6 +678,7 @@ impl Conntrack {
             }
         }
         self.freed.push(slot);
+        self.census.fetch_sub(1, Ordering::Relaxed);
         Some(c)
     }
 
@@ -629,6 +721,7 @@ impl Conntrack {
             });
         }
         self.slots[slot as usize] = Some(c);
+        self.census.fetch_add(1, Ordering::Relaxed);
         slot
     }
 
@@ -845,7 +938,7 @@ impl Conntrack {
                         return Tracked::of(State::Invalid);
                     };
                     let max = self.settings.max as usize;
-                    if max != 0 && self.len() + 1 > max && !self.early_drop(now) {
+                    if max != 0 && self.census() + 1 > max && !self.early_drop(now) {
                         return Tracked::fate(Fate::TableFull);
                     }
                     let protocol = match n.protocol {

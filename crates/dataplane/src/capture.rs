@@ -186,6 +186,8 @@ pub fn fate_name(fate: &Fate) -> String {
         Fate::Fragmented(_) => "sent:fragmented".into(),
         Fate::Icmp(e, _) => format!("icmp:{}", e.name()),
         Fate::Reset(_) => "tcp-reset".into(),
+        // (Counted again with its fate at the worker it went to.)
+        Fate::Handoff(_) => "handoff".into(),
         Fate::Kernel(Handed::Input(k)) => format!("kernel:{}", k.name()),
         Fate::Kernel(Handed::Local) => "kernel:local".into(),
         Fate::Kernel(Handed::Unresolved) => "kernel:unresolved".into(),

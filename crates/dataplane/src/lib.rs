@@ -43,6 +43,8 @@
 //!   sockets (or, where a link takes no XDP program, `AF_PACKET` receive rings in a
 //!   fanout group), with the FIB's and the neighbour table's current versions taken
 //!   once per vector.
+//! - [`handoff`]: packets a worker hands the worker that owns their connection, and
+//!   the mailboxes they go through.
 //! - [`workers`]: the workers as a whole: every receive queue served, each worker on
 //!   its CPU, a worker that fails noticed, counted and started again.
 //! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
@@ -58,6 +60,7 @@ pub mod checksum;
 pub mod claims;
 pub mod express;
 pub mod fragment;
+pub mod handoff;
 pub mod icmp;
 pub mod input;
 pub mod neighbour;

@@ -314,6 +314,9 @@ pub enum Fate {
     Kernel(Handed),
     /// Dropped.
     Drop(Dropped),
+    /// Another worker's, untouched: the worker that owns the packet's connection
+    /// ([`fibre_conntrack::owners`]), which tracks it.
+    Handoff(u16),
 }
 
 impl Fate {
@@ -2535,6 +2538,127 @@ route add 10.7.0.0/16 via 10.0.1.2
             send(&b0, segment(b0.mac, far, host, "ack")),
             Fate::Drop(Dropped::Filtered)
         );
+    }
+
+    /// Two workers, each with a table of its own: a packet read by the worker that does
+    /// not own its connection is handed to the one that does, whichever way it goes, so
+    /// both directions meet the connection (a reply from outside, which the rules let in
+    /// only as established, passes); each connection lies in one table. A family NAT
+    /// may change is the first worker's whole.
+    #[test]
+    fn each_worker_tracks_the_connections_it_owns_and_hands_over_the_others() {
+        use fibre_conntrack::Owners;
+        use fibre_firewall::build::{cmp, ct, meta, verdict};
+        let (_, snap, a0, b0) = router("");
+        // forward: iifname "b0" ct state new drop; policy accept.
+        let rules = || {
+            one_chain(
+                fibre_firewall::message::Family::Ip,
+                "forward",
+                (2, 1),
+                vec![vec![
+                    meta(6, 1),
+                    cmp(0, 1, b"b0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+                    ct(0, 1, None),
+                    cmp(0, 1, &8u32.to_ne_bytes()),
+                    verdict(0, None),
+                ]],
+            )
+        };
+        let census = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let owners = Owners {
+            workers: 2,
+            me: 0,
+            pinned: 0,
+            seed: 12345,
+        };
+        let mut workers: Vec<Pipeline> = (0..2u16)
+            .map(|me| {
+                let p = tracking(rules(), 1);
+                let mut t = p.conntrack.as_ref().unwrap().lock().unwrap();
+                t.set_census(census.clone());
+                t.set_owners(Owners { me, ..owners });
+                drop(t);
+                p
+            })
+            .collect();
+        let mut pool = Pool::new(64, 2048);
+        let datagram = |to: [u8; 6], src: ([u8; 4], u16), dst: ([u8; 4], u16)| {
+            let b = PacketBuilder::ethernet2([2, 9, 9, 9, 9, 9], to)
+                .ipv4(src.0, dst.0, 64)
+                .udp(src.1, dst.1);
+            let mut out = Vec::new();
+            b.write(&mut out, &[7; 10]).unwrap();
+            out
+        };
+        // A frame read by worker `w`: its fate where it ends, and how many times it
+        // was handed over.
+        let mut deliver = |w: usize, by: &fibre_fib::Link, frame: &[u8]| {
+            let (mut fate, _) = send_one(&mut workers[w], &snap, &mut pool, by, frame);
+            let mut handed = 0;
+            while let Fate::Handoff(to) = fate {
+                assert_ne!(usize::from(to), w, "handed to itself");
+                handed += 1;
+                assert_eq!(handed, 1, "handed on again");
+                fate = send_one(&mut workers[usize::from(to)], &snap, &mut pool, by, frame).0;
+            }
+            (fate, handed)
+        };
+        let mut handed = [0, 0];
+        for k in 0..64u16 {
+            let host = ([10, 0, 0, 2], 5000 + k);
+            let far = ([10, 1, 0, (k % 7) as u8 + 1], 53);
+            // Read by one worker one way, by the other the other way.
+            let (w, back) = (usize::from(k % 2), usize::from(1 - k % 2));
+            let (fate, h) = deliver(w, &a0, &datagram(a0.mac, host, far));
+            assert_eq!(fate, Fate::Out(b0.index), "flow {k} out");
+            handed[0] += h;
+            let (fate, h) = deliver(back, &b0, &datagram(b0.mac, far, host));
+            assert_eq!(
+                fate,
+                Fate::Out(a0.index),
+                "flow {k}: the reply met its connection"
+            );
+            handed[1] += h;
+            // Anew from outside: dropped, whoever reads it.
+            let (fate, _) = deliver(w, &b0, &datagram(b0.mac, far, (host.0, 9000 + k)));
+            assert_eq!(fate, Fate::Drop(Dropped::Filtered));
+        }
+        assert!(handed[0] > 10 && handed[1] > 10, "{handed:?}");
+        let lens: Vec<usize> = workers
+            .iter()
+            .map(|p| p.conntrack.as_ref().unwrap().lock().unwrap().len())
+            .collect();
+        assert_eq!(lens.iter().sum::<usize>(), 64, "{lens:?}");
+        assert!(lens.iter().all(|&n| n > 10), "{lens:?}");
+        assert_eq!(census.load(std::sync::atomic::Ordering::Relaxed), 64);
+
+        // Pinned, as for NAT: every connection the first worker's, the second's moved
+        // there, and what the second reads handed to it.
+        {
+            let mut tables: Vec<_> = workers
+                .iter()
+                .map(|p| p.conntrack.as_ref().unwrap().lock().unwrap())
+                .collect();
+            let mut all: Vec<&mut Conntrack> = tables.iter_mut().map(|g| &mut **g).collect();
+            fibre_conntrack::owners::redistribute(
+                &mut all,
+                Owners {
+                    pinned: 1,
+                    ..owners
+                },
+            );
+            assert_eq!((all[0].len(), all[1].len()), (64, 0));
+        }
+        for k in 0..64u16 {
+            let host = ([10, 0, 0, 2], 5000 + k);
+            let far = ([10, 1, 0, (k % 7) as u8 + 1], 53);
+            let frame = datagram(b0.mac, far, host);
+            let (fate, _) = send_one(&mut workers[1], &snap, &mut pool, &b0, &frame);
+            assert_eq!(fate, Fate::Handoff(0));
+            let (fate, _) = send_one(&mut workers[0], &snap, &mut pool, &b0, &frame);
+            assert_eq!(fate, Fate::Out(a0.index), "flow {k} still established");
+        }
     }
 
     /// A connection's verdict kept: after its first packet, its direction's packets

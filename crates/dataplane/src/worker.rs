@@ -33,6 +33,7 @@
 
 use crate::claims::Claims;
 use crate::express::{Entry, Express, Generation};
+use crate::handoff::{Batch as Handing, Mailbox};
 use crate::icmp::{self, RateLimit};
 use crate::offload::{finish_checksum, Offload};
 use crate::packet::{wait_any, Batch, PacketSocket};
@@ -46,7 +47,7 @@ use crate::segment;
 use crate::workers::EXPRESS_DESTINATIONS;
 use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
-use fibre_conntrack::Conntrack;
+use fibre_conntrack::{Conntrack, Owners};
 use fibre_fib::{FibReader, LinkIndex};
 use fibre_firewall::eval::Filter;
 use std::collections::{HashMap, HashSet};
@@ -222,6 +223,11 @@ pub struct Counters {
     /// Frames the kernel forwards itself ([`Shared::kernel_forwards`]: it has its own
     /// copy, and its forwarding is on for their family), left to it.
     pub left_to_kernel: u64,
+    /// Packets handed to the worker that owns their connection ([`crate::handoff`]).
+    pub handed_off: u64,
+    /// Packets handed over that the worker they went to could not take (its mailbox
+    /// full, or its pool), dropped.
+    pub handoff_dropped: u64,
 }
 
 impl Counters {
@@ -271,6 +277,8 @@ impl Counters {
         self.claims_failed += std::mem::take(&mut io.claims_failed);
         self.firewall_refused += std::mem::take(&mut io.firewall_refused);
         self.left_to_kernel += std::mem::take(&mut io.left_to_kernel);
+        self.handed_off += std::mem::take(&mut io.handed_off);
+        self.handoff_dropped += std::mem::take(&mut io.handoff_dropped);
         let x = std::mem::take(&mut io.xsk);
         self.xsk.rx_dropped += x.rx_dropped;
         self.xsk.rx_ring_full += x.rx_ring_full;
@@ -301,6 +309,8 @@ struct Io {
     claims_failed: u64,
     firewall_refused: u64,
     left_to_kernel: u64,
+    handed_off: u64,
+    handoff_dropped: u64,
     /// The kernel's AF_XDP counts since they were last added.
     xsk: XskStatistics,
 }
@@ -366,10 +376,20 @@ pub struct Shared {
     /// is left to it, never sent a second time; the workers still teach the express
     /// path by it.
     kernel_forwards: ArcSwap<Vec<(LinkIndex, u8)>>,
-    /// The connections of the forwarded packets of the families tracked, one table for
-    /// every worker (both directions of a connection meet it, whichever worker reads
-    /// them), which each takes once a vector.
-    pub conntrack: Arc<Mutex<Conntrack>>,
+    /// The connections of the forwarded packets of the families tracked: a table for
+    /// each worker (worker `n` the `n`-th), holding the connections it owns
+    /// ([`fibre_conntrack::owners`]). Only its worker takes a table while packets flow
+    /// (once a vector); the daemon takes them all, in order, to read them or move
+    /// connections between them.
+    tables: ArcSwap<Vec<Arc<Mutex<Conntrack>>>>,
+    /// Held while the tables are made anew or their connections moved.
+    tables_changing: Mutex<()>,
+    /// The connections of every table together, which `nf_conntrack_max` bounds.
+    census: Arc<AtomicUsize>,
+    /// The owners' hash's seed.
+    owners_seed: u64,
+    /// The workers' mailboxes, worker `n`'s the `n`-th ([`crate::handoff`]).
+    mailboxes: ArcSwap<Vec<Mailbox>>,
 }
 
 /// The router's filter rules and what the firewall closes ([`Shared::closed`]'s bits),
@@ -404,10 +424,121 @@ impl Shared {
             closed: AtomicU8::new(0),
             enforced: ArcSwap::default(),
             kernel_forwards: ArcSwap::default(),
-            conntrack: Arc::new(Mutex::new(Conntrack::new(
+            tables: ArcSwap::from_pointee(vec![Arc::new(Mutex::new(Conntrack::new(
                 fibre_conntrack::Settings::kernel_defaults(),
-            ))),
+            )))]),
+            tables_changing: Mutex::new(()),
+            census: Arc::default(),
+            owners_seed: {
+                use std::hash::BuildHasher;
+                foldhash::fast::RandomState::default().hash_one(0x0c0a_u64)
+            },
+            mailboxes: ArcSwap::default(),
         }
+        .with_census()
+    }
+
+    fn with_census(self) -> Shared {
+        for t in self.tables.load().iter() {
+            lock(t).set_census(self.census.clone());
+        }
+        self
+    }
+
+    /// The connection tables, worker `n`'s the `n`-th.
+    pub fn tables(&self) -> Arc<Vec<Arc<Mutex<Conntrack>>>> {
+        self.tables.load_full()
+    }
+
+    /// Calls `f` with every connection table held (taken in order: a worker takes only
+    /// its own, so no two wait for each other).
+    pub fn with_tables<T>(&self, f: impl FnOnce(&mut [&mut Conntrack]) -> T) -> T {
+        let tables = self.tables.load_full();
+        let mut held: Vec<std::sync::MutexGuard<'_, Conntrack>> =
+            tables.iter().map(|t| lock(t)).collect();
+        let mut all: Vec<&mut Conntrack> = held.iter_mut().map(|g| &mut **g).collect();
+        f(&mut all)
+    }
+
+    /// Makes a table for each of `workers` workers (before they start), moving the
+    /// connections of the tables there were to their owners among them.
+    pub fn set_workers(&self, workers: usize) -> io::Result<()> {
+        let _changing = lock(&self.tables_changing);
+        let workers = workers.max(1);
+        let mailboxes = (0..workers)
+            .map(|_| Mailbox::new())
+            .collect::<io::Result<Vec<_>>>()?;
+        self.mailboxes.store(Arc::new(mailboxes));
+        let old = self.tables.load_full();
+        if old.len() == workers {
+            return Ok(());
+        }
+        let settings = lock(&old[0]).settings().clone();
+        let owners = *lock(&old[0]).owners();
+        let new: Vec<Arc<Mutex<Conntrack>>> = (0..workers)
+            .map(|n| {
+                old.get(n).cloned().unwrap_or_else(|| {
+                    let mut t = Conntrack::new(settings.clone());
+                    t.set_census(self.census.clone());
+                    Arc::new(Mutex::new(t))
+                })
+            })
+            .collect();
+        {
+            let mut held: Vec<_> = new.iter().map(|t| lock(t)).collect();
+            let mut gone: Vec<_> = old[workers.min(old.len())..]
+                .iter()
+                .map(|t| lock(t))
+                .collect();
+            let mut moving = Vec::new();
+            for g in &mut gone {
+                moving.extend(g.hand_over(|_| true));
+            }
+            let mut all: Vec<&mut Conntrack> = held.iter_mut().map(|g| &mut **g).collect();
+            fibre_conntrack::owners::redistribute(
+                &mut all,
+                Owners {
+                    workers: workers as u16,
+                    me: 0,
+                    seed: self.owners_seed,
+                    ..owners
+                },
+            );
+            for c in moving {
+                let to = all[0].owners().of_connection(&c);
+                all[usize::from(to)].adopt(c);
+            }
+        }
+        self.tables.store(Arc::new(new));
+        Ok(())
+    }
+
+    /// Has the first worker own every connection of `families` (bit 0 IPv4, bit 1
+    /// IPv6) from now on: those NAT may change (a translated reply's tuple hashes
+    /// elsewhere). Their connections move to its table. A family stays so while the
+    /// daemon runs.
+    pub fn pin(&self, families: u8) {
+        let _changing = lock(&self.tables_changing);
+        let tables = self.tables.load_full();
+        let owners = *lock(&tables[0]).owners();
+        if owners.pinned & families == families {
+            return;
+        }
+        self.with_tables(|all| {
+            fibre_conntrack::owners::redistribute(
+                all,
+                Owners {
+                    pinned: owners.pinned | families,
+                    seed: self.owners_seed,
+                    ..owners
+                },
+            )
+        });
+    }
+
+    /// The workers' mailboxes.
+    pub(crate) fn mailboxes(&self) -> Arc<Vec<Mailbox>> {
+        self.mailboxes.load_full()
     }
 
     /// Closes to the workers what `closed` says (as [`Shared::closed`] reads it); while
@@ -422,6 +553,11 @@ impl Shared {
     /// Gives the workers the router's filter rules, the families whose connections are
     /// tracked and what the firewall closes (as [`Shared::close`] says it), all at once.
     pub fn enforce(&self, filter: Arc<Filter>, tracked: u8, closed: u8) -> io::Result<()> {
+        // The families NAT may change are the first worker's before any worker meets
+        // the rules that translate them.
+        let translated =
+            u8::from(filter.translates(false)) | u8::from(filter.translates(true)) << 1;
+        self.pin(translated);
         let express = self.express();
         self.enforced.store(Arc::new(Enforced {
             filter,
@@ -660,6 +796,10 @@ struct Vector {
     /// The families the kernel forwards itself, by input link
     /// ([`Shared::kernel_forwards`]), as read for this round.
     kernel_forwards: Arc<Vec<(LinkIndex, u8)>>,
+    /// The workers' mailboxes.
+    mailboxes: Arc<Vec<Mailbox>>,
+    /// The packets for each worker, handed over at the end of the vector.
+    handing: Vec<Handing>,
 }
 
 /// What a worker teaches the express path: for each destination it forwarded, arriving
@@ -835,6 +975,13 @@ impl Vector {
                         self.out.push(*link, f);
                     }
                 }
+                Fate::Handoff(w) => {
+                    match self.handing.get_mut(usize::from(*w)) {
+                        Some(batch) => batch.push(&self.pool, id, arrival, kernel_has_its_copy),
+                        None => self.io.handoff_dropped += 1,
+                    }
+                    self.free.push(id);
+                }
                 Fate::Kernel(Handed::Unresolved) if waiting.packets.len() < WAITING_MAX => {
                     waiting
                         .packets
@@ -869,6 +1016,17 @@ impl Vector {
             frames.clear();
         }
         self.pool.free(&self.free);
+        for (w, batch) in self.handing.iter_mut().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(batch);
+            let n = batch.len() as u64;
+            match self.mailboxes.get(w) {
+                Some(m) if m.post(batch) => self.io.handed_off += n,
+                _ => self.io.handoff_dropped += n,
+            }
+        }
         self.pipeline.output.add(out, t);
     }
 }
@@ -922,7 +1080,9 @@ fn ask(
 pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resolve: Resolve) {
     let mut pipeline = Pipeline::new();
     pipeline.limit = RateLimit::sharing(&shared.icmp_limits, shared.icmp_overall.clone());
-    pipeline.conntrack = Some(shared.conntrack.clone());
+    let tables = shared.tables();
+    pipeline.conntrack = Some(tables[n.min(tables.len() - 1)].clone());
+    let mailboxes = shared.mailboxes();
     pipeline.hops = shared.hops.clone();
     let mut v = Vector {
         ports,
@@ -945,11 +1105,17 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         }),
         closed: 0,
         kernel_forwards: Arc::default(),
+        handing: (0..mailboxes.len()).map(|_| Handing::default()).collect(),
+        mailboxes,
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
     let mut asked: HashMap<(LinkIndex, IpAddr), Instant> = HashMap::new();
-    let fds: Vec<RawFd> = (0..v.ports.len()).map(|k| v.ports.fd(k)).collect();
+    let mut fds: Vec<RawFd> = (0..v.ports.len()).map(|k| v.ports.fd(k)).collect();
     let all: Vec<usize> = (0..v.ports.len()).collect();
+    // Its mailbox wakes it too: the last way in polled.
+    let mailbox = v.mailboxes.get(n).map(|m| m.fd());
+    fds.extend(mailbox);
+    let mut handed: Vec<Handing> = Vec::new();
     // Whether the last round read any frame: then the next reads every way in again at
     // once; else the worker sleeps until one is readable (or for housekeeping, 10 ms).
     // It never spins: the kernel's side that feeds its sockets (the link's NAPI, which
@@ -1018,9 +1184,37 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                 waiting.packets.extend(kept);
             }
         }
+        // Packets other workers handed it: before its own links' next, which came after.
+        if let Some(m) = v.mailboxes.get(n) {
+            m.drain(|b| handed.push(b));
+        }
+        if !handed.is_empty() {
+            busy = true;
+            let snap = shared.fib.snapshot();
+            let neighbours = shared.neighbours.load();
+            let mut groups = Vec::new();
+            for batch in handed.drain(..) {
+                v.io.handoff_dropped += batch.unpack(&mut v.pool, &mut groups) as u64;
+                for (arrival, copy, ids) in groups.drain(..) {
+                    v.run(
+                        &snap,
+                        &neighbours,
+                        arrival,
+                        copy,
+                        &ids,
+                        Instant::now(),
+                        &mut waiting,
+                    );
+                }
+            }
+            ask(&v.pipeline.unresolved, &mut asked, &mut resolve, &mut v.io);
+        }
         // Ways in poll said were ready (not those read again after a busy round).
         let woken = if polled { ready.len() } else { 0 };
         for k in ready {
+            if k >= v.ports.len() {
+                continue;
+            }
             // A few vectors from one link, then the next: no link starves the others.
             for _ in 0..4 {
                 ids.clear();
@@ -1102,4 +1296,10 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         }
     }
     shared.counters().add(&mut v.pipeline, &mut v.io);
+}
+
+/// `m` held, whatever a thread that failed holding it left: a table's connections are
+/// whole between any two of its calls.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -312,6 +312,9 @@ impl Workers {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             workers.claims_unavailable = Some(e.to_string());
         }
+        // A connection table and a mailbox for each worker, the connections of the
+        // tables there were moved to their owners among them.
+        workers.shared.set_workers(opened.len())?;
         for (w, (ports, pool)) in opened.into_iter().enumerate() {
             workers.handles.push(None);
             workers.spawn(w, ports, pool)?;

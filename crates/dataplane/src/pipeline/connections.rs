@@ -151,6 +151,12 @@ impl Pipeline {
             // not checked, as the kernel's `nf_checksum` and `reject` do not check it
             // (`skb_csum_unnecessary`); any other is. (NAT's rewrite tells the first
             // apart: such a checksum is the pseudo-header's alone.)
+            // Another worker's connection: tracked there, both its ways meeting it.
+            if let Some(w) = table.owners().elsewhere(&pool.frame(id)[ETHERNET_LEN..]) {
+                fates[i] = Fate::Handoff(w);
+                stopped[i] = true;
+                continue;
+            }
             let offload = pool.offload(id);
             let partial = offload.checksum.is_some();
             let vouched = partial || offload.checksum_valid;

@@ -1,0 +1,254 @@
+//! Packets one worker hands another: those of a connection another worker's table
+//! holds ([`fibre_conntrack::owners`]), so that both directions of a connection meet
+//! its state in one table, which only its worker touches, without a lock.
+//!
+//! Each worker has a mailbox: a bounded queue of batches (one a vector for each worker
+//! it hands packets to; the queue is `std`'s, which takes no lock) and an `eventfd`
+//! that wakes it. A batch holds the frames copied out of the sender's pool (its buffers
+//! go back at once: over AF_XDP each worker's frames lie in memory the kernel lent its
+//! own sockets), each with the link it arrived on, whether the kernel has its own copy
+//! and what its sender left undone. The owner copies them into its pool and runs them
+//! through its pipeline as frames of that link. A full mailbox drops the batch, counted
+//! (`handoff_dropped`): a worker that falls behind does not make the others wait. The
+//! packets of one flow, from one link, go in one worker's batches in order, so they stay
+//! in order.
+
+use crate::offload::Offload;
+use crate::pipeline::Arrival;
+use crate::pool::{BufferId, Pool};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+
+/// Batches a mailbox holds at most (each up to a vector's packets).
+pub const MAILBOX_BATCHES: usize = 64;
+
+/// A handed packet: where its frame lies in the batch, how it came.
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    start: usize,
+    len: usize,
+    arrival: Arrival,
+    kernel_has_its_copy: bool,
+    offload: Offload,
+}
+
+/// Packets handed to one worker together.
+#[derive(Default)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    items: Vec<Item>,
+}
+
+impl Batch {
+    /// Copies the frame of `id` into the batch, with how it came.
+    pub fn push(&mut self, pool: &Pool, id: BufferId, arrival: Arrival, kernel_has_its_copy: bool) {
+        let frame = pool.frame(id);
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(frame);
+        self.items.push(Item {
+            start,
+            len: frame.len(),
+            arrival,
+            kernel_has_its_copy,
+            offload: pool.offload(id),
+        });
+    }
+
+    /// Packets held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Puts the packets into buffers of `pool`, in groups that arrived alike (the link,
+    /// and the kernel's copy or not), in order: each group's arrival, whether the
+    /// kernel has its copy, its buffers. Returns the packets that found no buffer (or
+    /// no room in one), which are dropped.
+    pub fn unpack(
+        &self,
+        pool: &mut Pool,
+        groups: &mut Vec<(Arrival, bool, Vec<BufferId>)>,
+    ) -> usize {
+        let mut lost = 0;
+        let mut k = 0;
+        while k < self.items.len() {
+            let first = self.items[k];
+            let alike = |i: &Item| {
+                i.arrival == first.arrival && i.kernel_has_its_copy == first.kernel_has_its_copy
+            };
+            let mut ids = Vec::new();
+            while k < self.items.len() && alike(&self.items[k]) {
+                let item = self.items[k];
+                k += 1;
+                let frame = &self.bytes[item.start..item.start + item.len];
+                let before = ids.len();
+                if pool.alloc(1, &mut ids) == 0 {
+                    lost += 1;
+                    continue;
+                }
+                let id = ids[before];
+                if pool.fill(id, frame) < frame.len() {
+                    pool.free(&[id]);
+                    ids.truncate(before);
+                    lost += 1;
+                    continue;
+                }
+                pool.set_offload(id, item.offload);
+            }
+            if !ids.is_empty() {
+                groups.push((first.arrival, first.kernel_has_its_copy, ids));
+            }
+        }
+        lost
+    }
+}
+
+/// A worker's mailbox: where the others put the packets it owns.
+pub struct Mailbox {
+    sender: SyncSender<Batch>,
+    /// Taken by its worker only (the queue's reader is one); held here, not by the
+    /// worker's thread, so that a worker started again after a failure reads on.
+    receiver: Mutex<Receiver<Batch>>,
+    wake: OwnedFd,
+}
+
+impl Mailbox {
+    /// An empty mailbox.
+    pub fn new() -> io::Result<Mailbox> {
+        let (sender, receiver) = mpsc::sync_channel(MAILBOX_BATCHES);
+        // SAFETY: `eventfd` takes no pointer; its result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mailbox {
+            sender,
+            receiver: Mutex::new(receiver),
+            // SAFETY: `fd` was just opened, and nothing else owns it.
+            wake: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Posts `batch` and wakes the mailbox's worker; false (the batch dropped) if the
+    /// mailbox is full.
+    pub fn post(&self, batch: Batch) -> bool {
+        match self.sender.try_send(batch) {
+            Ok(()) => {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: `one` is eight live bytes, as an eventfd's write takes. (It
+                // cannot fail but at the counter's limit, when the worker is awake
+                // anyway.)
+                unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+                true
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// What wakes the worker: readable when a batch was posted.
+    pub fn fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// Takes the batches posted (the wake-up read first, so that one posted meanwhile
+    /// wakes the worker again), each given to `take`.
+    pub fn drain(&self, mut take: impl FnMut(Batch)) {
+        let mut count = [0u8; 8];
+        // SAFETY: `count` is eight live bytes, as an eventfd's read takes; a read with
+        // nothing posted fails (`EAGAIN`), which says nothing is to be cleared.
+        unsafe { libc::read(self.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        let receiver = self
+            .receiver
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Ok(batch) = receiver.try_recv() {
+            take(batch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(link: u32) -> Arrival {
+        Arrival {
+            link,
+            mac: [2, 0, 0, 0, 0, link as u8],
+        }
+    }
+
+    #[test]
+    fn batches_carry_frames_in_order_with_how_they_came() {
+        let mut from = Pool::new(8, 2048);
+        let mut ids = Vec::new();
+        from.alloc(5, &mut ids);
+        let mut batch = Batch::default();
+        for (k, &id) in ids.iter().enumerate() {
+            from.fill(id, &vec![k as u8; 60 + k]);
+            let mut offload = Offload::NONE;
+            offload.checksum_valid = k == 2;
+            from.set_offload(id, offload);
+            batch.push(&from, id, arrival(if k < 3 { 7 } else { 9 }), k == 4);
+        }
+        let mailbox = Mailbox::new().expect("eventfd");
+        assert!(mailbox.post(batch));
+        let mut to = Pool::new(8, 2048);
+        let mut seen = Vec::new();
+        let mut runs = Vec::new();
+        mailbox.drain(|b| {
+            let mut groups = Vec::new();
+            assert_eq!(b.unpack(&mut to, &mut groups), 0);
+            for (arrival, copy, ids) in groups {
+                runs.push((arrival.link, copy, ids.len()));
+                for &id in &ids {
+                    seen.push((to.frame(id).to_vec(), to.offload(id).checksum_valid));
+                }
+                to.free(&ids);
+            }
+        });
+        assert_eq!(runs, [(7, false, 3), (9, false, 1), (9, true, 1)]);
+        for (k, (frame, valid)) in seen.iter().enumerate() {
+            assert_eq!(frame, &vec![k as u8; 60 + k]);
+            assert_eq!(*valid, k == 2);
+        }
+        assert_eq!(to.available(), 8, "every buffer given back");
+    }
+
+    #[test]
+    fn a_full_mailbox_refuses_and_a_short_pool_loses_what_it_cannot_hold() {
+        let mailbox = Mailbox::new().expect("eventfd");
+        for _ in 0..MAILBOX_BATCHES {
+            assert!(mailbox.post(Batch::default()));
+        }
+        assert!(!mailbox.post(Batch::default()));
+        let mut taken = 0;
+        mailbox.drain(|_| taken += 1);
+        assert_eq!(taken, MAILBOX_BATCHES);
+        assert!(mailbox.post(Batch::default()));
+
+        let mut from = Pool::new(4, 2048);
+        let mut ids = Vec::new();
+        from.alloc(3, &mut ids);
+        let mut batch = Batch::default();
+        for &id in &ids {
+            from.fill(id, &[1u8; 100]);
+            batch.push(&from, id, arrival(3), false);
+        }
+        let mut to = Pool::new(2, 2048);
+        let mut groups = Vec::new();
+        let lost = batch.unpack(&mut to, &mut groups);
+        assert_eq!((groups[0].2.len(), lost), (2, 1));
+        // A frame longer than the buffers: lost, its buffer given back.
+        let mut small = Pool::new(2, 64);
+        let mut groups = Vec::new();
+        let lost = batch.unpack(&mut small, &mut groups);
+        assert_eq!((lost, small.available(), groups.len()), (3, 2, 0));
+    }
+}
