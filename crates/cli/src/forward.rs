@@ -46,6 +46,11 @@ pub struct ForwardArgs {
     /// Packets in a vector (1 to 256).
     #[arg(long, default_value_t = VECTOR)]
     vector: usize,
+    /// Workers, each with a connection table of its own, reading the vectors in turn
+    /// and handing each packet to the worker that owns its connection, as the daemon's
+    /// do (1 to 64).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
     /// The router's firewall: a file of nftables rules, as `nft -f` takes it (needs
     /// root: `nft` reads it into a private network namespace).
     #[arg(long)]
@@ -186,21 +191,64 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         arrivals[f.interface].clone()?;
     }
 
-    let mut pipeline = Pipeline::new();
-    if let Some(path) = &a.ruleset {
-        let (filter, tracked) = load_ruleset(path, &snap)?;
-        pipeline.rules = std::sync::Arc::new(filter);
-        // Tracked as a namespace of Linux's defaults tracks, by the capture's clock.
-        pipeline.tracked = tracked;
-        pipeline.conntrack = Some(std::sync::Arc::new(std::sync::Mutex::new(
-            fibre_conntrack::Conntrack::new(fibre_conntrack::Settings::kernel_defaults()),
-        )));
+    if !(1..=64).contains(&a.workers) {
+        return Err(format!("--workers {}: from 1 to 64", a.workers).into());
     }
-    // Errors limited as this machine's kernel limits them.
-    pipeline.limit = RateLimit::new(&Limits::read());
-    pipeline.hops = Hops::read();
+    let ruleset = match &a.ruleset {
+        Some(path) => Some(load_ruleset(path, &snap)?),
+        None => None,
+    };
+    // The workers' tables, as the daemon's: one count of their connections, one
+    // registry, one mailbox each.
+    let census = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let registry = std::sync::Arc::new(std::sync::Mutex::new(
+        fibre_conntrack::registry::Registry::default(),
+    ));
+    let mailboxes = std::sync::Arc::new(
+        (0..a.workers)
+            .map(|_| fibre_dataplane::handoff::Mailbox::new())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| format!("a worker's mailbox: {e}"))?,
+    );
+    // Errors limited as this machine's kernel limits them (one limit for all).
+    let overall = std::sync::Arc::new(fibre_dataplane::icmp::Overall::new(
+        Limits::read().per_second,
+        Limits::read().burst,
+    ));
+    let mut pipelines: Vec<Pipeline> = (0..a.workers)
+        .map(|me| {
+            let mut pipeline = Pipeline::new();
+            if let Some((filter, tracked)) = &ruleset {
+                pipeline.rules = std::sync::Arc::new(filter.clone());
+                // Tracked as a namespace of Linux's defaults tracks, by the capture's
+                // clock.
+                pipeline.tracked = *tracked;
+                let mut table =
+                    fibre_conntrack::Conntrack::new(fibre_conntrack::Settings::kernel_defaults());
+                table.set_census(census.clone());
+                table.set_registry(registry.clone());
+                table.register(
+                    u8::from(filter.translates(false)) | u8::from(filter.translates(true)) << 1,
+                );
+                table.set_owners(fibre_conntrack::Owners {
+                    workers: a.workers as u16,
+                    me: me as u16,
+                    seed: 0x5eed,
+                });
+                pipeline.conntrack = Some(std::sync::Arc::new(std::sync::Mutex::new(table)));
+                pipeline.mailboxes = Some(mailboxes.clone());
+            }
+            pipeline.limit = if a.workers == 1 {
+                RateLimit::new(&Limits::read())
+            } else {
+                RateLimit::sharing(&Limits::read(), overall.clone())
+            };
+            pipeline.hops = Hops::read();
+            pipeline
+        })
+        .collect();
     let (fates, sent) = offline::forward(
-        &mut pipeline,
+        &mut pipelines,
         &snap,
         &neighbours,
         // (Every frame's checked above.)
@@ -228,6 +276,18 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let name = snap.link(s.link).map_or("?", |l| l.name.as_str());
         *by_link.entry(name.to_string()).or_default() += 1;
     }
+    // Packets a worker handed to another (counted by the one that read them).
+    let handed_off: u64 = pipelines
+        .iter()
+        .flat_map(|p| p.fates.iter())
+        .filter(|(f, _)| matches!(f, fibre_dataplane::pipeline::Fate::Handoff(_)))
+        .map(|(_, n)| n)
+        .sum();
+    // What the workers counted, together.
+    let (pipeline, others) = pipelines.split_first_mut().expect("one worker at least");
+    for p in others {
+        pipeline.add_counts(p);
+    }
     let u = pipeline.unanswered;
     let mhz = runtime::cpu_mhz();
     if a.json {
@@ -253,6 +313,8 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             "sent_by_link": by_link,
             "fragments_made": pipeline.fragments_made,
             "verdicts_kept": pipeline.verdicts_kept,
+            "workers": a.workers,
+            "handed_off": handed_off,
             "fates": by_fate,
             "unanswered": {
                 "not_answered": u.not_answered,

@@ -891,16 +891,8 @@ fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
         *takeover.left.entry(why.name()).or_default() += 1;
     }
     let snap = shared.fib.snapshot();
-    // A translated connection's family is the first worker's ([`Shared::pin`]).
-    use fibre_conntrack::nat::{DST_NAT, SRC_NAT};
-    let translated = dump
-        .connections
-        .iter()
-        .filter(|c| c.status & (SRC_NAT | DST_NAT) != 0)
-        .fold(0, |f, c| {
-            f | fibre_conntrack::owners::family_bit(c.tuples[0].v6)
-        });
-    shared.pin(translated);
+    // Each to its owner's table (a translated one's reply forwarded to it from the
+    // table that tuple hashes to, as `with_tables` tells them).
     shared.with_tables(|tables| {
         // `nf_conntrack_max` 0: no limit.
         let room = tables[0].settings().max as usize;
@@ -932,11 +924,7 @@ fn take_over_connections(shared: &Arc<Shared>) -> Takeover {
 fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
     let read = || Settings::read().map_err(|e| format!("the conntrack settings: {e}"));
     let first = read()?;
-    shared.with_tables(|tables| {
-        for t in tables.iter_mut() {
-            t.set_settings(first.clone());
-        }
-    });
+    shared.set_settings(&first);
     let weak = Arc::downgrade(shared);
     std::thread::spawn(move || {
         let mut last = first;
@@ -945,11 +933,7 @@ fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
             let Some(shared) = weak.upgrade() else { return };
             match read() {
                 Ok(now) if now != last => {
-                    shared.with_tables(|tables| {
-                        for t in tables.iter_mut() {
-                            t.set_settings(now.clone());
-                        }
-                    });
+                    shared.set_settings(&now);
                     last = now;
                 }
                 Ok(_) => {}

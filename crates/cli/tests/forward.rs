@@ -717,7 +717,9 @@ fn nat_from_b() -> Vec<Vec<u8>> {
 
 /// With NAT, `fibre forward --ruleset` sends what the kernel sends, byte for byte: the
 /// sources masqueraded with their ports kept, the addresses the `snat` range gives each
-/// source (the kernel's hash), the port forwards, the error of a masqueraded flow.
+/// source (the kernel's hash), the port forwards, the error of a masqueraded flow. And
+/// the same through two workers with a table each (a packet at a time, each handed to
+/// its connection's owner).
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
 fn fibre_forward_translates_as_the_kernel_does() {
@@ -725,6 +727,14 @@ fn fibre_forward_translates_as_the_kernel_does() {
     let dir = scratch("nat");
     for (iif, peer, frames) in [("a0", "a1", nat_from_a()), ("b0", "b1", nat_from_b())] {
         let kernel = kernel_forward(&router, &hosts, peer, &frames);
+        let (_, two) = fibre_forward_with(
+            &dir,
+            iif,
+            &frames,
+            Some(NAT_RULESET),
+            &["--vector", "1", "--workers", "2"],
+        );
+        compare(iif, &kernel, &two);
         let (report, fibre) = fibre_forward(&dir, iif, &frames, Some(NAT_RULESET));
         compare(iif, &kernel, &fibre);
         let sent = report["sent"].as_u64().unwrap();
@@ -801,6 +811,14 @@ fn fibre_forward_hairpins_as_the_kernel_does() {
     // A packet at a time, as the kernel took them: a reply can only follow what it
     // answers out of the router, so a live vector never holds both, but one capture
     // read as one vector would.
+    let (_, two) = fibre_forward_with(
+        &dir,
+        "a0",
+        &frames,
+        Some(HAIRPIN_RULESET),
+        &["--vector", "1", "--workers", "2"],
+    );
+    compare("a0", &kernel, &two);
     let (report, fibre) = fibre_forward_with(
         &dir,
         "a0",
@@ -1067,8 +1085,9 @@ fn the_prerouting_chains_stop_packets_for_the_router_as_the_kernels_do() {
 }
 
 /// Two hosts' flows from the same port to the same server: the kernel keeps the first's
-/// port and moves the second's, at random, within 1024-65535. fibre does the same:
-/// compared by those properties, the rest of each frame byte for byte.
+/// port and moves the second's, at random, within 1024-65535. fibre does the same, with
+/// one worker and with two whose tables each hold one of the flows (the registry holds
+/// the port the other's took): compared by those properties.
 #[test]
 #[ignore = "needs root: network namespaces, veth pairs, AF_PACKET sockets, nft"]
 fn a_port_taken_is_moved_as_the_kernel_moves_it() {
@@ -1082,7 +1101,14 @@ fn a_port_taken_is_moved_as_the_kernel_moves_it() {
     ];
     let kernel = kernel_forward(&router, &hosts, "a1", &frames);
     let (_, fibre) = fibre_forward(&dir, "a0", &frames, Some(NAT_RULESET));
-    for sent in [&kernel, &fibre] {
+    let (_, two) = fibre_forward_with(
+        &dir,
+        "a0",
+        &frames,
+        Some(NAT_RULESET),
+        &["--vector", "1", "--workers", "2"],
+    );
+    for sent in [&kernel, &fibre, &two] {
         let out = &sent["b0"];
         assert_eq!(out.len(), 3);
         let port = |f: &Vec<u8>| u16::from_be_bytes([f[34], f[35]]);

@@ -14,6 +14,9 @@
 //! `fibre forward` then forwards that capture, one packet a vector as the kernel took
 //! them, with the same ruleset file, and what left each link must be what the kernel
 //! sent out of it, byte for byte (an ICMP error's identification and checksum aside).
+//! Every other round `fibre forward` runs two workers with a table each, reading the
+//! packets in turn and handing each to its connection's owner (a translated reply by
+//! what the owner's table told the worker its tuple hashes to), as the daemon's do.
 //!
 //! The rulesets: filter chains at prerouting (before and after destination NAT) and
 //! forward, with policies, and regular chains reached by `jump` and `goto`; matches on
@@ -1076,6 +1079,7 @@ fn fibre_forward(
     dir: &std::path::Path,
     config: &str,
     ruleset: &str,
+    workers: usize,
 ) -> (BTreeMap<String, Vec<Vec<u8>>>, u64) {
     let conf = dir.join("router.conf");
     std::fs::write(&conf, config).unwrap();
@@ -1093,6 +1097,8 @@ fn fibre_forward(
             "1",
             "--json",
         ])
+        .arg("--workers")
+        .arg(workers.to_string())
         .arg("--config")
         .arg(&conf)
         .arg("--in")
@@ -1118,6 +1124,11 @@ fn fibre_forward(
         by_link.entry(name).or_default().push(data);
     }
     let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    // Two workers: packets read by the worker that does not own their connection went
+    // to the one that does.
+    if workers > 1 {
+        assert!(report["handed_off"].as_u64() > Some(0), "{report}");
+    }
     (by_link, report["verdicts_kept"].as_u64().unwrap())
 }
 
@@ -1173,7 +1184,8 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
         let (router, hosts) = router_and_hosts(&config, &ruleset);
         let played = play(&hosts, &mut rng);
         write_capture(&dir.join("in.pcapng"), &played.into);
-        let (fibre, kept_here) = fibre_forward(&router, &dir, &config, &ruleset);
+        let workers = 1 + round % 2;
+        let (fibre, kept_here) = fibre_forward(&router, &dir, &config, &ruleset, workers);
         kept += kept_here;
         drop((router, hosts));
         packets += played.into.len();
@@ -1191,7 +1203,7 @@ fn random_rulesets_with_nat_forward_as_the_kernel_does() {
                     write_capture(&dir.join(format!("kernel-{link}.pcapng")), &sent);
                 }
                 panic!(
-                    "round {round} (FIBRE_SEED={seed}), frame {i} out of {link}:\n\
+                    "round {round} (FIBRE_SEED={seed}, {workers} workers), frame {i} out of {link}:\n\
                      kernel {:02x?}\n fibre {:02x?}\n{ruleset}",
                     k[i], f[i]
                 );

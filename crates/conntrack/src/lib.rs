@@ -9,6 +9,7 @@
 //! - [`table`]: the connection table and a packet's way through it.
 //! - [`nat`]: address translation, bound to connections.
 //! - [`owners`]: which worker's table holds a connection.
+//! - [`registry`]: what NAT asks of every worker's connections.
 //! - [`kept`]: the chains' verdicts kept on connections for their later packets.
 //! - [`tcp`]: the TCP state machine and windows.
 //! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
@@ -17,6 +18,7 @@
 pub mod kept;
 pub mod nat;
 pub mod owners;
+pub mod registry;
 pub mod settings;
 pub mod table;
 pub mod tcp;
@@ -25,5 +27,5 @@ pub mod tuple;
 pub use kept::{Epoch, Kept};
 pub use owners::Owners;
 pub use settings::Settings;
-pub use table::{Connection, Conntrack, Fate, Protocol, State, Tracked, Untrackable};
+pub use table::{Connection, Conntrack, Fate, Forward, Protocol, State, Tracked, Untrackable};
 pub use tuple::Tuple;

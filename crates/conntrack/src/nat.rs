@@ -752,9 +752,9 @@ struct Asking<'t> {
 
 impl Ports for Asking<'_> {
     fn used(&mut self, tuple: &Tuple) -> bool {
-        tuple
-            .inverted()
-            .is_some_and(|reply| self.table.find(&reply, self.now).is_some())
+        tuple.inverted().is_some_and(|reply| {
+            self.table.find(&reply, self.now).is_some() || self.table.registry().taken(&reply)
+        })
     }
 
     fn random(&mut self) -> u16 {
@@ -871,15 +871,19 @@ impl Conntrack {
                     return *original;
                 }
             } else {
-                let mapped = asking
-                    .table
-                    .mapped_from(original)
-                    .into_iter()
-                    .find_map(|c| {
-                        let mut r = c.tuples[1].inverted()?;
-                        (r.dst, r.dst_port) = (original.dst, original.dst_port);
-                        in_range(&r, m, range).then_some(r)
-                    });
+                let mapped =
+                    asking
+                        .table
+                        .mapped_from(original)
+                        .into_iter()
+                        .find_map(|(address, port)| {
+                            let r = Tuple {
+                                src: address,
+                                src_port: port,
+                                ..*original
+                            };
+                            in_range(&r, m, range).then_some(r)
+                        });
                 if let Some(r) = mapped {
                     if !asking.used(&r) {
                         return r;

@@ -30,14 +30,15 @@
 
 use crate::kept::{Epochs, Kept};
 use crate::nat;
-use crate::owners::Owners;
+use crate::owners::{family_bit, Owners};
+use crate::registry::Registry;
 use crate::settings::Settings;
 use crate::tcp::{self, Segment, Tcp, TcpState};
 use crate::tuple::{self, Network, Tuple, TupleHash, Unread, ICMP, ICMPV6, TCP, UDP};
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A packet's state, as `ct state` matches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +99,9 @@ pub enum Fate {
     TableFull,
     /// The kernel's to forward.
     Kernel(Untrackable),
+    /// Another worker's: its connection lies in that worker's table
+    /// ([`crate::owners`]).
+    Elsewhere(u16),
 }
 
 /// Where a tracked packet's connection is.
@@ -303,7 +307,6 @@ pub struct Conntrack {
     /// there (its translation, its kept verdict).
     freed: Vec<u32>,
     index: HashTable<u32>,
-    hasher: foldhash::fast::RandomState,
     /// The hash of `index`'s tuples.
     tuple_hash: TupleHash,
     /// The connections the vector's packets made, unconfirmed: each one's ticket, when
@@ -315,12 +318,18 @@ pub struct Conntrack {
     /// The connections the vector's packets closed, by ticket, for the rules to read
     /// and NAT to translate their packets by.
     gone: Vec<(u64, Connection)>,
-    /// The connections with a source binding, by their original source (address, port,
-    /// protocol): `nf_nat_bysource`. Each entry is the order it was entered in (high
-    /// 32 bits), then the slot: the kernel looks at the newest first.
-    pub(crate) by_source: HashTable<u64>,
-    /// The order of the next entry of `by_source`.
-    entered: u32,
+    /// What NAT asks of every worker's connections ([`crate::registry`]), shared
+    /// with the other workers' tables.
+    registry: Arc<Mutex<Registry>>,
+    /// The families whose every connection enters the registry (those NAT translates:
+    /// [`Conntrack::register`]); a translated connection enters it whatever its family.
+    registering: u8,
+    /// The tuples that hash to this worker of connections another worker owns (a
+    /// translated connection's reply, mostly): their packets go to it.
+    forwards: hashbrown::HashMap<[u64; 5], u16, foldhash::fast::FixedState>,
+    /// What the other workers' `forwards` are to learn of this table's connections,
+    /// each with the worker it is for.
+    outbox: Vec<(u16, Forward)>,
     /// The state of the random numbers NAT draws ports from.
     pub(crate) random: u64,
     /// The tuples of translated connections removed since the last
@@ -343,6 +352,16 @@ pub struct Conntrack {
     census: Arc<AtomicUsize>,
 }
 
+/// What one worker's table tells another's of a connection whose tuple hashes there
+/// ([`crate::owners`]): the tuple, and the worker whose table holds the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// Held from now on.
+    Add(Tuple, u16),
+    /// No longer held.
+    Remove(Tuple, u16),
+}
+
 /// A handle: slot and direction.
 fn handle(slot: u32, dir: usize) -> u32 {
     slot << 1 | dir as u32
@@ -357,14 +376,15 @@ impl Conntrack {
             free: Vec::new(),
             freed: Vec::new(),
             index: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
             tuple_hash: TupleHash::new(),
             pending: Vec::new(),
             confirmed: Vec::new(),
             ticket: 0,
             gone: Vec::new(),
-            by_source: HashTable::new(),
-            entered: 0,
+            registry: Arc::default(),
+            registering: 0,
+            forwards: Default::default(),
+            outbox: Vec::new(),
             random: foldhash::fast::RandomState::default().hash_one(0x5eed_u64) | 1,
             released: Vec::new(),
             cursor: 0,
@@ -423,6 +443,145 @@ impl Conntrack {
     pub fn adopt(&mut self, mut c: Connection) {
         c.kept = Default::default();
         self.insert(c);
+    }
+
+    /// Has it share `registry` with the other workers' tables (its connections that
+    /// enter one leave the last and enter this one).
+    pub fn set_registry(&mut self, registry: Arc<Mutex<Registry>>) {
+        let entering: Vec<&Connection> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|c| self.enters_registry(c))
+            .collect();
+        {
+            let mut old = self.registry();
+            for c in &entering {
+                old.leave(c, c.status & nat::SRC_NAT_DONE != 0);
+            }
+        }
+        {
+            let mut new = registry
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for c in &entering {
+                new.enter(c, c.status & nat::SRC_NAT_DONE != 0);
+            }
+        }
+        self.registry = registry;
+    }
+
+    /// The registry, held.
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Has every connection of `families` (bit 0 IPv4, bit 1 IPv6) enter the registry
+    /// from now on, those held now too: the families NAT translates, whose bindings
+    /// must not take a tuple any worker's connection holds.
+    pub fn register(&mut self, families: u8) {
+        let new = families & !self.registering;
+        if new == 0 {
+            return;
+        }
+        let entering: Vec<&Connection> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|c| new & family_bit(c.tuples[0].v6) != 0 && !self.enters_registry(c))
+            .collect();
+        {
+            let mut registry = self.registry();
+            for c in entering {
+                registry.enter(c, c.status & nat::SRC_NAT_DONE != 0);
+            }
+        }
+        self.registering |= new;
+    }
+
+    /// The families whose every connection enters the registry.
+    pub fn registering(&self) -> u8 {
+        self.registering
+    }
+
+    /// Whether `c` enters the registry: of a family NAT translates, or bound by NAT.
+    fn enters_registry(&self, c: &Connection) -> bool {
+        self.registering & family_bit(c.tuples[0].v6) != 0
+            || c.status & (nat::SRC_NAT | nat::DST_NAT | nat::SRC_NAT_DONE) != 0
+    }
+
+    /// Tells the workers that `c`'s tuples hash to (other than this table's) that this
+    /// one holds it (`entered`), or no longer does.
+    fn tell_forwards(&mut self, c: &Connection, entered: bool) {
+        if self.owners.workers <= 1 {
+            return;
+        }
+        let me = self.owners.me;
+        for t in &c.tuples {
+            let to = self.owners.of_tuple(t);
+            if to != me {
+                let f = if entered {
+                    Forward::Add(*t, me)
+                } else {
+                    Forward::Remove(*t, me)
+                };
+                self.outbox.push((to, f));
+            }
+        }
+    }
+
+    /// Moves what the other workers' tables are to learn into `out`: each the worker
+    /// it is for, and what.
+    pub fn drain_outbox(&mut self, out: &mut Vec<(u16, Forward)>) {
+        out.append(&mut self.outbox);
+    }
+
+    /// Whether it has anything for the other workers.
+    pub fn has_outbox(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Learns what another worker's table said ([`Conntrack::drain_outbox`]).
+    pub fn forward(&mut self, f: Forward) {
+        match f {
+            Forward::Add(t, owner) => {
+                self.forwards.insert(t.words(), owner);
+            }
+            Forward::Remove(t, owner) => {
+                if self.forwards.get(&t.words()) == Some(&owner) {
+                    self.forwards.remove(&t.words());
+                }
+            }
+        }
+    }
+
+    /// Forgets what it forwards and what it was to tell ([`crate::owners::redistribute`]
+    /// makes both anew).
+    pub(crate) fn clear_forwards(&mut self) {
+        self.forwards.clear();
+        self.outbox.clear();
+    }
+
+    /// The tuples forwarded to other workers.
+    pub fn forwards(&self) -> usize {
+        self.forwards.len()
+    }
+
+    /// The worker a packet whose tuple's words are `key`, and which found no
+    /// connection here, goes to, if another: the one the tuple hashes to, or the owner
+    /// of a connection that holds it.
+    #[inline]
+    fn elsewhere(&self, key: &[u64; 5]) -> Option<u16> {
+        if self.owners.workers <= 1 {
+            return None;
+        }
+        let to = self.owners.of_tuple(&Tuple::from_words(key));
+        if to != self.owners.me {
+            return Some(to);
+        }
+        self.forwards.get(key).copied()
     }
 
     /// The settings followed.
@@ -540,18 +699,8 @@ impl Conntrack {
 
     /// The connections with a source binding whose original source (address, port,
     /// protocol) is `t`'s, the newest first (as the kernel's list holds them).
-    pub(crate) fn mapped_from(&self, t: &Tuple) -> Vec<&Connection> {
-        let mut found: Vec<(u64, &Connection)> = self
-            .by_source
-            .iter_hash(self.source_hash(t))
-            .filter_map(|&e| Some((e, self.slots.get(e as u32 as usize)?.as_ref()?)))
-            .filter(|(_, c)| {
-                let o = &c.tuples[0];
-                (o.src, o.src_port, o.protocol, o.v6) == (t.src, t.src_port, t.protocol, t.v6)
-            })
-            .collect();
-        found.sort_unstable_by_key(|(e, _)| std::cmp::Reverse(e >> 32));
-        found.into_iter().map(|(_, c)| c).collect()
+    pub(crate) fn mapped_from(&self, t: &Tuple) -> Vec<([u8; 16], u16)> {
+        self.registry().mapped_from(t)
     }
 
     /// Moves the tuples of the translated connections removed since the last call
@@ -649,11 +798,6 @@ impl Conntrack {
             .collect()
     }
 
-    /// The hash of a connection's original source, for `by_source`.
-    pub(crate) fn source_hash(&self, t: &Tuple) -> u64 {
-        self.hasher.hash_one((t.src, t.src_port, t.protocol, t.v6))
-    }
-
     /// Removes the connection in `slot`, giving it back.
     pub(crate) fn remove(&mut self, slot: u32) -> Option<Connection> {
         let c = self.slots.get_mut(slot as usize)?.take()?;
@@ -664,12 +808,10 @@ impl Conntrack {
                 e.remove();
             }
         }
-        if c.status & nat::SRC_NAT_DONE != 0 {
-            let hash = self.source_hash(&c.tuples[0]);
-            if let Ok(e) = self.by_source.find_entry(hash, |&e| e as u32 == slot) {
-                e.remove();
-            }
+        if self.enters_registry(&c) {
+            self.registry().leave(&c, c.status & nat::SRC_NAT_DONE != 0);
         }
+        self.tell_forwards(&c, false);
         // Its tuples that arrive at an address NAT gave: the replies of a source
         // translated, the original direction of a destination translated.
         for (bit, dir) in [(nat::SRC_NAT, 1), (nat::DST_NAT, 0)] {
@@ -704,22 +846,10 @@ impl Conntrack {
                 hasher.of(&t)
             });
         }
-        if c.status & nat::SRC_NAT_DONE != 0 {
-            let hash = self.source_hash(&c.tuples[0]);
-            let (slots, hasher) = (&self.slots, &self.hasher);
-            let original = c.tuples[0];
-            // (Past 2^32 entries the order wraps: the newest may then be taken for the
-            // oldest, among connections from one source.)
-            self.entered = self.entered.wrapping_add(1);
-            let entry = u64::from(self.entered) << 32 | u64::from(slot);
-            self.by_source.insert_unique(hash, entry, |&e| {
-                let t = match slots.get(e as u32 as usize).and_then(Option::as_ref) {
-                    Some(other) => other.tuples[0],
-                    None => original,
-                };
-                hasher.hash_one((t.src, t.src_port, t.protocol, t.v6))
-            });
+        if self.enters_registry(&c) {
+            self.registry().enter(&c, c.status & nat::SRC_NAT_DONE != 0);
         }
+        self.tell_forwards(&c, true);
         self.slots[slot as usize] = Some(c);
         self.census.fetch_add(1, Ordering::Relaxed);
         slot
@@ -822,6 +952,14 @@ impl Conntrack {
             self.stats.insert_failed += 1;
             return false;
         }
+        // Held by another worker's connection: the same clash.
+        if self.enters_registry(&c) && {
+            let registry = self.registry();
+            registry.taken(&c.tuples[0]) || registry.taken(&c.tuples[1])
+        } {
+            self.stats.insert_failed += 1;
+            return false;
+        }
         c.status |= CONFIRMED;
         c.expires = now.saturating_add(c.expires);
         let slot = self.insert(c);
@@ -854,6 +992,7 @@ impl Conntrack {
         match t.fate {
             Fate::TableFull => self.stats.dropped += 1,
             Fate::Kernel(_) => self.stats.kernel += 1,
+            Fate::Elsewhere(_) => {}
             Fate::Pass if t.state == State::Invalid => self.stats.invalid += 1,
             Fate::Pass => {}
         }
@@ -934,11 +1073,26 @@ impl Conntrack {
                     (c, ticket)
                 }
                 None => {
+                    // Not this worker's to make: the worker it hashes to holds it, or
+                    // makes it. (A translated connection's reply, which hashes here:
+                    // its owner's.)
+                    if let Some(w) = self.elsewhere(&key) {
+                        return Tracked::fate(Fate::Elsewhere(w));
+                    }
                     let Some(reply) = tuple.inverted() else {
                         return Tracked::of(State::Invalid);
                     };
+                    // Full: every table's connections together, as the kernel counts
+                    // its one table's. Room is made in this one (the others are their
+                    // workers'); one holding less than its share takes the connection
+                    // anyway, so that a worker whose table is empty is not refused for
+                    // what the others hold.
                     let max = self.settings.max as usize;
-                    if max != 0 && self.census() + 1 > max && !self.early_drop(now) {
+                    if max != 0
+                        && self.census() + 1 > max
+                        && !self.early_drop(now)
+                        && self.len() >= max / usize::from(self.owners.workers.max(1))
+                    {
                         return Tracked::fate(Fate::TableFull);
                     }
                     let protocol = match n.protocol {
@@ -1025,12 +1179,15 @@ impl Conntrack {
             let quoted = tuple::quoted_network(ip, n.transport + 8, n.v6)?;
             let inner = &ip[n.transport + 8..];
             let wanted = tuple::tuple(inner, &quoted)?.inverted()?;
-            let (slot, dir) = self.find(&wanted, now)?;
+            let Some((slot, dir)) = self.find(&wanted, now) else {
+                return self.elsewhere(&wanted.words()).map(Err);
+            };
             let c = self.slots[slot as usize].as_ref()?;
-            (c.tuples[dir].dst == n.dst.to_be_bytes()).then_some((slot, dir))
+            (c.tuples[dir].dst == n.dst.to_be_bytes()).then_some(Ok((slot, dir)))
         })();
         Some(match related {
-            Some((slot, dir)) => Tracked {
+            Some(Err(w)) => Tracked::fate(Fate::Elsewhere(w)),
+            Some(Ok((slot, dir))) => Tracked {
                 fate: Fate::Pass,
                 state: State::Related,
                 reply: dir == 1,

@@ -2376,6 +2376,8 @@ fn fibre_verdict(t: &Tracked) -> Verdict {
         Fate::Pass => Verdict::Passed(t.state()),
         Fate::TableFull => Verdict::Dropped,
         Fate::Kernel(_) => Verdict::NotFibres,
+        // (One table: every connection is its own.)
+        Fate::Elsewhere(w) => panic!("handed to worker {w} with one table"),
     }
 }
 

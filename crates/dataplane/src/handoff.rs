@@ -16,9 +16,10 @@
 use crate::offload::Offload;
 use crate::pipeline::Arrival;
 use crate::pool::{BufferId, Pool};
+use fibre_conntrack::Forward;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Mutex;
 
 /// Batches a mailbox holds at most (each up to a vector's packets).
@@ -109,19 +110,26 @@ impl Batch {
     }
 }
 
-/// A worker's mailbox: where the others put the packets it owns.
+/// A worker's mailbox: where the others put the packets it owns, and what their
+/// tables tell its table ([`Forward`]: the tuples hashing to it of connections they
+/// own, which NAT translated).
 pub struct Mailbox {
     sender: SyncSender<Batch>,
     /// Taken by its worker only (the queue's reader is one); held here, not by the
     /// worker's thread, so that a worker started again after a failure reads on.
     receiver: Mutex<Receiver<Batch>>,
     wake: OwnedFd,
+    /// Not bounded: at most two a translated connection, and one lost would leave a
+    /// connection's replies to meet none.
+    forwards: Sender<Forward>,
+    told: Mutex<Receiver<Forward>>,
 }
 
 impl Mailbox {
     /// An empty mailbox.
     pub fn new() -> io::Result<Mailbox> {
         let (sender, receiver) = mpsc::sync_channel(MAILBOX_BATCHES);
+        let (forwards, told) = mpsc::channel();
         // SAFETY: `eventfd` takes no pointer; its result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -132,7 +140,28 @@ impl Mailbox {
             receiver: Mutex::new(receiver),
             // SAFETY: `fd` was just opened, and nothing else owns it.
             wake: unsafe { OwnedFd::from_raw_fd(fd) },
+            forwards,
+            told: Mutex::new(told),
         })
+    }
+
+    /// Tells the worker's table `f`. (Its worker takes it before it tracks the packets
+    /// it reads next: posted before the owner sends a connection's first packet, it is
+    /// there before any reply.)
+    pub fn tell(&self, f: Forward) {
+        // (The receiver lives as long as the mailbox.)
+        let _ = self.forwards.send(f);
+    }
+
+    /// Gives each of what the worker's table was told to `take`, in order.
+    pub fn take_forwards(&self, mut take: impl FnMut(Forward)) {
+        let told = self
+            .told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Ok(f) = told.try_recv() {
+            take(f);
+        }
     }
 
     /// Posts `batch` and wakes the mailbox's worker; false (the batch dropped) if the
@@ -167,8 +196,12 @@ impl Mailbox {
             .receiver
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while let Ok(batch) = receiver.try_recv() {
-            take(batch);
+        // (At most what it holds: senders that keep posting do not keep it here.)
+        for _ in 0..MAILBOX_BATCHES {
+            match receiver.try_recv() {
+                Ok(batch) => take(batch),
+                Err(_) => break,
+            }
         }
     }
 }

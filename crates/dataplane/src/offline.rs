@@ -28,11 +28,14 @@ pub struct Sent {
 /// Forwards `frames`, each received on the link `arrival` gives it, with the routes of
 /// `snap` and the neighbours of `neighbours`, in vectors of `vector` packets (at most
 /// [`VECTOR`]; a vector holds one link's frames, and ends where the next frame arrived on
-/// another link); returns each frame's fate and the frames sent, in order. `pipeline`
-/// counts. The limits on errors read the frames' capture times, so that a run gives the
-/// same whatever its vectors.
+/// another link); returns each frame's fate and the frames sent, in order. The
+/// `pipelines` are the workers (each with its own connection table, if any): the
+/// vectors are read by each in turn, and a packet one hands to another
+/// ([`Fate::Handoff`]) goes through that one's pipeline at once, alone, so that the
+/// packets keep their order. Each pipeline counts what it did. The limits on errors
+/// read the frames' capture times, so that a run gives the same whatever its vectors.
 pub fn forward(
-    pipeline: &mut Pipeline,
+    pipelines: &mut [Pipeline],
     snap: &Snapshot,
     neighbours: &impl Neighbours,
     arrival: impl Fn(&Frame) -> Arrival,
@@ -61,7 +64,10 @@ pub fn forward(
     let mut sent = Vec::new();
     let mut ids = Vec::with_capacity(vector);
     let mut first = 0;
+    let mut turn = 0;
     while first < frames.len() {
+        let w = turn % pipelines.len().max(1);
+        turn += 1;
         let link = arrival(&frames[first]);
         let len = frames[first..]
             .iter()
@@ -77,13 +83,39 @@ pub fn forward(
         for (&id, frame) in ids.iter().zip(chunk) {
             pool.fill(id, &frame.data);
         }
-        pipeline.receive.add(ids.len(), t);
         let start = fates.len();
+        let pipeline = &mut pipelines[w];
+        pipeline.receive.add(ids.len(), t);
         pipeline.times.clear();
         pipeline
             .times
             .extend(chunk.iter().map(|f| f.timestamp.as_nanos() as u64));
         pipeline.run(snap, neighbours, link, &mut pool, &ids, &mut fates);
+        // Handed over: through its owner's pipeline, alone. (A packet it would hand on
+        // again is dropped: its owners disagree.)
+        for k in 0..ids.len() {
+            let mut hops = 0;
+            while let Fate::Handoff(to) = fates[start + k] {
+                hops += 1;
+                let Some(owner) = pipelines.get_mut(usize::from(to)).filter(|_| hops <= 2) else {
+                    fates[start + k] = Fate::Drop(crate::pipeline::Dropped::Filtered);
+                    break;
+                };
+                let mut one = Vec::with_capacity(1);
+                owner.times.clear();
+                owner.times.push(chunk[k].timestamp.as_nanos() as u64);
+                owner.run(snap, neighbours, link, &mut pool, &ids[k..=k], &mut one);
+                fates[start + k] = one[0];
+                // Its fragments, if it was cut: the owner's, for the one packet.
+                if !owner.fragments.is_empty() {
+                    let made: Vec<_> = owner.fragments.iter().map(|&(_, f)| (k, f)).collect();
+                    pipelines[w].fragments.extend(made);
+                }
+            }
+        }
+        let pipeline = &mut pipelines[w];
+        // (In the packets' order, as the sending below reads them.)
+        pipeline.fragments.sort_by_key(|&(k, _)| k);
         let t = Instant::now();
         let before = sent.len();
         let mut later = pipeline.fragments.iter().peekable();
@@ -180,7 +212,14 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
             mac: a0.mac,
         };
         let mut one = Pipeline::new();
-        let (fates, sent) = forward(&mut one, &snap, &neighbours, |_| arrival, &frames, 1);
+        let (fates, sent) = forward(
+            std::slice::from_mut(&mut one),
+            &snap,
+            &neighbours,
+            |_| arrival,
+            &frames,
+            1,
+        );
         assert!(sent.len() > 200 && fates.len() == 700);
         assert!(
             sent.iter().any(|s| s.link == a0.index),
@@ -188,7 +227,14 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
         );
         for vector in [7, 64, 256, 1000] {
             let mut p = Pipeline::new();
-            let (f, s) = forward(&mut p, &snap, &neighbours, |_| arrival, &frames, vector);
+            let (f, s) = forward(
+                std::slice::from_mut(&mut p),
+                &snap,
+                &neighbours,
+                |_| arrival,
+                &frames,
+                vector,
+            );
             let first = |a: &[Fate], b: &[Fate]| a.iter().zip(b).position(|(x, y)| x != y);
             assert_eq!(
                 first(&f, &fates),
@@ -220,11 +266,25 @@ neigh add 10.0.0.2 lladdr 02:bb:00:00:00:02 dev a0
             .collect();
         let on = |f: &Frame| if f.interface == 0 { arrival } else { both };
         let mut p = Pipeline::new();
-        let (f, s) = forward(&mut p, &snap, &neighbours, on, &mixed, 64);
+        let (f, s) = forward(
+            std::slice::from_mut(&mut p),
+            &snap,
+            &neighbours,
+            on,
+            &mixed,
+            64,
+        );
         let mut q = Pipeline::new();
         let (mut by_run, mut sent_by_run) = (Vec::new(), Vec::new());
         for (i, frame) in mixed.iter().enumerate() {
-            let (f1, s1) = forward(&mut q, &snap, &neighbours, |_| on(frame), &mixed[i..=i], 1);
+            let (f1, s1) = forward(
+                std::slice::from_mut(&mut q),
+                &snap,
+                &neighbours,
+                |_| on(frame),
+                &mixed[i..=i],
+                1,
+            );
             by_run.extend(f1);
             sent_by_run.extend(s1.into_iter().map(|s| Sent { of: i, ..s }));
         }

@@ -438,8 +438,13 @@ pub struct Pipeline {
     /// The families whose forwarded packets are tracked (bit 0 IPv4, bit 1 IPv6), as
     /// the caller last took them: the kernel's ruleset has it track their connections.
     pub tracked: u8,
-    /// The connection table, shared by the workers (taken once a vector).
+    /// The worker's connection table (taken once a vector).
     pub conntrack: Option<Arc<std::sync::Mutex<Conntrack>>>,
+    /// The workers' mailboxes, through which the tables tell each other of the
+    /// connections whose tuples hash to another worker ([`crate::handoff`]).
+    pub mailboxes: Option<Arc<Vec<crate::handoff::Mailbox>>>,
+    /// What the table was to tell the others, as the vector ended (its room kept).
+    told: Vec<(u16, fibre_conntrack::Forward)>,
     /// The TTL and hop limits of the errors and resets the router makes, as the caller
     /// read them from its namespace.
     pub hops: icmp::Hops,
@@ -559,6 +564,24 @@ impl Pipeline {
             &mut self.icmp,
             &mut self.output,
         ]
+    }
+
+    /// Adds what `other` counted (its stages, the errors not sent, the fragments made,
+    /// the verdicts kept) to what this one counted: another worker's.
+    pub fn add_counts(&mut self, other: &mut Pipeline) {
+        for (mine, theirs) in self.stages_mut().into_iter().zip(other.stages_mut()) {
+            mine.calls += theirs.calls;
+            mine.packets += theirs.packets;
+            mine.time += theirs.time;
+        }
+        let u = other.unanswered;
+        self.unanswered.not_answered += u.not_answered;
+        self.unanswered.rate_limited += u.rate_limited;
+        self.unanswered.no_route_back += u.no_route_back;
+        self.unanswered.unresolved += u.unresolved;
+        self.unanswered.dropped_by_nat += u.dropped_by_nat;
+        self.fragments_made += other.fragments_made;
+        self.verdicts_kept += other.verdicts_kept;
     }
 
     /// Runs the stages over `packets` (buffers of `pool`), received as `arrival` says,
@@ -770,6 +793,20 @@ impl Pipeline {
                 fates,
             );
             self.icmp.add(self.errors.len() + self.resets.len(), t);
+        }
+        // What the other workers' tables are to learn of the connections the vector
+        // entered or ended: told before the caller sends its packets, so before any
+        // reply to them can come.
+        if let (Some(table), Some(mailboxes)) = (table.as_deref_mut(), &self.mailboxes) {
+            if table.has_outbox() {
+                self.told.clear();
+                table.drain_outbox(&mut self.told);
+                for &(to, f) in &self.told {
+                    if let Some(m) = mailboxes.get(usize::from(to)) {
+                        m.tell(f);
+                    }
+                }
+            }
         }
         drop(table);
 
@@ -2543,8 +2580,8 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// Two workers, each with a table of its own: a packet read by the worker that does
     /// not own its connection is handed to the one that does, whichever way it goes, so
     /// both directions meet the connection (a reply from outside, which the rules let in
-    /// only as established, passes); each connection lies in one table. A family NAT
-    /// may change is the first worker's whole.
+    /// only as established, passes); each connection lies in one table, and moves
+    /// with its owner when the workers are owned anew.
     #[test]
     fn each_worker_tracks_the_connections_it_owns_and_hands_over_the_others() {
         use fibre_conntrack::Owners;
@@ -2569,7 +2606,6 @@ route add 10.7.0.0/16 via 10.0.1.2
         let owners = Owners {
             workers: 2,
             me: 0,
-            pinned: 0,
             seed: 12345,
         };
         let mut workers: Vec<Pipeline> = (0..2u16)
@@ -2593,27 +2629,28 @@ route add 10.7.0.0/16 via 10.0.1.2
         };
         // A frame read by worker `w`: its fate where it ends, and how many times it
         // was handed over.
-        let mut deliver = |w: usize, by: &fibre_fib::Link, frame: &[u8]| {
-            let (mut fate, _) = send_one(&mut workers[w], &snap, &mut pool, by, frame);
-            let mut handed = 0;
-            while let Fate::Handoff(to) = fate {
-                assert_ne!(usize::from(to), w, "handed to itself");
-                handed += 1;
-                assert_eq!(handed, 1, "handed on again");
-                fate = send_one(&mut workers[usize::from(to)], &snap, &mut pool, by, frame).0;
-            }
-            (fate, handed)
-        };
+        let mut deliver =
+            |workers: &mut [Pipeline], w: usize, by: &fibre_fib::Link, frame: &[u8]| {
+                let (mut fate, _) = send_one(&mut workers[w], &snap, &mut pool, by, frame);
+                let mut handed = 0;
+                while let Fate::Handoff(to) = fate {
+                    assert_ne!(usize::from(to), w, "handed to itself");
+                    handed += 1;
+                    assert_eq!(handed, 1, "handed on again");
+                    fate = send_one(&mut workers[usize::from(to)], &snap, &mut pool, by, frame).0;
+                }
+                (fate, handed)
+            };
         let mut handed = [0, 0];
         for k in 0..64u16 {
             let host = ([10, 0, 0, 2], 5000 + k);
             let far = ([10, 1, 0, (k % 7) as u8 + 1], 53);
             // Read by one worker one way, by the other the other way.
             let (w, back) = (usize::from(k % 2), usize::from(1 - k % 2));
-            let (fate, h) = deliver(w, &a0, &datagram(a0.mac, host, far));
+            let (fate, h) = deliver(&mut workers, w, &a0, &datagram(a0.mac, host, far));
             assert_eq!(fate, Fate::Out(b0.index), "flow {k} out");
             handed[0] += h;
-            let (fate, h) = deliver(back, &b0, &datagram(b0.mac, far, host));
+            let (fate, h) = deliver(&mut workers, back, &b0, &datagram(b0.mac, far, host));
             assert_eq!(
                 fate,
                 Fate::Out(a0.index),
@@ -2621,7 +2658,12 @@ route add 10.7.0.0/16 via 10.0.1.2
             );
             handed[1] += h;
             // Anew from outside: dropped, whoever reads it.
-            let (fate, _) = deliver(w, &b0, &datagram(b0.mac, far, (host.0, 9000 + k)));
+            let (fate, _) = deliver(
+                &mut workers,
+                w,
+                &b0,
+                &datagram(b0.mac, far, (host.0, 9000 + k)),
+            );
             assert_eq!(fate, Fate::Drop(Dropped::Filtered));
         }
         assert!(handed[0] > 10 && handed[1] > 10, "{handed:?}");
@@ -2633,8 +2675,8 @@ route add 10.7.0.0/16 via 10.0.1.2
         assert!(lens.iter().all(|&n| n > 10), "{lens:?}");
         assert_eq!(census.load(std::sync::atomic::Ordering::Relaxed), 64);
 
-        // Pinned, as for NAT: every connection the first worker's, the second's moved
-        // there, and what the second reads handed to it.
+        // Owned anew (as when the workers start again): each connection moved to its
+        // new owner, and still met by its replies, whoever reads them.
         {
             let mut tables: Vec<_> = workers
                 .iter()
@@ -2644,19 +2686,17 @@ route add 10.7.0.0/16 via 10.0.1.2
             fibre_conntrack::owners::redistribute(
                 &mut all,
                 Owners {
-                    pinned: 1,
+                    seed: 999,
                     ..owners
                 },
             );
-            assert_eq!((all[0].len(), all[1].len()), (64, 0));
+            assert_eq!(all[0].len() + all[1].len(), 64);
+            assert_eq!(census.load(std::sync::atomic::Ordering::Relaxed), 64);
         }
         for k in 0..64u16 {
             let host = ([10, 0, 0, 2], 5000 + k);
             let far = ([10, 1, 0, (k % 7) as u8 + 1], 53);
-            let frame = datagram(b0.mac, far, host);
-            let (fate, _) = send_one(&mut workers[1], &snap, &mut pool, &b0, &frame);
-            assert_eq!(fate, Fate::Handoff(0));
-            let (fate, _) = send_one(&mut workers[0], &snap, &mut pool, &b0, &frame);
+            let (fate, _) = deliver(&mut workers, 1, &b0, &datagram(b0.mac, far, host));
             assert_eq!(fate, Fate::Out(a0.index), "flow {k} still established");
         }
     }
@@ -2858,7 +2898,10 @@ route add 10.7.0.0/16 via 10.0.1.2
     /// other flow holds it; each reply, made of what left, comes back through the
     /// pipeline to the flow's own source and port, its checksums holding. Random
     /// protocols (UDP, TCP, ICMP echo), sources and ports from small sets (so that
-    /// ports collide), across vectors of one pipeline.
+    /// ports collide), across vectors of one pipeline; and the same across two
+    /// workers with a table each, each packet read by either (and handed to its
+    /// connection's owner): the ports chosen as one table would (the registry), each
+    /// reply, whose translated tuple hashes anywhere, brought to its connection's owner.
     #[test]
     fn masqueraded_flows_and_their_replies_round_trip() {
         use fibre_firewall::build::{masquerade, ruleset, ChainSpec};
@@ -2875,8 +2918,47 @@ route add 10.7.0.0/16 via 10.0.1.2
         );
         let neighbours = |_: LinkIndex, _: IpAddr| Some(NEIGHBOUR);
         let mut pool = Pool::new(64, 2048);
-        let mut run = |pipeline: &mut Pipeline, link: &fibre_fib::Link, frames: &[Vec<u8>]| {
+        let mut handed = 0;
+        let mut run = |pipelines: &mut [Pipeline],
+                       rng: &mut rand::rngs::StdRng,
+                       link: &fibre_fib::Link,
+                       frames: &[Vec<u8>]| {
             let mut out = Vec::new();
+            let arrival = Arrival {
+                link: link.index,
+                mac: link.mac,
+            };
+            if pipelines.len() > 1 {
+                // One at a time, each read by either worker, handed on if not its own.
+                for f in frames {
+                    let mut w = rng.gen_range(0..pipelines.len());
+                    let mut hops = 0;
+                    loop {
+                        let mut ids = Vec::new();
+                        pool.alloc(1, &mut ids);
+                        pool.fill(ids[0], f);
+                        let mut fates = Vec::new();
+                        pipelines[w].run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
+                        let frame = pool.frame(ids[0]).to_vec();
+                        pool.free(&ids);
+                        match fates[0] {
+                            Fate::Handoff(to) => {
+                                assert_ne!(usize::from(to), w);
+                                handed += 1;
+                                hops += 1;
+                                assert!(hops <= 2, "handed on and on: {f:02x?}");
+                                w = usize::from(to);
+                            }
+                            fate => {
+                                out.push((fate, frame));
+                                break;
+                            }
+                        }
+                    }
+                }
+                return out;
+            }
+            let pipeline = &mut pipelines[0];
             for chunk in frames.chunks(32) {
                 let mut ids = Vec::new();
                 pool.alloc(chunk.len(), &mut ids);
@@ -2884,10 +2966,6 @@ route add 10.7.0.0/16 via 10.0.1.2
                     pool.fill(*id, f);
                 }
                 let mut fates = Vec::new();
-                let arrival = Arrival {
-                    link: link.index,
-                    mac: link.mac,
-                };
                 pipeline.run(&snap, &neighbours, arrival, &mut pool, &ids, &mut fates);
                 for (id, fate) in ids.iter().zip(&fates) {
                     out.push((*fate, pool.frame(*id).to_vec()));
@@ -2896,13 +2974,36 @@ route add 10.7.0.0/16 via 10.0.1.2
             }
             out
         };
-        for seed in 0..8u64 {
-            let mut pipeline = Pipeline::new();
-            pipeline.rules = Arc::new(Filter::of(&nat));
-            pipeline.tracked = 1;
-            pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(Conntrack::new(
-                fibre_conntrack::Settings::kernel_defaults(),
-            ))));
+        for seed in 0..16u64 {
+            let workers = 1 + seed as usize % 2;
+            let mailboxes = Arc::new(
+                (0..workers)
+                    .map(|_| crate::handoff::Mailbox::new().unwrap())
+                    .collect::<Vec<_>>(),
+            );
+            let census = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let registry = Arc::new(std::sync::Mutex::new(
+                fibre_conntrack::registry::Registry::default(),
+            ));
+            let mut pipelines: Vec<Pipeline> = (0..workers)
+                .map(|me| {
+                    let mut pipeline = Pipeline::new();
+                    pipeline.rules = Arc::new(Filter::of(&nat));
+                    pipeline.tracked = 1;
+                    let mut table = Conntrack::new(fibre_conntrack::Settings::kernel_defaults());
+                    table.set_census(census.clone());
+                    table.set_registry(registry.clone());
+                    table.register(1);
+                    table.set_owners(fibre_conntrack::Owners {
+                        workers: workers as u16,
+                        me: me as u16,
+                        seed: 77,
+                    });
+                    pipeline.conntrack = Some(Arc::new(std::sync::Mutex::new(table)));
+                    pipeline.mailboxes = Some(mailboxes.clone());
+                    pipeline
+                })
+                .collect();
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             // Each flow: protocol, source, source port, destination, destination port.
             let mut flows: Vec<Flow> = Vec::new();
@@ -2949,7 +3050,7 @@ route add 10.7.0.0/16 via 10.0.1.2
                 .iter()
                 .map(|f| frame(NEIGHBOUR, a0.mac, f, false))
                 .collect();
-            let sent = run(&mut pipeline, &a0, &frames);
+            let sent = run(&mut pipelines, &mut rng, &a0, &frames);
             let mut replies = Vec::new();
             let mut seen = std::collections::HashSet::new();
             let mut mapped = HashMap::new();
@@ -2990,7 +3091,7 @@ route add 10.7.0.0/16 via 10.0.1.2
                 };
                 replies.push(frame(NEIGHBOUR, b0.mac, &back, true));
             }
-            let back = run(&mut pipeline, &b0, &replies);
+            let back = run(&mut pipelines, &mut rng, &b0, &replies);
             for ((fate, out), f) in back.iter().zip(&flows) {
                 assert_eq!(*fate, Fate::Out(a0.index), "{f:?}");
                 assert!(checksums_hold(out), "{f:?}: {out:02x?}");
@@ -3003,6 +3104,14 @@ route add 10.7.0.0/16 via 10.0.1.2
                 });
                 assert_eq!(port, f.2, "{f:?}");
             }
+            // Every connection in one table: its owner's.
+            let held: usize = pipelines
+                .iter()
+                .map(|p| p.conntrack.as_ref().unwrap().lock().unwrap().len())
+                .sum();
+            assert_eq!(held, flows.len());
+            assert_eq!(registry.lock().unwrap().len(), 2 * flows.len());
         }
+        assert!(handed > 100, "{handed}");
     }
 }

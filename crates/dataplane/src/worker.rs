@@ -330,6 +330,10 @@ const BUSY_SPELL: Duration = Duration::from_millis(10);
 /// See [`BUSY_SPELL`].
 const BUSY_PAUSE: Duration = Duration::from_micros(20);
 
+/// Slots of its table a worker looks at for connections whose time is up, each tenth
+/// of a second, beside those its packets make it look at.
+const SWEEP: usize = 4096;
+
 /// Packets a worker holds waiting at most.
 const WAITING_MAX: usize = 256;
 /// How long a packet waits for its neighbour.
@@ -386,6 +390,8 @@ pub struct Shared {
     tables_changing: Mutex<()>,
     /// The connections of every table together, which `nf_conntrack_max` bounds.
     census: Arc<AtomicUsize>,
+    /// What NAT asks of every table's connections.
+    registry: Arc<Mutex<fibre_conntrack::registry::Registry>>,
     /// The owners' hash's seed.
     owners_seed: u64,
     /// The workers' mailboxes, worker `n`'s the `n`-th ([`crate::handoff`]).
@@ -429,6 +435,7 @@ impl Shared {
             )))]),
             tables_changing: Mutex::new(()),
             census: Arc::default(),
+            registry: Arc::default(),
             owners_seed: {
                 use std::hash::BuildHasher;
                 foldhash::fast::RandomState::default().hash_one(0x0c0a_u64)
@@ -440,7 +447,9 @@ impl Shared {
 
     fn with_census(self) -> Shared {
         for t in self.tables.load().iter() {
-            lock(t).set_census(self.census.clone());
+            let mut t = lock(t);
+            t.set_census(self.census.clone());
+            t.set_registry(self.registry.clone());
         }
         self
     }
@@ -457,7 +466,19 @@ impl Shared {
         let mut held: Vec<std::sync::MutexGuard<'_, Conntrack>> =
             tables.iter().map(|t| lock(t)).collect();
         let mut all: Vec<&mut Conntrack> = held.iter_mut().map(|g| &mut **g).collect();
-        f(&mut all)
+        let out = f(&mut all);
+        // What the tables are to tell each other of connections entered or ended here,
+        // told at once (every table is held).
+        let mut told = Vec::new();
+        for t in all.iter_mut() {
+            t.drain_outbox(&mut told);
+        }
+        for (to, f) in told {
+            if let Some(t) = all.get_mut(usize::from(to)) {
+                t.forward(f);
+            }
+        }
+        out
     }
 
     /// Makes a table for each of `workers` workers (before they start), moving the
@@ -465,21 +486,35 @@ impl Shared {
     pub fn set_workers(&self, workers: usize) -> io::Result<()> {
         let _changing = lock(&self.tables_changing);
         let workers = workers.max(1);
-        let mailboxes = (0..workers)
-            .map(|_| Mailbox::new())
-            .collect::<io::Result<Vec<_>>>()?;
-        self.mailboxes.store(Arc::new(mailboxes));
+        let before = self.mailboxes.load_full();
+        if before.len() != workers {
+            let mailboxes = (0..workers)
+                .map(|_| Mailbox::new())
+                .collect::<io::Result<Vec<_>>>()?;
+            self.mailboxes.store(Arc::new(mailboxes));
+            // What the workers that were had not yet taken is lost (what the tables
+            // told each other is made anew below, from the connections).
+            let mut lost = 0;
+            for m in before.iter() {
+                m.drain(|b| lost += b.len() as u64);
+            }
+            self.counters().handoff_dropped += lost;
+        }
         let old = self.tables.load_full();
         if old.len() == workers {
             return Ok(());
         }
-        let settings = lock(&old[0]).settings().clone();
-        let owners = *lock(&old[0]).owners();
+        let (settings, registering) = {
+            let first = lock(&old[0]);
+            (first.settings().clone(), first.registering())
+        };
         let new: Vec<Arc<Mutex<Conntrack>>> = (0..workers)
             .map(|n| {
                 old.get(n).cloned().unwrap_or_else(|| {
                     let mut t = Conntrack::new(settings.clone());
                     t.set_census(self.census.clone());
+                    t.set_registry(self.registry.clone());
+                    t.register(registering);
                     Arc::new(Mutex::new(t))
                 })
             })
@@ -490,49 +525,47 @@ impl Shared {
                 .iter()
                 .map(|t| lock(t))
                 .collect();
-            let mut moving = Vec::new();
-            for g in &mut gone {
-                moving.extend(g.hand_over(|_| true));
-            }
             let mut all: Vec<&mut Conntrack> = held.iter_mut().map(|g| &mut **g).collect();
+            // The tables that go hand their connections to the first, and every
+            // connection then goes to its owner.
+            for g in &mut gone {
+                for c in g.hand_over(|_| true) {
+                    all[0].adopt(c);
+                }
+            }
             fibre_conntrack::owners::redistribute(
                 &mut all,
                 Owners {
                     workers: workers as u16,
                     me: 0,
                     seed: self.owners_seed,
-                    ..owners
                 },
             );
-            for c in moving {
-                let to = all[0].owners().of_connection(&c);
-                all[usize::from(to)].adopt(c);
-            }
         }
         self.tables.store(Arc::new(new));
         Ok(())
     }
 
-    /// Has the first worker own every connection of `families` (bit 0 IPv4, bit 1
-    /// IPv6) from now on: those NAT may change (a translated reply's tuple hashes
-    /// elsewhere). Their connections move to its table. A family stays so while the
-    /// daemon runs.
-    pub fn pin(&self, families: u8) {
+    /// Has every table follow `settings` (the namespace's conntrack sysctls), tables made
+    /// meanwhile too.
+    pub fn set_settings(&self, settings: &fibre_conntrack::Settings) {
         let _changing = lock(&self.tables_changing);
-        let tables = self.tables.load_full();
-        let owners = *lock(&tables[0]).owners();
-        if owners.pinned & families == families {
-            return;
-        }
         self.with_tables(|all| {
-            fibre_conntrack::owners::redistribute(
-                all,
-                Owners {
-                    pinned: owners.pinned | families,
-                    seed: self.owners_seed,
-                    ..owners
-                },
-            )
+            for t in all.iter_mut() {
+                t.set_settings(settings.clone());
+            }
+        });
+    }
+
+    /// Has every connection of `families` (bit 0 IPv4, bit 1 IPv6) enter the registry
+    /// NAT asks (`fibre_conntrack::registry`), in every worker's table, from now on: the
+    /// families NAT translates. A family stays so while the daemon runs.
+    pub fn register(&self, families: u8) {
+        let _changing = lock(&self.tables_changing);
+        self.with_tables(|all| {
+            for t in all.iter_mut() {
+                t.register(families);
+            }
         });
     }
 
@@ -553,11 +586,11 @@ impl Shared {
     /// Gives the workers the router's filter rules, the families whose connections are
     /// tracked and what the firewall closes (as [`Shared::close`] says it), all at once.
     pub fn enforce(&self, filter: Arc<Filter>, tracked: u8, closed: u8) -> io::Result<()> {
-        // The families NAT may change are the first worker's before any worker meets
-        // the rules that translate them.
+        // The connections of the families NAT translates are in the registry before any
+        // worker meets the rules that translate them.
         let translated =
             u8::from(filter.translates(false)) | u8::from(filter.translates(true)) << 1;
-        self.pin(translated);
+        self.register(translated);
         let express = self.express();
         self.enforced.store(Arc::new(Enforced {
             filter,
@@ -1083,6 +1116,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
     let tables = shared.tables();
     pipeline.conntrack = Some(tables[n.min(tables.len() - 1)].clone());
     let mailboxes = shared.mailboxes();
+    pipeline.mailboxes = Some(mailboxes.clone());
     pipeline.hops = shared.hops.clone();
     let mut v = Vector {
         ports,
@@ -1205,9 +1239,9 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                         Instant::now(),
                         &mut waiting,
                     );
+                    ask(&v.pipeline.unresolved, &mut asked, &mut resolve, &mut v.io);
                 }
             }
-            ask(&v.pipeline.unresolved, &mut asked, &mut resolve, &mut v.io);
         }
         // Ways in poll said were ready (not those read again after a busy round).
         let woken = if polled { ready.len() } else { 0 };
@@ -1272,6 +1306,14 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         }
         if added.elapsed() >= Duration::from_millis(100) {
             added = Instant::now();
+            // Connections whose time is up are swept here too, so that a worker whose
+            // packets meet few of its connections still frees their room (counted with
+            // every table's against `nf_conntrack_max`).
+            if let Some(table) = &v.pipeline.conntrack {
+                if let Ok(mut t) = table.try_lock() {
+                    t.expire(shared.icmp_overall.now(), SWEEP);
+                }
+            }
             let rings = match &v.ports {
                 Ports::Packet { rx, .. } => rx,
                 Ports::Xdp { passed, .. } => passed,

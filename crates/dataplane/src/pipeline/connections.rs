@@ -110,6 +110,14 @@ impl Pipeline {
         self.keeping.resize(packets.len(), Keeping::default());
         self.epoch = table.epoch(self.rules.id(), snap.serial());
         table.settle();
+        // What the other workers' tables told this one, before any packet is tracked.
+        if let Some(m) = self
+            .mailboxes
+            .as_ref()
+            .and_then(|m| m.get(usize::from(table.owners().me)))
+        {
+            m.take_forwards(|f| table.forward(f));
+        }
         self.release(table);
         let clock = self.limit.overall().now();
         let input = view(snap, iif);
@@ -151,12 +159,6 @@ impl Pipeline {
             // not checked, as the kernel's `nf_checksum` and `reject` do not check it
             // (`skb_csum_unnecessary`); any other is. (NAT's rewrite tells the first
             // apart: such a checksum is the pseudo-header's alone.)
-            // Another worker's connection: tracked there, both its ways meeting it.
-            if let Some(w) = table.owners().elsewhere(&pool.frame(id)[ETHERNET_LEN..]) {
-                fates[i] = Fate::Handoff(w);
-                stopped[i] = true;
-                continue;
-            }
             let offload = pool.offload(id);
             let partial = offload.checksum.is_some();
             let vouched = partial || offload.checksum_valid;
@@ -164,6 +166,8 @@ impl Pipeline {
             let fate = match tracked.outcome() {
                 fibre_conntrack::Fate::TableFull => Some(Fate::Drop(Dropped::ConntrackFull)),
                 fibre_conntrack::Fate::Kernel(why) => Some(Fate::Kernel(Handed::Untrackable(why))),
+                // A translated connection's reply, another worker's.
+                fibre_conntrack::Fate::Elsewhere(w) => Some(Fate::Handoff(w)),
                 fibre_conntrack::Fate::Pass => None,
             };
             if let Some(fate) = fate {
