@@ -233,7 +233,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 table.set_owners(fibre_conntrack::Owners {
                     workers: a.workers as u16,
                     me: me as u16,
-                    seed: 0x5eed,
+                    seed: offline::OWNERS_SEED,
                 });
                 pipeline.conntrack = Some(std::sync::Arc::new(std::sync::Mutex::new(table)));
                 pipeline.mailboxes = Some(mailboxes.clone());

@@ -1094,10 +1094,38 @@ fn a_port_taken_is_moved_as_the_kernel_moves_it() {
     let (router, hosts) = router_and_hosts(Some(NAT_RULESET));
     let dir = scratch("collision");
     let far = [10, 1, 0, 9];
+    // Two hosts whose flows two workers own, one each (so that only the registry
+    // tells the second's worker the port is taken).
+    let owner = |host: [u8; 4]| {
+        let mapped = |a: [u8; 4]| {
+            let mut m = [0u8; 16];
+            m[10..12].fill(0xff);
+            m[12..].copy_from_slice(&a);
+            m
+        };
+        fibre_conntrack::Owners {
+            workers: 2,
+            me: 0,
+            seed: fibre_dataplane::offline::OWNERS_SEED,
+        }
+        .of_tuple(&fibre_conntrack::Tuple {
+            src: mapped(host),
+            dst: mapped(far),
+            src_port: 4000,
+            dst_port: 53,
+            protocol: 17,
+            v6: false,
+        })
+    };
+    let first = [192, 0, 2, 5];
+    let second = (6..=99)
+        .map(|h| [192, 0, 2, h])
+        .find(|&h| owner(h) != owner(first))
+        .expect("two owners");
     let frames = vec![
-        flow4(HOST_A, A0, 17, [192, 0, 2, 5], far, (4000, 53), 64),
-        flow4(HOST_A, A0, 17, [192, 0, 2, 6], far, (4000, 53), 64),
-        flow4(HOST_A, A0, 17, [192, 0, 2, 6], far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, first, far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, second, far, (4000, 53), 64),
+        flow4(HOST_A, A0, 17, second, far, (4000, 53), 64),
     ];
     let kernel = kernel_forward(&router, &hosts, "a1", &frames);
     let (_, fibre) = fibre_forward(&dir, "a0", &frames, Some(NAT_RULESET));

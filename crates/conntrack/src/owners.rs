@@ -6,8 +6,7 @@
 //! tracked by the worker that owns its connection: the one a symmetric hash of its
 //! original tuple names, the same for a connection's packets of either direction, and
 //! for the ICMP errors that quote them. A worker that reads a packet hashing to another
-//! hands it over ([`Owners::elsewhere`]); the links' own steering need not be
-//! symmetric.
+//! hands it over; the links' own steering need not be symmetric.
 //!
 //! NAT changes a connection's reply tuple, which then hashes elsewhere. The worker it
 //! hashes to learns from the owner's table that the tuple is the owner's
@@ -65,7 +64,8 @@ impl Owners {
     }
 }
 
-/// The family's bit in [`Owners::pinned`].
+/// The family's bit (1 IPv4, 2 IPv6), as the families a ruleset tracks or translates are
+/// said.
 pub fn family_bit(v6: bool) -> u8 {
     if v6 {
         2

@@ -73,6 +73,11 @@ impl Registry {
         self.tuples.is_empty()
     }
 
+    /// Mapped sources held.
+    pub fn sources(&self) -> usize {
+        self.by_source.len()
+    }
+
     fn source_hash(&self, t: &Tuple) -> u64 {
         let mut source = *t;
         source.dst = [0; 16];
@@ -97,6 +102,17 @@ impl Registry {
             self.by_source
                 .insert_unique(mapped.source, mapped, |m| m.source);
         }
+    }
+
+    /// Enters `c` as [`Registry::enter`] does, unless another connection holds either
+    /// of its tuples (then false, nothing entered): one look and one entry, so that two
+    /// workers cannot both find a tuple free and both take it.
+    pub(crate) fn enter_unless_taken(&mut self, c: &Connection, source_translated: bool) -> bool {
+        if c.tuples.iter().any(|t| self.taken(t)) {
+            return false;
+        }
+        self.enter(c, source_translated);
+        true
     }
 
     /// Takes `c`'s tuples (and its mapped source) out again.

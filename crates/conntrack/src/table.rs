@@ -325,8 +325,10 @@ pub struct Conntrack {
     /// [`Conntrack::register`]); a translated connection enters it whatever its family.
     registering: u8,
     /// The tuples that hash to this worker of connections another worker owns (a
-    /// translated connection's reply, mostly): their packets go to it.
-    forwards: hashbrown::HashMap<[u64; 5], u16, foldhash::fast::FixedState>,
+    /// translated connection's reply, mostly): their packets go to it. Each owner
+    /// counted (told it holds one, +1; no longer, -1), the last told first, so that
+    /// what is said holds whatever order the owners' words arrive in.
+    forwards: hashbrown::HashMap<[u64; 5], Vec<(u16, i32)>, foldhash::fast::FixedState>,
     /// What the other workers' `forwards` are to learn of this table's connections,
     /// each with the worker it is for.
     outbox: Vec<(u16, Forward)>,
@@ -545,15 +547,21 @@ impl Conntrack {
 
     /// Learns what another worker's table said ([`Conntrack::drain_outbox`]).
     pub fn forward(&mut self, f: Forward) {
-        match f {
-            Forward::Add(t, owner) => {
-                self.forwards.insert(t.words(), owner);
-            }
-            Forward::Remove(t, owner) => {
-                if self.forwards.get(&t.words()) == Some(&owner) {
-                    self.forwards.remove(&t.words());
-                }
-            }
+        let (t, owner, step) = match f {
+            Forward::Add(t, owner) => (t, owner, 1),
+            Forward::Remove(t, owner) => (t, owner, -1),
+        };
+        let key = t.words();
+        let owners = self.forwards.entry(key).or_default();
+        let count = match owners.iter().position(|o| o.0 == owner) {
+            Some(k) => owners.remove(k).1 + step,
+            None => step,
+        };
+        if count != 0 {
+            owners.push((owner, count));
+        }
+        if owners.is_empty() {
+            self.forwards.remove(&key);
         }
     }
 
@@ -581,7 +589,8 @@ impl Conntrack {
         if to != self.owners.me {
             return Some(to);
         }
-        self.forwards.get(key).copied()
+        let owners = self.forwards.get(key)?;
+        owners.iter().rev().find(|o| o.1 > 0).map(|o| o.0)
     }
 
     /// The settings followed.
@@ -826,6 +835,11 @@ impl Conntrack {
 
     /// Enters `c` in the table: its slot.
     fn insert(&mut self, c: Connection) -> u32 {
+        self.insert_entered(c, false)
+    }
+
+    /// [`Conntrack::insert`], `c` already in the registry if `registered`.
+    fn insert_entered(&mut self, c: Connection, registered: bool) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -846,7 +860,7 @@ impl Conntrack {
                 hasher.of(&t)
             });
         }
-        if self.enters_registry(&c) {
+        if !registered && self.enters_registry(&c) {
             self.registry().enter(&c, c.status & nat::SRC_NAT_DONE != 0);
         }
         self.tell_forwards(&c, true);
@@ -952,17 +966,20 @@ impl Conntrack {
             self.stats.insert_failed += 1;
             return false;
         }
-        // Held by another worker's connection: the same clash.
-        if self.enters_registry(&c) && {
-            let registry = self.registry();
-            registry.taken(&c.tuples[0]) || registry.taken(&c.tuples[1])
-        } {
+        // Held by another worker's connection: the same clash. (Looked up and entered
+        // at once.)
+        c.status |= CONFIRMED;
+        c.expires = now.saturating_add(c.expires);
+        let registered = self.enters_registry(&c);
+        if registered
+            && !self
+                .registry()
+                .enter_unless_taken(&c, c.status & nat::SRC_NAT_DONE != 0)
+        {
             self.stats.insert_failed += 1;
             return false;
         }
-        c.status |= CONFIRMED;
-        c.expires = now.saturating_add(c.expires);
-        let slot = self.insert(c);
+        let slot = self.insert_entered(c, registered);
         self.confirmed.push((ticket, slot));
         self.stats.inserted += 1;
         true

@@ -33,7 +33,17 @@ struct Item {
     arrival: Arrival,
     kernel_has_its_copy: bool,
     offload: Offload,
+    hops: u8,
 }
+
+/// Packets that arrived alike, unpacked: the link, whether the kernel has its own
+/// copy, the times handed over, their buffers.
+pub type Group = (Arrival, bool, u8, Vec<BufferId>);
+
+/// The times a packet may be handed over: to the worker its tuple hashes to, then on
+/// to the owner a forward names. One handed more is dropped (the workers' words about
+/// it disagree), never passed round.
+pub const HOPS: u8 = 2;
 
 /// Packets handed to one worker together.
 #[derive(Default)]
@@ -43,8 +53,16 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Copies the frame of `id` into the batch, with how it came.
-    pub fn push(&mut self, pool: &Pool, id: BufferId, arrival: Arrival, kernel_has_its_copy: bool) {
+    /// Copies the frame of `id` into the batch, with how it came and the times it has
+    /// been handed over, this one counted.
+    pub fn push(
+        &mut self,
+        pool: &Pool,
+        id: BufferId,
+        arrival: Arrival,
+        kernel_has_its_copy: bool,
+        hops: u8,
+    ) {
         let frame = pool.frame(id);
         let start = self.bytes.len();
         self.bytes.extend_from_slice(frame);
@@ -54,6 +72,7 @@ impl Batch {
             arrival,
             kernel_has_its_copy,
             offload: pool.offload(id),
+            hops,
         });
     }
 
@@ -68,20 +87,18 @@ impl Batch {
     }
 
     /// Puts the packets into buffers of `pool`, in groups that arrived alike (the link,
-    /// and the kernel's copy or not), in order: each group's arrival, whether the
-    /// kernel has its copy, its buffers. Returns the packets that found no buffer (or
-    /// no room in one), which are dropped.
-    pub fn unpack(
-        &self,
-        pool: &mut Pool,
-        groups: &mut Vec<(Arrival, bool, Vec<BufferId>)>,
-    ) -> usize {
+    /// the kernel's copy or not, the times handed over), in order: each group's
+    /// arrival, whether the kernel has its copy, the times handed over, its buffers.
+    /// Returns the packets that found no buffer (or no room in one), which are dropped.
+    pub fn unpack(&self, pool: &mut Pool, groups: &mut Vec<Group>) -> usize {
         let mut lost = 0;
         let mut k = 0;
         while k < self.items.len() {
             let first = self.items[k];
             let alike = |i: &Item| {
-                i.arrival == first.arrival && i.kernel_has_its_copy == first.kernel_has_its_copy
+                i.arrival == first.arrival
+                    && i.kernel_has_its_copy == first.kernel_has_its_copy
+                    && i.hops == first.hops
             };
             let mut ids = Vec::new();
             while k < self.items.len() && alike(&self.items[k]) {
@@ -103,7 +120,7 @@ impl Batch {
                 pool.set_offload(id, item.offload);
             }
             if !ids.is_empty() {
-                groups.push((first.arrival, first.kernel_has_its_copy, ids));
+                groups.push((first.arrival, first.kernel_has_its_copy, first.hops, ids));
             }
         }
         lost
@@ -228,7 +245,7 @@ mod tests {
             let mut offload = Offload::NONE;
             offload.checksum_valid = k == 2;
             from.set_offload(id, offload);
-            batch.push(&from, id, arrival(if k < 3 { 7 } else { 9 }), k == 4);
+            batch.push(&from, id, arrival(if k < 3 { 7 } else { 9 }), k == 4, 1);
         }
         let mailbox = Mailbox::new().expect("eventfd");
         assert!(mailbox.post(batch));
@@ -238,7 +255,8 @@ mod tests {
         mailbox.drain(|b| {
             let mut groups = Vec::new();
             assert_eq!(b.unpack(&mut to, &mut groups), 0);
-            for (arrival, copy, ids) in groups {
+            for (arrival, copy, hops, ids) in groups {
+                assert_eq!(hops, 1);
                 runs.push((arrival.link, copy, ids.len()));
                 for &id in &ids {
                     seen.push((to.frame(id).to_vec(), to.offload(id).checksum_valid));
@@ -272,12 +290,12 @@ mod tests {
         let mut batch = Batch::default();
         for &id in &ids {
             from.fill(id, &[1u8; 100]);
-            batch.push(&from, id, arrival(3), false);
+            batch.push(&from, id, arrival(3), false, 1);
         }
         let mut to = Pool::new(2, 2048);
         let mut groups = Vec::new();
         let lost = batch.unpack(&mut to, &mut groups);
-        assert_eq!((groups[0].2.len(), lost), (2, 1));
+        assert_eq!((groups[0].3.len(), lost), (2, 1));
         // A frame longer than the buffers: lost, its buffer given back.
         let mut small = Pool::new(2, 64);
         let mut groups = Vec::new();

@@ -14,6 +14,10 @@ use std::time::Instant;
 /// Packets in a vector at most.
 pub const VECTOR: usize = 256;
 
+/// The seed of the hash that gives the workers their connections offline (the daemon
+/// draws one at random): fixed, so that a run gives the same each time.
+pub const OWNERS_SEED: u64 = 0x5eed;
+
 /// A frame the pipeline sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
@@ -31,8 +35,8 @@ pub struct Sent {
 /// another link); returns each frame's fate and the frames sent, in order. The
 /// `pipelines` are the workers (each with its own connection table, if any): the
 /// vectors are read by each in turn, and a packet one hands to another
-/// ([`Fate::Handoff`]) goes through that one's pipeline at once, alone, so that the
-/// packets keep their order. Each pipeline counts what it did. The limits on errors
+/// ([`Fate::Handoff`]) goes through that one's pipeline alone, once the vector it was
+/// read in is through (with vectors of one packet, each keeps its place). Each pipeline counts what it did. The limits on errors
 /// read the frames' capture times, so that a run gives the same whatever its vectors.
 pub fn forward(
     pipelines: &mut [Pipeline],
@@ -92,12 +96,17 @@ pub fn forward(
             .extend(chunk.iter().map(|f| f.timestamp.as_nanos() as u64));
         pipeline.run(snap, neighbours, link, &mut pool, &ids, &mut fates);
         // Handed over: through its owner's pipeline, alone. (A packet it would hand on
-        // again is dropped: its owners disagree.)
+        // again is dropped: its owners disagree.) The reader's fragments are kept
+        // aside meanwhile: a packet may come back to it.
+        let mut fragments = std::mem::take(&mut pipelines[w].fragments);
         for k in 0..ids.len() {
             let mut hops = 0;
             while let Fate::Handoff(to) = fates[start + k] {
                 hops += 1;
-                let Some(owner) = pipelines.get_mut(usize::from(to)).filter(|_| hops <= 2) else {
+                let Some(owner) = pipelines
+                    .get_mut(usize::from(to))
+                    .filter(|_| hops <= usize::from(crate::handoff::HOPS))
+                else {
                     fates[start + k] = Fate::Drop(crate::pipeline::Dropped::Filtered);
                     break;
                 };
@@ -107,15 +116,13 @@ pub fn forward(
                 owner.run(snap, neighbours, link, &mut pool, &ids[k..=k], &mut one);
                 fates[start + k] = one[0];
                 // Its fragments, if it was cut: the owner's, for the one packet.
-                if !owner.fragments.is_empty() {
-                    let made: Vec<_> = owner.fragments.iter().map(|&(_, f)| (k, f)).collect();
-                    pipelines[w].fragments.extend(made);
-                }
+                fragments.extend(owner.fragments.drain(..).map(|(_, f)| (k, f)));
             }
         }
         let pipeline = &mut pipelines[w];
         // (In the packets' order, as the sending below reads them.)
-        pipeline.fragments.sort_by_key(|&(k, _)| k);
+        fragments.sort_by_key(|&(k, _)| k);
+        pipeline.fragments = fragments;
         let t = Instant::now();
         let before = sent.len();
         let mut later = pipeline.fragments.iter().peekable();

@@ -3111,6 +3111,33 @@ route add 10.7.0.0/16 via 10.0.1.2
                 .sum();
             assert_eq!(held, flows.len());
             assert_eq!(registry.lock().unwrap().len(), 2 * flows.len());
+            if workers > 1 {
+                // Replies whose translated tuple hashes to the other worker: forwarded.
+                let forwards: usize = pipelines
+                    .iter()
+                    .map(|p| p.conntrack.as_ref().unwrap().lock().unwrap().forwards())
+                    .sum();
+                assert!(forwards > 10, "{forwards}");
+            }
+            // Their time up: every connection gone, and with them every tuple of the
+            // registry, every mapped source and every forward, once the tables have
+            // told each other.
+            let mut told = Vec::new();
+            for p in &pipelines {
+                let mut t = p.conntrack.as_ref().unwrap().lock().unwrap();
+                t.expire(u64::MAX, usize::MAX);
+                t.drain_outbox(&mut told);
+            }
+            for (to, f) in told {
+                mailboxes[usize::from(to)].tell(f);
+            }
+            for (p, m) in pipelines.iter().zip(mailboxes.iter()) {
+                let mut t = p.conntrack.as_ref().unwrap().lock().unwrap();
+                m.take_forwards(|f| t.forward(f));
+                assert_eq!((t.len(), t.forwards()), (0, 0));
+            }
+            let registry = registry.lock().unwrap();
+            assert_eq!((registry.len(), registry.sources()), (0, 0));
         }
         assert!(handed > 100, "{handed}");
     }

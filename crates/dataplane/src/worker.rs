@@ -33,7 +33,7 @@
 
 use crate::claims::Claims;
 use crate::express::{Entry, Express, Generation};
-use crate::handoff::{Batch as Handing, Mailbox};
+use crate::handoff::{Batch as Handing, Mailbox, HOPS};
 use crate::icmp::{self, RateLimit};
 use crate::offload::{finish_checksum, Offload};
 use crate::packet::{wait_any, Batch, PacketSocket};
@@ -466,6 +466,12 @@ impl Shared {
         let mut held: Vec<std::sync::MutexGuard<'_, Conntrack>> =
             tables.iter().map(|t| lock(t)).collect();
         let mut all: Vec<&mut Conntrack> = held.iter_mut().map(|g| &mut **g).collect();
+        // What the tables were told and have not taken yet, first, so that what `f`
+        // tells them comes after it.
+        let mailboxes = self.mailboxes.load_full();
+        for (t, m) in all.iter_mut().zip(mailboxes.iter()) {
+            m.take_forwards(|f| t.forward(f));
+        }
         let out = f(&mut all);
         // What the tables are to tell each other of connections entered or ended here,
         // told at once (every table is held).
@@ -833,6 +839,8 @@ struct Vector {
     mailboxes: Arc<Vec<Mailbox>>,
     /// The packets for each worker, handed over at the end of the vector.
     handing: Vec<Handing>,
+    /// The times the vector's packets were handed over before (0: read from a link).
+    hops: u8,
 }
 
 /// What a worker teaches the express path: for each destination it forwarded, arriving
@@ -1010,8 +1018,10 @@ impl Vector {
                 }
                 Fate::Handoff(w) => {
                     match self.handing.get_mut(usize::from(*w)) {
-                        Some(batch) => batch.push(&self.pool, id, arrival, kernel_has_its_copy),
-                        None => self.io.handoff_dropped += 1,
+                        Some(batch) if self.hops < HOPS => {
+                            batch.push(&self.pool, id, arrival, kernel_has_its_copy, self.hops + 1)
+                        }
+                        _ => self.io.handoff_dropped += 1,
                     }
                     self.free.push(id);
                 }
@@ -1140,6 +1150,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
         closed: 0,
         kernel_forwards: Arc::default(),
         handing: (0..mailboxes.len()).map(|_| Handing::default()).collect(),
+        hops: 0,
         mailboxes,
     };
     let mut ids: Vec<BufferId> = Vec::with_capacity(256);
@@ -1229,7 +1240,8 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             let mut groups = Vec::new();
             for batch in handed.drain(..) {
                 v.io.handoff_dropped += batch.unpack(&mut v.pool, &mut groups) as u64;
-                for (arrival, copy, ids) in groups.drain(..) {
+                for (arrival, copy, hops, ids) in groups.drain(..) {
+                    v.hops = hops;
                     v.run(
                         &snap,
                         &neighbours,
@@ -1239,6 +1251,7 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
                         Instant::now(),
                         &mut waiting,
                     );
+                    v.hops = 0;
                     ask(&v.pipeline.unresolved, &mut asked, &mut resolve, &mut v.io);
                 }
             }
@@ -1309,9 +1322,21 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             // Connections whose time is up are swept here too, so that a worker whose
             // packets meet few of its connections still frees their room (counted with
             // every table's against `nf_conntrack_max`).
+            // And what the other tables told this one is taken, what it is to tell them
+            // told, however few packets it reads.
             if let Some(table) = &v.pipeline.conntrack {
                 if let Ok(mut t) = table.try_lock() {
+                    if let Some(m) = v.mailboxes.get(n) {
+                        m.take_forwards(|f| t.forward(f));
+                    }
                     t.expire(shared.icmp_overall.now(), SWEEP);
+                    let mut told = Vec::new();
+                    t.drain_outbox(&mut told);
+                    for (to, f) in told {
+                        if let Some(m) = v.mailboxes.get(usize::from(to)) {
+                            m.tell(f);
+                        }
+                    }
                 }
             }
             let rings = match &v.ports {
