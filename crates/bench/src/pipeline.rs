@@ -800,8 +800,9 @@ pub fn pipeline_study(
 
 /// The connections study's last mode (masqueraded behind 1,000 rules) on each number of
 /// threads past one, each thread forwarding flows of its own: its connections tracked in
-/// a table of each thread's own, and in one table every thread takes once a vector (as
-/// the daemon's workers share theirs). All packets over the wall time.
+/// a table of each thread's own (as the daemon's workers track theirs, here with every
+/// packet read by its owner), and in one table every thread takes once a vector (what
+/// sharing one would cost). All packets over the wall time.
 fn connections_by_workers(
     router: &Router,
     flows: &Flows,

@@ -2,10 +2,11 @@
 //! hash table holds each connection under the tuple of each of its directions, so that
 //! a packet of either direction finds the same connection with one lookup, and a reply
 //! (whose tuple is the original's inverted, or after NAT something else again) needs no
-//! other structure. The other shape, VPP's nat44-ed (a session table per worker, both
-//! directions steered to the worker that owns the flow), needs the links to steer
-//! symmetrically; this table is a worker's own, or shared where the packet path holds
-//! it once per vector, and either way it answers exactly as the kernel's does.
+//! other structure. Each worker has one, holding the connections it owns
+//! ([`crate::owners`]: a packet another worker's connection holds is handed to it, as
+//! VPP's nat44-ed hands packets to the worker that owns their session), and what NAT
+//! asks of every worker's connections is in the registry they share
+//! ([`crate::registry`]), so that together they answer as the kernel's one table does.
 //!
 //! Connections live in a slab (a vector of slots, a free list); the hash table holds
 //! 32-bit handles (slot and direction), not copies of the tuples, so that a connection
