@@ -33,6 +33,7 @@ use crate::kernel::GATEWAYS;
 use crate::method::{measure, Method, Stat};
 use crate::studies::to_ip;
 use fibre_dataplane::checksum;
+use fibre_dataplane::handoff::{Batch as HandedBatch, Group, Mailbox};
 use fibre_dataplane::pipeline::{Arrival, Fate, Output, Pipeline};
 use fibre_dataplane::pool::{BufferId, Pool};
 use fibre_dataplane::runtime::StageCounters;
@@ -391,7 +392,37 @@ struct Lane<'a> {
     rest: Vec<BufferId>,
     /// Packets that did not leave by the output link (there must be none).
     strays: u64,
+    /// With connections owned by one lane each: how the lane hands packets over.
+    handing: Option<Handing>,
 }
+
+/// A lane's part in handing packets over, as the daemon's workers hand them: the
+/// packets of connections another lane's table owns go to that lane's mailbox, copied,
+/// once a vector; the lane takes what the others handed it before each vector it reads.
+struct Handing {
+    me: usize,
+    mailboxes: Arc<Vec<Mailbox>>,
+    /// A batch for each lane, posted at the end of the vector.
+    batches: Vec<HandedBatch>,
+    groups: Vec<Group>,
+    fates: Vec<Fate>,
+    /// Packets handed over, and those a full mailbox or pool dropped.
+    handed: u64,
+    lost: u64,
+}
+
+/// What lanes that hand packets over share: their mailboxes, the tables' census and
+/// registry (the lanes masquerade, so every connection enters it, as in the daemon).
+#[derive(Clone)]
+struct HandOver {
+    mailboxes: Arc<Vec<Mailbox>>,
+    census: Arc<std::sync::atomic::AtomicUsize>,
+    registry: Arc<Mutex<fibre_conntrack::registry::Registry>>,
+    lanes: usize,
+}
+
+/// The seed of the lanes' owners' hash.
+const OWNERS_SEED: u64 = 0x5eed;
 
 /// What a lane's packets meet: the router's rules, and whether their connections are
 /// tracked: in a table of the lane's own, or in `shared`, one table every lane takes
@@ -405,6 +436,9 @@ struct Firewall {
     /// each get theirs from the links' steering; else every lane all of them, from its
     /// own place.
     disjoint: bool,
+    /// Each lane's table holds the connections that hash to it, the others' packets
+    /// handed to their owners.
+    hand_over: Option<HandOver>,
 }
 
 /// The table of a lane whose connections are tracked: room for the study's largest
@@ -423,14 +457,38 @@ impl<'a> Lane<'a> {
         pool: usize,
         first: usize,
         firewall: &Firewall,
+        me: usize,
     ) -> Lane<'a> {
         let mut pipeline = Pipeline::new();
         pipeline.rules = firewall.rules.clone();
+        let mut handing = None;
         if firewall.tracked {
             pipeline.tracked = 3;
-            pipeline.conntrack = Some(match &firewall.shared {
-                Some(table) => table.clone(),
-                None => Arc::new(Mutex::new(lane_table())),
+            pipeline.conntrack = Some(match (&firewall.shared, &firewall.hand_over) {
+                (Some(table), _) => table.clone(),
+                (None, Some(h)) => {
+                    let mut table = lane_table();
+                    table.set_census(h.census.clone());
+                    table.set_registry(h.registry.clone());
+                    table.register(3);
+                    table.set_owners(fibre_conntrack::Owners {
+                        workers: h.lanes as u16,
+                        me: me as u16,
+                        seed: OWNERS_SEED,
+                    });
+                    pipeline.mailboxes = Some(h.mailboxes.clone());
+                    handing = Some(Handing {
+                        me,
+                        mailboxes: h.mailboxes.clone(),
+                        batches: (0..h.lanes).map(|_| HandedBatch::default()).collect(),
+                        groups: Vec::new(),
+                        fates: Vec::with_capacity(256),
+                        handed: 0,
+                        lost: 0,
+                    });
+                    Arc::new(Mutex::new(table))
+                }
+                (None, None) => Arc::new(Mutex::new(lane_table())),
             });
         }
         Lane {
@@ -445,6 +503,74 @@ impl<'a> Lane<'a> {
             output: Output::default(),
             rest: Vec::with_capacity(256),
             strays: 0,
+            handing,
+        }
+    }
+
+    /// Runs the packets the other lanes handed this one (their connections' owner), as
+    /// a worker does before it reads its links: each group of alike packets through
+    /// the pipeline, its buffers given back as after a send.
+    fn take_handed(&mut self) {
+        let Some(h) = self.handing.as_mut() else {
+            return;
+        };
+        let mut batches = Vec::new();
+        h.mailboxes[h.me].drain(false, |b| batches.push(b));
+        for batch in batches {
+            h.lost += batch.unpack(&mut self.pool, &mut h.groups) as u64;
+            h.mailboxes[h.me].give_back(batch);
+            for (arrival, _, _, ids) in h.groups.drain(..) {
+                h.fates.clear();
+                self.pipeline.run(
+                    &self.router.snapshot,
+                    &self.router.neighbours,
+                    arrival,
+                    &mut self.pool,
+                    &ids,
+                    &mut h.fates,
+                );
+                for fate in &h.fates {
+                    if fate.output() != Some(self.router.output) {
+                        self.strays += 1;
+                    }
+                }
+                self.pool.free(&ids);
+            }
+        }
+    }
+
+    /// Hands the vector's packets that other lanes own to their mailboxes (their
+    /// buffers given back), leaving the rest, in order, for the output.
+    fn hand_over(&mut self) {
+        let Some(h) = self.handing.as_mut() else {
+            return;
+        };
+        let mut kept = 0;
+        for k in 0..self.ids.len() {
+            let (id, fate) = (self.ids[k], self.fates[k]);
+            match fate {
+                Fate::Handoff(to) => {
+                    h.batches[usize::from(to)].push(&self.pool, id, self.router.arrival, false, 1);
+                    self.pool.free(&[id]);
+                }
+                _ => {
+                    self.ids[kept] = id;
+                    self.fates[kept] = fate;
+                    kept += 1;
+                }
+            }
+        }
+        self.ids.truncate(kept);
+        self.fates.truncate(kept);
+        for (to, batch) in h.batches.iter_mut().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            let n = batch.len() as u64;
+            h.handed += n;
+            if !h.mailboxes[to].post(batch) {
+                h.lost += n;
+            }
         }
     }
 
@@ -477,6 +603,10 @@ impl<'a> Lane<'a> {
                 &self.ids,
                 &mut self.fates,
             );
+            if self.handing.is_some() {
+                self.hand_over();
+                self.take_handed();
+            }
             // Output: sorted by link, the buffers given back as after a send.
             let t = Instant::now();
             self.rest.clear();
@@ -516,6 +646,12 @@ struct Measured {
     throughput: Stat,
     /// Each stage's ns per packet, averaged over threads, trimmed over repetitions.
     stages: Vec<Stat>,
+    /// Packets handed to the lane that owns their connection, over all repetitions,
+    /// and those of them a full mailbox dropped.
+    handed: u64,
+    lost: u64,
+    /// Packets read by all lanes over all repetitions.
+    read: u64,
 }
 
 fn measure_lanes(
@@ -530,6 +666,8 @@ fn measure_lanes(
     // Per repetition, per thread, each stage's ns per packet.
     let stages: Mutex<Vec<Vec<[f64; STAGES.len()]>>> = Mutex::new(vec![Vec::new(); reps]);
     let strays = Mutex::new(0u64);
+    let handing = Mutex::new((0u64, 0u64));
+    let reads = Mutex::new(0u64);
     let per_thread = flows.frames.len() / threads.max(1);
     let timing = measure(
         Method {
@@ -542,7 +680,7 @@ fn measure_lanes(
             } else {
                 (&flows.frames[..], t * per_thread)
             };
-            Lane::new(router, frames, flows.len, cfg.pool, first, firewall)
+            Lane::new(router, frames, flows.len, cfg.pool, first, firewall, t)
         },
         |lane, rep| {
             let n = lane.forward(cfg.packets, vector);
@@ -556,9 +694,17 @@ fn measure_lanes(
             if let Ok(mut s) = strays.lock() {
                 *s += std::mem::take(&mut lane.strays);
             }
+            if let (Some(h), Ok(mut s)) = (lane.handing.as_mut(), handing.lock()) {
+                s.0 += std::mem::take(&mut h.handed);
+                s.1 += std::mem::take(&mut h.lost);
+            }
+            if let Ok(mut r) = reads.lock() {
+                *r += n;
+            }
             n
         },
     );
+    let (handed, lost) = handing.into_inner().unwrap_or_default();
     let strays = strays.into_inner().unwrap_or(0);
     if strays > 0 {
         return Err(format!(
@@ -581,6 +727,9 @@ fn measure_lanes(
         per_packet: timing.per_op,
         throughput: timing.throughput,
         stages: stage_stats,
+        handed,
+        lost,
+        read: reads.into_inner().unwrap_or(0),
     })
 }
 
@@ -823,23 +972,49 @@ fn connections_by_workers(
             if n < t {
                 continue;
             }
-            for table in ["own", "shared"] {
+            for table in ["own", "shared", "handed"] {
+                // (One thread hands nothing over.)
+                if table == "handed" && t < 2 {
+                    continue;
+                }
                 step(&format!(
                     "IPv{family}: {n} connections, {t} threads, {table} table"
                 ));
+                let hand_over = match table {
+                    "handed" => Some(HandOver {
+                        mailboxes: Arc::new(
+                            (0..t)
+                                .map(|_| Mailbox::new())
+                                .collect::<Result<_, _>>()
+                                .map_err(|e| format!("a mailbox's eventfd: {e}"))?,
+                        ),
+                        census: Arc::default(),
+                        registry: Arc::default(),
+                        lanes: t,
+                    }),
+                    _ => None,
+                };
                 let firewall = Firewall {
                     rules: rules.clone(),
                     tracked: true,
                     shared: (table == "shared").then(|| Arc::new(Mutex::new(lane_table()))),
                     disjoint: true,
+                    hand_over,
                 };
                 let m = measure_lanes(router, &many, cfg, t, cfg.vector, &firewall)?;
                 let mut f = base(family, routes, t, cfg.vector);
                 f["metric"] = json!("connections-workers");
                 f["connections"] = json!(n);
                 f["table"] = json!(table);
-                f["throughput_ns"] = json!(m.throughput.mean);
-                f["mpps"] = json!(1e3 / m.throughput.mean);
+                // (Packets a full mailbox dropped were read, not forwarded.)
+                let forwarded = 1.0 - m.lost as f64 / m.read.max(1) as f64;
+                f["throughput_ns"] = json!(m.throughput.mean / forwarded);
+                f["mpps"] = json!(1e3 / m.throughput.mean * forwarded);
+                if table == "handed" {
+                    f["packets_read"] = json!(m.read);
+                    f["handed"] = json!(m.handed);
+                    f["handoff_dropped"] = json!(m.lost);
+                }
                 emit(f);
             }
         }
@@ -1606,36 +1781,53 @@ fn connections_by_workers_table(figures: &[Value], md: &mut String) {
     }
     let _ = writeln!(
         md,
-        "## In memory, by threads: connections in a table each, or in one shared\n\n\
+        "## In memory, by threads: a table each, packets handed over, or one table shared\n\n\
          The connections study's `masquerade, 1000 rules`, each thread on a core of its own \
-         forwarding flows of its own. Its connections tracked in a table of each thread's \
-         own (what a table per worker, with both directions steered to it, would give), or \
-         in one table every thread takes once a vector, as the daemon's workers share \
-         theirs. Millions of packets a second, all threads' packets over the wall time.\n"
+         reading flows of its own. Its connections tracked in a table of each thread's own, \
+         every packet read by the thread that owns its connection (the best steering could \
+         give); in a table each, connections owned by the thread their tuple hashes to and \
+         the packets another thread reads handed to it through its mailbox, as the daemon's \
+         workers do (`handed`: the share of packets handed over, and those a full mailbox \
+         dropped); or in one table every thread takes once a vector. Millions of packets a \
+         second forwarded, all threads' packets over the wall time (those a full mailbox \
+         dropped left out).\n"
     );
     let _ = writeln!(
         md,
-        "| family | connections | threads | a table each, Mpps | one shared, Mpps | shared / each |\n\
-         |---|---:|---:|---:|---:|---:|"
+        "| family | connections | threads | a table each, Mpps | handed over, Mpps | handed / each | handed, dropped | one shared, Mpps | shared / each |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for f in rows.iter().filter(|f| f["table"] == "own") {
-        let shared = rows.iter().find(|g| {
-            g["table"] == "shared"
-                && g["family"] == f["family"]
-                && g["connections"] == f["connections"]
-                && g["threads"] == f["threads"]
+        let other = |table: &str| {
+            rows.iter().find(|g| {
+                g["table"] == table
+                    && g["family"] == f["family"]
+                    && g["connections"] == f["connections"]
+                    && g["threads"] == f["threads"]
+            })
+        };
+        let own = num(&f["mpps"]);
+        let (handed, shared) = (other("handed"), other("shared"));
+        let rate = |g: Option<&&Value>| g.and_then(|g| num(&g["mpps"]));
+        let ratio = |g: Option<f64>| own.zip(g).map(|(a, b)| b / a);
+        let share = handed.map_or("–".to_string(), |g| {
+            let read = num(&g["packets_read"]).unwrap_or(0.0);
+            let h = num(&g["handed"]).unwrap_or(0.0);
+            let share = if read > 0.0 { 100.0 * h / read } else { 0.0 };
+            format!("{share:.0}%, {}", g["handoff_dropped"])
         });
-        let (own, one) = (num(&f["mpps"]), shared.and_then(|g| num(&g["mpps"])));
-        let ratio = own.zip(one).map(|(a, b)| b / a);
         let _ = writeln!(
             md,
-            "| IPv{} | {} | {} | {} | {} | {} |",
+            "| IPv{} | {} | {} | {} | {} | {} | {} | {} | {} |",
             f["family"],
             f["connections"],
             f["threads"],
             show(own, 2),
-            show(one, 2),
-            show(ratio, 2)
+            show(rate(handed), 2),
+            show(ratio(rate(handed)), 2),
+            share,
+            show(rate(shared), 2),
+            show(ratio(rate(shared)), 2)
         );
     }
     let _ = writeln!(md);
@@ -1874,6 +2066,7 @@ mod tests {
                 1024,
                 0,
                 &Firewall::default(),
+                0,
             );
             assert_eq!(lane.forward(1000, 64), 1000);
             assert_eq!(lane.strays, 0);
@@ -1952,25 +2145,33 @@ mod tests {
             json!({"study": "pipeline", "family": 4, "metric": "connections-workers",
                    "threads": threads, "connections": 1000, "table": table, "mpps": mpps})
         };
+        let mut handed = row(2, "handed", 12.0);
+        handed["packets_read"] = json!(1000);
+        handed["handed"] = json!(500);
+        handed["handoff_dropped"] = json!(3);
         let figures = vec![
             row(1, "own", 8.0),
             row(1, "shared", 8.0),
             row(2, "own", 16.0),
             row(2, "shared", 4.0),
-            // A table each without its shared counterpart: shown, with no ratio.
+            handed,
+            // A table each without the others: shown, with no ratio.
             json!({"study": "pipeline", "family": 6, "metric": "connections-workers",
                    "threads": 2, "connections": 1000, "table": "own", "mpps": 15.0}),
         ];
         let md = markdown(&figures);
         assert!(
-            md.contains("| IPv4 | 1000 | 1 | 8.00 | 8.00 | 1.00 |"),
+            md.contains("| IPv4 | 1000 | 1 | 8.00 | – | – | – | 8.00 | 1.00 |"),
             "{md}"
         );
         assert!(
-            md.contains("| IPv4 | 1000 | 2 | 16.00 | 4.00 | 0.25 |"),
+            md.contains("| IPv4 | 1000 | 2 | 16.00 | 12.00 | 0.75 | 50%, 3 | 4.00 | 0.25 |"),
             "{md}"
         );
-        assert!(md.contains("| IPv6 | 1000 | 2 | 15.00 | – | – |"), "{md}");
+        assert!(
+            md.contains("| IPv6 | 1000 | 2 | 15.00 | – | – | – | – | – |"),
+            "{md}"
+        );
     }
 
     /// The component model's table: the kernel's components as measured, the model's

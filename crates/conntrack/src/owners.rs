@@ -17,6 +17,14 @@
 //!
 //! When the number of workers changes, the tables' connections move to their new
 //! owners ([`redistribute`]), every table held meanwhile.
+//!
+//! The hash is one the links' steering can compute too: the addresses' 32-bit words
+//! and the two ports (ICMP's identifier) each folded by exclusive or, which is the same
+//! either way, with the protocol and the seed, then mixed by a multiply. `AF_PACKET`'s
+//! fanout runs [`Owners::steering_program`], the same hash in classic BPF over the
+//! frame, so that a worker reads the packets of the connections it owns, both ways,
+//! and hands over only what the program cannot see as the tracker does (a translated
+//! reply, an ICMP error, IPv6 behind extension headers, a fragment).
 
 use crate::table::{Connection, Conntrack, Forward};
 use crate::tuple::{Tuple, ICMP, ICMPV6};
@@ -56,13 +64,33 @@ impl Owners {
         self.of_tuple(&c.tuples[0])
     }
 
-    /// The worker a connection key names.
-    fn worker(&self, key: u64) -> u16 {
-        let hash = fold(key ^ self.seed, 0x9e37_79b9_7f4a_7c15);
-        // (The hash's high half scaled to the workers, without a division.)
-        (((hash >> 32) * u64::from(self.workers)) >> 32) as u16
+    /// The worker a connection key names: the key mixed, modulo the workers, as the
+    /// kernel takes a fanout program's answer.
+    fn worker(&self, key: u32) -> u16 {
+        (mix(key ^ self.seed as u32) % u32::from(self.workers.max(1))) as u16
+    }
+
+    /// The classic BPF program that picks, for `AF_PACKET`'s fanout (a group whose
+    /// sockets joined in the workers' order), the worker [`Owners::of_tuple`] names
+    /// for an IPv4 or IPv6 packet read from its network header: the same hash over
+    /// the packet's bytes. (The kernel takes the answer modulo the group's sockets.)
+    /// Each instruction as `(code, jump if true, jump if false, k)`.
+    pub fn steering_program(&self) -> Vec<(u16, u8, u8, u32)> {
+        steering_program(self.seed as u32)
     }
 }
+
+/// The multiply and shift that spread a folded key over its 32 bits (the golden
+/// ratio's multiplier, then the high half into the low, which the modulo reads).
+fn mix(key: u32) -> u32 {
+    let h = key.wrapping_mul(GOLDEN);
+    h ^ h >> 16
+}
+
+const GOLDEN: u32 = 0x9e37_79b1;
+
+/// The protocols whose first two 16-bit words are ports, as the tracker reads them.
+const PORTED: [u8; 6] = [6, 17, 33, 47, 132, 136];
 
 /// The family's bit (1 IPv4, 2 IPv6), as the families a ruleset tracks or translates are
 /// said.
@@ -74,31 +102,142 @@ pub fn family_bit(v6: bool) -> u8 {
     }
 }
 
-/// The multiply that folds the hash (foldhash's folded multiply).
-fn fold(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
+/// The words of a tuple ([`crate::Tuple`]'s) folded so that its inverse gives the
+/// same: the addresses' 32-bit words, the two ports (of ICMP's two only the identifier,
+/// which a query and its answer share; the type differs), each by exclusive or, and
+/// the protocol above them.
+fn symmetric(w: &[u64; 5]) -> u32 {
+    // The addresses lie big-endian in the words' bytes: their 32-bit words, folded.
+    let a = ((w[0] ^ w[2]) ^ (w[1] ^ w[3])).to_ne_bytes();
+    let addresses =
+        u32::from_be_bytes([a[0], a[1], a[2], a[3]]) ^ u32::from_be_bytes([a[4], a[5], a[6], a[7]]);
+    let protocol = (w[4] >> 32) as u8;
+    let (p, q) = (w[4] as u32 & 0xffff, (w[4] >> 16) as u32 & 0xffff);
+    let ports = match protocol {
+        ICMP | ICMPV6 => p,
+        _ if PORTED.contains(&protocol) => p ^ q,
+        _ => 0,
+    };
+    addresses ^ ports ^ u32::from(protocol) << 16
 }
 
-/// The words of a tuple ([`crate::Tuple`]'s) folded so that its inverse gives the
-/// same: the addresses and the ports each taken in order (of ICMP's two words only the
-/// identifier, which a query and its answer share; the type differs).
-fn symmetric(w: &[u64; 5]) -> u64 {
-    let (a, b) = ((w[0], w[1]), (w[2], w[3]));
-    let (low, high) = if a <= b { (a, b) } else { (b, a) };
-    let protocol = (w[4] >> 32) & 0x1ff;
-    let (p, q) = (w[4] & 0xffff, (w[4] >> 16) & 0xffff);
-    let ports = if matches!(protocol as u8, ICMP | ICMPV6) {
-        p
-    } else {
-        p.min(q) | p.max(q) << 16
-    };
-    let first = fold(low.0 ^ 0x243f_6a88_85a3_08d3, low.1 ^ 0x1319_8a2e_0370_7344);
-    let second = fold(
-        high.0 ^ 0xa409_3822_299f_31d0,
-        high.1 ^ 0x082e_fa98_ec4e_6c89,
-    );
-    fold(first ^ ports, second ^ protocol << 32)
+/// [`Owners::steering_program`] with the seed's low half: classic BPF, the packet read
+/// from its network header (`SKF_NET_OFF`), memory words 0 the protocol and 1 the
+/// addresses folded.
+fn steering_program(seed: u32) -> Vec<(u16, u8, u8, u32)> {
+    // Classic BPF's codes (`linux/filter.h`).
+    const LD_W_ABS: u16 = 0x20;
+    const LD_H_ABS: u16 = 0x28;
+    const LD_B_ABS: u16 = 0x30;
+    const LD_H_IND: u16 = 0x48;
+    const LD_IMM: u16 = 0x00;
+    const LD_MEM: u16 = 0x60;
+    const LDX_IMM: u16 = 0x01;
+    const LDX_MEM: u16 = 0x61;
+    const LDX_MSH: u16 = 0xb1;
+    const ST: u16 = 0x02;
+    const ALU_XOR_X: u16 = 0xac;
+    const ALU_XOR_K: u16 = 0xa4;
+    const ALU_MUL_K: u16 = 0x24;
+    const ALU_RSH_K: u16 = 0x74;
+    const ALU_LSH_K: u16 = 0x64;
+    const ALU_AND_K: u16 = 0x54;
+    const JA: u16 = 0x05;
+    const JEQ_K: u16 = 0x15;
+    const JSET_K: u16 = 0x45;
+    const RET_K: u16 = 0x06;
+    const RET_A: u16 = 0x16;
+    const TAX: u16 = 0x07;
+    const NET: u32 = (-0x10_0000i32) as u32;
+    let at = |off: u32| NET.wrapping_add(off);
+    let mut p: Vec<(u16, u8, u8, u32)> = Vec::new();
+    // The version: 4, 6, or anything else to the first worker.
+    p.push((LD_B_ABS, 0, 0, at(0)));
+    p.push((ALU_RSH_K, 0, 0, 4));
+    let version = p.len();
+    p.push((JEQ_K, 0, 0, 4)); // to IPv4 (jt), else on
+    p.push((JEQ_K, 0, 0, 6)); // to IPv6 (jt), else on
+    p.push((RET_K, 0, 0, 0));
+    // IPv4: a fragment (offset or more to come) to the first worker (the tracker
+    // gives fragments to the kernel); the protocol, the addresses, the header's length.
+    let v4 = p.len();
+    p.push((LD_H_ABS, 0, 0, at(6)));
+    p.push((JSET_K, 0, 1, 0x3fff));
+    p.push((RET_K, 0, 0, 0));
+    p.push((LD_B_ABS, 0, 0, at(9)));
+    p.push((ST, 0, 0, 0));
+    p.push((LD_W_ABS, 0, 0, at(12)));
+    p.push((TAX, 0, 0, 0));
+    p.push((LD_W_ABS, 0, 0, at(16)));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    p.push((ST, 0, 0, 1));
+    p.push((LDX_MSH, 0, 0, at(0)));
+    let v4_done = p.len();
+    p.push((JA, 0, 0, 0)); // to the transport header
+                           // IPv6: the next header, the eight words of the addresses, 40 bytes of header.
+    let v6 = p.len();
+    p.push((LD_B_ABS, 0, 0, at(6)));
+    p.push((ST, 0, 0, 0));
+    p.push((LD_W_ABS, 0, 0, at(8)));
+    for k in 1..8 {
+        p.push((TAX, 0, 0, 0));
+        p.push((LD_W_ABS, 0, 0, at(8 + 4 * k)));
+        p.push((ALU_XOR_X, 0, 0, 0));
+    }
+    p.push((ST, 0, 0, 1));
+    p.push((LDX_IMM, 0, 0, 40));
+    // The transport header at X: the ports, the identifier, or nothing.
+    let transport = p.len();
+    p.push((LD_MEM, 0, 0, 0));
+    let mut checks = Vec::new();
+    for proto in PORTED {
+        checks.push(p.len());
+        p.push((JEQ_K, 0, 0, u32::from(proto)));
+    }
+    for proto in [ICMP, ICMPV6] {
+        checks.push(p.len());
+        p.push((JEQ_K, 0, 0, u32::from(proto)));
+    }
+    p.push((LD_IMM, 0, 0, 0));
+    let none_done = p.len();
+    p.push((JA, 0, 0, 0));
+    let ported = p.len();
+    p.push((LD_H_IND, 0, 0, at(0)));
+    p.push((ST, 0, 0, 2));
+    p.push((LD_H_IND, 0, 0, at(2)));
+    p.push((LDX_MEM, 0, 0, 2));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    let ported_done = p.len();
+    p.push((JA, 0, 0, 0));
+    let identified = p.len();
+    p.push((LD_H_IND, 0, 0, at(4)));
+    // The ports folded (in A): the addresses, the protocol above, the seed, mixed.
+    let mixing = p.len();
+    p.push((LDX_MEM, 0, 0, 1));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    p.push((ST, 0, 0, 2));
+    p.push((LD_MEM, 0, 0, 0));
+    p.push((ALU_AND_K, 0, 0, 0xff));
+    p.push((ALU_LSH_K, 0, 0, 16));
+    p.push((LDX_MEM, 0, 0, 2));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    p.push((ALU_XOR_K, 0, 0, seed));
+    p.push((ALU_MUL_K, 0, 0, GOLDEN));
+    p.push((TAX, 0, 0, 0));
+    p.push((ALU_RSH_K, 0, 0, 16));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    p.push((RET_A, 0, 0, 0));
+    // The jumps, relative to the instruction after each.
+    let rel = |from: usize, to: usize| (to - from - 1) as u8;
+    p[version].1 = rel(version, v4);
+    p[version + 1].1 = rel(version + 1, v6);
+    p[v4_done].3 = u32::from(rel(v4_done, transport));
+    p[none_done].3 = u32::from(rel(none_done, mixing));
+    p[ported_done].3 = u32::from(rel(ported_done, mixing));
+    for (k, &c) in checks.iter().enumerate() {
+        p[c].1 = rel(c, if k < PORTED.len() { ported } else { identified });
+    }
+    p
 }
 
 /// Moves the connections of `tables` (table `k` worker `k`'s) to their owners under
@@ -208,5 +347,141 @@ mod tests {
             .filter(|&seed| Owners { seed, ..owners }.of_tuple(&t) != owners.of_tuple(&t))
             .count();
         assert!(moved > 20, "{moved}");
+    }
+
+    /// Runs a classic BPF program as the kernel does over a packet whose network
+    /// header is `ip` (loads past its end end the program with 0).
+    fn run(program: &[(u16, u8, u8, u32)], ip: &[u8]) -> u32 {
+        let (mut a, mut x, mut mem, mut pc) = (0u32, 0u32, [0u32; 16], 0usize);
+        let net = |k: u32| k.wrapping_add(0x10_0000) as usize;
+        let load = |at: usize, size: usize| -> Option<u32> {
+            let b = ip.get(at..at + size)?;
+            Some(b.iter().fold(0u32, |v, &byte| v << 8 | u32::from(byte)))
+        };
+        loop {
+            let (code, jt, jf, k) = program[pc];
+            pc += 1;
+            let value = match code {
+                0x20 => load(net(k), 4),
+                0x28 => load(net(k), 2),
+                0x30 => load(net(k), 1),
+                0x48 => load(net(k) + x as usize, 2),
+                _ => Some(0),
+            };
+            let Some(value) = value else { return 0 };
+            match code {
+                0x20 | 0x28 | 0x30 | 0x48 => a = value,
+                0x00 => a = k,
+                0x60 => a = mem[k as usize],
+                0x01 => x = k,
+                0x61 => x = mem[k as usize],
+                0xb1 => match load(net(k), 1) {
+                    Some(v) => x = 4 * (v & 0xf),
+                    None => return 0,
+                },
+                0x02 => mem[k as usize] = a,
+                0xac => a ^= x,
+                0xa4 => a ^= k,
+                0x24 => a = a.wrapping_mul(k),
+                0x74 => a >>= k,
+                0x64 => a <<= k,
+                0x54 => a &= k,
+                0x07 => x = a,
+                0x05 => pc += k as usize,
+                0x15 => pc += usize::from(if a == k { jt } else { jf }),
+                0x45 => pc += usize::from(if a & k != 0 { jt } else { jf }),
+                0x06 => return k,
+                0x16 => return a,
+                other => panic!("an instruction the program does not use: {other:#x}"),
+            }
+        }
+    }
+
+    /// A packet of tuple `t`, from its network header, with `options` bytes of IPv4
+    /// options, as the tracker would read it.
+    fn packet(t: &Tuple, options: usize) -> Vec<u8> {
+        let mut ip = if t.v6 {
+            let mut h = vec![0x60, 0, 0, 0, 0, 16, t.protocol, 64];
+            h.extend_from_slice(&t.src);
+            h.extend_from_slice(&t.dst);
+            h
+        } else {
+            let mut h = vec![
+                0x45 + (options / 4) as u8,
+                0,
+                0,
+                0,
+                0,
+                1,
+                0x40,
+                0,
+                64,
+                t.protocol,
+            ];
+            h.extend_from_slice(&[0, 0]);
+            h.extend_from_slice(&t.src[12..]);
+            h.extend_from_slice(&t.dst[12..]);
+            h.extend(std::iter::repeat_n(1, options));
+            h
+        };
+        let l4: [u8; 8] = if matches!(t.protocol, ICMP | ICMPV6) {
+            let [kind, code] = t.dst_port.to_be_bytes();
+            let [i0, i1] = t.src_port.to_be_bytes();
+            [kind, code, 0, 0, i0, i1, 0, 1]
+        } else {
+            let [s0, s1] = t.src_port.to_be_bytes();
+            let [d0, d1] = t.dst_port.to_be_bytes();
+            [s0, s1, d0, d1, 0, 16, 0, 0]
+        };
+        ip.extend_from_slice(&l4);
+        ip
+    }
+
+    #[test]
+    fn the_steering_program_picks_the_owner_the_tuple_hashes_to() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for workers in [1u16, 2, 3, 4, 7] {
+            let owners = Owners {
+                workers,
+                me: 0,
+                seed: rng.gen(),
+            };
+            let program = owners.steering_program();
+            assert!(program.len() < 4096, "within classic BPF's bound");
+            for k in 0..5_000 {
+                let mut t = random_tuple(&mut rng);
+                if k % 5 == 0 {
+                    // Protocols with ports the tracker reads, and one without.
+                    t.protocol = [33, 47, 132, 136, 50][k % 25 / 5];
+                }
+                let options = if t.v6 { 0 } else { 4 * (k % 3) };
+                let ip = packet(&t, options);
+                let answer = run(&program, &ip) % u32::from(workers);
+                assert_eq!(answer, u32::from(owners.of_tuple(&t)), "{t:?}");
+                let back = t.inverted().map_or(t, |b| b);
+                assert_eq!(
+                    run(&program, &packet(&back, options)) % u32::from(workers),
+                    answer,
+                    "{t:?} both ways"
+                );
+            }
+        }
+        // A fragment, a truncated header, not IP: the first worker.
+        let owners = Owners {
+            workers: 4,
+            me: 0,
+            seed: 5,
+        };
+        let program = owners.steering_program();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let mut t = random_tuple(&mut rng);
+        t.v6 = false;
+        t.src[10..12].fill(0xff);
+        t.dst[10..12].fill(0xff);
+        let mut fragment = packet(&t, 0);
+        fragment[7] = 8;
+        assert_eq!(run(&program, &fragment), 0);
+        assert_eq!(run(&program, &packet(&t, 0)[..21]), 0);
+        assert_eq!(run(&program, &[0x20; 40]), 0);
     }
 }

@@ -20,7 +20,7 @@ use fibre_conntrack::Forward;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Batches a mailbox holds at most (each up to a vector's packets).
 pub const MAILBOX_BATCHES: usize = 64;
@@ -100,28 +100,29 @@ impl Batch {
                     && i.kernel_has_its_copy == first.kernel_has_its_copy
                     && i.hops == first.hops
             };
-            let mut ids = Vec::new();
-            while k < self.items.len() && alike(&self.items[k]) {
-                let item = self.items[k];
-                k += 1;
+            let end = k + self.items[k..].iter().take_while(|i| alike(i)).count();
+            // The group's buffers taken at once; packets past what the pool has lost.
+            let mut ids = Vec::with_capacity(end - k);
+            let got = pool.alloc(end - k, &mut ids);
+            lost += end - k - got;
+            let mut kept = 0;
+            for (item, slot) in self.items[k..k + got].iter().zip(0..) {
+                let id = ids[slot];
                 let frame = &self.bytes[item.start..item.start + item.len];
-                let before = ids.len();
-                if pool.alloc(1, &mut ids) == 0 {
-                    lost += 1;
-                    continue;
-                }
-                let id = ids[before];
                 if pool.fill(id, frame) < frame.len() {
                     pool.free(&[id]);
-                    ids.truncate(before);
                     lost += 1;
                     continue;
                 }
                 pool.set_offload(id, item.offload);
+                ids[kept] = id;
+                kept += 1;
             }
+            ids.truncate(kept);
             if !ids.is_empty() {
                 groups.push((first.arrival, first.kernel_has_its_copy, first.hops, ids));
             }
+            k = end;
         }
         lost
     }
@@ -140,6 +141,9 @@ pub struct Mailbox {
     /// connection's replies to meet none.
     forwards: Sender<Forward>,
     told: Mutex<Receiver<Forward>>,
+    /// Batches the worker emptied, for the senders to fill again: their memory goes
+    /// round rather than being made by one thread and given back by another.
+    spare: Mutex<Vec<Batch>>,
 }
 
 impl Mailbox {
@@ -159,7 +163,19 @@ impl Mailbox {
             wake: unsafe { OwnedFd::from_raw_fd(fd) },
             forwards,
             told: Mutex::new(told),
+            spare: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Keeps `batch`, which its worker has unpacked, for a sender to fill again (at
+    /// most as many as the mailbox holds; more are let go).
+    pub fn give_back(&self, mut batch: Batch) {
+        batch.bytes.clear();
+        batch.items.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < MAILBOX_BATCHES {
+            spare.push(batch);
+        }
     }
 
     /// Tells the worker's table `f`. (Its worker takes it before it tracks the packets
@@ -172,19 +188,24 @@ impl Mailbox {
 
     /// Gives each of what the worker's table was told to `take`, in order.
     pub fn take_forwards(&self, mut take: impl FnMut(Forward)) {
-        let told = self
-            .told
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let told = self.told.lock().unwrap_or_else(PoisonError::into_inner);
         while let Ok(f) = told.try_recv() {
             take(f);
         }
     }
 
-    /// Posts `batch` and wakes the mailbox's worker; false (the batch dropped) if the
-    /// mailbox is full.
-    pub fn post(&self, batch: Batch) -> bool {
-        match self.sender.try_send(batch) {
+    /// Posts `batch` and wakes the mailbox's worker, leaving an empty batch in its
+    /// place (one the worker gave back, when there is one); false (the packets
+    /// dropped) if the mailbox is full.
+    pub fn post(&self, batch: &mut Batch) -> bool {
+        let empty = self
+            .spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default();
+        let full = std::mem::replace(batch, empty);
+        match self.sender.try_send(full) {
             Ok(()) => {
                 let one = 1u64.to_ne_bytes();
                 // SAFETY: `one` is eight live bytes, as an eventfd's write takes. (It
@@ -193,7 +214,10 @@ impl Mailbox {
                 unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
                 true
             }
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+            Err(TrySendError::Full(full)) | Err(TrySendError::Disconnected(full)) => {
+                self.give_back(full);
+                false
+            }
         }
     }
 
@@ -202,17 +226,19 @@ impl Mailbox {
         self.wake.as_raw_fd()
     }
 
-    /// Takes the batches posted (the wake-up read first, so that one posted meanwhile
-    /// wakes the worker again), each given to `take`.
-    pub fn drain(&self, mut take: impl FnMut(Batch)) {
-        let mut count = [0u8; 8];
-        // SAFETY: `count` is eight live bytes, as an eventfd's read takes; a read with
-        // nothing posted fails (`EAGAIN`), which says nothing is to be cleared.
-        unsafe { libc::read(self.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
-        let receiver = self
-            .receiver
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Takes the batches posted, each given to `take`. With `woken` (the worker's poll
+    /// found the mailbox readable), the wake-up is read first, so that one posted
+    /// meanwhile wakes the worker again; a worker that did not sleep leaves it (a
+    /// system call saved each round), to be read when it next polls.
+    pub fn drain(&self, woken: bool, mut take: impl FnMut(Batch)) {
+        if woken {
+            let mut count = [0u8; 8];
+            // SAFETY: `count` is eight live bytes, as an eventfd's read takes; a read
+            // with nothing posted fails (`EAGAIN`), which says nothing is to be
+            // cleared.
+            unsafe { libc::read(self.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
+        let receiver = self.receiver.lock().unwrap_or_else(PoisonError::into_inner);
         // (At most what it holds: senders that keep posting do not keep it here.)
         for _ in 0..MAILBOX_BATCHES {
             match receiver.try_recv() {
@@ -248,11 +274,12 @@ mod tests {
             batch.push(&from, id, arrival(if k < 3 { 7 } else { 9 }), k == 4, 1);
         }
         let mailbox = Mailbox::new().expect("eventfd");
-        assert!(mailbox.post(batch));
+        assert!(mailbox.post(&mut batch));
+        assert!(batch.is_empty(), "an empty batch left in its place");
         let mut to = Pool::new(8, 2048);
         let mut seen = Vec::new();
         let mut runs = Vec::new();
-        mailbox.drain(|b| {
+        mailbox.drain(true, |b| {
             let mut groups = Vec::new();
             assert_eq!(b.unpack(&mut to, &mut groups), 0);
             for (arrival, copy, hops, ids) in groups {
@@ -276,13 +303,16 @@ mod tests {
     fn a_full_mailbox_refuses_and_a_short_pool_loses_what_it_cannot_hold() {
         let mailbox = Mailbox::new().expect("eventfd");
         for _ in 0..MAILBOX_BATCHES {
-            assert!(mailbox.post(Batch::default()));
+            assert!(mailbox.post(&mut Batch::default()));
         }
-        assert!(!mailbox.post(Batch::default()));
+        assert!(!mailbox.post(&mut Batch::default()));
         let mut taken = 0;
-        mailbox.drain(|_| taken += 1);
+        mailbox.drain(true, |b| {
+            taken += 1;
+            mailbox.give_back(b);
+        });
         assert_eq!(taken, MAILBOX_BATCHES);
-        assert!(mailbox.post(Batch::default()));
+        assert!(mailbox.post(&mut Batch::default()));
 
         let mut from = Pool::new(4, 2048);
         let mut ids = Vec::new();

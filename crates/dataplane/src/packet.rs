@@ -31,6 +31,13 @@ pub(crate) const PACKET_VNET_HDR: libc::c_int = 15;
 
 /// `PACKET_FANOUT_FLAG_IGNORE_OUTGOING`: a fanout group ignores what the link sends.
 const FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
+/// A classic BPF program, each instruction as `(code, jump if true, jump if false, k)`.
+pub type Steering = [(u16, u8, u8, u32)];
+
+/// `PACKET_FANOUT_CBPF`: a classic BPF program picks the group's socket.
+const FANOUT_CBPF: libc::c_int = 6;
+/// `PACKET_FANOUT_DATA`: the option that gives a group its program.
+const FANOUT_DATA: libc::c_int = 22;
 
 /// An `AF_PACKET` socket bound to one link.
 #[derive(Debug)]
@@ -84,14 +91,21 @@ impl PacketSocket {
     }
 
     /// Joins the socket to fanout group `group` of its network namespace, hashed by flow:
-    /// the link's frames are spread over the group's sockets, a flow's to one. The group
-    /// ignores the frames the link sends, as the socket alone did
+    /// the link's frames are spread over the group's sockets, a flow's to one. With
+    /// `steering` (a classic BPF program, [`fibre_conntrack::Owners::steering_program`]),
+    /// the program picks the socket instead (`PACKET_FANOUT_CBPF`): the sockets, joined
+    /// in the workers' order, each get the packets of the connections their worker owns.
+    /// The group ignores the frames the link sends, as the socket alone did
     /// (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`, Linux 6.2: a group has its own hook, which
     /// the socket's `PACKET_IGNORE_OUTGOING` does not reach); an older kernel refuses
     /// the flag, and the group takes them, which the input stage drops as for another
     /// host.
-    pub fn join_fanout(&self, group: u16) -> io::Result<()> {
-        let arg = group as libc::c_int | (libc::PACKET_FANOUT_HASH as libc::c_int) << 16;
+    pub fn join_fanout(&self, group: u16, steering: Option<&Steering>) -> io::Result<()> {
+        let kind = match steering {
+            Some(_) => FANOUT_CBPF,
+            None => libc::PACKET_FANOUT_HASH as libc::c_int,
+        };
+        let arg = group as libc::c_int | kind << 16;
         match set_int(
             &self.fd,
             libc::SOL_PACKET,
@@ -102,7 +116,33 @@ impl PacketSocket {
                 set_int(&self.fd, libc::SOL_PACKET, libc::PACKET_FANOUT, arg)
             }
             other => other,
+        }?;
+        let Some(program) = steering else {
+            return Ok(());
+        };
+        let mut filter: Vec<libc::sock_filter> = program
+            .iter()
+            .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+            .collect();
+        let fprog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_mut_ptr(),
+        };
+        // SAFETY: the option's value is a live `sock_fprog` naming `filter`'s
+        // instructions, which the kernel copies during the call.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                FANOUT_DATA,
+                (&fprog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
         }
+        Ok(())
     }
 
     /// A socket on link `ifindex` for `protocol` (network order; 0: none).

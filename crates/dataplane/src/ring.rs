@@ -25,7 +25,7 @@
 //! it, and the packets whose checksum may be partial, which only this way says.
 
 use crate::offload::{Offload, VnetHeader, VNET_HEADER_LEN};
-use crate::packet::{set_int, PacketSocket, PACKET_VNET_HDR};
+use crate::packet::{set_int, PacketSocket, Steering, PACKET_VNET_HDR};
 use crate::pool::{BufferId, Pool};
 use crate::segment;
 use std::io;
@@ -86,10 +86,15 @@ pub struct RingStatistics {
     pub dropped: u64,
 }
 
+/// A fanout group to join: its number, and the program that steers its frames, if one
+/// does (else the kernel's flow hash).
+pub type Fanout<'a> = (u16, Option<&'a Steering>);
+
 impl ReceiveRing {
     /// A socket on the link of index `ifindex` with its receive ring, joined to fanout
-    /// group `fanout` (hashed by flow) if one is given.
-    pub fn open(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
+    /// group `fanout` if one is given: hashed by flow, or steered by the program given
+    /// with it ([`PacketSocket::join_fanout`]).
+    pub fn open(ifindex: u32, fanout: Option<Fanout>) -> io::Result<ReceiveRing> {
         ReceiveRing::open_filtered(ifindex, fanout, false, None)
     }
 
@@ -98,7 +103,7 @@ impl ReceiveRing {
     /// the express path ([`crate::express`]) redirected never comes here.
     pub fn open_ethertype(
         ifindex: u32,
-        fanout: Option<u16>,
+        fanout: Option<Fanout>,
         ethertype: u16,
     ) -> io::Result<ReceiveRing> {
         ReceiveRing::open_filtered(ifindex, fanout, false, Some(ethertype))
@@ -106,13 +111,13 @@ impl ReceiveRing {
 
     /// As [`ReceiveRing::open`], for the IPv4 and IPv6 frames the link's XDP program
     /// passed to the kernel (a socket filter leaves the rest out).
-    pub fn open_passed(ifindex: u32, fanout: Option<u16>) -> io::Result<ReceiveRing> {
+    pub fn open_passed(ifindex: u32, fanout: Option<Fanout>) -> io::Result<ReceiveRing> {
         ReceiveRing::open_filtered(ifindex, fanout, true, None)
     }
 
     fn open_filtered(
         ifindex: u32,
-        fanout: Option<u16>,
+        fanout: Option<Fanout>,
         ip_only: bool,
         ethertype: Option<u16>,
     ) -> io::Result<ReceiveRing> {
@@ -171,8 +176,8 @@ impl ReceiveRing {
             Some(t) => ring.socket.bind_ethertype(ifindex, t)?,
             None => ring.socket.bind_all(ifindex)?,
         }
-        if let Some(group) = fanout {
-            ring.socket.join_fanout(group)?;
+        if let Some((group, steering)) = fanout {
+            ring.socket.join_fanout(group, steering)?;
         }
         Ok(ring)
     }
@@ -484,7 +489,7 @@ mod tests {
                 };
                 let sender = PacketSocket::open(index("x0")).unwrap();
                 let mut own = ReceiveRing::open(index("x0"), None).unwrap();
-                let mut ring = ReceiveRing::open(index("x1"), Some(7)).unwrap();
+                let mut ring = ReceiveRing::open(index("x1"), Some((7, None))).unwrap();
                 // Buffers of 1,024 bytes: every 100th frame (1,400 bytes) is too long.
                 let mut pool = Pool::new(1024, 1024);
                 let mut batch = Batch::new();
@@ -550,6 +555,155 @@ mod tests {
                         "x0 read its own frame"
                     );
                 }
+            })
+            .join()
+            .unwrap()
+        });
+    }
+
+    /// A fanout group steered by the owners' program: each of three rings, joined in
+    /// order, reads exactly the frames whose tuple (either way) hashes to it, for TCP,
+    /// UDP and ICMP echo over IPv4 (with and without options) and IPv6, as the kernel
+    /// runs the program.
+    #[test]
+    #[ignore = "needs root: a network namespace and a veth pair"]
+    fn a_steered_fanout_gives_each_ring_the_connections_it_owns() {
+        use etherparse::PacketBuilder;
+        use fibre_conntrack::tuple::{ICMP, ICMPV6, TCP, UDP};
+        use fibre_conntrack::{Owners, Tuple};
+        use rand::{Rng, SeedableRng};
+        let ns = Namespace::create("steer").unwrap();
+        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
+            .unwrap();
+        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
+        let owners = Owners {
+            workers: 3,
+            me: 0,
+            seed: 0x1234_5678_9abc,
+        };
+        let program = owners.steering_program();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        // Frames each with its number in its payload, and the ring that owns it.
+        let mut frames: Vec<(Vec<u8>, u16)> = Vec::new();
+        for k in 0..600u32 {
+            let v6 = k % 2 == 1;
+            let protocol = [TCP, UDP, if v6 { ICMPV6 } else { ICMP }][k as usize / 2 % 3];
+            let mut t = Tuple {
+                protocol,
+                v6,
+                src_port: rng.gen(),
+                dst_port: rng.gen(),
+                ..Tuple::default()
+            };
+            for a in [&mut t.src, &mut t.dst] {
+                if v6 {
+                    rng.fill(&mut a[..]);
+                } else {
+                    a[10..12].fill(0xff);
+                    rng.fill(&mut a[12..]);
+                }
+            }
+            if matches!(protocol, ICMP | ICMPV6) {
+                t.dst_port = u16::from(if v6 { 128u8 } else { 8 }) << 8;
+            }
+            for t in [t, t.inverted().unwrap()] {
+                let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+                let b = if v6 {
+                    b.ipv6(t.src, t.dst, 64)
+                } else {
+                    let mut ip = etherparse::Ipv4Header::new(
+                        0,
+                        64,
+                        etherparse::IpNumber(protocol),
+                        t.src[12..].try_into().unwrap(),
+                        t.dst[12..].try_into().unwrap(),
+                    )
+                    .unwrap();
+                    if k % 4 == 0 {
+                        ip.options = [1u8, 1, 1, 1][..].try_into().unwrap();
+                    }
+                    b.ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
+                };
+                let (id, seq) = (t.src_port, 1);
+                let payload = (frames.len() as u32).to_be_bytes();
+                let mut out = Vec::new();
+                match protocol {
+                    TCP => b
+                        .tcp(t.src_port, t.dst_port, 1, 1000)
+                        .write(&mut out, &payload),
+                    UDP => b.udp(t.src_port, t.dst_port).write(&mut out, &payload),
+                    _ => match t.dst_port >> 8 {
+                        8 => b.icmpv4_echo_request(id, seq).write(&mut out, &payload),
+                        0 => b.icmpv4_echo_reply(id, seq).write(&mut out, &payload),
+                        128 => b.icmpv6_echo_request(id, seq).write(&mut out, &payload),
+                        _ => b.icmpv6_echo_reply(id, seq).write(&mut out, &payload),
+                    },
+                }
+                .unwrap();
+                frames.push((out, owners.of_tuple(&t)));
+            }
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                ns.enter().unwrap();
+                let index = |name: &str| {
+                    let c = std::ffi::CString::new(name).unwrap();
+                    // SAFETY: `c` is a live NUL-terminated string.
+                    unsafe { libc::if_nametoindex(c.as_ptr()) }
+                };
+                let sender = PacketSocket::open(index("x0")).unwrap();
+                let mut rings: Vec<ReceiveRing> = (0..3)
+                    .map(|_| ReceiveRing::open(index("x1"), Some((9, Some(&program[..])))).unwrap())
+                    .collect();
+                let mut sending = Pool::new(256, 2048);
+                let mut batch = Batch::new();
+                let mut ids = Vec::new();
+                for chunk in frames.chunks(100) {
+                    sending.alloc(chunk.len(), &mut ids);
+                    for (&id, f) in ids.iter().zip(chunk) {
+                        sending.fill(id, &f.0);
+                    }
+                    let mut went = 0;
+                    while went < ids.len() {
+                        went += sender.send(&mut sending, &ids[went..], &mut batch).unwrap();
+                    }
+                    sending.free(&ids);
+                    ids.clear();
+                }
+                // Each frame read once, by the ring its tuple names.
+                let mut read = vec![None; frames.len()];
+                let mut pool = Pool::new(1024, 2048);
+                let until = Instant::now() + Duration::from_secs(5);
+                let mut count = 0;
+                while count < frames.len() && Instant::now() < until {
+                    let mut any = false;
+                    for (r, ring) in rings.iter_mut().enumerate() {
+                        ids.clear();
+                        ring.receive(&mut pool, 256, &mut ids);
+                        for &id in &ids {
+                            let f = pool.frame(id);
+                            let Some(k) = frames.iter().position(|s| s.0 == f) else {
+                                continue;
+                            };
+                            assert_eq!(read[k], None, "frame {k} read twice");
+                            read[k] = Some(r as u16);
+                            count += 1;
+                            any = true;
+                        }
+                        pool.free(&ids);
+                    }
+                    if !any {
+                        let fds: Vec<RawFd> = rings.iter().map(|r| r.as_raw_fd()).collect();
+                        crate::packet::wait_any(&fds, Duration::from_millis(50)).unwrap();
+                    }
+                }
+                assert_eq!(count, frames.len(), "every frame read");
+                let mut per_ring = [0usize; 3];
+                for (k, (f, owner)) in frames.iter().enumerate() {
+                    assert_eq!(read[k], Some(*owner), "frame {k}: {f:02x?}");
+                    per_ring[usize::from(*owner)] += 1;
+                }
+                assert!(per_ring.iter().all(|&n| n > 250), "{per_ring:?}");
             })
             .join()
             .unwrap()

@@ -502,7 +502,7 @@ impl Shared {
             // told each other is made anew below, from the connections).
             let mut lost = 0;
             for m in before.iter() {
-                m.drain(|b| lost += b.len() as u64);
+                m.drain(true, |b| lost += b.len() as u64);
             }
             self.counters().handoff_dropped += lost;
         }
@@ -550,6 +550,16 @@ impl Shared {
         }
         self.tables.store(Arc::new(new));
         Ok(())
+    }
+
+    /// How `workers` workers share the connections: the owners' hash, whose seed lives
+    /// as long as the daemon (`me` left 0).
+    pub fn owners(&self, workers: usize) -> Owners {
+        Owners {
+            workers: workers as u16,
+            me: 0,
+            seed: self.owners_seed,
+        }
     }
 
     /// Has every table follow `settings` (the namespace's conntrack sysctls), tables made
@@ -1063,7 +1073,6 @@ impl Vector {
             if batch.is_empty() {
                 continue;
             }
-            let batch = std::mem::take(batch);
             let n = batch.len() as u64;
             match self.mailboxes.get(w) {
                 Some(m) if m.post(batch) => self.io.handed_off += n,
@@ -1230,8 +1239,11 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             }
         }
         // Packets other workers handed it: before its own links' next, which came after.
+        // (The wake-up is read only when poll found it: a busy worker does not pay a
+        // system call a round for it.)
         if let Some(m) = v.mailboxes.get(n) {
-            m.drain(|b| handed.push(b));
+            let woken = polled && mailbox.is_some() && ready.contains(&(fds.len() - 1));
+            m.drain(woken, |b| handed.push(b));
         }
         if !handed.is_empty() {
             busy = true;
@@ -1240,6 +1252,9 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             let mut groups = Vec::new();
             for batch in handed.drain(..) {
                 v.io.handoff_dropped += batch.unpack(&mut v.pool, &mut groups) as u64;
+                if let Some(m) = v.mailboxes.get(n) {
+                    m.give_back(batch);
+                }
                 for (arrival, copy, hops, ids) in groups.drain(..) {
                     v.hops = hops;
                     v.run(

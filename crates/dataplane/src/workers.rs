@@ -456,7 +456,7 @@ impl Workers {
         let workers = xdp.owned.len();
         let mut passed = Vec::new();
         for &ifindex in &self.links {
-            let fanout = (workers > 1).then_some(ifindex as u16);
+            let fanout = (workers > 1).then_some((ifindex as u16, None));
             passed.push(ReceiveRing::open_passed(ifindex, fanout)?);
         }
         Ok((Ports::Xdp { xsk: ports, passed }, pool))
@@ -465,18 +465,22 @@ impl Workers {
     /// Worker `w`'s `AF_PACKET` rings (of `workers`), and its pool. With the express
     /// path, two rings a link, one for IPv4 and one for IPv6, each handed its frames
     /// after the express program has taken what it redirects (a fanout group each).
+    /// The workers' rings join each group in the workers' order (each opened after the
+    /// last), steered by the connections' owners' hash: each worker reads the packets
+    /// of the connections it owns.
     fn open_packet(
         &mut self,
         _w: usize,
         workers: usize,
         express: bool,
     ) -> io::Result<(Ports, Pool)> {
+        let steering = self.shared.owners(workers).steering_program();
         let mut rx = Vec::new();
         for &ifindex in &self.links {
-            let fanout = (workers > 1).then_some(ifindex as u16);
+            let fanout = (workers > 1).then_some((ifindex as u16, Some(&steering[..])));
             if express {
                 for (k, ethertype) in [libc::ETH_P_IP, libc::ETH_P_IPV6].into_iter().enumerate() {
-                    let group = fanout.map(|g| g ^ (k as u16) << 15);
+                    let group = fanout.map(|(g, s)| (g ^ (k as u16) << 15, s));
                     rx.push(ReceiveRing::open_ethertype(
                         ifindex,
                         group,
