@@ -18,13 +18,16 @@
 //! When the number of workers changes, the tables' connections move to their new
 //! owners ([`redistribute`]), every table held meanwhile.
 //!
-//! The hash is one the links' steering can compute too: the addresses' 32-bit words
-//! and the two ports (ICMP's identifier) each folded by exclusive or, which is the same
-//! either way, with the protocol and the seed, then mixed by a multiply. `AF_PACKET`'s
-//! fanout runs [`Owners::steering_program`], the same hash in classic BPF over the
-//! frame, so that a worker reads the packets of the connections it owns, both ways,
-//! and hands over only what the program cannot see as the tracker does (a translated
-//! reply, an ICMP error, IPv6 behind extension headers, a fragment).
+//! The hash is one the links' steering can compute too: each address folded to 32 bits
+//! (an IPv6 address's four words by exclusive or), the two taken in order, the ports in
+//! order (ICMP's identifier alone), mixed with the seed and the protocol by three
+//! rounds of a 32-bit finalizer (MurmurHash3's `fmix32`), so that every bit of the
+//! tuple and of the seed moves the answer. `AF_PACKET`'s fanout runs
+//! [`Owners::steering_program`], the same hash in classic BPF over the frame, so that a
+//! worker reads the packets of the connections it owns, both ways, and hands over only
+//! what the program cannot see as the tracker does (a translated reply, an ICMP error,
+//! IPv6 behind extension headers; a fragment, which the tracker gives the kernel, is
+//! spread by its addresses).
 
 use crate::table::{Connection, Conntrack, Forward};
 use crate::tuple::{Tuple, ICMP, ICMPV6};
@@ -56,7 +59,8 @@ impl Owners {
     /// for both directions of a connection NAT did not change, and for an ICMP error
     /// (the tracker looks up the tuple it quotes, inverted).
     pub fn of_tuple(&self, t: &Tuple) -> u16 {
-        self.worker(symmetric(&t.words()))
+        let workers = u32::from(self.workers.max(1));
+        (symmetric(t, self.seed as u32) % workers) as u16
     }
 
     /// The worker that owns `c`: the one its original tuple hashes to.
@@ -64,30 +68,27 @@ impl Owners {
         self.of_tuple(&c.tuples[0])
     }
 
-    /// The worker a connection key names: the key mixed, modulo the workers, as the
-    /// kernel takes a fanout program's answer.
-    fn worker(&self, key: u32) -> u16 {
-        (mix(key ^ self.seed as u32) % u32::from(self.workers.max(1))) as u16
-    }
-
-    /// The classic BPF program that picks, for `AF_PACKET`'s fanout (a group whose
-    /// sockets joined in the workers' order), the worker [`Owners::of_tuple`] names
-    /// for an IPv4 or IPv6 packet read from its network header: the same hash over
-    /// the packet's bytes. (The kernel takes the answer modulo the group's sockets.)
-    /// Each instruction as `(code, jump if true, jump if false, k)`.
-    pub fn steering_program(&self) -> Vec<(u16, u8, u8, u32)> {
-        steering_program(self.seed as u32)
+    /// The classic BPF program that picks, for `AF_PACKET`'s fanout, the socket of the
+    /// worker [`Owners::of_tuple`] names for an IPv4 or IPv6 packet read from its
+    /// network header: the same hash over the packet's bytes, then the worker's place
+    /// in the group, `slots[worker]` (the order the sockets joined in; the kernel
+    /// takes the answer modulo the group's sockets). Each instruction as `(code, jump
+    /// if true, jump if false, k)`.
+    pub fn steering_program(&self, slots: &[u16]) -> Vec<(u16, u8, u8, u32)> {
+        steering_program(self.seed as u32, self.workers.max(1), slots)
     }
 }
 
-/// The multiply and shift that spread a folded key over its 32 bits (the golden
-/// ratio's multiplier, then the high half into the low, which the modulo reads).
-fn mix(key: u32) -> u32 {
-    let h = key.wrapping_mul(GOLDEN);
+/// MurmurHash3's 32-bit finalizer: every bit of `h` moves every bit of the answer.
+fn fmix(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(FMIX[0]);
+    h ^= h >> 13;
+    h = h.wrapping_mul(FMIX[1]);
     h ^ h >> 16
 }
 
-const GOLDEN: u32 = 0x9e37_79b1;
+const FMIX: [u32; 2] = [0x85eb_ca6b, 0xc2b2_ae35];
 
 /// The protocols whose first two 16-bit words are ports, as the tracker reads them.
 const PORTED: [u8; 6] = [6, 17, 33, 47, 132, 136];
@@ -102,29 +103,36 @@ pub fn family_bit(v6: bool) -> u8 {
     }
 }
 
-/// The words of a tuple ([`crate::Tuple`]'s) folded so that its inverse gives the
-/// same: the addresses' 32-bit words, the two ports (of ICMP's two only the identifier,
-/// which a query and its answer share; the type differs), each by exclusive or, and
-/// the protocol above them.
-fn symmetric(w: &[u64; 5]) -> u32 {
-    // The addresses lie big-endian in the words' bytes: their 32-bit words, folded.
-    let a = ((w[0] ^ w[2]) ^ (w[1] ^ w[3])).to_ne_bytes();
-    let addresses =
-        u32::from_be_bytes([a[0], a[1], a[2], a[3]]) ^ u32::from_be_bytes([a[4], a[5], a[6], a[7]]);
-    let protocol = (w[4] >> 32) as u8;
-    let (p, q) = (w[4] as u32 & 0xffff, (w[4] >> 16) as u32 & 0xffff);
-    let ports = match protocol {
+/// The hash of `t`, the same for its inverse: each address folded to 32 bits (IPv4's
+/// own word; IPv6's four words by exclusive or), the two in order, then the ports in
+/// order (of ICMP's two words only the identifier, which a query and its answer share;
+/// the type differs), each mixed in after the seed, with the protocol.
+fn symmetric(t: &Tuple, seed: u32) -> u32 {
+    let fold = |a: &[u8; 16]| {
+        let word = |k: usize| u32::from_be_bytes([a[k], a[k + 1], a[k + 2], a[k + 3]]);
+        if t.v6 {
+            word(0) ^ word(4) ^ word(8) ^ word(12)
+        } else {
+            word(12)
+        }
+    };
+    let (a, b) = (fold(&t.src), fold(&t.dst));
+    let (p, q) = (u32::from(t.src_port), u32::from(t.dst_port));
+    let ports = match t.protocol {
         ICMP | ICMPV6 => p,
-        _ if PORTED.contains(&protocol) => p ^ q,
+        protocol if PORTED.contains(&protocol) => p.min(q) << 16 | p.max(q),
         _ => 0,
     };
-    addresses ^ ports ^ u32::from(protocol) << 16
+    let h = fmix(a.min(b) ^ seed);
+    let h = fmix(h ^ a.max(b));
+    fmix(h ^ ports ^ u32::from(t.protocol) << 24)
 }
 
-/// [`Owners::steering_program`] with the seed's low half: classic BPF, the packet read
-/// from its network header (`SKF_NET_OFF`), memory words 0 the protocol and 1 the
-/// addresses folded.
-fn steering_program(seed: u32) -> Vec<(u16, u8, u8, u32)> {
+/// [`Owners::steering_program`] with the seed's low half, for `workers` workers whose
+/// sockets lie at `slots` in the group: classic BPF, the packet read from its network
+/// header (`SKF_NET_OFF`); memory words 0 the protocol, 1 and 2 the addresses folded,
+/// 3 the transport's fold, 4 a spare.
+fn steering_program(seed: u32, workers: u16, slots: &[u16]) -> Vec<(u16, u8, u8, u32)> {
     // Classic BPF's codes (`linux/filter.h`).
     const LD_W_ABS: u16 = 0x20;
     const LD_H_ABS: u16 = 0x28;
@@ -138,19 +146,32 @@ fn steering_program(seed: u32) -> Vec<(u16, u8, u8, u32)> {
     const ST: u16 = 0x02;
     const ALU_XOR_X: u16 = 0xac;
     const ALU_XOR_K: u16 = 0xa4;
+    const ALU_OR_X: u16 = 0x4c;
     const ALU_MUL_K: u16 = 0x24;
+    const ALU_MOD_K: u16 = 0x94;
     const ALU_RSH_K: u16 = 0x74;
     const ALU_LSH_K: u16 = 0x64;
-    const ALU_AND_K: u16 = 0x54;
     const JA: u16 = 0x05;
     const JEQ_K: u16 = 0x15;
+    const JGT_X: u16 = 0x2d;
     const JSET_K: u16 = 0x45;
     const RET_K: u16 = 0x06;
-    const RET_A: u16 = 0x16;
     const TAX: u16 = 0x07;
+    const TXA: u16 = 0x87;
     const NET: u32 = (-0x10_0000i32) as u32;
     let at = |off: u32| NET.wrapping_add(off);
     let mut p: Vec<(u16, u8, u8, u32)> = Vec::new();
+    // A's `fmix`, X its scratch.
+    let fmix = |p: &mut Vec<(u16, u8, u8, u32)>| {
+        for (shift, multiply) in [(16, Some(FMIX[0])), (13, Some(FMIX[1])), (16, None)] {
+            p.push((TAX, 0, 0, 0));
+            p.push((ALU_RSH_K, 0, 0, shift));
+            p.push((ALU_XOR_X, 0, 0, 0));
+            if let Some(m) = multiply {
+                p.push((ALU_MUL_K, 0, 0, m));
+            }
+        }
+    };
     // The version: 4, 6, or anything else to the first worker.
     p.push((LD_B_ABS, 0, 0, at(0)));
     p.push((ALU_RSH_K, 0, 0, 4));
@@ -158,35 +179,36 @@ fn steering_program(seed: u32) -> Vec<(u16, u8, u8, u32)> {
     p.push((JEQ_K, 0, 0, 4)); // to IPv4 (jt), else on
     p.push((JEQ_K, 0, 0, 6)); // to IPv6 (jt), else on
     p.push((RET_K, 0, 0, 0));
-    // IPv4: a fragment (offset or more to come) to the first worker (the tracker
-    // gives fragments to the kernel); the protocol, the addresses, the header's length.
+    // IPv4: the protocol, the addresses, the header's length; a fragment (offset or
+    // more to come) has no ports.
     let v4 = p.len();
-    p.push((LD_H_ABS, 0, 0, at(6)));
-    p.push((JSET_K, 0, 1, 0x3fff));
-    p.push((RET_K, 0, 0, 0));
     p.push((LD_B_ABS, 0, 0, at(9)));
     p.push((ST, 0, 0, 0));
     p.push((LD_W_ABS, 0, 0, at(12)));
-    p.push((TAX, 0, 0, 0));
-    p.push((LD_W_ABS, 0, 0, at(16)));
-    p.push((ALU_XOR_X, 0, 0, 0));
     p.push((ST, 0, 0, 1));
+    p.push((LD_W_ABS, 0, 0, at(16)));
+    p.push((ST, 0, 0, 2));
+    p.push((LD_H_ABS, 0, 0, at(6)));
+    let fragment = p.len();
+    p.push((JSET_K, 0, 0, 0x3fff)); // to no ports (jt)
     p.push((LDX_MSH, 0, 0, at(0)));
     let v4_done = p.len();
     p.push((JA, 0, 0, 0)); // to the transport header
-                           // IPv6: the next header, the eight words of the addresses, 40 bytes of header.
+                           // IPv6: the next header, each address's four words folded, 40 bytes of header.
     let v6 = p.len();
     p.push((LD_B_ABS, 0, 0, at(6)));
     p.push((ST, 0, 0, 0));
-    p.push((LD_W_ABS, 0, 0, at(8)));
-    for k in 1..8 {
-        p.push((TAX, 0, 0, 0));
-        p.push((LD_W_ABS, 0, 0, at(8 + 4 * k)));
-        p.push((ALU_XOR_X, 0, 0, 0));
+    for (address, slot) in [(8, 1), (24, 2)] {
+        p.push((LD_W_ABS, 0, 0, at(address)));
+        for k in 1..4 {
+            p.push((TAX, 0, 0, 0));
+            p.push((LD_W_ABS, 0, 0, at(address + 4 * k)));
+            p.push((ALU_XOR_X, 0, 0, 0));
+        }
+        p.push((ST, 0, 0, slot));
     }
-    p.push((ST, 0, 0, 1));
     p.push((LDX_IMM, 0, 0, 40));
-    // The transport header at X: the ports, the identifier, or nothing.
+    // The transport header at X: the ports in order, the identifier, or nothing.
     let transport = p.len();
     p.push((LD_MEM, 0, 0, 0));
     let mut checks = Vec::new();
@@ -198,42 +220,83 @@ fn steering_program(seed: u32) -> Vec<(u16, u8, u8, u32)> {
         checks.push(p.len());
         p.push((JEQ_K, 0, 0, u32::from(proto)));
     }
+    let no_ports = p.len();
     p.push((LD_IMM, 0, 0, 0));
     let none_done = p.len();
     p.push((JA, 0, 0, 0));
     let ported = p.len();
     p.push((LD_H_IND, 0, 0, at(0)));
-    p.push((ST, 0, 0, 2));
+    p.push((ST, 0, 0, 3));
     p.push((LD_H_IND, 0, 0, at(2)));
-    p.push((LDX_MEM, 0, 0, 2));
-    p.push((ALU_XOR_X, 0, 0, 0));
+    p.push((LDX_MEM, 0, 0, 3));
+    // A the destination port, X the source: the smaller above.
+    let order = p.len();
+    p.push((JGT_X, 0, 0, 0)); // A > X: X is the smaller (jt)
+    p.push((ST, 0, 0, 4)); // X >= A: A the smaller, X the larger
+    p.push((TXA, 0, 0, 0));
+    p.push((LDX_MEM, 0, 0, 4));
+    let swapped = p.len();
+    p.push((ST, 0, 0, 4)); // A the larger, X the smaller
+    p.push((TXA, 0, 0, 0));
+    p.push((ALU_LSH_K, 0, 0, 16));
+    p.push((LDX_MEM, 0, 0, 4));
+    p.push((ALU_OR_X, 0, 0, 0));
     let ported_done = p.len();
     p.push((JA, 0, 0, 0));
     let identified = p.len();
     p.push((LD_H_IND, 0, 0, at(4)));
-    // The ports folded (in A): the addresses, the protocol above, the seed, mixed.
+    // The transport's fold (in A), kept; the addresses in order, the seed, mixed.
     let mixing = p.len();
-    p.push((LDX_MEM, 0, 0, 1));
-    p.push((ALU_XOR_X, 0, 0, 0));
-    p.push((ST, 0, 0, 2));
-    p.push((LD_MEM, 0, 0, 0));
-    p.push((ALU_AND_K, 0, 0, 0xff));
-    p.push((ALU_LSH_K, 0, 0, 16));
+    p.push((ST, 0, 0, 3));
+    p.push((LD_MEM, 0, 0, 1));
+    p.push((LDX_MEM, 0, 0, 2));
+    let addresses = p.len();
+    p.push((JGT_X, 0, 0, 0)); // A > X: X the smaller (jt)
+    p.push((ST, 0, 0, 4)); // A the smaller: (A, X) as they are
+    let in_order = p.len();
+    p.push((JA, 0, 0, 0));
+    let reverse = p.len();
+    p.push((ST, 0, 0, 4)); // A the larger: the smaller is X
+    p.push((TXA, 0, 0, 0));
+    p.push((LDX_MEM, 0, 0, 4));
+    p.push((ST, 0, 0, 4));
+    // Here A the smaller, M[4] the smaller too, X the larger.
+    let hashing = p.len();
+    p.push((TXA, 0, 0, 0));
+    p.push((ST, 0, 0, 2)); // the larger
+    p.push((LD_MEM, 0, 0, 4));
+    p.push((ALU_XOR_K, 0, 0, seed));
+    fmix(&mut p);
     p.push((LDX_MEM, 0, 0, 2));
     p.push((ALU_XOR_X, 0, 0, 0));
-    p.push((ALU_XOR_K, 0, 0, seed));
-    p.push((ALU_MUL_K, 0, 0, GOLDEN));
-    p.push((TAX, 0, 0, 0));
-    p.push((ALU_RSH_K, 0, 0, 16));
+    fmix(&mut p);
+    p.push((LDX_MEM, 0, 0, 3));
     p.push((ALU_XOR_X, 0, 0, 0));
-    p.push((RET_A, 0, 0, 0));
+    p.push((ST, 0, 0, 4));
+    p.push((LD_MEM, 0, 0, 0));
+    p.push((ALU_LSH_K, 0, 0, 24));
+    p.push((LDX_MEM, 0, 0, 4));
+    p.push((ALU_XOR_X, 0, 0, 0));
+    fmix(&mut p);
+    // The worker, then its socket's place in the group.
+    p.push((ALU_MOD_K, 0, 0, u32::from(workers)));
+    for w in 0..workers {
+        let slot = slots.get(usize::from(w)).copied().unwrap_or(w);
+        p.push((JEQ_K, 0, 1, u32::from(w)));
+        p.push((RET_K, 0, 0, u32::from(slot)));
+    }
+    p.push((RET_K, 0, 0, 0));
     // The jumps, relative to the instruction after each.
     let rel = |from: usize, to: usize| (to - from - 1) as u8;
     p[version].1 = rel(version, v4);
     p[version + 1].1 = rel(version + 1, v6);
+    p[fragment].1 = rel(fragment, no_ports);
     p[v4_done].3 = u32::from(rel(v4_done, transport));
     p[none_done].3 = u32::from(rel(none_done, mixing));
+    p[order].1 = rel(order, swapped);
     p[ported_done].3 = u32::from(rel(ported_done, mixing));
+    p[addresses].1 = rel(addresses, reverse);
+    p[in_order].3 = u32::from(rel(in_order, hashing));
     for (k, &c) in checks.iter().enumerate() {
         p[c].1 = rel(c, if k < PORTED.len() { ported } else { identified });
     }
@@ -382,6 +445,10 @@ mod tests {
                 0x02 => mem[k as usize] = a,
                 0xac => a ^= x,
                 0xa4 => a ^= k,
+                0x4c => a |= x,
+                0x94 => a %= k,
+                0x87 => a = x,
+                0x2d => pc += usize::from(if a > x { jt } else { jf }),
                 0x24 => a = a.wrapping_mul(k),
                 0x74 => a >>= k,
                 0x64 => a <<= k,
@@ -446,8 +513,12 @@ mod tests {
                 me: 0,
                 seed: rng.gen(),
             };
-            let program = owners.steering_program();
+            // The sockets joined in some order: each worker's place in the group.
+            let mut slots: Vec<u16> = (0..workers).collect();
+            slots.rotate_left(1);
+            let program = owners.steering_program(&slots);
             assert!(program.len() < 4096, "within classic BPF's bound");
+            let place = |t: &Tuple| u32::from(slots[usize::from(owners.of_tuple(t))]);
             for k in 0..5_000 {
                 let mut t = random_tuple(&mut rng);
                 if k % 5 == 0 {
@@ -455,33 +526,84 @@ mod tests {
                     t.protocol = [33, 47, 132, 136, 50][k % 25 / 5];
                 }
                 let options = if t.v6 { 0 } else { 4 * (k % 3) };
-                let ip = packet(&t, options);
-                let answer = run(&program, &ip) % u32::from(workers);
-                assert_eq!(answer, u32::from(owners.of_tuple(&t)), "{t:?}");
+                let answer = run(&program, &packet(&t, options));
+                assert_eq!(answer, place(&t), "{t:?}");
                 let back = t.inverted().map_or(t, |b| b);
                 assert_eq!(
-                    run(&program, &packet(&back, options)) % u32::from(workers),
+                    run(&program, &packet(&back, options)),
                     answer,
                     "{t:?} both ways"
                 );
+                // An IPv4 fragment: its addresses and protocol, no ports.
+                if !t.v6 {
+                    let mut fragment = packet(&t, options);
+                    fragment[7] = 8;
+                    let bare = Tuple {
+                        src_port: 0,
+                        dst_port: 0,
+                        ..t
+                    };
+                    assert_eq!(run(&program, &fragment), place(&bare), "{t:?} cut");
+                }
             }
         }
-        // A fragment, a truncated header, not IP: the first worker.
+        // A truncated header, not IP: the first socket.
         let owners = Owners {
             workers: 4,
             me: 0,
             seed: 5,
         };
-        let program = owners.steering_program();
+        let program = owners.steering_program(&[0, 1, 2, 3]);
         let mut rng = rand::rngs::StdRng::seed_from_u64(12);
         let mut t = random_tuple(&mut rng);
         t.v6 = false;
         t.src[10..12].fill(0xff);
         t.dst[10..12].fill(0xff);
-        let mut fragment = packet(&t, 0);
-        fragment[7] = 8;
-        assert_eq!(run(&program, &fragment), 0);
         assert_eq!(run(&program, &packet(&t, 0)[..21]), 0);
         assert_eq!(run(&program, &[0x20; 40]), 0);
+    }
+
+    /// Every bit of the tuple moves the owner: hosts that differ only in their first
+    /// octet, without ports, spread over two workers as evenly as random ones; and
+    /// what two tuples share under one seed, they do not under most others.
+    #[test]
+    fn every_bit_of_the_tuple_and_the_seed_moves_the_owner() {
+        let owners = Owners {
+            workers: 2,
+            me: 0,
+            seed: 0x51,
+        };
+        let mut counts = [0usize; 2];
+        for high in 0..=255u8 {
+            let mut t = Tuple {
+                protocol: 50,
+                ..Tuple::default()
+            };
+            t.src[10..12].fill(0xff);
+            t.dst[10..12].fill(0xff);
+            t.src[12..].copy_from_slice(&[high, 0, 0, 1]);
+            t.dst[12..].copy_from_slice(&[192, 0, 2, 1]);
+            counts[usize::from(owners.of_tuple(&t))] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 100), "{counts:?}");
+        // Tuples with the same owner under seed 0x51: under other seeds, about half
+        // part.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let pairs: Vec<(Tuple, Tuple)> = (0..2_000)
+            .map(|_| (random_tuple(&mut rng), random_tuple(&mut rng)))
+            .filter(|(a, b)| owners.of_tuple(a) == owners.of_tuple(b))
+            .take(400)
+            .collect();
+        let parted = pairs
+            .iter()
+            .filter(|(a, b)| {
+                let other = Owners {
+                    seed: 0x52,
+                    ..owners
+                };
+                other.of_tuple(a) != other.of_tuple(b)
+            })
+            .count();
+        assert!((120..280).contains(&parted), "{parted} of {}", pairs.len());
     }
 }

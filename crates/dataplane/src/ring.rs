@@ -562,9 +562,11 @@ mod tests {
     }
 
     /// A fanout group steered by the owners' program: each of three rings, joined in
-    /// order, reads exactly the frames whose tuple (either way) hashes to it, for TCP,
-    /// UDP and ICMP echo over IPv4 (with and without options) and IPv6, as the kernel
-    /// runs the program.
+    /// order, reads exactly the frames whose tuple (either way) hashes to its worker,
+    /// for TCP, UDP and ICMP echo over IPv4 (with and without options) and IPv6, as the
+    /// kernel runs the program; and again once the first worker's ring is closed and
+    /// opened anew (it joins last, the last one taking its place), the program given
+    /// with the new ring following that order, as a worker started again does.
     #[test]
     #[ignore = "needs root: a network namespace and a veth pair"]
     fn a_steered_fanout_gives_each_ring_the_connections_it_owns() {
@@ -581,7 +583,6 @@ mod tests {
             me: 0,
             seed: 0x1234_5678_9abc,
         };
-        let program = owners.steering_program();
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         // Frames each with its number in its payload, and the ring that owns it.
         let mut frames: Vec<(Vec<u8>, u16)> = Vec::new();
@@ -652,62 +653,76 @@ mod tests {
                     unsafe { libc::if_nametoindex(c.as_ptr()) }
                 };
                 let sender = PacketSocket::open(index("x0")).unwrap();
-                let mut rings: Vec<ReceiveRing> = (0..3)
-                    .map(|_| ReceiveRing::open(index("x1"), Some((9, Some(&program[..])))).unwrap())
-                    .collect();
-                let mut sending = Pool::new(256, 2048);
-                let mut batch = Batch::new();
-                let mut ids = Vec::new();
-                for chunk in frames.chunks(100) {
-                    sending.alloc(chunk.len(), &mut ids);
-                    for (&id, f) in ids.iter().zip(chunk) {
-                        sending.fill(id, &f.0);
-                    }
-                    let mut went = 0;
-                    while went < ids.len() {
-                        went += sender.send(&mut sending, &ids[went..], &mut batch).unwrap();
-                    }
-                    sending.free(&ids);
-                    ids.clear();
-                }
-                // Each frame read once, by the ring its tuple names.
-                let mut read = vec![None; frames.len()];
-                let mut pool = Pool::new(1024, 2048);
-                let until = Instant::now() + Duration::from_secs(5);
-                let mut count = 0;
-                while count < frames.len() && Instant::now() < until {
-                    let mut any = false;
-                    for (r, ring) in rings.iter_mut().enumerate() {
-                        ids.clear();
-                        ring.receive(&mut pool, 256, &mut ids);
-                        for &id in &ids {
-                            let f = pool.frame(id);
-                            let Some(k) = frames.iter().position(|s| s.0 == f) else {
-                                continue;
-                            };
-                            assert_eq!(read[k], None, "frame {k} read twice");
-                            read[k] = Some(r as u16);
-                            count += 1;
-                            any = true;
-                        }
-                        pool.free(&ids);
-                    }
-                    if !any {
-                        let fds: Vec<RawFd> = rings.iter().map(|r| r.as_raw_fd()).collect();
-                        crate::packet::wait_any(&fds, Duration::from_millis(50)).unwrap();
-                    }
-                }
-                assert_eq!(count, frames.len(), "every frame read");
-                let mut per_ring = [0usize; 3];
-                for (k, (f, owner)) in frames.iter().enumerate() {
-                    assert_eq!(read[k], Some(*owner), "frame {k}: {f:02x?}");
-                    per_ring[usize::from(*owner)] += 1;
-                }
-                assert!(per_ring.iter().all(|&n| n > 250), "{per_ring:?}");
+                let program = owners.steering_program(&[0, 1, 2]);
+                let open = |program: &[(u16, u8, u8, u32)]| {
+                    ReceiveRing::open(index("x1"), Some((9, Some(program)))).unwrap()
+                };
+                // Worker k's ring at k.
+                let mut rings: Vec<ReceiveRing> = (0..3).map(|_| open(&program)).collect();
+                steered(&sender, &mut rings, &frames);
+                // The first worker's ring gone, the last takes its place in the group;
+                // the new one joins last.
+                drop(rings.remove(0));
+                let program = owners.steering_program(&[2, 1, 0]);
+                rings.insert(0, open(&program));
+                steered(&sender, &mut rings, &frames);
             })
             .join()
             .unwrap()
         });
+    }
+
+    /// Sends `frames` from `sender`; each must be read once, by the ring of the worker
+    /// it names (`rings[worker]`), every worker getting some.
+    fn steered(sender: &PacketSocket, rings: &mut [ReceiveRing], frames: &[(Vec<u8>, u16)]) {
+        let mut sending = Pool::new(256, 2048);
+        let mut batch = Batch::new();
+        let mut ids = Vec::new();
+        for chunk in frames.chunks(100) {
+            sending.alloc(chunk.len(), &mut ids);
+            for (&id, f) in ids.iter().zip(chunk) {
+                sending.fill(id, &f.0);
+            }
+            let mut went = 0;
+            while went < ids.len() {
+                went += sender.send(&mut sending, &ids[went..], &mut batch).unwrap();
+            }
+            sending.free(&ids);
+            ids.clear();
+        }
+        let mut read = vec![None; frames.len()];
+        let mut pool = Pool::new(1024, 2048);
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut count = 0;
+        while count < frames.len() && Instant::now() < until {
+            let mut any = false;
+            for (r, ring) in rings.iter_mut().enumerate() {
+                ids.clear();
+                ring.receive(&mut pool, 256, &mut ids);
+                for &id in &ids {
+                    let f = pool.frame(id);
+                    let Some(k) = frames.iter().position(|s| s.0 == f) else {
+                        continue;
+                    };
+                    assert_eq!(read[k], None, "frame {k} read twice");
+                    read[k] = Some(r as u16);
+                    count += 1;
+                    any = true;
+                }
+                pool.free(&ids);
+            }
+            if !any {
+                let fds: Vec<RawFd> = rings.iter().map(|r| r.as_raw_fd()).collect();
+                crate::packet::wait_any(&fds, Duration::from_millis(50)).unwrap();
+            }
+        }
+        assert_eq!(count, frames.len(), "every frame read");
+        let mut per_ring = vec![0usize; rings.len()];
+        for (k, (f, owner)) in frames.iter().enumerate() {
+            assert_eq!(read[k], Some(*owner), "frame {k}: {f:02x?}");
+            per_ring[usize::from(*owner)] += 1;
+        }
+        assert!(per_ring.iter().all(|&n| n > 250), "{per_ring:?}");
     }
 
     /// A block as the kernel lays it out: descriptor, then each frame's header and

@@ -1074,9 +1074,14 @@ impl Vector {
                 continue;
             }
             let n = batch.len() as u64;
+            // (Posted or not, the batch is left empty.)
             match self.mailboxes.get(w) {
                 Some(m) if m.post(batch) => self.io.handed_off += n,
-                _ => self.io.handoff_dropped += n,
+                Some(_) => self.io.handoff_dropped += n,
+                None => {
+                    *batch = Handing::default();
+                    self.io.handoff_dropped += n;
+                }
             }
         }
         self.pipeline.output.add(out, t);
@@ -1272,7 +1277,13 @@ pub(crate) fn run(shared: &Shared, n: usize, ports: Ports, pool: Pool, mut resol
             }
         }
         // Ways in poll said were ready (not those read again after a busy round).
-        let woken = if polled { ready.len() } else { 0 };
+        // (The mailbox's wake-up is not one of them: one left from batches taken while
+        // the worker was busy is read above and wakes nothing more.)
+        let woken = if polled {
+            ready.iter().filter(|&&k| k < v.ports.len()).count()
+        } else {
+            0
+        };
         for k in ready {
             if k >= v.ports.len() {
                 continue;

@@ -144,6 +144,9 @@ pub struct Workers {
     pub caution: Option<String>,
     /// The express path, when asked for: its program on every link, its entries.
     express: Option<Arc<Express>>,
+    /// Over `AF_PACKET`: each worker's place in its links' fanout groups (the order
+    /// their sockets joined in, which the steering program maps the owners to).
+    fanout_slots: Vec<u16>,
 }
 
 /// The CPUs of a list as the kernel writes one (`0-3,8,10-11`); what does not parse is
@@ -250,6 +253,7 @@ impl Workers {
             caution: None,
             express: None,
             claims_unavailable: None,
+            fanout_slots: (0..options.workers.max(1) as u16).collect(),
         };
         let mut opened = Vec::new();
         if options.express && options.mode != IoMode::Packet {
@@ -269,7 +273,12 @@ impl Workers {
             match tried {
                 Ok(o) => opened = o,
                 Err(e) if options.mode == IoMode::Xdp => return Err(e),
-                Err(e) => workers.fallback = Some(e.to_string()),
+                Err(e) => {
+                    // What AF_XDP had set up goes (its programs detached), so that a
+                    // worker started again opens rings as the others did.
+                    workers.xdp = None;
+                    workers.fallback = Some(e.to_string());
+                }
             }
         }
         if opened.is_empty() {
@@ -467,14 +476,18 @@ impl Workers {
     /// after the express program has taken what it redirects (a fanout group each).
     /// The workers' rings join each group in the workers' order (each opened after the
     /// last), steered by the connections' owners' hash: each worker reads the packets
-    /// of the connections it owns.
+    /// of the connections it owns. (A worker started again joins last: the program,
+    /// given again, follows the group's new order, [`Workers::restart`].)
     fn open_packet(
         &mut self,
         _w: usize,
         workers: usize,
         express: bool,
     ) -> io::Result<(Ports, Pool)> {
-        let steering = self.shared.owners(workers).steering_program();
+        let steering = self
+            .shared
+            .owners(workers)
+            .steering_program(&self.fanout_slots);
         let mut rx = Vec::new();
         for &ifindex in &self.links {
             let fanout = (workers > 1).then_some((ifindex as u16, Some(&steering[..])));
@@ -577,6 +590,20 @@ impl Workers {
             Err(payload) => reason(payload),
             Ok(()) => "ended".into(),
         };
+        // Its sockets left their fanout groups, each group's last socket taking the
+        // place a leaving one had (`__fanout_unlink`); its new ones join last, and the
+        // program they give the groups maps the owners to that order. (A try that fails
+        // closes the sockets it had joined, which were last: the others keep their
+        // places.)
+        if self.xdp.is_none() {
+            let last = self.fanout_slots.len().saturating_sub(1) as u16;
+            if let Some(place) = self.fanout_slots.get(w).copied() {
+                if let Some(moved) = self.fanout_slots.iter().position(|&s| s == last) {
+                    self.fanout_slots[moved] = place;
+                }
+                self.fanout_slots[w] = last;
+            }
+        }
         // The kernel lets the failed worker's sockets go a little after they close (it
         // releases their buffers in the background): binding its queues again may find
         // them still taken for some milliseconds, so it is tried until it takes.
