@@ -57,6 +57,11 @@ impl Default for Registry {
 }
 
 impl Registry {
+    /// The bytes its tables hold (their allocations, whether used or not).
+    pub fn memory(&self) -> usize {
+        self.tuples.allocation_size() + self.by_source.allocation_size()
+    }
+
     /// Whether a connection holds `t`.
     pub fn taken(&self, t: &Tuple) -> bool {
         let h = self.hash.of(t);
