@@ -25,6 +25,10 @@ use std::sync::{Mutex, PoisonError};
 /// Batches a mailbox holds at most (each up to a vector's packets).
 pub const MAILBOX_BATCHES: usize = 64;
 
+/// The bytes of frames a batch kept to be filled again may have room for: a vector of
+/// full-sized Ethernet frames (a mailbox's spares stay under 64 MiB).
+pub const SPARE_BYTES: usize = 1 << 20;
+
 /// A handed packet: where its frame lies in the batch, how it came.
 #[derive(Clone, Copy, Debug)]
 struct Item {
@@ -168,8 +172,12 @@ impl Mailbox {
     }
 
     /// Keeps `batch`, which its worker has unpacked, for a sender to fill again (at
-    /// most as many as the mailbox holds; more are let go).
+    /// most as many as the mailbox holds, each of at most [`SPARE_BYTES`]: one that
+    /// carried merged frames of 64 KiB is let go, so that what is kept stays small).
     pub fn give_back(&self, mut batch: Batch) {
+        if batch.bytes.capacity() > SPARE_BYTES {
+            return;
+        }
         batch.bytes.clear();
         batch.items.clear();
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
@@ -297,6 +305,37 @@ mod tests {
             assert_eq!(*valid, k == 2);
         }
         assert_eq!(to.available(), 8, "every buffer given back");
+    }
+
+    /// A batch the worker gives back is what the next post leaves in its sender's
+    /// hands, its room kept and its packets gone; one with room past `SPARE_BYTES`
+    /// (merged frames) is let go.
+    #[test]
+    fn batches_given_back_go_round_unless_too_large() {
+        let mailbox = Mailbox::new().expect("eventfd");
+        let mut small = Batch::default();
+        small.bytes.reserve(4096);
+        small.bytes.extend_from_slice(&[1; 100]);
+        small.items.push(Item {
+            start: 0,
+            len: 100,
+            arrival: arrival(1),
+            kernel_has_its_copy: false,
+            offload: Offload::NONE,
+            hops: 1,
+        });
+        mailbox.give_back(small);
+        let mut large = Batch::default();
+        large.bytes.reserve(SPARE_BYTES + 1);
+        mailbox.give_back(large);
+        let mut posted = Batch::default();
+        assert!(mailbox.post(&mut posted));
+        assert!(posted.is_empty() && posted.bytes.is_empty());
+        let room = posted.bytes.capacity();
+        assert!((4096..=SPARE_BYTES).contains(&room), "{room}");
+        // The large one was not kept: the next post gets a new batch.
+        assert!(mailbox.post(&mut posted));
+        assert_eq!(posted.bytes.capacity(), 0);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(crate) const PACKET_VNET_HDR: libc::c_int = 15;
 /// `PACKET_FANOUT_FLAG_IGNORE_OUTGOING`: a fanout group ignores what the link sends.
 const FANOUT_FLAG_IGNORE_OUTGOING: libc::c_int = 0x4000;
 /// A classic BPF program, each instruction as `(code, jump if true, jump if false, k)`.
-pub type Steering = [(u16, u8, u8, u32)];
+pub type ClassicBpf = [(u16, u8, u8, u32)];
 
 /// `PACKET_FANOUT_CBPF`: a classic BPF program picks the group's socket.
 const FANOUT_CBPF: libc::c_int = 6;
@@ -100,7 +100,7 @@ impl PacketSocket {
     /// the socket's `PACKET_IGNORE_OUTGOING` does not reach); an older kernel refuses
     /// the flag, and the group takes them, which the input stage drops as for another
     /// host.
-    pub fn join_fanout(&self, group: u16, steering: Option<&Steering>) -> io::Result<()> {
+    pub fn join_fanout(&self, group: u16, steering: Option<&ClassicBpf>) -> io::Result<()> {
         let kind = match steering {
             Some(_) => FANOUT_CBPF,
             None => libc::PACKET_FANOUT_HASH as libc::c_int,
@@ -117,32 +117,10 @@ impl PacketSocket {
             }
             other => other,
         }?;
-        let Some(program) = steering else {
-            return Ok(());
-        };
-        let mut filter: Vec<libc::sock_filter> = program
-            .iter()
-            .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
-            .collect();
-        let fprog = libc::sock_fprog {
-            len: filter.len() as u16,
-            filter: filter.as_mut_ptr(),
-        };
-        // SAFETY: the option's value is a live `sock_fprog` naming `filter`'s
-        // instructions, which the kernel copies during the call.
-        let r = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                FANOUT_DATA,
-                (&fprog as *const libc::sock_fprog).cast(),
-                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
+        match steering {
+            Some(program) => attach_program(&self.fd, libc::SOL_PACKET, FANOUT_DATA, program),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A socket on link `ifindex` for `protocol` (network order; 0: none).
@@ -360,6 +338,39 @@ impl PacketSocket {
         buf.truncate(n as usize);
         Ok(Some(buf))
     }
+}
+
+/// Gives socket `fd` the classic BPF `program` through option `option` of `level`
+/// (`SO_ATTACH_FILTER` of `SOL_SOCKET`, `PACKET_FANOUT_DATA` of `SOL_PACKET`).
+pub(crate) fn attach_program(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    option: libc::c_int,
+    program: &ClassicBpf,
+) -> io::Result<()> {
+    let mut filter: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: the option's value is a live `sock_fprog` naming `filter`'s instructions,
+    // which the kernel copies during the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            option,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Sets socket option `option` of `level` to the integer `value`.

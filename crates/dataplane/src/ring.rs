@@ -25,7 +25,7 @@
 //! it, and the packets whose checksum may be partial, which only this way says.
 
 use crate::offload::{Offload, VnetHeader, VNET_HEADER_LEN};
-use crate::packet::{set_int, PacketSocket, Steering, PACKET_VNET_HDR};
+use crate::packet::{attach_program, set_int, ClassicBpf, PacketSocket, PACKET_VNET_HDR};
 use crate::pool::{BufferId, Pool};
 use crate::segment;
 use std::io;
@@ -88,7 +88,7 @@ pub struct RingStatistics {
 
 /// A fanout group to join: its number, and the program that steers its frames, if one
 /// does (else the kernel's flow hash).
-pub type Fanout<'a> = (u16, Option<&'a Steering>);
+pub type Fanout<'a> = (u16, Option<&'a ClassicBpf>);
 
 impl ReceiveRing {
     /// A socket on the link of index `ifindex` with its receive ring, joined to fanout
@@ -377,37 +377,23 @@ impl Drop for ReceiveRing {
 /// Attaches a socket filter that keeps IPv4 and IPv6 frames only (classic BPF: the
 /// EtherType, then accept all of the frame or none).
 fn keep_ip_only(socket: &PacketSocket) -> io::Result<()> {
-    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
-    let mut filter = [
+    let program = [
         // ldh [12]
-        op(0x28, 0, 0, 12),
+        (0x28, 0, 0, 12),
         // jeq #0x0800, accept; jeq #0x86dd, accept
-        op(0x15, 2, 0, 0x0800),
-        op(0x15, 1, 0, 0x86dd),
+        (0x15, 2, 0, 0x0800),
+        (0x15, 1, 0, 0x86dd),
         // ret #0
-        op(0x06, 0, 0, 0),
+        (0x06, 0, 0, 0),
         // ret #all
-        op(0x06, 0, 0, u32::MAX),
+        (0x06, 0, 0, u32::MAX),
     ];
-    let program = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_mut_ptr(),
-    };
-    // SAFETY: the option's value is a live `sock_fprog` naming `filter`'s instructions,
-    // which the kernel copies during the call.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&program as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    attach_program(
+        socket.fd(),
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_FILTER,
+        &program,
+    )
 }
 
 /// Sets socket option `option` of `SOL_PACKET` to `value`.
@@ -492,7 +478,6 @@ mod tests {
                 let mut ring = ReceiveRing::open(index("x1"), Some((7, None))).unwrap();
                 // Buffers of 1,024 bytes: every 100th frame (1,400 bytes) is too long.
                 let mut pool = Pool::new(1024, 1024);
-                let mut batch = Batch::new();
                 let count = 3000u16;
                 let sent: Vec<Vec<u8>> = (0..count)
                     .map(|i| match i % 100 {
@@ -501,19 +486,7 @@ mod tests {
                     })
                     .collect();
                 let mut ids = Vec::new();
-                let mut sending = Pool::new(256, 2048);
-                for chunk in sent.chunks(200) {
-                    sending.alloc(chunk.len(), &mut ids);
-                    for (&id, f) in ids.iter().zip(chunk) {
-                        sending.fill(id, f);
-                    }
-                    let mut went = 0;
-                    while went < ids.len() {
-                        went += sender.send(&mut sending, &ids[went..], &mut batch).unwrap();
-                    }
-                    sending.free(&ids);
-                    ids.clear();
-                }
+                send_frames(&sender, sent.iter().map(|f| &f[..]), 200);
                 let fit: Vec<&Vec<u8>> = sent.iter().filter(|f| f.len() <= 1024).collect();
                 let (mut got, mut truncated) = (Vec::new(), 0);
                 let until = Instant::now() + Duration::from_secs(5);
@@ -672,16 +645,20 @@ mod tests {
         });
     }
 
-    /// Sends `frames` from `sender`; each must be read once, by the ring of the worker
-    /// it names (`rings[worker]`), every worker getting some.
-    fn steered(sender: &PacketSocket, rings: &mut [ReceiveRing], frames: &[(Vec<u8>, u16)]) {
+    /// Sends `frames` from `sender`, `vector` at a time.
+    fn send_frames<'a>(
+        sender: &PacketSocket,
+        frames: impl Iterator<Item = &'a [u8]>,
+        vector: usize,
+    ) {
+        let frames: Vec<&[u8]> = frames.collect();
         let mut sending = Pool::new(256, 2048);
         let mut batch = Batch::new();
         let mut ids = Vec::new();
-        for chunk in frames.chunks(100) {
+        for chunk in frames.chunks(vector) {
             sending.alloc(chunk.len(), &mut ids);
             for (&id, f) in ids.iter().zip(chunk) {
-                sending.fill(id, &f.0);
+                sending.fill(id, f);
             }
             let mut went = 0;
             while went < ids.len() {
@@ -690,6 +667,13 @@ mod tests {
             sending.free(&ids);
             ids.clear();
         }
+    }
+
+    /// Sends `frames` from `sender`; each must be read once, by the ring of the worker
+    /// it names (`rings[worker]`), every worker getting some.
+    fn steered(sender: &PacketSocket, rings: &mut [ReceiveRing], frames: &[(Vec<u8>, u16)]) {
+        send_frames(sender, frames.iter().map(|f| &f.0[..]), 100);
+        let mut ids = Vec::new();
         let mut read = vec![None; frames.len()];
         let mut pool = Pool::new(1024, 2048);
         let until = Instant::now() + Duration::from_secs(5);
