@@ -454,6 +454,22 @@ mod tests {
     use fibre_kernel::netns::Namespace;
     use std::time::{Duration, Instant};
 
+    /// A namespace `name` holding a veth pair x0 - x1, both up.
+    fn veth_pair(name: &str) -> Namespace {
+        let ns = Namespace::create(name).unwrap();
+        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
+            .unwrap();
+        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
+        ns
+    }
+
+    /// The index of link `name` in the namespace the thread is in.
+    fn index(name: &str) -> u32 {
+        let c = std::ffi::CString::new(name).unwrap();
+        // SAFETY: `c` is a live NUL-terminated string.
+        unsafe { libc::if_nametoindex(c.as_ptr()) }
+    }
+
     /// Vectors of frames sent out of one end of a veth pair arrive whole and in order in
     /// the other end's ring, read a vector at a time into the pool; frames longer than a
     /// buffer are dropped and counted; a ring on the sending end reads none of what was
@@ -461,18 +477,10 @@ mod tests {
     #[test]
     #[ignore = "needs root: a network namespace and a veth pair"]
     fn vectors_cross_a_veth_pair_whole_and_in_order() {
-        let ns = Namespace::create("ring").unwrap();
-        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
-            .unwrap();
-        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
+        let ns = veth_pair("ring");
         std::thread::scope(|s| {
             s.spawn(|| {
                 ns.enter().unwrap();
-                let index = |name: &str| {
-                    let c = std::ffi::CString::new(name).unwrap();
-                    // SAFETY: `c` is a live NUL-terminated string.
-                    unsafe { libc::if_nametoindex(c.as_ptr()) }
-                };
                 let sender = PacketSocket::open(index("x0")).unwrap();
                 let mut own = ReceiveRing::open(index("x0"), None).unwrap();
                 let mut ring = ReceiveRing::open(index("x1"), Some((7, None))).unwrap();
@@ -547,10 +555,7 @@ mod tests {
         use fibre_conntrack::tuple::{ICMP, ICMPV6, TCP, UDP};
         use fibre_conntrack::{Owners, Tuple};
         use rand::{Rng, SeedableRng};
-        let ns = Namespace::create("steer").unwrap();
-        ns.batch("link add x0 type veth peer name x1\nlink set x0 up\nlink set x1 up\n")
-            .unwrap();
-        ns.wait_up(&["x0", "x1"], Duration::from_secs(5)).unwrap();
+        let ns = veth_pair("steer");
         let owners = Owners {
             workers: 3,
             me: 0,
@@ -620,11 +625,6 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 ns.enter().unwrap();
-                let index = |name: &str| {
-                    let c = std::ffi::CString::new(name).unwrap();
-                    // SAFETY: `c` is a live NUL-terminated string.
-                    unsafe { libc::if_nametoindex(c.as_ptr()) }
-                };
                 let sender = PacketSocket::open(index("x0")).unwrap();
                 let program = owners.steering_program(&[0, 1, 2]);
                 let open = |program: &[(u16, u8, u8, u32)]| {
