@@ -25,14 +25,16 @@ const FLAGS: u32 = 4;
 
 /// That the packets of a connection's directions passed every chain: under which
 /// epoch, in which state, by which links. One stamp serves both directions (kept under
-/// another epoch, a direction is not kept), so that a connection holds 20 bytes of it.
+/// another epoch, a direction is not kept), and the links are held in 16 bits (a
+/// verdict by a link whose index is larger is not kept: it is only decided again), so
+/// that a connection holds 12 bytes of it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
     /// The epoch's number (above [`FLAGS`] bits), then for each direction whether kept
     /// (bit 0 original, 1 reply) and whether NEW (bit 2, 3); 0: nothing kept.
     stamp: u32,
     /// For each direction, the links its packets came in by and left by.
-    links: [[u32; 2]; 2],
+    links: [[u16; 2]; 2],
 }
 
 /// The bits of `state` for direction `dir`, if a verdict in that state may be kept.
@@ -105,15 +107,19 @@ impl Conntrack {
         let k = c.kept;
         let mine = (1 << dir) | (1 << (dir + 2));
         let links = (k.stamp >> FLAGS << FLAGS == epoch.0 && k.stamp & mine == want)
-            .then_some((k.links[dir][0], k.links[dir][1]));
+            .then_some((u32::from(k.links[dir][0]), u32::from(k.links[dir][1])));
         (true, links)
     }
 
     /// Keeps that the packets of `t`'s direction, in its state, pass every chain under
-    /// `epoch`, coming in by `iif` and leaving by `oif`.
+    /// `epoch`, coming in by `iif` and leaving by `oif` (unless either's index takes
+    /// more than 16 bits: then nothing is kept).
     pub fn keep(&mut self, t: &Tracked, epoch: Epoch, iif: u32, oif: u32) {
         let dir = usize::from(t.reply());
         let Some(want) = bits(t.state(), dir) else {
+            return;
+        };
+        let (Ok(iif), Ok(oif)) = (u16::try_from(iif), u16::try_from(oif)) else {
             return;
         };
         if let Some(c) = self.connection_mut(t) {
@@ -165,6 +171,11 @@ mod tests {
         let again = table.track(&udp(1000, false), 1, false);
         assert_eq!(table.kept(&again, e), None);
         table.keep(&again, e, 2, 7);
+        assert_eq!(table.kept(&again, e), Some((2, 7)));
+        // A link whose index takes more than 16 bits: not kept (the verdict is decided
+        // again), and what was kept goes on holding.
+        table.keep(&again, e, 70_000, 7);
+        table.keep(&again, e, 2, 1 << 20);
         assert_eq!(table.kept(&again, e), Some((2, 7)));
         // The other direction is not kept; its reply makes the connection ESTABLISHED,
         // a state not kept either way.

@@ -27,5 +27,7 @@ pub mod tuple;
 pub use kept::{Epoch, Kept};
 pub use owners::Owners;
 pub use settings::Settings;
-pub use table::{Connection, Conntrack, Fate, Forward, Protocol, State, Tracked, Untrackable};
+pub use table::{
+    Connection, Conntrack, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable,
+};
 pub use tuple::Tuple;

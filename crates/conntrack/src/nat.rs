@@ -1170,7 +1170,7 @@ mod tests {
                 tuples,
                 status: bit,
                 mark: 0,
-                expires: 0,
+                expires: Default::default(),
                 protocol: crate::table::Protocol::Generic,
                 masquerade: 0,
                 kept: Default::default(),

@@ -10,9 +10,12 @@
 //! when a connection of those families is made, bound or ended: never for a packet of
 //! a connection entered.
 //!
-//! It holds 64-bit hashes of the tuples, not the tuples (a connection costs it some 20
-//! bytes, and 40 more if its source is translated): two tuples whose hashes are equal
-//! (one pair in 2^64) are taken for one, which can only move a port choice.
+//! It holds 64-bit hashes of the tuples, not the tuples: two tuples whose hashes are
+//! equal (one pair in 2^64) are taken for one, which can only move a port choice. A
+//! connection no NAT changed holds its original tuple and its inverse, and is held
+//! under one hash that stands for both (a symmetric hash, exact: a tuple's and its
+//! inverse's alike, no other's; some 9 bytes of the table at a million); a translated
+//! one under each tuple's own, and 40 bytes more if its source is translated.
 
 use crate::table::Connection;
 use crate::tuple::{Tuple, TupleHash};
@@ -37,7 +40,7 @@ struct Mapped {
 /// The registry of one namespace's connections (see the module's comment).
 pub struct Registry {
     hash: TupleHash,
-    /// The hashes of the tuples held (a multiset: one entry a tuple).
+    /// The hashes the connections are held under (a multiset).
     tuples: HashTable<u64>,
     /// The mapped sources of the connections whose source is translated.
     by_source: HashTable<Mapped>,
@@ -62,13 +65,25 @@ impl Registry {
         self.tuples.allocation_size() + self.by_source.allocation_size()
     }
 
-    /// Whether a connection holds `t`.
+    /// Whether a connection holds `t`: a translated one under `t`'s own hash, or one
+    /// no NAT changed under the hash that stands for `t` and its inverse.
     pub fn taken(&self, t: &Tuple) -> bool {
-        let h = self.hash.of(t);
-        self.tuples.find(h, |&e| e == h).is_some()
+        let words = t.words();
+        [self.hash.of_words(&words), self.hash.symmetric(&words)]
+            .into_iter()
+            .any(|h| self.tuples.find(h, |&e| e == h).is_some())
     }
 
-    /// Tuples held.
+    /// The hashes `c` is held under (see the module's comment): the first `n`.
+    fn hashes(&self, c: &Connection) -> ([u64; 2], usize) {
+        if c.untranslated() {
+            ([self.hash.symmetric(&c.tuples[0].words()), 0], 1)
+        } else {
+            (c.tuples.map(|t| self.hash.of(&t)), 2)
+        }
+    }
+
+    /// Hashes held: one for each connection no NAT changed, two for each translated.
     pub fn len(&self) -> usize {
         self.tuples.len()
     }
@@ -92,8 +107,8 @@ impl Registry {
 
     /// Enters `c`'s tuples, and its mapped source if `source_translated`.
     pub(crate) fn enter(&mut self, c: &Connection, source_translated: bool) {
-        for t in &c.tuples {
-            let h = self.hash.of(t);
+        let (hashes, n) = self.hashes(c);
+        for &h in &hashes[..n] {
             self.tuples.insert_unique(h, h, |&e| e);
         }
         if let Some(to) = source_translated.then(|| mapped_to(c)).flatten() {
@@ -122,8 +137,8 @@ impl Registry {
 
     /// Takes `c`'s tuples (and its mapped source) out again.
     pub(crate) fn leave(&mut self, c: &Connection, source_translated: bool) {
-        for t in &c.tuples {
-            let h = self.hash.of(t);
+        let (hashes, n) = self.hashes(c);
+        for &h in &hashes[..n] {
             if let Ok(e) = self.tuples.find_entry(h, |&e| e == h) {
                 e.remove();
             }
@@ -149,5 +164,68 @@ impl Registry {
             .collect();
         found.sort_unstable_by_key(|m| std::cmp::Reverse(m.order));
         found.iter().map(|m| (m.address, m.port)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tuple::{ICMPV6, UDP};
+    use crate::{Kept, Protocol};
+
+    fn connection(original: Tuple, reply: Tuple) -> Connection {
+        Connection {
+            tuples: [original, reply],
+            status: 0,
+            mark: 0,
+            expires: Default::default(),
+            protocol: Protocol::Generic,
+            masquerade: 0,
+            kept: Kept::default(),
+        }
+    }
+
+    fn tuple(src: u8, src_port: u16, dst: u8, dst_port: u16, protocol: u8) -> Tuple {
+        Tuple {
+            src: [src; 16],
+            dst: [dst; 16],
+            src_port,
+            dst_port,
+            protocol,
+            v6: true,
+        }
+    }
+
+    /// A connection no NAT changed is held once, and takes its two tuples and no
+    /// other (not its ports crossed, not an ICMP answer going its query's way); a
+    /// translated one takes its two tuples (not its original's inverse); each leaves
+    /// as it came.
+    #[test]
+    fn each_connection_takes_its_tuples_and_no_other() {
+        let mut r = Registry::default();
+        let plain = tuple(1, 1000, 2, 53, UDP);
+        let echo = tuple(1, 7, 2, u16::from_be_bytes([128, 0]), ICMPV6);
+        for t in [plain, echo] {
+            r.enter(&connection(t, t.inverted().unwrap()), false);
+        }
+        assert_eq!(r.len(), 2, "one hash each");
+        let translated = tuple(3, 4000, 2, 53, UDP);
+        let reply = tuple(2, 53, 9, 5000, UDP);
+        r.enter(&connection(translated, reply), true);
+        assert_eq!((r.len(), r.sources()), (4, 1));
+        for t in [plain, echo, translated, reply] {
+            assert!(r.taken(&t), "{t:?}");
+            assert!(t == translated || t == reply || r.taken(&t.inverted().unwrap()));
+        }
+        let crossed = tuple(1, 53, 2, 1000, UDP);
+        let answer_same_way = tuple(1, 7, 2, u16::from_be_bytes([129, 0]), ICMPV6);
+        for t in [crossed, answer_same_way, translated.inverted().unwrap()] {
+            assert!(!r.taken(&t), "{t:?}");
+        }
+        assert_eq!(r.mapped_from(&translated), vec![([9; 16], 5000)]);
+        r.leave(&connection(plain, plain.inverted().unwrap()), false);
+        r.leave(&connection(translated, reply), true);
+        assert!(!r.taken(&plain) && !r.taken(&reply) && r.taken(&echo));
+        assert_eq!((r.len(), r.sources()), (1, 0));
     }
 }

@@ -68,6 +68,13 @@ pub(crate) struct TupleHash {
     seeds: [u64; 4],
 }
 
+/// foldhash's folded multiply: the full product of `a` and `b`, its halves XORed.
+#[inline(always)]
+fn folded_multiply(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
 impl TupleHash {
     /// A hash of seeds drawn at random.
     pub fn new() -> TupleHash {
@@ -87,15 +94,66 @@ impl TupleHash {
     /// The hash of the tuple whose words are `words`.
     #[inline]
     pub fn of_words(&self, words: &[u64; 5]) -> u64 {
-        let fold = |a: u64, b: u64| {
-            let p = u128::from(a) * u128::from(b);
-            (p as u64) ^ ((p >> 64) as u64)
-        };
+        let fold = folded_multiply;
         let [a, b, c, d, e] = *words;
         let [s0, s1, s2, s3] = self.seeds;
         let high = fold(a ^ s0, b ^ s1);
         let low = fold(c ^ s2, d ^ s3);
         fold(high ^ e, low ^ s0)
+    }
+}
+
+/// A bit of the last word that no tuple's words set ([`Tuple::words`]): set in what
+/// [`TupleHash::symmetric`] hashes, so that a symmetric hash is never a directional
+/// one's ([`TupleHash::of`]) by construction.
+const SYMMETRIC: u64 = 1 << 47;
+
+impl TupleHash {
+    /// The hash of the tuple whose words are `words`, the same as its inverse's
+    /// ([`Tuple::inverted`]): the tuple's two ends (address and port; for ICMP and
+    /// ICMPv6 the addresses, in the order of the lower of the message's type and its
+    /// answer's, the identifier being the same both ways) put in an order of their own,
+    /// then hashed as [`TupleHash::of_words`] hashes. The registry holds a connection no
+    /// NAT changed under it, once for both its tuples. Exact: two tuples hash alike by
+    /// construction only if one is the other or its inverse.
+    pub fn symmetric(&self, words: &[u64; 5]) -> u64 {
+        let [a, b, c, d, e] = *words;
+        let (src, dst) = (
+            u128::from(a) << 64 | u128::from(b),
+            u128::from(c) << 64 | u128::from(d),
+        );
+        let (src_port, dst_port) = (e as u16, (e >> 16) as u16);
+        let protocol = (e >> 32) as u8;
+        let (swap, ports) = if matches!(protocol, ICMP | ICMPV6) {
+            // The identifier is the same both ways; the type is the query's or its
+            // answer's: the lower of the two stands for both, its ends in the order
+            // of the message that carries it (so that a query and an answer between
+            // the same ends the same way hash apart).
+            let [kind, code] = dst_port.to_be_bytes();
+            let v6 = (e >> 40) & 1 != 0;
+            let (swap, kind) = match answer_type(v6, kind) {
+                Some(answer) if answer < kind => (true, answer),
+                _ => (false, kind),
+            };
+            let ports = u32::from(src_port) | u32::from(u16::from_be_bytes([kind, code])) << 16;
+            (swap, ports)
+        } else {
+            let swap = src > dst || (src == dst && src_port > dst_port);
+            let (first, second) = if swap {
+                (dst_port, src_port)
+            } else {
+                (src_port, dst_port)
+            };
+            (swap, u32::from(first) | u32::from(second) << 16)
+        };
+        let (x, y) = if swap { (dst, src) } else { (src, dst) };
+        self.of_words(&[
+            (x >> 64) as u64,
+            x as u64,
+            (y >> 64) as u64,
+            y as u64,
+            u64::from(ports) | (e >> 32) << 32 | SYMMETRIC,
+        ])
     }
 }
 
@@ -523,28 +581,103 @@ mod tests {
         }
     }
 
+    /// `t` with one field changed at random, or its ports swapped.
+    fn one_field_changed(t: &Tuple, rng: &mut impl rand::Rng) -> Tuple {
+        let mut u = *t;
+        match rng.gen_range(0..7) {
+            0 => u.src[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
+            1 => u.dst[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
+            2 => u.src_port ^= 1 << rng.gen_range(0..16),
+            3 => u.dst_port ^= 1 << rng.gen_range(0..16),
+            4 => u.protocol ^= 1 << rng.gen_range(0..8),
+            5 => u.v6 = !u.v6,
+            _ => (u.src_port, u.dst_port) = (u.dst_port, u.src_port),
+        }
+        u
+    }
+
     fn fields(t: &Tuple) -> ([u8; 16], [u8; 16], u16, u16, u8, bool) {
         (t.src, t.dst, t.src_port, t.dst_port, t.protocol, t.v6)
     }
 
+    /// The symmetric hash is a tuple's and its inverse's alike, and no other's:
+    /// over random tuples (ICMP queries among them, ends that share an address), a
+    /// tuple changed anywhere but to its inverse (its ends' ports swapped without their
+    /// addresses, a query's type for an answer's between other ends) hashes apart; and
+    /// no symmetric hash is a directional one's.
+    #[test]
+    fn the_symmetric_hash_is_a_tuples_and_its_inverses_only() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let hash = TupleHash::new();
+        let sym = |t: &Tuple| hash.symmetric(&t.words());
+        let mut inverses = 0;
+        for _ in 0..20_000 {
+            let mut t = random_tuple(&mut rng);
+            match rng.gen_range(0..6) {
+                0 => {
+                    t.protocol = if t.v6 { ICMPV6 } else { ICMP };
+                    let kinds: &[u8] = if t.v6 {
+                        &[128, 129, 139, 140, 1]
+                    } else {
+                        &[8, 0, 13, 14, 15, 16, 17, 18, 3]
+                    };
+                    t.dst_port =
+                        u16::from_be_bytes([kinds[rng.gen_range(0..kinds.len())], rng.gen()]);
+                }
+                1 => t.dst = t.src,
+                2 => t.dst_port = t.src_port,
+                _ => t.protocol = [TCP, UDP, 47][rng.gen_range(0..3)],
+            }
+            if let Some(r) = t.inverted() {
+                assert_eq!(sym(&t), sym(&r), "{t:?}");
+                inverses += 1;
+            }
+            let u = one_field_changed(&t, &mut rng);
+            if u != t && Some(u) != t.inverted() {
+                assert_ne!(sym(&t), sym(&u), "{t:?} and {u:?}");
+            }
+            assert_ne!(sym(&t), hash.of(&t));
+        }
+        assert!(inverses > 15_000);
+        // The two that an order of ends alone would take for one.
+        let echo = Tuple {
+            src: [1; 16],
+            dst: [2; 16],
+            src_port: 7,
+            dst_port: u16::from_be_bytes([8, 0]),
+            protocol: ICMP,
+            v6: false,
+        };
+        let answer_same_way = Tuple {
+            dst_port: u16::from_be_bytes([0, 0]),
+            ..echo
+        };
+        assert_eq!(sym(&echo), sym(&echo.inverted().unwrap()));
+        assert_ne!(sym(&echo), sym(&answer_same_way));
+        let udp = Tuple {
+            protocol: UDP,
+            dst_port: 53,
+            ..echo
+        };
+        let ports_crossed = Tuple {
+            src_port: 53,
+            dst_port: 7,
+            ..udp
+        };
+        assert_ne!(sym(&udp), sym(&ports_crossed));
+    }
+
     #[test]
     fn tuples_are_their_words_and_equal_as_their_fields_are() {
-        use rand::{Rng, SeedableRng};
+        use rand::SeedableRng;
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         for _ in 0..10_000 {
             let t = random_tuple(&mut rng);
             assert_eq!(fields(&Tuple::from_words(&t.words())), fields(&t));
-            // One field changed (or none): equal exactly when the fields are.
-            let mut u = t;
-            match rng.gen_range(0..7) {
-                0 => u.src[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
-                1 => u.dst[rng.gen_range(0..16)] ^= 1 << rng.gen_range(0..8),
-                2 => u.src_port ^= 1 << rng.gen_range(0..16),
-                3 => u.dst_port ^= 1 << rng.gen_range(0..16),
-                4 => u.protocol ^= 1 << rng.gen_range(0..8),
-                5 => u.v6 = !u.v6,
-                _ => {}
-            }
+            // One field changed (or the ports swapped, maybe alike): equal exactly when
+            // the fields are.
+            let u = one_field_changed(&t, &mut rng);
             assert_eq!(t == u, fields(&t) == fields(&u));
         }
     }

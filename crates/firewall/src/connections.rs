@@ -227,7 +227,9 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
             Protocol::Tcp(tcp(info)?)
         }
         // As ctnetlink makes one: confirmed at once, so a stream at once if answered.
-        17 => Protocol::Udp { stream_after: 0 },
+        17 => Protocol::Udp {
+            stream_after: Default::default(),
+        },
         1 | 58 => Protocol::Icmp,
         _ => Protocol::Generic,
     };
@@ -235,7 +237,9 @@ pub fn decode(payload: &[u8], now: u64) -> Result<Result<Connection, Left>, &'st
         tuples: [original, reply],
         status: status & KEPT,
         mark: attrs.u32(MARK)?.unwrap_or(0),
-        expires: now.saturating_add(u64::from(seconds) * 1_000_000_000),
+        expires: now
+            .saturating_add(u64::from(seconds) * 1_000_000_000)
+            .into(),
         protocol,
         masquerade: 0,
         kept: Default::default(),
@@ -415,8 +419,13 @@ mod tests {
         }
         assert_eq!(c.status & (DST_NAT | 1 << 6), 0);
         assert_eq!(c.mark, 7);
-        assert_eq!(c.expires, 1_000 + 120_000_000_000);
-        assert_eq!(c.protocol, Protocol::Udp { stream_after: 0 });
+        assert_eq!(c.expires.get(), 1_000 + 120_000_000_000);
+        assert_eq!(
+            c.protocol,
+            Protocol::Udp {
+                stream_after: Default::default()
+            }
+        );
     }
 
     #[test]
