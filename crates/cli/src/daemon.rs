@@ -6,21 +6,26 @@
 //! One thread owns the mirror: it applies each batch of notifications and answers each
 //! request in turn, so that a request sees whole batches only. The others feed it through
 //! one channel: the netlink receiver, the signal watcher (SIGINT, SIGTERM: the daemon
-//! removes its socket and exits), and one thread per client. A client sends one line, a
-//! JSON array of the command's words, and reads one line back, a JSON object with the
-//! output, the errors and the exit code. A malformed request gets an error reply; nothing
-//! a client sends or fails to send stops the daemon.
+//! removes its socket and exits), the watcher of the mirrored namespace's name (deleted,
+//! the daemon says so and exits non-zero), and one thread per client. A client sends one
+//! line, a JSON array of the command's words, and reads one line back, a JSON object
+//! with the output, the errors and the exit code; who it is (process, user, group) and
+//! what it asked go to the log. A malformed request gets an error reply; nothing a
+//! client sends or fails to send stops the daemon. The control socket is made safely
+//! ([`crate::control_socket`]).
 
+use crate::control_socket::ControlSocket;
 use crate::firewall::{self, Firewall, SharedFirewall};
 use crate::forwarding::Forwarding;
 use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
+use fibre_kernel::privileges;
 use fibre_mirror::kernel::{self, Batch, Events};
 use fibre_mirror::neigh::{lladdr_text, NeighState};
 use fibre_mirror::Mirror;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc, Mutex};
@@ -32,9 +37,15 @@ pub struct DaemonArgs {
     /// Mirror this named network namespace (`/run/netns/NAME`) instead of the current one.
     #[arg(long)]
     netns: Option<String>,
-    /// The control socket `fibre ctl` connects to (removed on exit).
+    /// The control socket `fibre ctl` connects to (removed on exit). Made 0660: its
+    /// owner and its group may connect. A stale socket there is replaced; anything else
+    /// there (a daemon answering, a file) is refused and left as it was.
     #[arg(long)]
     socket: PathBuf,
+    /// The group (name or number) the control socket is made for: its members may use
+    /// `fibre ctl`. By default the daemon's own.
+    #[arg(long)]
+    socket_group: Option<String>,
     /// The receive buffer of the subscribed netlink socket, in bytes: large, so that
     /// bursts queue; past it changes are lost and the daemon dumps again (counted).
     #[arg(long, default_value_t = kernel::RECEIVE_BUFFER)]
@@ -121,6 +132,8 @@ enum Event {
     Request(Vec<String>, mpsc::Sender<Reply>),
     /// SIGINT or SIGTERM.
     Stop(i32),
+    /// The mirrored namespace was deleted (why it is known).
+    NamespaceGone(String),
     /// A scrape of the metrics, and where its text goes.
     Metrics(mpsc::Sender<String>),
     /// A forwarding worker ended (its generation and number).
@@ -183,15 +196,34 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         );
     }));
     // Before any thread starts: they are all of the namespace.
-    if let Some(ns) = &a.netns {
-        kernel::enter_netns(ns)?;
-    }
-    let listener = bind(&a.socket)?;
+    let entered = match &a.netns {
+        Some(ns) => {
+            kernel::enter_netns(ns)?;
+            Some((ns.clone(), namespace_identity("/proc/thread-self/ns/net")?))
+        }
+        None => None,
+    };
     let (tx, rx) = mpsc::channel::<Event>();
+    // (Caught from before the socket is made: a signal meanwhile still removes it.)
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
     ])?;
+    let control = ControlSocket::bind(&a.socket, a.socket_group.as_deref())?;
+    let listener = control.listener()?;
+    // Set up as root needs (the namespace entered, the socket made): from here on, and
+    // in every thread started from here on, only what the work needs.
+    let kept = privileges::keep_only(&needed_capabilities(!a.forward.is_empty())?)?;
+    eprintln!(
+        "fibre daemon: capabilities kept: {}",
+        match privileges::names(kept).join(", ") {
+            n if n.is_empty() => "none".into(),
+            n => n,
+        }
+    );
+    if let Some((name, identity)) = entered {
+        watch_namespace(name, identity, &tx)?;
+    }
     {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -438,10 +470,14 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 eprintln!("fibre daemon: signal {sig}: exiting");
                 break ExitCode::SUCCESS;
             }
+            Ok(Event::NamespaceGone(why)) => {
+                eprintln!("fibre daemon: {why}: there is nothing left to mirror; exiting");
+                break ExitCode::FAILURE;
+            }
             Err(_) => break ExitCode::FAILURE,
         }
     };
-    let _ = std::fs::remove_file(&a.socket);
+    control.remove();
     if let Some(f) = forwarding {
         f.stop();
     }
@@ -514,21 +550,71 @@ fn link_names(mirror: &Mirror) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// The control socket at `path`: a stale one (no daemon answers it) is replaced.
-fn bind(path: &std::path::Path) -> std::io::Result<UnixListener> {
-    match UnixListener::bind(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(std::io::Error::new(
-                    e.kind(),
-                    format!("{}: a daemon is already listening", path.display()),
-                ));
-            }
-            std::fs::remove_file(path)?;
-            UnixListener::bind(path)
-        }
-        other => other,
+/// The capabilities the daemon keeps after setup: `CAP_NET_ADMIN` to dump the firewall
+/// again and to size a netlink socket past the system's bound (a resync); forwarding,
+/// for a worker started again, `CAP_NET_RAW` (its sockets), `CAP_BPF` (its programs; on
+/// a kernel before it, `CAP_SYS_ADMIN`), `CAP_IPC_LOCK` (AF_XDP's frames pinned) and
+/// `CAP_SYS_NICE` (its real-time priority).
+fn needed_capabilities(forwarding: bool) -> std::io::Result<Vec<privileges::Capability>> {
+    let mut keep = vec![privileges::NET_ADMIN];
+    if forwarding {
+        keep.extend([
+            privileges::NET_RAW,
+            privileges::IPC_LOCK,
+            privileges::SYS_NICE,
+        ]);
+        keep.push(if privileges::last()?.0 >= privileges::BPF.0 {
+            privileges::BPF
+        } else {
+            privileges::SYS_ADMIN
+        });
     }
+    Ok(keep)
+}
+
+/// A namespace's identity: the device and inode of its file (`/run/netns/NAME`, or a
+/// thread's `/proc/thread-self/ns/net`).
+fn namespace_identity(path: impl AsRef<std::path::Path>) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let path = path.as_ref();
+    std::fs::metadata(path)
+        .map(|m| (m.dev(), m.ino()))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Starts the watcher of the mirrored namespace's name (`/run/netns/NAME`), each
+/// second: once it is gone (`ip netns del`) or names another namespace than the one
+/// entered (`entered`), the daemon is told. (The daemon's threads keep the namespace
+/// itself alive: only its name goes.) Refuses if it names another one already.
+fn watch_namespace(
+    name: String,
+    entered: (u64, u64),
+    tx: &mpsc::Sender<Event>,
+) -> Result<(), String> {
+    let path = std::path::Path::new("/run/netns").join(&name);
+    let gone = move || match namespace_identity(&path) {
+        Ok(now) if now == entered => None,
+        Ok(_) => Some(format!("{} names another namespace", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(e.to_string()),
+        // (Anything else says nothing of it: asked again in a second.)
+        Err(_) => None,
+    };
+    if let Some(why) = gone() {
+        return Err(format!(
+            "the network namespace {name} changed as it was entered ({why})"
+        ));
+    }
+    let tx = tx.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_secs(1));
+        if let Some(why) = gone() {
+            let _ = tx.send(Event::NamespaceGone(format!(
+                "the network namespace {name} was deleted ({why})"
+            )));
+            return;
+        }
+    });
+    Ok(())
 }
 
 /// One client: its request line in, the reply out.
@@ -540,13 +626,18 @@ fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
     let reply = match read {
         Err(e) => Reply::error(format!("Error: reading the request: {e}")),
         Ok(_) if !line.ends_with('\n') => {
+            log_request(&conn, "a request cut short or too long");
             Reply::error("Error: a request is one line of at most 64 KiB".into())
         }
         Ok(_) => match serde_json::from_str::<Vec<String>>(&line) {
-            Err(e) => Reply::error(format!(
-                "Error: a request is a JSON array of the command's words: {e}"
-            )),
+            Err(e) => {
+                log_request(&conn, &format!("a malformed request ({e})"));
+                Reply::error(format!(
+                    "Error: a request is a JSON array of the command's words: {e}"
+                ))
+            }
             Ok(words) => {
+                log_request(&conn, &words.join(" "));
                 let (rtx, rrx) = mpsc::channel();
                 if tx.send(Event::Request(words, rtx)).is_err() {
                     return;
@@ -560,6 +651,22 @@ fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
     };
     let mut conn = conn;
     let _ = writeln!(conn, "{}", reply.json());
+}
+
+/// Says in the log who asked what: the client's process, user and group as the kernel
+/// recorded them when it connected, and what it asked (quoted, so that nothing it sends
+/// can pass for another line; its first 200 characters).
+fn log_request(conn: &UnixStream, what: &str) {
+    let who = match fibre_kernel::sockopt::peer_credentials(conn) {
+        Ok(p) => format!("pid {} uid {} gid {}", p.pid, p.uid, p.gid),
+        Err(e) => format!("a client not known ({e})"),
+    };
+    let mut what = what.escape_debug().to_string();
+    if let Some((cut, _)) = what.char_indices().nth(200) {
+        what.truncate(cut);
+        what.push_str("...");
+    }
+    eprintln!("fibre daemon: request from {who}: {what}");
 }
 
 /// The reply to a command, run on the mirror as it stands.

@@ -5,6 +5,7 @@
 
 mod bench;
 mod conntrack;
+mod control_socket;
 mod daemon;
 mod firewall;
 mod forward;

@@ -70,6 +70,52 @@ impl Drop for Daemon {
     }
 }
 
+/// How a daemon ended: its exit status, what it logged, and whether its socket was
+/// left behind.
+struct Ended {
+    status: std::process::ExitStatus,
+    log: String,
+    socket_left: bool,
+}
+
+impl Daemon {
+    /// Waits, without a signal, for the daemon to end on its own.
+    fn ended(mut self, guard: Duration) -> Ended {
+        let mut status = None;
+        wait_up_to("the daemon to end", guard, || {
+            status = self.child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        self.end(status.unwrap())
+    }
+
+    /// Stops the daemon (SIGTERM).
+    fn stop_with_log(mut self) -> Ended {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let status = self.child.wait().expect("the daemon exits");
+        self.end(status)
+    }
+
+    /// How the daemon, exited with `status`, ended (before this drops it, which
+    /// removes whatever is at its socket's path).
+    fn end(&mut self, status: std::process::ExitStatus) -> Ended {
+        use std::io::Read;
+        let mut log = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut log).expect("the daemon's log");
+        }
+        Ended {
+            status,
+            log,
+            socket_left: std::fs::symlink_metadata(&self.socket).is_ok(),
+        }
+    }
+}
+
 /// Waits until `done` holds. The bound is a guard against a hang, far past anything seen
 /// (the daemon follows a change in well under a millisecond): it is not a measurement.
 fn wait_for(what: &str, done: impl FnMut() -> bool) {
@@ -797,4 +843,96 @@ fn the_daemon_follows_a_real_day_of_updates_on_the_full_tables() {
     assert_eq!(stats["compiled"].as_u64(), Some(1 + resyncs), "{stats}");
     assert!(stats["patched"].as_u64().unwrap() > 0, "{stats}");
     assert!(d.stop().success());
+}
+
+/// The control socket as a root daemon's must be: a regular file at its path is refused,
+/// named, and left as it was; the socket made is 0660 and of the group asked; each
+/// request is logged with who made it (the client, not the daemon); on exit the socket
+/// goes.
+#[test]
+#[ignore = "needs root: runs the daemon as root in a network namespace"]
+fn the_control_socket_replaces_nothing_and_says_who_asks() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let ns = namespace("socket");
+    let file = std::env::temp_dir().join(format!("fibre-precious-{}", std::process::id()));
+    std::fs::write(&file, b"precious").unwrap();
+    let refused = Daemon {
+        child: Command::new(env!("CARGO_BIN_EXE_fibre"))
+            .args(["daemon", "--netns", ns.name(), "--socket"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fibre daemon starts"),
+        // (Its drop removes what is at this path: not the file.)
+        socket: file.with_extension("none"),
+    }
+    .ended(Duration::from_secs(30));
+    assert!(!refused.status.success());
+    assert!(
+        refused.log.contains(&*file.to_string_lossy()) && refused.log.contains("not a socket"),
+        "{}",
+        refused.log
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    std::fs::remove_file(&file).unwrap();
+
+    let d = Daemon::start(&ns, &["--socket-group", "4242"]);
+    let m = std::fs::metadata(&d.socket).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!((m.mode() & 0o777, m.gid()), (0o660, 4242));
+    let asking = Command::new(env!("CARGO_BIN_EXE_fibre"))
+        .args(["ctl", "--socket"])
+        .arg(&d.socket)
+        .args(["stats", "--json"])
+        .spawn()
+        .expect("fibre ctl runs");
+    let client = asking.id();
+    assert!(asking.wait_with_output().unwrap().status.success());
+    // Answering, it is set up: every thread keeps CAP_NET_ADMIN alone (no forwarding),
+    // in no other set; no new privileges.
+    let net_admin = fibre_kernel::privileges::mask(&[fibre_kernel::privileges::NET_ADMIN]);
+    for t in fibre_kernel::privileges::of_threads(d.child.id()).unwrap() {
+        assert!(t.no_new_privs, "{t:?}");
+        for (set, m) in t.sets {
+            let want = if matches!(set.as_str(), "Inh" | "Amb") {
+                0
+            } else {
+                net_admin
+            };
+            assert_eq!(m, want, "Cap{set}");
+        }
+    }
+
+    let daemon = d.child.id();
+    let end = d.stop_with_log();
+    assert!(end.status.success(), "{}", end.log);
+    let logged = format!("request from pid {client} uid 0 gid 0: stats --json");
+    assert!(end.log.lines().any(|l| l.ends_with(&logged)), "{}", end.log);
+    assert!(!end.log.contains(&format!("pid {daemon} ")), "{}", end.log);
+    assert!(!end.socket_left, "the socket removed on exit");
+}
+
+/// A namespace deleted under the daemon (`ip netns del`) ends it: it says so and exits
+/// non-zero, its socket gone.
+#[test]
+#[ignore = "needs root: deletes the network namespace the daemon mirrors"]
+fn a_namespace_deleted_under_the_daemon_ends_it() {
+    let ns = namespace("deleted");
+    let d = Daemon::start(&ns, &[]);
+    assert_eq!(d.json(&["stats", "--json"])["synced"], true);
+    let del = Command::new("ip")
+        .args(["netns", "del", ns.name()])
+        .status()
+        .expect("ip netns del");
+    assert!(del.success());
+    let end = d.ended(Duration::from_secs(30));
+    assert!(!end.status.success(), "{}", end.log);
+    assert!(
+        end.log
+            .contains(&format!("the network namespace {} was deleted", ns.name())),
+        "{}",
+        end.log
+    );
+    assert!(!end.socket_left, "the socket removed on exit");
 }

@@ -331,6 +331,9 @@ fn failed_worker_and_link_made_again(io: &str) {
         "{stats}"
     );
     assert_eq!(daemon.counter("workers"), 2);
+    // Started again with the capabilities the daemon kept (and no more: every thread,
+    // the new worker's too).
+    daemon.assert_privileges_cut();
     // The worker started again forwards: every flow, twice over.
     let got = flows(&a, &b, to, 16, 20, 2_000, || ());
     assert_eq!(got.values().sum::<usize>(), 320, "{got:?}");

@@ -104,8 +104,9 @@ impl TupleHash {
 }
 
 /// A bit of the last word that no tuple's words set ([`Tuple::words`]): set in what
-/// [`TupleHash::symmetric`] hashes, so that a symmetric hash is never a directional
-/// one's ([`TupleHash::of`]) by construction.
+/// [`TupleHash::symmetric`] hashes, so that the words a symmetric hash hashes are never
+/// a tuple's (which a directional hash, [`TupleHash::of`], hashes): the two meet only
+/// as any two hashes may, one pair in 2^64.
 const SYMMETRIC: u64 = 1 << 47;
 
 impl TupleHash {

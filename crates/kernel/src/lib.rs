@@ -5,7 +5,8 @@
 //! - [`bpf`]: eBPF instruction encoding, maps, program loading and `BPF_PROG_TEST_RUN`.
 //! - [`probe`]: the kernel's route lookup (`bpf_fib_lookup`) run from an XDP program on
 //!   addresses from a map, timed by the kernel, dry run beside it, answers readable.
-//! - [`sockopt`]: the netlink sockets' receive buffers.
+//! - [`privileges`]: capabilities cut to those named, after setup.
+//! - [`sockopt`]: the netlink sockets' receive buffers; a Unix socket's peer.
 //! - [`wire`]: raw frames into and out of a link with packet sockets, for tests and
 //!   benchmarks that ask the kernel.
 //!
@@ -14,6 +15,7 @@
 
 pub mod bpf;
 pub mod netns;
+pub mod privileges;
 pub mod probe;
 pub mod sockopt;
 pub mod wire;

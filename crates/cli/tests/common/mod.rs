@@ -46,6 +46,33 @@ impl Daemon {
         d
     }
 
+    /// Asserts that every thread of the daemon holds the capabilities a forwarding
+    /// daemon keeps and no other, in no set, the bounding set cut to them, and
+    /// `no_new_privs` set.
+    pub fn assert_privileges_cut(&self) {
+        use fibre_kernel::privileges::{self, mask};
+        let kept = mask(&[
+            privileges::NET_ADMIN,
+            privileges::NET_RAW,
+            privileges::IPC_LOCK,
+            privileges::SYS_NICE,
+            privileges::BPF,
+        ]);
+        let threads = privileges::of_threads(self.child.id()).expect("the daemon's threads");
+        assert!(threads.len() > 2, "{threads:?}");
+        for t in threads {
+            assert!(t.no_new_privs, "{t:?}");
+            for (set, m) in t.sets {
+                let want = if matches!(set.as_str(), "Inh" | "Amb") {
+                    0
+                } else {
+                    kept
+                };
+                assert_eq!(m, want, "Cap{set}: {:?}", privileges::names(m));
+            }
+        }
+    }
+
     pub fn stats(&self) -> Value {
         let out = Command::new(env!("CARGO_BIN_EXE_fibre"))
             .args(["ctl", "--socket"])
