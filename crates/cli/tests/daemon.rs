@@ -13,23 +13,44 @@ use std::time::{Duration, Instant};
 struct Daemon {
     child: Child,
     socket: PathBuf,
+    /// What it logs, read as it comes (a pipe left unread would fill, and the daemon,
+    /// which logs every request, would wait on it), until it ends.
+    log: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Daemon {
     fn start(ns: &Namespace, extra: &[&str]) -> Daemon {
         let socket = std::env::temp_dir().join(format!("fibre-{}.sock", ns.name()));
-        let child = Command::new(env!("CARGO_BIN_EXE_fibre"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_fibre"));
+        command
             .args(["daemon", "--netns", ns.name(), "--socket"])
             .arg(&socket)
-            .args(extra)
+            .args(extra);
+        let d = Daemon::spawn(&mut command, socket);
+        // The socket is bound before the first dump: a request waits for it.
+        wait_for("the control socket", || d.socket.exists());
+        d
+    }
+
+    /// Runs `command` (a daemon whose socket is `socket`), its log read as it comes.
+    fn spawn(command: &mut Command, socket: PathBuf) -> Daemon {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("fibre daemon starts");
-        let d = Daemon { child, socket };
-        // The socket is bound before the first dump: a request waits for it.
-        wait_for("the control socket", || d.socket.exists());
-        d
+        let mut stderr = child.stderr.take().expect("its log");
+        let log = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut log = String::new();
+            let _ = stderr.read_to_string(&mut log);
+            log
+        });
+        Daemon {
+            child,
+            socket,
+            log: Some(log),
+        }
     }
 
     fn ctl(&self, words: &[&str]) -> Output {
@@ -103,11 +124,11 @@ impl Daemon {
     /// How the daemon, exited with `status`, ended (before this drops it, which
     /// removes whatever is at its socket's path).
     fn end(&mut self, status: std::process::ExitStatus) -> Ended {
-        use std::io::Read;
-        let mut log = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            e.read_to_string(&mut log).expect("the daemon's log");
-        }
+        let log = self
+            .log
+            .take()
+            .map(|l| l.join().expect("the log's reader"))
+            .unwrap_or_default();
         Ended {
             status,
             log,
@@ -856,17 +877,13 @@ fn the_control_socket_replaces_nothing_and_says_who_asks() {
     let ns = namespace("socket");
     let file = std::env::temp_dir().join(format!("fibre-precious-{}", std::process::id()));
     std::fs::write(&file, b"precious").unwrap();
-    let refused = Daemon {
-        child: Command::new(env!("CARGO_BIN_EXE_fibre"))
+    let refused = Daemon::spawn(
+        Command::new(env!("CARGO_BIN_EXE_fibre"))
             .args(["daemon", "--netns", ns.name(), "--socket"])
-            .arg(&file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("fibre daemon starts"),
+            .arg(&file),
         // (Its drop removes what is at this path: not the file.)
-        socket: file.with_extension("none"),
-    }
+        file.with_extension("none"),
+    )
     .ended(Duration::from_secs(30));
     assert!(!refused.status.success());
     assert!(
