@@ -34,7 +34,7 @@ use crate::classify::FlowKey;
 use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
-use crate::query::{NoRoute, Query};
+use crate::query::{Answer, NoRoute, Query};
 use crate::quick;
 use crate::route::Path;
 use crate::route::{Route, RouteType};
@@ -61,6 +61,19 @@ pub struct Hop {
     pub gateway: Option<IpAddr>,
     /// The route's MTU, if it sets one.
     pub mtu: Option<u32>,
+}
+
+impl Hop {
+    /// The hop of a route query's answer.
+    pub(crate) fn of_answer(a: &Answer) -> Hop {
+        Hop {
+            kind: a.kind,
+            table: a.table,
+            dev: a.dev,
+            gateway: a.gateway,
+            mtu: a.mtu,
+        }
+    }
 }
 
 /// A flow's hop as a lookup answers it: one the snapshot holds (most answers, which then
@@ -171,6 +184,9 @@ impl Snapshot {
     pub fn lookup<'s>(&'s self, q: &Query) -> Result<HopRef<'s>, NoRoute> {
         if let Some(hop) = self.lookup_alike(q) {
             return Ok(hop);
+        }
+        if let Some(answer) = self.special_v4(q) {
+            return answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
         }
         let c = self.check(q)?;
         if c.oif.is_none() && self.plain_answers_hold(&c, q.dst) {
@@ -774,6 +790,10 @@ impl Snapshot {
         let mut seen = None;
         for i in 0..n {
             let q = &flows[i];
+            if let Some(answer) = self.special_v4(q) {
+                out[i] = answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
+                continue;
+            }
             let c = match self.check_seen(q, &mut seen) {
                 Ok(c) => c,
                 Err(e) => {

@@ -74,6 +74,7 @@ pub mod rule;
 pub mod show;
 pub mod snapshot;
 pub mod source;
+mod special;
 pub mod state;
 pub mod vector;
 

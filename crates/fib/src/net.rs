@@ -277,8 +277,31 @@ fn mask(family: Family, len: u8) -> u128 {
 
 impl fmt::Display for Net {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr(), self.len)
+        write!(f, "{}/{}", IpText(self.addr()), self.len)
     }
+}
+
+/// An address as `ip` prints it (the C library's `inet_ntop`): as Rust prints it, but
+/// for an IPv6 address whose first 96 bits are zero and whose next 16 are not, which ends
+/// in dotted IPv4 form (`::10.0.0.5`, where Rust prints `::a00:5`).
+#[derive(Clone, Copy, Debug)]
+pub struct IpText(pub IpAddr);
+
+impl fmt::Display for IpText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            IpAddr::V6(a) if a.segments()[..6] == [0; 6] && a.segments()[6] != 0 => {
+                let [.., a, b, c, d] = a.octets();
+                write!(f, "::{a}.{b}.{c}.{d}")
+            }
+            a => a.fmt(f),
+        }
+    }
+}
+
+/// An address as `ip` prints it ([`IpText`]).
+pub fn ip_text(a: IpAddr) -> String {
+    IpText(a).to_string()
 }
 
 impl fmt::Debug for Net {

@@ -86,9 +86,10 @@ fn first(n: usize) -> u64 {
 }
 
 /// Bit `i` set where IPv4 flow `i` of the first `n` (destination `dst[i]`, source
-/// `src[i]`, host order) is martian: its destination is in `0.0.0.0/8` or
-/// `127.0.0.0/8`, or, with `arriving`, its source is multicast, the limited broadcast, or
-/// in `0.0.0.0/8` or `127.0.0.0/8`.
+/// `src[i]`, host order) is martian or more than the tables answer: its destination is
+/// in `0.0.0.0/8` or `127.0.0.0/8`, multicast or the limited broadcast, or, with
+/// `arriving`, its source is multicast, the limited broadcast, or in `0.0.0.0/8` or
+/// `127.0.0.0/8`.
 #[inline]
 pub(crate) fn martians_v4(
     cpu: Option<Avx2>,
@@ -105,7 +106,7 @@ pub(crate) fn martians_v4(
 pub(crate) fn martian_v4(d: u32, s: u32, arriving: bool) -> bool {
     let d8 = d >> 24;
     let s8 = s >> 24;
-    let dst = (d8 == 0) | (d8 == 127);
+    let dst = (d8 == 0) | (d8 == 127) | (d >> 28 == 0xe) | (d == u32::MAX);
     let src = (s >> 28 == 0xe) | (s == u32::MAX) | (s8 == 0) | (s8 == 127);
     dst | (src & arriving)
 }
@@ -250,7 +251,14 @@ mod avx2 {
             let d8 = _mm256_srli_epi32::<24>(load(dst, k));
             let s = load(src, k);
             let s8 = _mm256_srli_epi32::<24>(s);
-            let dst = _mm256_or_si256(_mm256_cmpeq_epi32(d8, zero), _mm256_cmpeq_epi32(d8, lo));
+            let d = load(dst, k);
+            let dst = _mm256_or_si256(
+                _mm256_or_si256(_mm256_cmpeq_epi32(d8, zero), _mm256_cmpeq_epi32(d8, lo)),
+                _mm256_or_si256(
+                    _mm256_cmpeq_epi32(_mm256_srli_epi32::<28>(d), multicast),
+                    _mm256_cmpeq_epi32(d, ones),
+                ),
+            );
             let src = _mm256_or_si256(
                 _mm256_or_si256(
                     _mm256_cmpeq_epi32(_mm256_srli_epi32::<28>(s), multicast),
@@ -380,7 +388,11 @@ mod tests {
                         || s.is_broadcast()
                         || s.octets()[0] == 0
                         || s.is_loopback();
-                    let want = d.octets()[0] == 0 || d.is_loopback() || (arriving && martian_src);
+                    let want = d.octets()[0] == 0
+                        || d.is_loopback()
+                        || d.is_multicast()
+                        || d.is_broadcast()
+                        || (arriving && martian_src);
                     assert_eq!(
                         bits >> i & 1 == 1,
                         want,

@@ -3,7 +3,7 @@
 
 use crate::link::{mac_string, Link, LinkIndex};
 use crate::names::*;
-use crate::net::Family;
+use crate::net::{ip_text, Family, IpText};
 use crate::nexthop::NexthopKind;
 use crate::query::Answer;
 use crate::route::{Path, Paths, Route, RouteType};
@@ -30,9 +30,9 @@ pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
     let v6 = Family::of(a.dst) == Family::V6;
     let mut m = Map::new();
     m.insert("type".into(), json!(a.kind.name()));
-    m.insert("dst".into(), json!(a.dst.to_string()));
+    m.insert("dst".into(), json!(ip_text(a.dst)));
     if let Some(f) = a.from {
-        m.insert("from".into(), json!(f.to_string()));
+        m.insert("from".into(), json!(ip_text(f)));
     } else if v6 {
         m.insert("from".into(), json!("::"));
     }
@@ -40,7 +40,7 @@ pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
         m.insert("tos".into(), json!(format!("0x{:02x}", a.tos)));
     }
     if let Some(g) = a.gateway {
-        m.insert("gateway".into(), json!(g.to_string()));
+        m.insert("gateway".into(), json!(ip_text(g)));
     }
     m.insert("dev".into(), json!(name_of(&names, a.dev)));
     if let Some(t) = a.table {
@@ -51,14 +51,20 @@ pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
         m.insert("scope".into(), json!("global"));
     }
     if let Some(s) = a.prefsrc {
-        m.insert("prefsrc".into(), json!(s.to_string()));
+        m.insert("prefsrc".into(), json!(ip_text(s)));
     }
     if v6 {
         m.insert("metric".into(), json!(a.metric));
     }
     // `ip route get` prints the flags of the route cache entry, which never carry
-    // `linkdown` or `onlink` (`ip route show` does).
-    m.insert("flags".into(), json!([]));
+    // `linkdown` or `onlink` (`ip route show` does). The cache's multicast flag
+    // (`RTCF_MULTICAST`) has the bit of `RTM_F_OFFLOAD_FAILED`, and `ip` names it so.
+    let flags: &[&str] = if multicast_v4(a) {
+        &["rt_offload_failed"]
+    } else {
+        &[]
+    };
+    m.insert("flags".into(), json!(flags));
     if a.mark != 0 && !v6 {
         m.insert("mark".into(), json!(a.mark));
     }
@@ -80,6 +86,11 @@ pub fn answer_json(snap: &Snapshot, a: &Answer) -> Value {
     Value::Object(m)
 }
 
+/// Whether an answer is an IPv4 multicast route cache entry.
+fn multicast_v4(a: &Answer) -> bool {
+    a.kind == RouteType::Multicast && a.dst.is_ipv4()
+}
+
 /// An answer as `ip route get` prints it.
 pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
     let names = |i: LinkIndex| snap.link(i).map(|l| l.name.clone());
@@ -89,9 +100,9 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
         s += a.kind.name();
         s += " ";
     }
-    s += &a.dst.to_string();
+    s += &ip_text(a.dst);
     if let Some(f) = a.from {
-        s += &format!(" from {f}");
+        s += &format!(" from {}", IpText(f));
     } else if v6 {
         s += " from ::";
     }
@@ -99,7 +110,7 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
         s += &format!(" tos 0x{:02x}", a.tos);
     }
     if let Some(g) = a.gateway {
-        s += &format!(" via {g}");
+        s += &format!(" via {}", IpText(g));
     }
     s += &format!(" dev {}", name_of(&names, a.dev));
     if let Some(t) = a.table.filter(|&t| t != TABLE_MAIN) {
@@ -109,7 +120,10 @@ pub fn answer_text(snap: &Snapshot, a: &Answer) -> String {
         s += &format!(" proto {}", protocol_name(a.protocol));
     }
     if let Some(p) = a.prefsrc {
-        s += &format!(" src {p}");
+        s += &format!(" src {}", IpText(p));
+    }
+    if multicast_v4(a) {
+        s += " rt_offload_failed";
     }
     if v6 {
         s += &format!(" metric {}", a.metric);
@@ -245,7 +259,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
         json!(if r.dst.is_default() {
             "default".to_string()
         } else if r.dst.is_host() {
-            r.dst.addr().to_string()
+            ip_text(r.dst.addr())
         } else {
             r.dst.to_string()
         }),
@@ -261,7 +275,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
     }
     if paths.len() == 1 {
         if let Some(g) = paths[0].gateway {
-            m.insert("gateway".into(), json!(g.to_string()));
+            m.insert("gateway".into(), json!(ip_text(g)));
         }
         m.insert("dev".into(), json!(name_of(&names, paths[0].dev)));
     } else if paths.is_empty() && (blackhole_object || (v6 && kind.is_reject())) {
@@ -272,7 +286,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
     m.insert("protocol".into(), json!(protocol_name(r.protocol)));
     m.insert("scope".into(), json!(scope_name(r.scope)));
     if let Some(s) = r.prefsrc {
-        m.insert("prefsrc".into(), json!(s.to_string()));
+        m.insert("prefsrc".into(), json!(ip_text(s)));
     }
     if v6 || r.metric != 0 {
         m.insert("metric".into(), json!(r.metric));
@@ -299,7 +313,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
             .map(|p| {
                 let mut h = Map::new();
                 if let Some(g) = p.gateway {
-                    h.insert("gateway".into(), json!(g.to_string()));
+                    h.insert("gateway".into(), json!(ip_text(g)));
                 }
                 h.insert("dev".into(), json!(name_of(&names, p.dev)));
                 h.insert("weight".into(), json!(p.weight));
@@ -356,7 +370,7 @@ pub fn route_text(state: &State, r: &Route) -> String {
         s += &format!(" scope {}", scope_name(r.scope));
     }
     if let Some(p) = r.prefsrc {
-        s += &format!(" src {p}");
+        s += &format!(" src {}", IpText(p));
     }
     if r.family() == Family::V6 || r.metric != 0 {
         s += &format!(" metric {}", r.metric);
@@ -402,7 +416,7 @@ pub fn rule_json(r: &Rule) -> Value {
     }
     match r.src {
         Some(s) => {
-            m.insert("src".into(), json!(s.addr().to_string()));
+            m.insert("src".into(), json!(ip_text(s.addr())));
             if !s.is_host() {
                 m.insert("srclen".into(), json!(s.len()));
             }
@@ -412,7 +426,7 @@ pub fn rule_json(r: &Rule) -> Value {
         }
     }
     if let Some(d) = r.dst {
-        m.insert("dst".into(), json!(d.addr().to_string()));
+        m.insert("dst".into(), json!(ip_text(d.addr())));
         if !d.is_host() {
             m.insert("dstlen".into(), json!(d.len()));
         }
@@ -570,7 +584,7 @@ fn nexthop_json_with(state: &State, nh: &crate::nexthop::Nexthop, detail: bool) 
             onlink,
         } => {
             if let Some(g) = gateway {
-                m.insert("gateway".into(), json!(g.to_string()));
+                m.insert("gateway".into(), json!(ip_text(*g)));
             }
             m.insert(
                 "dev".into(),
@@ -685,10 +699,10 @@ pub fn addr_json(state: &State, l: &Link) -> Value {
         .map(|a| {
             let mut m = Map::new();
             m.insert("family".into(), json!(a.family().name()));
-            m.insert("local".into(), json!(a.local.to_string()));
+            m.insert("local".into(), json!(ip_text(a.local)));
             m.insert("prefixlen".into(), json!(a.len));
             if let Some(b) = a.broadcast {
-                m.insert("broadcast".into(), json!(b.to_string()));
+                m.insert("broadcast".into(), json!(ip_text(b)));
             }
             m.insert("scope".into(), json!(scope_name(a.scope)));
             if a.secondary {

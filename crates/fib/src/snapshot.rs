@@ -843,7 +843,7 @@ pub struct Snapshot {
     pub(crate) v6: FamilyFib,
     pub(crate) links: BTreeMap<LinkIndex, Link>,
     carrier: BTreeMap<LinkIndex, bool>,
-    addrs: Vec<Address>,
+    pub(crate) addrs: Vec<Address>,
     nexthops: BTreeMap<NexthopId, Nexthop>,
     /// The paths each nexthop object stands for (a group's members; a blackhole has none).
     pub(crate) object_paths: BTreeMap<NexthopId, Vec<Path>>,
@@ -1339,6 +1339,9 @@ impl Snapshot {
 
     /// Routes a query as the kernel's `ip route get` would.
     pub fn route(&self, q: &Query) -> Result<Answer, NoRoute> {
+        if let Some(answer) = self.special_v4(q) {
+            return answer;
+        }
         let p = self.prepare(q)?;
         let walk = self.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
         match self.conclude(&p, walk)? {
@@ -1516,7 +1519,7 @@ impl Snapshot {
     }
 
     /// An IPv4 flow sent out of `oif` with no route.
-    fn bare_answer(&self, q: &Query, oif: LinkIndex) -> Answer {
+    pub(crate) fn bare_answer(&self, q: &Query, oif: LinkIndex) -> Answer {
         let prefsrc = if q.src.is_some() {
             None
         } else {
@@ -1555,14 +1558,16 @@ impl Snapshot {
         // Both families route a flow arriving on a link that is down as any other.
         let src = q.src.unwrap_or(family.any());
         let lo_in = link.kind == LinkKind::Loopback;
+        // Of `0.0.0.0/8` only `0.0.0.0` itself is martian: the kernel routes the rest as
+        // unicast (its `ipv4_is_zeronet` is `addr == 0`).
         if let IpAddr::V4(d) = q.dst {
-            if !lo_in && (d.is_loopback() || d.octets()[0] == 0) {
+            if !lo_in && (d.is_loopback() || d.is_unspecified()) {
                 return Err(NoRoute::Invalid);
             }
         }
         if family == Family::V4 {
-            // Martian sources (`ip_route_input_slow`): multicast, limited broadcast, this
-            // network, and loopback arriving on another link. A source that is one of
+            // Martian sources (`ip_route_input_slow`): multicast, limited broadcast, the
+            // unspecified address, and loopback arriving on another link. A source that is one of
             // this host's addresses is found later, by the source check of what the
             // lookup answers (`fib_validate_source`).
             let IpAddr::V4(s4) = src else {
@@ -1570,7 +1575,7 @@ impl Snapshot {
             };
             if src.is_multicast()
                 || src == IpAddr::from([255, 255, 255, 255])
-                || s4.octets()[0] == 0
+                || s4.is_unspecified()
                 || (!lo_in && s4.is_loopback())
             {
                 return Err(NoRoute::Invalid);
@@ -1630,8 +1635,19 @@ impl Snapshot {
         route: &Route,
         dev: LinkIndex,
     ) -> Result<(), NoRoute> {
+        self.validate_source_of(q, input, route.kind, dev)
+    }
+
+    /// [`Snapshot::validate_source`] of a flow whose answer is of type `kind` through `dev`.
+    pub(crate) fn validate_source_of(
+        &self,
+        q: &Query,
+        input: Option<LinkIndex>,
+        kind: RouteType,
+        dev: LinkIndex,
+    ) -> Result<(), NoRoute> {
         let src = q.src.filter(|_| input.is_some());
-        self.check_source(q, input, src, route.kind, dev, |back, iif| {
+        self.check_source(q, input, src, kind, dev, |back, iif| {
             let walk = self.walk(back, Family::V4, None, iif, 0, WalkFor::Flow);
             Some(walk.ok().map(|(r, _, _)| r.kind))
         })
@@ -1830,6 +1846,18 @@ impl Snapshot {
                     )
             }
             _ => false,
+        }
+    }
+
+    /// The `local` route of `table` holding `addr`, if the table's lookup answers one.
+    pub(crate) fn local_route<'a>(
+        &self,
+        table: &'a CompiledTable,
+        addr: IpAddr,
+    ) -> Option<&'a Route> {
+        match self.table_lookup(table, &Query::to(addr), None, 0) {
+            TableResult::Hit(route, _) if route.kind == RouteType::Local => Some(route),
+            _ => None,
         }
     }
 
@@ -2033,7 +2061,18 @@ impl Snapshot {
             {
                 self.choose_by_source(route, IpAddr::V4(src), q)
             }
-            _ => multipath::choose(usable, |p| p.weight, || self.multipath.hash(q)),
+            _ => {
+                let hashed = multipath::choose(usable, |p| p.weight, || self.multipath.hash(q))?;
+                match q.iif {
+                    // An IPv6 flow arriving on a link to a destination bound to it takes
+                    // the hashed path only if it leaves by that link; else the path the
+                    // lookup chose, the first that does (`fib6_select_path`).
+                    Some(iif) if input && hashed.dev != iif && needs_strict_oif(q.dst) => {
+                        self.usable(route, Some(iif)).next().or(Some(hashed))
+                    }
+                    _ => Some(hashed),
+                }
+            }
         }
     }
 
@@ -2082,7 +2121,7 @@ impl Snapshot {
     }
 
     /// The answer for a route that fits: the path chosen by the flow's hash, the source.
-    fn answer(
+    pub(crate) fn answer(
         &self,
         q: &Query,
         family: Family,

@@ -53,7 +53,11 @@ pub fn select_v4(
 /// An IPv6 address's scope as RFC 4291 numbers it (smaller is narrower).
 fn v6_scope(a: Ipv6Addr) -> u8 {
     let s = a.segments();
-    if a.is_loopback() {
+    if a.is_unspecified() {
+        // No scope (the kernel's `__IPV6_ADDR_SCOPE_INVALID`): narrower than any, so the
+        // output link's addresses of the narrowest scope are preferred.
+        0x0
+    } else if a.is_loopback() {
         0x1
     } else if s[0] & 0xff00 == 0xff00 {
         (s[0] & 0xf) as u8

@@ -46,8 +46,54 @@ fn v6_prefix(rng: &mut SmallRng) -> String {
     )
 }
 
+/// Destinations from the whole address space, and from its special ranges: multicast,
+/// broadcast, unspecified, loopback, reserved, mapped and compatible.
+fn anywhere_v4(rng: &mut SmallRng) -> String {
+    if rng.gen_bool(0.5) {
+        return std::net::Ipv4Addr::from(rng.gen::<u32>()).to_string();
+    }
+    match rng.gen_range(0..8) {
+        0 => format!("224.0.0.{}", pick(rng, &["1", "2", "22", "251"])),
+        1 => format!("{}.{}.0.1", rng.gen_range(224..240), rng.gen_range(0..256)),
+        2 => pick(rng, &["255.255.255.255", "0.0.0.0", "0.1.2.3"]).into(),
+        3 => format!("127.{}.0.{}", rng.gen_range(0..2), rng.gen_range(0..256)),
+        4 => format!("{}.0.0.1", rng.gen_range(240..256)),
+        5 => format!("10.0.{}.255", rng.gen_range(0..3)),
+        6 => pick(rng, &["169.254.1.1", "100.64.0.1", "192.0.2.1"]).into(),
+        _ => format!("10.0.{}.0", rng.gen_range(0..3)),
+    }
+}
+
+fn anywhere_v6(rng: &mut SmallRng) -> String {
+    if rng.gen_bool(0.5) {
+        return std::net::Ipv6Addr::from(rng.gen::<u128>()).to_string();
+    }
+    pick(
+        rng,
+        &[
+            "::",
+            "::1",
+            "ff02::1",
+            "ff02::2",
+            "ff01::1",
+            "ff05::1:3",
+            "ff0e::101",
+            "fe80::1",
+            "fe80::ff:fe00:a0",
+            "::ffff:10.0.0.5",
+            "::10.0.0.5",
+            "64:ff9b::a00:5",
+            "fc00::1",
+            "2002:a00:5::1",
+            "2001:db8::",
+        ],
+    )
+    .into()
+}
+
 fn v4_addr(rng: &mut SmallRng) -> String {
-    match rng.gen_range(0..10) {
+    match rng.gen_range(0..12) {
+        10 | 11 => anywhere_v4(rng),
         0 => format!("10.0.{}.{}", rng.gen_range(0..3), rng.gen_range(0..5)),
         1 => format!("{}.{}.0.1", rng.gen_range(1..200), rng.gen_range(0..255)),
         2 => "127.0.0.1".into(),
@@ -61,7 +107,8 @@ fn v4_addr(rng: &mut SmallRng) -> String {
 }
 
 fn v6_addr(rng: &mut SmallRng) -> String {
-    match rng.gen_range(0..8) {
+    match rng.gen_range(0..10) {
+        8 | 9 => anywhere_v6(rng),
         0 => format!("2001:db8:{}::{}", rng.gen_range(0..2), rng.gen_range(0..4)),
         1 => "2001:db9::1".into(),
         _ => format!(
@@ -269,7 +316,10 @@ fn query(rng: &mut SmallRng) -> String {
                         "10.0.1.9",
                         "10.0.0.255",
                         "127.0.0.5",
-                        "203.0.113.1"
+                        "203.0.113.1",
+                        "0.1.2.3",
+                        "0.0.0.0",
+                        "224.0.0.5"
                     ]
                 ),
                 pick(rng, &["a1", "b1", "a0"])

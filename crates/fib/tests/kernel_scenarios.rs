@@ -575,3 +575,106 @@ link set c0 up
         &queries,
     );
 }
+
+#[test]
+#[ignore = "needs root: runs the kernel in a network namespace"]
+fn destinations_that_are_not_unicast() {
+    // Multicast, broadcast, the unspecified address and the other special ranges, sent by
+    // this host and arriving on a link.
+    let queries = [
+        "224.0.0.1",
+        "224.0.0.251",
+        "239.1.2.3",
+        "233.252.0.1 oif a0",
+        "224.0.0.1 from 10.0.0.1",
+        "224.0.0.1 from 10.0.0.5 iif a1",
+        "239.1.2.3 from 192.168.5.9 iif a1",
+        "255.255.255.255",
+        "255.255.255.255 oif a0",
+        "255.255.255.255 from 10.0.0.1",
+        "255.255.255.255 from 192.168.5.9 iif a1",
+        "10.0.0.255",
+        "10.0.0.255 from 192.168.5.9 iif a1",
+        "192.168.5.255 from 192.168.5.9 iif a1",
+        "127.255.255.255",
+        "127.0.0.0",
+        "0.0.0.0",
+        "0.0.0.0 oif a0",
+        "0.0.0.0 from 192.168.5.9 iif a1",
+        "0.1.2.3",
+        "240.0.0.1",
+        "240.0.0.1 from 192.168.5.9 iif a1",
+        "169.254.1.1",
+        "100.64.0.1",
+        "::",
+        "::1",
+        ":: from 2001:db8::1",
+        ":: from 2001:db8::5 iif a1",
+        "ff02::1",
+        "ff02::1 oif a0",
+        "ff05::2",
+        "ff0e::1",
+        "ff02::1 from 2001:db8::5 iif a1",
+        "fe80::1",
+        "fe80::1 oif a0",
+        "::ffff:10.0.0.5",
+        "::10.0.0.5",
+        "64:ff9b::1",
+        "fc00::1",
+        "2002::1",
+        "224.0.0.1 oif lo",
+        "224.0.0.1 oif b0",
+        "239.1.1.1 oif b0",
+        "239.1.1.1 from 10.0.1.1",
+        "224.0.0.1 from 10.9.9.9",
+        "255.255.255.255 from 10.9.9.9",
+        "224.0.0.1 from 127.0.0.1",
+        "224.0.0.1 from 127.0.0.1 oif a0",
+        "255.255.255.255 from 127.0.0.5",
+        "224.0.0.1 from 10.0.0.5 iif b1",
+        "224.0.0.1 from 10.0.0.5 iif lo",
+        "224.0.0.1 iif a1",
+        "224.0.0.2 iif a1",
+        "239.0.0.1 iif a1",
+        "224.0.0.1 from 10.0.0.1 iif a1",
+        "224.0.0.1 from 127.0.0.1 iif a1",
+        "224.0.0.1 from 0.0.0.0 iif a1",
+        "255.255.255.255 iif a1",
+        "255.255.255.255 from 10.0.0.1 iif a1",
+        "255.255.255.255 from 127.0.0.1 iif a1",
+        "255.255.255.255 from 127.0.0.5 iif a1",
+        "255.255.255.255 from 0.1.2.3 iif a1",
+        "255.255.255.255 from 224.1.1.1 iif a1",
+        "0.0.0.0 from 10.0.1.1",
+        "0.0.0.0 from 10.0.1.1 oif a0",
+        "0.0.0.0 oif b1",
+        "0.0.0.0 oif b0",
+        "0.0.0.0 iif a1",
+        "0.0.0.0 from 0.0.0.0 iif b1",
+        "255.255.255.255 oif b1",
+        "255.255.255.255 oif lo",
+        "::ffff:10.0.0.5",
+        "ff02::1 iif a1",
+        ":: iif a1",
+    ];
+    let base = "link set b1 down\n-6 route add default via 2001:db8::2";
+    // Through a default route (whose gateway and metrics a multicast does not take).
+    common::check(
+        "special",
+        &config(&format!("{base}\nroute add default via 10.0.0.2 mtu 1400")),
+        &queries,
+    );
+    // Through a route of the multicast range itself, which keeps them; and with a rule,
+    // the kernel looks the sources of arriving broadcasts up.
+    common::check(
+        "specialmc",
+        &config(&format!(
+            "{base}\nroute add 224.0.0.0/4 via 10.0.1.2 mtu 1300\nroute add default via 10.0.0.2
+rule add from 10.0.0.5 prohibit pref 100\nroute add 10.0.0.5 dev b0 table 7
+rule add to 10.0.0.5 lookup 7 pref 200"
+        )),
+        &queries,
+    );
+    // No route: only what names its link or source goes.
+    common::check("specialnone", &config(base), &queries);
+}
