@@ -13,6 +13,11 @@
 //! what it asked go to the log. A malformed request gets an error reply; nothing a
 //! client sends or fails to send stops the daemon. The control socket is made safely
 //! ([`crate::control_socket`]).
+//!
+//! Everything is bounded: the notifications received and not yet applied (`--backlog`:
+//! past it the receiver waits, the kernel's socket overflows and the mirror dumps again),
+//! the clients served at once ([`MAX_CLIENTS`], [`MAX_SCRAPES`]), and the time each has to
+//! send its request and take its reply ([`CLIENT_TIME`]).
 
 use crate::control_socket::ControlSocket;
 use crate::firewall::{self, Firewall, SharedFirewall};
@@ -21,7 +26,7 @@ use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
 use fibre_kernel::privileges;
-use fibre_mirror::kernel::{self, Batch, Events};
+use fibre_mirror::kernel::{self, Backlog, Batch, Events};
 use fibre_mirror::neigh::{lladdr_text, NeighState};
 use fibre_mirror::Mirror;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -50,6 +55,11 @@ pub struct DaemonArgs {
     /// bursts queue; past it changes are lost and the daemon dumps again (counted).
     #[arg(long, default_value_t = kernel::RECEIVE_BUFFER)]
     receive_buffer: usize,
+    /// The most notifications received and not yet applied: past it the daemon stops
+    /// reading them, so that a mirror falling behind overflows the socket above and dumps
+    /// again rather than queueing without end.
+    #[arg(long, default_value_t = kernel::BACKLOG_MESSAGES)]
+    backlog: usize,
     /// Serve Prometheus metrics over HTTP at this address (in the namespace the daemon
     /// was started in): routes per table and family, updates, batches, overflows,
     /// resyncs, lag quantiles, memory.
@@ -121,6 +131,73 @@ pub struct CtlArgs {
 
 /// The longest request line a client may send.
 const MAX_REQUEST: u64 = 64 << 10;
+
+/// The most control clients served at once: one more is told so and turned away.
+const MAX_CLIENTS: usize = 16;
+
+/// The most metrics scrapes served at once.
+const MAX_SCRAPES: usize = 4;
+
+/// How long a client has to send its whole request, and again to take the reply.
+const CLIENT_TIME: Duration = Duration::from_secs(10);
+
+/// One of a bounded number of places ([`MAX_CLIENTS`], [`MAX_SCRAPES`]), held while a
+/// client is served and given back when dropped.
+struct Place(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Place {
+    /// A place among at most `max` held through `taken`, or `None` if all are.
+    fn take(taken: &Arc<std::sync::atomic::AtomicUsize>, max: usize) -> Option<Place> {
+        use std::sync::atomic::Ordering;
+        taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place(taken.clone()))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A client's stream read against a deadline: each read waits at most what is left of
+/// it, so that a client sending a byte now and then cannot hold its thread past it.
+struct Until<S> {
+    stream: S,
+    until: Instant,
+    set_timeout: fn(&S, Option<Duration>) -> std::io::Result<()>,
+}
+
+impl<S: Read> Read for Until<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let late = || {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("not sent within {} s", CLIENT_TIME.as_secs()),
+            )
+        };
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        (self.set_timeout)(&self.stream, Some(left))?;
+        match self.stream.read(buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(late())
+            }
+            other => other,
+        }
+    }
+}
 
 /// What the mirror's thread is told.
 enum Event {
@@ -308,11 +385,14 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Some(f)
     };
+    let backlog = Arc::new(Backlog::new(a.backlog));
     {
-        let tx = tx.clone();
+        let (tx, backlog) = (tx.clone(), backlog.clone());
         std::thread::spawn(move || loop {
+            backlog.wait_for_room();
             match events.receive() {
                 Ok(b) => {
+                    backlog.received(&b);
                     if tx.send(Event::Netlink(b, Instant::now())).is_err() {
                         return;
                     }
@@ -332,21 +412,31 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     {
         let tx = tx.clone();
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
+                let Some(place) = Place::take(&taken, MAX_CLIENTS) else {
+                    turn_away(conn);
+                    continue;
+                };
                 let tx = tx.clone();
                 // Past the threads this system allows, the client is turned away; the
                 // daemon goes on.
-                let _ = std::thread::Builder::new().spawn(move || serve(conn, tx));
+                let _ = std::thread::Builder::new().spawn(move || serve(conn, tx, place));
             }
         });
     }
     if let Some(metrics) = metrics {
         let tx = tx.clone();
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         std::thread::spawn(move || {
             for conn in metrics.incoming().flatten() {
+                // A scrape past the bound is closed unanswered: the scraper tries later.
+                let Some(place) = Place::take(&taken, MAX_SCRAPES) else {
+                    continue;
+                };
                 let tx = tx.clone();
-                let _ = std::thread::Builder::new().spawn(move || scrape(conn, tx));
+                let _ = std::thread::Builder::new().spawn(move || scrape(conn, tx, place));
             }
         });
     }
@@ -373,7 +463,10 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                         other => waiting.push_back(other),
                     }
                 }
+                let applied = batch.len();
                 mirror.apply(batch, bad, at);
+                backlog.applied(applied);
+                mirror.stats_mut().backlog_waits = backlog.waits();
                 if let Some(f) = &mut forwarding {
                     f.publish(&mirror, false);
                 }
@@ -394,6 +487,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(Event::Netlink(Batch::Overflow, _)) => {
                 mirror.overflowed();
+                mirror.stats_mut().backlog_waits = backlog.waits();
                 eprintln!("fibre daemon: the netlink socket overflowed; dumping again");
                 if let Err(e) = mirror.resync() {
                     eprintln!("fibre daemon: the dump failed: {e}");
@@ -617,12 +711,28 @@ fn watch_namespace(
     Ok(())
 }
 
-/// One client: its request line in, the reply out.
-fn serve(conn: UnixStream, tx: mpsc::Sender<Event>) {
-    // A client that stalls holds only its own thread, and not for ever.
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+/// A client past [`MAX_CLIENTS`]: told so, at once.
+fn turn_away(conn: UnixStream) {
+    log_request(&conn, "(not read: too many clients)");
+    let mut conn = conn;
+    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+    let reply = Reply::error(format!(
+        "Error: the daemon serves {MAX_CLIENTS} clients at once; try again"
+    ));
+    let _ = writeln!(conn, "{}", reply.json());
+}
+
+/// One client: its request line in, the reply out. It holds `_place` meanwhile.
+fn serve(conn: UnixStream, tx: mpsc::Sender<Event>, _place: Place) {
+    // A client that stalls holds only its own thread, and not for long.
+    let until = Until {
+        stream: &conn,
+        until: Instant::now() + CLIENT_TIME,
+        set_timeout: |s, t| s.set_read_timeout(t),
+    };
+    let _ = conn.set_write_timeout(Some(CLIENT_TIME));
     let mut line = String::new();
-    let read = BufReader::new(&conn).take(MAX_REQUEST).read_line(&mut line);
+    let read = BufReader::new(until).take(MAX_REQUEST).read_line(&mut line);
     let reply = match read {
         Err(e) => Reply::error(format!("Error: reading the request: {e}")),
         Ok(_) if !line.ends_with('\n') => {
@@ -849,6 +959,7 @@ fn stats(
         "batches": s.batches,
         "resyncs": s.resyncs,
         "overflows": s.overflows,
+        "backlog_waits": s.backlog_waits,
         "backoffs": s.backoffs,
         "dump_restarts": s.dump_restarts,
         "malformed": s.malformed,
@@ -898,10 +1009,15 @@ fn resident_bytes() -> Option<u64> {
 }
 
 /// One HTTP request for the metrics: its head read (bounded), the exposition written.
-fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, _place: Place) {
+    let until = Until {
+        stream: &conn,
+        until: Instant::now() + CLIENT_TIME,
+        set_timeout: |s, t| s.set_read_timeout(t),
+    };
+    let _ = conn.set_write_timeout(Some(CLIENT_TIME));
     let mut head = Vec::new();
-    let mut reader = BufReader::new(&conn).take(8 << 10);
+    let mut reader = BufReader::new(until).take(8 << 10);
     // The request line and headers, up to the blank line.
     loop {
         let mut line = Vec::new();
@@ -1010,6 +1126,11 @@ fn exposition(mirror: &Mirror) -> String {
             "fibre_mirror_overflows_total",
             "Overflows of the netlink socket.",
             s.overflows,
+        ),
+        (
+            "fibre_mirror_backlog_waits_total",
+            "Times the netlink receiver waited for the mirror to apply what it had received.",
+            s.backlog_waits,
         ),
         (
             "fibre_mirror_backoffs_total",

@@ -953,3 +953,42 @@ fn a_namespace_deleted_under_the_daemon_ends_it() {
     );
     assert!(!end.socket_left, "the socket removed on exit");
 }
+
+#[test]
+#[ignore = "needs root: mirrors a network namespace the test configures"]
+fn clients_are_bounded_in_number_and_in_time() {
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+    let ns = namespace("clients");
+    ip_batch(&ns, "link set lo up\n");
+    let d = Daemon::start(&ns, &[]);
+    d.json(&["stats", "--json"]);
+    // Sixteen clients that connect and send nothing hold every place (the daemon accepts
+    // in the order clients connect).
+    let idle: Vec<UnixStream> = (0..16)
+        .map(|_| UnixStream::connect(&d.socket).expect("a client connects"))
+        .collect();
+    // One more is told so at once, and the daemon goes on.
+    let out = d.ctl(&["stats"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("16 clients at once"), "{said}");
+    // Each idle one is answered with an error and closed when its time is up.
+    for mut c in idle {
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).expect("the daemon closes it");
+        assert!(reply.contains("not sent within 10 s"), "{reply}");
+    }
+    // Their places are free again.
+    wait_for("a client served again", || {
+        d.ctl(&["stats"]).status.success()
+    });
+    let ended = d.stop_with_log();
+    assert!(ended.status.success());
+    assert!(
+        ended.log.contains("(not read: too many clients)"),
+        "{}",
+        ended.log
+    );
+}

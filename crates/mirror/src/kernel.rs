@@ -34,6 +34,77 @@ const GROUPS: [u32; 9] = [
 /// parts, each soon.
 pub const BATCH_MESSAGES: usize = 1 << 16;
 
+/// The most notifications received and not yet applied ([`Backlog`]) by default: about
+/// two full batches.
+pub const BACKLOG_MESSAGES: usize = 2 * BATCH_MESSAGES;
+
+/// A bound on the notifications received and not yet applied. The receiver waits for
+/// room before it reads the socket again, so that a mirror falling behind leaves the
+/// changes in the kernel's socket, whose buffer is bounded too: it overflows
+/// (`ENOBUFS`), the overflow is counted and the mirror dumps again, where an unbounded
+/// queue between the two would grow without end.
+pub struct Backlog {
+    /// Messages received and not yet applied.
+    queued: std::sync::Mutex<usize>,
+    /// Signalled as messages are applied.
+    room: std::sync::Condvar,
+    /// The bound.
+    limit: usize,
+    /// Times the receiver waited for room.
+    waits: std::sync::atomic::AtomicU64,
+}
+
+impl Backlog {
+    /// A backlog of at most `limit` messages (at least one).
+    pub fn new(limit: usize) -> Backlog {
+        Backlog {
+            queued: std::sync::Mutex::new(0),
+            room: std::sync::Condvar::new(),
+            limit: limit.max(1),
+            waits: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Waits until fewer than the bound are queued (the receiver, before it reads).
+    pub fn wait_for_room(&self) {
+        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        if *queued >= self.limit {
+            self.waits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        while *queued >= self.limit {
+            queued = self.room.wait(queued).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Counts a batch received (the receiver, before it hands the batch on).
+    pub fn received(&self, batch: &Batch) {
+        *self.queued.lock().unwrap_or_else(|e| e.into_inner()) += batch.len();
+    }
+
+    /// Counts `n` messages applied (the mirror), making room.
+    pub fn applied(&self, n: usize) {
+        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        *queued = queued.saturating_sub(n);
+        self.room.notify_all();
+    }
+
+    /// Messages received and not yet applied.
+    pub fn queued(&self) -> usize {
+        *self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// How many times the receiver waited for room.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The receive buffer asked for each socket: large, so that bursts of changes (a table
 /// loaded with `ip -batch`) queue rather than overflow.
 pub const RECEIVE_BUFFER: usize = 64 << 20;
@@ -99,6 +170,21 @@ pub enum Batch {
     /// The socket overflowed (`ENOBUFS`): changes were lost, the state must be dumped
     /// again.
     Overflow,
+}
+
+impl Batch {
+    /// The messages it holds (none for an overflow).
+    pub fn len(&self) -> usize {
+        match self {
+            Batch::Messages(m, _) => m.len(),
+            Batch::Overflow => 0,
+        }
+    }
+
+    /// Whether it holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Events {

@@ -29,6 +29,9 @@ pub struct Stats {
     pub overflows: u64,
     /// Resyncs that backed off first (an overflow soon after the last resync).
     pub backoffs: u64,
+    /// Times the receiver of notifications waited for the mirror to apply what it had
+    /// received ([`crate::kernel::Backlog`]), as its owner last set it.
+    pub backlog_waits: u64,
     /// Dumps the kernel marked interrupted, each started again.
     pub dump_restarts: u64,
     /// Messages that could not be parsed, or that named what is not there: dropped.
