@@ -93,6 +93,26 @@ struct Followed {
     compiled: u64,
     paced: Paced,
     routes: usize,
+    memory: Memory,
+}
+
+/// What the mirror holds, in bytes.
+struct Memory {
+    /// The growth of the process's resident memory over the sync (the allocator's
+    /// freed pages given back first).
+    resident: u64,
+    /// The state's routes ([`fibre_fib::State::memory`]).
+    state: usize,
+    /// One snapshot's nodes and routes.
+    snapshot_routes: usize,
+    /// One snapshot's lookup structures.
+    snapshot_lookup: usize,
+}
+
+/// The process's resident memory, in bytes, once the allocator has given back the pages
+/// it holds free (0 if unknown).
+fn resident() -> u64 {
+    fibre_kernel::memory::resident_bytes_trimmed().unwrap_or(0)
 }
 
 /// What the mirror measured of the changes made one at a time.
@@ -139,8 +159,9 @@ pub fn mirror_study(
             dump = dump.min(t.elapsed());
         }
         let mut events = Events::subscribe(nl::RECEIVE_BUFFER).map_err(e)?;
+        let resident_before = resident();
         let t = Instant::now();
-        let (mut mirror, _reader) = Mirror::sync().map_err(e)?;
+        let (mut mirror, reader) = Mirror::sync().map_err(e)?;
         let sync = t.elapsed();
         let routes = mirror.state().routes(fibre_fib::Family::V4, None).count()
             + mirror.state().routes(fibre_fib::Family::V6, None).count();
@@ -148,6 +169,17 @@ pub fn mirror_study(
         let cpu = thread_cpu();
         std::thread::sleep(idle);
         let idle_cpu = thread_cpu() - cpu;
+        // By now the spare snapshot is copied: the state and both snapshots are held, as
+        // in the daemon (whose workers hold a reader, as `reader` here).
+        let resident = resident().saturating_sub(resident_before);
+        let parts = mirror.snapshot().memory_parts();
+        let memory = Memory {
+            resident,
+            state: mirror.state().memory(),
+            snapshot_routes: parts.routes,
+            snapshot_lookup: parts.lookup,
+        };
+        drop(reader);
         let _ = ready.send(Instant::now());
         let _ = burst_start.recv();
         let cpu = thread_cpu();
@@ -187,6 +219,7 @@ pub fn mirror_study(
             compiled: after.compiled - made.compiled,
             paced,
             routes,
+            memory,
         })
     });
     let Ok(_) = started.recv() else {
@@ -238,6 +271,11 @@ pub fn mirror_study(
     let caught_up = f.caught_up.duration_since(start);
     let secs = |d: Duration| d.as_secs_f64();
     let changes = 2 * half + 1;
+    let kernel_bytes = match (&load4.slab, &load6.slab) {
+        (Ok(a), Ok(b)) => Some(a + b),
+        _ => None,
+    };
+    let per_route = |b: f64| b / f.routes.max(1) as f64;
     Ok(vec![json!({
         "study": "mirror",
         "routes_v4": v4.len(),
@@ -270,6 +308,18 @@ pub fn mirror_study(
         "busy_cpu_s": secs(f.busy_cpu),
         "idle_cpu_s": secs(f.idle_cpu),
         "idle_s": secs(idle),
+        "kernel_route_bytes": kernel_bytes,
+        "kernel_route_bytes_error": match (&load4.slab, &load6.slab) {
+            (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+            _ => None,
+        },
+        "mirror_resident_bytes": f.memory.resident,
+        "mirror_over_kernel": kernel_bytes.map(|k| f.memory.resident as f64 / k as f64),
+        "state_bytes_per_route": per_route(f.memory.state as f64),
+        "snapshot_routes_bytes_per_route": per_route(f.memory.snapshot_routes as f64),
+        "snapshot_lookup_bytes_per_route": per_route(f.memory.snapshot_lookup as f64),
+        "resident_bytes_per_route": per_route(f.memory.resident as f64),
+        "kernel_bytes_per_route": kernel_bytes.map(|k| per_route(k as f64)),
     })])
 }
 
@@ -341,6 +391,22 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             ms(&f["paced_lag_p50_s"]),
             ms(&f["paced_lag_p99_s"]),
             ms(&f["paced_lag_max_s"]),
+        );
+        let mib = |k: &str| {
+            f[k].as_f64()
+                .map_or("-".into(), |b| format!("{:.0} MiB", b / (1 << 20) as f64))
+        };
+        let per = |k: &str| f[k].as_f64().map_or("-".into(), |b| format!("{b:.0}"));
+        s += &format!(
+            "\nMemory, beside the kernel's for the same routes:\n\n             | | bytes a route | total |\n|---|---:|---:|\n             | the kernel (its slab's growth as the routes were loaded) | {} | {} |\n             | the mirror (resident growth over the sync: the state and both snapshots) | {} | {} |\n             | of which the state's routes | {} | |\n             | of which one snapshot's routes (nodes) | {} | |\n             | of which one snapshot's lookup structures | {} | |\n\n             The mirror takes {} times the kernel's memory.\n",
+            per("kernel_bytes_per_route"),
+            mib("kernel_route_bytes"),
+            per("resident_bytes_per_route"),
+            mib("mirror_resident_bytes"),
+            per("state_bytes_per_route"),
+            per("snapshot_routes_bytes_per_route"),
+            per("snapshot_lookup_bytes_per_route"),
+            f["mirror_over_kernel"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
         );
     }
     s

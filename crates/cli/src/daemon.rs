@@ -946,12 +946,24 @@ fn stats(
         }
     }
     let us = |q| s.lag(q).map(|d| d.as_secs_f64() * 1e6);
-    let memory: usize = mirror
-        .snapshot()
-        .memory_by_table()
+    let routes: usize = tables
         .iter()
-        .map(|(_, _, b)| b)
-        .sum();
+        .filter_map(|t| t["routes"].as_u64())
+        .sum::<u64>() as usize;
+    let parts = mirror.snapshot().memory_parts();
+    let state_bytes = state.memory();
+    let per_route = |b: usize| (b as f64 / routes.max(1) as f64).round();
+    // The state, and the two snapshots a publication keeps (the published one and the
+    // spare it patches next).
+    let memory = serde_json::json!({
+        "state_bytes": state_bytes,
+        "snapshot_routes_bytes": parts.routes,
+        "snapshot_lookup_bytes": parts.lookup,
+        "total_bytes": state_bytes + 2 * (parts.routes + parts.lookup),
+        "state_bytes_per_route": per_route(state_bytes),
+        "snapshot_routes_bytes_per_route": per_route(parts.routes),
+        "snapshot_lookup_bytes_per_route": per_route(parts.lookup),
+    });
     let mut v = serde_json::json!({
         "synced": s.synced,
         "tables": tables,
@@ -971,8 +983,9 @@ fn stats(
         "compiled": mirror.publications().compiled,
         "lag_p50_us": us(0.5),
         "lag_p99_us": us(0.99),
-        "lookup_memory_bytes": memory,
-        "resident_bytes": resident_bytes(),
+        "lookup_memory_bytes": parts.lookup,
+        "memory": memory,
+        "resident_bytes": fibre_kernel::memory::resident_bytes(),
     });
     if let Some(f) = forwarding {
         v["forwarding"] = f.stats();
@@ -998,14 +1011,6 @@ fn stats(
         }
     }
     Ok(0)
-}
-
-/// The daemon's resident memory (`VmRSS` of `/proc/self/status`), if the system says.
-fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// One HTTP request for the metrics: its head read (bounded), the exposition written.
@@ -1107,7 +1112,7 @@ fn exposition(mirror: &Mirror) -> String {
         "fibre_resident_bytes",
         "gauge",
         "The daemon's resident memory.",
-        &one(resident_bytes().unwrap_or(0) as f64),
+        &one(fibre_kernel::memory::resident_bytes().unwrap_or(0) as f64),
     );
     metric(
         "fibre_mirror_neighbours",

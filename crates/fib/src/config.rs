@@ -711,7 +711,7 @@ impl RouteSpec {
                     p.dev = self.dev.unwrap_or(0);
                 }
             }
-            Paths::Own(v)
+            Paths::own(v)
         } else if kind.is_reject() {
             Paths::None
         } else {
@@ -720,7 +720,7 @@ impl RouteSpec {
                     return Err("Error: Device for nexthop is not up.".into())
                 }
                 (None, None) => return Err("RTNETLINK answers: No such device".into()),
-                (gateway, dev) => Paths::Own(vec![Path {
+                (gateway, dev) => Paths::own(vec![Path {
                     gateway,
                     dev: dev.unwrap_or(0),
                     weight: 1,

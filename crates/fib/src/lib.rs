@@ -89,6 +89,6 @@ pub use publish::{Fib, FibReader, Publications};
 pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteType};
 pub use rule::{Rule, RuleAction};
-pub use snapshot::Snapshot;
+pub use snapshot::{Snapshot, SnapshotMemory};
 pub use state::{Refused, RouteOp, State};
 pub use vector::{FlowVector, VectorAnswers};

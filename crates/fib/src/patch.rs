@@ -119,10 +119,9 @@ pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> Vec<Route> {
     }
     // Stable: the tables' order kept within a source prefix.
     by_src.sort_by_key(|(src, _)| *src);
-    let mut routes: Vec<Route> = by_src
-        .into_iter()
-        .flat_map(|(_, l)| l.iter().cloned())
-        .collect();
+    // Exactly as many as there are: a node's list is never pushed to.
+    let mut routes: Vec<Route> = Vec::with_capacity(by_src.iter().map(|(_, l)| l.len()).sum());
+    routes.extend(by_src.into_iter().flat_map(|(_, l)| l.iter().cloned()));
     routes.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
     routes
 }
@@ -776,9 +775,8 @@ route add 2001:db8:1:2::/64 via fd00::4
                     .find(|r| r.dst == n)
                     .unwrap()
                     .clone();
-                if let crate::route::Paths::Own(paths) = &mut r.paths {
-                    paths.iter_mut().for_each(|p| p.dead = true);
-                }
+                r.paths
+                    .edit(|paths| paths.iter_mut().for_each(|p| p.dead = true));
                 s.mirror_route(r, crate::state::RouteOp::Replace);
                 t.route(TABLE_MAIN, n);
             }

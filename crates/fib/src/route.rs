@@ -10,6 +10,7 @@ use crate::link::LinkIndex;
 use crate::net::{Family, Net};
 use crate::nexthop::NexthopId;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// A route's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,7 +89,7 @@ impl RouteType {
 }
 
 /// One path of a route: a gateway, a link, or both.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Path {
     /// The gateway (`via`); of either family for IPv4 routes (`via inet6 ...`).
     pub gateway: Option<IpAddr>,
@@ -110,8 +111,10 @@ pub struct Path {
 pub enum Paths {
     /// No path: reject routes (blackhole, unreachable, prohibit, throw).
     None,
-    /// One or more paths of its own.
-    Own(Vec<Path>),
+    /// One or more paths of its own: shared, not copied, by the route's copies (a
+    /// compiled snapshot's) and by the routes with the same paths (a mirror interns them),
+    /// as the kernel shares one `fib_info` among routes.
+    Own(Arc<[Path]>),
     /// A nexthop object (`nhid N`), shared with other routes.
     Object(NexthopId),
 }
@@ -160,5 +163,24 @@ impl Route {
             Paths::Own(p) => p,
             _ => &[],
         }
+    }
+}
+
+impl Paths {
+    /// Paths of its own, from a list.
+    pub fn own(paths: Vec<Path>) -> Paths {
+        Paths::Own(paths.into())
+    }
+
+    /// Changes the paths of its own with `edit` (nothing for other paths): a copy of
+    /// them is edited and takes their place, so that the route's other copies keep theirs.
+    pub fn edit<T>(&mut self, edit: impl FnOnce(&mut Vec<Path>) -> T) -> Option<T> {
+        let Paths::Own(paths) = self else {
+            return None;
+        };
+        let mut list = paths.to_vec();
+        let out = edit(&mut list);
+        *paths = list.into();
+        Some(out)
     }
 }

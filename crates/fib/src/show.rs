@@ -242,7 +242,7 @@ pub fn route_json(state: &State, r: &Route) -> Value {
         _ => None,
     };
     let paths: Vec<Path> = match &r.paths {
-        Paths::Own(p) => p.clone(),
+        Paths::Own(p) => p.to_vec(),
         Paths::Object(id) => object_paths(state, *id),
         _ => Vec::new(),
     };

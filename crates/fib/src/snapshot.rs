@@ -141,7 +141,10 @@ impl CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
         let mut by_dst: BTreeMap<Net, Vec<Route>> = BTreeMap::new();
         for ((dst, _src), list) in routes {
-            by_dst.entry(*dst).or_default().extend(list.iter().cloned());
+            // Exact: a node's list is never pushed to (a patch builds it anew).
+            let node = by_dst.entry(*dst).or_default();
+            node.reserve_exact(list.len());
+            node.extend(list.iter().cloned());
         }
         let mut nodes: Vec<Node> = Vec::with_capacity(by_dst.len());
         let mut index: HashMap<Net, u32> = HashMap::with_capacity(by_dst.len());
@@ -204,15 +207,26 @@ impl CompiledTable {
 
     /// Bytes the table's structures, nodes and hops take.
     fn memory(&self) -> usize {
+        self.lookup_memory() + self.node_memory()
+    }
+
+    /// Bytes of its LPM structures and the hops their answers name.
+    fn lookup_memory(&self) -> usize {
         let bytes = |m: fibre_lpm::MemoryUsage| m.lookup_bytes + m.update_bytes;
-        let lpm = self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
+        self.v4.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
-            + self.plain.memory();
-        lpm + self.nodes.len() * (std::mem::size_of::<Node>() + std::mem::size_of::<Plain>())
+            + self.plain.memory()
+    }
+
+    /// Bytes of its nodes and the routes they hold (their lists of paths are shared
+    /// with the state's routes, and counted there).
+    fn node_memory(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.answers.capacity() * std::mem::size_of::<Plain>()
             + self
                 .nodes
                 .iter()
-                .map(|n| n.routes.len() * std::mem::size_of::<Route>())
+                .map(|n| n.routes.capacity() * std::mem::size_of::<Route>())
                 .sum::<usize>()
     }
 }
@@ -695,6 +709,15 @@ impl FamilyFib {
     }
 }
 
+/// The bytes of a snapshot's parts ([`Snapshot::memory_parts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotMemory {
+    /// The lookup structures: LPM searches, their hops, the compiled rules.
+    pub lookup: usize,
+    /// The nodes and the routes they hold.
+    pub routes: usize,
+}
+
 /// The result of one table's lookup.
 pub(crate) enum TableResult<'a> {
     /// A route fits the flow.
@@ -1015,7 +1038,9 @@ impl State {
                 for id in [TABLE_LOCAL, TABLE_MAIN] {
                     for (_, _, routes) in tables_of().filter(|(tf, t, _)| *tf == f && *t == id) {
                         for (k, list) in routes {
-                            both.entry(*k).or_default().extend(list.iter().cloned());
+                            let both = both.entry(*k).or_default();
+                            both.reserve_exact(list.len());
+                            both.extend(list.iter().cloned());
                         }
                     }
                 }
@@ -1309,6 +1334,18 @@ impl Snapshot {
             out.extend(ids.into_iter().map(|(id, m)| (f, id, m)));
         }
         out
+    }
+
+    /// Bytes the snapshot's tables take, in two parts: the lookup structures (each
+    /// table's LPM searches and their hops) and the routes (the nodes holding the routes
+    /// of each destination, for the full walk).
+    pub fn memory_parts(&self) -> SnapshotMemory {
+        let tables = || self.v4.tables.iter().chain(&self.v6.tables);
+        SnapshotMemory {
+            lookup: tables().map(CompiledTable::lookup_memory).sum::<usize>()
+                + self.memory_of_rules().iter().map(|(_, b)| b).sum::<usize>(),
+            routes: tables().map(CompiledTable::node_memory).sum(),
+        }
     }
 
     /// Bytes the compiled rules of each family take: the rules, their index (when there

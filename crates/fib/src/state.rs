@@ -18,6 +18,7 @@ use crate::rule::{Rule, RuleAction, RuleLink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// A change the kernel would refuse, in the kernel's words (`Error: ...` for messages the
 /// kernel explains, `RTNETLINK answers: ...` for bare errors).
@@ -125,6 +126,34 @@ pub struct State {
     /// family and table, however they changed (a command, a report, or what a link or
     /// an address took with it). A published snapshot is patched at them.
     journal: Option<BTreeSet<(Family, u32, Net)>>,
+    /// The routes' lists of paths, each held once and shared by every route with the
+    /// same ([`State::intern`]).
+    path_lists: PathLists,
+}
+
+/// Lists of paths held once each: a full table through a few gateways has a few.
+#[derive(Clone, Debug, Default)]
+struct PathLists {
+    lists: std::collections::HashSet<Arc<[Path]>>,
+    /// How many there were after the last sweep of those no route holds any more.
+    swept: usize,
+}
+
+impl PathLists {
+    /// See [`State::intern`].
+    fn intern(&mut self, paths: &mut Paths) {
+        let Paths::Own(list) = paths else { return };
+        match self.lists.get(list) {
+            Some(held) => *list = held.clone(),
+            None => {
+                if self.lists.len() >= 2 * self.swept.max(64) {
+                    self.lists.retain(|l| Arc::strong_count(l) > 1);
+                    self.swept = self.lists.len();
+                }
+                self.lists.insert(list.clone());
+            }
+        }
+    }
 }
 
 /// Notes in `journal`, if kept, that the routes of `dst` in table `table` changed.
@@ -173,6 +202,7 @@ impl State {
             },
         );
         State {
+            path_lists: PathLists::default(),
             links,
             next_index: 2,
             addrs: Vec::new(),
@@ -765,7 +795,7 @@ impl State {
             prefsrc: Some(prim),
             mtu: None,
             hoplimit: None,
-            paths: Paths::Own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
+            paths: Paths::own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
             pref: 0,
         });
     }
@@ -804,7 +834,7 @@ impl State {
             prefsrc: Some(prim),
             mtu: None,
             hoplimit: None,
-            paths: Paths::Own(vec![dev_path(a.link, SCOPE_HOST)]),
+            paths: Paths::own(vec![dev_path(a.link, SCOPE_HOST)]),
             pref: 0,
         };
         if let Some(b) = a
@@ -835,7 +865,7 @@ impl State {
                     prefsrc: Some(prim),
                     mtu: None,
                     hoplimit: None,
-                    paths: Paths::Own(vec![dev_path(
+                    paths: Paths::own(vec![dev_path(
                         a.link,
                         if is_lo { SCOPE_NOWHERE } else { SCOPE_HOST },
                     )]),
@@ -933,7 +963,7 @@ impl State {
                         prefsrc: None,
                         mtu: None,
                         hoplimit: None,
-                        paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
+                        paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
                         pref: 0,
                     });
                 }
@@ -951,7 +981,7 @@ impl State {
             prefsrc: None,
             mtu: None,
             hoplimit: None,
-            paths: Paths::Own(vec![dev_path(index, SCOPE_NOWHERE)]),
+            paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
             pref: 0,
         });
     }
@@ -970,7 +1000,7 @@ impl State {
             prefsrc: None,
             mtu: None,
             hoplimit: None,
-            paths: Paths::Own(vec![dev_path(index, SCOPE_LINK)]),
+            paths: Paths::own(vec![dev_path(index, SCOPE_LINK)]),
             pref: 0,
         });
     }
@@ -1000,23 +1030,24 @@ impl State {
             prefsrc: None,
             mtu: None,
             hoplimit: None,
-            paths: Paths::Own(vec![dev_path(index, SCOPE_HOST)]),
+            paths: Paths::own(vec![dev_path(index, SCOPE_HOST)]),
             pref: 0,
         });
     }
 
     /// Inserts a route the kernel makes, unless the same one is there.
-    fn insert_kernel_route(&mut self, route: Route) {
+    fn insert_kernel_route(&mut self, mut route: Route) {
         if self.mirrored {
             // The kernel reports the routes it makes.
             return;
         }
+        self.intern(&mut route.paths);
         let list = self
             .tables
             .entry((route.family(), route.table))
             .or_default()
             .entry((route.dst, route.src))
-            .or_default();
+            .or_insert_with(one_route);
         if list.iter().any(|r| same_route(r, &route)) {
             return;
         }
@@ -1041,10 +1072,46 @@ impl State {
         }
     }
 
+    /// Bytes the routes take: the tables' entries (counted at the slack a B-tree's nodes
+    /// have on average, half again), the routes, and the lists of paths they share.
+    pub fn memory(&self) -> usize {
+        use std::mem::size_of;
+        let entry = size_of::<(Net, Net)>() + size_of::<Vec<Route>>();
+        let tables: usize = self
+            .tables
+            .values()
+            .map(|t| {
+                t.len() * entry * 3 / 2
+                    + t.values()
+                        .map(|l| l.capacity() * size_of::<Route>())
+                        .sum::<usize>()
+            })
+            .sum();
+        let lists: usize = self
+            .path_lists
+            .lists
+            .iter()
+            .map(|l| {
+                2 * size_of::<usize>()
+                    + std::mem::size_of_val::<[Path]>(l)
+                    + size_of::<Arc<[Path]>>()
+            })
+            .sum();
+        tables + lists
+    }
+
+    /// Makes `paths` share the list of paths an equal list of another route holds, or
+    /// holds it for the routes to come. Lists no route holds any more are swept once
+    /// there are twice as many as after the last sweep.
+    fn intern(&mut self, paths: &mut Paths) {
+        self.path_lists.intern(paths);
+    }
+
     /// The kernel's `fib_sync_down_dev` and `fib_flush` (and IPv6's `rt6_sync_down_dev`):
     /// paths through the link die; a route all of whose paths died is removed. Unless
     /// `force`, local routes' paths (scope nowhere) survive.
     fn flush_dev(&mut self, index: LinkIndex, family: Option<Family>, force: bool) {
+        let lists = &mut self.path_lists;
         for ((f, t), table) in self.tables.iter_mut() {
             if family.is_some_and(|x| x != *f) {
                 continue;
@@ -1055,16 +1122,19 @@ impl State {
                     let Paths::Own(paths) = &mut r.paths else {
                         return true;
                     };
-                    let mut alive = 0;
-                    for p in paths.iter_mut() {
-                        if p.dev == index && (force || p.scope != SCOPE_NOWHERE) {
-                            changed |= !p.dead;
+                    let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
+                    // Copied only if a path dies: the paths are shared.
+                    if paths.iter().any(|p| dies(p) && !p.dead) {
+                        changed = true;
+                        for p in Arc::make_mut(paths).iter_mut().filter(|p| dies(p)) {
                             p.dead = true;
                         }
-                        if !p.dead {
-                            alive += 1;
-                        }
+                        lists.intern(&mut r.paths);
                     }
+                    let Paths::Own(paths) = &r.paths else {
+                        return true;
+                    };
+                    let alive = paths.iter().filter(|p| !p.dead).count();
                     changed |= alive == 0;
                     alive > 0
                 });
@@ -1079,6 +1149,7 @@ impl State {
     /// The kernel's `fib_sync_up` (IPv4, when the link comes up) and `rt6_sync_up` (IPv6,
     /// when it is up with its carrier): paths of `family` through the link live again.
     fn revive_dev(&mut self, index: LinkIndex, family: Family) {
+        let lists = &mut self.path_lists;
         for ((f, t), table) in self.tables.iter_mut() {
             if *f != family {
                 continue;
@@ -1087,9 +1158,13 @@ impl State {
                 let mut changed = false;
                 for r in list.iter_mut() {
                     if let Paths::Own(paths) = &mut r.paths {
-                        for p in paths.iter_mut().filter(|p| p.dev == index) {
-                            changed |= p.dead;
-                            p.dead = false;
+                        // Copied only if a path lives again: the paths are shared.
+                        if paths.iter().any(|p| p.dev == index && p.dead) {
+                            changed = true;
+                            for p in Arc::make_mut(paths).iter_mut().filter(|p| p.dev == index) {
+                                p.dead = false;
+                            }
+                            lists.intern(&mut r.paths);
                         }
                     }
                 }
@@ -1105,6 +1180,7 @@ impl State {
     /// `ip route add|replace|change|append|prepend ROUTE`, checked as the kernel checks it.
     pub fn modify_route(&mut self, op: RouteOp, mut route: Route) -> Result<(), Refused> {
         self.validate_route(&mut route)?;
+        self.intern(&mut route.paths);
         let family = route.family();
         if family == Family::V6 {
             self.v6_tables_made.insert(route.table);
@@ -1112,7 +1188,7 @@ impl State {
         let (table_key, key) = ((family, route.table), (route.dst, route.src));
         note(&mut self.journal, family, route.table, route.dst);
         let table = self.tables.entry(table_key).or_default();
-        let list = table.entry(key).or_default();
+        let list = table.entry(key).or_insert_with(one_route);
         let local = family == Family::V4 && route.kind == RouteType::Local;
         let result = match family {
             Family::V4 => modify_v4(list, op, route),
@@ -1174,12 +1250,14 @@ impl State {
                 })
                 .ok_or_else(no_such)?;
             let one_path = filter.gateway.filter(|_| list[pos].own_paths().len() > 1);
-            if let (Some(g), Paths::Own(paths)) = (one_path, &mut list[pos].paths) {
-                let at = paths
-                    .iter()
-                    .position(|p| Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev))
-                    .expect("matched above");
-                paths.remove(at);
+            if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
+                list[pos].paths.edit(|paths| {
+                    let at = paths
+                        .iter()
+                        .position(|p| Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev))
+                        .expect("matched above");
+                    paths.remove(at);
+                });
             } else {
                 list.remove(pos);
             }
@@ -1268,11 +1346,10 @@ impl State {
             }
             Paths::Own(paths) => {
                 if kind.is_reject() {
-                    paths.clear();
                     route.paths = Paths::None;
                     return Ok(());
                 }
-                for p in paths.iter_mut() {
+                for p in Arc::make_mut(paths).iter_mut() {
                     self.check_path(family, table, scope, kind, p)?;
                 }
             }
@@ -1705,6 +1782,12 @@ fn self_lo(index: LinkIndex, links: &BTreeMap<LinkIndex, Link>) -> bool {
         .is_some_and(|l| l.kind == LinkKind::Loopback)
 }
 
+/// The list of a new key's routes: room for one, which most keys hold (a first push
+/// would make room for four).
+pub(crate) fn one_route() -> Vec<Route> {
+    Vec::with_capacity(1)
+}
+
 /// A path straight onto a link.
 pub fn dev_path(dev: LinkIndex, scope: u8) -> Path {
     Path {
@@ -1735,7 +1818,7 @@ fn same_paths(a: &Paths, b: &Paths) -> bool {
     match (a, b) {
         (Paths::Own(x), Paths::Own(y)) => {
             x.len() == y.len()
-                && x.iter().zip(y).all(|(p, q)| {
+                && x.iter().zip(y.iter()).all(|(p, q)| {
                     p.gateway == q.gateway
                         && p.dev == q.dev
                         && p.weight == q.weight
@@ -1861,9 +1944,7 @@ fn modify_v6(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Ref
             match group {
                 Some(i) if can_ecmp => {
                     let new_paths = route.own_paths().to_vec();
-                    if let Paths::Own(paths) = &mut list[i].paths {
-                        paths.extend(new_paths);
-                    }
+                    list[i].paths.edit(|paths| paths.extend(new_paths));
                 }
                 _ => {
                     let at = insert_position(list, &route, true);

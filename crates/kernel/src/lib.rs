@@ -6,6 +6,7 @@
 //! - [`probe`]: the kernel's route lookup (`bpf_fib_lookup`) run from an XDP program on
 //!   addresses from a map, timed by the kernel, dry run beside it, answers readable.
 //! - [`privileges`]: capabilities cut to those named, after setup.
+//! - [`memory`]: this process's resident memory.
 //! - [`sockopt`]: the netlink sockets' receive buffers; a Unix socket's peer.
 //! - [`wire`]: raw frames into and out of a link with packet sockets, for tests and
 //!   benchmarks that ask the kernel.
@@ -14,6 +15,7 @@
 //! side cannot run when it cannot.
 
 pub mod bpf;
+pub mod memory;
 pub mod netns;
 pub mod privileges;
 pub mod probe;

@@ -294,12 +294,12 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
                 scope: path_scope(u8::from(h.scope), gw),
             });
         }
-        Paths::Own(paths)
+        Paths::own(paths)
     } else if kind.is_reject() || kind == RouteType::Throw {
         Paths::None
     } else {
         let dev = oif.ok_or(Skip::Malformed("a route without a link"))?;
-        Paths::Own(vec![Path {
+        Paths::own(vec![Path {
             gateway,
             dev,
             weight: 1,

@@ -97,7 +97,8 @@ impl State {
     /// A route as the kernel reports it: `op` from the message's flags (`Replace` for
     /// `NLM_F_REPLACE`, `Append` for `NLM_F_APPEND` and for a dump, else `Prepend`). An
     /// IPv6 route is reported whole (all its paths), so it replaces the route of its key.
-    pub fn mirror_route(&mut self, route: Route, op: RouteOp) {
+    pub fn mirror_route(&mut self, mut route: Route, op: RouteOp) {
+        self.intern(&mut route.paths);
         let family = route.family();
         if family == Family::V6 {
             self.v6_tables_made.insert(route.table);
@@ -112,7 +113,7 @@ impl State {
             .entry((family, route.table))
             .or_default()
             .entry((route.dst, route.src))
-            .or_default();
+            .or_insert_with(one_route);
         match family {
             Family::V4 => {
                 if list.contains(&route) {
@@ -146,18 +147,18 @@ impl State {
                     Some(at) if op == RouteOp::Append && ecmp_v6(&route) => {
                         // A path appended: the kernel lists the route's paths in the
                         // order they came, the new ones after.
-                        if let (Paths::Own(old), Paths::Own(new)) =
-                            (&mut list[at].paths, route.paths)
-                        {
-                            for p in new {
-                                match old
-                                    .iter_mut()
-                                    .find(|o| o.dev == p.dev && o.gateway == p.gateway)
-                                {
-                                    Some(o) => *o = p,
-                                    None => old.push(p),
+                        if let Paths::Own(new) = route.paths {
+                            list[at].paths.edit(|old| {
+                                for p in new.iter() {
+                                    match old
+                                        .iter_mut()
+                                        .find(|o| o.dev == p.dev && o.gateway == p.gateway)
+                                    {
+                                        Some(o) => *o = p.clone(),
+                                        None => old.push(p.clone()),
+                                    }
                                 }
-                            }
+                            });
                         }
                     }
                     Some(at) => list[at] = route,
@@ -209,15 +210,18 @@ impl State {
                                 }))
                 });
                 if let Some(at) = at {
-                    let left = match &mut list[at].paths {
-                        Paths::Own(paths) if !gone.is_empty() => {
-                            paths.retain(|p| {
-                                !gone
-                                    .iter()
-                                    .any(|g| g.dev == p.dev && g.gateway == p.gateway)
-                            });
-                            !paths.is_empty()
-                        }
+                    let left = match &list[at].paths {
+                        Paths::Own(_) if !gone.is_empty() => list[at]
+                            .paths
+                            .edit(|paths| {
+                                paths.retain(|p| {
+                                    !gone
+                                        .iter()
+                                        .any(|g| g.dev == p.dev && g.gateway == p.gateway)
+                                });
+                                !paths.is_empty()
+                            })
+                            .unwrap_or(false),
                         _ => false,
                     };
                     if !left {
