@@ -69,7 +69,11 @@ pub fn addr_from_bits(family: Family, bits: u128) -> IpAddr {
 }
 
 /// A prefix of either family: an address and a length, host bits cleared.
+///
+/// Aligned to 8 bytes, not the 16 of its `u128`: 24 bytes rather than 32, in every route
+/// (twice), every key of a table and every node of a snapshot, and read as fast.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(Rust, packed(8))]
 pub struct Net {
     family: Family,
     bits: u128,

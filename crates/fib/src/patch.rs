@@ -18,9 +18,9 @@
 
 use crate::names::{TABLE_LOCAL, TABLE_MAIN};
 use crate::net::{Family, Net};
-use crate::route::{Route, RouteType};
+use crate::route::RouteType;
 use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Node, Plain, Snapshot};
-use crate::state::{State, TableRoutes};
+use crate::state::{RouteList, State, TableRoutes};
 use std::collections::BTreeSet;
 
 /// What a batch of changes touched: the destination prefixes whose routes changed, by
@@ -107,8 +107,8 @@ fn sources(state: &State, family: Family, id: u32, v4_merged: bool) -> Vec<&Tabl
 /// The routes of destination `dst` among `sources`, as a compiled node holds them: by
 /// source prefix, longest first, each source prefix's routes in the kernel's order, the
 /// tables' in turn.
-pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> Vec<Route> {
-    let mut by_src: Vec<(Net, &[Route])> = Vec::new();
+pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> RouteList {
+    let mut by_src: Vec<(Net, &RouteList)> = Vec::new();
     for table in sources {
         for ((_, src), list) in table
             .range((dst, Net::default_of(dst.family()))..)
@@ -119,11 +119,8 @@ pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> Vec<Route> {
     }
     // Stable: the tables' order kept within a source prefix.
     by_src.sort_by_key(|(src, _)| *src);
-    // Exactly as many as there are: a node's list is never pushed to.
-    let mut routes: Vec<Route> = Vec::with_capacity(by_src.iter().map(|(_, l)| l.len()).sum());
-    routes.extend(by_src.into_iter().flat_map(|(_, l)| l.iter().cloned()));
-    routes.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
-    routes
+    let lists: Vec<&RouteList> = by_src.into_iter().map(|(_, l)| l).collect();
+    crate::snapshot::by_source(&lists)
 }
 
 /// The destinations of `sources` strictly inside `dst` with none between them and it.

@@ -28,6 +28,7 @@ use crate::state::State;
 use fibre_lpm::{Ipv4Table, Ipv6Table};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// One destination prefix of a compiled table.
 #[derive(Clone, Debug)]
@@ -35,8 +36,9 @@ pub(crate) struct Node {
     /// The destination prefix.
     pub(crate) dst: Net,
     /// The routes, grouped by source prefix (longest source first), each group in the
-    /// kernel's order.
-    pub(crate) routes: Vec<Route>,
+    /// kernel's order: where one key (destination and source) has routes here, the
+    /// state's list itself, shared.
+    pub(crate) routes: crate::state::RouteList,
     /// The node of the next shorter destination prefix in the table, if any.
     pub(crate) parent: Option<u32>,
 }
@@ -136,27 +138,37 @@ impl Plain {
     }
 }
 
+/// The routes of one destination's keys (`lists`, by source prefix in ascending order),
+/// as a node holds them: the one list itself, shared, or the lists' routes, longest
+/// source prefix first, each list's in its order.
+pub(crate) fn by_source(lists: &[&crate::state::RouteList]) -> crate::state::RouteList {
+    if let [one] = lists {
+        return Arc::clone(one);
+    }
+    let mut routes: Vec<Route> = lists.iter().flat_map(|l| l.iter().cloned()).collect();
+    routes.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
+    routes.into()
+}
+
 impl CompiledTable {
     fn build(id: u32, family: Family, routes: &crate::state::TableRoutes) -> CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
-        let mut by_dst: BTreeMap<Net, Vec<Route>> = BTreeMap::new();
-        for ((dst, _src), list) in routes {
-            // Exact: a node's list is never pushed to (a patch builds it anew).
-            let node = by_dst.entry(*dst).or_default();
-            node.reserve_exact(list.len());
-            node.extend(list.iter().cloned());
-        }
-        let mut nodes: Vec<Node> = Vec::with_capacity(by_dst.len());
-        let mut index: HashMap<Net, u32> = HashMap::with_capacity(by_dst.len());
-        for (dst, mut list) in by_dst {
-            list.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
-            index.insert(dst, nodes.len() as u32);
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut index: HashMap<Net, u32> = HashMap::new();
+        let mut keys = routes.iter().peekable();
+        while let Some(((dst, _), list)) = keys.next() {
+            let mut lists = vec![list];
+            while keys.peek().is_some_and(|((d, _), _)| d == dst) {
+                lists.push(keys.next().expect("peeked").1);
+            }
+            index.insert(*dst, nodes.len() as u32);
             nodes.push(Node {
-                dst,
-                routes: list,
+                dst: *dst,
+                routes: by_source(&lists),
                 parent: None,
             });
         }
+        nodes.shrink_to_fit();
         // Each node's parent: the longest shorter prefix present that covers it.
         for node in nodes.iter_mut() {
             let dst = node.dst;
@@ -218,15 +230,16 @@ impl CompiledTable {
             + self.plain.memory()
     }
 
-    /// Bytes of its nodes and the routes they hold (their lists of paths are shared
-    /// with the state's routes, and counted there).
+    /// Bytes of its nodes and of the lists of routes only it holds (a list shared with
+    /// the state, as most are, is counted there; so are the routes' lists of paths).
     fn node_memory(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.answers.capacity() * std::mem::size_of::<Plain>()
             + self
                 .nodes
                 .iter()
-                .map(|n| n.routes.capacity() * std::mem::size_of::<Route>())
+                .filter(|n| Arc::strong_count(&n.routes) == 1)
+                .map(|n| std::mem::size_of_val::<[Route]>(&n.routes))
                 .sum::<usize>()
     }
 }
@@ -1038,9 +1051,17 @@ impl State {
                 for id in [TABLE_LOCAL, TABLE_MAIN] {
                     for (_, _, routes) in tables_of().filter(|(tf, t, _)| *tf == f && *t == id) {
                         for (k, list) in routes {
-                            let both = both.entry(*k).or_default();
-                            both.reserve_exact(list.len());
-                            both.extend(list.iter().cloned());
+                            // A key of one table keeps its list; of both, local's first.
+                            match both.get_mut(k) {
+                                None => {
+                                    both.insert(*k, list.clone());
+                                }
+                                Some(first) => {
+                                    let joined: Vec<Route> =
+                                        first.iter().chain(list.iter()).cloned().collect();
+                                    *first = joined.into();
+                                }
+                            }
                         }
                     }
                 }

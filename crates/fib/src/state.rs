@@ -92,7 +92,22 @@ pub struct RouteFilter {
 
 /// The routes of one table of one family: for each (destination, source) prefix pair,
 /// the kernel's ordered list of routes.
-pub type TableRoutes = BTreeMap<(Net, Net), Vec<Route>>;
+pub type TableRoutes = BTreeMap<(Net, Net), RouteList>;
+
+/// The routes of one key (destination and source prefix), in the kernel's order. Shared
+/// with the snapshots compiled from the state, whose node of a destination is this list
+/// itself where one key has routes there: a change makes a new list, and the
+/// snapshots keep the one they hold.
+pub type RouteList = Arc<[Route]>;
+
+/// Changes the routes of `list` with `change`: a copy of them is changed and takes its
+/// place, so that the snapshots holding the list keep theirs.
+pub(crate) fn edit<T>(list: &mut RouteList, change: impl FnOnce(&mut Vec<Route>) -> T) -> T {
+    let mut routes = list.to_vec();
+    let out = change(&mut routes);
+    *list = routes.into();
+    out
+}
 
 /// The whole routing state.
 #[derive(Clone, Debug)]
@@ -279,7 +294,7 @@ impl State {
         self.tables
             .iter()
             .filter(move |((f, t), _)| *f == family && table.is_none_or(|id| id == *t))
-            .flat_map(|(_, routes)| routes.values().flatten())
+            .flat_map(|(_, routes)| routes.values().flat_map(|l| l.iter()))
     }
 
     /// Starts noting the destinations whose routes change (see [`State::take_journal`]).
@@ -1047,13 +1062,13 @@ impl State {
             .entry((route.family(), route.table))
             .or_default()
             .entry((route.dst, route.src))
-            .or_insert_with(one_route);
+            .or_insert_with(no_route);
         if list.iter().any(|r| same_route(r, &route)) {
             return;
         }
         note(&mut self.journal, route.family(), route.table, route.dst);
         let at = insert_position(list, &route, true);
-        list.insert(at, route);
+        edit(list, |l| l.insert(at, route));
     }
 
     fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(&Route) -> bool) {
@@ -1062,9 +1077,8 @@ impl State {
                 continue;
             }
             for ((dst, _), list) in table.iter_mut() {
-                let before = list.len();
-                list.retain(|r| !gone(r));
-                if list.len() != before {
+                if list.iter().any(&mut gone) {
+                    edit(list, |l| l.retain(|r| !gone(r)));
                     note(&mut self.journal, *f, *t, *dst);
                 }
             }
@@ -1076,14 +1090,14 @@ impl State {
     /// have on average, half again), the routes, and the lists of paths they share.
     pub fn memory(&self) -> usize {
         use std::mem::size_of;
-        let entry = size_of::<(Net, Net)>() + size_of::<Vec<Route>>();
+        let entry = size_of::<(Net, Net)>() + size_of::<RouteList>();
         let tables: usize = self
             .tables
             .values()
             .map(|t| {
                 t.len() * entry * 3 / 2
                     + t.values()
-                        .map(|l| l.capacity() * size_of::<Route>())
+                        .map(|l| 2 * size_of::<usize>() + std::mem::size_of_val::<[Route]>(l))
                         .sum::<usize>()
             })
             .sum();
@@ -1116,31 +1130,34 @@ impl State {
             if family.is_some_and(|x| x != *f) {
                 continue;
             }
+            let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
+            // A route is changed if a path of its dies, and goes if none is left alive.
+            let touched = |r: &Route| {
+                let paths = r.own_paths();
+                matches!(r.paths, Paths::Own(_))
+                    && (paths.iter().any(|p| dies(p) && !p.dead)
+                        || paths.iter().all(|p| p.dead || dies(p)))
+            };
             for ((dst, _), list) in table.iter_mut() {
-                let mut changed = false;
-                list.retain_mut(|r| {
-                    let Paths::Own(paths) = &mut r.paths else {
-                        return true;
-                    };
-                    let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
-                    // Copied only if a path dies: the paths are shared.
-                    if paths.iter().any(|p| dies(p) && !p.dead) {
-                        changed = true;
-                        for p in Arc::make_mut(paths).iter_mut().filter(|p| dies(p)) {
-                            p.dead = true;
-                        }
-                        lists.intern(&mut r.paths);
-                    }
-                    let Paths::Own(paths) = &r.paths else {
-                        return true;
-                    };
-                    let alive = paths.iter().filter(|p| !p.dead).count();
-                    changed |= alive == 0;
-                    alive > 0
-                });
-                if changed {
-                    note(&mut self.journal, *f, *t, *dst);
+                // Copied only if a route changes: the lists and paths are shared.
+                if !list.iter().any(touched) {
+                    continue;
                 }
+                edit(list, |list| {
+                    list.retain_mut(|r| {
+                        if !touched(r) {
+                            return true;
+                        }
+                        r.paths.edit(|paths| {
+                            for p in paths.iter_mut().filter(|p| dies(p)) {
+                                p.dead = true;
+                            }
+                        });
+                        lists.intern(&mut r.paths);
+                        r.own_paths().iter().any(|p| !p.dead)
+                    })
+                });
+                note(&mut self.journal, *f, *t, *dst);
             }
             table.retain(|_, l| !l.is_empty());
         }
@@ -1154,23 +1171,23 @@ impl State {
             if *f != family {
                 continue;
             }
+            let touched = |r: &Route| r.own_paths().iter().any(|p| p.dev == index && p.dead);
             for ((dst, _), list) in table.iter_mut() {
-                let mut changed = false;
-                for r in list.iter_mut() {
-                    if let Paths::Own(paths) = &mut r.paths {
-                        // Copied only if a path lives again: the paths are shared.
-                        if paths.iter().any(|p| p.dev == index && p.dead) {
-                            changed = true;
-                            for p in Arc::make_mut(paths).iter_mut().filter(|p| p.dev == index) {
+                // Copied only if a path lives again: the lists and paths are shared.
+                if !list.iter().any(touched) {
+                    continue;
+                }
+                edit(list, |list| {
+                    for r in list.iter_mut().filter(|r| touched(r)) {
+                        r.paths.edit(|paths| {
+                            for p in paths.iter_mut().filter(|p| p.dev == index) {
                                 p.dead = false;
                             }
-                            lists.intern(&mut r.paths);
-                        }
+                        });
+                        lists.intern(&mut r.paths);
                     }
-                }
-                if changed {
-                    note(&mut self.journal, *f, *t, *dst);
-                }
+                });
+                note(&mut self.journal, *f, *t, *dst);
             }
         }
     }
@@ -1188,12 +1205,12 @@ impl State {
         let (table_key, key) = ((family, route.table), (route.dst, route.src));
         note(&mut self.journal, family, route.table, route.dst);
         let table = self.tables.entry(table_key).or_default();
-        let list = table.entry(key).or_insert_with(one_route);
+        let list = table.entry(key).or_insert_with(no_route);
         let local = family == Family::V4 && route.kind == RouteType::Local;
-        let result = match family {
-            Family::V4 => modify_v4(list, op, route),
-            Family::V6 => modify_v6(list, op, route),
-        };
+        let result = edit(list, |l| match family {
+            Family::V4 => modify_v4(l, op, route),
+            Family::V6 => modify_v6(l, op, route),
+        });
         self.v4_custom_local_routes |= local && result.is_ok();
         // Only the list this change touched can have been left empty.
         if list.is_empty() {
@@ -1250,17 +1267,21 @@ impl State {
                 })
                 .ok_or_else(no_such)?;
             let one_path = filter.gateway.filter(|_| list[pos].own_paths().len() > 1);
-            if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
-                list[pos].paths.edit(|paths| {
-                    let at = paths
-                        .iter()
-                        .position(|p| Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev))
-                        .expect("matched above");
-                    paths.remove(at);
-                });
-            } else {
-                list.remove(pos);
-            }
+            edit(list, |list| {
+                if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
+                    list[pos].paths.edit(|paths| {
+                        let at = paths
+                            .iter()
+                            .position(|p| {
+                                Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev)
+                            })
+                            .expect("matched above");
+                        paths.remove(at);
+                    });
+                } else {
+                    list.remove(pos);
+                }
+            });
         } else {
             let pos = list
                 .iter()
@@ -1279,7 +1300,7 @@ impl State {
                             }))
                 })
                 .ok_or_else(no_such)?;
-            list.remove(pos);
+            edit(list, |list| list.remove(pos));
         }
         if list.is_empty() {
             t.remove(&(dst, src));
@@ -1782,10 +1803,9 @@ fn self_lo(index: LinkIndex, links: &BTreeMap<LinkIndex, Link>) -> bool {
         .is_some_and(|l| l.kind == LinkKind::Loopback)
 }
 
-/// The list of a new key's routes: room for one, which most keys hold (a first push
-/// would make room for four).
-pub(crate) fn one_route() -> Vec<Route> {
-    Vec::with_capacity(1)
+/// The list of a new key's routes, before its first.
+pub(crate) fn no_route() -> RouteList {
+    Arc::from([])
 }
 
 /// A path straight onto a link.

@@ -113,8 +113,12 @@ impl State {
             .entry((family, route.table))
             .or_default()
             .entry((route.dst, route.src))
-            .or_insert_with(one_route);
-        match family {
+            .or_insert_with(no_route);
+        if family == Family::V4 && list.contains(&route) {
+            // Reported twice (a dump and a queued notification).
+            return;
+        }
+        edit(list, |list| match family {
             Family::V4 => {
                 if list.contains(&route) {
                     // Reported twice (a dump and a queued notification).
@@ -168,7 +172,7 @@ impl State {
                     }
                 }
             }
-        }
+        });
     }
 
     /// A route the kernel removed: the route of its key with its type and paths (IPv6:
@@ -185,7 +189,7 @@ impl State {
         };
         note(&mut self.journal, family, route.table, route.dst);
         let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
-        match family {
+        edit(list, |list| match family {
             Family::V4 => {
                 let at = list
                     .iter()
@@ -229,7 +233,7 @@ impl State {
                     }
                 }
             }
-        }
+        });
         if list.is_empty() {
             table.remove(&key);
         }
