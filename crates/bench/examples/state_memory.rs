@@ -79,6 +79,7 @@ fn main() {
     let v4 = prefixes("rib-v4.txt.gz");
     let v6 = prefixes("rib-v6.txt.gz");
     let start = live();
+    let built = std::time::Instant::now();
     let mut state = fibre_fib::State::mirrored();
     state.mirror_link(link(1, "lo", LinkKind::Loopback), true);
     state.mirror_link(link(2, "a0", LinkKind::Dummy), true);
@@ -118,9 +119,17 @@ fn main() {
     }
     let routes = v4.len() + v6.len();
     let state_bytes = live() - start;
+    let state_time = built.elapsed();
     let before = live();
+    let compiled = std::time::Instant::now();
     let snapshot = state.snapshot();
+    let compile_time = compiled.elapsed();
     let snapshot_bytes = live() - before;
+    println!(
+        "built the state in {:.3} s, compiled a snapshot in {:.3} s",
+        state_time.as_secs_f64(),
+        compile_time.as_secs_f64()
+    );
     drop(snapshot);
     let per = |b: usize| b as f64 / routes as f64;
     println!("{} IPv4 and {} IPv6 routes ({routes})", v4.len(), v6.len());

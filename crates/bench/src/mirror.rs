@@ -398,7 +398,14 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
         };
         let per = |k: &str| f[k].as_f64().map_or("-".into(), |b| format!("{b:.0}"));
         s += &format!(
-            "\nMemory, beside the kernel's for the same routes:\n\n             | | bytes a route | total |\n|---|---:|---:|\n             | the kernel (its slab's growth as the routes were loaded) | {} | {} |\n             | the mirror (resident growth over the sync: the state and both snapshots) | {} | {} |\n             | of which the state's routes | {} | |\n             | of which one snapshot's routes (nodes) | {} | |\n             | of which one snapshot's lookup structures | {} | |\n\n             The mirror takes {} times the kernel's memory.\n",
+            "\nMemory, beside the kernel's for the same routes:\n\n\
+             | | bytes a route | total |\n|---|---:|---:|\n\
+             | the kernel (its slab's growth as the routes were loaded) | {} | {} |\n\
+             | the mirror (resident growth over the sync: the state and both snapshots) | {} | {} |\n\
+             | of which the state's routes | {} | |\n\
+             | of which one snapshot's nodes | {} | |\n\
+             | of which one snapshot's lookup structures | {} | |\n\n\
+             The mirror takes {} times the kernel's memory.\n",
             per("kernel_bytes_per_route"),
             mib("kernel_route_bytes"),
             per("resident_bytes_per_route"),

@@ -154,30 +154,31 @@ impl CompiledTable {
     fn build(id: u32, family: Family, routes: &crate::state::TableRoutes) -> CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
         let mut nodes: Vec<Node> = Vec::new();
-        let mut index: HashMap<Net, u32> = HashMap::new();
+        // Each node's parent, the longest shorter prefix present that covers it: the
+        // destinations come in prefix order (by address, a shorter prefix first), so the
+        // prefixes covering this one are the ones on a stack of those covering the last.
+        let mut covering: Vec<u32> = Vec::new();
         let mut keys = routes.iter().peekable();
         while let Some(((dst, _), list)) = keys.next() {
             let mut lists = vec![list];
             while keys.peek().is_some_and(|((d, _), _)| d == dst) {
                 lists.push(keys.next().expect("peeked").1);
             }
-            index.insert(*dst, nodes.len() as u32);
+            while let Some(&top) = covering.last() {
+                let up = nodes[top as usize].dst;
+                if up.len() < dst.len() && up.covers(dst) {
+                    break;
+                }
+                covering.pop();
+            }
+            covering.push(nodes.len() as u32);
             nodes.push(Node {
                 dst: *dst,
                 routes: by_source(&lists),
-                parent: None,
+                parent: covering.iter().rev().nth(1).copied(),
             });
         }
         nodes.shrink_to_fit();
-        // Each node's parent: the longest shorter prefix present that covers it.
-        for node in nodes.iter_mut() {
-            let dst = node.dst;
-            node.parent = (0..dst.len()).rev().find_map(|len| {
-                index
-                    .get(&Net::new(dst.addr(), len).expect("shorter"))
-                    .copied()
-            });
-        }
         let (mut v4, mut v6) = (None, None);
         match family {
             Family::V4 => {
