@@ -1579,19 +1579,28 @@ impl Snapshot {
 
     /// An IPv4 flow sent out of `oif` with no route.
     pub(crate) fn bare_answer(&self, q: &Query, oif: LinkIndex) -> Answer {
-        let prefsrc = if q.src.is_some() {
-            None
-        } else {
-            source::select_v4(&self.addrs, &self.links, oif, None, SCOPE_LINK)
-        };
+        let prefsrc = source::select_v4(&self.addrs, &self.links, oif, None, SCOPE_LINK);
+        self.answer_without_route(q, RouteType::Unicast, oif, prefsrc)
+    }
+
+    /// An answer of type `kind` through `dev` with no route behind it: no table, gateway
+    /// or metrics; `prefsrc` given only when the query gives no source.
+    pub(crate) fn answer_without_route(
+        &self,
+        q: &Query,
+        kind: RouteType,
+        dev: LinkIndex,
+        prefsrc: Option<IpAddr>,
+    ) -> Answer {
         Answer {
-            kind: RouteType::Unicast,
+            kind,
             dst: q.dst,
-            from: q.src,
+            // An unspecified source is no source.
+            from: q.src.filter(|s| !s.is_unspecified()),
             gateway: None,
-            dev: oif,
+            dev,
             table: None,
-            prefsrc,
+            prefsrc: if q.src.is_some() { None } else { prefsrc },
             metric: 0,
             protocol: 0,
             pref: 0,

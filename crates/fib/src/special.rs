@@ -122,7 +122,7 @@ impl Snapshot {
         if !s.is_unspecified() {
             self.validate_source_of(q, Some(link.index), RouteType::Broadcast, link.index)?;
         }
-        let mut a = self.special_answer(q, kind, self.lo, None);
+        let mut a = self.answer_without_route(q, kind, self.lo, None);
         a.iif = Some(link.index);
         a.cache = if broadcast {
             vec!["local", "brd"]
@@ -175,7 +175,7 @@ impl Snapshot {
         if d.is_unspecified() {
             // This host: to the source, or to the loopback address from it.
             let s = chosen.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-            let mut a = self.special_answer(q, RouteType::Local, self.lo, Some(s));
+            let mut a = self.answer_without_route(q, RouteType::Local, self.lo, Some(s));
             a.cache = vec!["local"];
             return Ok(a);
         }
@@ -218,7 +218,7 @@ impl Snapshot {
         dev: LinkIndex,
         prefsrc: Option<IpAddr>,
     ) -> Result<Answer, NoRoute> {
-        let a = self.special_answer(q, RouteType::Unicast, dev, prefsrc);
+        let a = self.answer_without_route(q, RouteType::Unicast, dev, prefsrc);
         self.finish_special(q, d, a)
     }
 
@@ -244,39 +244,6 @@ impl Snapshot {
             };
         }
         Ok(a)
-    }
-
-    /// An answer of type `kind` through `dev` with no route behind it: no table, gateway
-    /// or metrics; `prefsrc` printed only when the query gives no source.
-    fn special_answer(
-        &self,
-        q: &Query,
-        kind: RouteType,
-        dev: LinkIndex,
-        prefsrc: Option<IpAddr>,
-    ) -> Answer {
-        Answer {
-            kind,
-            dst: q.dst,
-            // An unspecified source is no source.
-            from: q.src.filter(|s| !s.is_unspecified()),
-            gateway: None,
-            dev,
-            table: None,
-            prefsrc: if q.src.is_some() { None } else { prefsrc },
-            metric: 0,
-            protocol: 0,
-            pref: 0,
-            tos: 0,
-            mtu: None,
-            hoplimit: None,
-            iif: None,
-            linkdown: false,
-            onlink: false,
-            mark: q.mark,
-            uid: q.uid,
-            cache: Vec::new(),
-        }
     }
 
     /// The link holding this host's address `s` (the kernel's `__ip_dev_find`): the link
