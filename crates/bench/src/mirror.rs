@@ -46,6 +46,80 @@ const SENTINEL_TABLE: u32 = 250;
 /// The sentinel routes: the table's first, the burst's end, the paced changes' end.
 const SENTINELS: [&str; 3] = ["198.51.100.0/32", "198.51.100.1/32", "198.51.100.2/32"];
 
+/// The routes a nexthop object carries in the phase of single changes of each kind.
+const OBJECT_ROUTES: usize = 100_000;
+
+/// The single changes of each kind, after the setup they need: a name, and `ip -batch`
+/// lines. A link of its own (`fx`) with routes through it is taken down and up; a nexthop
+/// object carrying [`OBJECT_ROUTES`] routes is replaced.
+fn change_kinds() -> (String, Vec<(&'static str, String)>) {
+    let gw = gateway(<u32 as Key>::FAMILY, 0);
+    let mut setup = format!(
+        "link add fx type veth peer name fy\nlink set fx up\nlink set fy up\n\
+         addr add 10.201.0.1/24 dev fx\nnexthop add id 100 via {gw} dev {OUTPUT_DEV}\n"
+    );
+    for i in 0..1000 {
+        setup += &format!(
+            "route add 10.210.{}.{}/32 via 10.201.0.2 dev fx\n",
+            i / 250,
+            i % 250
+        );
+    }
+    for i in 0..OBJECT_ROUTES {
+        setup += &format!(
+            "route add 100.{}.{}.{}/32 nhid 100 table 300\n",
+            64 + i / 65_536,
+            i / 256 % 256,
+            i % 256
+        );
+    }
+    let route = |dst: &str| format!("route replace {dst} via {gw} dev {OUTPUT_DEV}\n");
+    let kinds = vec![
+        (
+            "a route, the first after the setup (its publication brings the spare snapshot \
+             up to the setup's 101,000 routes too)",
+            route("198.18.255.2/32"),
+        ),
+        ("a route", route("198.18.255.1/32")),
+        ("an address", "addr add 10.202.0.1/24 dev fx\n".to_string()),
+        (
+            "a nexthop object carrying 100,000 routes",
+            format!(
+                "nexthop replace id 100 via {} dev {OUTPUT_DEV}\n",
+                gateway(<u32 as Key>::FAMILY, 1)
+            ),
+        ),
+        (
+            "a rule added",
+            "rule add from 10.203.0.0/24 lookup 300 pref 1000\n".to_string(),
+        ),
+        ("a rule deleted", "rule del pref 1000\n".to_string()),
+        (
+            "a new table",
+            format!("route add 198.18.254.0/24 via {gw} dev {OUTPUT_DEV} table 400\n"),
+        ),
+        (
+            "a link down (1,000 routes through it)",
+            "link set fx down\n".to_string(),
+        ),
+        ("the link up again", "link set fx up\n".to_string()),
+    ];
+    (setup, kinds)
+}
+
+/// The sentinel route ending the `k`-th phase of single changes (after the setup's, 0).
+fn kind_sentinel(k: usize) -> String {
+    format!("198.51.100.{}/32", 10 + k)
+}
+
+/// What the mirror made of one single change.
+struct KindFollowed {
+    /// The longest lag from a batch's arrival to its publication in the phase.
+    lag: Option<Duration>,
+    patched: u64,
+    compiled: u64,
+}
+
 /// Applies what the kernel announces until the mirror holds sentinel route `dst`.
 fn follow_until(mirror: &mut Mirror, events: &mut Events, dst: &str) -> Result<(), String> {
     let e = |e: std::io::Error| e.to_string();
@@ -94,6 +168,7 @@ struct Followed {
     paced: Paced,
     routes: usize,
     memory: Memory,
+    kinds: Vec<KindFollowed>,
 }
 
 /// What the mirror holds, in bytes.
@@ -141,6 +216,10 @@ pub fn mirror_study(
     let (ready, started) = mpsc::channel::<Instant>();
     let (go, burst_start) = mpsc::channel::<()>();
     let (burst_done, burst_followed) = mpsc::channel::<()>();
+    let (paced_done, paced_followed) = mpsc::channel::<()>();
+    let (kind_ready, kind_wanted) = mpsc::channel::<()>();
+    let (kind_setup, kinds) = change_kinds();
+    let kind_count = kinds.len();
     k.namespace()
         .batch(&format!(
             "route add unreachable {} table {SENTINEL_TABLE}\n",
@@ -203,6 +282,22 @@ pub fn mirror_study(
             lag_p99: p.lag(0.99),
             lag_max: p.lag(1.0),
         };
+        // One change of each kind, each with a sentinel after it, the setup first.
+        let _ = paced_done.send(());
+        follow_until(&mut mirror, &mut events, &kind_sentinel(0))?;
+        let mut kinds = Vec::new();
+        for k in 1..=kind_count {
+            mirror.stats_mut().clear_lags();
+            let made = mirror.publications();
+            let _ = kind_ready.send(());
+            follow_until(&mut mirror, &mut events, &kind_sentinel(k))?;
+            let now = mirror.publications();
+            kinds.push(KindFollowed {
+                lag: mirror.stats().lag(1.0),
+                patched: now.patched - made.patched,
+                compiled: now.compiled - made.compiled,
+            });
+        }
         Ok(Followed {
             dump,
             sync,
@@ -220,6 +315,7 @@ pub fn mirror_study(
             paced,
             routes,
             memory,
+            kinds,
         })
     });
     let Ok(_) = started.recv() else {
@@ -265,6 +361,28 @@ pub fn mirror_study(
     k.namespace()
         .ip(&["route", "add", "unreachable", SENTINELS[2], "table", "250"])
         .map_err(io)?;
+    if paced_followed.recv().is_err() {
+        return Err(joined(mirror));
+    }
+    k.namespace()
+        .batch(&format!(
+            "{kind_setup}route add unreachable {} table 250
+",
+            kind_sentinel(0)
+        ))
+        .map_err(io)?;
+    for (i, (_, change)) in kinds.iter().enumerate() {
+        if kind_wanted.recv().is_err() {
+            return Err(joined(mirror));
+        }
+        k.namespace()
+            .batch(&format!(
+                "{change}route add unreachable {} table 250
+",
+                kind_sentinel(i + 1)
+            ))
+            .map_err(io)?;
+    }
     let f = mirror
         .join()
         .map_err(|_| "the mirror's thread panicked".to_string())??;
@@ -276,6 +394,18 @@ pub fn mirror_study(
         _ => None,
     };
     let per_route = |b: f64| b / f.routes.max(1) as f64;
+    let single_changes: Vec<Value> = kinds
+        .iter()
+        .zip(&f.kinds)
+        .map(|((name, _), k)| {
+            json!({
+                "kind": name,
+                "lag_s": k.lag.map(secs),
+                "patched": k.patched,
+                "compiled": k.compiled,
+            })
+        })
+        .collect();
     Ok(vec![json!({
         "study": "mirror",
         "routes_v4": v4.len(),
@@ -320,6 +450,7 @@ pub fn mirror_study(
         "snapshot_lookup_bytes_per_route": per_route(f.memory.snapshot_lookup as f64),
         "resident_bytes_per_route": per_route(f.memory.resident as f64),
         "kernel_bytes_per_route": kernel_bytes.map(|k| per_route(k as f64)),
+        "single_changes": single_changes,
     })])
 }
 
@@ -415,6 +546,22 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             per("snapshot_lookup_bytes_per_route"),
             f["mirror_over_kernel"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
         );
+        s += "\nSingle changes of each kind, each with the full tables loaded (a sentinel route \
+              after each ends it): the longest lag from a batch's arrival to its \
+              publication, and how it was published.\n\n\
+              | change | lag | published by |\n|---|---:|---|\n";
+        for k in f["single_changes"].as_array().into_iter().flatten() {
+            let how = if k["compiled"].as_u64().unwrap_or(0) > 0 {
+                "compiling anew"
+            } else {
+                "a patch"
+            };
+            s += &format!(
+                "| {} | {} | {how} |\n",
+                k["kind"].as_str().unwrap_or("?"),
+                ms(&k["lag_s"])
+            );
+        }
     }
     s
 }

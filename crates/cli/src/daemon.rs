@@ -711,26 +711,63 @@ fn watch_namespace(
     Ok(())
 }
 
-/// A client past [`MAX_CLIENTS`]: told so, at once.
+/// A client past [`MAX_CLIENTS`]: told so, at once (what it sent is read for a moment
+/// first, so that closing does not reset the connection under its reply). The first
+/// turned away and then every hundredth are logged, with the count.
 fn turn_away(conn: UnixStream) {
-    log_request(&conn, "(not read: too many clients)");
-    let mut conn = conn;
-    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+    static TURNED_AWAY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = TURNED_AWAY.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n % 100 == 1 {
+        log_request(
+            &conn,
+            &format!("(not read: too many clients; {n} turned away so far)"),
+        );
+    }
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = BufReader::new(&conn)
+        .take(MAX_REQUEST)
+        .read_line(&mut String::new());
     let reply = Reply::error(format!(
         "Error: the daemon serves {MAX_CLIENTS} clients at once; try again"
     ));
-    let _ = writeln!(conn, "{}", reply.json());
+    let deadline = Instant::now() + Duration::from_millis(100);
+    reply_until(&conn, format!("{}\n", reply.json()).as_bytes(), deadline);
 }
 
-/// One client: its request line in, the reply out. It holds `_place` meanwhile.
-fn serve(conn: UnixStream, tx: mpsc::Sender<Event>, _place: Place) {
+/// Writes `bytes` to a client until `until`, however slowly it reads: each write waits
+/// at most what is left of the time (a timeout per write alone would let a client that
+/// takes a little at a time hold its thread, and its reply, for hours). What is not
+/// written by then is dropped with the connection.
+fn write_until<S: Write>(
+    mut stream: S,
+    set_timeout: fn(&S, Option<Duration>) -> std::io::Result<()>,
+    bytes: &[u8],
+    until: Instant,
+) {
+    for chunk in bytes.chunks(64 << 10) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || set_timeout(&stream, Some(left)).is_err() {
+            return;
+        }
+        if stream.write_all(chunk).is_err() {
+            return;
+        }
+    }
+}
+
+/// [`write_until`] to a control client.
+fn reply_until(conn: &UnixStream, bytes: &[u8], until: Instant) {
+    write_until(conn, |s, t| s.set_write_timeout(t), bytes, until);
+}
+
+/// One client: its request line in, the reply out. It holds `place` meanwhile.
+fn serve(conn: UnixStream, tx: mpsc::Sender<Event>, place: Place) {
     // A client that stalls holds only its own thread, and not for long.
     let until = Until {
         stream: &conn,
         until: Instant::now() + CLIENT_TIME,
         set_timeout: |s, t| s.set_read_timeout(t),
     };
-    let _ = conn.set_write_timeout(Some(CLIENT_TIME));
     let mut line = String::new();
     let read = BufReader::new(until).take(MAX_REQUEST).read_line(&mut line);
     let reply = match read {
@@ -759,8 +796,11 @@ fn serve(conn: UnixStream, tx: mpsc::Sender<Event>, _place: Place) {
             }
         },
     };
-    let mut conn = conn;
-    let _ = writeln!(conn, "{}", reply.json());
+    let reply = format!("{}\n", reply.json());
+    reply_until(&conn, reply.as_bytes(), Instant::now() + CLIENT_TIME);
+    // Its place is free before the client sees the connection end.
+    drop(place);
+    drop(conn);
 }
 
 /// Says in the log who asked what: the client's process, user and group as the kernel
@@ -1014,13 +1054,12 @@ fn stats(
 }
 
 /// One HTTP request for the metrics: its head read (bounded), the exposition written.
-fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, _place: Place) {
+fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, place: Place) {
     let until = Until {
         stream: &conn,
         until: Instant::now() + CLIENT_TIME,
         set_timeout: |s, t| s.set_read_timeout(t),
     };
-    let _ = conn.set_write_timeout(Some(CLIENT_TIME));
     let mut head = Vec::new();
     let mut reader = BufReader::new(until).take(8 << 10);
     // The request line and headers, up to the blank line.
@@ -1050,12 +1089,17 @@ fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, _place: Place) {
             Err(_) => return,
         }
     };
-    let mut conn = conn;
-    let _ = write!(
-        conn,
+    let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+    write_until(
+        &conn,
+        |s, t| s.set_write_timeout(t),
+        response.as_bytes(),
+        Instant::now() + CLIENT_TIME,
+    );
+    drop(place);
 }
 
 /// The metrics in Prometheus' text exposition format.

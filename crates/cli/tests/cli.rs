@@ -1120,6 +1120,29 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
     assert!(paced >= 1, "{f}");
     assert_eq!(f["paced_patched"].as_u64(), Some(paced), "{f}");
     assert!(f["paced_lag_p99_s"].as_f64().unwrap() > 0.0, "{f}");
+    // The memory of each part, and a single change of each kind, each published.
+    for k in [
+        "state_bytes_per_route",
+        "snapshot_routes_bytes_per_route",
+        "snapshot_lookup_bytes_per_route",
+    ] {
+        assert!(f[k].as_f64().unwrap() > 0.0, "{k}: {f}");
+    }
+    let kinds = f["single_changes"].as_array().unwrap();
+    assert_eq!(kinds.len(), 9, "{f}");
+    for k in kinds {
+        let published = k["patched"].as_u64().unwrap() + k["compiled"].as_u64().unwrap();
+        assert!(published >= 1, "{k}");
+        assert!(k["lag_s"].as_f64().unwrap() > 0.0, "{k}");
+    }
+    // Routes and addresses are patched.
+    for k in &kinds[1..3] {
+        assert_eq!(k["compiled"], 0, "{k}");
+    }
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(report.contains("The sync takes"), "{report}");
+    assert!(
+        report.contains("| a nexthop object carrying 100,000 routes |"),
+        "{report}"
+    );
 }

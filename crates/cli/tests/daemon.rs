@@ -987,7 +987,9 @@ fn clients_are_bounded_in_number_and_in_time() {
     let ended = d.stop_with_log();
     assert!(ended.status.success());
     assert!(
-        ended.log.contains("(not read: too many clients)"),
+        ended
+            .log
+            .contains("(not read: too many clients; 1 turned away so far)"),
         "{}",
         ended.log
     );

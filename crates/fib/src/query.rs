@@ -214,6 +214,10 @@ pub fn parse_query(
             q.uid = u32::MAX;
         }
     }
+    if q.iif.is_none() && q.src == Some(IpAddr::from([0, 0, 0, 0])) {
+        // The kernel reads an IPv4 source of 0.0.0.0 as none for a flow this host sends.
+        q.src = None;
+    }
     if !words.contains(&"ipproto") && q.dst.is_ipv4() {
         // The kernel asks an IPv4 `route get` without a protocol as UDP (rules with
         // `ipproto udp` match it); IPv6 leaves the protocol 0.

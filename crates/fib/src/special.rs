@@ -236,8 +236,9 @@ impl Snapshot {
             a.cache = vec!["local", "brd"];
         } else {
             a.kind = RouteType::Multicast;
+            // Local only if the link joined the group, the loopback too.
             let joined = dev.is_some_and(|l| self.joined(l, d));
-            a.cache = if joined || loopback {
+            a.cache = if joined {
                 vec!["local", "mc"]
             } else {
                 vec!["mc"]

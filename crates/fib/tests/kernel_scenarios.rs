@@ -656,6 +656,12 @@ fn destinations_that_are_not_unicast() {
         "::ffff:10.0.0.5",
         "ff02::1 iif a1",
         ":: iif a1",
+        "239.1.1.1 from 127.0.0.1",
+        "239.1.1.1 oif lo",
+        "224.0.0.1 from 0.0.0.0",
+        "255.255.255.255 from 0.0.0.0",
+        "0.0.0.0 from 0.0.0.0",
+        "8.8.8.8 from 0.0.0.0",
     ];
     let base = "link set b1 down\n-6 route add default via 2001:db8::2";
     // Through a default route (whose gateway and metrics a multicast does not take).
