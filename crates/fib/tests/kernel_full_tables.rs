@@ -11,7 +11,6 @@ use fibre_fib::config;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::process::Command;
 
 const BASE: &str = "
 link set lo up
@@ -43,25 +42,6 @@ rule add dport 53 lookup 100 pref 160
 -6 rule add ipproto udp dport 53 lookup 200 pref 130
 -6 rule add lookup main suppress_prefixlength 0 pref 150
 ";
-
-/// The prefixes of a shipped table.
-fn table(name: &str) -> Vec<String> {
-    let path = format!(
-        "{}/../../data/ris-2026-05-11/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let out = Command::new("gzip")
-        .args(["-dc", &path])
-        .output()
-        .expect("gzip runs");
-    assert!(out.status.success(), "{path}");
-    String::from_utf8(out.stdout)
-        .expect("text")
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
-        .filter(|p| !p.is_empty())
-        .collect()
-}
 
 /// The route lines of a family: all of `main`, and every 300th prefix in tables 100 and
 /// 200 through the other link.
@@ -156,7 +136,10 @@ fn the_whole_real_tables_with_rules_answer_as_the_kernel() {
         applied.disagreements
     );
     let mut state = applied.state;
-    let (v4, v6) = (table("rib-v4.txt.gz"), table("rib-v6.txt.gz"));
+    let (v4, v6) = (
+        common::shipped_prefixes("rib-v4.txt.gz"),
+        common::shipped_prefixes("rib-v6.txt.gz"),
+    );
     assert!(v4.len() > 1_000_000 && v6.len() > 200_000);
     for (prefixes, family) in [(&v4, 4u8), (&v6, 6u8)] {
         let (main, others) = routes(prefixes, family == 6);

@@ -9,10 +9,11 @@
 //! A published `Fib` keeps the state and two snapshots (the spare shares the nodes'
 //! lists), and the daemon's resident set adds the allocator's overhead.
 
+mod common;
+
 use fibre_fib::{Family, Link, LinkKind, Net, Path, Paths, Route, RouteOp, RouteType, State};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::IpAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -49,19 +50,9 @@ static COUNTING: Counting = Counting;
 
 /// The prefixes of a shipped table.
 fn prefixes(name: &str) -> Vec<Net> {
-    let path = format!(
-        "{}/../../data/ris-2026-05-11/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let out = Command::new("gzip")
-        .args(["-dc", &path])
-        .output()
-        .expect("gzip runs");
-    assert!(out.status.success(), "{path}");
-    String::from_utf8(out.stdout)
-        .expect("text")
-        .lines()
-        .filter_map(|l| Net::parse(l.split_whitespace().next()?, None).ok())
+    common::shipped_prefixes(name)
+        .iter()
+        .filter_map(|p| Net::parse(p, None).ok())
         .collect()
 }
 

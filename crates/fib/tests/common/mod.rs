@@ -9,6 +9,26 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::Command;
 
+/// The prefixes of a shipped table (`data/ris-2026-05-11/NAME`, gzip), as its lines give
+/// them.
+pub fn shipped_prefixes(name: &str) -> Vec<String> {
+    let path = format!(
+        "{}/../../data/ris-2026-05-11/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new("gzip")
+        .args(["-dc", &path])
+        .output()
+        .expect("gzip runs");
+    assert!(out.status.success(), "{path}");
+    String::from_utf8(out.stdout)
+        .expect("text")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
 /// The multipath hash seed of both sides, so that they choose the same paths.
 pub const SEED: &str = "3141592653";
 
