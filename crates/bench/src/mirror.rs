@@ -83,11 +83,24 @@ fn change_kinds() -> (String, Vec<(&'static str, String)>) {
         ("a route", route("198.18.255.1/32")),
         ("an address", "addr add 10.202.0.1/24 dev fx\n".to_string()),
         (
+            "an address deleted",
+            "addr del 10.202.0.1/24 dev fx\n".to_string(),
+        ),
+        (
             "a nexthop object carrying 100,000 routes",
             format!(
                 "nexthop replace id 100 via {} dev {OUTPUT_DEV}\n",
                 gateway(<u32 as Key>::FAMILY, 1)
             ),
+        ),
+        (
+            FIRST_RULE,
+            "rule add from 10.204.0.0/24 lookup 301 pref 900\n".to_string(),
+        ),
+        (
+            "a route, right after that compile (it waits for the copy of the compiled \
+             snapshot it patches, made on a thread of its own)",
+            route("198.18.255.3/32"),
         ),
         (
             "a rule added",
@@ -99,6 +112,10 @@ fn change_kinds() -> (String, Vec<(&'static str, String)>) {
             format!("route add 198.18.254.0/24 via {gw} dev {OUTPUT_DEV} table 400\n"),
         ),
         (
+            "a table gone",
+            format!("route del 198.18.254.0/24 via {gw} dev {OUTPUT_DEV} table 400\n"),
+        ),
+        (
             "a link down (1,000 routes through it)",
             "link set fx down\n".to_string(),
         ),
@@ -106,6 +123,11 @@ fn change_kinds() -> (String, Vec<(&'static str, String)>) {
     ];
     (setup, kinds)
 }
+
+/// The single change that is compiled: IPv4's first rule other than the defaults parts
+/// `local` from `main`, which the kernel does with a walk of its whole table too
+/// (`fib_unmerge`).
+pub const FIRST_RULE: &str = "the first IPv4 rule (parts local from main, as the kernel does)";
 
 /// The sentinel route ending the `k`-th phase of single changes (after the setup's, 0).
 fn kind_sentinel(k: usize) -> String {

@@ -151,7 +151,11 @@ pub(crate) fn by_source(lists: &[&crate::state::RouteList]) -> crate::state::Rou
 }
 
 impl CompiledTable {
-    fn build(id: u32, family: Family, routes: &crate::state::TableRoutes) -> CompiledTable {
+    pub(crate) fn build(
+        id: u32,
+        family: Family,
+        routes: &crate::state::TableRoutes,
+    ) -> CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
         let mut nodes: Vec<Node> = Vec::new();
         // Each node's parent, the longest shorter prefix present that covers it: the
@@ -579,6 +583,7 @@ fn merge_tables(
     tables: &[CompiledTable],
     seq: &[usize],
     merged: &mut Vec<Merged>,
+    pool: &mut Vec<(Vec<u32>, Merged)>,
 ) -> DirectFrom {
     // Tables with no route add nothing; one table alone is searched as it is. Where no
     // table answers, the search says [`Plain::Miss`], and its caller knows what follows.
@@ -594,6 +599,14 @@ fn merge_tables(
     // one structure.
     if let Some(m) = merged.iter().position(|m| m.seq == seq) {
         return DirectFrom::Merged(m);
+    }
+    // Made before, of the same tables in the same order.
+    let ids: Vec<u32> = seq.iter().map(|&t| tables[t].id).collect();
+    if let Some(at) = pool.iter().position(|(p, _)| *p == ids) {
+        let (_, mut made) = pool.swap_remove(at);
+        made.seq = seq;
+        merged.push(made);
+        return DirectFrom::Merged(merged.len() - 1);
     }
     let mut prefixes: Vec<Net> = seq
         .iter()
@@ -1046,43 +1059,21 @@ impl State {
                 .map(|(_, id, routes)| CompiledTable::build(id, f, routes))
                 .collect();
             if merged {
-                // One structure for both, local's routes first in each prefix (the kernel
-                // orders a merged prefix's routes by table, local's id being higher).
-                let mut both = crate::state::TableRoutes::new();
-                for id in [TABLE_LOCAL, TABLE_MAIN] {
-                    for (_, _, routes) in tables_of().filter(|(tf, t, _)| *tf == f && *t == id) {
-                        for (k, list) in routes {
-                            // A key of one table keeps its list; of both, local's first.
-                            match both.get_mut(k) {
-                                None => {
-                                    both.insert(*k, list.clone());
-                                }
-                                Some(first) => {
-                                    let joined: Vec<Route> =
-                                        first.iter().chain(list.iter()).cloned().collect();
-                                    *first = joined.into();
-                                }
-                            }
-                        }
-                    }
-                }
-                tables.push(CompiledTable::build(TABLE_MAIN, f, &both));
+                let both: Vec<&crate::state::TableRoutes> = [TABLE_LOCAL, TABLE_MAIN]
+                    .iter()
+                    .flat_map(|&id| {
+                        tables_of()
+                            .filter(move |(tf, t, _)| *tf == f && *t == id)
+                            .map(|(_, _, r)| r)
+                    })
+                    .collect();
+                // One structure for both, present even while they are empty.
+                tables.push(CompiledTable::build(TABLE_MAIN, f, &joined(&both)));
             }
             let ids: HashMap<u32, usize> =
                 tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-            let rules = if f == Family::V4 && !self.v4_custom_rules() {
-                let lookup = |id: u32| {
-                    CompiledRule::always(Action::Lookup {
-                        id,
-                        table: ids.get(&id).copied(),
-                    })
-                };
-                Rules::of(vec![lookup(TABLE_MAIN), lookup(TABLE_DEFAULT)])
-            } else {
-                Rules::compile(self.rules(f), |id| ids.get(&id).copied())
-            };
             FamilyFib {
-                rules,
+                rules: self.compiled_rules(f, &ids),
                 tables,
                 ids,
                 direct: None,
@@ -1138,57 +1129,128 @@ impl State {
         snapshot.own_again();
         for f in [Family::V4, Family::V6] {
             for t in 0..snapshot.fib(f).tables.len() {
-                let table = &snapshot.fib(f).tables[t];
-                let found: Vec<Unnumbered> = table
-                    .nodes
-                    .iter()
-                    .map(|n| snapshot.unnumbered_answer(table.id, n))
-                    .collect();
-                let fib = match f {
-                    Family::V4 => &mut snapshot.v4,
-                    Family::V6 => &mut snapshot.v6,
-                };
-                let table = &mut fib.tables[t];
-                let mut plain = PlainTable::default();
-                let mut answers: Vec<Plain> = Vec::with_capacity(found.len());
-                for (node, u) in table.nodes.iter().zip(found) {
-                    if u == Unnumbered::Up {
-                        table.inheriting.insert(node.dst);
-                    }
-                    // A node's parent comes before it (a shorter prefix of the same bits
-                    // sorts first), so its answer is known.
-                    let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
-                    answers.push(plain.numbered(u, up));
-                }
-                plain.fill(
-                    f,
-                    table
-                        .nodes
-                        .iter()
-                        .map(|n| n.dst)
-                        .zip(answers.iter().copied()),
-                );
-                table.plain = plain;
-                table.answers = answers;
+                snapshot.answer_table(f, t);
             }
-            let fib = match f {
-                Family::V4 => &mut snapshot.v4,
-                Family::V6 => &mut snapshot.v6,
-            };
-            let mut merged = Vec::new();
-            fib.direct = residual_walk(&fib.rules).map(|(seq, miss)| Direct {
-                from: merge_tables(f, &fib.tables, &seq, &mut merged),
-                miss,
-            });
-            fib.run_at = vec![u32::MAX; fib.rules.list.len()];
-            for (first, end, seq) in lookup_runs(&fib.rules) {
-                fib.run_at[first] = fib.runs.len() as u32;
-                let from = merge_tables(f, &fib.tables, &seq, &mut merged);
-                fib.runs.push(Run { end, from });
-            }
-            fib.merged = merged;
+            snapshot.fib_mut(f).walk_again(f, Vec::new());
         }
         snapshot
+    }
+}
+
+/// IPv4's `local` and `main` (`tables`, in that order) as the one table the kernel keeps
+/// while they are merged: a key of one table keeps its list; of both, local's routes come
+/// first (the kernel orders a merged prefix's routes by table, local's id being higher).
+pub(crate) fn joined(tables: &[&crate::state::TableRoutes]) -> crate::state::TableRoutes {
+    let mut both = crate::state::TableRoutes::new();
+    for routes in tables {
+        for (k, list) in routes.iter() {
+            match both.get_mut(k) {
+                None => {
+                    both.insert(*k, list.clone());
+                }
+                Some(first) => {
+                    let joined: Vec<Route> = first.iter().chain(list.iter()).cloned().collect();
+                    *first = joined.into();
+                }
+            }
+        }
+    }
+    both
+}
+
+impl State {
+    /// The rules of family `f` compiled against the tables at positions `ids`: IPv4
+    /// before any rule was added looks up `main` and `default` without rules, as the
+    /// kernel does.
+    pub(crate) fn compiled_rules(&self, f: Family, ids: &HashMap<u32, usize>) -> Rules {
+        if f == Family::V4 && !self.v4_custom_rules() {
+            let lookup = |id: u32| {
+                CompiledRule::always(Action::Lookup {
+                    id,
+                    table: ids.get(&id).copied(),
+                })
+            };
+            Rules::of(vec![lookup(TABLE_MAIN), lookup(TABLE_DEFAULT)])
+        } else {
+            Rules::compile(self.rules(f), |id| ids.get(&id).copied())
+        }
+    }
+}
+
+impl FamilyFib {
+    /// Makes the walk's searches again from the rules and the tables (their answers
+    /// made): the search of the flows no rule's selectors match, and the runs of rules
+    /// searched as one. A merged search of the same tables in the same order found in
+    /// `pool` (by the tables' ids) is taken as it is rather than made again.
+    pub(crate) fn walk_again(&mut self, f: Family, mut pool: Vec<(Vec<u32>, Merged)>) {
+        let mut merged = Vec::new();
+        self.runs.clear();
+        self.direct = residual_walk(&self.rules).map(|(seq, miss)| Direct {
+            from: merge_tables(f, &self.tables, &seq, &mut merged, &mut pool),
+            miss,
+        });
+        self.run_at = vec![u32::MAX; self.rules.list.len()];
+        for (first, end, seq) in lookup_runs(&self.rules) {
+            self.run_at[first] = self.runs.len() as u32;
+            let from = merge_tables(f, &self.tables, &seq, &mut merged, &mut pool);
+            self.runs.push(Run { end, from });
+        }
+        self.merged = merged;
+    }
+
+    /// Each table id's position made again from `tables`.
+    pub(crate) fn index_tables(&mut self) {
+        self.ids = self
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id, i))
+            .collect();
+    }
+
+    /// The merged searches, each with its tables' ids in order (what [`Self::walk_again`]
+    /// takes to keep them).
+    pub(crate) fn take_merged(&mut self) -> Vec<(Vec<u32>, Merged)> {
+        std::mem::take(&mut self.merged)
+            .into_iter()
+            .map(|m| (m.seq.iter().map(|&t| self.tables[t].id).collect(), m))
+            .collect()
+    }
+}
+
+impl Snapshot {
+    /// Makes the answers of table `t` of family `f` (its nodes and their parents made)
+    /// and the forwarding lookup's structure of them.
+    pub(crate) fn answer_table(&mut self, f: Family, t: usize) {
+        let table = &self.fib(f).tables[t];
+        let found: Vec<Unnumbered> = table
+            .nodes
+            .iter()
+            .map(|n| self.unnumbered_answer(table.id, n))
+            .collect();
+        let table = &mut self.fib_mut(f).tables[t];
+        let mut plain = PlainTable::default();
+        let mut answers: Vec<Plain> = Vec::with_capacity(found.len());
+        table.inheriting.clear();
+        for (node, u) in table.nodes.iter().zip(found) {
+            if u == Unnumbered::Up {
+                table.inheriting.insert(node.dst);
+            }
+            // A node's parent comes before it (a shorter prefix of the same bits sorts
+            // first), so its answer is known.
+            let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
+            answers.push(plain.numbered(u, up));
+        }
+        plain.fill(
+            f,
+            table
+                .nodes
+                .iter()
+                .map(|n| n.dst)
+                .zip(answers.iter().copied()),
+        );
+        table.plain = plain;
+        table.answers = answers;
     }
 }
 

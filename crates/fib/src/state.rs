@@ -144,6 +144,60 @@ pub struct State {
     /// The routes' lists of paths, each held once and shared by every route with the
     /// same ([`State::intern`]).
     path_lists: PathLists,
+    /// The destinations of the routes that use each nexthop object.
+    object_users: BTreeMap<NexthopId, Users>,
+    /// The destinations of the routes with a path of their own through each link.
+    link_users: BTreeMap<LinkIndex, Users>,
+    /// The destinations of the IPv4 routes with each preferred source.
+    prefsrc_users: BTreeMap<IpAddr, Users>,
+}
+
+/// The destinations (by family and table) of the routes that use one thing, a nexthop
+/// object or a link: what a change of it changes, found without a walk of every route.
+/// It may hold destinations whose routes no longer use it (a route gone leaves its entry):
+/// those are swept once there are twice as many as after the last sweep. A link's index
+/// stops at [`LINK_USERS_HELD`] destinations: a link carrying more (an upstream with the
+/// full table) has its routes found by a walk, as the kernel's `fib_flush` finds them.
+#[derive(Clone, Debug)]
+struct Users {
+    /// `None`: too many to hold; a walk finds them.
+    dsts: Option<BTreeSet<(Family, u32, Net)>>,
+    /// How many there were after the last sweep.
+    swept: usize,
+}
+
+/// The most destinations a link's or a preferred source's [`Users`] holds.
+const LINK_USERS_HELD: usize = 1 << 16;
+
+impl Users {
+    /// Notes destination `at`; `uses` says whether a destination's routes still use the
+    /// thing (for a sweep); past `held` after a sweep, the index gives up.
+    fn note(
+        &mut self,
+        at: (Family, u32, Net),
+        held: usize,
+        uses: impl Fn(&(Family, u32, Net)) -> bool,
+    ) {
+        let Some(dsts) = &mut self.dsts else { return };
+        dsts.insert(at);
+        if dsts.len() >= 2 * self.swept.max(1024) {
+            dsts.retain(uses);
+            self.swept = dsts.len();
+        }
+        if dsts.len() > held {
+            self.dsts = None;
+        }
+    }
+}
+
+impl Default for Users {
+    /// None yet, and indexed.
+    fn default() -> Users {
+        Users {
+            dsts: Some(BTreeSet::new()),
+            swept: 0,
+        }
+    }
 }
 
 /// Lists of paths held once each: a full table through a few gateways has a few.
@@ -232,6 +286,9 @@ impl State {
             mirrored: false,
             carriers: BTreeMap::new(),
             journal: None,
+            object_users: BTreeMap::new(),
+            link_users: BTreeMap::new(),
+            prefsrc_users: BTreeMap::new(),
         }
     }
 
@@ -756,8 +813,8 @@ impl State {
             }
             Family::V6 => {
                 let host = Net::host(local);
-                self.remove_routes(Family::V6, |r| {
-                    r.table == TABLE_LOCAL && r.dst == host && r.kind == RouteType::Local
+                self.remove_routes_at(Family::V6, host, |r| {
+                    r.table == TABLE_LOCAL && r.kind == RouteType::Local
                 });
                 let anycast = Net::host(addr.subnet().addr());
                 let still = self.addrs.iter().any(|a| {
@@ -767,9 +824,8 @@ impl State {
                         && a.subnet() == addr.subnet()
                 });
                 if !still {
-                    self.remove_routes(Family::V6, |r| {
+                    self.remove_routes_at(Family::V6, anycast, |r| {
                         r.table == TABLE_LOCAL
-                            && r.dst == anycast
                             && r.kind == RouteType::Anycast
                             && r.own_paths().iter().any(|p| p.dev == index)
                     });
@@ -781,9 +837,8 @@ impl State {
                         .iter()
                         .any(|a| a.link == index && a.subnet() == subnet);
                     if !still {
-                        self.remove_routes(Family::V6, |r| {
+                        self.remove_routes_at(Family::V6, subnet, |r| {
                             r.table == TABLE_MAIN
-                                && r.dst == subnet
                                 && r.protocol == PROTO_KERNEL
                                 && r.own_paths()
                                     .iter()
@@ -905,18 +960,14 @@ impl State {
         let prim = a.local;
         if !still_local {
             let host = Net::host(a.local);
-            self.remove_routes(Family::V4, |r| {
-                r.table == TABLE_LOCAL
-                    && r.dst == host
-                    && r.kind == RouteType::Local
-                    && r.protocol == PROTO_KERNEL
+            self.remove_routes_at(Family::V4, host, |r| {
+                r.table == TABLE_LOCAL && r.kind == RouteType::Local && r.protocol == PROTO_KERNEL
             });
         }
         if !a.secondary {
             if !a.noprefixroute {
-                self.remove_routes(Family::V4, |r| {
-                    r.dst == subnet
-                        && r.protocol == PROTO_KERNEL
+                self.remove_routes_at(Family::V4, subnet, |r| {
+                    r.protocol == PROTO_KERNEL
                         && r.prefsrc == Some(prim)
                         && r.table == if is_lo { TABLE_LOCAL } else { TABLE_MAIN }
                         && r.metric == a.metric
@@ -937,21 +988,30 @@ impl State {
             }
             for d in dsts {
                 if !other_needs(&self.addrs, d) {
-                    self.remove_routes(Family::V4, |r| {
+                    self.remove_routes_at(Family::V4, d, |r| {
                         r.table == TABLE_LOCAL
-                            && r.dst == d
                             && r.kind == RouteType::Broadcast
                             && r.protocol == PROTO_KERNEL
                     });
                 }
             }
         }
-        // Routes whose preferred source was this address go too.
+        // Routes whose preferred source was this address go too (found by the index of
+        // preferred sources, or a walk if too many have it).
         if !still_local {
             let gone = a.local;
-            self.remove_routes(Family::V4, |r| {
+            let goes = |r: &Route| {
                 r.prefsrc == Some(gone) && !(r.kind == RouteType::Local && r.dst == Net::host(gone))
-            });
+            };
+            match self.prefsrc_users.get(&gone).map(|u| u.dsts.clone()) {
+                None => {}
+                Some(Some(dsts)) => {
+                    for (f, _, dst) in dsts {
+                        self.remove_routes_at(f, dst, goes);
+                    }
+                }
+                Some(None) => self.remove_routes(Family::V4, goes),
+            }
         }
     }
 
@@ -1057,6 +1117,7 @@ impl State {
             return;
         }
         self.intern(&mut route.paths);
+        self.note_users(&route);
         let list = self
             .tables
             .entry((route.family(), route.table))
@@ -1083,6 +1144,31 @@ impl State {
                 }
             }
             table.retain(|_, l| !l.is_empty());
+        }
+    }
+
+    /// The routes of destination `dst` for which `gone` holds go (what [`Self::remove_routes`]
+    /// does, for one destination: no walk of every route).
+    fn remove_routes_at(&mut self, family: Family, dst: Net, mut gone: impl FnMut(&Route) -> bool) {
+        for ((f, t), table) in self.tables.iter_mut() {
+            if *f != family {
+                continue;
+            }
+            let keys: Vec<(Net, Net)> = table
+                .range((dst, Net::default_of(family))..)
+                .take_while(|((d, _), _)| *d == dst)
+                .map(|(k, _)| *k)
+                .collect();
+            for key in keys {
+                let list = table.get_mut(&key).expect("listed");
+                if list.iter().any(&mut gone) {
+                    edit(list, |l| l.retain(|r| !gone(r)));
+                    note(&mut self.journal, *f, *t, dst);
+                    if list.is_empty() {
+                        table.remove(&key);
+                    }
+                }
+            }
         }
     }
 
@@ -1114,6 +1200,63 @@ impl State {
         tables + lists
     }
 
+    /// Notes what `route` (about to be held) uses: its nexthop object, or the links of
+    /// its own paths, and its preferred source.
+    fn note_users(&mut self, route: &Route) {
+        let at = (route.family(), route.table, route.dst);
+        let tables = &self.tables;
+        if let Some(src) = route.prefsrc {
+            self.prefsrc_users
+                .entry(src)
+                .or_default()
+                .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
+                    routes_at(tables, f, t, dst).any(|r| r.prefsrc == Some(src))
+                });
+        }
+        match &route.paths {
+            Paths::Object(id) => {
+                let id = *id;
+                self.object_users
+                    .entry(id)
+                    .or_default()
+                    .note(at, usize::MAX, |&(f, t, dst)| {
+                        routes_at(tables, f, t, dst).any(|r| r.paths == Paths::Object(id))
+                    })
+            }
+            Paths::Own(paths) => {
+                for (i, p) in paths.iter().enumerate() {
+                    if paths[..i].iter().any(|o| o.dev == p.dev) {
+                        continue;
+                    }
+                    let dev = p.dev;
+                    self.link_users.entry(dev).or_default().note(
+                        at,
+                        LINK_USERS_HELD,
+                        |&(f, t, dst)| {
+                            routes_at(tables, f, t, dst)
+                                .any(|r| r.own_paths().iter().any(|p| p.dev == dev))
+                        },
+                    )
+                }
+            }
+            Paths::None => {}
+        }
+    }
+
+    /// The destinations, by family and table, of the routes that use nexthop object `id`
+    /// (and perhaps of a few that used it).
+    pub(crate) fn object_users(
+        &self,
+        id: NexthopId,
+    ) -> impl Iterator<Item = (Family, u32, Net)> + '_ {
+        self.object_users
+            .get(&id)
+            .and_then(|u| u.dsts.as_ref())
+            .into_iter()
+            .flatten()
+            .copied()
+    }
+
     /// Makes `paths` share the list of paths an equal list of another route holds, or
     /// holds it for the routes to come. Lists no route holds any more are swept once
     /// there are twice as many as after the last sweep.
@@ -1121,75 +1264,136 @@ impl State {
         self.path_lists.intern(paths);
     }
 
+    /// The keys (by family and table) of the routes of `family` (all if `None`) that
+    /// may have a path through link `index`, as its index holds them; `None` for a link
+    /// carrying too many routes to index, whose routes a walk finds.
+    fn keys_through(
+        &self,
+        index: LinkIndex,
+        family: Option<Family>,
+    ) -> Option<Vec<(Family, u32, Net, Net)>> {
+        let dsts = match self.link_users.get(&index) {
+            // No route ever went through it.
+            None => return Some(Vec::new()),
+            Some(u) => u.dsts.as_ref()?,
+        };
+        Some(
+            dsts.iter()
+                .filter(|(f, _, _)| family.is_none_or(|x| x == *f))
+                .flat_map(|&(f, t, dst)| {
+                    self.tables.get(&(f, t)).into_iter().flat_map(move |table| {
+                        table
+                            .range((dst, Net::default_of(f))..)
+                            .take_while(move |((d, _), _)| *d == dst)
+                            .map(move |((d, s), _)| (f, t, *d, *s))
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// Changes by `change` each list of routes of `family` (all if `None`) that may have
+    /// a path through link `index` (found by the link's index, or by a walk of every
+    /// route for a link carrying too many to index); `change` says whether it changed
+    /// the list, which is then noted (and dropped if left empty).
+    fn change_through(
+        &mut self,
+        index: LinkIndex,
+        family: Option<Family>,
+        mut change: impl FnMut(&mut RouteList, &mut PathLists) -> bool,
+    ) {
+        let keys = self.keys_through(index, family);
+        let lists = &mut self.path_lists;
+        let journal = &mut self.journal;
+        match keys {
+            Some(keys) => {
+                for (f, t, dst, src) in keys {
+                    let Some(table) = self.tables.get_mut(&(f, t)) else {
+                        continue;
+                    };
+                    let Some(list) = table.get_mut(&(dst, src)) else {
+                        continue;
+                    };
+                    if change(list, lists) {
+                        note(journal, f, t, dst);
+                        if list.is_empty() {
+                            table.remove(&(dst, src));
+                        }
+                    }
+                }
+            }
+            None => {
+                for ((f, t), table) in self.tables.iter_mut() {
+                    if family.is_some_and(|x| x != *f) {
+                        continue;
+                    }
+                    for ((dst, _), list) in table.iter_mut() {
+                        if change(list, lists) {
+                            note(journal, *f, *t, *dst);
+                        }
+                    }
+                    table.retain(|_, l| !l.is_empty());
+                }
+            }
+        }
+    }
+
     /// The kernel's `fib_sync_down_dev` and `fib_flush` (and IPv6's `rt6_sync_down_dev`):
     /// paths through the link die; a route all of whose paths died is removed. Unless
     /// `force`, local routes' paths (scope nowhere) survive.
     fn flush_dev(&mut self, index: LinkIndex, family: Option<Family>, force: bool) {
-        let lists = &mut self.path_lists;
-        for ((f, t), table) in self.tables.iter_mut() {
-            if family.is_some_and(|x| x != *f) {
-                continue;
+        let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
+        // A route is changed if a path of its dies, and goes if none is left alive.
+        let touched = |r: &Route| {
+            let paths = r.own_paths();
+            matches!(r.paths, Paths::Own(_))
+                && (paths.iter().any(|p| dies(p) && !p.dead)
+                    || paths.iter().all(|p| p.dead || dies(p)))
+        };
+        self.change_through(index, family, |list, lists| {
+            // Copied only if a route changes: the lists and paths are shared.
+            if !list.iter().any(touched) {
+                return false;
             }
-            let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
-            // A route is changed if a path of its dies, and goes if none is left alive.
-            let touched = |r: &Route| {
-                let paths = r.own_paths();
-                matches!(r.paths, Paths::Own(_))
-                    && (paths.iter().any(|p| dies(p) && !p.dead)
-                        || paths.iter().all(|p| p.dead || dies(p)))
-            };
-            for ((dst, _), list) in table.iter_mut() {
-                // Copied only if a route changes: the lists and paths are shared.
-                if !list.iter().any(touched) {
-                    continue;
-                }
-                edit(list, |list| {
-                    list.retain_mut(|r| {
-                        if !touched(r) {
-                            return true;
+            edit(list, |list| {
+                list.retain_mut(|r| {
+                    if !touched(r) {
+                        return true;
+                    }
+                    r.paths.edit(|paths| {
+                        for p in paths.iter_mut().filter(|p| dies(p)) {
+                            p.dead = true;
                         }
-                        r.paths.edit(|paths| {
-                            for p in paths.iter_mut().filter(|p| dies(p)) {
-                                p.dead = true;
-                            }
-                        });
-                        lists.intern(&mut r.paths);
-                        r.own_paths().iter().any(|p| !p.dead)
-                    })
-                });
-                note(&mut self.journal, *f, *t, *dst);
-            }
-            table.retain(|_, l| !l.is_empty());
-        }
+                    });
+                    lists.intern(&mut r.paths);
+                    r.own_paths().iter().any(|p| !p.dead)
+                })
+            });
+            true
+        });
     }
 
     /// The kernel's `fib_sync_up` (IPv4, when the link comes up) and `rt6_sync_up` (IPv6,
     /// when it is up with its carrier): paths of `family` through the link live again.
     fn revive_dev(&mut self, index: LinkIndex, family: Family) {
-        let lists = &mut self.path_lists;
-        for ((f, t), table) in self.tables.iter_mut() {
-            if *f != family {
-                continue;
+        let touched = |r: &Route| r.own_paths().iter().any(|p| p.dev == index && p.dead);
+        self.change_through(index, Some(family), |list, lists| {
+            // Copied only if a path lives again: the lists and paths are shared.
+            if !list.iter().any(touched) {
+                return false;
             }
-            let touched = |r: &Route| r.own_paths().iter().any(|p| p.dev == index && p.dead);
-            for ((dst, _), list) in table.iter_mut() {
-                // Copied only if a path lives again: the lists and paths are shared.
-                if !list.iter().any(touched) {
-                    continue;
+            edit(list, |list| {
+                for r in list.iter_mut().filter(|r| touched(r)) {
+                    r.paths.edit(|paths| {
+                        for p in paths.iter_mut().filter(|p| p.dev == index) {
+                            p.dead = false;
+                        }
+                    });
+                    lists.intern(&mut r.paths);
                 }
-                edit(list, |list| {
-                    for r in list.iter_mut().filter(|r| touched(r)) {
-                        r.paths.edit(|paths| {
-                            for p in paths.iter_mut().filter(|p| p.dev == index) {
-                                p.dead = false;
-                            }
-                        });
-                        lists.intern(&mut r.paths);
-                    }
-                });
-                note(&mut self.journal, *f, *t, *dst);
-            }
-        }
+            });
+            true
+        });
     }
 
     // ----- routes -----
@@ -1198,6 +1402,7 @@ impl State {
     pub fn modify_route(&mut self, op: RouteOp, mut route: Route) -> Result<(), Refused> {
         self.validate_route(&mut route)?;
         self.intern(&mut route.paths);
+        self.note_users(&route);
         let family = route.family();
         if family == Family::V6 {
             self.v6_tables_made.insert(route.table);
@@ -1750,8 +1955,27 @@ impl State {
                 }
             }
         }
-        for f in [Family::V4, Family::V6] {
-            self.remove_routes(f, |r| r.paths == Paths::Object(id));
+        // The routes that use it, found by the index rather than by a walk.
+        let users = self.object_users.remove(&id).and_then(|u| u.dsts);
+        for (f, t, dst) in users.into_iter().flatten() {
+            let Some(table) = self.tables.get_mut(&(f, t)) else {
+                continue;
+            };
+            let keys: Vec<(Net, Net)> = table
+                .range((dst, Net::default_of(f))..)
+                .take_while(|((d, _), _)| *d == dst)
+                .map(|(k, _)| *k)
+                .collect();
+            for key in keys {
+                let list = table.get_mut(&key).expect("listed");
+                if list.iter().any(|r| r.paths == Paths::Object(id)) {
+                    edit(list, |l| l.retain(|r| r.paths != Paths::Object(id)));
+                    note(&mut self.journal, f, t, dst);
+                    if list.is_empty() {
+                        table.remove(&key);
+                    }
+                }
+            }
         }
         for e in emptied {
             self.nexthops.remove(&e);
@@ -1772,6 +1996,20 @@ impl State {
             self.nexthop_gone(id);
         }
     }
+}
+
+/// The routes of destination `dst` (any source prefix) in table `table` of family `f`.
+fn routes_at(
+    tables: &BTreeMap<(Family, u32), TableRoutes>,
+    f: Family,
+    table: u32,
+    dst: Net,
+) -> impl Iterator<Item = &Route> {
+    tables.get(&(f, table)).into_iter().flat_map(move |t| {
+        t.range((dst, Net::default_of(f))..)
+            .take_while(move |((d, _), _)| *d == dst)
+            .flat_map(|(_, list)| list.iter())
+    })
 }
 
 /// The kernel's `rule_exists` for an existing rule `old` and a new one: every selector

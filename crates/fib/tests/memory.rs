@@ -11,7 +11,7 @@
 
 mod common;
 
-use fibre_fib::{Family, Link, LinkKind, Net, Path, Paths, Route, RouteOp, RouteType, State};
+use fibre_fib::{Family, Link, LinkKind, Net, Path, Paths, Route, RouteOp, State};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,36 +70,14 @@ fn link(index: u32, name: &str, kind: LinkKind) -> Link {
 }
 
 fn route(i: usize, dst: Net) -> Route {
-    let v6 = dst.family() == Family::V6;
-    let gateway: IpAddr = if v6 {
+    let gateway: IpAddr = if dst.family() == Family::V6 {
         format!("2001:db8::{}", 2 + i % 8)
     } else {
         format!("10.0.0.{}", 2 + i % 8)
     }
     .parse()
     .expect("an address");
-    Route {
-        table: 254,
-        dst,
-        src: Net::default_of(dst.family()),
-        tos: 0,
-        metric: if v6 { 1024 } else { 0 },
-        protocol: 3,
-        scope: 0,
-        kind: RouteType::Unicast,
-        prefsrc: None,
-        mtu: None,
-        hoplimit: None,
-        paths: Paths::own(vec![Path {
-            gateway: Some(gateway),
-            dev: 2,
-            weight: 1,
-            onlink: false,
-            dead: false,
-            scope: 0,
-        }]),
-        pref: 0,
-    }
+    common::route_via(dst, 2, gateway)
 }
 
 #[test]

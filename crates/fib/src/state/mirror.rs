@@ -99,6 +99,7 @@ impl State {
     /// IPv6 route is reported whole (all its paths), so it replaces the route of its key.
     pub fn mirror_route(&mut self, mut route: Route, op: RouteOp) {
         self.intern(&mut route.paths);
+        self.note_users(&route);
         let family = route.family();
         if family == Family::V6 {
             self.v6_tables_made.insert(route.table);

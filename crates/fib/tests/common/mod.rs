@@ -29,6 +29,35 @@ pub fn shipped_prefixes(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// A unicast route to `dst` in `main` through `gateway` on link `dev`, as a mirror holds
+/// one a routing daemon added (protocol boot, IPv6's user metric).
+pub fn route_via(dst: fibre_fib::Net, dev: u32, gateway: std::net::IpAddr) -> fibre_fib::Route {
+    use fibre_fib::{Family, Net, Path, Paths, Route, RouteType};
+    let v6 = dst.family() == Family::V6;
+    Route {
+        table: 254,
+        dst,
+        src: Net::default_of(dst.family()),
+        tos: 0,
+        metric: if v6 { 1024 } else { 0 },
+        protocol: 3,
+        scope: 0,
+        kind: RouteType::Unicast,
+        prefsrc: None,
+        mtu: None,
+        hoplimit: None,
+        paths: Paths::own(vec![Path {
+            gateway: Some(gateway),
+            dev,
+            weight: 1,
+            onlink: false,
+            dead: false,
+            scope: 0,
+        }]),
+        pref: 0,
+    }
+}
+
 /// The multipath hash seed of both sides, so that they choose the same paths.
 pub const SEED: &str = "3141592653";
 
