@@ -222,9 +222,11 @@ enum Event {
     KernelForwarding(Vec<(String, u8)>),
 }
 
-/// A reply to a client.
+/// A reply to a client: what the command printed, or, asked with `--json`, the JSON
+/// value itself (not a string holding it), its errors and its exit code.
 struct Reply {
     out: String,
+    value: Option<serde_json::Value>,
     err: String,
     code: u8,
 }
@@ -233,13 +235,21 @@ impl Reply {
     fn error(text: String) -> Reply {
         Reply {
             out: String::new(),
+            value: None,
             err: text + "\n",
             code: 1,
         }
     }
 
+    /// The reply on the wire, one line: `{"stdout": TEXT, "stderr": TEXT, "code": N}`,
+    /// with `"json": VALUE` in place of `stdout` for a command asked with `--json`.
     fn json(&self) -> String {
-        serde_json::json!({"stdout": self.out, "stderr": self.err, "code": self.code}).to_string()
+        let mut v = serde_json::json!({"stderr": self.err, "code": self.code});
+        match &self.value {
+            Some(value) => v["json"] = value.clone(),
+            None => v["stdout"] = self.out.clone().into(),
+        }
+        v.to_string()
     }
 }
 
@@ -841,8 +851,15 @@ fn answer(
             1
         }
     };
+    let out = String::from_utf8_lossy(&out).into_owned();
+    // Asked with `--json`, a command prints one JSON value: it goes as a value.
+    let asked_json = words.iter().any(|w| w == "--json" || w == "-j");
+    let value = asked_json
+        .then(|| serde_json::from_str::<serde_json::Value>(&out).ok())
+        .flatten();
     Reply {
-        out: String::from_utf8_lossy(&out).into_owned(),
+        out: if value.is_some() { String::new() } else { out },
+        value,
         err: String::from_utf8_lossy(&err).into_owned(),
         code,
     }
@@ -975,16 +992,12 @@ fn stats(
 ) -> Done {
     let s = mirror.stats();
     let state = mirror.state();
-    let mut tables = Vec::new();
-    for f in [Family::V4, Family::V6] {
-        let mut counts = std::collections::BTreeMap::<u32, usize>::new();
-        for r in state.routes(f, None) {
-            *counts.entry(r.table).or_default() += 1;
-        }
-        for (t, n) in counts {
-            tables.push(serde_json::json!({"family": f.name(), "table": t, "routes": n}));
-        }
-    }
+    // Counted by the state as routes change: no walk of them.
+    let tables: Vec<serde_json::Value> = state
+        .route_counts()
+        .iter()
+        .map(|((f, t), n)| serde_json::json!({"family": f.name(), "table": t, "routes": n}))
+        .collect();
     let us = |q| s.lag(q).map(|d| d.as_secs_f64() * 1e6);
     let routes: usize = tables
         .iter()
@@ -1122,17 +1135,11 @@ fn exposition(mirror: &Mirror) -> String {
     );
     let mut routes = Vec::new();
     let mut memory = Vec::new();
-    for f in [Family::V4, Family::V6] {
-        let mut counts = std::collections::BTreeMap::<u32, usize>::new();
-        for r in mirror.state().routes(f, None) {
-            *counts.entry(r.table).or_default() += 1;
-        }
-        for (t, n) in counts {
-            routes.push((
-                format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
-                n as f64,
-            ));
-        }
+    for ((f, t), n) in mirror.state().route_counts() {
+        routes.push((
+            format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
+            *n as f64,
+        ));
     }
     for (f, t, bytes) in mirror.snapshot().memory_by_table() {
         memory.push((
@@ -1244,7 +1251,10 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     BufReader::new(&conn).read_line(&mut line)?;
     let v: serde_json::Value =
         serde_json::from_str(&line).map_err(|e| format!("the daemon's reply: {e}"))?;
-    print!("{}", v["stdout"].as_str().unwrap_or(""));
+    match v.get("json") {
+        Some(value) => println!("{value}"),
+        None => print!("{}", v["stdout"].as_str().unwrap_or("")),
+    }
     eprint!("{}", v["stderr"].as_str().unwrap_or(""));
     std::io::stdout().flush()?;
     Ok(ExitCode::from(

@@ -16,7 +16,7 @@ use fibre_dataplane::worker::{Counters, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::workers::IoMode;
 use fibre_dataplane::workers::{Failure, Notify, Options, Workers};
 use fibre_dataplane::xdp::LocalDestinations;
-use fibre_fib::{Family, FibReader, RouteType};
+use fibre_fib::FibReader;
 use fibre_mirror::kernel::Resolver;
 use fibre_mirror::Mirror;
 use serde_json::{json, Value};
@@ -374,20 +374,11 @@ impl Forwarding {
         if self.local_serial == Some(serial) {
             return Ok(());
         }
-        let state = mirror.state();
-        let prefixes: Vec<_> = [Family::V4, Family::V6]
-            .into_iter()
-            .flat_map(|f| state.routes(f, None))
-            .filter(|r| {
-                matches!(
-                    r.kind,
-                    RouteType::Local
-                        | RouteType::Broadcast
-                        | RouteType::Anycast
-                        | RouteType::Multicast
-                )
-            })
-            .map(|r| (r.dst.addr(), r.dst.len()))
+        // Kept by the state as routes change: no walk of them.
+        let prefixes: Vec<_> = mirror
+            .state()
+            .receiving_destinations()
+            .map(|dst| (dst.addr(), dst.len()))
             .chain(everything(handed))
             .collect();
         local

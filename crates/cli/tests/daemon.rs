@@ -319,6 +319,33 @@ fn assert_same(ns: &Namespace, d: &Daemon, when: &str) {
         fibre.len(),
         "{when}: as many routes and rules"
     );
+    // The routes the daemon counts by table (as they change, no walk) are the kernel's.
+    let mut counted = std::collections::BTreeMap::new();
+    for t in d.json(&["stats", "--json"])["tables"].as_array().unwrap() {
+        let key = (
+            t["family"].as_str().unwrap().to_string(),
+            t["table"].as_u64().unwrap(),
+        );
+        counted.insert(key, t["routes"].as_u64().unwrap());
+    }
+    let mut listed = std::collections::BTreeMap::new();
+    for (f, name) in [("-4", "inet"), ("-6", "inet6")] {
+        let k: Value = serde_json::from_str(
+            &ns.ip(&["-d", "-j", f, "route", "show", "table", "all"])
+                .expect("ip route show"),
+        )
+        .expect("JSON");
+        for r in k.as_array().unwrap() {
+            let table = match r["table"].as_str() {
+                None | Some("main") => 254,
+                Some("local") => 255,
+                Some("default") => 253,
+                Some(n) => n.parse().expect("a table number"),
+            };
+            *listed.entry((name.to_string(), table)).or_insert(0u64) += 1;
+        }
+    }
+    assert_eq!(counted, listed, "{when}: routes counted by table");
 }
 
 const SETUP: &str = "\
@@ -491,6 +518,32 @@ link del a1
     ] {
         assert!(page.contains(name), "{name} in {page}");
     }
+
+    // On the socket itself: a command asked with `--json` is answered with its value,
+    // typed (not a string holding it); without, with the text it prints.
+    let ask = |words: &[&str]| -> Value {
+        let mut conn = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+        let line = format!("{}\n", serde_json::to_string(words).unwrap());
+        std::io::Write::write_all(&mut conn, line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut reply).unwrap();
+        serde_json::from_str(&reply).unwrap()
+    };
+    let typed = ask(&["stats", "--json"]);
+    assert_eq!(typed["code"], 0, "{typed}");
+    assert!(typed["json"]["tables"].is_array(), "{typed}");
+    assert!(typed.get("stdout").is_none(), "{typed}");
+    let got = ask(&["route", "get", "127.0.0.1", "--json"]);
+    assert_eq!(got["json"][0]["type"], "local", "{got}");
+    let text = ask(&["route", "get", "127.0.0.1"]);
+    assert!(
+        text["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("local 127.0.0.1"),
+        "{text}"
+    );
+    assert!(text.get("json").is_none(), "{text}");
 
     // A request that is not a command gets an error; the daemon answers the next.
     let out = d.ctl(&["route", "frobnicate"]);

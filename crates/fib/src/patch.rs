@@ -759,6 +759,30 @@ rule add from fd01::/64 lookup 100 pref 100
 
     use crate::forward::Hop;
 
+    /// What the state counts as routes change equals what a walk of them finds: the
+    /// routes of each table, the destinations that deliver to this host.
+    pub(crate) fn counted_as_walked(state: &State, what: &str) {
+        let mut routes = std::collections::BTreeMap::new();
+        let mut receiving = BTreeSet::new();
+        for f in [Family::V4, Family::V6] {
+            for r in state.routes(f, None) {
+                *routes.entry((f, r.table)).or_insert(0usize) += 1;
+                if matches!(
+                    r.kind,
+                    RouteType::Local
+                        | RouteType::Broadcast
+                        | RouteType::Anycast
+                        | RouteType::Multicast
+                ) {
+                    receiving.insert(r.dst);
+                }
+            }
+        }
+        assert_eq!(state.route_counts(), &routes, "{what}");
+        let counted: BTreeSet<Net> = state.receiving_destinations().collect();
+        assert_eq!(counted, receiving, "{what}");
+    }
+
     /// Random batches of route changes (every type, nested and repeated prefixes, both
     /// families, the merged IPv4 tables, a table of rules, the local table, nexthop
     /// objects), now and then with a link going down or up, addresses, nexthop objects or
@@ -844,6 +868,7 @@ rule add from fd01::/64 lookup 100 pref 100
                     }
                 });
                 let fresh = fib.state().snapshot();
+                counted_as_walked(fib.state(), &format!("seed {seed} round {round}"));
                 let dsts = destinations(&mut rng, fib.state());
                 same_answers(
                     &reader.snapshot(),
@@ -976,6 +1001,7 @@ route add 2001:db8:2::/48 via fd01::2
                 }
             });
             let fresh = fib.state().snapshot();
+            counted_as_walked(fib.state(), change);
             same_answers(&reader.snapshot(), &fresh, &dsts, &format!("{i}: {change}"));
             patched += 1;
             assert_eq!(fib.publications().patched, patched, "{i}: {change}");

@@ -235,17 +235,12 @@ impl CompiledTable {
             + self.plain.memory()
     }
 
-    /// Bytes of its nodes and of the lists of routes only it holds (a list shared with
-    /// the state, as most are, is counted there; so are the routes' lists of paths).
+    /// Bytes of its nodes and their answers, without a walk of them. The lists of routes
+    /// they hold are the state's (counted there), but for a destination with routes of
+    /// several source prefixes, whose list the node holds alone: those few are not counted.
     fn node_memory(&self) -> usize {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.answers.capacity() * std::mem::size_of::<Plain>()
-            + self
-                .nodes
-                .iter()
-                .filter(|n| Arc::strong_count(&n.routes) == 1)
-                .map(|n| std::mem::size_of_val::<[Route]>(&n.routes))
-                .sum::<usize>()
     }
 }
 

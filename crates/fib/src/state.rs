@@ -100,13 +100,62 @@ pub type TableRoutes = BTreeMap<(Net, Net), RouteList>;
 /// snapshots keep the one they hold.
 pub type RouteList = Arc<[Route]>;
 
-/// Changes the routes of `list` with `change`: a copy of them is changed and takes its
-/// place, so that the snapshots holding the list keep theirs.
-pub(crate) fn edit<T>(list: &mut RouteList, change: impl FnOnce(&mut Vec<Route>) -> T) -> T {
+/// Changes the routes of `list`, of table `table`, with `change`: a copy of them is
+/// changed and takes its place, so that the snapshots holding the list keep theirs; the
+/// `tally` follows.
+pub(crate) fn edit<T>(
+    list: &mut RouteList,
+    tally: &mut Tally,
+    table: (Family, u32),
+    change: impl FnOnce(&mut Vec<Route>) -> T,
+) -> T {
+    tally.count(table, list, false);
     let mut routes = list.to_vec();
     let out = change(&mut routes);
     *list = routes.into();
+    tally.count(table, list, true);
     out
+}
+
+/// What the state counts of its routes as they change, so that neither a scrape of the
+/// metrics nor a batch published to the packet path walks every route.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally {
+    /// Routes by family and table.
+    routes: BTreeMap<(Family, u32), usize>,
+    /// The destinations of routes that deliver to this host or its links (local,
+    /// broadcast, anycast, multicast) in any table, each with how many there are.
+    receiving: BTreeMap<Net, usize>,
+}
+
+impl Tally {
+    /// Counts the routes of `list`, of table `table`, in (`add`) or out.
+    fn count(&mut self, table: (Family, u32), list: &[Route], add: bool) {
+        let step = |n: &mut usize, by: usize| {
+            *n = if add { *n + by } else { n.saturating_sub(by) };
+            *n == 0
+        };
+        if !list.is_empty() {
+            let n = self.routes.entry(table).or_default();
+            if step(n, list.len()) {
+                self.routes.remove(&table);
+            }
+        }
+        for r in list.iter().filter(|r| receives(r)) {
+            let n = self.receiving.entry(r.dst).or_default();
+            if step(n, 1) {
+                self.receiving.remove(&r.dst);
+            }
+        }
+    }
+}
+
+/// Whether `r` delivers to this host or its links: local, broadcast, anycast, multicast.
+fn receives(r: &Route) -> bool {
+    matches!(
+        r.kind,
+        RouteType::Local | RouteType::Broadcast | RouteType::Anycast | RouteType::Multicast
+    )
 }
 
 /// The whole routing state.
@@ -150,6 +199,8 @@ pub struct State {
     link_users: BTreeMap<LinkIndex, Users>,
     /// The destinations of the IPv4 routes with each preferred source.
     prefsrc_users: BTreeMap<IpAddr, Users>,
+    /// The routes counted as they change.
+    tally: Tally,
 }
 
 /// The destinations (by family and table) of the routes that use one thing, a nexthop
@@ -289,6 +340,7 @@ impl State {
             object_users: BTreeMap::new(),
             link_users: BTreeMap::new(),
             prefsrc_users: BTreeMap::new(),
+            tally: Tally::default(),
         }
     }
 
@@ -1129,7 +1181,8 @@ impl State {
         }
         note(&mut self.journal, route.family(), route.table, route.dst);
         let at = insert_position(list, &route, true);
-        edit(list, |l| l.insert(at, route));
+        let table = (route.family(), route.table);
+        edit(list, &mut self.tally, table, |l| l.insert(at, route));
     }
 
     fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(&Route) -> bool) {
@@ -1139,7 +1192,7 @@ impl State {
             }
             for ((dst, _), list) in table.iter_mut() {
                 if list.iter().any(&mut gone) {
-                    edit(list, |l| l.retain(|r| !gone(r)));
+                    edit(list, &mut self.tally, (*f, *t), |l| l.retain(|r| !gone(r)));
                     note(&mut self.journal, *f, *t, *dst);
                 }
             }
@@ -1162,7 +1215,7 @@ impl State {
             for key in keys {
                 let list = table.get_mut(&key).expect("listed");
                 if list.iter().any(&mut gone) {
-                    edit(list, |l| l.retain(|r| !gone(r)));
+                    edit(list, &mut self.tally, (*f, *t), |l| l.retain(|r| !gone(r)));
                     note(&mut self.journal, *f, *t, dst);
                     if list.is_empty() {
                         table.remove(&key);
@@ -1172,19 +1225,29 @@ impl State {
         }
     }
 
+    /// The routes of each family and table, counted as they change (no walk).
+    pub fn route_counts(&self) -> &BTreeMap<(Family, u32), usize> {
+        &self.tally.routes
+    }
+
+    /// The destinations of the routes that deliver to this host or its links (local,
+    /// broadcast, anycast, multicast), of any table, kept as they change (no walk).
+    pub fn receiving_destinations(&self) -> impl Iterator<Item = Net> + '_ {
+        self.tally.receiving.keys().copied()
+    }
+
     /// Bytes the routes take: the tables' entries (counted at the slack a B-tree's nodes
     /// have on average, half again), the routes, and the lists of paths they share.
     pub fn memory(&self) -> usize {
         use std::mem::size_of;
         let entry = size_of::<(Net, Net)>() + size_of::<RouteList>();
+        // Each key's list: its counts and its routes.
         let tables: usize = self
             .tables
-            .values()
-            .map(|t| {
-                t.len() * entry * 3 / 2
-                    + t.values()
-                        .map(|l| 2 * size_of::<usize>() + std::mem::size_of_val::<[Route]>(l))
-                        .sum::<usize>()
+            .iter()
+            .map(|(k, t)| {
+                t.len() * (entry * 3 / 2 + 2 * size_of::<usize>())
+                    + self.tally.routes.get(k).copied().unwrap_or(0) * size_of::<Route>()
             })
             .sum();
         let lists: usize = self
@@ -1300,11 +1363,12 @@ impl State {
         &mut self,
         index: LinkIndex,
         family: Option<Family>,
-        mut change: impl FnMut(&mut RouteList, &mut PathLists) -> bool,
+        mut change: impl FnMut(&mut RouteList, &mut PathLists, &mut Tally, (Family, u32)) -> bool,
     ) {
         let keys = self.keys_through(index, family);
         let lists = &mut self.path_lists;
         let journal = &mut self.journal;
+        let tally = &mut self.tally;
         match keys {
             Some(keys) => {
                 for (f, t, dst, src) in keys {
@@ -1314,7 +1378,7 @@ impl State {
                     let Some(list) = table.get_mut(&(dst, src)) else {
                         continue;
                     };
-                    if change(list, lists) {
+                    if change(list, lists, tally, (f, t)) {
                         note(journal, f, t, dst);
                         if list.is_empty() {
                             table.remove(&(dst, src));
@@ -1328,7 +1392,7 @@ impl State {
                         continue;
                     }
                     for ((dst, _), list) in table.iter_mut() {
-                        if change(list, lists) {
+                        if change(list, lists, tally, (*f, *t)) {
                             note(journal, *f, *t, *dst);
                         }
                     }
@@ -1350,12 +1414,12 @@ impl State {
                 && (paths.iter().any(|p| dies(p) && !p.dead)
                     || paths.iter().all(|p| p.dead || dies(p)))
         };
-        self.change_through(index, family, |list, lists| {
+        self.change_through(index, family, |list, lists, tally, table| {
             // Copied only if a route changes: the lists and paths are shared.
             if !list.iter().any(touched) {
                 return false;
             }
-            edit(list, |list| {
+            edit(list, tally, table, |list| {
                 list.retain_mut(|r| {
                     if !touched(r) {
                         return true;
@@ -1377,12 +1441,12 @@ impl State {
     /// when it is up with its carrier): paths of `family` through the link live again.
     fn revive_dev(&mut self, index: LinkIndex, family: Family) {
         let touched = |r: &Route| r.own_paths().iter().any(|p| p.dev == index && p.dead);
-        self.change_through(index, Some(family), |list, lists| {
+        self.change_through(index, Some(family), |list, lists, tally, table| {
             // Copied only if a path lives again: the lists and paths are shared.
             if !list.iter().any(touched) {
                 return false;
             }
-            edit(list, |list| {
+            edit(list, tally, table, |list| {
                 for r in list.iter_mut().filter(|r| touched(r)) {
                     r.paths.edit(|paths| {
                         for p in paths.iter_mut().filter(|p| p.dev == index) {
@@ -1412,7 +1476,7 @@ impl State {
         let table = self.tables.entry(table_key).or_default();
         let list = table.entry(key).or_insert_with(no_route);
         let local = family == Family::V4 && route.kind == RouteType::Local;
-        let result = edit(list, |l| match family {
+        let result = edit(list, &mut self.tally, table_key, |l| match family {
             Family::V4 => modify_v4(l, op, route),
             Family::V6 => modify_v6(l, op, route),
         });
@@ -1472,7 +1536,7 @@ impl State {
                 })
                 .ok_or_else(no_such)?;
             let one_path = filter.gateway.filter(|_| list[pos].own_paths().len() > 1);
-            edit(list, |list| {
+            edit(list, &mut self.tally, (family, table), |list| {
                 if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
                     list[pos].paths.edit(|paths| {
                         let at = paths
@@ -1505,7 +1569,9 @@ impl State {
                             }))
                 })
                 .ok_or_else(no_such)?;
-            edit(list, |list| list.remove(pos));
+            edit(list, &mut self.tally, (family, table), |list| {
+                list.remove(pos)
+            });
         }
         if list.is_empty() {
             t.remove(&(dst, src));
@@ -1519,6 +1585,9 @@ impl State {
     /// `ip route flush table ID` (of a family).
     pub fn flush_table(&mut self, family: Family, table: u32) {
         if let Some(gone) = self.tables.remove(&(family, table)) {
+            for list in gone.values() {
+                self.tally.count((family, table), list, false);
+            }
             for (dst, _) in gone.keys() {
                 note(&mut self.journal, family, table, *dst);
             }
@@ -1969,7 +2038,9 @@ impl State {
             for key in keys {
                 let list = table.get_mut(&key).expect("listed");
                 if list.iter().any(|r| r.paths == Paths::Object(id)) {
-                    edit(list, |l| l.retain(|r| r.paths != Paths::Object(id)));
+                    edit(list, &mut self.tally, (f, t), |l| {
+                        l.retain(|r| r.paths != Paths::Object(id))
+                    });
                     note(&mut self.journal, f, t, dst);
                     if list.is_empty() {
                         table.remove(&key);

@@ -119,61 +119,68 @@ impl State {
             // Reported twice (a dump and a queued notification).
             return;
         }
-        edit(list, |list| match family {
-            Family::V4 => {
-                if list.contains(&route) {
-                    // Reported twice (a dump and a queued notification).
-                    return;
-                }
-                let op = match op {
-                    RouteOp::Add | RouteOp::Prepend => RouteOp::Prepend,
-                    other => other,
-                };
-                let _ = modify_v4(list, op, route);
-            }
-            Family::V6 => {
-                // The route the report is of: with `NLM_F_REPLACE`, the first of its
-                // metric; for a multipath-capable route (every path via a gateway), the
-                // one of its metric whose paths are siblings of its; else the same route.
-                let at = if op == RouteOp::Replace {
-                    list.iter().position(|r| r.metric == route.metric)
-                } else if ecmp_v6(&route) {
-                    list.iter()
-                        .position(|r| r.metric == route.metric && ecmp_v6(r))
-                } else {
-                    let ends = |r: &Route| -> Vec<(LinkIndex, Option<IpAddr>)> {
-                        r.own_paths().iter().map(|p| (p.dev, p.gateway)).collect()
+        edit(
+            list,
+            &mut self.tally,
+            (family, route.table),
+            |list| match family {
+                Family::V4 => {
+                    if list.contains(&route) {
+                        // Reported twice (a dump and a queued notification).
+                        return;
+                    }
+                    let op = match op {
+                        RouteOp::Add | RouteOp::Prepend => RouteOp::Prepend,
+                        other => other,
                     };
-                    list.iter().position(|r| {
-                        r.metric == route.metric && r.kind == route.kind && ends(r) == ends(&route)
-                    })
-                };
-                match at {
-                    Some(at) if op == RouteOp::Append && ecmp_v6(&route) => {
-                        // A path appended: the kernel lists the route's paths in the
-                        // order they came, the new ones after.
-                        if let Paths::Own(new) = route.paths {
-                            list[at].paths.edit(|old| {
-                                for p in new.iter() {
-                                    match old
-                                        .iter_mut()
-                                        .find(|o| o.dev == p.dev && o.gateway == p.gateway)
-                                    {
-                                        Some(o) => *o = p.clone(),
-                                        None => old.push(p.clone()),
+                    let _ = modify_v4(list, op, route);
+                }
+                Family::V6 => {
+                    // The route the report is of: with `NLM_F_REPLACE`, the first of its
+                    // metric; for a multipath-capable route (every path via a gateway), the
+                    // one of its metric whose paths are siblings of its; else the same route.
+                    let at = if op == RouteOp::Replace {
+                        list.iter().position(|r| r.metric == route.metric)
+                    } else if ecmp_v6(&route) {
+                        list.iter()
+                            .position(|r| r.metric == route.metric && ecmp_v6(r))
+                    } else {
+                        let ends = |r: &Route| -> Vec<(LinkIndex, Option<IpAddr>)> {
+                            r.own_paths().iter().map(|p| (p.dev, p.gateway)).collect()
+                        };
+                        list.iter().position(|r| {
+                            r.metric == route.metric
+                                && r.kind == route.kind
+                                && ends(r) == ends(&route)
+                        })
+                    };
+                    match at {
+                        Some(at) if op == RouteOp::Append && ecmp_v6(&route) => {
+                            // A path appended: the kernel lists the route's paths in the
+                            // order they came, the new ones after.
+                            if let Paths::Own(new) = route.paths {
+                                list[at].paths.edit(|old| {
+                                    for p in new.iter() {
+                                        match old
+                                            .iter_mut()
+                                            .find(|o| o.dev == p.dev && o.gateway == p.gateway)
+                                        {
+                                            Some(o) => *o = p.clone(),
+                                            None => old.push(p.clone()),
+                                        }
                                     }
-                                }
-                            });
+                                });
+                            }
+                        }
+                        Some(at) => list[at] = route,
+                        None => {
+                            let at = insert_position(list, &route, true);
+                            list.insert(at, route);
                         }
                     }
-                    Some(at) => list[at] = route,
-                    None => {
-                        let at = insert_position(list, &route, true);
-                        list.insert(at, route);
-                    }
                 }
-            }
-        });
+            },
+        );
     }
 
     /// A route the kernel removed: the route of its key with its type and paths (IPv6:
@@ -190,7 +197,7 @@ impl State {
         };
         note(&mut self.journal, family, route.table, route.dst);
         let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
-        edit(list, |list| match family {
+        edit(list, &mut self.tally, table_key, |list| match family {
             Family::V4 => {
                 let at = list
                     .iter()
