@@ -3,6 +3,7 @@
 //! families the router's ruleset has the kernel track, listed as `conntrack -L` lists
 //! the kernel's.
 
+use crate::metrics::{label, Exposition, Kind};
 use crate::route::{Done, Out};
 use fibre_conntrack::table::{ASSURED, SEEN_REPLY};
 use fibre_conntrack::{Connection, Conntrack, Tuple};
@@ -144,47 +145,41 @@ pub fn stats(tables: &[&Conntrack]) -> Value {
 }
 
 /// The tracking metrics, in Prometheus' text exposition format.
-pub fn metrics(tables: &[&Conntrack], out: &mut String) {
+pub fn metrics(tables: &[&Conntrack], e: &mut Exposition) {
     let s = total(tables);
-    let _ = writeln!(
-        out,
-        "# HELP fibre_conntrack_connections Connections tracked.\n\
-         # TYPE fibre_conntrack_connections gauge\n\
-         fibre_conntrack_connections {}",
-        tables.iter().map(|t| t.len()).sum::<usize>()
+    e.one(
+        "fibre_conntrack_connections",
+        Kind::Gauge,
+        "Connections tracked.",
+        tables.iter().map(|t| t.len()).sum::<usize>() as f64,
     );
-    let _ = writeln!(
-        out,
-        "# HELP fibre_conntrack_packets_total Packets tracked, by what became of them.\n\
-         # TYPE fibre_conntrack_packets_total counter"
+    e.add(
+        "fibre_conntrack_packets",
+        Kind::Counter,
+        "Packets tracked, by what became of them.",
+        [
+            ("found", s.found),
+            ("invalid", s.invalid),
+            ("ignored", s.ignored),
+            ("dropped", s.dropped),
+            ("to_kernel", s.kernel),
+            ("insert_failed", s.insert_failed),
+        ]
+        .map(|(outcome, n)| (label("outcome", outcome), n as f64)),
     );
-    for (outcome, n) in [
-        ("found", s.found),
-        ("invalid", s.invalid),
-        ("ignored", s.ignored),
-        ("dropped", s.dropped),
-        ("to_kernel", s.kernel),
-        ("insert_failed", s.insert_failed),
-    ] {
-        let _ = writeln!(
-            out,
-            "fibre_conntrack_packets_total{{outcome=\"{outcome}\"}} {n}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP fibre_conntrack_events_total Connections entered, dropped early, expired, \
-         translated (their source or their destination), imported from the kernel's at takeover.\n\
-         # TYPE fibre_conntrack_events_total counter"
+    e.add(
+        "fibre_conntrack_events",
+        Kind::Counter,
+        "Connections entered, dropped early, expired, translated (their source or their \
+         destination), imported from the kernel's at takeover.",
+        [
+            ("inserted", s.inserted),
+            ("early_dropped", s.early_dropped),
+            ("expired", s.expired),
+            ("source_translated", s.source_translated),
+            ("destination_translated", s.destination_translated),
+            ("imported", s.imported),
+        ]
+        .map(|(event, n)| (label("event", event), n as f64)),
     );
-    for (event, n) in [
-        ("inserted", s.inserted),
-        ("early_dropped", s.early_dropped),
-        ("expired", s.expired),
-        ("source_translated", s.source_translated),
-        ("destination_translated", s.destination_translated),
-        ("imported", s.imported),
-    ] {
-        let _ = writeln!(out, "fibre_conntrack_events_total{{event=\"{event}\"}} {n}");
-    }
 }

@@ -9,8 +9,9 @@
 //! removes its socket and exits), the watcher of the mirrored namespace's name (deleted,
 //! the daemon says so and exits non-zero), and one thread per client. A client sends one
 //! line, a JSON array of the command's words, and reads one line back, a JSON object
-//! with the output, the errors and the exit code; who it is (process, user, group) and
-//! what it asked go to the log. A malformed request gets an error reply; nothing a
+//! with the output (or, asked with `--json`, the JSON value itself), the errors and the
+//! exit code; who it is (process, user, group) and what it asked go to the log, which
+//! `tracing` writes (time, level, message; `RUST_LOG` filters it). A malformed request gets an error reply; nothing a
 //! client sends or fails to send stops the daemon. The control socket is made safely
 //! ([`crate::control_socket`]).
 //!
@@ -22,6 +23,7 @@
 use crate::control_socket::ControlSocket;
 use crate::firewall::{self, Firewall, SharedFirewall};
 use crate::forwarding::Forwarding;
+use crate::metrics::{Exposition, Kind};
 use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
@@ -29,6 +31,7 @@ use fibre_kernel::privileges;
 use fibre_mirror::kernel::{self, Backlog, Batch, Events};
 use fibre_mirror::neigh::{lladdr_text, NeighState};
 use fibre_mirror::Mirror;
+use prometheus_client::metrics::histogram::Histogram;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -253,8 +256,26 @@ impl Reply {
     }
 }
 
+/// The daemon's log: lines on standard error with their time (UTC), level and message,
+/// filtered by `RUST_LOG` (`info` when it is not set: `RUST_LOG=warn` leaves out the
+/// requests, `RUST_LOG=debug` adds detail), colored only on a terminal.
+fn start_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .with_default_directive(tracing::Level::INFO.into())
+        .from_env_lossy();
+    // Another subscriber already set (the daemon run twice in one process) keeps its own.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
 /// Runs `fibre daemon` until SIGINT or SIGTERM.
 pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    start_logging();
     // The metrics are served in the namespace the daemon was started in: bound before
     // entering the mirrored one.
     let metrics = match a.metrics {
@@ -277,8 +298,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let at = info
             .location()
             .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
-        eprintln!(
-            "fibre daemon: thread {} failed{at}: {what}",
+        tracing::error!(
+            "thread {} failed{at}: {what}",
             thread.name().unwrap_or("unnamed")
         );
     }));
@@ -301,8 +322,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Set up as root needs (the namespace entered, the socket made): from here on, and
     // in every thread started from here on, only what the work needs.
     let kept = privileges::keep_only(&needed_capabilities(!a.forward.is_empty())?)?;
-    eprintln!(
-        "fibre daemon: capabilities kept: {}",
+    tracing::info!(
+        "capabilities kept: {}",
         match privileges::names(kept).join(", ") {
             n if n.is_empty() => "none".into(),
             n => n,
@@ -323,8 +344,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut events = Events::subscribe(a.receive_buffer)?;
     let started = Instant::now();
     let (mut mirror, reader) = Mirror::sync()?;
-    eprintln!(
-        "fibre daemon: synced in {:.3} s (the kernel's dump {:.3} s): {} links, {} IPv4 and {} IPv6 routes; control socket {}",
+    tracing::info!(
+        "synced in {:.3} s (the kernel's dump {:.3} s): {} links, {} IPv4 and {} IPv6 routes; control socket {}",
         started.elapsed().as_secs_f64(),
         mirror.stats().dump_time.as_secs_f64(),
         mirror.state().links().count(),
@@ -340,7 +361,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }) {
             Ok(pair) => pair,
             Err(e) if a.forward.is_empty() => {
-                eprintln!("fibre daemon: the nftables ruleset is not mirrored: {e}");
+                tracing::warn!("the nftables ruleset is not mirrored: {e}");
                 (None, None)
             }
             Err(e) => {
@@ -372,26 +393,26 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         };
         let f = Forwarding::start(&mirror, reader, &a.forward, options, closed, Some(notify))?;
         let (io, fallback) = f.io();
-        eprintln!(
-            "fibre daemon: forwarding between {} with {} worker(s) ({io}, priority {})",
+        tracing::info!(
+            "forwarding between {} with {} worker(s) ({io}, priority {})",
             a.forward.join(", "),
             f.workers(),
             f.priority()
         );
         if let Some(caution) = f.caution() {
-            eprintln!("fibre daemon: caution: {caution}");
+            tracing::warn!("caution: {caution}");
         }
         if f.placement() != "as asked" {
-            eprintln!("fibre daemon: {}", f.placement());
+            tracing::info!("{}", f.placement());
         }
         if let Some(why) = fallback {
-            eprintln!("fibre daemon: not AF_XDP: {why}");
+            tracing::warn!("not AF_XDP: {why}");
         }
         if let Some(fw) = &firewall {
             firewall::lock(fw).attach(f.shared());
         }
         if let Some(said) = f.kernel_forwarding_said() {
-            eprintln!("fibre daemon: {said}");
+            tracing::info!("{said}");
         }
         Some(f)
     };
@@ -452,6 +473,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     // Events taken out of the channel while gathering notifications, answered next.
     let mut waiting = std::collections::VecDeque::new();
+    // The lag of every batch applied, for the metrics.
+    let lags = crate::metrics::seconds_histogram();
     let mut names = link_names(&mirror);
     let code = loop {
         let event = match waiting.pop_front() {
@@ -475,6 +498,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 }
                 let applied = batch.len();
                 mirror.apply(batch, bad, at);
+                lags.observe(at.elapsed().as_secs_f64());
                 backlog.applied(applied);
                 mirror.stats_mut().backlog_waits = backlog.waits();
                 if let Some(f) = &mut forwarding {
@@ -498,9 +522,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(Event::Netlink(Batch::Overflow, _)) => {
                 mirror.overflowed();
                 mirror.stats_mut().backlog_waits = backlog.waits();
-                eprintln!("fibre daemon: the netlink socket overflowed; dumping again");
+                tracing::warn!("the netlink socket overflowed; dumping again");
                 if let Err(e) = mirror.resync() {
-                    eprintln!("fibre daemon: the dump failed: {e}");
+                    tracing::error!("the dump failed: {e}");
                     break ExitCode::FAILURE;
                 }
                 if let Some(f) = &mut forwarding {
@@ -508,14 +532,14 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 }
             }
             Ok(Event::Failed(e)) => {
-                eprintln!("fibre daemon: netlink: {e}");
+                tracing::error!("netlink: {e}");
                 break ExitCode::FAILURE;
             }
             Ok(Event::FirewallChanged) => {
                 if let Some(f) = &mut forwarding {
                     f.reopen(&mirror);
                     if let Err(e) = f.publish_local(&mirror) {
-                        eprintln!("fibre daemon: {e}");
+                        tracing::warn!("{e}");
                     }
                 }
             }
@@ -523,12 +547,12 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 if let Some(f) = &mut forwarding {
                     if f.kernel_forwards(now, &mirror) {
                         if let Err(e) = f.publish_local(&mirror) {
-                            eprintln!("fibre daemon: {e}");
+                            tracing::warn!("{e}");
                         }
                         match f.kernel_forwarding_said() {
-                            Some(said) => eprintln!("fibre daemon: {said}"),
-                            None => eprintln!(
-                                "fibre daemon: the kernel's forwarding is off on the forwarded links: fibre forwards everything"
+                            Some(said) => tracing::info!("{said}"),
+                            None => tracing::info!(
+                                "the kernel's forwarding is off on the forwarded links: fibre forwards everything"
                             ),
                         }
                     }
@@ -545,37 +569,38 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 let _ = reply.send(r);
             }
             Ok(Event::Metrics(reply)) => {
-                let mut text = exposition(&mirror);
+                let mut e = Exposition::new();
+                exposition(&mirror, &lags, &mut e);
                 if let Some(f) = &forwarding {
-                    f.metrics(&mut text);
+                    f.metrics(&mut e);
                 }
                 if let Some(fw) = &firewall {
-                    firewall::lock(fw).metrics(&mut text);
+                    firewall::lock(fw).metrics(&mut e);
                 }
-                let _ = reply.send(text);
+                let _ = reply.send(e.text());
             }
             Ok(Event::WorkerEnded(g, n)) => {
                 if let Some(failure) = forwarding.as_mut().and_then(|f| f.supervise(g, n)) {
                     if failure.restarted {
-                        eprintln!(
-                            "fibre daemon: forwarding worker {n} failed ({}); started again in {:.1} ms",
+                        tracing::warn!(
+                            "forwarding worker {n} failed ({}); started again in {:.1} ms",
                             failure.reason,
                             failure.took.as_secs_f64() * 1e3
                         );
                     } else {
-                        eprintln!(
-                            "fibre daemon: forwarding worker {n} failed ({}); it could not be started again: its queues' frames go to the kernel and the other workers",
+                        tracing::error!(
+                            "forwarding worker {n} failed ({}); it could not be started again: its queues' frames go to the kernel and the other workers",
                             failure.reason
                         );
                     }
                 }
             }
             Ok(Event::Stop(sig)) => {
-                eprintln!("fibre daemon: signal {sig}: exiting");
+                tracing::info!("signal {sig}: exiting");
                 break ExitCode::SUCCESS;
             }
             Ok(Event::NamespaceGone(why)) => {
-                eprintln!("fibre daemon: {why}: there is nothing left to mirror; exiting");
+                tracing::error!("{why}: there is nothing left to mirror; exiting");
                 break ExitCode::FAILURE;
             }
             Err(_) => break ExitCode::FAILURE,
@@ -826,7 +851,7 @@ fn log_request(conn: &UnixStream, what: &str) {
         what.truncate(cut);
         what.push_str("...");
     }
-    eprintln!("fibre daemon: request from {who}: {what}");
+    tracing::info!("request from {who}: {what}");
 }
 
 /// The reply to a command, run on the mirror as it stands.
@@ -1103,7 +1128,8 @@ fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, place: Place) {
         }
     };
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        crate::metrics::CONTENT_TYPE,
         body.len()
     );
     write_until(
@@ -1115,131 +1141,114 @@ fn scrape(conn: std::net::TcpStream, tx: mpsc::Sender<Event>, place: Place) {
     drop(place);
 }
 
-/// The metrics in Prometheus' text exposition format.
-fn exposition(mirror: &Mirror) -> String {
-    use std::fmt::Write as _;
+/// The mirror's metrics, added to `e`; `lags` is the histogram of the lag from a batch's
+/// arrival to its publication.
+fn exposition(mirror: &Mirror, lags: &Histogram, e: &mut Exposition) {
     let s = mirror.stats();
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    let one = |v: f64| vec![(String::new(), v)];
-    metric(
+    e.one(
         "fibre_mirror_synced",
-        "gauge",
+        Kind::Gauge,
         "Whether the first dump is applied.",
-        &one(f64::from(u8::from(s.synced))),
+        f64::from(u8::from(s.synced)),
     );
-    let mut routes = Vec::new();
-    let mut memory = Vec::new();
-    for ((f, t), n) in mirror.state().route_counts() {
-        routes.push((
-            format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
-            *n as f64,
-        ));
-    }
-    for (f, t, bytes) in mirror.snapshot().memory_by_table() {
-        memory.push((
-            format!("{{family=\"{}\",table=\"{t}\"}}", f.name()),
-            bytes as f64,
-        ));
-    }
-    metric(
+    let by_table = |f: Family, t: u32| {
+        vec![
+            ("family".to_string(), f.name().to_string()),
+            ("table".to_string(), t.to_string()),
+        ]
+    };
+    e.add(
         "fibre_mirror_routes",
-        "gauge",
+        Kind::Gauge,
         "Routes mirrored, per table and family.",
-        &routes,
+        mirror
+            .state()
+            .route_counts()
+            .iter()
+            .map(|((f, t), n)| (by_table(*f, *t), *n as f64)),
     );
-    metric(
+    e.add(
         "fibre_lookup_memory_bytes",
-        "gauge",
+        Kind::Gauge,
         "Memory of the compiled lookup structures, per table and family.",
-        &memory,
+        mirror
+            .snapshot()
+            .memory_by_table()
+            .into_iter()
+            .map(|(f, t, bytes)| (by_table(f, t), bytes as f64)),
     );
-    metric(
+    e.one(
         "fibre_resident_bytes",
-        "gauge",
+        Kind::Gauge,
         "The daemon's resident memory.",
-        &one(fibre_kernel::memory::resident_bytes().unwrap_or(0) as f64),
+        fibre_kernel::memory::resident_bytes().unwrap_or(0) as f64,
     );
-    metric(
+    e.one(
         "fibre_mirror_neighbours",
-        "gauge",
+        Kind::Gauge,
         "Neighbour entries mirrored.",
-        &one(mirror.neighbours().len() as f64),
+        mirror.neighbours().len() as f64,
     );
     for (name, help, v) in [
-        ("fibre_mirror_updates_total", "Messages applied.", s.updates),
+        ("fibre_mirror_updates", "Messages applied.", s.updates),
         (
-            "fibre_mirror_batches_total",
+            "fibre_mirror_batches",
             "Batches of notifications published.",
             s.batches,
         ),
         (
-            "fibre_mirror_overflows_total",
+            "fibre_mirror_overflows",
             "Overflows of the netlink socket.",
             s.overflows,
         ),
         (
-            "fibre_mirror_backlog_waits_total",
+            "fibre_mirror_backlog_waits",
             "Times the netlink receiver waited for the mirror to apply what it had received.",
             s.backlog_waits,
         ),
         (
-            "fibre_mirror_backoffs_total",
+            "fibre_mirror_backoffs",
             "Resyncs that backed off first, an overflow following the last resync closely.",
             s.backoffs,
         ),
         (
-            "fibre_mirror_patched_total",
+            "fibre_mirror_patched",
             "Publications made by patching the lookup structures.",
             mirror.publications().patched,
         ),
         (
-            "fibre_mirror_compiled_total",
+            "fibre_mirror_compiled",
             "Publications made by compiling the lookup structures anew.",
             mirror.publications().compiled,
         ),
         (
-            "fibre_mirror_resyncs_total",
+            "fibre_mirror_resyncs",
             "Whole dumps after the first.",
             s.resyncs,
         ),
         (
-            "fibre_mirror_dump_restarts_total",
+            "fibre_mirror_dump_restarts",
             "Dumps the kernel marked interrupted.",
             s.dump_restarts,
         ),
         (
-            "fibre_mirror_malformed_total",
+            "fibre_mirror_malformed",
             "Messages dropped as malformed.",
             s.malformed,
         ),
         (
-            "fibre_mirror_skipped_total",
+            "fibre_mirror_skipped",
             "Messages of what the mirror does not hold.",
             s.skipped,
         ),
     ] {
-        metric(name, "counter", help, &one(v as f64));
+        e.one(name, Kind::Counter, help, v as f64);
     }
-    let lags: Vec<(String, f64)> = [0.5, 0.99]
-        .into_iter()
-        .filter_map(|q| {
-            s.lag(q)
-                .map(|d| (format!("{{quantile=\"{q}\"}}"), d.as_secs_f64()))
-        })
-        .collect();
-    metric(
+    e.histogram(
         "fibre_mirror_lag_seconds",
-        "summary",
-        "From a batch's arrival to its publication, over the latest batches.",
-        &lags,
+        "From a batch's arrival to its publication.",
+        lags,
     );
-    out
 }
 
 /// Runs `fibre ctl`: sends the command, prints the reply, exits with its code.

@@ -9,6 +9,7 @@
 //! generation back once nothing is closed. Each change is logged with the rules and why; `fibre ctl
 //! ruleset show` lists what the daemon holds.
 
+use crate::metrics::{label, Exposition, Kind};
 use crate::route::{Done, Out};
 use fibre_dataplane::worker::Shared;
 use fibre_firewall::eval::Filter;
@@ -199,7 +200,7 @@ impl Firewall {
         };
         if let Some(shared) = &self.shared {
             if let Err(e) = shared.enforce(self.filter.clone(), self.tracked, self.closed) {
-                eprintln!("fibre daemon: the express path's generation: {e}");
+                tracing::warn!("the express path's generation: {e}");
             }
         }
         let now = (self.closed, self.refusals.len());
@@ -207,7 +208,7 @@ impl Firewall {
         if self.logged != Some(now) && !self.links.is_empty() {
             self.logged = Some(now);
             for line in self.report() {
-                eprintln!("fibre daemon: {line}");
+                tracing::info!("{line}");
             }
         }
     }
@@ -252,7 +253,7 @@ impl Firewall {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(c) = &*claims {
             if let Err(e) = c.switch(on) {
-                eprintln!("fibre daemon: the claims program's switch: {e}");
+                tracing::warn!("the claims program's switch: {e}");
             }
         }
     }
@@ -363,9 +364,8 @@ impl Firewall {
         })
     }
 
-    /// The firewall metrics, in Prometheus' text exposition format.
-    pub fn metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+    /// The firewall metrics, added to `e`.
+    pub fn metrics(&self, e: &mut Exposition) {
         let (closed, _) = self.families();
         for (name, help, families) in [
             (
@@ -379,10 +379,13 @@ impl Firewall {
                 self.filtered(),
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (family, on) in [("ipv4", families.v4), ("ipv6", families.v6)] {
-                let _ = writeln!(out, "{name}{{family=\"{family}\"}} {}", u8::from(on));
-            }
+            e.add(
+                name,
+                Kind::Gauge,
+                help,
+                [("ipv4", families.v4), ("ipv6", families.v6)]
+                    .map(|(family, on)| (label("family", family), f64::from(u8::from(on)))),
+            );
         }
         for (name, kind, help, v) in [
             (
@@ -416,7 +419,12 @@ impl Firewall {
                 self.malformed,
             ),
         ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            let kind = if kind == "counter" {
+                Kind::Counter
+            } else {
+                Kind::Gauge
+            };
+            e.one(name, kind, help, v as f64);
         }
     }
 

@@ -7,6 +7,7 @@
 //! ([`Forwarding::supervise`]); a forwarded link deleted and made again has the workers
 //! started again on it ([`Forwarding::publish`]).
 
+use crate::metrics::{label, Exposition, Kind, Labels};
 use fibre_conntrack::{Conntrack, Settings};
 use fibre_dataplane::capture::fate_name;
 use fibre_dataplane::express::Generation;
@@ -395,7 +396,7 @@ impl Forwarding {
         self.publish_neighbours(mirror, force);
         self.end_masqueraded(mirror);
         if let Err(e) = self.publish_local(mirror) {
-            eprintln!("fibre daemon: {e}");
+            tracing::warn!("{e}");
         }
         self.publish_generation(mirror);
         let now: Vec<u32> = Forwarding::present(mirror, &self.links)
@@ -412,9 +413,7 @@ impl Forwarding {
         }
         self.relinked += 1;
         if now.is_empty() {
-            eprintln!(
-                "fibre daemon: none of the forwarded links is there: forwarding waits for them"
-            );
+            tracing::warn!("none of the forwarded links is there: forwarding waits for them");
             return;
         }
         let names: Vec<String> = Forwarding::present(mirror, &self.links)
@@ -424,14 +423,14 @@ impl Forwarding {
         match self.start_workers(&now) {
             Ok(()) => {
                 self.publish_generation(mirror);
-                eprintln!(
-                    "fibre daemon: forwarded links changed: forwarding again between {} ({})",
+                tracing::info!(
+                    "forwarded links changed: forwarding again between {} ({})",
                     names.join(", "),
                     self.io
                 )
             }
-            Err(e) => eprintln!(
-                "fibre daemon: forwarded links changed, and the workers could not start again: {e}"
+            Err(e) => tracing::error!(
+                "forwarded links changed, and the workers could not start again: {e}"
             ),
         }
     }
@@ -536,7 +535,7 @@ impl Forwarding {
             neighbours: self.shared.neighbours.serial(),
         };
         if let Err(e) = self.shared.publish_generation(g) {
-            eprintln!("fibre daemon: the express path's generation: {e}");
+            tracing::warn!("the express path's generation: {e}");
         }
     }
 
@@ -711,21 +710,22 @@ impl Forwarding {
         runtime::table(&self.counters().stages, runtime::cpu_mhz())
     }
 
-    /// The forwarding metrics, in Prometheus' text exposition format.
-    pub fn metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        self.with_conntrack(|t, _| crate::conntrack::metrics(t, out));
+    /// The forwarding metrics, added to `e`.
+    pub fn metrics(&self, e: &mut Exposition) {
+        self.with_conntrack(|t, _| crate::conntrack::metrics(t, e));
         let c = self.counters();
-        let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
+        let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(Labels, f64)>| {
+            let kind = if kind == "counter" {
+                Kind::Counter
+            } else {
+                Kind::Gauge
+            };
+            e.add(name, kind, help, samples);
         };
         let by_stage = |f: &dyn Fn(&runtime::StageCounters) -> f64| {
             c.stages
                 .iter()
-                .map(|(n, s)| (format!("{{stage=\"{n}\"}}"), f(s)))
+                .map(|(n, s)| (label("stage", n), f(s)))
                 .collect::<Vec<_>>()
         };
         metric(
@@ -752,7 +752,7 @@ impl Forwarding {
             "Packets by fate: sent, answered with an ICMP error, to the kernel, dropped (with the reason).",
             fates(&c)
                 .into_iter()
-                .map(|(f, n)| (format!("{{fate=\"{f}\"}}"), n as f64))
+                .map(|(f, n)| (label("fate", f), n as f64))
                 .collect(),
         );
         for (name, help, v) in [
@@ -843,7 +843,7 @@ impl Forwarding {
                 c.firewall_refused,
             ),
         ] {
-            metric(name, "counter", help, vec![(String::new(), v as f64)]);
+            e.one(name, Kind::Counter, help, v as f64);
         }
     }
 }
@@ -928,7 +928,7 @@ fn follow_conntrack_settings(shared: &Arc<Shared>) -> Result<(), String> {
                     last = now;
                 }
                 Ok(_) => {}
-                Err(e) => eprintln!("fibre daemon: {e}; the last read kept"),
+                Err(e) => tracing::warn!("{e}; the last read kept"),
             }
         }
     });

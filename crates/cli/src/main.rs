@@ -11,6 +11,7 @@ mod firewall;
 mod forward;
 mod forwarding;
 mod lookup;
+mod metrics;
 mod route;
 
 use clap::{Parser, Subcommand};
