@@ -4,14 +4,8 @@
 #![forbid(unsafe_code)]
 
 mod bench;
-mod conntrack;
-mod control_socket;
-mod daemon;
-mod firewall;
 mod forward;
-mod forwarding;
 mod lookup;
-mod metrics;
 mod route;
 
 use clap::{Parser, Subcommand};
@@ -50,13 +44,13 @@ enum Command {
     /// Mirror the kernel's routing state over rtnetlink (links, addresses, routes, rules,
     /// neighbours), in the foreground, answering `fibre ctl` on a control socket; with
     /// `--forward`, forward packets between links with it.
-    Daemon(daemon::DaemonArgs),
+    Daemon(fibre_daemon::DaemonArgs),
     /// Forward one link's capture offline (pcap or pcapng in, pcapng out, a block per
     /// output link) through the packet path, printing each stage's cost and each fate.
     Forward(forward::ForwardArgs),
     /// Ask a running `fibre daemon`: `route get ...`, `route show ...`, `rule show`,
     /// `nexthop show`, `link show`, `addr show`, `stats`.
-    Ctl(daemon::CtlArgs),
+    Ctl(fibre_daemon::CtlArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,8 +63,8 @@ fn main() -> ExitCode {
         Command::Nexthop(args) => route::nexthops(args),
         Command::Link(args) => route::links(args),
         Command::Addr(args) => route::addrs(args),
-        Command::Daemon(args) => daemon::run(args),
-        Command::Ctl(args) => daemon::ctl(args),
+        Command::Daemon(args) => fibre_daemon::run(args),
+        Command::Ctl(args) => fibre_daemon::ctl(args),
         Command::Forward(args) => forward::run(args),
     };
     match result {

@@ -111,3 +111,53 @@ impl Exposition {
 pub fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-5, 4.0, 10))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exposition reads back, by a Prometheus text parser, as the figures added: a
+    /// gauge by its labels, a counter's samples named with `_total` whatever it was
+    /// given, a histogram's `_count` and `_sum`; the page ends as OpenMetrics asks.
+    #[test]
+    fn the_exposition_reads_back_as_the_figures_added() {
+        let mut e = Exposition::new();
+        e.add(
+            "fibre_test_routes",
+            Kind::Gauge,
+            "Routes.",
+            [(label("table", 254), 7.0), (label("table", 255), 3.0)],
+        );
+        e.one("fibre_test_updates_total", Kind::Counter, "Updates.", 12.0);
+        e.one("fibre_test_batches", Kind::Counter, "Batches.", 2.0);
+        let h = seconds_histogram();
+        h.observe(0.002);
+        h.observe(0.5);
+        e.histogram("fibre_test_lag_seconds", "Lag.", &h);
+        let text = e.text();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("it parses");
+        let value = |name: &str, table: Option<&str>| {
+            let s = scrape
+                .samples
+                .iter()
+                .find(|s| {
+                    s.metric == name && table.is_none_or(|t| s.labels.get("table") == Some(t))
+                })
+                .unwrap_or_else(|| panic!("{name} in {text}"));
+            match s.value {
+                prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                ref other => panic!("{name}: {other:?}"),
+            }
+        };
+        assert_eq!(value("fibre_test_routes", Some("254")), 7.0);
+        assert_eq!(value("fibre_test_routes", Some("255")), 3.0);
+        assert_eq!(value("fibre_test_updates_total", None), 12.0);
+        assert_eq!(value("fibre_test_batches_total", None), 2.0);
+        assert_eq!(value("fibre_test_lag_seconds_count", None), 2.0);
+        assert!((value("fibre_test_lag_seconds_sum", None) - 0.502).abs() < 1e-9);
+    }
+}

@@ -20,11 +20,11 @@
 //! the clients served at once ([`MAX_CLIENTS`], [`MAX_SCRAPES`]), and the time each has to
 //! send its request and take its reply ([`CLIENT_TIME`]).
 
+use crate::commands::{self, Done, Out};
 use crate::control_socket::ControlSocket;
 use crate::firewall::{self, Firewall, SharedFirewall};
 use crate::forwarding::Forwarding;
 use crate::metrics::{Exposition, Kind};
-use crate::route::{self, Done, Out};
 use clap::Args;
 use fibre_fib::{Family, State};
 use fibre_kernel::privileges;
@@ -910,17 +910,21 @@ fn command(
     let state: &State = mirror.state();
     let w: Vec<&str> = words.iter().take(2).map(String::as_str).collect();
     match w.as_slice() {
-        ["route", "get"] => route::route_get(&mirror.snapshot(), &words[2..], json, o),
-        ["route", "show"] => route::route_show(state, &rest, v4, v6, json, o),
-        ["rule", "show"] if rest.is_empty() => route::rule_show(state, v6, json, o),
-        ["nexthop", "show"] if rest.is_empty() => route::nexthop_show(state, json, o),
-        ["link", "show"] if rest.is_empty() => route::link_show(state, json, o),
+        ["route", "get"] => commands::route_get(&mirror.snapshot(), &words[2..], json, o),
+        ["route", "show"] => commands::route_show(state, &rest, v4, v6, json, o),
+        ["rule", "show"] if rest.is_empty() => commands::rule_show(state, v6, json, o),
+        ["nexthop", "show"] if rest.is_empty() => commands::nexthop_show(state, json, o),
+        ["link", "show"] if rest.is_empty() => commands::link_show(state, json, o),
         ["addr", "show"] if rest.is_empty() => {
-            route::addr_show(state, &route::families(v4, v6), json, o)
+            commands::addr_show(state, &commands::families(v4, v6), json, o)
         }
-        ["neigh", "show"] if rest.is_empty() || rest == ["nud", "all"] => {
-            neigh_show(mirror, &route::families(v4, v6), !rest.is_empty(), json, o)
-        }
+        ["neigh", "show"] if rest.is_empty() || rest == ["nud", "all"] => neigh_show(
+            mirror,
+            &commands::families(v4, v6),
+            !rest.is_empty(),
+            json,
+            o,
+        ),
         ["stats", ..] if words.len() == 1 || (words.len() == 2 && json) => {
             stats(mirror, forwarding, firewall, json, o)
         }
@@ -1269,4 +1273,66 @@ pub fn ctl(a: CtlArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(ExitCode::from(
         v["code"].as_u64().map_or(1, |c| c.min(255) as u8),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One exchange over a socket pair, in process: `serve` reads the client's line and
+    /// passes its words on as the event loop receives them; `answer` stands in for the
+    /// mirror's thread. What the client reads back is returned.
+    fn exchange(
+        request: &[u8],
+        answer: impl FnOnce(Vec<String>) -> Reply + Send,
+    ) -> serde_json::Value {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let place = Place::take(&taken, 1).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || serve(server, tx, place));
+            s.spawn(move || {
+                if let Ok(Event::Request(words, reply)) = rx.recv() {
+                    let _ = reply.send(answer(words));
+                }
+            });
+            client.write_all(request).unwrap();
+            let mut line = String::new();
+            BufReader::new(&client).read_line(&mut line).unwrap();
+            serde_json::from_str(&line).unwrap()
+        })
+    }
+
+    #[test]
+    fn the_control_protocol_answers_in_process() {
+        // A command asked with `--json`: its value, typed.
+        let v = exchange(b"[\"stats\",\"--json\"]\n", |words| {
+            assert_eq!(words, ["stats", "--json"]);
+            Reply {
+                out: String::new(),
+                value: Some(serde_json::json!({"synced": true, "tables": []})),
+                err: String::new(),
+                code: 0,
+            }
+        });
+        assert_eq!(v["json"]["synced"], true, "{v}");
+        assert!(v.get("stdout").is_none(), "{v}");
+        assert_eq!(v["code"], 0);
+        // Without: the text.
+        let v = exchange(b"[\"route\",\"get\",\"10.1.1.1\"]\n", |_| Reply {
+            out: "10.1.1.1 dev a0\n".into(),
+            value: None,
+            err: String::new(),
+            code: 0,
+        });
+        assert_eq!(v["stdout"], "10.1.1.1 dev a0\n", "{v}");
+        // A malformed request is refused with the reason, never passed on.
+        let v = exchange(b"route get\n", |_| panic!("not a request"));
+        assert_eq!(v["code"], 1, "{v}");
+        assert!(
+            v["stderr"].as_str().unwrap().contains("a JSON array"),
+            "{v}"
+        );
+    }
 }

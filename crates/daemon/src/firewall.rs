@@ -9,8 +9,8 @@
 //! generation back once nothing is closed. Each change is logged with the rules and why; `fibre ctl
 //! ruleset show` lists what the daemon holds.
 
+use crate::commands::{Done, Out};
 use crate::metrics::{label, Exposition, Kind};
-use crate::route::{Done, Out};
 use fibre_dataplane::worker::Shared;
 use fibre_firewall::eval::Filter;
 use fibre_firewall::gate::{self, Families, Legacy, Refusal};

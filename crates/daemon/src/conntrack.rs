@@ -3,8 +3,8 @@
 //! families the router's ruleset has the kernel track, listed as `conntrack -L` lists
 //! the kernel's.
 
+use crate::commands::{Done, Out};
 use crate::metrics::{label, Exposition, Kind};
-use crate::route::{Done, Out};
 use fibre_conntrack::table::{ASSURED, SEEN_REPLY};
 use fibre_conntrack::{Connection, Conntrack, Tuple};
 use serde_json::{json, Value};

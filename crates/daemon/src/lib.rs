@@ -1,0 +1,19 @@
+//! `fibre daemon` as a library: the kernel's routing state mirrored over rtnetlink and
+//! followed (`daemon`: the event loop, one thread owning the mirror), the control protocol
+//! and the commands it answers (`commands`), the metrics (`metrics`), the forwarding
+//! workers started and supervised (`forwarding`), the firewall mirrored beside them
+//! (`firewall`), the connection table shown (`conntrack`), and the control socket made
+//! safely (`control_socket`). The `fibre` command is a thin layer over it: it parses the
+//! arguments and calls [`run`] or [`ctl`].
+
+#![forbid(unsafe_code)]
+
+pub mod commands;
+mod conntrack;
+mod control_socket;
+mod daemon;
+mod firewall;
+mod forwarding;
+mod metrics;
+
+pub use daemon::{ctl, run, CtlArgs, DaemonArgs};
