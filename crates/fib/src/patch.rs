@@ -1089,4 +1089,54 @@ route add 2001:db8:61::/48 via fd00::2 table 100
             }
         }
     }
+
+    /// The indexes of routes by nexthop object and by link hold every destination past
+    /// their sweeps (thousands of routes each), and a table emptied by a link going down
+    /// and filled again is searched again by the walk that merges it: each change is
+    /// published by a patch that answers, at every destination, as a compile.
+    #[test]
+    fn indexes_hold_every_route_past_their_sweeps() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "links", LINKS).unwrap();
+        config::apply_text(&mut state, "rules", "rule add lookup 300 pref 50").unwrap();
+        let mut routes = String::new();
+        let mut dsts: Vec<IpAddr> = Vec::new();
+        for i in 0..5000u32 {
+            let (a, b) = (i / 250, i % 250);
+            routes += &format!("route add 10.40.{a}.{b}/32 nhid 1\n");
+            routes += &format!("route add 10.41.{a}.{b}/32 via 10.1.0.2\n");
+            dsts.push(IpAddr::from([10, 40, a as u8, b as u8]));
+            dsts.push(IpAddr::from([10, 41, a as u8, b as u8]));
+        }
+        routes += "route add 10.42.0.0/16 via 10.1.0.2 table 300\n";
+        dsts.push(IpAddr::from([10, 42, 0, 1]));
+        let (mut fib, reader) = Fib::new(state);
+        for (i, change) in [
+            routes.as_str(),
+            "nexthop replace id 1 via 10.0.0.3 dev a0",
+            "route replace 10.99.0.0/16 via 10.0.0.2",
+            "link set b0 down",
+            // Compiled (a batch applied whole): table 300 was emptied by the link.
+            "compile: route replace 10.99.0.0/16 via 10.0.0.3",
+            "link set b0 up",
+            "route add 10.42.0.0/16 via 10.0.0.2 table 300",
+            "route replace 10.99.0.0/16 via 10.0.0.2",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            match change.strip_prefix("compile: ") {
+                Some(line) => fib.apply("change", line).unwrap(),
+                None => fib.update(|s, t| {
+                    config::apply_text(s, "change", change).unwrap();
+                    t.others();
+                }),
+            }
+            let fresh = fib.state().snapshot();
+            let what = format!("{i}: {}", change.lines().next().unwrap_or(""));
+            counted_as_walked(fib.state(), &what);
+            same_answers(&reader.snapshot(), &fresh, &dsts, &what);
+        }
+        assert_eq!(fib.publications().compiled, 2, "{:?}", fib.publications());
+    }
 }

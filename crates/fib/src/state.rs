@@ -232,7 +232,8 @@ impl Users {
         let Some(dsts) = &mut self.dsts else { return };
         dsts.insert(at);
         if dsts.len() >= 2 * self.swept.max(1024) {
-            dsts.retain(uses);
+            // The route being noted is not held yet: its destination stays.
+            dsts.retain(|d| *d == at || uses(d));
             self.swept = dsts.len();
         }
         if dsts.len() > held {
@@ -1198,6 +1199,14 @@ impl State {
             }
             table.retain(|_, l| !l.is_empty());
         }
+        self.drop_empty_tables();
+    }
+
+    /// Tables left with no route go, as the kernel's listings and a compile know them
+    /// (a table emptied and filled again is then a table appearing, which a patch
+    /// follows).
+    fn drop_empty_tables(&mut self) {
+        self.tables.retain(|_, t| !t.is_empty());
     }
 
     /// The routes of destination `dst` for which `gone` holds go (what [`Self::remove_routes`]
@@ -1223,6 +1232,7 @@ impl State {
                 }
             }
         }
+        self.drop_empty_tables();
     }
 
     /// The routes of each family and table, counted as they change (no walk).
@@ -1400,6 +1410,7 @@ impl State {
                 }
             }
         }
+        self.drop_empty_tables();
     }
 
     /// The kernel's `fib_sync_down_dev` and `fib_flush` (and IPv6's `rt6_sync_down_dev`):
@@ -2052,6 +2063,7 @@ impl State {
             self.nexthops.remove(&e);
             self.nexthop_gone(e);
         }
+        self.drop_empty_tables();
     }
 
     /// Nexthop objects over links that are gone (or down) go, as the kernel removes them.
