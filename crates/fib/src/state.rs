@@ -2037,27 +2037,8 @@ impl State {
         }
         // The routes that use it, found by the index rather than by a walk.
         let users = self.object_users.remove(&id).and_then(|u| u.dsts);
-        for (f, t, dst) in users.into_iter().flatten() {
-            let Some(table) = self.tables.get_mut(&(f, t)) else {
-                continue;
-            };
-            let keys: Vec<(Net, Net)> = table
-                .range((dst, Net::default_of(f))..)
-                .take_while(|((d, _), _)| *d == dst)
-                .map(|(k, _)| *k)
-                .collect();
-            for key in keys {
-                let list = table.get_mut(&key).expect("listed");
-                if list.iter().any(|r| r.paths == Paths::Object(id)) {
-                    edit(list, &mut self.tally, (f, t), |l| {
-                        l.retain(|r| r.paths != Paths::Object(id))
-                    });
-                    note(&mut self.journal, f, t, dst);
-                    if list.is_empty() {
-                        table.remove(&key);
-                    }
-                }
-            }
+        for (f, _, dst) in users.into_iter().flatten() {
+            self.remove_routes_at(f, dst, |r| r.paths == Paths::Object(id));
         }
         for e in emptied {
             self.nexthops.remove(&e);
