@@ -256,7 +256,7 @@ pub fn mirror_study(
         let mut dump = Duration::MAX;
         for _ in 0..3 {
             let t = Instant::now();
-            nl::dump().map_err(e)?;
+            nl::dump(|_| {}).map_err(e)?;
             dump = dump.min(t.elapsed());
         }
         let mut events = Events::subscribe(nl::RECEIVE_BUFFER).map_err(e)?;
@@ -556,8 +556,8 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
              | the kernel (its slab's growth as the routes were loaded) | {} | {} |\n\
              | the mirror (resident growth over the sync: the state and both snapshots) | {} | {} |\n\
              | of which the state's routes | {} | |\n\
-             | of which one snapshot's nodes | {} | |\n\
-             | of which one snapshot's lookup structures | {} | |\n\n\
+             | of which the snapshots' nodes (the two share them) | {} | |\n\
+             | of which one snapshot's lookup structures (each has its own) | {} | |\n\n\
              The mirror takes {} times the kernel's memory.\n",
             per("kernel_bytes_per_route"),
             mib("kernel_route_bytes"),

@@ -117,9 +117,9 @@ pub fn route_show(
     let mut list = Vec::new();
     for r in fams.into_iter().flat_map(|f| state.routes(f, table)) {
         if json {
-            list.push(show::route_json(state, r));
+            list.push(show::route_json(state, &r));
         } else {
-            say!(o.out, "{}", show::route_text(state, r));
+            say!(o.out, "{}", show::route_text(state, &r));
         }
     }
     if json {

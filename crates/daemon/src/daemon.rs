@@ -1036,12 +1036,13 @@ fn stats(
     let state_bytes = state.memory();
     let per_route = |b: usize| (b as f64 / routes.max(1) as f64).round();
     // The state, and the two snapshots a publication keeps (the published one and the
-    // spare it patches next).
+    // spare it patches next): their nodes are shared but for the few chunks the last
+    // batch changed, their lookup structures are each their own.
     let memory = serde_json::json!({
         "state_bytes": state_bytes,
         "snapshot_routes_bytes": parts.routes,
         "snapshot_lookup_bytes": parts.lookup,
-        "total_bytes": state_bytes + 2 * (parts.routes + parts.lookup),
+        "total_bytes": state_bytes + parts.routes + 2 * parts.lookup,
         "state_bytes_per_route": per_route(state_bytes),
         "snapshot_routes_bytes_per_route": per_route(parts.routes),
         "snapshot_lookup_bytes_per_route": per_route(parts.lookup),

@@ -22,7 +22,7 @@ use crate::link::{parse_mac, AddrGenMode};
 use crate::names::*;
 use crate::net::{parse_addr, quote, Family, Net};
 use crate::nexthop::{Nexthop, NexthopKind};
-use crate::route::{Path, Paths, Route, RouteType};
+use crate::route::{Path, Paths, Route, RouteBody, RouteType};
 use crate::rule::{Range, Rule, RuleAction};
 use crate::state::{Refused, RouteFilter, RouteOp, State, IPV6_USER_METRIC};
 use std::fmt;
@@ -744,21 +744,23 @@ impl RouteSpec {
         } else {
             TABLE_MAIN
         });
-        Ok(Route {
-            table,
+        Ok(Route::new(
             dst,
-            src: self.src.unwrap_or(Net::default_of(family)),
-            tos: self.tos,
-            metric,
-            protocol: self.protocol.unwrap_or(PROTO_BOOT),
-            scope,
-            kind,
-            prefsrc: self.prefsrc,
-            mtu: self.mtu,
-            hoplimit: self.hoplimit,
-            paths,
-            pref: self.pref,
-        })
+            RouteBody {
+                table,
+                src: self.src.unwrap_or(Net::default_of(family)),
+                tos: self.tos,
+                metric,
+                protocol: self.protocol.unwrap_or(PROTO_BOOT),
+                scope,
+                kind,
+                prefsrc: self.prefsrc,
+                mtu: self.mtu,
+                hoplimit: self.hoplimit,
+                paths,
+                pref: self.pref,
+            },
+        ))
     }
 
     fn filter(&self) -> RouteFilter {

@@ -37,7 +37,7 @@ use crate::net::{addr_bits, Family};
 use crate::query::{Answer, NoRoute, Query};
 use crate::quick;
 use crate::route::Path;
-use crate::route::{Route, RouteType};
+use crate::route::{RouteBody, RouteType};
 use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
 use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
 use std::borrow::Borrow;
@@ -700,7 +700,7 @@ impl Snapshot {
     fn hop(
         &self,
         p: &Prepared,
-        walk: Result<(&Route, u8, u32), NoRoute>,
+        walk: Result<(&RouteBody, u8, u32), NoRoute>,
     ) -> Result<HopRef<'_>, NoRoute> {
         let (route, table) = match self.conclude(p, walk)? {
             Concluded::Route(route, table) => (route, table),
@@ -729,7 +729,7 @@ impl Snapshot {
 
     /// The hop of `route` in `table` through `path`: local delivery by the loopback (and
     /// a forwarded broadcast too), the gateway only where the path sends through it.
-    pub(crate) fn hop_of(&self, route: &Route, table: u32, path: &Path, input: bool) -> Hop {
+    pub(crate) fn hop_of(&self, route: &RouteBody, table: u32, path: &Path, input: bool) -> Hop {
         let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
         let brd = route.kind == RouteType::Broadcast;
         Hop {

@@ -55,6 +55,7 @@
 // The one module with `unsafe`, each block with why it is sound: `quick`'s AVX2 form.
 #![deny(unsafe_code)]
 
+mod chunked;
 mod classify;
 pub mod config;
 pub mod exception;
@@ -87,7 +88,7 @@ pub use nexthop::{Nexthop, NexthopId, NexthopKind};
 pub use patch::Touched;
 pub use publish::{Fib, FibReader, Publications};
 pub use query::{Answer, NoRoute, Query};
-pub use route::{Path, Paths, Route, RouteType};
+pub use route::{Path, Paths, Route, RouteBody, RouteType};
 pub use rule::{Rule, RuleAction};
 pub use snapshot::{Snapshot, SnapshotMemory};
 pub use state::{Refused, RouteOp, State};

@@ -223,6 +223,21 @@ impl CompiledTable {
 }
 
 impl Snapshot {
+    /// Shares with `other` (the snapshot published beside this one) the chunks of nodes
+    /// and answers whose contents are the same in both: after a patch, all but those
+    /// the last batch changed. The two snapshots of a published state so hold their
+    /// nodes once.
+    pub(crate) fn share_with(&mut self, other: &Snapshot) {
+        for (mine, theirs) in [(&mut self.v4, &other.v4), (&mut self.v6, &other.v6)] {
+            for table in &mut mine.tables {
+                if let Some(same) = theirs.tables.iter().find(|t| t.id == table.id) {
+                    table.nodes.share_equal(&same.nodes);
+                    table.answers.share_equal(&same.answers);
+                }
+            }
+        }
+    }
+
     /// Brings this snapshot, compiled from `state` but for what `touched` names, up to
     /// `state` in place. False if it cannot be patched (more than routes changed, or too
     /// much): compile the state anew.

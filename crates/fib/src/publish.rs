@@ -187,7 +187,11 @@ impl Fib {
                     }
                     Some(mut spare) => {
                         let snapshot = Arc::get_mut(&mut spare).expect("no other holder");
-                        snapshot.patch(&self.state, &behind).then_some(spare)
+                        let patched = snapshot.patch(&self.state, &behind);
+                        if patched {
+                            snapshot.share_with(&self.published.load());
+                        }
+                        patched.then_some(spare)
                     }
                 }
             }

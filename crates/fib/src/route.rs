@@ -107,7 +107,7 @@ pub struct Path {
 }
 
 /// Where a route sends what it matches.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Paths {
     /// No path: reject routes (blackhole, unreachable, prohibit, throw).
     None,
@@ -119,13 +119,24 @@ pub enum Paths {
     Object(NexthopId),
 }
 
-/// A route.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A route: its destination prefix and the rest of it, its [`RouteBody`], whose fields
+/// it gives as its own (`route.metric`). The state and the snapshots hold bodies alone,
+/// under their destination: the routes of many destinations with the same table, type,
+/// metric and paths (a full table through a few peers) share one list of bodies, as the
+/// kernel's routes share one `fib_info`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Route {
-    /// The table.
-    pub table: u32,
     /// The destination prefix.
     pub dst: Net,
+    /// Everything else.
+    pub body: RouteBody,
+}
+
+/// A route but its destination prefix: what the routes of many destinations share.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RouteBody {
+    /// The table.
+    pub table: u32,
     /// The source prefix (`from`); the default prefix when the route is not source-specific.
     pub src: Net,
     /// The TOS it matches (IPv4; 0 matches any).
@@ -151,10 +162,36 @@ pub struct Route {
     pub pref: u8,
 }
 
+impl std::ops::Deref for Route {
+    type Target = RouteBody;
+
+    fn deref(&self) -> &RouteBody {
+        &self.body
+    }
+}
+
+impl std::ops::DerefMut for Route {
+    fn deref_mut(&mut self) -> &mut RouteBody {
+        &mut self.body
+    }
+}
+
 impl Route {
+    /// The route of `body` to `dst`.
+    pub fn new(dst: Net, body: RouteBody) -> Route {
+        Route { dst, body }
+    }
+
     /// The route's family.
     pub fn family(&self) -> Family {
         self.dst.family()
+    }
+}
+
+impl RouteBody {
+    /// The route's family (its source prefix's, which is its destination's).
+    pub fn family(&self) -> Family {
+        self.src.family()
     }
 
     /// The paths of its own (empty for reject routes and nexthop objects).

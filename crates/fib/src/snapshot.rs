@@ -14,6 +14,7 @@
 //! answering with their error, `lookup` answering unless the table has no route (or a
 //! `throw` route), or the rule suppresses the answer.
 
+use crate::chunked::Chunked;
 use crate::classify::{Action, Candidates, CompiledRule, FlowKey, Rules};
 use crate::forward::Hop;
 use crate::link::{Address, Link, LinkIndex, LinkKind};
@@ -22,7 +23,7 @@ use crate::names::*;
 use crate::net::{Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
 use crate::query::{Answer, NoRoute, Query};
-use crate::route::{Path, Paths, Route, RouteType};
+use crate::route::{Path, Paths, RouteBody, RouteType};
 use crate::source;
 use crate::state::State;
 use fibre_lpm::{Ipv4Table, Ipv6Table};
@@ -31,7 +32,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// One destination prefix of a compiled table.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Node {
     /// The destination prefix.
     pub(crate) dst: Net,
@@ -51,13 +52,13 @@ pub(crate) struct CompiledTable {
     pub(crate) v4: Option<Ipv4Table>,
     pub(crate) v6: Option<Ipv6Table>,
     /// The nodes, by the index the LPM structure gives (slots in `free` hold none).
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Chunked<Node>,
     /// The forwarding lookup's structure (see [`PlainTable`]). Filled in once the
     /// snapshot's links and nexthops are known.
     pub(crate) plain: PlainTable,
     /// Each node's answer as `plain` holds it encoded, kept for patching `plain` and the
     /// merged searches made from it.
-    pub(crate) answers: Vec<Plain>,
+    pub(crate) answers: Chunked<Plain>,
     /// The nodes whose answer is their parent's (no route of theirs answers a flow with
     /// no output link): a change above one changes its answer too.
     pub(crate) inheriting: BTreeSet<Net>,
@@ -145,7 +146,7 @@ pub(crate) fn by_source(lists: &[&crate::state::RouteList]) -> crate::state::Rou
     if let [one] = lists {
         return Arc::clone(one);
     }
-    let mut routes: Vec<Route> = lists.iter().flat_map(|l| l.iter().cloned()).collect();
+    let mut routes: Vec<RouteBody> = lists.iter().flat_map(|l| l.iter().cloned()).collect();
     routes.sort_by_key(|r| std::cmp::Reverse(r.src.len()));
     routes.into()
 }
@@ -206,9 +207,9 @@ impl CompiledTable {
             id,
             v4,
             v6,
-            nodes,
+            nodes: Chunked::from_vec(nodes),
             plain: PlainTable::default(),
-            answers: Vec::new(),
+            answers: Chunked::default(),
             inheriting: BTreeSet::new(),
             free: Vec::new(),
         }
@@ -239,8 +240,7 @@ impl CompiledTable {
     /// they hold are the state's (counted there), but for a destination with routes of
     /// several source prefixes, whose list the node holds alone: those few are not counted.
     fn node_memory(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>()
-            + self.answers.capacity() * std::mem::size_of::<Plain>()
+        self.nodes.memory() + self.answers.memory()
     }
 }
 
@@ -743,7 +743,7 @@ pub struct SnapshotMemory {
 /// The result of one table's lookup.
 pub(crate) enum TableResult<'a> {
     /// A route fits the flow.
-    Hit(&'a Route, u8),
+    Hit(&'a RouteBody, u8),
     /// A reject route answered with its error.
     Reject(NoRoute),
     /// Nothing here: the walk goes on.
@@ -857,7 +857,7 @@ fn reverse(q: &Query, src: IpAddr, broadcast: bool) -> Query {
 /// What answers a query once the walk is done.
 pub(crate) enum Concluded<'a> {
     /// A route of a table.
-    Route(&'a Route, u32),
+    Route(&'a RouteBody, u32),
     /// No route: an IPv4 flow sent out of its `oif` all the same.
     Bare(LinkIndex),
 }
@@ -1144,7 +1144,7 @@ pub(crate) fn joined(tables: &[&crate::state::TableRoutes]) -> crate::state::Tab
                     both.insert(*k, list.clone());
                 }
                 Some(first) => {
-                    let joined: Vec<Route> = first.iter().chain(list.iter()).cloned().collect();
+                    let joined: Vec<RouteBody> = first.iter().chain(list.iter()).cloned().collect();
                     *first = joined.into();
                 }
             }
@@ -1245,7 +1245,7 @@ impl Snapshot {
                 .zip(answers.iter().copied()),
         );
         table.plain = plain;
-        table.answers = answers;
+        table.answers = Chunked::from_vec(answers);
     }
 }
 
@@ -1532,7 +1532,7 @@ impl Snapshot {
     pub(crate) fn conclude<'a>(
         &self,
         p: &Prepared,
-        walk: Result<(&'a Route, u8, u32), NoRoute>,
+        walk: Result<(&'a RouteBody, u8, u32), NoRoute>,
     ) -> Result<Concluded<'a>, NoRoute> {
         match walk {
             Ok((route, _, table)) => Ok(Concluded::Route(route, table)),
@@ -1594,7 +1594,7 @@ impl Snapshot {
     ) -> Option<LinkIndex> {
         let mut q = Query::to(gw);
         q.oif = oif;
-        let on_link = |route: &Route| -> Option<LinkIndex> {
+        let on_link = |route: &RouteBody| -> Option<LinkIndex> {
             if route.kind.is_reject() {
                 return None;
             }
@@ -1626,7 +1626,7 @@ impl Snapshot {
             return false;
         };
         match self.table_lookup(t, &q, None, 0) {
-            TableResult::Hit(r, _) if r.dst.len() > 0 => {
+            TableResult::Hit(r, len) if len > 0 => {
                 r.kind != RouteType::Unicast
                     || self.usable(r, None).next().is_some_and(|p| p.dev != dev)
             }
@@ -1757,7 +1757,7 @@ impl Snapshot {
         &self,
         q: &Query,
         input: Option<LinkIndex>,
-        route: &Route,
+        route: &RouteBody,
         dev: LinkIndex,
     ) -> Result<(), NoRoute> {
         self.validate_source_of(q, input, route.kind, dev)
@@ -1826,7 +1826,7 @@ impl Snapshot {
         &self,
         q: &Query,
         input: Option<LinkIndex>,
-        route: &Route,
+        route: &RouteBody,
         dev: LinkIndex,
     ) -> bool {
         let (Some(input), Some(src)) = (input, q.src) else {
@@ -1862,7 +1862,7 @@ impl Snapshot {
         iif: LinkIndex,
         min_scope: u8,
         purpose: WalkFor,
-    ) -> Result<(&Route, u8, u32), NoRoute> {
+    ) -> Result<(&RouteBody, u8, u32), NoRoute> {
         let fib = self.fib(family);
         let key = FlowKey::new(q, oif, iif);
         let candidates = fib.rules.candidates(&key);
@@ -1923,7 +1923,7 @@ impl Snapshot {
         table: u32,
         result: TableResult<'a>,
         purpose: WalkFor,
-    ) -> Option<Result<(&'a Route, u8, u32), NoRoute>> {
+    ) -> Option<Result<(&'a RouteBody, u8, u32), NoRoute>> {
         match result {
             TableResult::Miss => None,
             TableResult::Thrown if purpose == WalkFor::Flow => None,
@@ -1952,7 +1952,7 @@ impl Snapshot {
 
     /// A route's paths: its own, or its nexthop object's.
     #[inline]
-    pub(crate) fn paths_of<'a>(&'a self, route: &'a Route) -> &'a [Path] {
+    pub(crate) fn paths_of<'a>(&'a self, route: &'a RouteBody) -> &'a [Path] {
         match &route.paths {
             Paths::Own(p) => p,
             Paths::Object(id) => self.object_paths.get(id).map_or(&[], Vec::as_slice),
@@ -1979,7 +1979,7 @@ impl Snapshot {
         &self,
         table: &'a CompiledTable,
         addr: IpAddr,
-    ) -> Option<&'a Route> {
+    ) -> Option<&'a RouteBody> {
         match self.table_lookup(table, &Query::to(addr), None, 0) {
             TableResult::Hit(route, _) if route.kind == RouteType::Local => Some(route),
             _ => None,
@@ -2115,12 +2115,12 @@ impl Snapshot {
     /// of the same metric. `None` when none is usable.
     fn select<'a>(
         &self,
-        routes: impl Iterator<Item = &'a Route>,
+        routes: impl Iterator<Item = &'a RouteBody>,
         len: u8,
         oif: Option<LinkIndex>,
         strict: bool,
     ) -> Option<TableResult<'a>> {
-        let mut fallback: Option<&'a Route> = None;
+        let mut fallback: Option<&'a RouteBody> = None;
         for r in routes {
             if fallback.is_some_and(|f| f.metric != r.metric) {
                 break;
@@ -2157,7 +2157,7 @@ impl Snapshot {
     #[inline]
     pub(crate) fn usable<'a>(
         &'a self,
-        r: &'a Route,
+        r: &'a RouteBody,
         oif: Option<LinkIndex>,
     ) -> impl Iterator<Item = &'a Path> + Clone + 'a {
         self.paths_of(r)
@@ -2171,7 +2171,7 @@ impl Snapshot {
     #[inline]
     pub(crate) fn choose_path<'a>(
         &'a self,
-        route: &'a Route,
+        route: &'a RouteBody,
         oif: Option<LinkIndex>,
         q: &Query,
         input: bool,
@@ -2206,7 +2206,7 @@ impl Snapshot {
     /// first of the highest score, so a path of the flow's source wins over the hash.
     fn choose_by_source<'a>(
         &'a self,
-        route: &'a Route,
+        route: &'a RouteBody,
         src: IpAddr,
         q: &Query,
     ) -> Option<&'a Path> {
@@ -2233,7 +2233,12 @@ impl Snapshot {
     /// The output link a flow's paths must leave by: its `oif`, except that IPv6 with a
     /// source only prefers it, taking any path when none leaves by it.
     #[inline]
-    pub(crate) fn path_oif(&self, q: &Query, family: Family, route: &Route) -> Option<LinkIndex> {
+    pub(crate) fn path_oif(
+        &self,
+        q: &Query,
+        family: Family,
+        route: &RouteBody,
+    ) -> Option<LinkIndex> {
         if q.oif.is_some()
             && family == Family::V6
             && q.src.is_some_and(|s| !s.is_unspecified())
@@ -2250,7 +2255,7 @@ impl Snapshot {
         &self,
         q: &Query,
         family: Family,
-        route: &Route,
+        route: &RouteBody,
         table: u32,
         iif: Option<LinkIndex>,
     ) -> Result<Answer, NoRoute> {

@@ -13,7 +13,7 @@ use crate::multipath::Multipath;
 use crate::names::*;
 use crate::net::{quote, Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
-use crate::route::{Path, Paths, Route, RouteType};
+use crate::route::{Path, Paths, Route, RouteBody, RouteType};
 use crate::rule::{Rule, RuleAction, RuleLink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -94,26 +94,33 @@ pub struct RouteFilter {
 /// the kernel's ordered list of routes.
 pub type TableRoutes = BTreeMap<(Net, Net), RouteList>;
 
-/// The routes of one key (destination and source prefix), in the kernel's order. Shared
+/// The routes of one key (destination and source prefix), in the kernel's order, each
+/// without the destination (the key holds it). Held once for every key with the same
+/// routes ([`Shared`]: a full table through a few peers has a few such lists) and shared
 /// with the snapshots compiled from the state, whose node of a destination is this list
-/// itself where one key has routes there: a change makes a new list, and the
-/// snapshots keep the one they hold.
-pub type RouteList = Arc<[Route]>;
+/// itself where one key has routes there: a change makes a new list, and the snapshots
+/// keep the one they hold.
+pub type RouteList = Arc<[RouteBody]>;
 
-/// Changes the routes of `list`, of table `table`, with `change`: a copy of them is
-/// changed and takes its place, so that the snapshots holding the list keep theirs; the
-/// `tally` follows.
+/// Changes the routes of `list`, of destination `dst` in table `table`, with `change`: a
+/// copy of them is changed and takes its place (the list held once for all the keys with
+/// the same routes, see [`Shared`]), so that the snapshots and the other keys holding
+/// the list keep theirs; the `tally` follows.
 pub(crate) fn edit<T>(
     list: &mut RouteList,
+    shared: &mut Shared,
     tally: &mut Tally,
-    table: (Family, u32),
-    change: impl FnOnce(&mut Vec<Route>) -> T,
+    (table, dst): ((Family, u32), Net),
+    change: impl FnOnce(&mut Vec<RouteBody>) -> T,
 ) -> T {
-    tally.count(table, list, false);
+    tally.count(table, dst, list, false);
     let mut routes = list.to_vec();
     let out = change(&mut routes);
-    *list = routes.into();
-    tally.count(table, list, true);
+    for r in &mut routes {
+        shared.paths.intern(&mut r.paths);
+    }
+    *list = shared.lists.held(routes.into());
+    tally.count(table, dst, list, true);
     out
 }
 
@@ -130,7 +137,7 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// Counts the routes of `list`, of table `table`, in (`add`) or out.
-    fn count(&mut self, table: (Family, u32), list: &[Route], add: bool) {
+    fn count(&mut self, table: (Family, u32), dst: Net, list: &[RouteBody], add: bool) {
         let step = |n: &mut usize, by: usize| {
             *n = if add { *n + by } else { n.saturating_sub(by) };
             *n == 0
@@ -141,17 +148,17 @@ impl Tally {
                 self.routes.remove(&table);
             }
         }
-        for r in list.iter().filter(|r| receives(r)) {
-            let n = self.receiving.entry(r.dst).or_default();
+        for _ in list.iter().filter(|r| receives(r)) {
+            let n = self.receiving.entry(dst).or_default();
             if step(n, 1) {
-                self.receiving.remove(&r.dst);
+                self.receiving.remove(&dst);
             }
         }
     }
 }
 
 /// Whether `r` delivers to this host or its links: local, broadcast, anycast, multicast.
-fn receives(r: &Route) -> bool {
+fn receives(r: &RouteBody) -> bool {
     matches!(
         r.kind,
         RouteType::Local | RouteType::Broadcast | RouteType::Anycast | RouteType::Multicast
@@ -190,9 +197,9 @@ pub struct State {
     /// family and table, however they changed (a command, a report, or what a link or
     /// an address took with it). A published snapshot is patched at them.
     journal: Option<BTreeSet<(Family, u32, Net)>>,
-    /// The routes' lists of paths, each held once and shared by every route with the
-    /// same ([`State::intern`]).
-    path_lists: PathLists,
+    /// The routes' lists of paths and lists of routes, each held once and shared by
+    /// every holder of an equal one.
+    shared: Shared,
     /// The destinations of the routes that use each nexthop object.
     object_users: BTreeMap<NexthopId, Users>,
     /// The destinations of the routes with a path of their own through each link.
@@ -252,27 +259,69 @@ impl Default for Users {
     }
 }
 
-/// Lists of paths held once each: a full table through a few gateways has a few.
+/// What the routes share, each held once: their lists of paths, and whole lists of
+/// routes (a full table through a few peers has a few of each).
 #[derive(Clone, Debug, Default)]
-struct PathLists {
-    lists: std::collections::HashSet<Arc<[Path]>>,
-    /// How many there were after the last sweep of those no route holds any more.
+pub(crate) struct Shared {
+    paths: Interned<[Path]>,
+    lists: Interned<[RouteBody]>,
+}
+
+/// Values held once each, shared by everything holding an equal one.
+#[derive(Debug)]
+struct Interned<T: ?Sized> {
+    held: std::collections::HashSet<Arc<T>>,
+    /// How many there were after the last sweep of those no one else holds any more.
     swept: usize,
 }
 
-impl PathLists {
-    /// See [`State::intern`].
+impl<T: ?Sized> Clone for Interned<T> {
+    fn clone(&self) -> Self {
+        Interned {
+            held: self.held.clone(),
+            swept: self.swept,
+        }
+    }
+}
+
+impl<T: ?Sized> Default for Interned<T> {
+    fn default() -> Self {
+        Interned {
+            held: Default::default(),
+            swept: 0,
+        }
+    }
+}
+
+impl<T: ?Sized + Eq + std::hash::Hash> Interned<T> {
+    /// The value held equal to `value` (`value` itself, held from now on, if none).
+    fn held(&mut self, value: Arc<T>) -> Arc<T> {
+        if let Some(held) = self.held.get(&value) {
+            return held.clone();
+        }
+        if self.held.len() >= 2 * self.swept.max(64) {
+            self.held.retain(|l| Arc::strong_count(l) > 1);
+            self.swept = self.held.len();
+        }
+        self.held.insert(value.clone());
+        value
+    }
+
+    /// Bytes the values take, each once, with their counts, and the set's slot.
+    fn memory(&self) -> usize {
+        self.held
+            .iter()
+            .map(|v| 2 * std::mem::size_of::<usize>() + std::mem::size_of_val::<T>(v))
+            .sum::<usize>()
+            + self.held.capacity() * std::mem::size_of::<Arc<T>>()
+    }
+}
+
+impl Interned<[Path]> {
+    /// Makes the paths of its own of `paths` those held equal to them.
     fn intern(&mut self, paths: &mut Paths) {
-        let Paths::Own(list) = paths else { return };
-        match self.lists.get(list) {
-            Some(held) => *list = held.clone(),
-            None => {
-                if self.lists.len() >= 2 * self.swept.max(64) {
-                    self.lists.retain(|l| Arc::strong_count(l) > 1);
-                    self.swept = self.lists.len();
-                }
-                self.lists.insert(list.clone());
-            }
+        if let Paths::Own(list) = paths {
+            *list = self.held(list.clone());
         }
     }
 }
@@ -323,7 +372,7 @@ impl State {
             },
         );
         State {
-            path_lists: PathLists::default(),
+            shared: Shared::default(),
             links,
             next_index: 2,
             addrs: Vec::new(),
@@ -400,11 +449,15 @@ impl State {
     }
 
     /// Every route of `family` (and of `table`, if given), in table and prefix order.
-    pub fn routes(&self, family: Family, table: Option<u32>) -> impl Iterator<Item = &Route> {
+    pub fn routes(&self, family: Family, table: Option<u32>) -> impl Iterator<Item = Route> + '_ {
         self.tables
             .iter()
             .filter(move |((f, t), _)| *f == family && table.is_none_or(|id| id == *t))
-            .flat_map(|(_, routes)| routes.values().flat_map(|l| l.iter()))
+            .flat_map(|(_, routes)| {
+                routes
+                    .iter()
+                    .flat_map(|((dst, _), l)| l.iter().map(|body| Route::new(*dst, body.clone())))
+            })
     }
 
     /// Starts noting the destinations whose routes change (see [`State::take_journal`]).
@@ -866,7 +919,7 @@ impl State {
             }
             Family::V6 => {
                 let host = Net::host(local);
-                self.remove_routes_at(Family::V6, host, |r| {
+                self.remove_routes_at(Family::V6, host, |_, r| {
                     r.table == TABLE_LOCAL && r.kind == RouteType::Local
                 });
                 let anycast = Net::host(addr.subnet().addr());
@@ -877,7 +930,7 @@ impl State {
                         && a.subnet() == addr.subnet()
                 });
                 if !still {
-                    self.remove_routes_at(Family::V6, anycast, |r| {
+                    self.remove_routes_at(Family::V6, anycast, |_, r| {
                         r.table == TABLE_LOCAL
                             && r.kind == RouteType::Anycast
                             && r.own_paths().iter().any(|p| p.dev == index)
@@ -890,7 +943,7 @@ impl State {
                         .iter()
                         .any(|a| a.link == index && a.subnet() == subnet);
                     if !still {
-                        self.remove_routes_at(Family::V6, subnet, |r| {
+                        self.remove_routes_at(Family::V6, subnet, |_, r| {
                             r.table == TABLE_MAIN
                                 && r.protocol == PROTO_KERNEL
                                 && r.own_paths()
@@ -906,21 +959,23 @@ impl State {
 
     fn add_local_route_v4(&mut self, a: &Address) {
         let prim = self.primary_of(a);
-        self.insert_kernel_route(Route {
-            table: TABLE_LOCAL,
-            dst: Net::host(a.local),
-            src: Net::default_of(Family::V4),
-            tos: 0,
-            metric: 0,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_HOST,
-            kind: RouteType::Local,
-            prefsrc: Some(prim),
-            mtu: None,
-            hoplimit: None,
-            paths: Paths::own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
-            pref: 0,
-        });
+        self.insert_kernel_route(Route::new(
+            Net::host(a.local),
+            RouteBody {
+                table: TABLE_LOCAL,
+                src: Net::default_of(Family::V4),
+                tos: 0,
+                metric: 0,
+                protocol: PROTO_KERNEL,
+                scope: SCOPE_HOST,
+                kind: RouteType::Local,
+                prefsrc: Some(prim),
+                mtu: None,
+                hoplimit: None,
+                paths: Paths::own(vec![dev_path(a.link, SCOPE_NOWHERE)]),
+                pref: 0,
+            },
+        ));
     }
 
     /// The primary address whose subnet a secondary shares (itself when primary).
@@ -945,20 +1000,24 @@ impl State {
         let prim = self.primary_of(a);
         let is_lo = self.links[&a.link].kind == LinkKind::Loopback;
         self.add_local_route_v4(a);
-        let bcast = |dst: IpAddr| Route {
-            table: TABLE_LOCAL,
-            dst: Net::host(dst),
-            src: Net::default_of(Family::V4),
-            tos: 0,
-            metric: 0,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_LINK,
-            kind: RouteType::Broadcast,
-            prefsrc: Some(prim),
-            mtu: None,
-            hoplimit: None,
-            paths: Paths::own(vec![dev_path(a.link, SCOPE_HOST)]),
-            pref: 0,
+        let bcast = |dst: IpAddr| {
+            Route::new(
+                Net::host(dst),
+                RouteBody {
+                    table: TABLE_LOCAL,
+                    src: Net::default_of(Family::V4),
+                    tos: 0,
+                    metric: 0,
+                    protocol: PROTO_KERNEL,
+                    scope: SCOPE_LINK,
+                    kind: RouteType::Broadcast,
+                    prefsrc: Some(prim),
+                    mtu: None,
+                    hoplimit: None,
+                    paths: Paths::own(vec![dev_path(a.link, SCOPE_HOST)]),
+                    pref: 0,
+                },
+            )
         };
         if let Some(b) = a
             .broadcast
@@ -972,28 +1031,30 @@ impl State {
             && (subnet.addr() != a.local || a.len < 32)
         {
             if !a.noprefixroute {
-                self.insert_kernel_route(Route {
-                    table: if is_lo { TABLE_LOCAL } else { TABLE_MAIN },
-                    dst: subnet,
-                    src: Net::default_of(Family::V4),
-                    tos: 0,
-                    metric: a.metric,
-                    protocol: PROTO_KERNEL,
-                    scope: if is_lo { SCOPE_HOST } else { SCOPE_LINK },
-                    kind: if is_lo {
-                        RouteType::Local
-                    } else {
-                        RouteType::Unicast
+                self.insert_kernel_route(Route::new(
+                    subnet,
+                    RouteBody {
+                        table: if is_lo { TABLE_LOCAL } else { TABLE_MAIN },
+                        src: Net::default_of(Family::V4),
+                        tos: 0,
+                        metric: a.metric,
+                        protocol: PROTO_KERNEL,
+                        scope: if is_lo { SCOPE_HOST } else { SCOPE_LINK },
+                        kind: if is_lo {
+                            RouteType::Local
+                        } else {
+                            RouteType::Unicast
+                        },
+                        prefsrc: Some(prim),
+                        mtu: None,
+                        hoplimit: None,
+                        paths: Paths::own(vec![dev_path(
+                            a.link,
+                            if is_lo { SCOPE_NOWHERE } else { SCOPE_HOST },
+                        )]),
+                        pref: 0,
                     },
-                    prefsrc: Some(prim),
-                    mtu: None,
-                    hoplimit: None,
-                    paths: Paths::own(vec![dev_path(
-                        a.link,
-                        if is_lo { SCOPE_NOWHERE } else { SCOPE_HOST },
-                    )]),
-                    pref: 0,
-                });
+                ));
             }
             if a.len < 31 {
                 self.insert_kernel_route(bcast(subnet.last()));
@@ -1013,13 +1074,13 @@ impl State {
         let prim = a.local;
         if !still_local {
             let host = Net::host(a.local);
-            self.remove_routes_at(Family::V4, host, |r| {
+            self.remove_routes_at(Family::V4, host, |_, r| {
                 r.table == TABLE_LOCAL && r.kind == RouteType::Local && r.protocol == PROTO_KERNEL
             });
         }
         if !a.secondary {
             if !a.noprefixroute {
-                self.remove_routes_at(Family::V4, subnet, |r| {
+                self.remove_routes_at(Family::V4, subnet, |_, r| {
                     r.protocol == PROTO_KERNEL
                         && r.prefsrc == Some(prim)
                         && r.table == if is_lo { TABLE_LOCAL } else { TABLE_MAIN }
@@ -1041,7 +1102,7 @@ impl State {
             }
             for d in dsts {
                 if !other_needs(&self.addrs, d) {
-                    self.remove_routes_at(Family::V4, d, |r| {
+                    self.remove_routes_at(Family::V4, d, |_, r| {
                         r.table == TABLE_LOCAL
                             && r.kind == RouteType::Broadcast
                             && r.protocol == PROTO_KERNEL
@@ -1053,8 +1114,8 @@ impl State {
         // preferred sources, or a walk if too many have it).
         if !still_local {
             let gone = a.local;
-            let goes = |r: &Route| {
-                r.prefsrc == Some(gone) && !(r.kind == RouteType::Local && r.dst == Net::host(gone))
+            let goes = |dst: Net, r: &RouteBody| {
+                r.prefsrc == Some(gone) && !(r.kind == RouteType::Local && dst == Net::host(gone))
             };
             match self.prefsrc_users.get(&gone).map(|u| u.dsts.clone()) {
                 None => {}
@@ -1079,58 +1140,64 @@ impl State {
             if a.len < 127 && a.scope != SCOPE_HOST {
                 let anycast = Net::host(a.subnet().addr());
                 if Net::host(local) != anycast {
-                    self.insert_kernel_route(Route {
-                        table: TABLE_LOCAL,
-                        dst: anycast,
-                        src: Net::default_of(Family::V6),
-                        tos: 0,
-                        metric: 0,
-                        protocol: PROTO_KERNEL,
-                        scope: SCOPE_UNIVERSE,
-                        kind: RouteType::Anycast,
-                        prefsrc: None,
-                        mtu: None,
-                        hoplimit: None,
-                        paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
-                        pref: 0,
-                    });
+                    self.insert_kernel_route(Route::new(
+                        anycast,
+                        RouteBody {
+                            table: TABLE_LOCAL,
+                            src: Net::default_of(Family::V6),
+                            tos: 0,
+                            metric: 0,
+                            protocol: PROTO_KERNEL,
+                            scope: SCOPE_UNIVERSE,
+                            kind: RouteType::Anycast,
+                            prefsrc: None,
+                            mtu: None,
+                            hoplimit: None,
+                            paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
+                            pref: 0,
+                        },
+                    ));
                 }
             }
         }
-        self.insert_kernel_route(Route {
-            table: TABLE_LOCAL,
-            dst: Net::host(local),
-            src: Net::default_of(Family::V6),
-            tos: 0,
-            metric: 0,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_UNIVERSE,
-            kind: RouteType::Local,
-            prefsrc: None,
-            mtu: None,
-            hoplimit: None,
-            paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
-            pref: 0,
-        });
+        self.insert_kernel_route(Route::new(
+            Net::host(local),
+            RouteBody {
+                table: TABLE_LOCAL,
+                src: Net::default_of(Family::V6),
+                tos: 0,
+                metric: 0,
+                protocol: PROTO_KERNEL,
+                scope: SCOPE_UNIVERSE,
+                kind: RouteType::Local,
+                prefsrc: None,
+                mtu: None,
+                hoplimit: None,
+                paths: Paths::own(vec![dev_path(index, SCOPE_NOWHERE)]),
+                pref: 0,
+            },
+        ));
     }
 
     /// The link's `multicast ff00::/8` route in `local` (`addrconf_add_mroute`).
     fn add_multicast_route_v6(&mut self, index: LinkIndex) {
-        self.insert_kernel_route(Route {
-            table: TABLE_LOCAL,
-            dst: Net::parse("ff00::/8", None).expect("literal"),
-            src: Net::default_of(Family::V6),
-            tos: 0,
-            metric: IPV6_ADDR_METRIC,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_UNIVERSE,
-            kind: RouteType::Multicast,
-            prefsrc: None,
-            mtu: None,
-            hoplimit: None,
-            paths: Paths::own(vec![dev_path(index, SCOPE_LINK)]),
-            pref: 0,
-        });
+        self.insert_kernel_route(Route::new(
+            Net::parse("ff00::/8", None).expect("literal"),
+            RouteBody {
+                table: TABLE_LOCAL,
+                src: Net::default_of(Family::V6),
+                tos: 0,
+                metric: IPV6_ADDR_METRIC,
+                protocol: PROTO_KERNEL,
+                scope: SCOPE_UNIVERSE,
+                kind: RouteType::Multicast,
+                prefsrc: None,
+                mtu: None,
+                hoplimit: None,
+                paths: Paths::own(vec![dev_path(index, SCOPE_LINK)]),
+                pref: 0,
+            },
+        ));
     }
 
     /// The prefix route of an IPv6 address, unless it has none (`noprefixroute`, /128).
@@ -1146,30 +1213,31 @@ impl State {
     }
 
     fn add_prefix_route_v6(&mut self, index: LinkIndex, dst: Net, metric: u32) {
-        self.insert_kernel_route(Route {
-            table: TABLE_MAIN,
+        self.insert_kernel_route(Route::new(
             dst,
-            src: Net::default_of(Family::V6),
-            tos: 0,
-            metric,
-            protocol: PROTO_KERNEL,
-            scope: SCOPE_UNIVERSE,
-            kind: RouteType::Unicast,
-            prefsrc: None,
-            mtu: None,
-            hoplimit: None,
-            paths: Paths::own(vec![dev_path(index, SCOPE_HOST)]),
-            pref: 0,
-        });
+            RouteBody {
+                table: TABLE_MAIN,
+                src: Net::default_of(Family::V6),
+                tos: 0,
+                metric,
+                protocol: PROTO_KERNEL,
+                scope: SCOPE_UNIVERSE,
+                kind: RouteType::Unicast,
+                prefsrc: None,
+                mtu: None,
+                hoplimit: None,
+                paths: Paths::own(vec![dev_path(index, SCOPE_HOST)]),
+                pref: 0,
+            },
+        ));
     }
 
     /// Inserts a route the kernel makes, unless the same one is there.
-    fn insert_kernel_route(&mut self, mut route: Route) {
+    fn insert_kernel_route(&mut self, route: Route) {
         if self.mirrored {
             // The kernel reports the routes it makes.
             return;
         }
-        self.intern(&mut route.paths);
         self.note_users(&route);
         let list = self
             .tables
@@ -1182,18 +1250,26 @@ impl State {
         }
         note(&mut self.journal, route.family(), route.table, route.dst);
         let at = insert_position(list, &route, true);
-        let table = (route.family(), route.table);
-        edit(list, &mut self.tally, table, |l| l.insert(at, route));
+        let at_key = ((route.family(), route.table), route.dst);
+        edit(list, &mut self.shared, &mut self.tally, at_key, |l| {
+            l.insert(at, route.body)
+        });
     }
 
-    fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(&Route) -> bool) {
+    fn remove_routes(&mut self, family: Family, mut gone: impl FnMut(Net, &RouteBody) -> bool) {
         for ((f, t), table) in self.tables.iter_mut() {
             if *f != family {
                 continue;
             }
             for ((dst, _), list) in table.iter_mut() {
-                if list.iter().any(&mut gone) {
-                    edit(list, &mut self.tally, (*f, *t), |l| l.retain(|r| !gone(r)));
+                if list.iter().any(|r| gone(*dst, r)) {
+                    edit(
+                        list,
+                        &mut self.shared,
+                        &mut self.tally,
+                        ((*f, *t), *dst),
+                        |l| l.retain(|r| !gone(*dst, r)),
+                    );
                     note(&mut self.journal, *f, *t, *dst);
                 }
             }
@@ -1211,7 +1287,12 @@ impl State {
 
     /// The routes of destination `dst` for which `gone` holds go (what [`Self::remove_routes`]
     /// does, for one destination: no walk of every route).
-    fn remove_routes_at(&mut self, family: Family, dst: Net, mut gone: impl FnMut(&Route) -> bool) {
+    fn remove_routes_at(
+        &mut self,
+        family: Family,
+        dst: Net,
+        mut gone: impl FnMut(Net, &RouteBody) -> bool,
+    ) {
         for ((f, t), table) in self.tables.iter_mut() {
             if *f != family {
                 continue;
@@ -1223,8 +1304,14 @@ impl State {
                 .collect();
             for key in keys {
                 let list = table.get_mut(&key).expect("listed");
-                if list.iter().any(&mut gone) {
-                    edit(list, &mut self.tally, (*f, *t), |l| l.retain(|r| !gone(r)));
+                if list.iter().any(|r| gone(dst, r)) {
+                    edit(
+                        list,
+                        &mut self.shared,
+                        &mut self.tally,
+                        ((*f, *t), dst),
+                        |l| l.retain(|r| !gone(dst, r)),
+                    );
                     note(&mut self.journal, *f, *t, dst);
                     if list.is_empty() {
                         table.remove(&key);
@@ -1246,31 +1333,23 @@ impl State {
         self.tally.receiving.keys().copied()
     }
 
+    /// Packs the tables' B-trees full. Routes inserted one by one in order (a dump)
+    /// leave each node of a B-tree about half full: built again at once from the
+    /// sorted routes, its nodes are full, and its keys take half the memory. Later
+    /// changes split the nodes they reach, as before.
+    pub fn compact(&mut self) {
+        for table in self.tables.values_mut() {
+            *table = std::mem::take(table).into_iter().collect();
+        }
+    }
+
     /// Bytes the routes take: the tables' entries (counted at the slack a B-tree's nodes
-    /// have on average, half again), the routes, and the lists of paths they share.
+    /// have on average, half again), and the lists of routes and of paths they share,
+    /// each once.
     pub fn memory(&self) -> usize {
-        use std::mem::size_of;
-        let entry = size_of::<(Net, Net)>() + size_of::<RouteList>();
-        // Each key's list: its counts and its routes.
-        let tables: usize = self
-            .tables
-            .iter()
-            .map(|(k, t)| {
-                t.len() * (entry * 3 / 2 + 2 * size_of::<usize>())
-                    + self.tally.routes.get(k).copied().unwrap_or(0) * size_of::<Route>()
-            })
-            .sum();
-        let lists: usize = self
-            .path_lists
-            .lists
-            .iter()
-            .map(|l| {
-                2 * size_of::<usize>()
-                    + std::mem::size_of_val::<[Path]>(l)
-                    + size_of::<Arc<[Path]>>()
-            })
-            .sum();
-        tables + lists
+        let entry = std::mem::size_of::<(Net, Net)>() + std::mem::size_of::<RouteList>();
+        let keys: usize = self.tables.values().map(BTreeMap::len).sum();
+        keys * entry * 3 / 2 + self.shared.lists.memory() + self.shared.paths.memory()
     }
 
     /// Notes what `route` (about to be held) uses: its nexthop object, or the links of
@@ -1330,13 +1409,6 @@ impl State {
             .copied()
     }
 
-    /// Makes `paths` share the list of paths an equal list of another route holds, or
-    /// holds it for the routes to come. Lists no route holds any more are swept once
-    /// there are twice as many as after the last sweep.
-    fn intern(&mut self, paths: &mut Paths) {
-        self.path_lists.intern(paths);
-    }
-
     /// The keys (by family and table) of the routes of `family` (all if `None`) that
     /// may have a path through link `index`, as its index holds them; `None` for a link
     /// carrying too many routes to index, whose routes a walk finds.
@@ -1373,10 +1445,10 @@ impl State {
         &mut self,
         index: LinkIndex,
         family: Option<Family>,
-        mut change: impl FnMut(&mut RouteList, &mut PathLists, &mut Tally, (Family, u32)) -> bool,
+        mut change: impl FnMut(&mut RouteList, &mut Shared, &mut Tally, ((Family, u32), Net)) -> bool,
     ) {
         let keys = self.keys_through(index, family);
-        let lists = &mut self.path_lists;
+        let shared = &mut self.shared;
         let journal = &mut self.journal;
         let tally = &mut self.tally;
         match keys {
@@ -1388,7 +1460,7 @@ impl State {
                     let Some(list) = table.get_mut(&(dst, src)) else {
                         continue;
                     };
-                    if change(list, lists, tally, (f, t)) {
+                    if change(list, shared, tally, ((f, t), dst)) {
                         note(journal, f, t, dst);
                         if list.is_empty() {
                             table.remove(&(dst, src));
@@ -1402,7 +1474,7 @@ impl State {
                         continue;
                     }
                     for ((dst, _), list) in table.iter_mut() {
-                        if change(list, lists, tally, (*f, *t)) {
+                        if change(list, shared, tally, ((*f, *t), *dst)) {
                             note(journal, *f, *t, *dst);
                         }
                     }
@@ -1419,18 +1491,18 @@ impl State {
     fn flush_dev(&mut self, index: LinkIndex, family: Option<Family>, force: bool) {
         let dies = |p: &Path| p.dev == index && (force || p.scope != SCOPE_NOWHERE);
         // A route is changed if a path of its dies, and goes if none is left alive.
-        let touched = |r: &Route| {
+        let touched = |r: &RouteBody| {
             let paths = r.own_paths();
             matches!(r.paths, Paths::Own(_))
                 && (paths.iter().any(|p| dies(p) && !p.dead)
                     || paths.iter().all(|p| p.dead || dies(p)))
         };
-        self.change_through(index, family, |list, lists, tally, table| {
+        self.change_through(index, family, |list, shared, tally, at| {
             // Copied only if a route changes: the lists and paths are shared.
             if !list.iter().any(touched) {
                 return false;
             }
-            edit(list, tally, table, |list| {
+            edit(list, shared, tally, at, |list| {
                 list.retain_mut(|r| {
                     if !touched(r) {
                         return true;
@@ -1440,7 +1512,6 @@ impl State {
                             p.dead = true;
                         }
                     });
-                    lists.intern(&mut r.paths);
                     r.own_paths().iter().any(|p| !p.dead)
                 })
             });
@@ -1451,20 +1522,19 @@ impl State {
     /// The kernel's `fib_sync_up` (IPv4, when the link comes up) and `rt6_sync_up` (IPv6,
     /// when it is up with its carrier): paths of `family` through the link live again.
     fn revive_dev(&mut self, index: LinkIndex, family: Family) {
-        let touched = |r: &Route| r.own_paths().iter().any(|p| p.dev == index && p.dead);
-        self.change_through(index, Some(family), |list, lists, tally, table| {
+        let touched = |r: &RouteBody| r.own_paths().iter().any(|p| p.dev == index && p.dead);
+        self.change_through(index, Some(family), |list, shared, tally, at| {
             // Copied only if a path lives again: the lists and paths are shared.
             if !list.iter().any(touched) {
                 return false;
             }
-            edit(list, tally, table, |list| {
+            edit(list, shared, tally, at, |list| {
                 for r in list.iter_mut().filter(|r| touched(r)) {
                     r.paths.edit(|paths| {
                         for p in paths.iter_mut().filter(|p| p.dev == index) {
                             p.dead = false;
                         }
                     });
-                    lists.intern(&mut r.paths);
                 }
             });
             true
@@ -1476,7 +1546,6 @@ impl State {
     /// `ip route add|replace|change|append|prepend ROUTE`, checked as the kernel checks it.
     pub fn modify_route(&mut self, op: RouteOp, mut route: Route) -> Result<(), Refused> {
         self.validate_route(&mut route)?;
-        self.intern(&mut route.paths);
         self.note_users(&route);
         let family = route.family();
         if family == Family::V6 {
@@ -1487,10 +1556,17 @@ impl State {
         let table = self.tables.entry(table_key).or_default();
         let list = table.entry(key).or_insert_with(no_route);
         let local = family == Family::V4 && route.kind == RouteType::Local;
-        let result = edit(list, &mut self.tally, table_key, |l| match family {
-            Family::V4 => modify_v4(l, op, route),
-            Family::V6 => modify_v6(l, op, route),
-        });
+        let at = (table_key, route.dst);
+        let result = edit(
+            list,
+            &mut self.shared,
+            &mut self.tally,
+            at,
+            |l| match family {
+                Family::V4 => modify_v4(l, op, route.body),
+                Family::V6 => modify_v6(l, op, route.body),
+            },
+        );
         self.v4_custom_local_routes |= local && result.is_ok();
         // Only the list this change touched can have been left empty.
         if list.is_empty() {
@@ -1547,21 +1623,27 @@ impl State {
                 })
                 .ok_or_else(no_such)?;
             let one_path = filter.gateway.filter(|_| list[pos].own_paths().len() > 1);
-            edit(list, &mut self.tally, (family, table), |list| {
-                if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
-                    list[pos].paths.edit(|paths| {
-                        let at = paths
-                            .iter()
-                            .position(|p| {
-                                Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev)
-                            })
-                            .expect("matched above");
-                        paths.remove(at);
-                    });
-                } else {
-                    list.remove(pos);
-                }
-            });
+            edit(
+                list,
+                &mut self.shared,
+                &mut self.tally,
+                ((family, table), dst),
+                |list| {
+                    if let (Some(g), Paths::Own(_)) = (one_path, &list[pos].paths) {
+                        list[pos].paths.edit(|paths| {
+                            let at = paths
+                                .iter()
+                                .position(|p| {
+                                    Some(g) == p.gateway && filter.dev.is_none_or(|d| d == p.dev)
+                                })
+                                .expect("matched above");
+                            paths.remove(at);
+                        });
+                    } else {
+                        list.remove(pos);
+                    }
+                },
+            );
         } else {
             let pos = list
                 .iter()
@@ -1580,9 +1662,13 @@ impl State {
                             }))
                 })
                 .ok_or_else(no_such)?;
-            edit(list, &mut self.tally, (family, table), |list| {
-                list.remove(pos)
-            });
+            edit(
+                list,
+                &mut self.shared,
+                &mut self.tally,
+                ((family, table), dst),
+                |list| list.remove(pos),
+            );
         }
         if list.is_empty() {
             t.remove(&(dst, src));
@@ -1596,8 +1682,8 @@ impl State {
     /// `ip route flush table ID` (of a family).
     pub fn flush_table(&mut self, family: Family, table: u32) {
         if let Some(gone) = self.tables.remove(&(family, table)) {
-            for list in gone.values() {
-                self.tally.count((family, table), list, false);
+            for ((dst, _), list) in &gone {
+                self.tally.count((family, table), *dst, list, false);
             }
             for (dst, _) in gone.keys() {
                 note(&mut self.journal, family, table, *dst);
@@ -1787,9 +1873,9 @@ impl State {
     /// The type of an IPv4 address by the local table: local, broadcast, or unicast.
     fn addr_type_v4(&self, a: IpAddr) -> RouteType {
         let local = self.routes(Family::V4, Some(TABLE_LOCAL));
-        let mut best: Option<&Route> = None;
+        let mut best: Option<Route> = None;
         for r in local {
-            if r.dst.contains(a) && best.is_none_or(|b| r.dst.len() > b.dst.len()) {
+            if r.dst.contains(a) && best.as_ref().is_none_or(|b| r.dst.len() > b.dst.len()) {
                 best = Some(r);
             }
         }
@@ -2038,7 +2124,7 @@ impl State {
         // The routes that use it, found by the index rather than by a walk.
         let users = self.object_users.remove(&id).and_then(|u| u.dsts);
         for (f, _, dst) in users.into_iter().flatten() {
-            self.remove_routes_at(f, dst, |r| r.paths == Paths::Object(id));
+            self.remove_routes_at(f, dst, |_, r| r.paths == Paths::Object(id));
         }
         for e in emptied {
             self.nexthops.remove(&e);
@@ -2068,7 +2154,7 @@ fn routes_at(
     f: Family,
     table: u32,
     dst: Net,
-) -> impl Iterator<Item = &Route> {
+) -> impl Iterator<Item = &RouteBody> {
     tables.get(&(f, table)).into_iter().flat_map(move |t| {
         t.range((dst, Net::default_of(f))..)
             .take_while(move |((d, _), _)| *d == dst)
@@ -2124,7 +2210,7 @@ pub fn dev_path(dev: LinkIndex, scope: u8) -> Path {
 
 /// Whether two routes are the same to the kernel (type, scope and everything about the
 /// paths), so that adding the second is refused as a duplicate.
-fn same_route(a: &Route, b: &Route) -> bool {
+fn same_route(a: &RouteBody, b: &RouteBody) -> bool {
     a.kind == b.kind
         && a.tos == b.tos
         && a.metric == b.metric
@@ -2153,7 +2239,7 @@ fn same_paths(a: &Paths, b: &Paths) -> bool {
 
 /// Where a new route goes in its prefix's list: IPv4 sorts by TOS (highest first) then
 /// metric (lowest first); IPv6 by metric. `after` places it after its equals.
-fn insert_position(list: &[Route], route: &Route, after: bool) -> usize {
+fn insert_position(list: &[RouteBody], route: &RouteBody, after: bool) -> usize {
     list.iter()
         .position(|r| {
             let key_r = (std::cmp::Reverse(r.tos), r.metric);
@@ -2168,8 +2254,8 @@ fn insert_position(list: &[Route], route: &Route, after: bool) -> usize {
 }
 
 /// The kernel's `fib_table_insert` for one prefix's list.
-fn modify_v4(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Refused> {
-    let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
+fn modify_v4(list: &mut Vec<RouteBody>, op: RouteOp, route: RouteBody) -> Result<(), Refused> {
+    let same_key = |r: &RouteBody| r.tos == route.tos && r.metric == route.metric;
     let first = list.iter().position(same_key);
     if let Some(first) = first {
         if op == RouteOp::Add {
@@ -2207,7 +2293,7 @@ fn modify_v4(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Ref
 
 /// Whether an IPv6 route can be an ECMP sibling (`rt6_qualify_for_ecmp`): a unicast route
 /// of its own paths, each through a gateway.
-fn ecmp_able(r: &Route) -> bool {
+fn ecmp_able(r: &RouteBody) -> bool {
     r.kind == RouteType::Unicast
         && matches!(&r.paths, Paths::Own(p) if !p.is_empty() && p.iter().all(|p| p.gateway.is_some()))
 }
@@ -2215,7 +2301,7 @@ fn ecmp_able(r: &Route) -> bool {
 /// The kernel's `rt6_duplicate_nexthop`: the same nexthop object, or a path of one on the
 /// same link through the same gateway as a path of the other. Reject routes sit on the
 /// loopback link without a gateway, so any two are duplicates.
-fn duplicate_v6(a: &Route, b: &Route) -> bool {
+fn duplicate_v6(a: &RouteBody, b: &RouteBody) -> bool {
     match (&a.paths, &b.paths) {
         (Paths::Object(x), Paths::Object(y)) => x == y,
         (Paths::Object(_), _) | (_, Paths::Object(_)) => false,
@@ -2233,7 +2319,7 @@ fn duplicate_v6(a: &Route, b: &Route) -> bool {
 /// route of the same metric that is as ECMP-able as the new one (else the first of that
 /// metric); `append` and `prepend` refuse a duplicate path and otherwise join an ECMP
 /// group of that metric at its end, or stand after the routes of that metric.
-fn modify_v6(list: &mut Vec<Route>, op: RouteOp, route: Route) -> Result<(), Refused> {
+fn modify_v6(list: &mut Vec<RouteBody>, op: RouteOp, route: RouteBody) -> Result<(), Refused> {
     let same: Vec<usize> = (0..list.len())
         .filter(|&i| list[i].metric == route.metric)
         .collect();

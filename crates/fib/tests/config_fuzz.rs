@@ -1318,7 +1318,7 @@ fn listing(state: &State) -> String {
     }
     for f in [Family::V4, Family::V6] {
         for r in state.routes(f, None) {
-            out += &show::route_text(state, r);
+            out += &show::route_text(state, &r);
             out.push('\n');
         }
         for r in state.rules(f) {

@@ -23,19 +23,19 @@ type Hop = (Option<IpAddr>, Option<LinkIndex>);
 /// or one of a multipath route's live paths, chosen by the flow's hash), or the error.
 type Outcome = Result<(RouteType, Option<u32>, Vec<Hop>), NoRoute>;
 
-enum Found<'a> {
-    Hit(&'a Route, u8),
+enum Found {
+    Hit(Route, u8),
     Reject(NoRoute),
     Miss,
 }
 
 /// The longest prefixes holding `q.dst` first, each prefix's routes in the kernel's
 /// order; the first that fits answers.
-fn scan<'a>(routes: Vec<&'a Route>, q: &Query) -> Found<'a> {
+fn scan(routes: Vec<Route>, q: &Query) -> Found {
     // IPv4 source routes (fibre's own): a route with a source prefix fits only a flow
     // from inside it, and ranks before the same destination's shorter source prefixes.
     let src = q.src.unwrap_or(Family::of(q.dst).any());
-    let mut fitting: Vec<&Route> = routes
+    let mut fitting: Vec<Route> = routes
         .into_iter()
         .filter(|r| r.dst.contains(q.dst) && r.src.contains(src))
         .collect();
@@ -54,14 +54,15 @@ fn scan<'a>(routes: Vec<&'a Route>, q: &Query) -> Found<'a> {
         }
         if let Paths::Own(paths) = &r.paths {
             if paths.iter().any(|p| !p.dead) {
-                return Found::Hit(r, r.dst.len());
+                let len = r.dst.len();
+                return Found::Hit(r, len);
             }
         }
     }
     Found::Miss
 }
 
-fn table<'a>(state: &'a State, family: Family, ids: &[u32]) -> Vec<&'a Route> {
+fn table(state: &State, family: Family, ids: &[u32]) -> Vec<Route> {
     ids.iter()
         .flat_map(|&t| state.routes(family, Some(t)))
         .collect()
@@ -93,7 +94,7 @@ fn reference(state: &State, q: &Query) -> Outcome {
             (&[TABLE_DEFAULT][..], TABLE_DEFAULT),
         ] {
             match scan(table(state, family, ids), q) {
-                Found::Hit(r, _) => return outcome(r, shown),
+                Found::Hit(r, _) => return outcome(&r, shown),
                 Found::Reject(e) => return Err(e),
                 Found::Miss => {}
             }
@@ -123,7 +124,7 @@ fn reference(state: &State, q: &Query) -> Outcome {
                     if rule.suppress_prefixlength.is_some_and(|p| len <= p) {
                         continue;
                     }
-                    return outcome(r, t);
+                    return outcome(&r, t);
                 }
                 Found::Reject(e) => return Err(e),
                 Found::Miss => {}

@@ -10,8 +10,8 @@ use crate::neigh::{NeighState, Neighbour};
 use fibre_fib::names::{SCOPE_HOST, SCOPE_LINK, SCOPE_NOWHERE};
 use fibre_fib::rule::{Range, RuleLink};
 use fibre_fib::{
-    Address, Family, Link, LinkIndex, LinkKind, Net, Path, Paths, Route, RouteType, Rule,
-    RuleAction,
+    Address, Family, Link, LinkIndex, LinkKind, Net, Path, Paths, Route, RouteBody, RouteType,
+    Rule, RuleAction,
 };
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_REPLACE};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags};
@@ -308,21 +308,23 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
             scope: path_scope(u8::from(h.scope), gateway),
         }])
     };
-    Ok(Route {
-        table,
+    Ok(Route::new(
         dst,
-        src,
-        tos: h.tos,
-        metric,
-        protocol: u8::from(h.protocol),
-        scope: u8::from(h.scope),
-        kind,
-        prefsrc,
-        mtu,
-        hoplimit,
-        paths,
-        pref,
-    })
+        RouteBody {
+            table,
+            src,
+            tos: h.tos,
+            metric,
+            protocol: u8::from(h.protocol),
+            scope: u8::from(h.scope),
+            kind,
+            prefsrc,
+            mtu,
+            hoplimit,
+            paths,
+            pref,
+        },
+    ))
 }
 
 /// A rule.

@@ -270,20 +270,23 @@ fn parse(mut bytes: &[u8], out: &mut Vec<Received>) -> u64 {
     bad
 }
 
-/// A dump of everything the mirror follows, in the order it is applied: links,
-/// addresses, rules, nexthop objects, routes, neighbours.
-pub struct Dump {
-    /// The messages, in order.
-    pub messages: Vec<Received>,
+/// What a dump came to: how many messages could not be parsed, and whether the kernel
+/// marked it interrupted (something changed while it was read, so that what was given
+/// may be inconsistent: the caller dumps again).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Dumped {
     /// Messages that could not be parsed (dropped).
     pub malformed: u64,
-    /// Dumps the kernel marked interrupted, each started again.
-    pub restarts: u64,
+    /// The kernel marked a part of the dump interrupted; the parts after it were not
+    /// asked for.
+    pub interrupted: bool,
 }
 
-/// Dumps links, addresses, rules, routes and neighbours of both families, each kind again until the
-/// kernel gives it whole.
-pub fn dump() -> io::Result<Dump> {
+/// Dumps links, addresses, rules, nexthop objects, routes and neighbours of both
+/// families, in that order, handing each message to `each` as it is read: none is
+/// held, so that a full table's dump costs no more memory than what the caller keeps
+/// of it. Stops after a part the kernel marks interrupted.
+pub fn dump(mut each: impl FnMut(&Received)) -> io::Result<Dumped> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     fibre_kernel::sockopt::set_receive_buffer(&socket, RECEIVE_BUFFER)?;
     socket.bind_auto()?;
@@ -308,21 +311,13 @@ pub fn dump() -> io::Result<Dump> {
         .map(|(seq, r)| request(r, seq as u32 + 5)),
     )
     .collect();
-    let mut out = Dump {
-        messages: Vec::new(),
-        malformed: 0,
-        restarts: 0,
-    };
+    let mut out = Dumped::default();
     let mut buf = vec![0u8; 1 << 20];
     for request in &requests {
-        loop {
-            let (messages, malformed, interrupted) = dump_one(&socket, &mut buf, request)?;
-            if interrupted {
-                out.restarts += 1;
-                continue;
-            }
-            out.messages.extend(messages);
-            out.malformed += malformed;
+        let part = dump_one(&socket, &mut buf, request, &mut each)?;
+        out.malformed += part.malformed;
+        if part.interrupted {
+            out.interrupted = true;
             break;
         }
     }
@@ -402,36 +397,36 @@ fn request(msg: RouteNetlinkMessage, seq: u32) -> Vec<u8> {
     bytes
 }
 
-/// One dump request's answer: its messages, how many could not be parsed, and whether
-/// the kernel marked it interrupted.
+/// One dump request's answer, each message handed to `each` as it is read.
 fn dump_one(
     socket: &Socket,
     buf: &mut [u8],
     request: &[u8],
-) -> io::Result<(Vec<Received>, u64, bool)> {
+    each: &mut impl FnMut(&Received),
+) -> io::Result<Dumped> {
     socket.send(request, 0)?;
-    let (mut out, mut bad, mut interrupted) = (Vec::new(), 0, false);
+    let mut out = Dumped::default();
     loop {
         let n = socket.recv(&mut &mut buf[..], 0)?;
         let mut at = &buf[..n];
         while at.len() >= 16 {
             let len = u32::from_ne_bytes([at[0], at[1], at[2], at[3]]) as usize;
             if len < 16 || len > at.len() {
-                bad += 1;
+                out.malformed += 1;
                 break;
             }
             let flags = u16::from_ne_bytes([at[6], at[7]]);
-            interrupted |= flags & NLM_F_DUMP_INTR != 0;
+            out.interrupted |= flags & NLM_F_DUMP_INTR != 0;
             match read_one(&at[..len]) {
-                Ok(Some(Read::Done)) => return Ok((out, bad, interrupted)),
-                Ok(Some(Read::Message(m))) => out.push((m, flags)),
+                Ok(Some(Read::Done)) => return Ok(out),
+                Ok(Some(Read::Message(m))) => each(&(m, flags)),
                 Ok(None) => {}
                 // A kernel without nexthop objects refuses their dump: there are none.
                 Err(Some(code)) if -code == libc::EOPNOTSUPP || -code == libc::EINVAL => {
-                    return Ok((out, bad, interrupted))
+                    return Ok(out)
                 }
                 Err(Some(code)) => return Err(io::Error::from_raw_os_error(-code)),
-                Err(None) => bad += 1,
+                Err(None) => out.malformed += 1,
             }
             let step = (len + 3) & !3;
             at = &at[step.min(at.len())..];

@@ -3,9 +3,10 @@
 //!
 //! A forwarding plane beside Linux must know what the kernel knows, at once and exactly,
 //! without polling. The mirror subscribes first ([`kernel::Events`]: links, addresses,
-//! routes and rules of both families), then dumps each kind ([`kernel::dump`], started
-//! again where the kernel marks a dump interrupted), builds a [`fibre_fib::State`] in
-//! mirror mode from the dump, and applies what queued meanwhile. From then on each batch
+//! routes and rules of both families), then dumps each kind ([`kernel::dump`]), applying
+//! each message to a [`fibre_fib::State`] in mirror mode as it is read (a dump the kernel
+//! marks interrupted is made again, from a fresh state), and applies what queued
+//! meanwhile. From then on each batch
 //! of notifications is applied incrementally and published as one version
 //! ([`Mirror::apply`]); an overflow of the subscribed socket (`ENOBUFS`) is answered by
 //! dumping again ([`Mirror::resync`]), counted, so that no update is lost silently.

@@ -202,41 +202,56 @@ impl Mirror {
     }
 }
 
-/// A mirror state and neighbour entries from a fresh dump.
+/// A mirror state and neighbour entries from a fresh dump, each message applied as it is
+/// read. A dump the kernel marks interrupted is thrown away and made again, from a
+/// fresh state.
 fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     let started = Instant::now();
-    let dump = kernel::dump()?;
-    stats.dump_time = started.elapsed();
-    let built = Instant::now();
-    stats.dump_restarts += dump.restarts;
-    stats.malformed += dump.malformed;
-    let mut state = State::mirrored();
-    let mut neighbours = Neighbours::default();
-    state.set_multipath(multipath());
-    // A fresh state: compiled whole, whatever it touched.
-    let mut touched = Touched::everything();
-    for (msg, _) in &dump.messages {
-        // A dump lists each key's routes in the kernel's order: each goes after those
-        // before it.
-        apply_one(
-            &mut state,
-            &mut neighbours,
-            stats,
-            &mut touched,
-            msg,
-            netlink_packet_core::NLM_F_APPEND,
-        );
-    }
-    // A group dumped before its members (a lower id) takes their family now.
-    for (msg, _) in &dump.messages {
-        if let Message::Nexthop(nh) = msg {
-            if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
-                state.mirror_nexthop(nexthop_of(&state, nh));
+    let mut applying = std::time::Duration::ZERO;
+    loop {
+        let mut state = State::mirrored();
+        let mut neighbours = Neighbours::default();
+        state.set_multipath(multipath());
+        // A fresh state: compiled whole, whatever it touched.
+        let mut touched = Touched::everything();
+        let mut groups = Vec::new();
+        let mut part = Stats::default();
+        let dumped = kernel::dump(|received| {
+            let applied = Instant::now();
+            let (msg, _) = received;
+            if let Message::Nexthop(nh) = msg {
+                if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
+                    groups.push(nh.clone());
+                }
             }
+            // A dump lists each key's routes in the kernel's order: each goes after
+            // those before it.
+            apply_one(
+                &mut state,
+                &mut neighbours,
+                &mut part,
+                &mut touched,
+                msg,
+                netlink_packet_core::NLM_F_APPEND,
+            );
+            applying += applied.elapsed();
+        })?;
+        stats.malformed += dumped.malformed + part.malformed;
+        if dumped.interrupted {
+            stats.dump_restarts += 1;
+            continue;
         }
+        stats.updates += part.updates;
+        stats.skipped += part.skipped;
+        // A group dumped before its members (a lower id) takes their family now.
+        for nh in &groups {
+            state.mirror_nexthop(nexthop_of(&state, nh));
+        }
+        state.compact();
+        stats.dump_time = started.elapsed().saturating_sub(applying);
+        stats.build_time = applying;
+        return Ok((state, neighbours));
     }
-    stats.build_time = built.elapsed();
-    Ok((state, neighbours))
 }
 
 /// Applies one message to `state`, counting it and saying what it touched.

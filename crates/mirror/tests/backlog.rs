@@ -33,7 +33,7 @@ fn mirrored_routes(mirror: &Mirror) -> Vec<String> {
     let mut dsts: Vec<String> = state
         .routes(Family::V4, Some(254))
         .map(|r| {
-            show::route_json(state, r)["dst"]
+            show::route_json(state, &r)["dst"]
                 .as_str()
                 .unwrap()
                 .to_string()

@@ -97,8 +97,7 @@ impl State {
     /// A route as the kernel reports it: `op` from the message's flags (`Replace` for
     /// `NLM_F_REPLACE`, `Append` for `NLM_F_APPEND` and for a dump, else `Prepend`). An
     /// IPv6 route is reported whole (all its paths), so it replaces the route of its key.
-    pub fn mirror_route(&mut self, mut route: Route, op: RouteOp) {
-        self.intern(&mut route.paths);
+    pub fn mirror_route(&mut self, route: Route, op: RouteOp) {
         self.note_users(&route);
         let family = route.family();
         if family == Family::V6 {
@@ -115,14 +114,17 @@ impl State {
             .or_default()
             .entry((route.dst, route.src))
             .or_insert_with(no_route);
+        let at_key = ((family, route.table), route.dst);
+        let route = route.body;
         if family == Family::V4 && list.contains(&route) {
             // Reported twice (a dump and a queued notification).
             return;
         }
         edit(
             list,
+            &mut self.shared,
             &mut self.tally,
-            (family, route.table),
+            at_key,
             |list| match family {
                 Family::V4 => {
                     if list.contains(&route) {
@@ -145,7 +147,7 @@ impl State {
                         list.iter()
                             .position(|r| r.metric == route.metric && ecmp_v6(r))
                     } else {
-                        let ends = |r: &Route| -> Vec<(LinkIndex, Option<IpAddr>)> {
+                        let ends = |r: &RouteBody| -> Vec<(LinkIndex, Option<IpAddr>)> {
                             r.own_paths().iter().map(|p| (p.dev, p.gateway)).collect()
                         };
                         list.iter().position(|r| {
@@ -196,52 +198,59 @@ impl State {
             return;
         };
         note(&mut self.journal, family, route.table, route.dst);
-        let same_key = |r: &Route| r.tos == route.tos && r.metric == route.metric;
-        edit(list, &mut self.tally, table_key, |list| match family {
-            Family::V4 => {
-                let at = list
-                    .iter()
-                    .position(|r| same_key(r) && r.kind == route.kind && r.paths == route.paths)
-                    .or_else(|| {
-                        list.iter()
-                            .position(|r| same_key(r) && r.kind == route.kind)
-                    });
-                if let Some(at) = at {
-                    list.remove(at);
-                }
-            }
-            Family::V6 => {
-                let gone = route.own_paths();
-                let at = list.iter().position(|r| {
-                    same_key(r)
-                        && (ecmp_v6(r) && ecmp_v6(route)
-                            || r.kind == route.kind
-                                && r.own_paths().iter().all(|p| {
-                                    gone.iter()
-                                        .any(|g| g.dev == p.dev && g.gateway == p.gateway)
-                                }))
-                });
-                if let Some(at) = at {
-                    let left = match &list[at].paths {
-                        Paths::Own(_) if !gone.is_empty() => list[at]
-                            .paths
-                            .edit(|paths| {
-                                paths.retain(|p| {
-                                    !gone
-                                        .iter()
-                                        .any(|g| g.dev == p.dev && g.gateway == p.gateway)
-                                });
-                                !paths.is_empty()
-                            })
-                            .unwrap_or(false),
-                        _ => false,
-                    };
-                    if !left {
+        let same_key = |r: &RouteBody| r.tos == route.tos && r.metric == route.metric;
+        let at_key = (table_key, route.dst);
+        edit(
+            list,
+            &mut self.shared,
+            &mut self.tally,
+            at_key,
+            |list| match family {
+                Family::V4 => {
+                    let at = list
+                        .iter()
+                        .position(|r| same_key(r) && r.kind == route.kind && r.paths == route.paths)
+                        .or_else(|| {
+                            list.iter()
+                                .position(|r| same_key(r) && r.kind == route.kind)
+                        });
+                    if let Some(at) = at {
                         list.remove(at);
                     }
                 }
-            }
-        });
+                Family::V6 => {
+                    let gone = route.own_paths();
+                    let at = list.iter().position(|r| {
+                        same_key(r)
+                            && (ecmp_v6(r) && ecmp_v6(route)
+                                || r.kind == route.kind
+                                    && r.own_paths().iter().all(|p| {
+                                        gone.iter()
+                                            .any(|g| g.dev == p.dev && g.gateway == p.gateway)
+                                    }))
+                    });
+                    if let Some(at) = at {
+                        let left = match &list[at].paths {
+                            Paths::Own(_) if !gone.is_empty() => list[at]
+                                .paths
+                                .edit(|paths| {
+                                    paths.retain(|p| {
+                                        !gone
+                                            .iter()
+                                            .any(|g| g.dev == p.dev && g.gateway == p.gateway)
+                                    });
+                                    !paths.is_empty()
+                                })
+                                .unwrap_or(false),
+                            _ => false,
+                        };
+                        if !left {
+                            list.remove(at);
+                        }
+                    }
+                }
+            },
+        );
         if list.is_empty() {
             table.remove(&key);
         }
@@ -312,7 +321,7 @@ impl State {
 
 /// Whether an IPv6 route's paths are siblings the kernel keeps as one multipath route:
 /// a unicast route whose every path is via a gateway (`rt6_qualify_for_ecmp`).
-fn ecmp_v6(r: &Route) -> bool {
+fn ecmp_v6(r: &RouteBody) -> bool {
     r.kind == RouteType::Unicast
         && !r.own_paths().is_empty()
         && r.own_paths().iter().all(|p| p.gateway.is_some())

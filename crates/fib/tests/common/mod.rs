@@ -32,11 +32,10 @@ pub fn shipped_prefixes(name: &str) -> Vec<String> {
 /// A unicast route to `dst` in `main` through `gateway` on link `dev`, as a mirror holds
 /// one a routing daemon added (protocol boot, IPv6's user metric).
 pub fn route_via(dst: fibre_fib::Net, dev: u32, gateway: std::net::IpAddr) -> fibre_fib::Route {
-    use fibre_fib::{Family, Net, Path, Paths, Route, RouteType};
+    use fibre_fib::{Family, Net, Path, Paths, Route, RouteBody, RouteType};
     let v6 = dst.family() == Family::V6;
-    Route {
+    let body = RouteBody {
         table: 254,
-        dst,
         src: Net::default_of(dst.family()),
         tos: 0,
         metric: if v6 { 1024 } else { 0 },
@@ -55,7 +54,8 @@ pub fn route_via(dst: fibre_fib::Net, dev: u32, gateway: std::net::IpAddr) -> fi
             scope: 0,
         }]),
         pref: 0,
-    }
+    };
+    Route::new(dst, body)
 }
 
 /// The multipath hash seed of both sides, so that they choose the same paths.
@@ -430,7 +430,7 @@ pub fn listings(ns: &Namespace, state: &State) -> (Vec<String>, Vec<String>) {
     let mut fibre = Vec::new();
     for family in [fibre_fib::Family::V4, fibre_fib::Family::V6] {
         for r in state.routes(family, None) {
-            fibre.push(show::route_json(state, r).to_string());
+            fibre.push(show::route_json(state, &r).to_string());
         }
     }
     // And as `ip route show table all` prints them, line by line (a multipath route's
@@ -443,7 +443,7 @@ pub fn listings(ns: &Namespace, state: &State) -> (Vec<String>, Vec<String>) {
     }
     for family in [fibre_fib::Family::V4, fibre_fib::Family::V6] {
         for r in state.routes(family, None) {
-            let text = show::route_text(state, r);
+            let text = show::route_text(state, &r);
             fibre.extend(text.lines().map(|l| l.trim().to_string()));
         }
     }
