@@ -31,6 +31,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// Routes from which [`State::snapshot`] compiles the two families side by side.
+const PARALLEL_FROM: usize = 100_000;
+
+/// `make` of IPv4 and of IPv6: side by side on two threads if `parallel`, else in turn.
+fn per_family<T: Send>(parallel: bool, make: impl Fn(Family) -> T + Sync) -> (T, T) {
+    if !parallel {
+        return (make(Family::V4), make(Family::V6));
+    }
+    std::thread::scope(|scope| {
+        let v6 = scope.spawn(|| make(Family::V6));
+        let v4 = make(Family::V4);
+        (v4, v6.join().expect("a compile does not panic"))
+    })
+}
+
 /// One destination prefix of a compiled table.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Node {
@@ -1077,10 +1092,14 @@ impl State {
                 run_at: Vec::new(),
             }
         };
+        // A large state's families are compiled on two threads (a full table's IPv6
+        // beside its IPv4), a small one's here.
+        let parallel = self.route_counts().values().sum::<usize>() >= PARALLEL_FROM;
+        let (v4, v6) = per_family(parallel, fam);
         let mut snapshot = Snapshot {
             serial: new_serial(),
-            v4: fam(Family::V4),
-            v6: fam(Family::V6),
+            v4,
+            v6,
             lo: 1,
             links: BTreeMap::new(),
             carrier: BTreeMap::new(),
@@ -1122,9 +1141,15 @@ impl State {
                 .map(|n| n.dst.addr())
         }));
         snapshot.own_again();
-        for f in [Family::V4, Family::V6] {
-            for t in 0..snapshot.fib(f).tables.len() {
-                snapshot.answer_table(f, t);
+        let answers_of = |f: Family| -> Vec<Answered> {
+            (0..snapshot.fib(f).tables.len())
+                .map(|t| snapshot.answered(f, t))
+                .collect()
+        };
+        let (v4, v6) = per_family(parallel, answers_of);
+        for (f, answered) in [(Family::V4, v4), (Family::V6, v6)] {
+            for (t, a) in answered.into_iter().enumerate() {
+                snapshot.fib_mut(f).tables[t].take_answers(a);
             }
             snapshot.fib_mut(f).walk_again(f, Vec::new());
         }
@@ -1217,19 +1242,21 @@ impl Snapshot {
     /// Makes the answers of table `t` of family `f` (its nodes and their parents made)
     /// and the forwarding lookup's structure of them.
     pub(crate) fn answer_table(&mut self, f: Family, t: usize) {
+        let answered = self.answered(f, t);
+        self.fib_mut(f).tables[t].take_answers(answered);
+    }
+
+    /// What [`Snapshot::answer_table`] gives table `t` of family `f`, without changing
+    /// it (so that tables are answered side by side).
+    pub(crate) fn answered(&self, f: Family, t: usize) -> Answered {
         let table = &self.fib(f).tables[t];
-        let found: Vec<Unnumbered> = table
-            .nodes
-            .iter()
-            .map(|n| self.unnumbered_answer(table.id, n))
-            .collect();
-        let table = &mut self.fib_mut(f).tables[t];
         let mut plain = PlainTable::default();
-        let mut answers: Vec<Plain> = Vec::with_capacity(found.len());
-        table.inheriting.clear();
-        for (node, u) in table.nodes.iter().zip(found) {
+        let mut answers: Vec<Plain> = Vec::with_capacity(table.nodes.len());
+        let mut inheriting = BTreeSet::new();
+        for node in table.nodes.iter() {
+            let u = self.unnumbered_answer(table.id, node);
             if u == Unnumbered::Up {
-                table.inheriting.insert(node.dst);
+                inheriting.insert(node.dst);
             }
             // A node's parent comes before it (a shorter prefix of the same bits sorts
             // first), so its answer is known.
@@ -1244,8 +1271,27 @@ impl Snapshot {
                 .map(|n| n.dst)
                 .zip(answers.iter().copied()),
         );
-        table.plain = plain;
-        table.answers = Chunked::from_vec(answers);
+        Answered {
+            plain,
+            answers,
+            inheriting,
+        }
+    }
+}
+
+/// A table's answers, made by [`Snapshot::answered`].
+pub(crate) struct Answered {
+    plain: PlainTable,
+    answers: Vec<Plain>,
+    inheriting: BTreeSet<Net>,
+}
+
+impl CompiledTable {
+    /// Takes `answered` as the table's answers.
+    fn take_answers(&mut self, answered: Answered) {
+        self.plain = answered.plain;
+        self.answers = Chunked::from_vec(answered.answers);
+        self.inheriting = answered.inheriting;
     }
 }
 

@@ -286,7 +286,7 @@ pub struct Dumped {
 /// families, in that order, handing each message to `each` as it is read: none is
 /// held, so that a full table's dump costs no more memory than what the caller keeps
 /// of it. Stops after a part the kernel marks interrupted.
-pub fn dump(mut each: impl FnMut(&Received)) -> io::Result<Dumped> {
+pub fn dump(mut each: impl FnMut(Received)) -> io::Result<Dumped> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     fibre_kernel::sockopt::set_receive_buffer(&socket, RECEIVE_BUFFER)?;
     socket.bind_auto()?;
@@ -402,7 +402,7 @@ fn dump_one(
     socket: &Socket,
     buf: &mut [u8],
     request: &[u8],
-    each: &mut impl FnMut(&Received),
+    each: &mut impl FnMut(Received),
 ) -> io::Result<Dumped> {
     socket.send(request, 0)?;
     let mut out = Dumped::default();
@@ -419,7 +419,7 @@ fn dump_one(
             out.interrupted |= flags & NLM_F_DUMP_INTR != 0;
             match read_one(&at[..len]) {
                 Ok(Some(Read::Done)) => return Ok(out),
-                Ok(Some(Read::Message(m))) => each(&(m, flags)),
+                Ok(Some(Read::Message(m))) => each((m, flags)),
                 Ok(None) => {}
                 // A kernel without nexthop objects refuses their dump: there are none.
                 Err(Some(code)) if -code == libc::EOPNOTSUPP || -code == libc::EINVAL => {

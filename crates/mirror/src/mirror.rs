@@ -202,13 +202,19 @@ impl Mirror {
     }
 }
 
-/// A mirror state and neighbour entries from a fresh dump, each message applied as it is
-/// read. A dump the kernel marks interrupted is thrown away and made again, from a
-/// fresh state.
+/// Messages the dump's reader hands over at once.
+const DUMP_BATCH: usize = 1024;
+/// Batches the dump's reader may be ahead of the state by: the memory a dump holds.
+const DUMP_AHEAD: usize = 16;
+
+/// A mirror state and neighbour entries from a fresh dump. A thread of its own reads the
+/// dump (the kernel makes it as it is read) while this one applies each message as it
+/// comes, in batches of [`DUMP_BATCH`] through a channel holding at most [`DUMP_AHEAD`]:
+/// on two cores the two overlap, and no more than that is held. A dump the kernel marks
+/// interrupted is thrown away and made again, from a fresh state.
 fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
-    let started = Instant::now();
-    let mut applying = std::time::Duration::ZERO;
     loop {
+        let started = Instant::now();
         let mut state = State::mirrored();
         let mut neighbours = Neighbours::default();
         state.set_multipath(multipath());
@@ -216,26 +222,48 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
         let mut touched = Touched::everything();
         let mut groups = Vec::new();
         let mut part = Stats::default();
-        let dumped = kernel::dump(|received| {
-            let applied = Instant::now();
-            let (msg, _) = received;
-            if let Message::Nexthop(nh) = msg {
-                if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
-                    groups.push(nh.clone());
+        let mut applying = Duration::ZERO;
+        let (dumped, read_in) = std::thread::scope(|scope| {
+            let (batches, arriving) = std::sync::mpsc::sync_channel::<Vec<Received>>(DUMP_AHEAD);
+            // The reader: a thread started from this one is in its network namespace.
+            let reader = scope.spawn(move || {
+                let mut batch = Vec::with_capacity(DUMP_BATCH);
+                let dumped = kernel::dump(|received| {
+                    batch.push(received);
+                    if batch.len() == DUMP_BATCH {
+                        // The applier gone (it stops only with the dump), the rest is
+                        // read away.
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(DUMP_BATCH));
+                        let _ = batches.send(full);
+                    }
+                });
+                let _ = batches.send(batch);
+                (dumped, started.elapsed())
+            });
+            for batch in arriving {
+                let applied = Instant::now();
+                for (msg, _) in &batch {
+                    if let Message::Nexthop(nh) = msg {
+                        if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
+                            groups.push(nh.clone());
+                        }
+                    }
+                    // A dump lists each key's routes in the kernel's order: each goes
+                    // after those before it.
+                    apply_one(
+                        &mut state,
+                        &mut neighbours,
+                        &mut part,
+                        &mut touched,
+                        msg,
+                        netlink_packet_core::NLM_F_APPEND,
+                    );
                 }
+                applying += applied.elapsed();
             }
-            // A dump lists each key's routes in the kernel's order: each goes after
-            // those before it.
-            apply_one(
-                &mut state,
-                &mut neighbours,
-                &mut part,
-                &mut touched,
-                msg,
-                netlink_packet_core::NLM_F_APPEND,
-            );
-            applying += applied.elapsed();
-        })?;
+            reader.join().expect("the dump's reader does not panic")
+        });
+        let dumped = dumped?;
         stats.malformed += dumped.malformed + part.malformed;
         if dumped.interrupted {
             stats.dump_restarts += 1;
@@ -247,9 +275,10 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
         for nh in &groups {
             state.mirror_nexthop(nexthop_of(&state, nh));
         }
+        let packed = Instant::now();
         state.compact();
-        stats.dump_time = started.elapsed().saturating_sub(applying);
-        stats.build_time = applying;
+        stats.dump_time = read_in;
+        stats.build_time = applying + packed.elapsed();
         return Ok((state, neighbours));
     }
 }
