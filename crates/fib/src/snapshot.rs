@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-/// Routes from which [`State::snapshot`] compiles the two families side by side.
+/// Destinations from which [`State::snapshot`] compiles the two families side by side.
 const PARALLEL_FROM: usize = 100_000;
 
 /// `make` of IPv4 and of IPv6: side by side on two threads if `parallel`, else in turn.
@@ -1092,9 +1092,10 @@ impl State {
                 run_at: Vec::new(),
             }
         };
-        // A large state's families are compiled on two threads (a full table's IPv6
-        // beside its IPv4), a small one's here.
-        let parallel = self.route_counts().values().sum::<usize>() >= PARALLEL_FROM;
+        // Many destinations are compiled on two threads (a full table's IPv6 beside its
+        // IPv4); a few (a small state, or the routes holding one address that a check
+        // compiles) here, where starting threads would cost more than it saves.
+        let parallel = filtered.iter().map(|(_, _, r)| r.len()).sum::<usize>() >= PARALLEL_FROM;
         let (v4, v6) = per_family(parallel, fam);
         let mut snapshot = Snapshot {
             serial: new_serial(),
