@@ -95,6 +95,21 @@ impl<T: Clone + PartialEq> Chunked<T> {
     }
 }
 
+impl<T> Chunked<T> {
+    /// How many of its chunks are `other`'s own (the same allocation), and how many
+    /// chunks it has.
+    #[cfg(test)]
+    pub(crate) fn chunks_shared_with(&self, other: &Chunked<T>) -> (usize, usize) {
+        let shared = self
+            .chunks
+            .iter()
+            .zip(&other.chunks)
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        (shared, self.chunks.len())
+    }
+}
+
 impl<T> std::ops::Index<usize> for Chunked<T> {
     type Output = T;
 

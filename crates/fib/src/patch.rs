@@ -596,9 +596,11 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunked::Chunked;
     use crate::config;
     use crate::publish::Fib;
     use crate::query::Query;
+    use crate::snapshot::{Node, Plain};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::net::IpAddr;
@@ -974,6 +976,67 @@ route add 2001:db8:1:2::/64 via fd00::4
             check(&fib, &format!("change {i}: {change}"));
         }
         assert_eq!(fib.publications().compiled, 1, "{:?}", fib.publications());
+    }
+
+    /// The spare snapshot, patched and made to share with the published one, holds its
+    /// own copy of only the chunks the change wrote; patched in turn to the same state,
+    /// the other shares every chunk again; both answer as the state compiled anew.
+    #[test]
+    fn a_patched_spare_shares_all_but_the_chunks_a_change_wrote() {
+        let mut state = State::new();
+        config::apply_text(&mut state, "links", LINKS).unwrap();
+        let mut routes = String::new();
+        for i in 0..5000 {
+            routes += &format!(
+                "route add 10.{}.{}.0/24 via 10.0.0.2\n",
+                100 + i / 256,
+                i % 256
+            );
+        }
+        config::apply_text(&mut state, "routes", &routes).unwrap();
+        let published = state.snapshot();
+        let mut spare = published.clone();
+        let main = |s: &Snapshot| -> (Chunked<Node>, Chunked<Plain>) {
+            let t = s.v4.tables.iter().find(|t| t.id == TABLE_MAIN).unwrap();
+            (t.nodes.clone(), t.answers.clone())
+        };
+        let chunks = main(&published).0.chunks_shared_with(&main(&published).0).1;
+        assert!(chunks >= 5, "{chunks} chunks");
+        state.keep_journal();
+        config::apply_text(
+            &mut state,
+            "change",
+            "route replace 10.110.7.0/24 via 10.0.0.3",
+        )
+        .unwrap();
+        let mut touched = Touched::nothing();
+        for (_, table, dst) in state.take_journal() {
+            touched.route(table, dst);
+        }
+        assert!(spare.patch(&state, &touched));
+        spare.share_with(&published);
+        // One node and its answer changed: one chunk of each held apart.
+        let (nodes, answers) = (main(&spare), main(&published));
+        assert_eq!(nodes.0.chunks_shared_with(&answers.0), (chunks - 1, chunks));
+        assert_eq!(
+            nodes.1.chunks_shared_with(&answers.1).0 + 1,
+            nodes.1.chunks_shared_with(&answers.1).1
+        );
+        // The other brought to the same state shares every chunk.
+        let mut other = published.clone();
+        assert!(other.patch(&state, &touched));
+        other.share_with(&spare);
+        let (a, b) = (main(&other), main(&spare));
+        assert_eq!(a.0.chunks_shared_with(&b.0), (chunks, chunks));
+        let answer_chunks = a.1.chunks_shared_with(&b.1).1;
+        assert_eq!(a.1.chunks_shared_with(&b.1), (answer_chunks, answer_chunks));
+        let fresh = state.snapshot();
+        let dsts: Vec<IpAddr> = ["10.110.7.1", "10.100.0.1", "10.119.135.9", "10.0.0.9"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        same_answers(&spare, &fresh, &dsts, "spare");
+        same_answers(&other, &fresh, &dsts, "other");
     }
 
     /// A link going down kills paths and takes routes with it, unannounced; coming up it

@@ -213,8 +213,9 @@ const DUMP_AHEAD: usize = 16;
 /// on two cores the two overlap, and no more than that is held. A dump the kernel marks
 /// interrupted is thrown away and made again, from a fresh state.
 fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
+    // The dump's time counts the attempts the kernel interrupted too.
+    let started = Instant::now();
     loop {
-        let started = Instant::now();
         let mut state = State::mirrored();
         let mut neighbours = Neighbours::default();
         state.set_multipath(multipath());
@@ -264,11 +265,12 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             reader.join().expect("the dump's reader does not panic")
         });
         let dumped = dumped?;
-        stats.malformed += dumped.malformed + part.malformed;
         if dumped.interrupted {
+            // Its messages are read again: counted then.
             stats.dump_restarts += 1;
             continue;
         }
+        stats.malformed += dumped.malformed + part.malformed;
         stats.updates += part.updates;
         stats.skipped += part.skipped;
         // A group dumped before its members (a lower id) takes their family now.
