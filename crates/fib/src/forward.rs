@@ -64,6 +64,23 @@ pub struct Hop {
 }
 
 impl Hop {
+    /// This hop (its route's type, table and MTU) through `path`, the loopback link being
+    /// `lo`: local delivery by the loopback (and a broadcast arriving on a link too), the
+    /// gateway only where the path sends through it.
+    pub(crate) fn through(self, path: &Path, lo: LinkIndex, input: bool) -> Hop {
+        let local = matches!(self.kind, RouteType::Local | RouteType::Anycast);
+        let brd = self.kind == RouteType::Broadcast;
+        Hop {
+            dev: if local || (brd && input) {
+                lo
+            } else {
+                path.dev
+            },
+            gateway: if local { None } else { sent_via(path) },
+            ..self
+        }
+    }
+
     /// The hop of a route query's answer.
     pub(crate) fn of_answer(a: &Answer) -> Hop {
         Hop {
@@ -730,19 +747,14 @@ impl Snapshot {
     /// The hop of `route` in `table` through `path`: local delivery by the loopback (and
     /// a forwarded broadcast too), the gateway only where the path sends through it.
     pub(crate) fn hop_of(&self, route: &RouteBody, table: u32, path: &Path, input: bool) -> Hop {
-        let local = matches!(route.kind, RouteType::Local | RouteType::Anycast);
-        let brd = route.kind == RouteType::Broadcast;
         Hop {
             kind: route.kind,
             table: Some(table),
-            dev: if local || (brd && input) {
-                self.lo
-            } else {
-                path.dev
-            },
-            gateway: if local { None } else { sent_via(path) },
+            dev: 0,
+            gateway: None,
             mtu: route.mtu,
         }
+        .through(path, self.lo, input)
     }
 
     /// Up to [`BATCH`] flows: as flows alike where most are, else round by round.

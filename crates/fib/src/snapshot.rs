@@ -275,10 +275,34 @@ pub(crate) struct PlainTable {
     /// The paths of answers with several: hop and weight (the first entry of each answer's
     /// run holds the count).
     pub(crate) multi: Vec<(u32, u16)>,
+    /// The nexthop object each hop goes through, if any (see [`ObjectHop`]).
+    objects: Vec<Option<NexthopId>>,
     /// Each hop's number in `hops`, so that answers through the same hop share it.
-    numbers: HashMap<Hop, u32>,
+    numbers: HashMap<ObjectHop, u32>,
     /// Each list of paths' start in `multi`, so that answers with the same paths share it.
     lists: HashMap<Vec<(u32, u16)>, u32>,
+}
+
+/// A hop's entry in [`PlainTable::backs`]: its output link if it is of a unicast route,
+/// else 0.
+fn back_of(hop: &Hop) -> u32 {
+    if hop.kind == RouteType::Unicast {
+        hop.dev
+    } else {
+        0
+    }
+}
+
+/// A hop as a [`PlainTable`] numbers it: with the nexthop object its route goes through,
+/// if any. The hops of an object's routes are theirs alone, so that when the object comes
+/// to stand for another single path, its hops are rewritten in place
+/// ([`PlainTable::follow_object`]) rather than the answers of every route that uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectHop {
+    /// The hop.
+    pub(crate) hop: Hop,
+    /// The nexthop object of the route it was made from.
+    pub(crate) object: Option<NexthopId>,
 }
 
 /// A prefix's answer with its hops themselves rather than their numbers in a
@@ -290,26 +314,55 @@ pub(crate) enum Unnumbered {
     /// An answer with no hop.
     Fixed(Plain),
     /// One path, from a prefix this long.
-    One(Hop, u8),
+    One(ObjectHop, u8),
     /// Several paths (hop and weight), from a prefix this long.
-    Multi(Vec<(Hop, u16)>, u8),
+    Multi(Vec<(ObjectHop, u16)>, u8),
 }
 
 impl PlainTable {
     /// The number of `hop` among the table's hops (a new one is added).
-    fn number(&mut self, hop: Hop) -> u32 {
+    fn number(&mut self, hop: ObjectHop) -> u32 {
         if let Some(&n) = self.numbers.get(&hop) {
             return n;
         }
         let n = self.hops.len() as u32;
-        self.hops.push(hop);
-        self.backs.push(if hop.kind == RouteType::Unicast {
-            hop.dev
-        } else {
-            0
-        });
+        self.hops.push(hop.hop);
+        self.backs.push(back_of(&hop.hop));
+        self.objects.push(hop.object);
         self.numbers.insert(hop, n);
         n
+    }
+
+    /// Nexthop object `object` now stands for the single path `path` (it stood for a single
+    /// path before too): each hop through it is made again through `path` by `remake` (its
+    /// route's type, table and MTU kept). Every answer naming such a hop is then the answer
+    /// the routes give through the new path: a route's selection depends on its paths only
+    /// by whether one is alive, and one was and is.
+    pub(crate) fn follow_object(
+        &mut self,
+        object: NexthopId,
+        path: &Path,
+        remake: impl Fn(&Hop, &Path) -> Hop,
+    ) {
+        for n in 0..self.hops.len() {
+            if self.objects[n] != Some(object) {
+                continue;
+            }
+            let old = ObjectHop {
+                hop: self.hops[n],
+                object: Some(object),
+            };
+            let new = ObjectHop {
+                hop: remake(&old.hop, path),
+                object: Some(object),
+            };
+            if self.numbers.get(&old) == Some(&(n as u32)) {
+                self.numbers.remove(&old);
+            }
+            self.numbers.insert(new, n as u32);
+            self.hops[n] = new.hop;
+            self.backs[n] = back_of(&new.hop);
+        }
     }
 
     /// The answer `u` with its hops numbered in this table; `up` is the answer of the
@@ -352,19 +405,27 @@ impl PlainTable {
     /// kept as they are).
     pub(crate) fn unnumbered(&self, p: Plain) -> Unnumbered {
         match p {
-            Plain::One { hop, len } => Unnumbered::One(self.hops[hop as usize], len),
+            Plain::One { hop, len } => Unnumbered::One(self.object_hop(hop), len),
             Plain::Multi { start, len, .. } => {
                 let start = start as usize;
                 let count = self.multi[start].0 as usize;
                 Unnumbered::Multi(
                     self.multi[start + 1..start + 1 + count]
                         .iter()
-                        .map(|&(hop, weight)| (self.hops[hop as usize], weight))
+                        .map(|&(hop, weight)| (self.object_hop(hop), weight))
                         .collect(),
                     len,
                 )
             }
             other => Unnumbered::Fixed(other),
+        }
+    }
+
+    /// Hop number `n` with its object.
+    fn object_hop(&self, n: u32) -> ObjectHop {
+        ObjectHop {
+            hop: self.hops[n as usize],
+            object: self.objects[n as usize],
         }
     }
 
@@ -464,8 +525,9 @@ impl PlainTable {
             + self.v6.as_ref().map_or(0, |t| bytes(t.memory()))
             + self.hops.len() * std::mem::size_of::<Hop>()
             + self.backs.len() * 4
+            + self.objects.len() * std::mem::size_of::<Option<NexthopId>>()
             + self.multi.len() * 8
-            + self.numbers.len() * (std::mem::size_of::<Hop>() + 4)
+            + self.numbers.len() * (std::mem::size_of::<ObjectHop>() + 4)
             + self.lists.keys().map(|l| l.len() * 8 + 32).sum::<usize>()
     }
 }
@@ -951,7 +1013,6 @@ pub(crate) fn new_serial() -> u64 {
     NEXT_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// The IPv4 addresses among `addrs`, sorted and deduplicated.
 /// A set of IPv4 addresses that can say "surely not in it" with one load: a bit for each
 /// of 1,024 hash buckets, set where some address of the set falls. What it may hold is
 /// looked for in the set itself.
@@ -991,6 +1052,7 @@ impl AddrFilter {
     }
 }
 
+/// The IPv4 addresses among `addrs`, sorted and deduplicated.
 fn sorted_v4(addrs: impl Iterator<Item = IpAddr>) -> Vec<u32> {
     let mut out: Vec<u32> = addrs
         .filter_map(|a| match a {
@@ -1393,7 +1455,14 @@ impl Snapshot {
             Some(TableResult::Thrown) => Unnumbered::Fixed(Plain::Thrown),
             Some(TableResult::Reject(e)) => Unnumbered::Fixed(Plain::Reject(e)),
             Some(TableResult::Hit(route, len)) => {
-                let hop = |p: &Path| self.hop_of(route, table, p, false);
+                let object = match route.paths {
+                    Paths::Object(id) => Some(id),
+                    _ => None,
+                };
+                let hop = |p: &Path| ObjectHop {
+                    hop: self.hop_of(route, table, p, false),
+                    object,
+                };
                 let paths: Vec<&Path> = self.usable(route, None).collect();
                 if route.kind == RouteType::Broadcast || paths.is_empty() {
                     Unnumbered::Fixed(Plain::Flow)

@@ -1,7 +1,7 @@
 //! Every kind of change on the full tables (1,042,325 IPv4 and 246,175 IPv6 routes from
 //! `data/`) is published by a patch, not a compile, and answers as the state compiled
-//! anew: a route, an address, a nexthop object carrying 100,000 routes standing for
-//! another path, a rule added and deleted, a table appearing and going, a link carrying
+//! anew: IPv4's first rule, a route, an address, a nexthop object carrying 100,000
+//! routes standing for another path, a rule added and deleted, a table appearing and going, a link carrying
 //! 1,000 routes going down and up. `--nocapture` prints each change's time (the figures
 //! that count are `fibre bench mirror`'s, against the kernel).
 
@@ -30,7 +30,6 @@ link set fx up
 link set fy up
 addr add 10.201.0.1/24 dev fx
 nexthop add id 100 via 192.0.2.2 dev up0
-rule add from 10.204.0.0/24 lookup 301 pref 900
 ";
 
 fn route(dst: Net, dev: u32) -> Route {
@@ -87,6 +86,9 @@ fn every_change_on_the_full_tables_is_patched() {
             "100.64.0.1",
             "100.65.134.159",
             "198.18.254.1",
+            "192.0.2.1",
+            "192.0.2.255",
+            "127.0.0.1",
         ]
         .iter()
         .map(|a| a.parse::<IpAddr>().unwrap()),
@@ -94,6 +96,10 @@ fn every_change_on_the_full_tables_is_patched() {
     let (mut fib, reader) = Fib::new(state);
     let changes = [
         ("a route", "route replace 198.18.255.1/32 via 192.0.2.2"),
+        (
+            "the first IPv4 rule (parts local from main)",
+            "rule add from 10.204.0.0/24 lookup 301 pref 900",
+        ),
         ("an address", "addr add 10.202.0.1/24 dev fx"),
         (
             "a nexthop object carrying 100,000 routes",
