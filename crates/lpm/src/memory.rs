@@ -405,6 +405,32 @@ impl<C: Cell> Blocks<C> {
         }
     }
 
+    /// A private copy of these blocks, never published: the same cells in a buffer of its
+    /// own, every element fresh (no snapshot reaches the copy), the blocks released here
+    /// and waiting for this buffer's readers free in it at once, and a generation of its
+    /// own (nothing released from one is ever freed into the other).
+    pub fn duplicate(&self) -> Blocks<C> {
+        let cells: Vec<C> = self.arena.buf[..self.arena.len]
+            .iter()
+            .map(|c| C::new(c.read()))
+            .collect();
+        let mut alloc = self.alloc.clone();
+        for &(base, size) in &self.released {
+            alloc.free(base, size);
+        }
+        Blocks {
+            arena: Arena {
+                buf: Arc::from(cells),
+                len: self.arena.len,
+            },
+            alloc,
+            fresh: Fresh::default(),
+            live: self.live.clone(),
+            released: Vec::new(),
+            generation: next_generation(),
+        }
+    }
+
     /// Elements sitting in free blocks.
     pub fn free_slots(&self) -> usize {
         self.alloc.free_slots

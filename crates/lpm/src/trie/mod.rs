@@ -181,10 +181,26 @@ impl<K: Key> std::fmt::Debug for TrieSnapshot<K> {
 }
 
 impl<K: Key> Clone for Trie<K> {
-    /// A private copy, never published: the same prefixes, values and form, built afresh
-    /// (blocks the original keeps for its readers stay behind).
+    /// A private copy, never published: the same arrays copied as they are (blocks the
+    /// original keeps for its readers are free in the copy; see [`Blocks::duplicate`]).
+    /// A copy rather than a build: the full IPv4 table's trie copies in a fraction of
+    /// the 140 ms a build of its prefixes takes.
     fn clone(&self) -> Self {
-        Self::build_with_direct_bits(self.to_vec(), self.direct_bits, self.form)
+        Trie {
+            direct_bits: self.direct_bits,
+            form: self.form,
+            page_table: self.page_table.clone(),
+            direct: self.direct.duplicate(),
+            nodes: self.nodes.duplicate(),
+            leaves: self.leaves.duplicate(),
+            direct_owner: self.direct_owner.clone(),
+            direct_prefixes: self.direct_prefixes.clone(),
+            wide_roots: self.wide_roots.clone(),
+            aux: self.aux.clone(),
+            count_by_len: self.count_by_len.clone(),
+            len: self.len,
+            _key: PhantomData,
+        }
     }
 }
 

@@ -382,3 +382,70 @@ fn a_dense_root_widens_and_narrows_again() {
     t.check_invariants();
     probe(&t, &reference);
 }
+
+/// A copy of a trie that was published and changed since (so that blocks wait for its
+/// readers) is the same table holding every element once, reachable or free (what waited
+/// is free in the copy); copy and original, changed apart at random (past the threshold
+/// of the wide direct array, and back), each answer as a reference, their snapshots as
+/// they were.
+#[test]
+fn a_copy_is_the_same_table_and_changes_apart() {
+    fn change(
+        t: &mut Trie<u32>,
+        r: &mut ReferenceLpm<u32>,
+        rng: &mut SmallRng,
+        bases: &[u128],
+        n: usize,
+    ) {
+        let mut live: Vec<Prefix<u32>> = r.to_sorted_vec().into_iter().map(|x| x.0).collect();
+        for _ in 0..n {
+            if rng.gen_bool(0.6) || live.is_empty() {
+                let p = random_prefix::<u32>(rng, bases);
+                let v = rng.gen_range(0..1 << 20);
+                assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
+                live.push(p);
+            } else {
+                let p = live.swap_remove(rng.gen_range(0..live.len()));
+                assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
+            }
+        }
+    }
+    for seed in 0..12 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let bases: Vec<u128> = (0..64).map(|_| rng.gen()).collect();
+        let mut t = Trie::<u32>::new();
+        let mut r = ReferenceLpm::<u32>::new();
+        change(&mut t, &mut r, &mut rng, &bases, 600);
+        let (snapshot, _released) = t.publish();
+        let frozen = r.clone();
+        change(&mut t, &mut r, &mut rng, &bases, 300);
+        let mut copy = t.clone();
+        let mut copied = r.clone();
+        copy.check_invariants();
+        assert_eq!(
+            copy.direct.released_slots() + copy.nodes.released_slots(),
+            0
+        );
+        let probes = probes_for(&r.to_sorted_vec(), &mut rng);
+        check_against_reference(&copy, &copied, &probes);
+        let extra = if seed % 3 == 0 { 8 * GROW_AT } else { 400 };
+        change(&mut copy, &mut copied, &mut rng, &bases, extra);
+        change(&mut t, &mut r, &mut rng, &bases, 400);
+        copy.check_invariants();
+        assert_eq!(
+            copy.direct_bits() == LARGE_DIRECT_BITS,
+            copied.len() > GROW_AT,
+            "seed {seed}"
+        );
+        assert_eq!(copied.len() > GROW_AT, extra > GROW_AT, "seed {seed}");
+        for (table, reference) in [(&t, &r), (&copy, &copied)] {
+            let probes = probes_for(&reference.to_sorted_vec(), &mut rng);
+            check_against_reference(table, reference, &probes);
+            assert_eq!(table.to_vec(), reference.to_sorted_vec());
+        }
+        let probes = probes_for(&frozen.to_sorted_vec(), &mut rng);
+        for k in probes {
+            assert_eq!(snapshot.lookup(k), frozen.lookup(k).map(|x| x.1), "{k}");
+        }
+    }
+}
