@@ -107,7 +107,7 @@ impl State {
             && route.kind == RouteType::Local
             && route.protocol != PROTO_KERNEL;
         self.v4_custom_local_routes |= local;
-        note(&mut self.journal, family, route.table, route.dst);
+        let (table, dst) = (route.table, route.dst);
         let list = self
             .tables
             .entry((family, route.table))
@@ -117,9 +117,13 @@ impl State {
         let at_key = ((family, route.table), route.dst);
         let route = route.body;
         if family == Family::V4 && list.contains(&route) {
-            // Reported twice (a dump and a queued notification).
+            // Reported twice (a dump and a queued notification), or again as it is (the
+            // kernel reports every route using a nexthop object that was replaced).
             return;
         }
+        // A list the same as before is the same interned list: the destination is noted
+        // only if its routes changed (an IPv6 route reported again as it is).
+        let before = Arc::clone(list);
         edit(
             list,
             &mut self.shared,
@@ -183,6 +187,9 @@ impl State {
                 }
             },
         );
+        if !Arc::ptr_eq(&before, list) {
+            note(&mut self.journal, family, table, dst);
+        }
     }
 
     /// A route the kernel removed: the route of its key with its type and paths (IPv6:
