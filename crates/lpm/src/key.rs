@@ -52,6 +52,14 @@ pub(crate) mod bits {
         /// The key with `value` written into the `len` bits starting at `offset`
         /// (`offset + len <= BITS`); those bits must be zero before.
         fn deposit(self, offset: u32, len: u32, value: u32) -> Self;
+        /// A prefix of this family packed in bytes (the address's, most significant
+        /// first, then the length), aligned to one: ordered as `(address, length)`, and
+        /// a third of the size of a `Prefix<u128>`, which a `u128` aligns to 16 bytes.
+        type Packed: Copy + Ord + std::fmt::Debug + Send + Sync;
+        /// The prefix of address `self` (its host bits clear) and length `len`, packed.
+        fn pack(self, len: u8) -> Self::Packed;
+        /// The address and length of a packed prefix.
+        fn unpack(packed: Self::Packed) -> (Self, u8);
     }
 }
 
@@ -79,6 +87,16 @@ impl Bits for u32 {
         (u64::from(self) << 32) << offset
     }
     const WINDOW_LEVELS: u32 = u32::MAX;
+    type Packed = [u8; 5];
+    #[inline]
+    fn pack(self, len: u8) -> [u8; 5] {
+        let a = self.to_be_bytes();
+        [a[0], a[1], a[2], a[3], len]
+    }
+    #[inline]
+    fn unpack(p: [u8; 5]) -> (u32, u8) {
+        (u32::from_be_bytes([p[0], p[1], p[2], p[3]]), p[4])
+    }
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         let wide = (self as u64) << 32;
@@ -125,6 +143,20 @@ impl Bits for u128 {
         ((self << offset) >> 64) as u64
     }
     const WINDOW_LEVELS: u32 = 10;
+    type Packed = [u8; 17];
+    #[inline]
+    fn pack(self, len: u8) -> [u8; 17] {
+        let mut p = [0; 17];
+        p[..16].copy_from_slice(&self.to_be_bytes());
+        p[16] = len;
+        p
+    }
+    #[inline]
+    fn unpack(p: [u8; 17]) -> (u128, u8) {
+        let mut a = [0; 16];
+        a.copy_from_slice(&p[..16]);
+        (u128::from_be_bytes(a), p[16])
+    }
     #[inline(always)]
     fn bits(self, offset: u32, len: u32) -> u32 {
         ((self << offset) >> (128 - len)) as u32
@@ -200,5 +232,21 @@ mod tests {
         let k = 0u32.deposit(18, 6, 0b101101);
         assert_eq!(k.bits(18, 6), 0b101101);
         assert_eq!(0u128.deposit(122, 6, 0x3F), 0x3F);
+    }
+
+    proptest::proptest! {
+        /// Packed prefixes order as `(address, length)` and unpack to what was packed.
+        #[test]
+        fn packed_prefixes_order_as_prefixes(a: u128, b: u128, la in 0u8..=128, lb in 0u8..=128) {
+            let (a4, b4) = (a as u32, b as u32);
+            let (la4, lb4) = (la % 33, lb % 33);
+            proptest::prop_assert_eq!(a.pack(la).cmp(&b.pack(lb)), (a, la).cmp(&(b, lb)));
+            proptest::prop_assert_eq!(a4.pack(la4).cmp(&b4.pack(lb4)), (a4, la4).cmp(&(b4, lb4)));
+            proptest::prop_assert_eq!(u128::unpack(a.pack(la)), (a, la));
+            proptest::prop_assert_eq!(u32::unpack(a4.pack(la4)), (a4, la4));
+            // Neighbours in order too (random pairs are seldom close).
+            proptest::prop_assert!(a.pack(la) < a.pack(la + 1));
+            proptest::prop_assert!(a == u128::MAX || a.pack(la) < (a + 1).pack(0));
+        }
     }
 }

@@ -53,6 +53,19 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use tree::{Store, Tree, TreeReleased};
 
+/// Prefix `p` as the map of prefixes keys it.
+#[inline]
+fn packed<K: Key>(p: &Prefix<K>) -> K::Packed {
+    p.addr().pack(p.len())
+}
+
+/// The prefix a key of the map of prefixes packs.
+#[inline]
+fn unpacked<K: Key>(key: K::Packed) -> Prefix<K> {
+    let (addr, len) = K::unpack(key);
+    Prefix::new_clamped(addr, len)
+}
+
 /// Spans with more ranges than this are rebuilt in bulk rather than assigned.
 const BULK_SPAN: usize = 1 << 14;
 /// Rebuild when the leaves have grown past twice their number after the last bulk build
@@ -66,7 +79,9 @@ pub(crate) struct RangeTree<K: Key> {
     /// The instructions lookups use.
     form: Runnable,
     // ---- update side: never read by lookups ----
-    prefixes: BTreeMap<Prefix<K>, u32>,
+    /// The prefixes and their values, each keyed packed ([`crate::key::bits::Bits::pack`]:
+    /// the full IPv6 table's map in 7.9 MB rather than 13.3).
+    prefixes: BTreeMap<K::Packed, u32>,
     count_by_len: Vec<usize>,
     /// Live leaves right after the last bulk build.
     built_leaves: usize,
@@ -160,7 +175,7 @@ impl<K: Key> RangeTree<K> {
         let mut t = Self::new();
         for (p, v) in routes {
             assert!(v <= MAX_VALUE, "value {v} exceeds MAX_VALUE");
-            if t.prefixes.insert(p, v).is_none() {
+            if t.prefixes.insert(packed(&p), v).is_none() {
                 t.count_by_len[usize::from(p.len())] += 1;
             }
         }
@@ -174,7 +189,7 @@ impl<K: Key> RangeTree<K> {
     /// If `value` exceeds [`MAX_VALUE`].
     pub fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32> {
         assert!(value <= MAX_VALUE, "value {value} exceeds MAX_VALUE");
-        let old = self.prefixes.insert(prefix, value);
+        let old = self.prefixes.insert(packed(&prefix), value);
         if old.is_none() {
             self.count_by_len[usize::from(prefix.len())] += 1;
         }
@@ -186,7 +201,7 @@ impl<K: Key> RangeTree<K> {
 
     /// Removes `prefix`; returns its value.
     pub fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32> {
-        let old = self.prefixes.remove(prefix)?;
+        let old = self.prefixes.remove(&packed(prefix))?;
         self.count_by_len[usize::from(prefix.len())] -= 1;
         self.changed(prefix);
         Some(old)
@@ -194,7 +209,7 @@ impl<K: Key> RangeTree<K> {
 
     /// The value of exactly `prefix`.
     pub fn get(&self, prefix: &Prefix<K>) -> Option<u32> {
-        self.prefixes.get(prefix).copied()
+        self.prefixes.get(&packed(prefix)).copied()
     }
 
     /// Number of prefixes.
@@ -209,7 +224,7 @@ impl<K: Key> RangeTree<K> {
 
     /// Iterates over all prefixes and values, sorted by address, then length.
     pub fn iter(&self) -> impl Iterator<Item = (Prefix<K>, u32)> + '_ {
-        self.prefixes.iter().map(|(p, v)| (*p, *v))
+        self.prefixes.iter().map(|(p, v)| (unpacked(*p), *v))
     }
 
     /// All prefixes and values, sorted by address, then length.
@@ -247,7 +262,7 @@ impl<K: Key> RangeTree<K> {
         let lookup_bytes = self.store.leaves.lookup_bytes() + self.store.nodes.lookup_bytes();
         // A B-tree map keeps keys and values in separate arrays in its nodes, which are
         // two thirds full on average: an entry costs its key and value and half again.
-        let entry = size_of::<Prefix<K>>() + size_of::<u32>();
+        let entry = size_of::<K::Packed>() + size_of::<u32>();
         let map_bytes = self.prefixes.len() * entry * 3 / 2;
         MemoryUsage {
             lookup_bytes,
@@ -287,9 +302,10 @@ impl<K: Key> RangeTree<K> {
         let mut below = len; // every candidate is shorter than this
         while below > 0 {
             let probe = Prefix::new_clamped(addr, below - 1);
-            let Some((q, &v)) = self.prefixes.range(..=probe).next_back() else {
+            let Some((&q, &v)) = self.prefixes.range(..=packed(&probe)).next_back() else {
                 break;
             };
+            let q = unpacked::<K>(q);
             if q.len() < below && q.contains(addr) {
                 return v;
             }
@@ -308,7 +324,9 @@ impl<K: Key> RangeTree<K> {
     fn inside(&self, p: &Prefix<K>) -> impl Iterator<Item = (Prefix<K>, u32)> + '_ {
         let (_, end) = span(p);
         let last = Prefix::new_clamped(spans::narrow::<K>(end), K::BITS);
-        self.prefixes.range(*p..=last).map(|(q, v)| (*q, *v))
+        self.prefixes
+            .range(packed(p)..=packed(&last))
+            .map(|(q, v)| (unpacked(*q), *v))
     }
 
     /// Brings the trees up to date after `p` changed in the map.
@@ -316,7 +334,7 @@ impl<K: Key> RangeTree<K> {
         if p.len() <= 64 {
             let (s, e) = span(p);
             // A prefix in the map starts its own span: what is around it does not count.
-            let covering = if self.prefixes.contains_key(p) {
+            let covering = if self.prefixes.contains_key(&packed(p)) {
                 UNROUTED
             } else {
                 self.covering(p.addr(), p.len())

@@ -4,7 +4,7 @@
 //! contiguous run, and within the run of one slot the prefixes ending in the node come
 //! before the longer ones. Each node is built once, its children allocated as one block.
 
-use super::node::{encode, Node};
+use super::node::{encode, Ended, Node};
 use super::{art_index, Trie, GROW_AT, LARGE_DIRECT_BITS, SMALL_DIRECT_BITS};
 use crate::form::Runnable;
 use crate::key::Key;
@@ -94,7 +94,10 @@ impl<K: Key> Trie<K> {
                 && u32::from(items[i].0.len()) <= depth + 6
             {
                 let (p, v) = items[i];
-                prefixes.push((art_index(p.addr(), depth, u32::from(p.len())), encode(v)));
+                prefixes.push(Ended::new(
+                    art_index(p.addr(), depth, u32::from(p.len())),
+                    encode(v),
+                ));
                 i += 1;
             }
             let start = i;
@@ -106,9 +109,8 @@ impl<K: Key> Trie<K> {
                 runs.push((slot as usize, start, i));
             }
         }
-        prefixes.sort_unstable_by_key(|e| e.0);
-        prefixes.shrink_to_fit();
-        self.aux[n as usize].prefixes = prefixes;
+        prefixes.sort_unstable_by_key(|e| e.art);
+        self.aux[n as usize].prefixes = prefixes.into_boxed_slice();
         let count = self.ones(children);
         let base = if count > 0 {
             self.alloc_nodes(count)

@@ -75,7 +75,8 @@ use crate::memory::{Blocks, Released};
 use crate::prefix::Prefix;
 use crate::MemoryUsage;
 use node::{
-    decode, Node, NodeAux, NodeCell, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER, WIDE_FLAG,
+    decode, Ended, Node, NodeAux, NodeCell, ENTRY_INDEX, NODE_FLAG, RECORD_FLAG, RECORD_HEADER,
+    WIDE_FLAG,
 };
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -409,8 +410,8 @@ impl<K: Key> Trie<K> {
         }
         let (node, art) = self.find_node(prefix)?;
         let prefixes = &self.aux[node as usize].prefixes;
-        let i = prefixes.binary_search_by_key(&art, |e| e.0).ok()?;
-        decode(prefixes[i].1)
+        let i = prefixes.binary_search_by_key(&art, |e| e.art).ok()?;
+        decode(prefixes[i].stored())
     }
 
     /// All prefixes and their values, sorted by address, then length.
@@ -430,7 +431,8 @@ impl<K: Key> Trie<K> {
 
     fn collect(&self, n: u32, key: K, depth: u32, out: &mut Vec<(Prefix<K>, u32)>) {
         let aux = &self.aux[n as usize];
-        for &(art, stored) in &aux.prefixes {
+        for e in &aux.prefixes {
+            let (art, stored) = (e.art, e.stored());
             let rel = 7 - art.leading_zeros();
             let bits = u32::from(art) ^ (1 << rel);
             let p = Prefix::new_clamped(key.deposit(depth, rel, bits), (depth + rel) as u8);
@@ -476,7 +478,7 @@ impl<K: Key> Trie<K> {
         let prefix_bytes: usize = self
             .aux
             .iter()
-            .map(|a| a.prefixes.capacity() * size_of::<(u8, u32)>())
+            .map(|a| a.prefixes.len() * size_of::<Ended>())
             .sum();
         // A hash map entry costs its key and value plus one control byte.
         let map_bytes = self.direct_prefixes.capacity() * (size_of::<(Prefix<K>, u32)>() + 1)

@@ -75,6 +75,31 @@ impl Node {
     }
 }
 
+/// A prefix that ends in a node: its ART index (`1 << rel_len | rel_bits`) and its stored
+/// value, in 5 bytes aligned to one (a `(u8, u32)` takes 8): the full IPv4 table's
+/// million prefixes so take 5 MB rather than 8 beside its trie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// The ART index.
+    pub art: u8,
+    stored: [u8; 4],
+}
+
+impl Ended {
+    /// Prefix `art` with stored value `stored`.
+    pub fn new(art: u8, stored: u32) -> Ended {
+        Ended {
+            art,
+            stored: stored.to_ne_bytes(),
+        }
+    }
+
+    /// The stored value.
+    pub fn stored(&self) -> u32 {
+        u32::from_ne_bytes(self.stored)
+    }
+}
+
 /// Update-side data of a node, kept beside it (same index) and never read by lookups.
 #[derive(Clone, Default, Debug)]
 pub(crate) struct NodeAux {
@@ -82,9 +107,10 @@ pub(crate) struct NodeAux {
     /// longest prefix above this node that covers it.
     pub default: u32,
     /// The prefixes that end in this node (lengths depth+1 ..= depth+6), as
-    /// (ART index `1 << rel_len | rel_bits`, stored value), sorted by index so shorter
-    /// prefixes come first.
-    pub prefixes: Vec<(u8, u32)>,
+    /// [`Ended`] entries, sorted by ART index so shorter prefixes come first: a boxed
+    /// slice of exactly their number (a change makes it anew), 8 bytes less than a
+    /// vector a node.
+    pub prefixes: Box<[Ended]>,
     /// Hangs from the direct array: its leaf block starts with a record header.
     pub root: bool,
 }

@@ -104,7 +104,7 @@ impl<K: Key> Trie<K> {
             "node {n} holds nothing and should have been removed"
         );
         let wide = aux.root && node.children == u64::MAX;
-        assert!(aux.prefixes.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(aux.prefixes.windows(2).all(|w| w[0].art < w[1].art));
         let values = self.slot_values(n);
         let mut previous = None;
         for (slot, &v) in values.iter().enumerate() {

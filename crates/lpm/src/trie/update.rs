@@ -14,7 +14,7 @@
 //! - every node's `default` is the value its parent's slot would have as a leaf;
 //! - every leaf is the longest covering prefix (leaf pushing).
 
-use super::node::{encode, Node, NodeAux, EMPTY, RECORD_HEADER};
+use super::node::{encode, Ended, Node, NodeAux, EMPTY, RECORD_HEADER};
 use super::{art_index, Trie, GROW_AT, LARGE_DIRECT_BITS, SHRINK_AT, SMALL_DIRECT_BITS};
 use crate::key::Key;
 use crate::prefix::Prefix;
@@ -199,14 +199,18 @@ impl<K: Key> Trie<K> {
         let art = art_index(key, depth, len);
         let stored = encode(value);
         let prefixes = &mut self.aux[n as usize].prefixes;
-        let old = match prefixes.binary_search_by_key(&art, |e| e.0) {
+        let old = match prefixes.binary_search_by_key(&art, |e| e.art) {
             Ok(i) => {
-                let old = prefixes[i].1;
-                prefixes[i].1 = stored;
+                let old = prefixes[i].stored();
+                prefixes[i] = Ended::new(art, stored);
                 Some(old - 1)
             }
             Err(i) => {
-                prefixes.insert(i, (art, stored));
+                let mut more = Vec::with_capacity(prefixes.len() + 1);
+                more.extend_from_slice(&prefixes[..i]);
+                more.push(Ended::new(art, stored));
+                more.extend_from_slice(&prefixes[i..]);
+                *prefixes = more.into_boxed_slice();
                 None
             }
         };
@@ -240,12 +244,13 @@ impl<K: Key> Trie<K> {
         let art = art_index(key, depth, len);
         let prefixes = &mut self.aux[n as usize].prefixes;
         let i = prefixes
-            .binary_search_by_key(&art, |e| e.0)
+            .binary_search_by_key(&art, |e| e.art)
             .expect("the prefix was found above");
-        let (_, stored) = prefixes.remove(i);
-        if prefixes.is_empty() {
-            prefixes.shrink_to_fit();
-        }
+        let stored = prefixes[i].stored();
+        let mut fewer = Vec::with_capacity(prefixes.len() - 1);
+        fewer.extend_from_slice(&prefixes[..i]);
+        fewer.extend_from_slice(&prefixes[i + 1..]);
+        *prefixes = fewer.into_boxed_slice();
         self.recompile(n);
         // Remove nodes that no longer hold anything, bottom up (a wide root keeps its
         // children; it may narrow below).
@@ -362,7 +367,7 @@ impl<K: Key> Trie<K> {
         self.set_node(n, Node::default());
         self.aux[n as usize] = NodeAux {
             default,
-            prefixes: Vec::new(),
+            prefixes: Box::default(),
             root,
         };
         self.compile_leaves(n, &[default; 64], false);
@@ -457,7 +462,8 @@ impl<K: Key> Trie<K> {
     pub(super) fn slot_values(&self, n: u32) -> [u32; 64] {
         let aux = &self.aux[n as usize];
         let mut values = [aux.default; 64];
-        for &(art, stored) in &aux.prefixes {
+        for e in &aux.prefixes {
+            let (art, stored) = (e.art, e.stored());
             let rel = 7 - art.leading_zeros();
             let bits = (u32::from(art) ^ (1 << rel)) as usize;
             let span = 64usize >> rel;
