@@ -128,17 +128,17 @@ fn the_full_tables_take_a_few_hundred_bytes_a_route_in_the_state_and_in_a_snapsh
         (in_state + in_snapshot + in_spare) >> 20
     );
     assert!(
-        per(in_state) <= 90,
+        per(in_state) <= 70,
         "state: {} bytes a route",
         per(in_state)
     );
     assert!(
-        per(in_snapshot) <= 160,
+        per(in_snapshot) <= 125,
         "snapshot: {} bytes a route",
         per(in_snapshot)
     );
     assert!(
-        per(in_spare) <= 90,
+        per(in_spare) <= 60,
         "spare: {} bytes a route",
         per(in_spare)
     );
