@@ -480,10 +480,7 @@ impl Snapshot {
         for id in want {
             if !fib.tables.iter().any(|t| t.id == id) {
                 let have = sources(state, family, id, v4_merged);
-                let table = match have[..] {
-                    [one] => CompiledTable::build(id, family, one),
-                    _ => CompiledTable::build(id, family, &crate::snapshot::joined(&have)),
-                };
+                let table = CompiledTable::build(id, family, crate::snapshot::joined(&have));
                 fib.tables.push(table);
                 new.push(fib.tables.len() - 1);
             }
