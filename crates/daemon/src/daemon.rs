@@ -1062,6 +1062,7 @@ fn stats(
         "neighbours": mirror.neighbours().len(),
         "dump_s": s.dump_time.as_secs_f64(),
         "build_s": s.build_time.as_secs_f64(),
+        "pack_s": s.pack_time.as_secs_f64(),
         "patched": mirror.publications().patched,
         "compiled": mirror.publications().compiled,
         "lag_p50_us": us(0.5),

@@ -217,6 +217,13 @@ impl Fib {
         }
     }
 
+    /// Packs the state's tables ([`State::compact`]), which publishes nothing: the
+    /// snapshots hold the routes' lists, not the tables. A mirror packs the state once its
+    /// dump is published, so that lookups need not wait for it.
+    pub fn pack_state(&mut self) {
+        self.state.compact();
+    }
+
     /// The state as last published.
     pub fn state(&self) -> &State {
         &self.state
