@@ -133,6 +133,28 @@ pub(crate) fn check_against_reference<K: Key>(
     }
 }
 
+/// One random operation on `t` and the reference `r` alike, their answers compared: with
+/// probability `insert` (or when `live`, the prefixes held, is empty) an insert or replace
+/// of a prefix around `bases`, else the removal of one of `live`.
+pub(crate) fn random_op<K: Key, E: Tested<K>>(
+    t: &mut E,
+    r: &mut ReferenceLpm<K>,
+    live: &mut Vec<Prefix<K>>,
+    rng: &mut SmallRng,
+    bases: &[u128],
+    insert: f64,
+) {
+    if rng.gen_bool(insert) || live.is_empty() {
+        let p = random_prefix::<K>(rng, bases);
+        let v = rng.gen_range(0..1 << 20);
+        assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
+        live.push(p);
+    } else {
+        let p = live.swap_remove(rng.gen_range(0..live.len()));
+        assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
+    }
+}
+
 /// `ops` random inserts, replaces and removes around `bases` random base addresses,
 /// checked against the reference every 16 operations with `check` run on the structure,
 /// then the whole table and a bulk build of it.
@@ -148,15 +170,7 @@ pub(crate) fn random_ops_match_reference<K: Key, E: Tested<K>>(
     let mut r = ReferenceLpm::<K>::new();
     let mut live = Vec::new();
     for step in 0..ops {
-        if rng.gen_bool(0.65) || live.is_empty() {
-            let p = random_prefix::<K>(&mut rng, &bases);
-            let v = rng.gen_range(0..1 << 20);
-            assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
-            live.push(p);
-        } else {
-            let p = live.swap_remove(rng.gen_range(0..live.len()));
-            assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
-        }
+        random_op(&mut t, &mut r, &mut live, &mut rng, &bases, 0.65);
         if step % 16 == 0 {
             check(&t);
             let routes = r.to_sorted_vec();

@@ -5,7 +5,7 @@ use super::*;
 use crate::reference::ReferenceLpm;
 use crate::table::Lookups;
 use crate::testing::{
-    check_against_reference, probes_for, random_ops_match_reference, random_prefix,
+    check_against_reference, probes_for, random_op, random_ops_match_reference, random_prefix,
 };
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -399,15 +399,7 @@ fn a_copy_is_the_same_table_and_changes_apart() {
     ) {
         let mut live: Vec<Prefix<u32>> = r.to_sorted_vec().into_iter().map(|x| x.0).collect();
         for _ in 0..n {
-            if rng.gen_bool(0.6) || live.is_empty() {
-                let p = random_prefix::<u32>(rng, bases);
-                let v = rng.gen_range(0..1 << 20);
-                assert_eq!(t.insert(p, v), r.insert(p, v), "insert {p}");
-                live.push(p);
-            } else {
-                let p = live.swap_remove(rng.gen_range(0..live.len()));
-                assert_eq!(t.remove(&p), r.remove(&p), "remove {p}");
-            }
+            random_op(t, r, &mut live, rng, bases, 0.6);
         }
     }
     for seed in 0..12 {
