@@ -288,9 +288,22 @@ impl Snapshot {
         }
         // IPv4's first rule parts `local` from `main`.
         let parted = self.v4_merged && state.v4_unmerged();
+        // `local`'s destinations, and those whose local routes went since this snapshot
+        // was made (the merged table still holds them).
+        let mut local_dsts = Vec::new();
         let mut seeds = Vec::new();
         if parted {
-            seeds = self.part_v4(state);
+            local_dsts = local_destinations(state);
+            local_dsts.extend(
+                touched
+                    .routes
+                    .iter()
+                    .filter(|(f, t, _)| *f == Family::V4 && *t == TABLE_LOCAL)
+                    .map(|(_, _, dst)| *dst),
+            );
+            local_dsts.sort_unstable();
+            local_dsts.dedup();
+            seeds = self.part_v4(state, &local_dsts);
         }
         // Rules changed, or a table appeared or went: the walk is made again.
         let custom = self.v4_custom_rules != state.v4_custom_rules();
@@ -312,8 +325,7 @@ impl Snapshot {
         // walk through them in turn but at `local`'s prefixes and under them.
         if parted {
             if let Some(local) = self.v4.position(TABLE_LOCAL) {
-                let dsts = local_destinations(state);
-                self.patch_merged(state, Family::V4, local, &dsts);
+                self.patch_merged(state, Family::V4, local, &local_dsts);
             }
         }
         // The touched prefixes of each compiled table.
@@ -412,13 +424,15 @@ impl Snapshot {
 
     /// Parts IPv4's `local` from `main` (the first IPv4 rule), in time proportional to
     /// `local`'s routes, where the kernel's `fib_unmerge` walks the whole table: the
-    /// merged table becomes `main` by dropping `local`'s routes from the nodes of
-    /// `local`'s prefixes (`local` itself is compiled on its own by the walk made again).
+    /// merged table becomes `main` by making the nodes of `local_dsts` again from `main`'s
+    /// routes alone: `local`'s prefixes, and those whose local routes went since this
+    /// snapshot was made, which the merged table still holds (`local` itself is compiled
+    /// on its own by the walk made again).
     /// The searches a walk through `local` then `main` (and the tables after) will need
     /// answer as the merged table did but at `local`'s prefixes and under them: they are
     /// returned as seeds for the walk, each under its tables' ids, from the merged
     /// table's search and the merged searches holding it, to be patched there.
-    fn part_v4(&mut self, state: &State) -> Vec<(Vec<u32>, Merged)> {
+    fn part_v4(&mut self, state: &State, local_dsts: &[Net]) -> Vec<(Vec<u32>, Merged)> {
         let mut seeds: Vec<(Vec<u32>, Merged)> = self
             .v4
             .take_merged()
@@ -447,7 +461,7 @@ impl Snapshot {
         ));
         let have = sources(state, Family::V4, TABLE_MAIN, false);
         let mut table = std::mem::take(&mut self.v4.tables[t]);
-        self.patch_table(&mut table, &have, &local_destinations(state));
+        self.patch_table(&mut table, &have, local_dsts);
         self.v4.tables[t] = table;
         seeds
     }
@@ -1372,7 +1386,18 @@ route add 2001:db8:61::/48 via fd00::2 table 100
     /// unrelated route, so that both snapshots the writer alternates between are checked.
     #[test]
     fn the_first_ipv4_rule_is_patched() {
-        for default in [false, true] {
+        // The rule alone, with routes in `default`, and after an address (local and
+        // broadcast routes) deleted in the same batch or in the one before: the spare is
+        // patched with both, and the merged table still holds what the deletion took.
+        let rule = "rule add from 10.1.0.0/24 lookup 100 pref 100";
+        let gone = "addr del 10.1.0.1/24 dev b0";
+        let together = format!("{gone}\n{rule}");
+        for (default, first) in [
+            (false, vec![rule]),
+            (true, vec![rule]),
+            (false, vec![together.as_str()]),
+            (true, vec![gone, rule]),
+        ] {
             let mut state = State::new();
             config::apply_text(&mut state, "links", LINKS).unwrap();
             let mut routes = String::from(
@@ -1415,25 +1440,26 @@ route add 2001:db8:61::/48 via fd00::2 table 100
             .iter()
             .map(|a| a.parse().unwrap())
             .collect();
-            for (i, change) in [
-                "rule add from 10.1.0.0/24 lookup 100 pref 100",
-                "route add 10.9.0.0/16 via 10.1.0.2 table 100",
+            let later = [
+                "route add 10.9.0.0/16 via 10.0.0.2 table 100",
                 "rule add to 10.77.0.0/16 lookup 100 pref 50",
                 "rule del pref 50",
-            ]
-            .iter()
-            .enumerate()
-            {
-                for (j, step) in [change, &"route replace 10.99.0.0/16 via 10.0.0.2"]
-                    .iter()
-                    .enumerate()
-                {
+            ];
+            for (i, &change) in first.iter().chain(&later).enumerate() {
+                // The address's deletion right before the rule: the other snapshot is
+                // patched with both at once.
+                let steps = if change == gone {
+                    vec![change]
+                } else {
+                    vec![change, "route replace 10.99.0.0/16 via 10.0.0.2"]
+                };
+                for (j, step) in steps.iter().enumerate() {
                     let before = fib.publications();
                     fib.update(|s, t| {
                         config::apply_text(s, "change", step).unwrap();
                         t.others();
                     });
-                    let what = format!("default {default}: {i}.{j}: {step}");
+                    let what = format!("default {default}, {first:?}: {i}.{j}: {step}");
                     same_answers(&reader.snapshot(), &fib.state().snapshot(), &dsts, &what);
                     let after = fib.publications();
                     assert_eq!(after.compiled, before.compiled, "{what}");

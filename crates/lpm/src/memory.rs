@@ -406,9 +406,13 @@ impl<C: Cell> Blocks<C> {
     }
 
     /// A private copy of these blocks, never published: the same cells in a buffer of its
-    /// own, every element fresh (no snapshot reaches the copy), the blocks released here
-    /// and waiting for this buffer's readers free in it at once, and a generation of its
-    /// own (nothing released from one is ever freed into the other).
+    /// own, every element fresh (no snapshot reaches the copy), the blocks released since
+    /// the last publish free in it at once, and a generation of its own (nothing released
+    /// from one is ever freed into the other). Blocks that an earlier publish handed out
+    /// ([`Released`], held by the caller until no reader reaches them) are neither in use
+    /// nor free in the copy: they stay unused there. A table copied while its readers hold
+    /// several versions so keeps those blocks idle; one never published (a snapshot's, in
+    /// `fibre-fib`) has none.
     pub fn duplicate(&self) -> Blocks<C> {
         let cells: Vec<C> = self.arena.buf[..self.arena.len]
             .iter()
