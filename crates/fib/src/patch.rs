@@ -756,6 +756,19 @@ rule add to 10.9.0.0/16 lookup 100 pref 200
 rule add from fd01::/64 lookup 100 pref 100
 ";
 
+    /// `n` routes to /24s from 10.100.0.0 on through 10.0.0.2 (on `a0`), as `ip` lines.
+    fn routes_via_a0(n: usize) -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "route add 10.{}.{}.0/24 via 10.0.0.2\n",
+                    100 + i / 256,
+                    i % 256
+                )
+            })
+            .collect()
+    }
+
     /// A random prefix from a small space, so that prefixes nest and repeat.
     fn prefix(rng: &mut StdRng, v6: bool) -> String {
         if v6 {
@@ -1112,15 +1125,7 @@ route add 2001:db8:1:2::/64 via fd00::4
     fn a_patched_spare_shares_all_but_the_chunks_a_change_wrote() {
         let mut state = State::new();
         config::apply_text(&mut state, "links", LINKS).unwrap();
-        let mut routes = String::new();
-        for i in 0..5000 {
-            routes += &format!(
-                "route add 10.{}.{}.0/24 via 10.0.0.2\n",
-                100 + i / 256,
-                i % 256
-            );
-        }
-        config::apply_text(&mut state, "routes", &routes).unwrap();
+        config::apply_text(&mut state, "routes", &routes_via_a0(5000)).unwrap();
         let published = state.snapshot();
         let mut spare = published.clone();
         let main = |s: &Snapshot| -> (Chunked<Node>, Chunked<Plain>) {
@@ -1411,13 +1416,7 @@ route add 2001:db8:61::/48 via fd00::2 table 100
                            route add 10.88.0.0/16 via 10.1.0.2 table default\n\
                            route add 10.78.1.0/24 via 10.1.0.2 table default\n";
             }
-            for i in 0..2000 {
-                routes += &format!(
-                    "route add 10.{}.{}.0/24 via 10.0.0.2\n",
-                    100 + i / 256,
-                    i % 256
-                );
-            }
+            routes += &routes_via_a0(2000);
             config::apply_text(&mut state, "routes", &routes).unwrap();
             let (mut fib, reader) = Fib::new(state);
             let dsts: Vec<IpAddr> = [

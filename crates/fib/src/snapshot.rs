@@ -188,22 +188,21 @@ impl CompiledTable {
         let mut keys = routes.peekable();
         let mut lists = Vec::new();
         while let Some((dst, list)) = keys.next() {
-            let dst = &dst;
             lists.clear();
             lists.push(list);
-            while let Some((_, more)) = keys.next_if(|(d, _)| d == dst) {
+            while let Some((_, more)) = keys.next_if(|(d, _)| *d == dst) {
                 lists.push(more);
             }
             while let Some(&top) = covering.last() {
                 let up = nodes[top as usize].dst;
-                if up.len() < dst.len() && up.covers(dst) {
+                if up.len() < dst.len() && up.covers(&dst) {
                     break;
                 }
                 covering.pop();
             }
             covering.push(nodes.len() as u32);
             nodes.push(Node {
-                dst: *dst,
+                dst,
                 routes: by_source(&lists),
                 parent: covering.iter().rev().nth(1).copied(),
             });
