@@ -122,8 +122,7 @@ pub(crate) fn edit<T>(
     for r in &mut routes {
         shared.paths.intern(&mut r.paths);
     }
-    routes.shrink_to_fit();
-    *list = shared.lists.held(Arc::new(routes));
+    *list = shared.lists.held_list(routes);
     tally.count(table, dst, list, true);
     out
 }
@@ -242,7 +241,9 @@ impl Users {
     ) {
         let Some(dsts) = &mut self.dsts else { return };
         dsts.insert(at);
-        if dsts.len() >= 2 * self.swept.max(1024) {
+        // Swept at twice the size after the last sweep, and as it passes `held`, so
+        // that an index about to give up is not filled to twice `held` first.
+        if dsts.len() >= (2 * self.swept.max(1024)).min(held.saturating_add(1)) {
             // The route being noted is not held yet: its destination stays.
             dsts.retain(|d| *d == at || uses(d));
             self.swept = dsts.len();
@@ -321,6 +322,18 @@ impl<T: ?Sized + Eq + std::hash::Hash> Interned<T> {
             .map(|v| 2 * std::mem::size_of::<usize>() + size(v))
             .sum::<usize>()
             + self.held.capacity() * std::mem::size_of::<Arc<T>>()
+    }
+}
+
+impl Interned<Vec<RouteBody>> {
+    /// The list held equal to `routes`, or `routes` itself, held from now on: an equal
+    /// list found (most are, a full table having a few), none is allocated.
+    fn held_list(&mut self, mut routes: Vec<RouteBody>) -> RouteList {
+        if let Some(held) = self.held.get(&routes) {
+            return held.clone();
+        }
+        routes.shrink_to_fit();
+        self.held(Arc::new(routes))
     }
 }
 

@@ -172,8 +172,8 @@ impl Mirror {
         let (stats, neighbours) = (&mut self.stats, &mut self.neighbours);
         stats.malformed += malformed;
         self.fib.update(|s, touched| {
-            for (msg, flags) in &batch {
-                apply_one(s, neighbours, stats, touched, msg, *flags);
+            for (msg, flags) in batch {
+                apply_one(s, neighbours, stats, touched, Converted::of(msg, flags));
             }
         });
         self.stats.batches += 1;
@@ -234,12 +234,19 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
         let mut part = Stats::default();
         let mut applying = Duration::ZERO;
         let (dumped, read_in) = std::thread::scope(|scope| {
-            let (batches, arriving) = std::sync::mpsc::sync_channel::<Vec<Received>>(DUMP_AHEAD);
+            let (batches, arriving) = std::sync::mpsc::sync_channel::<Vec<Converted>>(DUMP_AHEAD);
             // The reader: a thread started from this one is in its network namespace.
+            // It decodes each message into what it changes, so that the messages are
+            // made and freed on one thread, and the applier only applies.
             let reader = scope.spawn(move || {
                 let mut batch = Vec::with_capacity(DUMP_BATCH);
-                let dumped = kernel::dump(|received| {
-                    batch.push(received);
+                let mut last_paths = None;
+                let dumped = kernel::dump(|(msg, _)| {
+                    // A dump lists each key's routes in the kernel's order: each goes
+                    // after those before it.
+                    let mut converted = Converted::of(msg, netlink_packet_core::NLM_F_APPEND);
+                    converted.share_paths(&mut last_paths);
+                    batch.push(converted);
                     if batch.len() == DUMP_BATCH {
                         // The applier gone (it stops only with the dump), the rest is
                         // read away.
@@ -252,21 +259,18 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             });
             for batch in arriving {
                 let applied = Instant::now();
-                for (msg, _) in &batch {
-                    if let Message::Nexthop(nh) = msg {
+                for converted in batch {
+                    if let Converted::Nexthop(nh) = &converted {
                         if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
                             groups.push(nh.clone());
                         }
                     }
-                    // A dump lists each key's routes in the kernel's order: each goes
-                    // after those before it.
                     apply_one(
                         &mut state,
                         &mut neighbours,
                         &mut part,
                         &mut touched,
-                        msg,
-                        netlink_packet_core::NLM_F_APPEND,
+                        converted,
                     );
                 }
                 applying += applied.elapsed();
@@ -292,31 +296,65 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     }
 }
 
+/// A message read, made into what it changes.
+enum Converted {
+    /// A route, link, address, rule or neighbour message's change, or why it is none.
+    Change(Result<Change, Skip>),
+    /// A nexthop object, new or changed.
+    Nexthop(NexthopMessage),
+    /// A nexthop object removed: its id.
+    DelNexthop(u32),
+}
+
+impl Converted {
+    /// What `msg`, with its header's `flags`, changes.
+    fn of(msg: Message, flags: u16) -> Converted {
+        match msg {
+            Message::Route(m) => Converted::Change(change(&m, flags)),
+            Message::Nexthop(nh) => Converted::Nexthop(nh),
+            Message::DelNexthop(id) => Converted::DelNexthop(id),
+        }
+    }
+
+    /// Makes a route's paths, if equal to `last`'s, the same shared ones, and `last`
+    /// its paths otherwise: a dump lists the routes of one gateway in runs, and the
+    /// state then interns them without a new allocation to free each.
+    fn share_paths(&mut self, last: &mut Option<std::sync::Arc<[fibre_fib::Path]>>) {
+        if let Converted::Change(Ok(Change::Route(route, _))) = self {
+            if let fibre_fib::Paths::Own(paths) = &mut route.body.paths {
+                match last {
+                    Some(l) if **l == **paths => *paths = std::sync::Arc::clone(l),
+                    _ => *last = Some(std::sync::Arc::clone(paths)),
+                }
+            }
+        }
+    }
+}
+
 /// Applies one message to `state`, counting it and saying what it touched.
 fn apply_one(
     state: &mut State,
     neighbours: &mut Neighbours,
     stats: &mut Stats,
     touched: &mut Touched,
-    msg: &Message,
-    flags: u16,
+    converted: Converted,
 ) {
-    let msg = match msg {
-        Message::Route(m) => m,
-        Message::Nexthop(nh) => {
+    let changed = match converted {
+        Converted::Change(c) => c,
+        Converted::Nexthop(nh) => {
             stats.updates += 1;
             touched.others();
-            state.mirror_nexthop(nexthop_of(state, nh));
+            state.mirror_nexthop(nexthop_of(state, &nh));
             return;
         }
-        Message::DelNexthop(id) => {
+        Converted::DelNexthop(id) => {
             stats.updates += 1;
             touched.others();
-            state.mirror_del_nexthop(*id);
+            state.mirror_del_nexthop(id);
             return;
         }
     };
-    match change(msg, flags) {
+    match changed {
         Ok(c) => {
             stats.updates += 1;
             // Routes the state notes itself, whatever removed them.
