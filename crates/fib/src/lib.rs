@@ -91,5 +91,5 @@ pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteBody, RouteType};
 pub use rule::{Rule, RuleAction};
 pub use snapshot::{Snapshot, SnapshotMemory};
-pub use state::{Refused, RouteOp, State};
+pub use state::{Dumping, Refused, RouteOp, State};
 pub use vector::{FlowVector, VectorAnswers};

@@ -353,7 +353,60 @@ fn note(journal: &mut Option<BTreeSet<(Family, u32, Net)>>, family: Family, tabl
     }
 }
 
+/// The indexes of what routes use, borrowed beside the tables they index (which a sweep
+/// reads).
+struct UsersOf<'a> {
+    tables: &'a BTreeMap<(Family, u32), TableRoutes>,
+    object: &'a mut BTreeMap<NexthopId, Users>,
+    link: &'a mut BTreeMap<LinkIndex, Users>,
+    prefsrc: &'a mut BTreeMap<IpAddr, Users>,
+}
+
+impl UsersOf<'_> {
+    /// Notes destination `at` as a user of what `route` uses: its nexthop object, or the
+    /// links of its own paths, and its preferred source.
+    fn note(&mut self, at: (Family, u32, Net), route: &RouteBody) {
+        let tables = self.tables;
+        if let Some(src) = route.prefsrc {
+            self.prefsrc
+                .entry(src)
+                .or_default()
+                .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
+                    routes_at(tables, f, t, dst).any(|r| r.prefsrc == Some(src))
+                });
+        }
+        match &route.paths {
+            Paths::Object(id) => {
+                let id = *id;
+                self.object
+                    .entry(id)
+                    .or_default()
+                    .note(at, usize::MAX, |&(f, t, dst)| {
+                        routes_at(tables, f, t, dst).any(|r| r.paths == Paths::Object(id))
+                    })
+            }
+            Paths::Own(paths) => {
+                for (i, p) in paths.iter().enumerate() {
+                    if paths[..i].iter().any(|o| o.dev == p.dev) {
+                        continue;
+                    }
+                    let dev = p.dev;
+                    self.link
+                        .entry(dev)
+                        .or_default()
+                        .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
+                            routes_at(tables, f, t, dst)
+                                .any(|r| r.own_paths().iter().any(|p| p.dev == dev))
+                        })
+                }
+            }
+            Paths::None => {}
+        }
+    }
+}
+
 mod mirror;
+pub use mirror::Dumping;
 
 impl Default for State {
     fn default() -> Self {
@@ -1379,42 +1432,16 @@ impl State {
     /// its own paths, and its preferred source.
     fn note_users(&mut self, route: &Route) {
         let at = (route.family(), route.table, route.dst);
-        let tables = &self.tables;
-        if let Some(src) = route.prefsrc {
-            self.prefsrc_users
-                .entry(src)
-                .or_default()
-                .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
-                    routes_at(tables, f, t, dst).any(|r| r.prefsrc == Some(src))
-                });
-        }
-        match &route.paths {
-            Paths::Object(id) => {
-                let id = *id;
-                self.object_users
-                    .entry(id)
-                    .or_default()
-                    .note(at, usize::MAX, |&(f, t, dst)| {
-                        routes_at(tables, f, t, dst).any(|r| r.paths == Paths::Object(id))
-                    })
-            }
-            Paths::Own(paths) => {
-                for (i, p) in paths.iter().enumerate() {
-                    if paths[..i].iter().any(|o| o.dev == p.dev) {
-                        continue;
-                    }
-                    let dev = p.dev;
-                    self.link_users.entry(dev).or_default().note(
-                        at,
-                        LINK_USERS_HELD,
-                        |&(f, t, dst)| {
-                            routes_at(tables, f, t, dst)
-                                .any(|r| r.own_paths().iter().any(|p| p.dev == dev))
-                        },
-                    )
-                }
-            }
-            Paths::None => {}
+        self.users().note(at, route);
+    }
+
+    /// The state's indexes of users, beside its tables.
+    fn users(&mut self) -> UsersOf<'_> {
+        UsersOf {
+            tables: &self.tables,
+            object: &mut self.object_users,
+            link: &mut self.link_users,
+            prefsrc: &mut self.prefsrc_users,
         }
     }
 

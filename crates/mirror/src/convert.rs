@@ -72,22 +72,25 @@ pub fn change(msg: &RouteNetlinkMessage, flags: u16) -> Result<Change, Skip> {
         M::DelLink(l) => Ok(Change::DelLink(l.header.index)),
         M::NewAddress(a) => address(a).map(Change::Address),
         M::DelAddress(a) => address(a).map(|a| Change::DelAddress(a.link, a.local, a.len)),
-        M::NewRoute(r) => {
-            let op = if flags & NLM_F_REPLACE != 0 {
-                fibre_fib::RouteOp::Replace
-            } else if flags & NLM_F_APPEND != 0 {
-                fibre_fib::RouteOp::Append
-            } else {
-                fibre_fib::RouteOp::Prepend
-            };
-            route(r).map(|r| Change::Route(r, op))
-        }
+        M::NewRoute(r) => route(r).map(|r| Change::Route(r, route_op(flags))),
         M::DelRoute(r) => route(r).map(Change::DelRoute),
         M::NewRule(r) => rule(r).map(Change::Rule),
         M::DelRule(r) => rule(r).map(Change::DelRule),
         M::NewNeighbour(n) => neighbour(n).map(Change::Neighbour),
         M::DelNeighbour(n) => neighbour(n).map(|n| Change::DelNeighbour(n.link, n.dst)),
         _ => Err(Skip::NotFollowed),
+    }
+}
+
+/// How a route reported with the header flags `flags` was added: `Replace` for
+/// `NLM_F_REPLACE`, `Append` for `NLM_F_APPEND`, else `Prepend`.
+pub fn route_op(flags: u16) -> fibre_fib::RouteOp {
+    if flags & NLM_F_REPLACE != 0 {
+        fibre_fib::RouteOp::Replace
+    } else if flags & NLM_F_APPEND != 0 {
+        fibre_fib::RouteOp::Append
+    } else {
+        fibre_fib::RouteOp::Prepend
     }
 }
 
@@ -218,9 +221,141 @@ fn path_scope(route_scope: u8, gateway: Option<IpAddr>) -> u8 {
     }
 }
 
+/// What a route message's attributes say, read from the netlink crates' attributes or
+/// straight from the bytes ([`route_from_bytes`]).
+#[derive(Default)]
+struct RouteParts {
+    dst: Option<IpAddr>,
+    src: Option<IpAddr>,
+    gateway: Option<IpAddr>,
+    prefsrc: Option<IpAddr>,
+    table: Option<u32>,
+    metric: u32,
+    oif: Option<u32>,
+    /// The paths of a multipath route (their scope set from the route's).
+    multipath: Option<Vec<Path>>,
+    nhid: Option<u32>,
+    pref: u8,
+    mtu: Option<u32>,
+    hoplimit: Option<u8>,
+}
+
 /// A route.
 pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
-    let h = &m.header;
+    let mut parts = RouteParts::default();
+    for a in &m.attributes {
+        match a {
+            RouteAttribute::Destination(d) => parts.dst = route_address(d),
+            RouteAttribute::Source(s) => parts.src = route_address(s),
+            RouteAttribute::Gateway(g) => parts.gateway = route_address(g),
+            RouteAttribute::Via(v) => parts.gateway = via(v),
+            RouteAttribute::PrefSource(p) => parts.prefsrc = route_address(p),
+            RouteAttribute::Table(t) => parts.table = Some(*t),
+            RouteAttribute::Priority(p) => parts.metric = *p,
+            RouteAttribute::Oif(o) => parts.oif = Some(*o),
+            RouteAttribute::MultiPath(hops) => {
+                let paths = hops.iter().map(|hop| {
+                    let mut gw = None;
+                    for a in &hop.attributes {
+                        match a {
+                            RouteAttribute::Gateway(g) => gw = route_address(g),
+                            RouteAttribute::Via(v) => gw = via(v),
+                            _ => {}
+                        }
+                    }
+                    Path {
+                        gateway: gw,
+                        dev: hop.interface_index,
+                        weight: u16::from(hop.hops) + 1,
+                        onlink: hop.flags.contains(RouteNextHopFlags::Onlink),
+                        dead: hop.flags.contains(RouteNextHopFlags::Dead),
+                        scope: 0,
+                    }
+                });
+                parts.multipath = Some(paths.collect());
+            }
+            RouteAttribute::NhId(id) => parts.nhid = Some(*id),
+            RouteAttribute::Preference(p) => parts.pref = u8::from(*p),
+            RouteAttribute::Metrics(ms) => {
+                for x in ms {
+                    match x {
+                        RouteMetric::Mtu(v) => parts.mtu = Some(*v),
+                        // (0 is unset, as the kernel takes it.)
+                        RouteMetric::Hoplimit(v) => {
+                            parts.hoplimit = u8::try_from((*v).min(255)).ok().filter(|&h| h != 0);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => return Err(Skip::NotHeld),
+            _ => {}
+        }
+    }
+    route_of(&m.header, parts)
+}
+
+/// Attributes of a route message read by [`route_from_bytes`] (`linux/rtnetlink.h`).
+const RTA_DST: u16 = 1;
+const RTA_SRC: u16 = 2;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_PRIORITY: u16 = 6;
+const RTA_PREFSRC: u16 = 7;
+const RTA_CACHEINFO: u16 = 12;
+const RTA_TABLE: u16 = 15;
+const RTA_PREF: u16 = 20;
+const RTA_NH_ID: u16 = 30;
+
+/// A route read straight from a route message's bytes (after the netlink header),
+/// without the netlink crates' decoding, which allocates each attribute: a full table's
+/// dump is a million of them. Only the attributes of a plain route are read here (a
+/// destination, a gateway, a link, a table, a metric, a preferred source, a nexthop
+/// object, a preference); a message with any other (several paths, metrics, an
+/// encapsulation), or one whose attributes do not parse, is `None`: the netlink crates
+/// decode it and [`route`] reads it.
+pub fn route_from_bytes(payload: &[u8]) -> Option<Result<Route, Skip>> {
+    let header = netlink_packet_route::route::RouteHeader::parse(payload).ok()?;
+    let fam = match header.address_family {
+        AddressFamily::Inet => 4,
+        AddressFamily::Inet6 => 16,
+        _ => return None,
+    };
+    let addr = |v: &[u8]| -> Option<IpAddr> {
+        match (fam, v.len()) {
+            (4, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(v).ok()?)),
+            (16, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(v).ok()?)),
+            _ => None,
+        }
+    };
+    let word = |v: &[u8]| <[u8; 4]>::try_from(v).ok().map(u32::from_ne_bytes);
+    let mut parts = RouteParts::default();
+    for nla in netlink_packet_core::NlasIterator::new(payload.get(12..)?) {
+        let nla = nla.ok()?;
+        let v = nla.value();
+        match nla.kind() {
+            RTA_DST => parts.dst = Some(addr(v)?),
+            RTA_SRC => parts.src = Some(addr(v)?),
+            RTA_GATEWAY => parts.gateway = Some(addr(v)?),
+            RTA_PREFSRC => parts.prefsrc = Some(addr(v)?),
+            RTA_OIF => parts.oif = Some(word(v)?),
+            RTA_TABLE => parts.table = Some(word(v)?),
+            RTA_PRIORITY => parts.metric = word(v)?,
+            RTA_NH_ID => parts.nhid = Some(word(v)?),
+            RTA_PREF if v.len() == 1 => parts.pref = v[0],
+            // (`struct rta_cacheinfo`: eight words.)
+            RTA_CACHEINFO if v.len() >= 32 => {}
+            _ => return None,
+        }
+    }
+    Some(route_of(&header, parts))
+}
+
+/// A route of `h`, its header, and `parts`, its attributes.
+fn route_of(
+    h: &netlink_packet_route::route::RouteHeader,
+    parts: RouteParts,
+) -> Result<Route, Skip> {
     let fam = family(h.address_family)?;
     if h.flags.contains(RouteFlags::Cloned) {
         return Err(Skip::NotHeld);
@@ -237,92 +372,44 @@ pub fn route(m: &RouteMessage) -> Result<Route, Skip> {
         WireRouteType::Throw => RouteType::Throw,
         _ => return Err(Skip::NotHeld),
     };
-    let (mut dst, mut src, mut gateway, mut prefsrc) = (None, None, None, None);
-    let (mut table, mut metric, mut oif, mut mtu, mut pref) =
-        (u32::from(h.table), 0, None, None, 0);
-    let (mut multipath, mut nhid, mut hoplimit) = (None, None, None);
-    for a in &m.attributes {
-        match a {
-            RouteAttribute::Destination(d) => dst = route_address(d),
-            RouteAttribute::Source(s) => src = route_address(s),
-            RouteAttribute::Gateway(g) => gateway = route_address(g),
-            RouteAttribute::Via(v) => gateway = via(v),
-            RouteAttribute::PrefSource(p) => prefsrc = route_address(p),
-            RouteAttribute::Table(t) => table = *t,
-            RouteAttribute::Priority(p) => metric = *p,
-            RouteAttribute::Oif(o) => oif = Some(*o),
-            RouteAttribute::MultiPath(hops) => multipath = Some(hops),
-            RouteAttribute::NhId(id) => nhid = Some(*id),
-            RouteAttribute::Preference(p) => pref = u8::from(*p),
-            RouteAttribute::Metrics(ms) => {
-                for x in ms {
-                    match x {
-                        RouteMetric::Mtu(v) => mtu = Some(*v),
-                        // (0 is unset, as the kernel takes it.)
-                        RouteMetric::Hoplimit(v) => {
-                            hoplimit = u8::try_from((*v).min(255)).ok().filter(|&h| h != 0);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => return Err(Skip::NotHeld),
-            _ => {}
-        }
-    }
-    let dst = prefix(fam, dst, h.destination_prefix_length)?;
-    let src = prefix(fam, src, h.source_prefix_length)?;
-    let paths = if let Some(id) = nhid {
+    let dst = prefix(fam, parts.dst, h.destination_prefix_length)?;
+    let src = prefix(fam, parts.src, h.source_prefix_length)?;
+    let scope = u8::from(h.scope);
+    let paths = if let Some(id) = parts.nhid {
         Paths::Object(id)
-    } else if let Some(hops) = multipath {
-        let mut paths = Vec::with_capacity(hops.len());
-        for hop in hops {
-            let mut gw = None;
-            for a in &hop.attributes {
-                match a {
-                    RouteAttribute::Gateway(g) => gw = route_address(g),
-                    RouteAttribute::Via(v) => gw = via(v),
-                    _ => {}
-                }
-            }
-            paths.push(Path {
-                gateway: gw,
-                dev: hop.interface_index,
-                weight: u16::from(hop.hops) + 1,
-                onlink: hop.flags.contains(RouteNextHopFlags::Onlink),
-                dead: hop.flags.contains(RouteNextHopFlags::Dead),
-                scope: path_scope(u8::from(h.scope), gw),
-            });
+    } else if let Some(mut paths) = parts.multipath {
+        for p in &mut paths {
+            p.scope = path_scope(scope, p.gateway);
         }
         Paths::own(paths)
     } else if kind.is_reject() || kind == RouteType::Throw {
         Paths::None
     } else {
-        let dev = oif.ok_or(Skip::Malformed("a route without a link"))?;
+        let dev = parts.oif.ok_or(Skip::Malformed("a route without a link"))?;
         Paths::own(vec![Path {
-            gateway,
+            gateway: parts.gateway,
             dev,
             weight: 1,
             onlink: h.flags.contains(RouteFlags::Onlink),
             dead: h.flags.contains(RouteFlags::Dead),
-            scope: path_scope(u8::from(h.scope), gateway),
+            scope: path_scope(scope, parts.gateway),
         }])
     };
     Ok(Route::new(
         dst,
         RouteBody {
-            table,
+            table: parts.table.unwrap_or(u32::from(h.table)),
             src,
             tos: h.tos,
-            metric,
+            metric: parts.metric,
             protocol: u8::from(h.protocol),
-            scope: u8::from(h.scope),
+            scope,
             kind,
-            prefsrc,
-            mtu,
-            hoplimit,
+            prefsrc: parts.prefsrc,
+            mtu: parts.mtu,
+            hoplimit: parts.hoplimit,
             paths,
-            pref,
+            pref: parts.pref,
         },
     ))
 }

@@ -2,7 +2,9 @@
 //! the routing groups, which queues every change the kernel announces, and one for
 //! dumps, which restarts a dump the kernel marks interrupted (`NLM_F_DUMP_INTR`).
 
+use crate::convert::{self, Skip};
 use crate::nexthop::{self, NexthopMessage};
+use fibre_fib::Route;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR,
     NLM_F_REPLACE, NLM_F_REQUEST,
@@ -15,6 +17,11 @@ use netlink_packet_route::rule::RuleMessage;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
+
+/// `RTM_NEWROUTE` (`linux/rtnetlink.h`).
+const RTM_NEWROUTE: u16 = 24;
+/// `RTM_DELROUTE`.
+const RTM_DELROUTE: u16 = 25;
 
 /// The groups the mirror follows: links, IPv4 and IPv6 addresses, routes and rules,
 /// nexthop objects, neighbours.
@@ -114,11 +121,14 @@ pub const RECEIVE_BUFFER: usize = 64 << 20;
 #[derive(Debug)]
 pub enum Message {
     /// One the netlink crates decode.
-    Route(RouteNetlinkMessage),
+    Decoded(RouteNetlinkMessage),
     /// A nexthop object, new or changed.
     Nexthop(NexthopMessage),
     /// A nexthop object removed: its id.
     DelNexthop(u32),
+    /// A route, read from the message's bytes ([`convert::route_from_bytes`]): removed
+    /// or not, and the route or why it is none.
+    Route(bool, Result<Route, Skip>),
 }
 
 /// A message as received, with its header's flags.
@@ -137,6 +147,14 @@ fn read_one(bytes: &[u8]) -> Result<Option<Read>, Option<i32>> {
             Message::DelNexthop(m.id)
         })));
     }
+    if kind == RTM_NEWROUTE || kind == RTM_DELROUTE {
+        if let Some(route) = convert::route_from_bytes(&bytes[16..]) {
+            return Ok(Some(Read::Message(Message::Route(
+                kind == RTM_DELROUTE,
+                route,
+            ))));
+        }
+    }
     match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
         Ok(m) => match m.payload {
             NetlinkPayload::Done(_) => Ok(Some(Read::Done)),
@@ -144,7 +162,7 @@ fn read_one(bytes: &[u8]) -> Result<Option<Read>, Option<i32>> {
                 Some(code) => Err(Some(code.get())),
                 None => Ok(None),
             },
-            NetlinkPayload::InnerMessage(inner) => Ok(Some(Read::Message(Message::Route(inner)))),
+            NetlinkPayload::InnerMessage(inner) => Ok(Some(Read::Message(Message::Decoded(inner)))),
             _ => Ok(None),
         },
         Err(_) => Err(None),
@@ -493,11 +511,11 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(parse(&bytes, &mut out), 0);
         assert_eq!(out.len(), 1);
-        let Message::Route(m) = &out[0].0 else {
-            panic!("a route message");
+        let Message::Route(false, route) = &out[0].0 else {
+            panic!("a route read from its bytes");
         };
-        match crate::convert::change(m, 0) {
-            Ok(crate::convert::Change::Route(r, _)) => {
+        match route {
+            Ok(r) => {
                 assert_eq!(r.dst.to_string(), "10.1.0.0/16");
                 assert_eq!(r.own_paths()[0].gateway, Some("10.0.0.2".parse().unwrap()));
                 assert_eq!(r.own_paths()[0].dev, 2);
@@ -536,10 +554,109 @@ mod tests {
             let mut out = Vec::new();
             parse(&bytes, &mut out);
             for (m, flags) in &out {
-                if let Message::Route(m) = m {
+                if let Message::Decoded(m) = m {
                     let _ = crate::convert::change(m, *flags);
                 }
             }
         }
+    }
+
+    /// A random route message, as the kernel could send one: of either family, with
+    /// any of the attributes a route has (several paths, metrics, a nexthop object, a
+    /// preference, cache information, an encapsulation's type) or none.
+    fn random_route_message(rng: &mut impl Rng) -> Vec<u8> {
+        use netlink_packet_route::route::{
+            RouteCacheInfo, RouteMetric, RouteNextHop, RoutePreference, RouteProtocol, RouteScope,
+            RouteType,
+        };
+        let v6 = rng.gen_bool(0.5);
+        let addr = |rng: &mut dyn rand::RngCore| {
+            if v6 {
+                RouteAddress::Inet6(std::net::Ipv6Addr::from(
+                    (0x2001_0db8_u128 << 96) | u128::from(rng.next_u32() & 0xff00),
+                ))
+            } else {
+                RouteAddress::Inet(std::net::Ipv4Addr::from(
+                    0x0a00_0000 | (rng.next_u32() & 0xff00),
+                ))
+            }
+        };
+        let mut r = RouteMessage::default();
+        r.header.address_family = if v6 {
+            netlink_packet_route::AddressFamily::Inet6
+        } else {
+            netlink_packet_route::AddressFamily::Inet
+        };
+        r.header.destination_prefix_length = [0, 8, 16, 24, 32, 64, 200][rng.gen_range(0..7)];
+        r.header.table = [254, 255, 0][rng.gen_range(0..3)];
+        r.header.tos = [0, 8][rng.gen_range(0..2)];
+        r.header.protocol = RouteProtocol::from([2u8, 3, 4, 186][rng.gen_range(0..4)]);
+        r.header.scope = RouteScope::from([0u8, 253, 254][rng.gen_range(0..3)]);
+        r.header.kind = RouteType::from([1u8, 2, 6, 7, 5, 9][rng.gen_range(0..6)]);
+        let mut attrs = Vec::new();
+        for _ in 0..rng.gen_range(0..7) {
+            attrs.push(match rng.gen_range(0..13) {
+                0 | 1 => RouteAttribute::Destination(addr(rng)),
+                2 => RouteAttribute::Gateway(addr(rng)),
+                3 => RouteAttribute::Oif(rng.gen_range(0..4)),
+                4 => RouteAttribute::Table(rng.gen_range(250..260)),
+                5 => RouteAttribute::Priority(rng.gen_range(0..3)),
+                6 => RouteAttribute::PrefSource(addr(rng)),
+                7 => RouteAttribute::NhId(rng.gen_range(1..4)),
+                8 => RouteAttribute::Preference(RoutePreference::from(rng.gen::<u8>() & 3)),
+                9 => RouteAttribute::CacheInfo(RouteCacheInfo::parse(&[0; 32]).unwrap()),
+                10 => RouteAttribute::Metrics(vec![RouteMetric::Mtu(1400)]),
+                11 => RouteAttribute::Source(addr(rng)),
+                _ => {
+                    let mut hop = RouteNextHop::default();
+                    hop.interface_index = rng.gen_range(1..4);
+                    hop.attributes = vec![RouteAttribute::Gateway(addr(rng))];
+                    RouteAttribute::MultiPath(vec![hop.clone(), hop])
+                }
+            });
+        }
+        r.attributes = attrs;
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::from(RouteNetlinkMessage::NewRoute(r)),
+        );
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        bytes
+    }
+
+    /// A route read straight from its bytes is the route the netlink crates' decoding
+    /// gives, for random messages and for random corruptions of them: where the bytes
+    /// are read, they are read as the crates read them; where not, the crates decode.
+    #[test]
+    fn a_route_read_from_its_bytes_is_the_decoded_one() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut read, mut decoded) = (0, 0);
+        for i in 0..50_000 {
+            let mut bytes = random_route_message(&mut rng);
+            if i % 2 == 1 {
+                // Corrupted past the netlink header.
+                for _ in 0..rng.gen_range(1..4) {
+                    let at = rng.gen_range(16..bytes.len());
+                    bytes[at] = rng.gen();
+                }
+            }
+            let Some(fast) = crate::convert::route_from_bytes(&bytes[16..]) else {
+                decoded += 1;
+                continue;
+            };
+            read += 1;
+            let library = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&bytes) {
+                Ok(NetlinkMessage {
+                    payload: NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m)),
+                    ..
+                }) => crate::convert::route(&m),
+                other => panic!("read from the bytes, not decoded: {other:?} {bytes:?}"),
+            };
+            assert_eq!(fast, library, "{bytes:?}");
+        }
+        // Both ways taken, many times each.
+        assert!(read > 10_000 && decoded > 10_000, "{read} {decoded}");
     }
 }

@@ -1,13 +1,13 @@
 //! The mirrored state: built from a dump, kept by batches of notifications, each batch
 //! published to readers as one version, with the counters `fibre ctl stats` reports.
 
-use crate::convert::{change, Change, Skip};
+use crate::convert::{change, route_op, Change, Skip};
 use crate::kernel::{self, Message, Received};
 use crate::neigh::Neighbours;
 use crate::nexthop::NexthopMessage;
 use fibre_fib::nexthop::NexthopKind;
+use fibre_fib::{Dumping, Fib, FibReader, State, Touched};
 use fibre_fib::{Family, Nexthop};
-use fibre_fib::{Fib, FibReader, State, Touched};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -226,8 +226,9 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
     let started = Instant::now();
     loop {
         let mut state = State::mirrored();
-        let mut neighbours = Neighbours::default();
         state.set_multipath(multipath());
+        let mut state = Dumping::new(state);
+        let mut neighbours = Neighbours::default();
         // A fresh state: compiled whole, whatever it touched.
         let mut touched = Touched::everything();
         let mut groups = Vec::new();
@@ -286,6 +287,7 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
         stats.malformed += dumped.malformed + part.malformed;
         stats.updates += part.updates;
         stats.skipped += part.skipped;
+        let mut state = state.finish();
         // A group dumped before its members (a lower id) takes their family now.
         for nh in &groups {
             state.mirror_nexthop(nexthop_of(&state, nh));
@@ -310,7 +312,14 @@ impl Converted {
     /// What `msg`, with its header's `flags`, changes.
     fn of(msg: Message, flags: u16) -> Converted {
         match msg {
-            Message::Route(m) => Converted::Change(change(&m, flags)),
+            Message::Decoded(m) => Converted::Change(change(&m, flags)),
+            Message::Route(deleted, route) => Converted::Change(route.map(|r| {
+                if deleted {
+                    Change::DelRoute(r)
+                } else {
+                    Change::Route(r, route_op(flags))
+                }
+            })),
             Message::Nexthop(nh) => Converted::Nexthop(nh),
             Message::DelNexthop(id) => Converted::DelNexthop(id),
         }
@@ -333,7 +342,7 @@ impl Converted {
 
 /// Applies one message to `state`, counting it and saying what it touched.
 fn apply_one(
-    state: &mut State,
+    target: &mut impl Target,
     neighbours: &mut Neighbours,
     stats: &mut Stats,
     touched: &mut Touched,
@@ -344,19 +353,25 @@ fn apply_one(
         Converted::Nexthop(nh) => {
             stats.updates += 1;
             touched.others();
+            let state = target.state();
             state.mirror_nexthop(nexthop_of(state, &nh));
             return;
         }
         Converted::DelNexthop(id) => {
             stats.updates += 1;
             touched.others();
-            state.mirror_del_nexthop(id);
+            target.state().mirror_del_nexthop(id);
             return;
         }
     };
     match changed {
+        Ok(Change::Route(r, op)) => {
+            stats.updates += 1;
+            target.route(r, op);
+        }
         Ok(c) => {
             stats.updates += 1;
+            let state = target.state();
             // Routes the state notes itself, whatever removed them.
             match &c {
                 Change::Route(..) | Change::DelRoute(_) => {}
@@ -386,6 +401,35 @@ fn apply_one(
         }
         Err(Skip::Malformed(_)) => stats.malformed += 1,
         Err(Skip::NotFollowed | Skip::NotHeld) => stats.skipped += 1,
+    }
+}
+
+/// What messages are applied to: a mirror's state, or one being built from a dump.
+trait Target {
+    /// The state, for any message but a route.
+    fn state(&mut self) -> &mut State;
+    /// A route reported with `op`.
+    fn route(&mut self, route: fibre_fib::Route, op: fibre_fib::RouteOp);
+}
+
+impl Target for State {
+    fn state(&mut self) -> &mut State {
+        self
+    }
+
+    fn route(&mut self, route: fibre_fib::Route, op: fibre_fib::RouteOp) {
+        self.mirror_route(route, op);
+    }
+}
+
+impl Target for Dumping {
+    fn state(&mut self) -> &mut State {
+        self.state_mut()
+    }
+
+    /// (A dump's routes each go after those before: `Append`.)
+    fn route(&mut self, route: fibre_fib::Route, _: fibre_fib::RouteOp) {
+        Dumping::route(self, route);
     }
 }
 

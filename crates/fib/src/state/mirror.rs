@@ -99,14 +99,8 @@ impl State {
     /// IPv6 route is reported whole (all its paths), so it replaces the route of its key.
     pub fn mirror_route(&mut self, route: Route, op: RouteOp) {
         self.note_users(&route);
+        self.note_kind(&route);
         let family = route.family();
-        if family == Family::V6 {
-            self.v6_tables_made.insert(route.table);
-        }
-        let local = family == Family::V4
-            && route.kind == RouteType::Local
-            && route.protocol != PROTO_KERNEL;
-        self.v4_custom_local_routes |= local;
         let (table, dst) = (route.table, route.dst);
         let list = self
             .tables
@@ -124,72 +118,24 @@ impl State {
         // A list the same as before is the same interned list: the destination is noted
         // only if its routes changed (an IPv6 route reported again as it is).
         let before = Arc::clone(list);
-        edit(
-            list,
-            &mut self.shared,
-            &mut self.tally,
-            at_key,
-            |list| match family {
-                Family::V4 => {
-                    if list.contains(&route) {
-                        // Reported twice (a dump and a queued notification).
-                        return;
-                    }
-                    let op = match op {
-                        RouteOp::Add | RouteOp::Prepend => RouteOp::Prepend,
-                        other => other,
-                    };
-                    let _ = modify_v4(list, op, route);
-                }
-                Family::V6 => {
-                    // The route the report is of: with `NLM_F_REPLACE`, the first of its
-                    // metric; for a multipath-capable route (every path via a gateway), the
-                    // one of its metric whose paths are siblings of its; else the same route.
-                    let at = if op == RouteOp::Replace {
-                        list.iter().position(|r| r.metric == route.metric)
-                    } else if ecmp_v6(&route) {
-                        list.iter()
-                            .position(|r| r.metric == route.metric && ecmp_v6(r))
-                    } else {
-                        let ends = |r: &RouteBody| -> Vec<(LinkIndex, Option<IpAddr>)> {
-                            r.own_paths().iter().map(|p| (p.dev, p.gateway)).collect()
-                        };
-                        list.iter().position(|r| {
-                            r.metric == route.metric
-                                && r.kind == route.kind
-                                && ends(r) == ends(&route)
-                        })
-                    };
-                    match at {
-                        Some(at) if op == RouteOp::Append && ecmp_v6(&route) => {
-                            // A path appended: the kernel lists the route's paths in the
-                            // order they came, the new ones after.
-                            if let Paths::Own(new) = route.paths {
-                                list[at].paths.edit(|old| {
-                                    for p in new.iter() {
-                                        match old
-                                            .iter_mut()
-                                            .find(|o| o.dev == p.dev && o.gateway == p.gateway)
-                                        {
-                                            Some(o) => *o = p.clone(),
-                                            None => old.push(p.clone()),
-                                        }
-                                    }
-                                });
-                            }
-                        }
-                        Some(at) => list[at] = route,
-                        None => {
-                            let at = insert_position(list, &route, true);
-                            list.insert(at, route);
-                        }
-                    }
-                }
-            },
-        );
+        edit(list, &mut self.shared, &mut self.tally, at_key, |list| {
+            put_reported(list, family, route, op)
+        });
         if !Arc::ptr_eq(&before, list) {
             note(&mut self.journal, family, table, dst);
         }
+    }
+
+    /// Notes what kind of route `route` is where lookups depend on it: an IPv6 table
+    /// made, an IPv4 local route a user added.
+    fn note_kind(&mut self, route: &Route) {
+        let family = route.family();
+        if family == Family::V6 {
+            self.v6_tables_made.insert(route.table);
+        }
+        self.v4_custom_local_routes |= family == Family::V4
+            && route.kind == RouteType::Local
+            && route.protocol != PROTO_KERNEL;
     }
 
     /// A route the kernel removed: the route of its key with its type and paths (IPv6:
@@ -347,9 +293,193 @@ fn same_reported(held: &Rule, reported: &Rule) -> bool {
     names(held) == names(reported)
 }
 
+/// Puts `route`, as the kernel reports it with `op`, into `list`, the routes of its key:
+/// an IPv4 route goes after those of its key (`Append`, a dump) or before them (else), or
+/// in place of the first (`Replace`); an IPv6 route replaces the route it is of, or its
+/// paths join those of a multipath route.
+fn put_reported(list: &mut Vec<RouteBody>, family: Family, route: RouteBody, op: RouteOp) {
+    match family {
+        Family::V4 => {
+            if list.contains(&route) {
+                // Reported twice (a dump and a queued notification).
+                return;
+            }
+            let op = match op {
+                RouteOp::Add | RouteOp::Prepend => RouteOp::Prepend,
+                other => other,
+            };
+            let _ = modify_v4(list, op, route);
+        }
+        Family::V6 => {
+            // The route the report is of: with `NLM_F_REPLACE`, the first of its
+            // metric; for a multipath-capable route (every path via a gateway), the
+            // one of its metric whose paths are siblings of its; else the same route.
+            let at = if op == RouteOp::Replace {
+                list.iter().position(|r| r.metric == route.metric)
+            } else if ecmp_v6(&route) {
+                list.iter()
+                    .position(|r| r.metric == route.metric && ecmp_v6(r))
+            } else {
+                let ends = |r: &RouteBody| -> Vec<(LinkIndex, Option<IpAddr>)> {
+                    r.own_paths().iter().map(|p| (p.dev, p.gateway)).collect()
+                };
+                list.iter().position(|r| {
+                    r.metric == route.metric && r.kind == route.kind && ends(r) == ends(&route)
+                })
+            };
+            match at {
+                Some(at) if op == RouteOp::Append && ecmp_v6(&route) => {
+                    // A path appended: the kernel lists the route's paths in the
+                    // order they came, the new ones after.
+                    if let Paths::Own(new) = route.paths {
+                        list[at].paths.edit(|old| {
+                            for p in new.iter() {
+                                match old
+                                    .iter_mut()
+                                    .find(|o| o.dev == p.dev && o.gateway == p.gateway)
+                                {
+                                    Some(o) => *o = p.clone(),
+                                    None => old.push(p.clone()),
+                                }
+                            }
+                        });
+                    }
+                }
+                Some(at) => list[at] = route,
+                None => {
+                    let at = insert_position(list, &route, true);
+                    list.insert(at, route);
+                }
+            }
+        }
+    }
+}
+
+/// One-route lists a [`Dumping`] keeps to share, at most: a full table through a few
+/// peers has a few; a table of routes all different keeps no more than this.
+const SINGLES_KEPT: usize = 4096;
+
+/// A table's routes staged by a [`Dumping`]: by key (destination, source), sorted.
+type StagedRun = Vec<((Net, Net), RouteList)>;
+
+/// A mirror's state being built from a dump: what [`State::mirror_route`] does with each
+/// route of it (`Append`), faster. A dump lists each table's routes in about the order
+/// of their keys, so they are staged in a sorted run (each a push, or an insert near
+/// the end) and the table built from it at once, its B-tree's nodes full, where
+/// inserting each would search a growing B-tree; a new key's one-route list is shared
+/// with an equal one made before without being made again; the indexes of what routes
+/// use are filled as the tables are built.
+pub struct Dumping {
+    state: State,
+    /// The routes of tables that held none when the dump began, by key, sorted.
+    staged: BTreeMap<(Family, u32), StagedRun>,
+    /// One-route lists made, by their route.
+    singles: std::collections::HashMap<RouteBody, RouteList, foldhash::fast::RandomState>,
+}
+
+impl Dumping {
+    /// Builds on `state` (a fresh mirror's).
+    pub fn new(state: State) -> Dumping {
+        Dumping {
+            state,
+            staged: BTreeMap::new(),
+            singles: Default::default(),
+        }
+    }
+
+    /// The state, the routes staged so far put in place first: for a message that is
+    /// not a route.
+    pub fn state_mut(&mut self) -> &mut State {
+        self.build_staged();
+        &mut self.state
+    }
+
+    /// A route of the dump: as [`State::mirror_route`] with [`RouteOp::Append`].
+    pub fn route(&mut self, route: Route) {
+        let family = route.family();
+        let table = (family, route.table);
+        if self.state.tables.get(&table).is_some_and(|t| !t.is_empty()) {
+            // A table held before the dump, or built since: its routes go in one by one.
+            return self.state.mirror_route(route, RouteOp::Append);
+        }
+        self.state.note_kind(&route);
+        let run = self.staged.entry(table).or_default();
+        let key = (route.dst, route.src);
+        let found = match run.last() {
+            None => Err(0),
+            Some((last, _)) if *last < key => Err(run.len()),
+            Some(_) => run.binary_search_by(|(k, _)| k.cmp(&key)),
+        };
+        let state = &mut self.state;
+        let at_key = (table, route.dst);
+        note(&mut state.journal, family, route.table, route.dst);
+        match found {
+            Ok(at) => {
+                let list = &mut run[at].1;
+                if family == Family::V4 && list.contains(&route.body) {
+                    return;
+                }
+                edit(list, &mut state.shared, &mut state.tally, at_key, |list| {
+                    put_reported(list, family, route.body, RouteOp::Append)
+                });
+            }
+            Err(at) => {
+                // A new key: the list is the route alone, whatever the family.
+                let list = match self.singles.get(&route.body) {
+                    Some(list) => {
+                        state.tally.count(table, route.dst, list, true);
+                        Arc::clone(list)
+                    }
+                    None => {
+                        let mut list = no_route();
+                        let body = route.body.clone();
+                        edit(
+                            &mut list,
+                            &mut state.shared,
+                            &mut state.tally,
+                            at_key,
+                            |l| put_reported(l, family, body, RouteOp::Append),
+                        );
+                        if self.singles.len() < SINGLES_KEPT {
+                            self.singles.insert(route.body, Arc::clone(&list));
+                        }
+                        list
+                    }
+                };
+                run.insert(at, (key, list));
+            }
+        }
+    }
+
+    /// The state, the dump's routes in place.
+    pub fn finish(mut self) -> State {
+        self.build_staged();
+        self.state
+    }
+
+    /// Builds the staged tables and notes what their routes use.
+    fn build_staged(&mut self) {
+        for ((family, id), run) in std::mem::take(&mut self.staged) {
+            let table = self.state.tables.entry((family, id)).or_default();
+            // (Staged only while the table held nothing.)
+            debug_assert!(table.is_empty());
+            // Sorted and of distinct keys: built at once.
+            *table = run.into_iter().collect();
+            let mut users = self.state.users();
+            let table = &users.tables[&(family, id)];
+            for ((dst, _), list) in table {
+                for route in list.iter() {
+                    users.note((family, id, *dst), route);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::Rng;
 
     /// The default rules reported one at a time, as a dump reports them, leave IPv4
     /// merged and its sources checked the quick way; another rule, or a deletion, does
@@ -374,5 +504,167 @@ mod tests {
         default.protocol = crate::names::PROTO_KERNEL;
         deleted.mirror_del_rule(&default);
         assert!(deleted.v4_custom_rules() && deleted.v4_unmerged());
+    }
+
+    /// A random route of a dump: keys drawn from a few so that each recurs, near and far
+    /// from where it came first; IPv6 routes through gateways (whose paths join one
+    /// multipath route) and not; nexthop objects, preferred sources, reject routes.
+    fn dumped_route(rng: &mut impl Rng) -> Route {
+        let v6 = rng.gen_bool(0.4);
+        let (family, len) = if v6 {
+            (Family::V6, [0, 32, 48, 64, 128][rng.gen_range(0..5)])
+        } else {
+            (Family::V4, [0, 8, 16, 24, 32][rng.gen_range(0..5)])
+        };
+        let addr = if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::from(
+                (0x2001_0db8_u128 << 96) | (u128::from(rng.gen_range(0..6u8)) << 80),
+            ))
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::from(
+                0x0a00_0000 | (u32::from(rng.gen_range(0..6u8)) << 16),
+            ))
+        };
+        let dst = Net::new(addr, len)
+            .or_else(|| Net::new(addr, family.bits()))
+            .unwrap_or(Net::default_of(family));
+        let dev = rng.gen_range(1..4);
+        let gateway = rng.gen_bool(0.7).then(|| match family {
+            Family::V4 => IpAddr::V4(std::net::Ipv4Addr::new(10, 9, 0, rng.gen_range(1..4))),
+            Family::V6 => IpAddr::V6(std::net::Ipv6Addr::new(
+                0xfe80,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                rng.gen_range(1..4),
+            )),
+        });
+        let kind = match rng.gen_range(0..10) {
+            0 => RouteType::Blackhole,
+            1 => RouteType::Local,
+            _ => RouteType::Unicast,
+        };
+        let paths = match (kind, rng.gen_range(0..8)) {
+            (RouteType::Blackhole, _) => Paths::None,
+            (_, 0) => Paths::Object(rng.gen_range(1..3)),
+            _ => Paths::own(vec![Path {
+                gateway,
+                dev,
+                weight: 1,
+                onlink: false,
+                dead: false,
+                scope: if gateway.is_some() {
+                    SCOPE_LINK
+                } else {
+                    SCOPE_HOST
+                },
+            }]),
+        };
+        let prefsrc = (family == Family::V4 && rng.gen_bool(0.2))
+            .then(|| IpAddr::V4(std::net::Ipv4Addr::new(10, 9, 0, 100)));
+        Route::new(
+            dst,
+            RouteBody {
+                table: [254, 255, 100][rng.gen_range(0..3)],
+                src: Net::default_of(family),
+                tos: [0, 0, 0, 8][rng.gen_range(0..4)],
+                metric: [0, 0, 100, 1024][rng.gen_range(0..4)],
+                protocol: [2, 3, 186][rng.gen_range(0..3)],
+                scope: 0,
+                kind,
+                prefsrc,
+                mtu: None,
+                hoplimit: None,
+                paths,
+                pref: 0,
+            },
+        )
+    }
+
+    /// A dump built through [`Dumping`] is the state its routes make one at a time:
+    /// the same tables, counts, indexes of users and kinds noted, whatever the order
+    /// (keys coming again far from where they came first), twice reported included.
+    #[test]
+    fn a_dump_built_at_once_is_the_dump_applied_route_by_route() {
+        use rand::SeedableRng;
+        for seed in 0..200u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let routes: Vec<Route> = (0..rng.gen_range(1..300))
+                .map(|_| dumped_route(&mut rng))
+                .collect();
+            let mut one_by_one = State::mirrored();
+            // A table held before the dump takes its routes one by one in both.
+            let held = Route::new(
+                Net::new(IpAddr::V4(std::net::Ipv4Addr::new(10, 7, 0, 0)), 16).unwrap(),
+                RouteBody {
+                    table: 100,
+                    ..routes[0].body.clone()
+                },
+            );
+            let with_held = rng.gen_bool(0.5);
+            if with_held {
+                one_by_one.mirror_route(held.clone(), RouteOp::Append);
+            }
+            let mut dumping = Dumping::new(one_by_one.clone());
+            for (i, r) in routes.iter().enumerate() {
+                one_by_one.mirror_route(r.clone(), RouteOp::Append);
+                dumping.route(r.clone());
+                // A message that is not a route, midway: what is staged is built.
+                if i == routes.len() / 2 && seed % 3 == 0 {
+                    let _ = dumping.state_mut();
+                }
+            }
+            let at_once = dumping.finish();
+            assert_eq!(one_by_one.tables, at_once.tables, "seed {seed}");
+            let debug = |s: &State| {
+                format!(
+                    "{:?} {:?} {}",
+                    s.tally, s.v6_tables_made, s.v4_custom_local_routes
+                )
+            };
+            assert_eq!(debug(&one_by_one), debug(&at_once), "seed {seed}");
+            // Each index of users holds every destination whose routes use the thing,
+            // and none that route by route did not note (which may hold some whose
+            // routes used it only before being replaced).
+            type Index<K> = BTreeMap<K, Users>;
+            fn holds<K: Ord + std::fmt::Debug>(
+                at_once: &Index<K>,
+                one_by_one: &Index<K>,
+                users: BTreeMap<K, BTreeSet<(Family, u32, Net)>>,
+            ) {
+                for (k, dsts) in &users {
+                    let held = at_once[k].dsts.as_ref().expect("indexed");
+                    assert!(held.is_superset(dsts), "{k:?}: {held:?} {dsts:?}");
+                }
+                for (k, u) in at_once {
+                    let (held, noted) = (u.dsts.as_ref(), one_by_one[k].dsts.as_ref());
+                    assert!(held.unwrap().is_subset(noted.unwrap()), "{k:?}");
+                }
+            }
+            let (mut objects, mut links, mut prefsrcs) =
+                (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+            for (&(f, t), routes) in &at_once.tables {
+                for ((dst, _), list) in routes {
+                    for r in list.iter() {
+                        let at = (f, t, *dst);
+                        if let Some(src) = r.prefsrc {
+                            prefsrcs.entry(src).or_insert_with(BTreeSet::new).insert(at);
+                        }
+                        if let Paths::Object(id) = r.paths {
+                            objects.entry(id).or_insert_with(BTreeSet::new).insert(at);
+                        }
+                        for p in r.own_paths() {
+                            links.entry(p.dev).or_insert_with(BTreeSet::new).insert(at);
+                        }
+                    }
+                }
+            }
+            holds(&at_once.object_users, &one_by_one.object_users, objects);
+            holds(&at_once.link_users, &one_by_one.link_users, links);
+            holds(&at_once.prefsrc_users, &one_by_one.prefsrc_users, prefsrcs);
+        }
     }
 }
