@@ -84,22 +84,14 @@ impl<C: Cell> Default for Arena<C> {
 }
 
 impl<C: Cell> Arena<C> {
-    /// Appends `n` default elements and returns the index of the first.
-    fn extend(&mut self, n: u32) -> u32 {
+    /// Appends `n` default elements and returns the index of the first. A buffer too
+    /// small grows by `1 / growth` of its size at least.
+    fn extend(&mut self, n: u32, growth: usize) -> u32 {
         let base = self.len;
         let want = base + n as usize;
         if want > self.buf.len() {
-            let capacity = want.max(2 * self.buf.len()).max(64);
-            let bigger: Vec<C> = (0..capacity)
-                .map(|i| {
-                    if i < base {
-                        C::new(self.buf[i].read())
-                    } else {
-                        C::default()
-                    }
-                })
-                .collect();
-            self.buf = Arc::from(bigger);
+            let capacity = want.max(self.buf.len() + self.buf.len() / growth).max(64);
+            self.reserve_exactly(capacity);
         }
         assert!(
             want <= 1 << 31,
@@ -108,7 +100,43 @@ impl<C: Cell> Arena<C> {
         self.len = want;
         base as u32
     }
+
+    /// Makes the buffer `capacity` elements (at least those in use): a new buffer, the
+    /// elements in use copied, the rest default, made in place (`Arc<[C]>` collects an
+    /// iterator of known length without a vector first). Holders of the old one keep it.
+    fn reserve_exactly(&mut self, capacity: usize) {
+        if capacity.max(self.len) != self.buf.len() {
+            let old = std::mem::take(self);
+            self.copy_of(&old, capacity);
+        }
+    }
+
+    /// Makes this arena a copy of `from` in a new buffer of `capacity` elements (at least
+    /// those in use).
+    fn copy_of(&mut self, from: &Arena<C>, capacity: usize) {
+        let len = from.len;
+        self.buf = (0..capacity.max(len))
+            .map(|i| {
+                if i < len {
+                    C::new(from.buf[i].read())
+                } else {
+                    C::default()
+                }
+            })
+            .collect();
+        self.len = len;
+    }
 }
+
+/// Room a built or copied buffer keeps for changes: a sixteenth of what it holds, so that
+/// the first changes after a compile write in place rather than copy the buffer into a
+/// bigger one (tens of milliseconds for a full table's).
+const HEADROOM: usize = 16;
+
+/// How much a buffer grows when it is full, once published: by an eighth (the slack it
+/// then holds, every page of it written, is resident). A buffer never published (being
+/// built) doubles, and is fitted when built ([`Blocks::fit`]).
+const GROWTH_PUBLISHED: usize = 8;
 
 /// Which elements were allocated since the last publish: those the writer may change in
 /// place. Until a buffer is first published, all of it is.
@@ -337,7 +365,10 @@ impl<C: Cell> Blocks<C> {
     pub fn alloc(&mut self, size: u32) -> u32 {
         let base = match self.alloc.reuse(size) {
             Some(b) => b,
-            None => self.arena.extend(size),
+            None => {
+                let growth = if self.fresh.all { 1 } else { GROWTH_PUBLISHED };
+                self.arena.extend(size, growth)
+            }
         };
         self.fresh.mark(base, size);
         self.mark_live(base, size, true);
@@ -414,25 +445,31 @@ impl<C: Cell> Blocks<C> {
     /// several versions so keeps those blocks idle; one never published (a snapshot's, in
     /// `fibre-fib`) has none.
     pub fn duplicate(&self) -> Blocks<C> {
-        let cells: Vec<C> = self.arena.buf[..self.arena.len]
-            .iter()
-            .map(|c| C::new(c.read()))
-            .collect();
+        // A buffer of its own, whatever the capacity: never the original's shared.
+        let mut arena = Arena {
+            buf: Arc::from(Vec::new()),
+            len: 0,
+        };
+        arena.copy_of(&self.arena, self.arena.len + self.arena.len / HEADROOM);
         let mut alloc = self.alloc.clone();
         for &(base, size) in &self.released {
             alloc.free(base, size);
         }
         Blocks {
-            arena: Arena {
-                buf: Arc::from(cells),
-                len: self.arena.len,
-            },
+            arena,
             alloc,
             fresh: Fresh::default(),
             live: self.live.clone(),
             released: Vec::new(),
             generation: next_generation(),
         }
+    }
+
+    /// Fits the buffer to what it holds and a sixteenth more, once built: a buffer that
+    /// doubled as it was filled may hold up to as much again unused.
+    pub fn fit(&mut self) {
+        self.arena
+            .reserve_exactly(self.arena.len + self.arena.len / HEADROOM);
     }
 
     /// Elements sitting in free blocks.

@@ -465,6 +465,8 @@ impl<K: Key> RangeTree<K> {
         let first = self.first_stage(&ranges, u128::MAX);
         self.store.release_tree(old);
         self.main = self.store.build(&first);
+        self.store.leaves.fit();
+        self.store.nodes.fit();
         self.built_leaves = self.store.live_leaves;
     }
 }

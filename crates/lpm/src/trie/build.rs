@@ -76,6 +76,9 @@ impl<K: Key> Trie<K> {
             t.refresh_direct(e as usize, n);
             i = j;
         }
+        t.direct.fit();
+        t.nodes.fit();
+        t.leaves.fit();
         t
     }
 

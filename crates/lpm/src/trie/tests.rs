@@ -441,3 +441,53 @@ fn a_copy_is_the_same_table_and_changes_apart() {
         }
     }
 }
+
+/// A table as built (its buffers fitted to what they hold and a sixteenth more) and its
+/// copy change apart: a copy never shares a buffer with its original, whatever their
+/// capacity; each then grows past its room and answers as its reference.
+#[test]
+fn a_copy_of_a_built_table_changes_apart() {
+    for seed in 0..8 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let bases: Vec<u128> = (0..64).map(|_| rng.gen()).collect();
+        let mut t = Trie::<u32>::new();
+        let mut r = ReferenceLpm::<u32>::new();
+        let mut live = Vec::new();
+        for _ in 0..2000 {
+            random_op(&mut t, &mut r, &mut live, &mut rng, &bases, 0.9);
+        }
+        let mut built = Trie::<u32>::build(r.to_sorted_vec());
+        let mut copy = built.clone();
+        let mut copied = r.clone();
+        let mut copied_live: Vec<Prefix<u32>> = live.clone();
+        // Past a sixteenth of the table's size: each buffer grows at least once.
+        for _ in 0..600 {
+            random_op(
+                &mut copy,
+                &mut copied,
+                &mut copied_live,
+                &mut rng,
+                &bases,
+                0.9,
+            );
+        }
+        let mut built_live = live.clone();
+        let mut r_built = r.clone();
+        for _ in 0..600 {
+            random_op(
+                &mut built,
+                &mut r_built,
+                &mut built_live,
+                &mut rng,
+                &bases,
+                0.9,
+            );
+        }
+        for (table, reference) in [(&built, &r_built), (&copy, &copied)] {
+            table.check_invariants();
+            let probes = probes_for(&reference.to_sorted_vec(), &mut rng);
+            check_against_reference(table, reference, &probes);
+            assert_eq!(table.to_vec(), reference.to_sorted_vec(), "seed {seed}");
+        }
+    }
+}
