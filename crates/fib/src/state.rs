@@ -217,8 +217,9 @@ pub struct State {
 /// object or a link: what a change of it changes, found without a walk of every route.
 /// It may hold destinations whose routes no longer use it (a route gone leaves its entry):
 /// those are swept once there are twice as many as after the last sweep. A link's index
-/// stops at [`LINK_USERS_HELD`] destinations: a link carrying more (an upstream with the
-/// full table) has its routes found by a walk, as the kernel's `fib_flush` finds them.
+/// stops past [`LINK_USERS_HELD`] destinations (unless a sweep then leaves it half
+/// empty): a link carrying more (an upstream with the full table) has its routes found
+/// by a walk, as the kernel's `fib_flush` finds them.
 #[derive(Clone, Debug)]
 struct Users {
     /// `None`: too many to hold; a walk finds them.
@@ -243,13 +244,16 @@ impl Users {
         dsts.insert(at);
         // Swept at twice the size after the last sweep, and as it passes `held`, so
         // that an index about to give up is not filled to twice `held` first.
-        if dsts.len() >= (2 * self.swept.max(1024)).min(held.saturating_add(1)) {
+        let at_cap = dsts.len() > held;
+        if dsts.len() >= 2 * self.swept.max(1024) || at_cap {
             // The route being noted is not held yet: its destination stays.
             dsts.retain(|d| *d == at || uses(d));
             self.swept = dsts.len();
-        }
-        if dsts.len() > held {
-            self.dsts = None;
+            // Swept at the cap and still more than half full, the index gives up: kept,
+            // it would be swept whole again every few notes.
+            if at_cap && dsts.len() > held / 2 {
+                self.dsts = None;
+            }
         }
     }
 }

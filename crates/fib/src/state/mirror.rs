@@ -412,16 +412,20 @@ impl Dumping {
         };
         let state = &mut self.state;
         let at_key = (table, route.dst);
-        note(&mut state.journal, family, route.table, route.dst);
+        let (id, dst) = (route.table, route.dst);
         match found {
             Ok(at) => {
                 let list = &mut run[at].1;
                 if family == Family::V4 && list.contains(&route.body) {
                     return;
                 }
+                let before = Arc::clone(list);
                 edit(list, &mut state.shared, &mut state.tally, at_key, |list| {
                     put_reported(list, family, route.body, RouteOp::Append)
                 });
+                if !Arc::ptr_eq(&before, list) {
+                    note(&mut state.journal, family, id, dst);
+                }
             }
             Err(at) => {
                 // A new key: the list is the route alone, whatever the family.
@@ -447,6 +451,7 @@ impl Dumping {
                     }
                 };
                 run.insert(at, (key, list));
+                note(&mut state.journal, family, id, dst);
             }
         }
     }
@@ -665,6 +670,42 @@ mod tests {
             holds(&at_once.object_users, &one_by_one.object_users, objects);
             holds(&at_once.link_users, &one_by_one.link_users, links);
             holds(&at_once.prefsrc_users, &one_by_one.prefsrc_users, prefsrcs);
+        }
+    }
+
+    /// An index of users near its bound, its destinations coming and going: one whose
+    /// sweep at the bound leaves it more than half full gives up (rather than be swept
+    /// whole every few notes); one left half empty goes on, swept a few times a note at
+    /// most.
+    #[test]
+    fn an_index_of_users_at_its_bound_gives_up_or_is_swept_seldom() {
+        let dst = |i: u32| {
+            (
+                Family::V4,
+                254,
+                Net::new(IpAddr::V4(std::net::Ipv4Addr::from(i)), 32).unwrap(),
+            )
+        };
+        for (live, gives_up) in [(99u32, true), (40, false)] {
+            let mut users = Users::default();
+            let checks = std::cell::Cell::new(0u32);
+            for i in 0..1000u32 {
+                // The last `live` noted are still used.
+                users.note(dst(i), 100, |&(_, _, d)| {
+                    checks.set(checks.get() + 1);
+                    let n = u32::from(match d.addr() {
+                        IpAddr::V4(a) => a,
+                        IpAddr::V6(_) => unreachable!(),
+                    });
+                    n + live > i
+                });
+            }
+            assert_eq!(users.dsts.is_none(), gives_up, "{live} live");
+            assert!(
+                checks.get() < 3 * 1000,
+                "{live} live: {} checks",
+                checks.get()
+            );
         }
     }
 }
