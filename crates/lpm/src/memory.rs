@@ -72,6 +72,9 @@ pub(crate) fn next_generation() -> u64 {
 struct Arena<C: Cell> {
     buf: Arc<[C]>,
     len: usize,
+    /// Fitted once built, or a copy: it grows by an eighth from then on, where one being
+    /// built doubles.
+    settled: bool,
 }
 
 impl<C: Cell> Default for Arena<C> {
@@ -79,17 +82,19 @@ impl<C: Cell> Default for Arena<C> {
         Arena {
             buf: Arc::from(Vec::new()),
             len: 0,
+            settled: false,
         }
     }
 }
 
 impl<C: Cell> Arena<C> {
     /// Appends `n` default elements and returns the index of the first. A buffer too
-    /// small grows by `1 / growth` of its size at least.
-    fn extend(&mut self, n: u32, growth: usize) -> u32 {
+    /// small grows: by an eighth once settled, else doubling.
+    fn extend(&mut self, n: u32) -> u32 {
         let base = self.len;
         let want = base + n as usize;
         if want > self.buf.len() {
+            let growth = if self.settled { GROWTH_SETTLED } else { 1 };
             let capacity = want.max(self.buf.len() + self.buf.len() / growth).max(64);
             self.reserve_exactly(capacity);
         }
@@ -108,6 +113,7 @@ impl<C: Cell> Arena<C> {
         if capacity.max(self.len) != self.buf.len() {
             let old = std::mem::take(self);
             self.copy_of(&old, capacity);
+            self.settled = old.settled;
         }
     }
 
@@ -133,10 +139,10 @@ impl<C: Cell> Arena<C> {
 /// bigger one (tens of milliseconds for a full table's).
 const HEADROOM: usize = 16;
 
-/// How much a buffer grows when it is full, once published: by an eighth (the slack it
-/// then holds, every page of it written, is resident). A buffer never published (being
-/// built) doubles, and is fitted when built ([`Blocks::fit`]).
-const GROWTH_PUBLISHED: usize = 8;
+/// How much a buffer grows when it is full once fitted or copied: by an eighth (the slack
+/// it then holds, every page of it written, is resident). A buffer being built doubles,
+/// and is fitted when built ([`Blocks::fit`]).
+const GROWTH_SETTLED: usize = 8;
 
 /// Which elements were allocated since the last publish: those the writer may change in
 /// place. Until a buffer is first published, all of it is.
@@ -365,10 +371,7 @@ impl<C: Cell> Blocks<C> {
     pub fn alloc(&mut self, size: u32) -> u32 {
         let base = match self.alloc.reuse(size) {
             Some(b) => b,
-            None => {
-                let growth = if self.fresh.all { 1 } else { GROWTH_PUBLISHED };
-                self.arena.extend(size, growth)
-            }
+            None => self.arena.extend(size),
         };
         self.fresh.mark(base, size);
         self.mark_live(base, size, true);
@@ -449,6 +452,7 @@ impl<C: Cell> Blocks<C> {
         let mut arena = Arena {
             buf: Arc::from(Vec::new()),
             len: 0,
+            settled: true,
         };
         arena.copy_of(&self.arena, self.arena.len + self.arena.len / HEADROOM);
         let mut alloc = self.alloc.clone();
@@ -470,6 +474,7 @@ impl<C: Cell> Blocks<C> {
     pub fn fit(&mut self) {
         self.arena
             .reserve_exactly(self.arena.len + self.arena.len / HEADROOM);
+        self.arena.settled = true;
     }
 
     /// Elements sitting in free blocks.
@@ -503,6 +508,31 @@ mod tests {
 
     fn words(b: &Blocks<AtomicU32>, from: u32, n: u32) -> Vec<u32> {
         (from..from + n).map(|i| b.get(i)).collect()
+    }
+
+    /// A buffer being built doubles; fitted, it keeps a sixteenth more than it holds and
+    /// then grows by an eighth, its contents kept; its copy is fitted the same way.
+    #[test]
+    fn a_fitted_buffer_keeps_a_sixteenth_and_grows_by_an_eighth() {
+        let mut b: Blocks<AtomicU32> = Blocks::default();
+        for i in 0..1000 {
+            let x = b.alloc(16);
+            b.set(x, i);
+        }
+        assert_eq!(b.buffer().len(), 16384, "doubling while built");
+        b.fit();
+        assert_eq!(b.buffer().len(), 16000 + 1000);
+        let copy = b.duplicate();
+        assert_eq!(copy.buffer().len(), 17000);
+        while b.len() < 17000 {
+            b.alloc(8);
+        }
+        b.alloc(8);
+        assert_eq!(b.buffer().len(), 17000 + 17000 / 8);
+        for i in 0..1000 {
+            assert_eq!(b.get(i * 16), i);
+            assert_eq!(copy.get(i * 16), i);
+        }
     }
 
     #[test]
