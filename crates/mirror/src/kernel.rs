@@ -495,6 +495,11 @@ mod tests {
             RouteAttribute::Gateway(RouteAddress::Inet("10.0.0.2".parse().unwrap())),
             RouteAttribute::Oif(2),
         ];
+        new_route_bytes(r)
+    }
+
+    /// `RTM_NEWROUTE` of `r`, serialized as the kernel sends it.
+    fn new_route_bytes(r: RouteMessage) -> Vec<u8> {
         let mut packet = NetlinkMessage::new(
             NetlinkHeader::default(),
             NetlinkPayload::from(RouteNetlinkMessage::NewRoute(r)),
@@ -616,14 +621,7 @@ mod tests {
             });
         }
         r.attributes = attrs;
-        let mut packet = NetlinkMessage::new(
-            NetlinkHeader::default(),
-            NetlinkPayload::from(RouteNetlinkMessage::NewRoute(r)),
-        );
-        packet.finalize();
-        let mut bytes = vec![0; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        bytes
+        new_route_bytes(r)
     }
 
     /// A route read straight from its bytes is the route the netlink crates' decoding
