@@ -365,17 +365,25 @@ fn apply_one(
         }
     };
     match changed {
+        // Routes the state notes itself, whatever removed them; neighbours are not the
+        // state's (a dump's staged routes stay staged).
         Ok(Change::Route(r, op)) => {
             stats.updates += 1;
             target.route(r, op);
         }
+        Ok(Change::Neighbour(n)) => {
+            stats.updates += 1;
+            neighbours.put(n);
+        }
+        Ok(Change::DelNeighbour(link, dst)) => {
+            stats.updates += 1;
+            neighbours.remove(link, dst);
+        }
         Ok(c) => {
             stats.updates += 1;
             let state = target.state();
-            // Routes the state notes itself, whatever removed them.
             match &c {
-                Change::Route(..) | Change::DelRoute(_) => {}
-                Change::Neighbour(_) | Change::DelNeighbour(..) => {}
+                Change::DelRoute(_) => {}
                 // The kernel announces a link or an address again for changes the
                 // mirror does not hold (statistics, an address's DAD ending).
                 Change::Link(l, carrier)
@@ -391,12 +399,11 @@ fn apply_one(
                 }
                 Change::Address(a) => state.mirror_address(a),
                 Change::DelAddress(link, local, len) => state.mirror_del_address(link, local, len),
-                Change::Route(r, op) => state.mirror_route(r, op),
                 Change::DelRoute(r) => state.mirror_del_route(&r),
                 Change::Rule(r) => state.mirror_rule(r),
                 Change::DelRule(r) => state.mirror_del_rule(&r),
-                Change::Neighbour(n) => neighbours.put(n),
-                Change::DelNeighbour(link, dst) => neighbours.remove(link, dst),
+                // (Taken above.)
+                Change::Route(..) | Change::Neighbour(_) | Change::DelNeighbour(..) => {}
             }
         }
         Err(Skip::Malformed(_)) => stats.malformed += 1,
