@@ -50,11 +50,6 @@ impl<T: Clone> Chunked<T> {
         self.len
     }
 
-    /// Whether there are none.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Adds `item` at the end.
     pub(crate) fn push(&mut self, item: T) {
         match self.chunks.last_mut() {

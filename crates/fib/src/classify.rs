@@ -280,6 +280,17 @@ impl Rules {
         Rules::with_index(list, index)
     }
 
+    /// Whether every walk starts by looking up table `id`: the first rule has no selector
+    /// and no `suppress_*` and looks it up (IPv4's `local` rule at priority 0, unless it
+    /// was deleted or moved). A walk then reaches any other table only where `id` had
+    /// no answer.
+    pub(crate) fn looks_up_first(&self, id: u32) -> bool {
+        self.list.first().is_some_and(|r| {
+            r.is_unconditional()
+                && matches!(r.action, Action::Lookup { id: first, .. } if first == id)
+        })
+    }
+
     /// Rules already compiled, without an index.
     pub(crate) fn of(list: Vec<CompiledRule>) -> Rules {
         Rules::with_index(list, None)

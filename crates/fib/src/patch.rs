@@ -146,6 +146,70 @@ pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> RouteList {
 }
 
 /// The destinations of IPv4's `local` table, in order.
+/// Where a search merging the tables `seq` (positions in `tables`) changes when table
+/// `t`, one of them, changed at prefixes `changed` (sorted): those prefixes, and the
+/// other tables' prefixes inside them, sorted.
+fn merged_prefixes(
+    state: &State,
+    family: Family,
+    tables: &[CompiledTable],
+    seq: &[usize],
+    t: usize,
+    changed: &[Net],
+    v4_merged: bool,
+) -> Vec<Net> {
+    let others: Vec<Vec<&TableRoutes>> = seq
+        .iter()
+        .filter(|&&o| o != t)
+        .map(|&o| sources(state, family, tables[o].id, v4_merged))
+        .collect();
+    let mut at: Vec<Net> = changed.to_vec();
+    for &p in changed {
+        for have in &others {
+            for table in have {
+                let family = p.family();
+                at.extend(
+                    table
+                        .range(
+                            (
+                                Net::bound(family, p.bits(), p.len() + 1),
+                                Net::default_of(family),
+                            )..,
+                        )
+                        .map(|((d, _), _)| *d)
+                        .take_while(|d| d.bits() <= p.last_bits())
+                        .filter(|d| p.covers(d)),
+                );
+            }
+        }
+    }
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
+/// The answers of a walk through the tables `seq` (positions in `tables`) at prefixes
+/// `at`: `None` where none of them has the prefix (a merged search holds no entry there).
+fn answers_at(
+    tables: &[CompiledTable],
+    seq: &[usize],
+    at: Vec<Net>,
+) -> Vec<(Net, Option<crate::snapshot::Unnumbered>)> {
+    at.into_iter()
+        .map(|net| {
+            let present = seq.iter().any(|&s| tables[s].node_at(net).is_some());
+            (net, present.then(|| merged_answer(tables, seq, net)))
+        })
+        .collect()
+}
+
+/// Whether every IPv4 walk looks up `local` first ([`crate::classify::Rules::looks_up_first`]).
+fn local_first(state: &State) -> bool {
+    let rules = state.rules(Family::V4);
+    crate::classify::Rules::compile(&rules[..rules.len().min(1)], |_| None)
+        .looks_up_first(TABLE_LOCAL)
+}
+
 fn local_destinations(state: &State) -> Vec<Net> {
     let mut dsts: Vec<Net> = state
         .table_routes(Family::V4, TABLE_LOCAL)
@@ -428,10 +492,15 @@ impl Snapshot {
     /// routes alone: `local`'s prefixes, and those whose local routes went since this
     /// snapshot was made, which the merged table still holds (`local` itself is compiled
     /// on its own by the walk made again).
-    /// The searches a walk through `local` then `main` (and the tables after) will need
-    /// answer as the merged table did but at `local`'s prefixes and under them: they are
-    /// returned as seeds for the walk, each under its tables' ids, from the merged
-    /// table's search and the merged searches holding it, to be patched there.
+    /// While every walk looks up `local` first (the kernel's rule at priority 0), `main`'s
+    /// structure keeps answering as the merged table did, to be patched as a search
+    /// merging `local` and `main` ([`CompiledTable::plain_holds`]): it serves both the
+    /// walks through `local` then `main` and `main` after `local` had no answer, and
+    /// nothing is copied. Otherwise the searches a walk through `local` then `main` (and
+    /// the tables after) will need answer as the merged table did but at `local`'s
+    /// prefixes and under them: they are returned as seeds for the walk, each under its
+    /// tables' ids, from a copy of the merged table's search and the merged searches
+    /// holding it, to be patched there.
     fn part_v4(&mut self, state: &State, local_dsts: &[Net]) -> Vec<(Vec<u32>, Merged)> {
         let mut seeds: Vec<(Vec<u32>, Merged)> = self
             .v4
@@ -452,17 +521,51 @@ impl Snapshot {
         let Some(t) = self.v4.position(TABLE_MAIN) else {
             return seeds;
         };
-        seeds.push((
-            vec![TABLE_LOCAL, TABLE_MAIN],
-            Merged {
-                seq: Vec::new(),
-                plain: self.v4.tables[t].plain.clone(),
-            },
-        ));
+        if local_first(state) {
+            self.v4.tables[t].plain_holds = Some(TABLE_LOCAL);
+        } else {
+            seeds.push((
+                vec![TABLE_LOCAL, TABLE_MAIN],
+                Merged {
+                    seq: Vec::new(),
+                    plain: self.v4.tables[t].plain.clone(),
+                },
+            ));
+        }
         let have = sources(state, Family::V4, TABLE_MAIN, false);
         let mut table = std::mem::take(&mut self.v4.tables[t]);
         self.patch_table(&mut table, &have, local_dsts);
         self.v4.tables[t] = table;
+        seeds
+    }
+
+    /// The IPv4 tables whose structure holds another's answers
+    /// ([`CompiledTable::plain_holds`]) where that no longer holds: the other is no longer
+    /// compiled, or a walk may reach them without looking it up first. Each gives its
+    /// structure as a search merging the two (a seed for the walk), and has one of its
+    /// own made from its answers (in time proportional to its routes: this happens only
+    /// when `local`'s rule is deleted or moved, or `local` has no route left).
+    fn release_held(&mut self, state: &State, ids: &[u32]) -> Vec<(Vec<u32>, Merged)> {
+        let first = local_first(state);
+        let mut seeds = Vec::new();
+        for t in 0..self.v4.tables.len() {
+            let Some(held) = self.v4.tables[t].plain_holds else {
+                continue;
+            };
+            if first && ids.contains(&held) {
+                continue;
+            }
+            let plain = std::mem::take(&mut self.v4.tables[t].plain);
+            seeds.push((
+                vec![held, self.v4.tables[t].id],
+                Merged {
+                    seq: Vec::new(),
+                    plain,
+                },
+            ));
+            self.v4.tables[t].plain_holds = None;
+            self.answer_table(Family::V4, t);
+        }
         seeds
     }
 
@@ -479,8 +582,11 @@ impl Snapshot {
     /// gone is dropped, and the merged searches of the same tables in the same order are
     /// kept (or taken from `seeds`, by their tables' ids); only a search of tables not
     /// merged before is made.
-    fn rewalk(&mut self, state: &State, family: Family, seeds: Vec<(Vec<u32>, Merged)>) {
+    fn rewalk(&mut self, state: &State, family: Family, mut seeds: Vec<(Vec<u32>, Merged)>) {
         let want = compiled_ids(state, family, self.v4_merged);
+        if family == Family::V4 {
+            seeds.extend(self.release_held(state, &want));
+        }
         let v4_merged = self.v4_merged;
         let fib = self.fib_mut(family);
         let mut pool = fib.take_merged();
@@ -563,7 +669,9 @@ impl Snapshot {
             match (at, node.routes.is_empty()) {
                 (Some(i), true) => {
                     table.map(dst, None);
-                    table.plain.set(dst, None);
+                    if table.plain_holds.is_none() {
+                        table.plain.set(dst, None);
+                    }
                     table.inheriting.remove(&dst);
                     table.nodes[i as usize] = node;
                     table.answers[i as usize] = Plain::Miss;
@@ -636,53 +744,42 @@ impl Snapshot {
             .map_or(Plain::Miss, |p| table.answers[p as usize]);
         let answer = table.plain.numbered(u, up);
         table.answers[i as usize] = answer;
-        table.plain.set(dst, Some(answer));
+        // A structure holding another table's answers is patched as a merged search.
+        if table.plain_holds.is_none() {
+            table.plain.set(dst, Some(answer));
+        }
     }
 
     /// Patches the merged searches holding table `t` of `family` at prefixes `changed`
-    /// (sorted) of it, and at the other tables' prefixes inside them.
+    /// (sorted) of it, and at the other tables' prefixes inside them; and a table's own
+    /// structure where it answers as a walk through `t` then it, or through another
+    /// table then `t` ([`CompiledTable::plain_holds`]).
     fn patch_merged(&mut self, state: &State, family: Family, t: usize, changed: &[Net]) {
         let v4_merged = self.v4_merged;
         let fib = self.fib_mut(family);
+        let holding = (0..fib.tables.len()).find_map(|h| {
+            let first = fib.tables[h].plain_holds?;
+            let first = fib.position(first)?;
+            (t == h || t == first).then_some((h, [first, h]))
+        });
         for m in 0..fib.merged.len() {
             if !fib.merged[m].seq.contains(&t) {
                 continue;
             }
             let seq = fib.merged[m].seq.clone();
-            let others: Vec<Vec<&TableRoutes>> = seq
-                .iter()
-                .filter(|&&o| o != t)
-                .map(|&o| sources(state, family, fib.tables[o].id, v4_merged))
-                .collect();
-            let mut at: Vec<Net> = changed.to_vec();
-            for &p in changed {
-                for have in &others {
-                    for table in have {
-                        let family = p.family();
-                        at.extend(
-                            table
-                                .range(
-                                    (
-                                        Net::bound(family, p.bits(), p.len() + 1),
-                                        Net::default_of(family),
-                                    )..,
-                                )
-                                .map(|((d, _), _)| *d)
-                                .take_while(|d| d.bits() <= p.last_bits())
-                                .filter(|d| p.covers(d)),
-                        );
-                    }
-                }
-            }
-            at.sort_unstable();
-            at.dedup();
-            for net in at {
-                let present = seq.iter().any(|&s| fib.tables[s].node_at(net).is_some());
-                let answer = present.then(|| {
-                    let u = merged_answer(&fib.tables, &seq, net);
-                    fib.merged[m].plain.numbered(u, Plain::Miss)
-                });
+            let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
+            for (net, answer) in answers_at(&fib.tables, &seq, at) {
+                let answer = answer.map(|u| fib.merged[m].plain.numbered(u, Plain::Miss));
                 fib.merged[m].plain.set(net, answer);
+            }
+        }
+        if let Some((h, seq)) = holding {
+            let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
+            // Computed from the tables, then written into one of them.
+            for (net, answer) in answers_at(&fib.tables, &seq, at) {
+                let plain = &mut fib.tables[h].plain;
+                let answer = answer.map(|u| plain.numbered(u, Plain::Miss));
+                plain.set(net, answer);
             }
         }
     }
@@ -940,12 +1037,12 @@ rule add from fd01::/64 lookup 100 pref 100
     /// Random batches of route changes (every type, nested and repeated prefixes, both
     /// families, the merged IPv4 tables, a table of rules, the local table, nexthop
     /// objects), now and then with a link going down or up, addresses, nexthop objects or
-    /// rules changing, published by patches (or compiles where a patch cannot follow)
-    /// answer every lookup as the state compiled anew. The state notes the routes changed
-    /// on its own.
+    /// rules changing (`local`'s own rule deleted and added again among them), published
+    /// by patches (or compiles where a patch cannot follow) answer every lookup as the
+    /// state compiled anew. The state notes the routes changed on its own.
     #[test]
     fn patched_snapshots_answer_as_compiled_ones() {
-        for (seed, rules) in [(1u64, false), (2, true), (3, false), (4, true)] {
+        for (seed, rules) in (1u64..=12).map(|s| (s, s % 2 == 0)) {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut state = State::new();
             config::apply_text(&mut state, "links", LINKS).unwrap();
@@ -1007,6 +1104,10 @@ rule add from fd01::/64 lookup 100 pref 100
                         rng.gen_range(1..4)
                     )),
                     16 => Some("nexthop replace id 3 group 4".to_string()),
+                    // `local`'s rule gone and back: `main`'s structure holds `local`'s
+                    // answers only while every walk looks `local` up first.
+                    17 => Some("rule del pref 0".to_string()),
+                    18 => Some("rule add lookup local pref 0".to_string()),
                     _ => None,
                 };
                 fib.update(|state, touched| {
@@ -1034,9 +1135,9 @@ rule add from fd01::/64 lookup 100 pref 100
             let p = fib.publications();
             // Every batch patched but the first publication (the first IPv4 rule's too,
             // which parts `local` and `main`), and now and then a table whose search
-            // wore out with changes.
+            // wore out with changes; a batch that changed nothing publishes nothing.
             assert!(p.compiled <= 2, "seed {seed}: {p:?}");
-            assert!(p.patched >= 58, "seed {seed}: {p:?}");
+            assert!(p.patched >= 55, "seed {seed}: {p:?}");
             assert!(
                 fib.state().v4_unmerged(),
                 "seed {seed}: no IPv4 rule was added"
@@ -1443,6 +1544,11 @@ route add 2001:db8:61::/48 via fd00::2 table 100
                 "route add 10.9.0.0/16 via 10.0.0.2 table 100",
                 "rule add to 10.77.0.0/16 lookup 100 pref 50",
                 "rule del pref 50",
+                // `local` looked up after another table: `main` searched on its own.
+                "rule add lookup local pref 1000",
+                "rule del pref 0",
+                "route add local 10.78.3.0/24 dev lo table local",
+                "rule add lookup local pref 0",
             ];
             for (i, &change) in first.iter().chain(&later).enumerate() {
                 // The address's deletion right before the rule: the other snapshot is
@@ -1463,6 +1569,20 @@ route add 2001:db8:61::/48 via fd00::2 table 100
                     let after = fib.publications();
                     assert_eq!(after.compiled, before.compiled, "{what}");
                     assert_eq!(after.patched, before.patched + 1, "{what}");
+                    // While every walk looks up `local` first, `main`'s structure
+                    // keeps answering as the merged table did (nothing copied).
+                    let snapshot = reader.snapshot();
+                    let main = snapshot.v4.position(TABLE_MAIN).unwrap();
+                    let holds = snapshot.v4.tables[main].plain_holds;
+                    let local_first =
+                        fib.state().v4_unmerged() && fib.state().rules(Family::V4)[0].pref == 0;
+                    let released = later[..].iter().position(|c| *c == "rule del pref 0");
+                    let after_release = released.is_some_and(|r| i >= first.len() + r);
+                    assert_eq!(
+                        holds,
+                        (local_first && !after_release).then_some(TABLE_LOCAL),
+                        "{what}"
+                    );
                 }
             }
             // The walk takes `local` first now.

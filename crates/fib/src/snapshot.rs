@@ -79,6 +79,13 @@ pub(crate) struct CompiledTable {
     pub(crate) inheriting: BTreeSet<Net>,
     /// Slots of `nodes` that a patch emptied, to fill again.
     pub(crate) free: Vec<u32>,
+    /// `plain` answers as a walk through table `plain_holds` and then this one, not as
+    /// this table alone (its nodes and `answers` are its own): IPv4's `main` keeps
+    /// `local`'s answers when the first rule parts the two, for as long as every walk
+    /// looks up `local` first ([`Rules::looks_up_first`]). A walk reaches `main` only
+    /// where `local` had no answer, and there the two answer alike; the copy of the
+    /// full table's structure that parting it would take is saved.
+    pub(crate) plain_holds: Option<u32>,
 }
 
 /// What a node answers a flow with no output link, decided when the snapshot is compiled:
@@ -236,6 +243,7 @@ impl CompiledTable {
             answers: Chunked::default(),
             inheriting: BTreeSet::new(),
             free: Vec::new(),
+            plain_holds: None,
         }
     }
 
@@ -673,10 +681,16 @@ fn merge_tables(
     let seq: Vec<usize> = seq
         .iter()
         .copied()
-        .filter(|&t| !tables[t].nodes.is_empty())
+        .filter(|&t| tables[t].nodes.len() > tables[t].free.len())
         .collect();
     if let [only] = seq[..] {
         return DirectFrom::Table(only);
+    }
+    // A table whose structure answers as the walk through the other and then it.
+    if let [first, then] = seq[..] {
+        if tables[then].plain_holds == Some(tables[first].id) {
+            return DirectFrom::Table(then);
+        }
     }
     // The same tables in the same order (the default rules' walk, and their run) share
     // one structure.
@@ -693,7 +707,14 @@ fn merge_tables(
     }
     let mut prefixes: Vec<Net> = seq
         .iter()
-        .flat_map(|&t| tables[t].nodes.iter().map(|n| n.dst))
+        // (Not the slots a patch emptied: their prefixes are gone.)
+        .flat_map(|&t| {
+            tables[t]
+                .nodes
+                .iter()
+                .filter(|n| !n.routes.is_empty())
+                .map(|n| n.dst)
+        })
         .collect();
     prefixes.sort_unstable();
     prefixes.dedup();
@@ -1331,29 +1352,40 @@ impl Snapshot {
     }
 
     /// What [`Snapshot::answer_table`] gives table `t` of family `f`, without changing
-    /// it (so that tables are answered side by side).
+    /// it (so that tables are answered side by side). The nodes are answered in prefix
+    /// order, parents first: as a compile leaves them, or sorted so when patches have
+    /// added nodes at the end and emptied others (whose slots, in `free`, answer
+    /// nothing).
     pub(crate) fn answered(&self, f: Family, t: usize) -> Answered {
         let table = &self.fib(f).tables[t];
         let mut plain = PlainTable::default();
-        let mut answers: Vec<Plain> = Vec::with_capacity(table.nodes.len());
+        let mut answers: Vec<Plain> = vec![Plain::Miss; table.nodes.len()];
         let mut inheriting = BTreeSet::new();
-        for node in table.nodes.iter() {
+        let mut order: Vec<u32> = (0..table.nodes.len() as u32).collect();
+        let dst = |i: &u32| table.nodes[*i as usize].dst;
+        if !table.free.is_empty() {
+            let free: std::collections::HashSet<u32> = table.free.iter().copied().collect();
+            order.retain(|i| !free.contains(i));
+        }
+        if !order.is_sorted_by_key(dst) {
+            order.sort_unstable_by_key(dst);
+        }
+        for &i in &order {
+            let node = &table.nodes[i as usize];
             let u = self.unnumbered_answer(table.id, node);
             if u == Unnumbered::Up {
                 inheriting.insert(node.dst);
             }
-            // A node's parent comes before it (a shorter prefix of the same bits sorts
-            // first), so its answer is known.
+            // A node's parent is a shorter prefix of the same bits, which sorts first:
+            // its answer is known.
             let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
-            answers.push(plain.numbered(u, up));
+            answers[i as usize] = plain.numbered(u, up);
         }
         plain.fill(
             f,
-            table
-                .nodes
+            order
                 .iter()
-                .map(|n| n.dst)
-                .zip(answers.iter().copied()),
+                .map(|&i| (table.nodes[i as usize].dst, answers[i as usize])),
         );
         Answered {
             plain,
@@ -1374,6 +1406,7 @@ impl CompiledTable {
     /// Takes `answered` as the table's answers.
     fn take_answers(&mut self, answered: Answered) {
         self.plain = answered.plain;
+        self.plain_holds = None;
         self.answers = Chunked::from_vec(answered.answers);
         self.inheriting = answered.inheriting;
     }
