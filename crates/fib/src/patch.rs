@@ -652,7 +652,9 @@ impl Snapshot {
         have: &[&TableRoutes],
         dsts: &[Net],
     ) -> Vec<Net> {
-        // Each touched prefix's node made again, added or emptied.
+        // Each touched prefix's node made again, added or emptied; `here`, its node
+        // after (looked up once: each lookup of a prefix is a walk of the trie).
+        let mut here: Vec<Option<u32>> = Vec::with_capacity(dsts.len());
         for &dst in dsts {
             let routes = routes_at(have, dst);
             let at = table.node_at(dst);
@@ -668,6 +670,7 @@ impl Snapshot {
             self.v6_prefers += (dst.family() == Family::V6 && prefers_input(&node)) as usize;
             match (at, node.routes.is_empty()) {
                 (Some(i), true) => {
+                    here.push(None);
                     table.map(dst, None);
                     if table.plain_holds.is_none() {
                         table.plain.set(dst, None);
@@ -677,7 +680,10 @@ impl Snapshot {
                     table.answers[i as usize] = Plain::Miss;
                     table.free.push(i);
                 }
-                (Some(i), false) => table.nodes[i as usize].routes = node.routes,
+                (Some(i), false) => {
+                    here.push(Some(i));
+                    table.nodes[i as usize].routes = node.routes;
+                }
                 (None, false) => {
                     let i = match table.free.pop() {
                         Some(i) => {
@@ -690,15 +696,15 @@ impl Snapshot {
                             table.nodes.len() as u32 - 1
                         }
                     };
+                    here.push(Some(i));
                     table.map(dst, Some(i));
                 }
-                (None, true) => {}
+                (None, true) => here.push(None),
             }
         }
         // Parents: of each touched node, and of the nodes right below each touched
         // prefix. Ancestors come first, so a deeper prefix's say is the last.
-        for &dst in dsts {
-            let here = table.node_at(dst);
+        for (&dst, &here) in dsts.iter().zip(&here) {
             let above = table.node_above(dst);
             if let Some(i) = here {
                 table.nodes[i as usize].parent = above;
@@ -712,9 +718,9 @@ impl Snapshot {
         // Answers: of each touched node, then of the nodes below that take their
         // parent's (parents first, in the prefixes' order).
         let mut changed: Vec<Net> = Vec::with_capacity(dsts.len());
-        for &dst in dsts {
+        for (&dst, &here) in dsts.iter().zip(&here) {
             changed.push(dst);
-            if let Some(i) = table.node_at(dst) {
+            if let Some(i) = here {
                 self.answer_again(table, i);
             }
             for below in inside(&table.inheriting, dst) {
