@@ -705,11 +705,17 @@ impl Snapshot {
         // Parents: of each touched node, and of the nodes right below each touched
         // prefix. Ancestors come first, so a deeper prefix's say is the last.
         for (&dst, &here) in dsts.iter().zip(&here) {
+            let below = children(have, dst);
+            // A prefix gone with nothing under it has no parent to find (a link's routes
+            // going down: the longest prefix above is a lookup for each length).
+            if here.is_none() && below.is_empty() {
+                continue;
+            }
             let above = table.node_above(dst);
             if let Some(i) = here {
                 table.nodes[i as usize].parent = above;
             }
-            for child in children(have, dst) {
+            for child in below {
                 if let Some(c) = table.node_at(child) {
                     table.nodes[c as usize].parent = here.or(above);
                 }
