@@ -145,7 +145,6 @@ pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> RouteList {
     crate::snapshot::by_source(&lists)
 }
 
-/// The destinations of IPv4's `local` table, in order.
 /// Where a search merging the tables `seq` (positions in `tables`) changes when table
 /// `t`, one of them, changed at prefixes `changed` (sorted): those prefixes, and the
 /// other tables' prefixes inside them, sorted.
@@ -210,6 +209,7 @@ fn local_first(state: &State) -> bool {
         .looks_up_first(TABLE_LOCAL)
 }
 
+/// The destinations of IPv4's `local` table, in order.
 fn local_destinations(state: &State) -> Vec<Net> {
     let mut dsts: Vec<Net> = state
         .table_routes(Family::V4, TABLE_LOCAL)
@@ -541,10 +541,11 @@ impl Snapshot {
 
     /// The IPv4 tables whose structure holds another's answers
     /// ([`CompiledTable::plain_holds`]) where that no longer holds: the other is no longer
-    /// compiled, or a walk may reach them without looking it up first. Each gives its
-    /// structure as a search merging the two (a seed for the walk), and has one of its
-    /// own made from its answers (in time proportional to its routes: this happens only
-    /// when `local`'s rule is deleted or moved, or `local` has no route left).
+    /// compiled, or a walk may reach them without looking it up first (`local`'s rule
+    /// deleted or moved, as VRF setups do). Each gives a copy of its structure as the
+    /// search merging the two (a seed for the walk), if the other is still compiled, and
+    /// has its own made again where the two differ: at the other's prefixes and under
+    /// them, in time proportional to those (and a copy).
     fn release_held(&mut self, state: &State, ids: &[u32]) -> Vec<(Vec<u32>, Merged)> {
         let first = local_first(state);
         let mut seeds = Vec::new();
@@ -555,16 +556,43 @@ impl Snapshot {
             if first && ids.contains(&held) {
                 continue;
             }
-            let plain = std::mem::take(&mut self.v4.tables[t].plain);
-            seeds.push((
-                vec![held, self.v4.tables[t].id],
-                Merged {
-                    seq: Vec::new(),
-                    plain,
-                },
-            ));
-            self.v4.tables[t].plain_holds = None;
-            self.answer_table(Family::V4, t);
+            let id = self.v4.tables[t].id;
+            if ids.contains(&held) {
+                seeds.push((
+                    vec![held, id],
+                    Merged {
+                        seq: Vec::new(),
+                        plain: self.v4.tables[t].plain.clone(),
+                    },
+                ));
+            }
+            // Where the structure holds what the other's nodes answered when it was last
+            // patched (this batch's changes to them follow).
+            let Some(other) = self.v4.position(held) else {
+                self.v4.tables[t].plain_holds = None;
+                continue;
+            };
+            let prefixes: Vec<Net> = self.v4.tables[other]
+                .nodes
+                .iter()
+                .filter(|n| !n.routes.is_empty())
+                .map(|n| n.dst)
+                .collect();
+            let at = merged_prefixes(
+                state,
+                Family::V4,
+                &self.v4.tables,
+                &[other, t],
+                other,
+                &prefixes,
+                false,
+            );
+            let table = &mut self.v4.tables[t];
+            table.plain_holds = None;
+            for net in at {
+                let answer = table.node_at(net).map(|i| table.answers[i as usize]);
+                table.plain.set(net, answer);
+            }
         }
         seeds
     }
@@ -1058,10 +1086,14 @@ rule add from fd01::/64 lookup 100 pref 100
             let mut rng = StdRng::seed_from_u64(seed);
             let mut state = State::new();
             config::apply_text(&mut state, "links", LINKS).unwrap();
-            if rules {
-                config::apply_text(&mut state, "rules", RULES).unwrap();
-            }
             let (mut fib, reader) = Fib::new(state);
+            // The rules added by a patch: the first parts `local` from `main`.
+            if rules {
+                fib.update(|s, t| {
+                    config::apply_text(s, "rules", RULES).unwrap();
+                    t.others();
+                });
+            }
             let mut applied = 0;
             for round in 0..60 {
                 let lines: Vec<(String, u32, bool)> = (0..rng.gen_range(1..12))
@@ -1603,6 +1635,95 @@ route add 2001:db8:61::/48 via fd00::2 table 100
                 reader.snapshot().lookup(&q).map(|h| h.kind),
                 Ok(RouteType::Local)
             );
+        }
+    }
+
+    /// `main`'s structure holds `local`'s answers after the first rule only while every
+    /// walk looks up `local` first: the VRF setup (`local`'s rule moved after another
+    /// table's, then a rule looking up `main` ahead of it) and `local` emptied each give
+    /// `main` a structure of its own again, by a patch, and every lookup answers as the
+    /// state compiled anew, for both snapshots. Where a walk takes `main` before `local`,
+    /// a prefix of `main` inside one of `local`'s answers from `main`.
+    #[test]
+    fn main_holds_local_only_while_every_walk_looks_it_up_first() {
+        let setup = format!(
+            "route add local 10.77.0.0/16 dev lo table local\n\
+             route add 10.77.1.0/24 via 10.0.0.2\n\
+             route add 0.0.0.0/0 via 10.0.0.2\n{}",
+            routes_via_a0(500)
+        );
+        let dsts: Vec<IpAddr> = [
+            "10.77.1.5",
+            "10.77.2.5",
+            "10.78.1.5",
+            "10.0.0.1",
+            "10.0.0.255",
+            "10.1.0.1",
+            "10.100.3.4",
+            "10.9.9.9",
+            "127.0.0.1",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        // Each change, whether `main` holds `local`'s answers after it.
+        let vrf: &[(&str, bool)] = &[
+            ("rule add from 10.1.0.0/24 lookup 100 pref 100", true),
+            ("route add local 10.78.0.0/16 dev lo table local", true),
+            ("rule add lookup local pref 1000", true),
+            ("rule del pref 0", false),
+            ("rule add lookup main pref 10", false),
+            ("route add 10.77.3.0/24 via 10.1.0.2", false),
+            ("route del local 10.78.0.0/16 dev lo table local", false),
+        ];
+        let emptied: &[(&str, bool)] = &[
+            ("rule add from 10.1.0.0/24 lookup 100 pref 100", true),
+            ("route del local 10.77.0.0/16 dev lo table local", true),
+            ("addr del 10.1.0.1/24 dev b0", true),
+            (
+                "route del local 10.0.0.1 dev a0 table local\n\
+                 route del broadcast 10.0.0.255 dev a0 table local",
+                false,
+            ),
+            ("route add local 10.77.0.0/16 dev lo table local", false),
+        ];
+        for (name, changes) in [("vrf", vrf), ("emptied", emptied)] {
+            let mut state = State::new();
+            config::apply_text(&mut state, "links", LINKS).unwrap();
+            config::apply_text(&mut state, "routes", &setup).unwrap();
+            let (mut fib, reader) = Fib::new(state);
+            for (i, &(change, holds)) in changes.iter().enumerate() {
+                for (j, step) in [change, "route replace 10.99.0.0/16 via 10.0.0.2"]
+                    .iter()
+                    .enumerate()
+                {
+                    let before = fib.publications();
+                    fib.update(|s, t| {
+                        config::apply_text(s, "change", step).unwrap();
+                        t.others();
+                    });
+                    let what = format!("{name} {i}.{j}: {step}");
+                    let snapshot = reader.snapshot();
+                    same_answers(&snapshot, &fib.state().snapshot(), &dsts, &what);
+                    let after = fib.publications();
+                    assert_eq!(after.compiled, before.compiled, "{what}");
+                    assert_eq!(after.patched, before.patched + 1, "{what}");
+                    let main = snapshot.v4.position(TABLE_MAIN).unwrap();
+                    assert_eq!(
+                        snapshot.v4.tables[main].plain_holds,
+                        holds.then_some(TABLE_LOCAL),
+                        "{what}"
+                    );
+                }
+            }
+            if name == "vrf" {
+                // `main` first: its own route, not `local`'s.
+                let q = Query::to("10.77.1.5".parse().unwrap());
+                assert_eq!(
+                    reader.snapshot().lookup(&q).map(|h| h.kind),
+                    Ok(RouteType::Unicast)
+                );
+            }
         }
     }
 

@@ -1352,40 +1352,29 @@ impl Snapshot {
     }
 
     /// What [`Snapshot::answer_table`] gives table `t` of family `f`, without changing
-    /// it (so that tables are answered side by side). The nodes are answered in prefix
-    /// order, parents first: as a compile leaves them, or sorted so when patches have
-    /// added nodes at the end and emptied others (whose slots, in `free`, answer
-    /// nothing).
+    /// it (so that tables are answered side by side).
     pub(crate) fn answered(&self, f: Family, t: usize) -> Answered {
         let table = &self.fib(f).tables[t];
         let mut plain = PlainTable::default();
-        let mut answers: Vec<Plain> = vec![Plain::Miss; table.nodes.len()];
+        let mut answers: Vec<Plain> = Vec::with_capacity(table.nodes.len());
         let mut inheriting = BTreeSet::new();
-        let mut order: Vec<u32> = (0..table.nodes.len() as u32).collect();
-        let dst = |i: &u32| table.nodes[*i as usize].dst;
-        if !table.free.is_empty() {
-            let free: std::collections::HashSet<u32> = table.free.iter().copied().collect();
-            order.retain(|i| !free.contains(i));
-        }
-        if !order.is_sorted_by_key(dst) {
-            order.sort_unstable_by_key(dst);
-        }
-        for &i in &order {
-            let node = &table.nodes[i as usize];
+        for node in table.nodes.iter() {
             let u = self.unnumbered_answer(table.id, node);
             if u == Unnumbered::Up {
                 inheriting.insert(node.dst);
             }
-            // A node's parent is a shorter prefix of the same bits, which sorts first:
-            // its answer is known.
+            // A node's parent comes before it (a shorter prefix of the same bits sorts
+            // first), so its answer is known.
             let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
-            answers[i as usize] = plain.numbered(u, up);
+            answers.push(plain.numbered(u, up));
         }
         plain.fill(
             f,
-            order
+            table
+                .nodes
                 .iter()
-                .map(|&i| (table.nodes[i as usize].dst, answers[i as usize])),
+                .map(|n| n.dst)
+                .zip(answers.iter().copied()),
         );
         Answered {
             plain,
