@@ -213,8 +213,10 @@ impl Mirror {
 
 /// Messages the dump's reader hands over at once.
 const DUMP_BATCH: usize = 1024;
-/// Batches the dump's reader may be ahead of the state by: the memory a dump holds.
-const DUMP_AHEAD: usize = 16;
+/// Batches the dump's reader may be ahead of the state by: the memory a dump holds. The
+/// reader goes on reading IPv6's routes while IPv4's tables are built (0.1 s on the full
+/// tables, some 150,000 messages): with 16 batches it waited, and the kernel with it.
+const DUMP_AHEAD: usize = 256;
 
 /// A mirror state and neighbour entries from a fresh dump. A thread of its own reads the
 /// dump (the kernel makes it as it is read) while this one applies each message as it

@@ -397,6 +397,17 @@ impl Dumping {
     /// A route of the dump: as [`State::mirror_route`] with [`RouteOp::Append`].
     pub fn route(&mut self, route: Route) {
         let family = route.family();
+        // The dump lists IPv4's routes, then IPv6's: IPv4's tables are built as soon as
+        // IPv6's begin, while the kernel is still reporting them.
+        if family == Family::V6
+            && self
+                .staged
+                .keys()
+                .next()
+                .is_some_and(|(f, _)| *f == Family::V4)
+        {
+            self.build_staged_of(Some(Family::V4));
+        }
         let table = (family, route.table);
         if self.state.tables.get(&table).is_some_and(|t| !t.is_empty()) {
             // A table held before the dump, or built since: its routes go in one by one.
@@ -464,7 +475,18 @@ impl Dumping {
 
     /// Builds the staged tables and notes what their routes use.
     fn build_staged(&mut self) {
-        for ((family, id), run) in std::mem::take(&mut self.staged) {
+        self.build_staged_of(None);
+    }
+
+    /// Builds the staged tables of `family` (all if `None`) and notes what their routes
+    /// use.
+    fn build_staged_of(&mut self, family: Option<Family>) {
+        let (built, kept) = std::mem::take(&mut self.staged)
+            .into_iter()
+            .partition(|((f, _), _)| family.is_none_or(|x| x == *f));
+        self.staged = kept;
+        let built: BTreeMap<(Family, u32), StagedRun> = built;
+        for ((family, id), run) in built {
             let table = self.state.tables.entry((family, id)).or_default();
             // (Staged only while the table held nothing.)
             debug_assert!(table.is_empty());
