@@ -119,7 +119,23 @@ pub const EXCEPTIONS: usize = 16_384;
 impl Fib {
     /// Publishes `state` and returns the writer and a first reader.
     pub fn new(state: State) -> (Fib, FibReader) {
-        let snapshot = Arc::new(state.snapshot());
+        let snapshot = state.snapshot();
+        Fib::with_snapshot(state, snapshot)
+    }
+
+    /// As [`Fib::new`], the first snapshot joined from halves compiled apart
+    /// ([`State::compile_half`]) from `state`'s IPv4 routes and its IPv6 routes.
+    pub fn new_from_halves(
+        state: State,
+        v4: crate::snapshot::Half,
+        v6: crate::snapshot::Half,
+    ) -> (Fib, FibReader) {
+        Fib::with_snapshot(state, crate::snapshot::Half::join(v4, v6))
+    }
+
+    /// Publishes `snapshot`, compiled from `state`.
+    fn with_snapshot(state: State, snapshot: Snapshot) -> (Fib, FibReader) {
+        let snapshot = Arc::new(snapshot);
         let spare = Spare::copy_of(&snapshot);
         let published = Arc::new(ArcSwap::new(snapshot));
         let exceptions = Arc::new(Exceptions::new(EXCEPTIONS));

@@ -1037,6 +1037,31 @@ pub struct Snapshot {
     pub(crate) serial: u64,
 }
 
+/// One family's half of a snapshot, compiled apart ([`State::compile_half`]) to be
+/// joined with the other's ([`Half::join`]).
+pub struct Half {
+    family: Family,
+    snapshot: Snapshot,
+}
+
+impl Half {
+    /// The snapshot of IPv4's half `v4` and IPv6's half `v6`, compiled from states that
+    /// held the same links, addresses, rules and nexthop objects: as the state holding
+    /// both halves' routes compiled whole.
+    pub fn join(v4: Half, v6: Half) -> Snapshot {
+        assert!(
+            v4.family == Family::V4 && v6.family == Family::V6,
+            "halves of IPv4 and IPv6"
+        );
+        let mut snapshot = v4.snapshot;
+        snapshot.v6 = v6.snapshot.v6;
+        snapshot.v6_prefers = v6.snapshot.v6_prefers;
+        snapshot.v6_input_prefers = v6.snapshot.v6_input_prefers;
+        snapshot.serial = new_serial();
+        snapshot
+    }
+}
+
 /// The serial of the next snapshot compiled or patched.
 static NEXT_SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -1153,39 +1178,11 @@ impl State {
                 (f, id, routes)
             })
             .collect();
-        let tables_of = || filtered.iter().map(|(f, id, r)| (*f, *id, r.as_ref()));
-        let fam = |f: Family| {
-            let merged = f == Family::V4 && !self.v4_unmerged();
-            let mut tables: Vec<CompiledTable> = tables_of()
-                .filter(|(tf, id, _)| {
-                    *tf == f && !(merged && (*id == TABLE_LOCAL || *id == TABLE_MAIN))
-                })
-                .map(|(_, id, routes)| CompiledTable::build(id, f, joined(&[routes])))
-                .collect();
-            if merged {
-                let both: Vec<&crate::state::TableRoutes> = [TABLE_LOCAL, TABLE_MAIN]
-                    .iter()
-                    .flat_map(|&id| {
-                        tables_of()
-                            .filter(move |(tf, t, _)| *tf == f && *t == id)
-                            .map(|(_, _, r)| r)
-                    })
-                    .collect();
-                // One structure for both, present even while they are empty.
-                tables.push(CompiledTable::build(TABLE_MAIN, f, joined(&both)));
-            }
-            let ids: HashMap<u32, usize> =
-                tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
-            FamilyFib {
-                rules: self.compiled_rules(f, &ids),
-                tables,
-                ids,
-                direct: None,
-                runs: Vec::new(),
-                merged: Vec::new(),
-                run_at: Vec::new(),
-            }
-        };
+        let tables: Vec<(Family, u32, &crate::state::TableRoutes)> = filtered
+            .iter()
+            .map(|(f, id, r)| (*f, *id, r.as_ref()))
+            .collect();
+        let fam = |f: Family| self.family_fib(f, &tables);
         // Many destinations are compiled on two threads (a full table's IPv6 beside its
         // IPv4); a few (a small state, or the routes holding one address that a check
         // compiles) here, where starting threads would cost more than it saves.
@@ -1249,6 +1246,57 @@ impl State {
             snapshot.fib_mut(f).walk_again(f, Vec::new());
         }
         snapshot
+    }
+
+    /// Family `f`'s tables of `tables` built (their nodes, not yet answered) with its
+    /// rules.
+    fn family_fib(
+        &self,
+        f: Family,
+        tables: &[(Family, u32, &crate::state::TableRoutes)],
+    ) -> FamilyFib {
+        let tables_of = || tables.iter().copied();
+        let merged = f == Family::V4 && !self.v4_unmerged();
+        let mut tables: Vec<CompiledTable> = tables_of()
+            .filter(|(tf, id, _)| {
+                *tf == f && !(merged && (*id == TABLE_LOCAL || *id == TABLE_MAIN))
+            })
+            .map(|(_, id, routes)| CompiledTable::build(id, f, joined(&[routes])))
+            .collect();
+        if merged {
+            let both: Vec<&crate::state::TableRoutes> = [TABLE_LOCAL, TABLE_MAIN]
+                .iter()
+                .flat_map(|&id| {
+                    tables_of()
+                        .filter(move |(tf, t, _)| *tf == f && *t == id)
+                        .map(|(_, _, r)| r)
+                })
+                .collect();
+            // One structure for both, present even while they are empty.
+            tables.push(CompiledTable::build(TABLE_MAIN, f, joined(&both)));
+        }
+        let ids: HashMap<u32, usize> = tables.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+        FamilyFib {
+            rules: self.compiled_rules(f, &ids),
+            tables,
+            ids,
+            direct: None,
+            runs: Vec::new(),
+            merged: Vec::new(),
+            run_at: Vec::new(),
+        }
+    }
+
+    /// Compiles family `family`'s half of a snapshot, from a state that holds that
+    /// family's routes only (and all else a snapshot is made of: links, addresses,
+    /// rules, nexthop objects): a dump's IPv4 routes compiled on a thread of their own
+    /// while its IPv6 routes are read, and those once read.
+    pub fn compile_half(&self, family: Family) -> Half {
+        debug_assert!(self.tables().all(|(f, _, _)| f == family));
+        Half {
+            family,
+            snapshot: self.compile(None),
+        }
     }
 }
 

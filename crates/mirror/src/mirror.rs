@@ -6,6 +6,7 @@ use crate::kernel::{self, Message, Received};
 use crate::neigh::Neighbours;
 use crate::nexthop::NexthopMessage;
 use fibre_fib::nexthop::NexthopKind;
+use fibre_fib::snapshot::Half;
 use fibre_fib::{Dumping, Fib, FibReader, State, Touched};
 use fibre_fib::{Family, Nexthop};
 use std::io;
@@ -108,10 +109,13 @@ impl Mirror {
     /// it.
     pub fn sync() -> io::Result<(Mirror, FibReader)> {
         let mut stats = Stats::default();
-        let (state, neighbours) = dumped(&mut stats)?;
+        let (state, neighbours, halves) = dumped(&mut stats)?;
         stats.synced = true;
         let compile = Instant::now();
-        let (mut fib, reader) = Fib::new(state);
+        let (mut fib, reader) = match halves {
+            Some((v4, v6)) => Fib::new_from_halves(state, v4, v6),
+            None => Fib::new(state),
+        };
         stats.build_time += compile.elapsed();
         let packed = Instant::now();
         fib.pack_state();
@@ -145,7 +149,8 @@ impl Mirror {
             self.stats.backoffs += 1;
             std::thread::sleep(self.backoff);
         }
-        let (state, neighbours) = dumped(&mut self.stats)?;
+        // (Compiled whole: the state replaces one whose snapshots are patched.)
+        let (state, neighbours, _) = dumped(&mut self.stats)?;
         self.neighbours = neighbours;
         self.stats.resyncs += 1;
         let compile = Instant::now();
@@ -223,7 +228,7 @@ const DUMP_AHEAD: usize = 256;
 /// comes, in batches of [`DUMP_BATCH`] through a channel holding at most [`DUMP_AHEAD`]:
 /// on two cores the two overlap, and no more than that is held. A dump the kernel marks
 /// interrupted is thrown away and made again, from a fresh state.
-fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
+fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> {
     // The dump's time counts the attempts the kernel interrupted too.
     let started = Instant::now();
     loop {
@@ -236,7 +241,10 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
         let mut groups = Vec::new();
         let mut part = Stats::default();
         let mut applying = Duration::ZERO;
-        let (dumped, read_in) = std::thread::scope(|scope| {
+        // What came after IPv4's routes were lent to be compiled, other than IPv6's
+        // routes and neighbours: applied once they are back.
+        let mut deferred: Vec<Converted> = Vec::new();
+        let (dumped, read_in, early) = std::thread::scope(|scope| {
             let (batches, arriving) = std::sync::mpsc::sync_channel::<Vec<Converted>>(DUMP_AHEAD);
             // The reader: a thread started from this one is in its network namespace.
             // It decodes each message into what it changes, so that the messages are
@@ -260,9 +268,36 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
                 let _ = batches.send(batch);
                 (dumped, started.elapsed())
             });
+            // IPv4's half of the snapshot, compiled while IPv6's routes are read (on a
+            // thread of its own: the reader is busy, the applier mostly waits).
+            let mut early = None;
             for batch in arriving {
                 let applied = Instant::now();
                 for converted in batch {
+                    let v6_route = matches!(&converted,
+                        Converted::Change(Ok(Change::Route(r, _))) if r.family() == Family::V6);
+                    if v6_route
+                        && early.is_none()
+                        && state.staged_routes(Family::V4) >= EARLY_V4_FROM
+                    {
+                        // The dump lists IPv4's routes, then IPv6's: IPv4's are all in.
+                        let v4 = state.take_v4();
+                        early = Some(scope.spawn(move || {
+                            let compiled = v4.compile_half(Family::V4);
+                            (v4, compiled)
+                        }));
+                    }
+                    // Neighbours are not the state's; a message skipped changes nothing.
+                    let aside = matches!(
+                        &converted,
+                        Converted::Change(
+                            Ok(Change::Neighbour(_) | Change::DelNeighbour(..)) | Err(_)
+                        )
+                    );
+                    if early.is_some() && !v6_route && !aside {
+                        deferred.push(converted);
+                        continue;
+                    }
                     if let Converted::Nexthop(nh) = &converted {
                         if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
                             groups.push(nh.clone());
@@ -278,7 +313,14 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
                 }
                 applying += applied.elapsed();
             }
-            reader.join().expect("the dump's reader does not panic")
+            let (dumped, read_in) = reader.join().expect("the dump's reader does not panic");
+            // IPv6's half here meanwhile, unless IPv4's may not be used.
+            let v6 = (early.is_some()
+                && deferred.is_empty()
+                && dumped.as_ref().is_ok_and(|d| !d.interrupted))
+            .then(|| state.compile_v6());
+            let early = early.map(|h| h.join().expect("a compile does not panic"));
+            (dumped, read_in, early.map(|(v4, half)| (v4, half, v6)))
         });
         let dumped = dumped?;
         if dumped.interrupted {
@@ -286,19 +328,50 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours)> {
             stats.dump_restarts += 1;
             continue;
         }
+        // IPv4's routes back in place; what changed anything else meanwhile makes the
+        // half compiled apart differ from the state: it is then compiled whole.
+        let halves = early.and_then(|(v4, v4_half, v6_half)| {
+            state.put_v4_back(v4);
+            v6_half.map(|v6_half| (v4_half, v6_half))
+        });
+        for converted in deferred {
+            if let Converted::Nexthop(nh) = &converted {
+                if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
+                    groups.push(nh.clone());
+                }
+            }
+            apply_one(
+                &mut state,
+                &mut neighbours,
+                &mut part,
+                &mut touched,
+                converted,
+            );
+        }
         stats.malformed += dumped.malformed + part.malformed;
         stats.updates += part.updates;
         stats.skipped += part.skipped;
         let mut state = state.finish();
-        // A group dumped before its members (a lower id) takes their family now.
+        // A group dumped before its members (a lower id) takes their family now (which
+        // the half compiled ahead did not know).
+        let mut regrouped = false;
         for nh in &groups {
+            let before = state.nexthop(nh.id).cloned();
             state.mirror_nexthop(nexthop_of(&state, nh));
+            regrouped |= state.nexthop(nh.id) != before.as_ref();
         }
         stats.dump_time = read_in;
         stats.build_time = applying;
-        return Ok((state, neighbours));
+        return Ok((state, neighbours, halves.filter(|_| !regrouped)));
     }
 }
+
+/// A snapshot's IPv4 and IPv6 halves, compiled apart.
+type Halves = (Half, Half);
+
+/// IPv4 routes from which a dump compiles IPv4's half of the snapshot on a thread of its
+/// own while IPv6's routes are read (fewer compile in less than starting a thread takes).
+const EARLY_V4_FROM: usize = 50_000;
 
 /// A message read, made into what it changes.
 enum Converted {

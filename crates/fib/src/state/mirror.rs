@@ -467,6 +467,60 @@ impl Dumping {
         }
     }
 
+    /// The keys of family `family` staged so far (routes of tables that held none when
+    /// the dump began).
+    pub fn staged_routes(&self, family: Family) -> usize {
+        self.staged
+            .iter()
+            .filter(|((f, _), _)| *f == family)
+            .map(|(_, run)| run.len())
+            .sum()
+    }
+
+    /// IPv4's routes, built, lent with a copy of what else a snapshot is made of (links,
+    /// addresses, rules, nexthop objects), for IPv4's half of the snapshot to be compiled
+    /// on another thread ([`State::compile_half`]) while IPv6's routes are still staged
+    /// here. Until [`Dumping::put_v4_back`], this state holds no IPv4 route, and
+    /// what changes anything but IPv6's routes is for after it (the copy would differ).
+    pub fn take_v4(&mut self) -> State {
+        self.build_staged_of(Some(Family::V4));
+        let state = &mut self.state;
+        let (v4, rest) = std::mem::take(&mut state.tables)
+            .into_iter()
+            .partition(|((f, _), _)| *f == Family::V4);
+        state.tables = rest;
+        // What routes use and share stays here: the copy is of the small rest.
+        let journal = state.journal.take();
+        let shared = std::mem::take(&mut state.shared);
+        let tally = std::mem::take(&mut state.tally);
+        let object_users = std::mem::take(&mut state.object_users);
+        let link_users = std::mem::take(&mut state.link_users);
+        let prefsrc_users = std::mem::take(&mut state.prefsrc_users);
+        let mut part = state.clone();
+        state.journal = journal;
+        state.shared = shared;
+        state.tally = tally;
+        state.object_users = object_users;
+        state.link_users = link_users;
+        state.prefsrc_users = prefsrc_users;
+        part.tables = v4;
+        part
+    }
+
+    /// IPv6's half of the snapshot, compiled from the routes staged (IPv4's lent by
+    /// [`Dumping::take_v4`]).
+    pub fn compile_v6(&mut self) -> crate::snapshot::Half {
+        self.build_staged_of(Some(Family::V6));
+        self.state.compile_half(Family::V6)
+    }
+
+    /// IPv4's routes lent by [`Dumping::take_v4`] back in place.
+    pub fn put_v4_back(&mut self, part: State) {
+        for (key, table) in part.tables {
+            self.state.tables.entry(key).or_default().extend(table);
+        }
+    }
+
     /// The state, the dump's routes in place.
     pub fn finish(mut self) -> State {
         self.build_staged();
@@ -699,6 +753,103 @@ mod tests {
     /// sweep at the bound leaves it more than half full gives up (rather than be swept
     /// whole every few notes); one left half empty goes on, swept a few times a note at
     /// most.
+    /// A dump's IPv4 routes lent and compiled apart while its IPv6 routes are staged,
+    /// then IPv6's compiled, the two halves joined answer every lookup as the whole state
+    /// compiled at once; the state is whole again, as one built route by route.
+    #[test]
+    fn a_snapshot_compiled_in_two_halves_answers_as_one_compiled_whole() {
+        use crate::query::Query;
+        use rand::SeedableRng;
+        let links = "\
+link add a0 type veth peer name b0
+link add a1 type veth peer name b1
+link set a0 up
+link set b0 up
+link set a1 up
+link set b1 up
+";
+        let addresses = "\
+addr add 10.9.0.100/24 dev a0
+addr add 10.9.1.1/24 dev a1
+addr add fe80::100/64 dev a0
+route add 10.9.0.0/24 dev a0 proto kernel scope link
+route add 10.9.1.0/24 dev a1 proto kernel scope link
+route add fe80::/64 dev a0 proto kernel
+rule add from ::/0 lookup local pref 0
+rule add from ::/0 lookup main pref 32766
+nexthop add id 1 via 10.9.0.1 dev a0
+nexthop add id 2 dev a1
+";
+        // Lookups answered with a hop, by family: both halves are compared.
+        let mut answered = [0usize; 2];
+        for seed in 0..60u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut base = State::mirrored();
+            crate::config::apply_text(&mut base, "links", links).unwrap();
+            // The kernel reports the carriers of a mirror's links.
+            let indexes: Vec<LinkIndex> = base.links.keys().copied().collect();
+            for index in indexes {
+                base.carriers.insert(index, true);
+            }
+            crate::config::apply_text(&mut base, "addresses", addresses).unwrap();
+            // A dump lists IPv4's routes, then IPv6's.
+            let mut routes: Vec<Route> = (0..rng.gen_range(1..400))
+                .map(|_| dumped_route(&mut rng))
+                .collect();
+            routes.sort_by_key(|r| r.family() == Family::V6);
+            let mut whole = base.clone();
+            let mut dumping = Dumping::new(base);
+            let mut early = None;
+            for r in &routes {
+                whole.mirror_route(r.clone(), RouteOp::Append);
+                if r.family() == Family::V6 && early.is_none() {
+                    let v4 = dumping.take_v4();
+                    assert!(v4.tables.keys().all(|(f, _)| *f == Family::V4));
+                    assert!(dumping.state.tables.keys().all(|(f, _)| *f == Family::V6));
+                    let compiled = v4.compile_half(Family::V4);
+                    early = Some((v4, compiled));
+                }
+                dumping.route(r.clone());
+            }
+            let halves = early.map(|(v4, compiled)| {
+                let v6 = dumping.compile_v6();
+                dumping.put_v4_back(v4);
+                (compiled, v6)
+            });
+            let state = dumping.finish();
+            assert_eq!(state.tables, whole.tables, "seed {seed}");
+            assert_eq!(state.rules, whole.rules, "seed {seed}");
+            let Some((v4, v6)) = halves else {
+                continue;
+            };
+            let halves = crate::snapshot::Half::join(v4, v6);
+            let at_once = state.snapshot();
+            for r in &routes {
+                for addr in [r.dst.addr(), r.dst.last()] {
+                    for iif in [None, Some(2)] {
+                        let q = Query {
+                            iif,
+                            src: iif.map(|_| match addr {
+                                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::new(10, 9, 0, 7)),
+                                IpAddr::V6(_) => "fe80::7".parse().unwrap(),
+                            }),
+                            ..Query::to(addr)
+                        };
+                        assert_eq!(halves.route(&q), at_once.route(&q), "seed {seed}: {q:?}");
+                        let hop = at_once.lookup(&q).map(crate::forward::Hop::from);
+                        answered[(q.dst.is_ipv6()) as usize] += hop.is_ok() as usize;
+                        assert_eq!(
+                            halves.lookup(&q).map(crate::forward::Hop::from),
+                            hop,
+                            "seed {seed}: {q:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(answered.iter().all(|&n| n > 1000), "{answered:?}");
+    }
+
     #[test]
     fn an_index_of_users_at_its_bound_gives_up_or_is_swept_seldom() {
         let dst = |i: u32| {
