@@ -211,6 +211,10 @@ pub struct State {
     prefsrc_users: BTreeMap<IpAddr, Users>,
     /// The routes counted as they change.
     tally: Tally,
+    /// A family whose routes are lent out while a dump is read
+    /// ([`crate::Dumping::take_v4`]): its destinations in the indexes of users are kept
+    /// by a sweep, which cannot see their routes.
+    lent: Option<Family>,
 }
 
 /// The destinations (by family and table) of the routes that use one thing, a nexthop
@@ -361,6 +365,8 @@ fn note(journal: &mut Option<BTreeSet<(Family, u32, Net)>>, family: Family, tabl
 /// reads).
 struct UsersOf<'a> {
     tables: &'a BTreeMap<(Family, u32), TableRoutes>,
+    /// A family whose routes are not in `tables` for now ([`State::lent`]).
+    lent: Option<Family>,
     object: &'a mut BTreeMap<NexthopId, Users>,
     link: &'a mut BTreeMap<LinkIndex, Users>,
     prefsrc: &'a mut BTreeMap<IpAddr, Users>,
@@ -371,12 +377,17 @@ impl UsersOf<'_> {
     /// links of its own paths, and its preferred source.
     fn note(&mut self, at: (Family, u32, Net), route: &RouteBody) {
         let tables = self.tables;
+        let lent = self.lent;
+        // The routes of `at`, or `None` if they are lent out (kept, unseen).
+        let routes = move |f: Family, t: u32, dst: Net| {
+            (lent != Some(f)).then(|| routes_at(tables, f, t, dst))
+        };
         if let Some(src) = route.prefsrc {
             self.prefsrc
                 .entry(src)
                 .or_default()
                 .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
-                    routes_at(tables, f, t, dst).any(|r| r.prefsrc == Some(src))
+                    routes(f, t, dst).is_none_or(|mut r| r.any(|r| r.prefsrc == Some(src)))
                 });
         }
         match &route.paths {
@@ -386,7 +397,8 @@ impl UsersOf<'_> {
                     .entry(id)
                     .or_default()
                     .note(at, usize::MAX, |&(f, t, dst)| {
-                        routes_at(tables, f, t, dst).any(|r| r.paths == Paths::Object(id))
+                        routes(f, t, dst)
+                            .is_none_or(|mut r| r.any(|r| r.paths == Paths::Object(id)))
                     })
             }
             Paths::Own(paths) => {
@@ -399,8 +411,9 @@ impl UsersOf<'_> {
                         .entry(dev)
                         .or_default()
                         .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
-                            routes_at(tables, f, t, dst)
-                                .any(|r| r.own_paths().iter().any(|p| p.dev == dev))
+                            routes(f, t, dst).is_none_or(|mut r| {
+                                r.any(|r| r.own_paths().iter().any(|p| p.dev == dev))
+                            })
                         })
                 }
             }
@@ -468,6 +481,7 @@ impl State {
             link_users: BTreeMap::new(),
             prefsrc_users: BTreeMap::new(),
             tally: Tally::default(),
+            lent: None,
         }
     }
 
@@ -1443,6 +1457,7 @@ impl State {
     fn users(&mut self) -> UsersOf<'_> {
         UsersOf {
             tables: &self.tables,
+            lent: self.lent,
             object: &mut self.object_users,
             link: &mut self.link_users,
             prefsrc: &mut self.prefsrc_users,

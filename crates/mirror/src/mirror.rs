@@ -315,11 +315,13 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
             }
             let (dumped, read_in) = reader.join().expect("the dump's reader does not panic");
             // IPv6's half here meanwhile, unless IPv4's may not be used.
+            let halves = Instant::now();
             let v6 = (early.is_some()
                 && deferred.is_empty()
                 && dumped.as_ref().is_ok_and(|d| !d.interrupted))
             .then(|| state.compile_v6());
             let early = early.map(|h| h.join().expect("a compile does not panic"));
+            applying += halves.elapsed();
             (dumped, read_in, early.map(|(v4, half)| (v4, half, v6)))
         });
         let dumped = dumped?;

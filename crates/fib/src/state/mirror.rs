@@ -390,6 +390,7 @@ impl Dumping {
     /// The state, the routes staged so far put in place first: for a message that is
     /// not a route.
     pub fn state_mut(&mut self) -> &mut State {
+        debug_assert!(self.state.lent.is_none(), "a message for after the lend");
         self.build_staged();
         &mut self.state
     }
@@ -397,6 +398,7 @@ impl Dumping {
     /// A route of the dump: as [`State::mirror_route`] with [`RouteOp::Append`].
     pub fn route(&mut self, route: Route) {
         let family = route.family();
+        debug_assert!(self.state.lent != Some(family), "a route of a family lent");
         // The dump lists IPv4's routes, then IPv6's: IPv4's tables are built as soon as
         // IPv6's begin, while the kernel is still reporting them.
         if family == Family::V6
@@ -497,6 +499,7 @@ impl Dumping {
         let link_users = std::mem::take(&mut state.link_users);
         let prefsrc_users = std::mem::take(&mut state.prefsrc_users);
         let mut part = state.clone();
+        state.lent = Some(Family::V4);
         state.journal = journal;
         state.shared = shared;
         state.tally = tally;
@@ -516,8 +519,20 @@ impl Dumping {
 
     /// IPv4's routes lent by [`Dumping::take_v4`] back in place.
     pub fn put_v4_back(&mut self, part: State) {
+        self.state.lent = None;
         for (key, table) in part.tables {
-            self.state.tables.entry(key).or_default().extend(table);
+            // Moved whole, its B-tree as built (none of IPv4's came meanwhile).
+            match self.state.tables.entry(key) {
+                std::collections::btree_map::Entry::Occupied(mut held)
+                    if !held.get().is_empty() =>
+                {
+                    held.get_mut().extend(table)
+                }
+                std::collections::btree_map::Entry::Occupied(mut held) => *held.get_mut() = table,
+                std::collections::btree_map::Entry::Vacant(at) => {
+                    at.insert(table);
+                }
+            }
         }
     }
 
@@ -749,10 +764,6 @@ mod tests {
         }
     }
 
-    /// An index of users near its bound, its destinations coming and going: one whose
-    /// sweep at the bound leaves it more than half full gives up (rather than be swept
-    /// whole every few notes); one left half empty goes on, swept a few times a note at
-    /// most.
     /// A dump's IPv4 routes lent and compiled apart while its IPv6 routes are staged,
     /// then IPv6's compiled, the two halves joined answer every lookup as the whole state
     /// compiled at once; the state is whole again, as one built route by route.
@@ -850,6 +861,100 @@ nexthop add id 2 dev a1
         assert!(answered.iter().all(|&n| n > 1000), "{answered:?}");
     }
 
+    /// While IPv4's routes are lent, the indexes of users swept as IPv6's are noted keep
+    /// IPv4's destinations (their routes are out of sight, not gone): a link and a
+    /// nexthop object used by thousands of routes of both families still index every
+    /// one of them once the routes are back, and the tables are moved back whole.
+    #[test]
+    fn indexes_swept_while_ipv4_is_lent_keep_its_destinations() {
+        let mut base = State::mirrored();
+        crate::config::apply_text(
+            &mut base,
+            "links",
+            "link add a0 type veth peer name b0\nlink set a0 up\nlink set b0 up",
+        )
+        .unwrap();
+        let a0 = base.link_by_name("a0").unwrap().index;
+        base.carriers.insert(a0, true);
+        let mut dumping = Dumping::new(base);
+        let route = |dst: Net, paths: Paths| {
+            let family = dst.family();
+            Route::new(
+                dst,
+                RouteBody {
+                    table: 254,
+                    src: Net::default_of(family),
+                    tos: 0,
+                    metric: 0,
+                    protocol: 186,
+                    scope: 0,
+                    kind: RouteType::Unicast,
+                    prefsrc: None,
+                    mtu: None,
+                    hoplimit: None,
+                    paths,
+                    pref: 0,
+                },
+            )
+        };
+        let through_a0 = || {
+            Paths::own(vec![Path {
+                gateway: None,
+                dev: a0,
+                weight: 1,
+                onlink: false,
+                dead: false,
+                scope: SCOPE_LINK,
+            }])
+        };
+        let mut v4 = Vec::new();
+        for i in 0..6000u32 {
+            let dst = Net::new(
+                IpAddr::V4(std::net::Ipv4Addr::from(0x0b00_0000 | (i << 8))),
+                24,
+            )
+            .unwrap();
+            let paths = if i % 2 == 0 {
+                through_a0()
+            } else {
+                Paths::Object(7)
+            };
+            v4.push(dst);
+            dumping.route(route(dst, paths));
+        }
+        let v4_part = dumping.take_v4();
+        for i in 0..6000u128 {
+            let dst = Net::new(
+                IpAddr::V6(std::net::Ipv6Addr::from(
+                    (0x2001_0db8_u128 << 96) | (i << 64),
+                )),
+                64,
+            )
+            .unwrap();
+            let paths = if i % 2 == 0 {
+                through_a0()
+            } else {
+                Paths::Object(7)
+            };
+            dumping.route(route(dst, paths));
+        }
+        let _v6_half = dumping.compile_v6();
+        dumping.put_v4_back(v4_part);
+        let state = dumping.finish();
+        let links = state.link_users[&a0].dsts.as_ref().expect("indexed");
+        let objects = state.object_users[&7].dsts.as_ref().expect("indexed");
+        for (i, dst) in v4.iter().enumerate() {
+            let index = if i % 2 == 0 { links } else { objects };
+            assert!(index.contains(&(Family::V4, 254, *dst)), "{dst}");
+        }
+        assert_eq!(links.len() + objects.len(), 12_000);
+        assert_eq!(state.tables[&(Family::V4, 254)].len(), 6000);
+    }
+
+    /// An index of users near its bound, its destinations coming and going: one whose
+    /// sweep at the bound leaves it more than half full gives up (rather than be swept
+    /// whole every few notes); one left half empty goes on, swept a few times a note at
+    /// most.
     #[test]
     fn an_index_of_users_at_its_bound_gives_up_or_is_swept_seldom() {
         let dst = |i: u32| {
