@@ -396,7 +396,7 @@ fn fill_checksum(
 
 /// Some payload bytes.
 fn payload(len: usize, seed: u32) -> impl Iterator<Item = u8> {
-    (0..len).map(move |k| b'a' + ((k as u32 + seed) % 26) as u8)
+    (0..len).map(move |k| b'a' + ((k as u32).wrapping_add(seed) % 26) as u8)
 }
 
 /// An IP packet from `source` to `destination` carrying `transport` of `protocol`,
