@@ -298,16 +298,12 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
                         deferred.push(converted);
                         continue;
                     }
-                    if let Converted::Nexthop(nh) = &converted {
-                        if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
-                            groups.push(nh.clone());
-                        }
-                    }
-                    apply_one(
+                    apply_dumped(
                         &mut state,
                         &mut neighbours,
                         &mut part,
                         &mut touched,
+                        &mut groups,
                         converted,
                     );
                 }
@@ -337,16 +333,12 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
             v6_half.map(|v6_half| (v4_half, v6_half))
         });
         for converted in deferred {
-            if let Converted::Nexthop(nh) = &converted {
-                if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
-                    groups.push(nh.clone());
-                }
-            }
-            apply_one(
+            apply_dumped(
                 &mut state,
                 &mut neighbours,
                 &mut part,
                 &mut touched,
+                &mut groups,
                 converted,
             );
         }
@@ -366,6 +358,24 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
         stats.build_time = applying;
         return Ok((state, neighbours, halves.filter(|_| !regrouped)));
     }
+}
+
+/// Applies one message of a dump ([`apply_one`]), keeping aside the nexthop groups, which
+/// take their members' family once the dump is whole.
+fn apply_dumped(
+    state: &mut Dumping,
+    neighbours: &mut Neighbours,
+    stats: &mut Stats,
+    touched: &mut Touched,
+    groups: &mut Vec<NexthopMessage>,
+    converted: Converted,
+) {
+    if let Converted::Nexthop(nh) = &converted {
+        if matches!(nh.kind, NexthopKind::Group(_)) && nh.family.is_none() {
+            groups.push(nh.clone());
+        }
+    }
+    apply_one(state, neighbours, stats, touched, converted);
 }
 
 /// A snapshot's IPv4 and IPv6 halves, compiled apart.
