@@ -1,8 +1,9 @@
-//! Fuzzes both structures: bytes become inserts, removes, lookups and publishes on both
-//! families and both structures (trie and range tree, in the fastest form this CPU runs),
-//! through the shared writer, each checked against the reference. Published
-//! snapshots are held while later updates copy around them, and must still answer as the
-//! reference did when they were published; the whole table is compared at the end.
+//! Fuzzes both structures: bytes become inserts, removes (one at a time and in batches),
+//! lookups and publishes on both families and both structures (trie and range tree, in
+//! the fastest form this CPU runs), through the shared writer, each checked against the
+//! reference. Published snapshots are held while later updates copy around them, and
+//! must still answer as the reference did when they were published; the whole table is
+//! compared at the end.
 #![no_main]
 
 use fibre_lpm::{shared, Key, Prefix, ReadGuard, ReferenceLpm, Structure, Table};
@@ -45,6 +46,20 @@ fn run<K: Key>(structure: Structure, data: &[u8], key_bytes: usize) {
         let p = Prefix::new_clamped(key, len);
         match op[0] % 5 {
             0 | 1 => assert_eq!(w.insert(p, u32::from(op[0])), r.insert(p, u32::from(op[0]))),
+            // A batch: the prefixes of this length of the last few keys.
+            2 if op[0] & 0x40 != 0 => {
+                let batch: Vec<Prefix<K>> = keys
+                    .iter()
+                    .rev()
+                    .take(usize::from(op[1] % 32) + 1)
+                    .map(|&k| Prefix::new_clamped(k, len))
+                    .collect();
+                let mut named = batch.clone();
+                named.sort_unstable();
+                named.dedup();
+                let held = named.iter().filter(|p| r.remove(p).is_some()).count();
+                assert_eq!(w.remove_many(&batch), held, "a batch of removals");
+            }
             2 => assert_eq!(w.remove(p), r.remove(&p)),
             3 => assert_eq!(w.table().lookup(key), r.lookup(key).map(|x| x.1)),
             _ => {

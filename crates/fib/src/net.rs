@@ -270,6 +270,14 @@ fn full(family: Family) -> u128 {
     }
 }
 
+/// `nets` as the engines' prefixes, IPv4's and IPv6's apart.
+pub(crate) fn by_family(nets: &[Net]) -> (Vec<Ipv4Prefix>, Vec<Ipv6Prefix>) {
+    (
+        nets.iter().filter_map(Net::v4).collect(),
+        nets.iter().filter_map(Net::v6).collect(),
+    )
+}
+
 fn mask(family: Family, len: u8) -> u128 {
     let width = family.bits() as u32;
     if len == 0 {

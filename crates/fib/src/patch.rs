@@ -25,7 +25,9 @@ use crate::names::{TABLE_LOCAL, TABLE_MAIN};
 use crate::net::{Family, Net};
 use crate::nexthop::NexthopId;
 use crate::route::{Path, RouteType};
-use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Merged, Node, Plain, Snapshot};
+use crate::snapshot::{
+    merged_answer, prefers_input, CompiledTable, Merged, Node, Plain, PlainTable, Snapshot,
+};
 use crate::state::{RouteList, State, TableRoutes};
 use std::collections::BTreeSet;
 
@@ -34,7 +36,8 @@ use std::collections::BTreeSet;
 /// anything besides routes changed, or everything.
 #[derive(Clone, Debug, Default)]
 pub struct Touched {
-    routes: BTreeSet<(Family, u32, Net)>,
+    /// As noted: a destination may be named more than once (see [`Touched::add`]).
+    routes: Vec<(Family, u32, Net)>,
     others: bool,
     everything: bool,
 }
@@ -51,7 +54,7 @@ impl Touched {
     /// Everything touched: the state is compiled anew.
     pub fn everything() -> Touched {
         Touched {
-            routes: BTreeSet::new(),
+            routes: Vec::new(),
             others: true,
             everything: true,
         }
@@ -60,7 +63,7 @@ impl Touched {
     /// The routes of destination `dst` in table `table` changed.
     pub fn route(&mut self, table: u32, dst: Net) {
         if !self.everything {
-            self.routes.insert((dst.family(), table, dst));
+            self.routes.push((dst.family(), table, dst));
         }
     }
 
@@ -83,6 +86,11 @@ impl Touched {
         } else if !self.everything {
             self.routes.extend(other.routes.iter().copied());
             self.others |= other.others;
+            // Named once each before their count decides whether to patch.
+            if self.routes.len() > MAX_PATCHED {
+                self.routes.sort_unstable();
+                self.routes.dedup();
+            }
         }
     }
 
@@ -202,6 +210,22 @@ fn answers_at(
         .collect()
 }
 
+/// Writes `answers` (of distinct prefixes) into search `plain`, the prefixes without one
+/// taken out in one batch.
+fn set_answers(plain: &mut PlainTable, answers: Vec<(Net, Option<crate::snapshot::Unnumbered>)>) {
+    let mut gone = Vec::new();
+    for (net, answer) in answers {
+        match answer {
+            Some(u) => {
+                let answer = plain.numbered(u, Plain::Miss);
+                plain.set(net, Some(answer));
+            }
+            None => gone.push(net),
+        }
+    }
+    plain.unset_all(&gone);
+}
+
 /// Whether every IPv4 walk looks up `local` first ([`crate::classify::Rules::looks_up_first`]).
 fn local_first(state: &State) -> bool {
     let rules = state.rules(Family::V4);
@@ -276,6 +300,17 @@ impl CompiledTable {
         (0..dst.len())
             .rev()
             .find_map(|len| self.node_at(Net::new(dst.addr(), len).expect("shorter")))
+    }
+
+    /// Takes prefixes `dsts` out of the map of nodes, in one batch.
+    fn unmap_all(&mut self, dsts: &[Net]) {
+        let (v4, v6) = crate::net::by_family(dsts);
+        if let (Some(t), false) = (&mut self.v4, v4.is_empty()) {
+            t.remove_many(&v4);
+        }
+        if let (Some(t), false) = (&mut self.v6, v6.is_empty()) {
+            t.remove_many(&v6);
+        }
     }
 
     fn map(&mut self, dst: Net, node: Option<u32>) {
@@ -683,6 +718,8 @@ impl Snapshot {
         // Each touched prefix's node made again, added or emptied; `here`, its node
         // after (looked up once: each lookup of a prefix is a walk of the trie).
         let mut here: Vec<Option<u32>> = Vec::with_capacity(dsts.len());
+        // The prefixes that lose their node, taken out of the searches in one batch.
+        let mut gone: Vec<Net> = Vec::new();
         for &dst in dsts {
             let routes = routes_at(have, dst);
             let at = table.node_at(dst);
@@ -699,10 +736,7 @@ impl Snapshot {
             match (at, node.routes.is_empty()) {
                 (Some(i), true) => {
                     here.push(None);
-                    table.map(dst, None);
-                    if table.plain_holds.is_none() {
-                        table.plain.set(dst, None);
-                    }
+                    gone.push(dst);
                     table.inheriting.remove(&dst);
                     table.nodes[i as usize] = node;
                     table.answers[i as usize] = Plain::Miss;
@@ -729,6 +763,10 @@ impl Snapshot {
                 }
                 (None, true) => here.push(None),
             }
+        }
+        table.unmap_all(&gone);
+        if table.plain_holds.is_none() {
+            table.plain.unset_all(&gone);
         }
         // Parents: of each touched node, and of the nodes right below each touched
         // prefix. Ancestors come first, so a deeper prefix's say is the last.
@@ -808,19 +846,14 @@ impl Snapshot {
             }
             let seq = fib.merged[m].seq.clone();
             let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
-            for (net, answer) in answers_at(&fib.tables, &seq, at) {
-                let answer = answer.map(|u| fib.merged[m].plain.numbered(u, Plain::Miss));
-                fib.merged[m].plain.set(net, answer);
-            }
+            let answers = answers_at(&fib.tables, &seq, at);
+            set_answers(&mut fib.merged[m].plain, answers);
         }
         if let Some((h, seq)) = holding {
             let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
             // Computed from the tables, then written into one of them.
-            for (net, answer) in answers_at(&fib.tables, &seq, at) {
-                let plain = &mut fib.tables[h].plain;
-                let answer = answer.map(|u| plain.numbered(u, Plain::Miss));
-                plain.set(net, answer);
-            }
+            let answers = answers_at(&fib.tables, &seq, at);
+            set_answers(&mut fib.tables[h].plain, answers);
         }
     }
 

@@ -488,6 +488,18 @@ impl PlainTable {
         }
     }
 
+    /// Takes the answers of prefixes `dsts` out, as [`PlainTable::set`] to `None` does
+    /// for each, in one batch (each node of the search they share changed once).
+    pub(crate) fn unset_all(&mut self, dsts: &[Net]) {
+        let (v4, v6) = crate::net::by_family(dsts);
+        if let (Some(t), false) = (&mut self.v4, v4.is_empty()) {
+            t.remove_many(&v4);
+        }
+        if let (Some(t), false) = (&mut self.v6, v6.is_empty()) {
+            t.remove_many(&v6);
+        }
+    }
+
     /// Whether the table has numbered so many hops or paths that patches should give way
     /// to a fresh compile, which numbers only those in use.
     pub(crate) fn is_worn(&self) -> bool {

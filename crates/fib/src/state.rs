@@ -199,7 +199,7 @@ pub struct State {
     /// While kept ([`State::keep_journal`]): the destinations whose routes changed, by
     /// family and table, however they changed (a command, a report, or what a link or
     /// an address took with it). A published snapshot is patched at them.
-    journal: Option<BTreeSet<(Family, u32, Net)>>,
+    journal: Option<Vec<(Family, u32, Net)>>,
     /// The routes' lists of paths and lists of routes, each held once and shared by
     /// every holder of an equal one.
     shared: Shared,
@@ -355,9 +355,9 @@ impl Interned<[Path]> {
 }
 
 /// Notes in `journal`, if kept, that the routes of `dst` in table `table` changed.
-fn note(journal: &mut Option<BTreeSet<(Family, u32, Net)>>, family: Family, table: u32, dst: Net) {
+fn note(journal: &mut Option<Vec<(Family, u32, Net)>>, family: Family, table: u32, dst: Net) {
     if let Some(j) = journal {
-        j.insert((family, table, dst));
+        j.push((family, table, dst));
     }
 }
 
@@ -553,13 +553,16 @@ impl State {
 
     /// Starts noting the destinations whose routes change (see [`State::take_journal`]).
     pub fn keep_journal(&mut self) {
-        self.journal = Some(BTreeSet::new());
+        self.journal = Some(Vec::new());
     }
 
     /// The destinations whose routes changed since [`State::keep_journal`], by family,
     /// table and destination; no more are noted.
-    pub fn take_journal(&mut self) -> BTreeSet<(Family, u32, Net)> {
-        self.journal.take().unwrap_or_default()
+    pub fn take_journal(&mut self) -> Vec<(Family, u32, Net)> {
+        let mut journal = self.journal.take().unwrap_or_default();
+        journal.sort_unstable();
+        journal.dedup();
+        journal
     }
 
     /// The routes of one table, keyed by destination and source prefix.

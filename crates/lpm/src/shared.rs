@@ -152,6 +152,13 @@ impl<K: Key> LpmWriter<K> {
         self.table.remove(&prefix)
     }
 
+    /// Removes every prefix of `prefixes` the table holds, in one batch (visible after
+    /// [`LpmWriter::publish`]); returns how many it held.
+    pub fn remove_many(&mut self, prefixes: &[Prefix<K>]) -> usize {
+        self.changed = true;
+        self.table.remove_many(prefixes)
+    }
+
     /// Replaces the whole table (visible after [`LpmWriter::publish`]).
     pub fn replace(&mut self, table: Table<K>) {
         self.changed = true;

@@ -247,6 +247,13 @@ impl<K: Key> Table<K> {
         each!(&mut self.inner, t => t.remove(prefix))
     }
 
+    /// Removes every prefix of `prefixes` the table holds; returns how many it held. The
+    /// same as removing them one at a time, but the trie recompiles each node they touch
+    /// once: a link's thousand host routes under a few prefixes go several times faster.
+    pub fn remove_many(&mut self, prefixes: &[Prefix<K>]) -> usize {
+        each!(&mut self.inner, t => t.remove_many(prefixes))
+    }
+
     /// The value of exactly `prefix` (not a longest-prefix match).
     pub fn get(&self, prefix: &Prefix<K>) -> Option<u32> {
         each!(&self.inner, t => t.get(prefix))

@@ -19,6 +19,8 @@ pub(crate) trait Tested<K: Key>: Lookups<K> + Default {
     fn insert(&mut self, prefix: Prefix<K>, value: u32) -> Option<u32>;
     /// Removes `prefix`; returns its value.
     fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32>;
+    /// Removes every prefix of `prefixes` held; returns how many were.
+    fn remove_many(&mut self, prefixes: &[Prefix<K>]) -> usize;
     /// The value of exactly `prefix`.
     fn get(&self, prefix: &Prefix<K>) -> Option<u32>;
     /// Number of prefixes of each length, indexed by length.
@@ -63,6 +65,9 @@ macro_rules! tested {
             }
             fn remove(&mut self, prefix: &Prefix<K>) -> Option<u32> {
                 $table::remove(self, prefix)
+            }
+            fn remove_many(&mut self, prefixes: &[Prefix<K>]) -> usize {
+                $table::remove_many(self, prefixes)
             }
             fn get(&self, prefix: &Prefix<K>) -> Option<u32> {
                 $table::get(self, prefix)
@@ -155,7 +160,34 @@ pub(crate) fn random_op<K: Key, E: Tested<K>>(
     }
 }
 
-/// `ops` random inserts, replaces and removes around `bases` random base addresses,
+/// Removes a batch of up to `most` of `live`, the prefixes held, from `t` and the
+/// reference `r` alike, their answers compared: neighbours in address order (so that
+/// whole nodes empty), one of them named twice, and a random prefix around `bases`,
+/// held or not.
+pub(crate) fn random_removals<K: Key, E: Tested<K>>(
+    t: &mut E,
+    r: &mut ReferenceLpm<K>,
+    live: &mut Vec<Prefix<K>>,
+    rng: &mut SmallRng,
+    bases: &[u128],
+    most: usize,
+) {
+    live.sort_unstable();
+    live.dedup();
+    let from = rng.gen_range(0..=live.len());
+    let to = live.len().min(from + rng.gen_range(0..=most));
+    let mut batch: Vec<Prefix<K>> = live.drain(from..to).collect();
+    if let Some(&first) = batch.first() {
+        batch.push(first);
+    }
+    batch.push(random_prefix::<K>(rng, bases));
+    let held = batch.iter().filter(|p| r.remove(p).is_some()).count();
+    assert_eq!(t.remove_many(&batch), held, "remove {batch:?}");
+    live.retain(|p| r.get(p).is_some());
+}
+
+/// `ops` random inserts, replaces and removes around `bases` random base addresses (and
+/// every 32, a batch of removals),
 /// checked against the reference every 16 operations with `check` run on the structure,
 /// then the whole table and a bulk build of it.
 pub(crate) fn random_ops_match_reference<K: Key, E: Tested<K>>(
@@ -171,6 +203,9 @@ pub(crate) fn random_ops_match_reference<K: Key, E: Tested<K>>(
     let mut live = Vec::new();
     for step in 0..ops {
         random_op(&mut t, &mut r, &mut live, &mut rng, &bases, 0.65);
+        if step % 32 == 31 {
+            random_removals(&mut t, &mut r, &mut live, &mut rng, &bases, 24);
+        }
         if step % 16 == 0 {
             check(&t);
             let routes = r.to_sorted_vec();

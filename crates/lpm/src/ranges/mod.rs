@@ -207,6 +207,11 @@ impl<K: Key> RangeTree<K> {
         Some(old)
     }
 
+    /// Removes every prefix of `prefixes` the tree holds; returns how many it held.
+    pub fn remove_many(&mut self, prefixes: &[Prefix<K>]) -> usize {
+        prefixes.iter().filter(|p| self.remove(p).is_some()).count()
+    }
+
     /// The value of exactly `prefix`.
     pub fn get(&self, prefix: &Prefix<K>) -> Option<u32> {
         self.prefixes.get(&packed(prefix)).copied()

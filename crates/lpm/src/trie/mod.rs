@@ -65,6 +65,7 @@
 mod build;
 mod lookup;
 pub(crate) mod node;
+mod removals;
 mod update;
 
 use lookup::TrieView;

@@ -6,6 +6,7 @@ use crate::reference::ReferenceLpm;
 use crate::table::Lookups;
 use crate::testing::{
     check_against_reference, probes_for, random_op, random_ops_match_reference, random_prefix,
+    random_removals,
 };
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -386,8 +387,8 @@ fn a_dense_root_widens_and_narrows_again() {
 /// A copy of a trie that was published and changed since (so that blocks wait for its
 /// readers) is the same table holding every element once, reachable or free (what waited
 /// is free in the copy); copy and original, changed apart at random (past the threshold
-/// of the wide direct array, and back), each answer as a reference, their snapshots as
-/// they were.
+/// of the wide direct array, and back; each change begins with a batch of removals),
+/// each answer as a reference, their snapshots as they were.
 #[test]
 fn a_copy_is_the_same_table_and_changes_apart() {
     fn change(
@@ -398,6 +399,7 @@ fn a_copy_is_the_same_table_and_changes_apart() {
         n: usize,
     ) {
         let mut live: Vec<Prefix<u32>> = r.to_sorted_vec().into_iter().map(|x| x.0).collect();
+        random_removals(t, r, &mut live, rng, bases, 200);
         for _ in 0..n {
             random_op(t, r, &mut live, rng, bases, 0.6);
         }

@@ -70,13 +70,13 @@ impl<K: Key> Trie<K> {
 
     /// True when free blocks outnumber used elements two to one (and are worth the
     /// rebuild): compacting then costs no more than the removals that led here.
-    fn mostly_free(&self) -> bool {
+    pub(super) fn mostly_free(&self) -> bool {
         let free = self.nodes.free_slots() + self.leaves.free_slots();
         let total = self.nodes.len() + self.leaves.len();
         free > 4096 && free > 2 * (total - free)
     }
 
-    fn rebuild_with_direct_bits(&mut self, bits: u8) {
+    pub(super) fn rebuild_with_direct_bits(&mut self, bits: u8) {
         if bits != self.direct_bits {
             *self = Self::build_with_direct_bits(self.to_vec(), bits, self.form);
         }
@@ -99,7 +99,7 @@ impl<K: Key> Trie<K> {
         old
     }
 
-    fn remove_direct(&mut self, prefix: &Prefix<K>) -> Option<u32> {
+    pub(super) fn remove_direct(&mut self, prefix: &Prefix<K>) -> Option<u32> {
         let old = self.direct_prefixes.remove(prefix)?;
         // Entries owned by this prefix fall back to the longest shorter prefix covering it.
         let (owner, stored) = (0..prefix.len())
@@ -157,7 +157,7 @@ impl<K: Key> Trie<K> {
 
     /// Makes node `n`'s children fresh (`n` itself must be): copies their block if a
     /// snapshot can reach it.
-    fn fresh_children(&mut self, n: u32) {
+    pub(super) fn fresh_children(&mut self, n: u32) {
         let mut node = self.node(n);
         let count = self.ones(node.children);
         if count == 0 || self.nodes.is_fresh(node.child_base) {
@@ -435,12 +435,12 @@ impl<K: Key> Trie<K> {
     }
 
     /// Copies node `from` to the fresh `to`, moving its update-side data.
-    fn move_node(&mut self, from: u32, to: u32) {
+    pub(super) fn move_node(&mut self, from: u32, to: u32) {
         self.set_node(to, self.node(from));
         self.aux[to as usize] = std::mem::take(&mut self.aux[from as usize]);
     }
 
-    fn free_node_leaves(&mut self, n: u32) {
+    pub(super) fn free_node_leaves(&mut self, n: u32) {
         let node = self.node(n);
         let header = self.header(n);
         let size = self.ones(node.leafvec) + header;
