@@ -211,3 +211,32 @@ fn sparse_host_routes_pack_into_wide_leaves() {
     let per_route = built.memory().lookup_bytes / routes.len();
     assert!(per_route < 120, "{per_route} bytes per route");
 }
+
+/// A bulk build given the same prefix more than once keeps its last value, in random
+/// order among other prefixes, and counts it once: as inserting them in turn does.
+#[test]
+fn a_build_keeps_the_last_value_of_a_prefix_given_twice() {
+    for seed in 0..16 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let bases: Vec<u128> = (0..8).map(|_| rng.gen()).collect();
+        let mut routes: Vec<(Prefix<u128>, u32)> = (0..400)
+            .map(|i| (random_prefix::<u128>(&mut rng, &bases), i))
+            .collect();
+        // Each prefix again, later, with another value.
+        let again: Vec<(Prefix<u128>, u32)> = routes
+            .iter()
+            .step_by(3)
+            .map(|&(p, v)| (p, v + 10_000))
+            .collect();
+        routes.extend(again);
+        let mut r = ReferenceLpm::new();
+        for &(p, v) in &routes {
+            r.insert(p, v);
+        }
+        let t = RangeTree::build(routes.iter().copied());
+        t.check_invariants();
+        assert_eq!(t.to_vec(), r.to_sorted_vec(), "seed {seed}");
+        assert_eq!(t.count_by_len(), r.count_by_len(), "seed {seed}");
+        check_against_reference(&t, &r, &probes_for(&r.to_sorted_vec(), &mut rng));
+    }
+}
