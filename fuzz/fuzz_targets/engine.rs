@@ -46,13 +46,18 @@ fn run<K: Key>(structure: Structure, data: &[u8], key_bytes: usize) {
         let p = Prefix::new_clamped(key, len);
         match op[0] % 5 {
             0 | 1 => assert_eq!(w.insert(p, u32::from(op[0])), r.insert(p, u32::from(op[0]))),
-            // A batch: the prefixes of this length of the last few keys.
+            // A batch: prefixes of the last few keys, of lengths from this one on (nested,
+            // short and long ones together).
             2 if op[0] & 0x40 != 0 => {
                 let batch: Vec<Prefix<K>> = keys
                     .iter()
                     .rev()
                     .take(usize::from(op[1] % 32) + 1)
-                    .map(|&k| Prefix::new_clamped(k, len))
+                    .enumerate()
+                    .map(|(i, &k)| {
+                        let len = (usize::from(len) + 7 * i) % (usize::from(K::BITS) + 1);
+                        Prefix::new_clamped(k, len as u8)
+                    })
                     .collect();
                 let mut named = batch.clone();
                 named.sort_unstable();

@@ -313,21 +313,14 @@ impl CompiledTable {
         }
     }
 
-    fn map(&mut self, dst: Net, node: Option<u32>) {
+    /// Maps prefix `dst` to node `node`.
+    fn map(&mut self, dst: Net, node: u32) {
         match (dst.v4(), dst.v6()) {
             (Some(p), _) => {
-                let t = self.v4.get_or_insert_with(Default::default);
-                match node {
-                    Some(n) => t.insert(p, n),
-                    None => t.remove(&p),
-                };
+                self.v4.get_or_insert_with(Default::default).insert(p, node);
             }
             (_, Some(p)) => {
-                let t = self.v6.get_or_insert_with(Default::default);
-                match node {
-                    Some(n) => t.insert(p, n),
-                    None => t.remove(&p),
-                };
+                self.v6.get_or_insert_with(Default::default).insert(p, node);
             }
             _ => {}
         }
@@ -441,6 +434,8 @@ impl Snapshot {
                 None => work.push((family, t, vec![dst])),
             }
         }
+        // In the order of the tables' ids, each family's in turn.
+        work.sort_by_key(|(family, t, _)| (*family, self.fib(*family).tables[*t].id));
         let mut v4_hosts: Vec<Net> = Vec::new();
         for (family, t, mut dsts) in work {
             dsts.sort_unstable();
@@ -707,14 +702,16 @@ impl Snapshot {
         }
     }
 
-    /// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted) from its
-    /// state's tables `have`; returns the prefixes whose answers may have changed.
+    /// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted, each
+    /// once: a prefix's node is looked up before any removal is made) from its state's
+    /// tables `have`; returns the prefixes whose answers may have changed.
     fn patch_table(
         &mut self,
         table: &mut CompiledTable,
         have: &[&TableRoutes],
         dsts: &[Net],
     ) -> Vec<Net> {
+        debug_assert!(dsts.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
         // Each touched prefix's node made again, added or emptied; `here`, its node
         // after (looked up once: each lookup of a prefix is a walk of the trie).
         let mut here: Vec<Option<u32>> = Vec::with_capacity(dsts.len());
@@ -759,7 +756,7 @@ impl Snapshot {
                         }
                     };
                     here.push(Some(i));
-                    table.map(dst, Some(i));
+                    table.map(dst, i);
                 }
                 (None, true) => here.push(None),
             }

@@ -205,6 +205,7 @@ pub(crate) fn random_ops_match_reference<K: Key, E: Tested<K>>(
         random_op(&mut t, &mut r, &mut live, &mut rng, &bases, 0.65);
         if step % 32 == 31 {
             random_removals(&mut t, &mut r, &mut live, &mut rng, &bases, 24);
+            check(&t);
         }
         if step % 16 == 0 {
             check(&t);

@@ -60,8 +60,14 @@ impl<K: Key> Trie<K> {
         for p in &deep {
             removed += usize::from(self.note_removal(p, &mut levels));
         }
+        if removed == 0 {
+            return 0;
+        }
         for level in (0..levels.len()).rev() {
-            let noted = std::mem::take(&mut levels[level]);
+            // In the nodes' order: the same blocks reused from run to run.
+            let mut noted: Vec<(u32, Noted)> =
+                std::mem::take(&mut levels[level]).into_iter().collect();
+            noted.sort_unstable_by_key(|(n, _)| *n);
             for (n, noted) in noted {
                 let changed = !noted.arts.is_empty() || noted.drop != 0;
                 self.take_out(n, &noted);
@@ -93,20 +99,20 @@ impl<K: Key> Trie<K> {
     }
 
     /// Walks to the node where `prefix` (longer than the direct bits) ends, making the
-    /// path fresh, and notes the prefix there and each node on the way; false if the
-    /// trie does not hold it (the nodes noted on the way are left as they are).
+    /// path fresh, and notes the prefix there and each node on the way; false, with
+    /// nothing copied or noted, if the trie does not hold it.
     fn note_removal(
         &mut self,
         prefix: &Prefix<K>,
         levels: &mut Vec<HashMap<u32, Noted, Fold>>,
     ) -> bool {
+        if self.get(prefix).is_none() {
+            return false;
+        }
         let d = u32::from(self.direct_bits);
         let len = u32::from(prefix.len());
         let key = prefix.addr();
         let e = key.bits(0, d) as usize;
-        if self.root_node(e).is_none() {
-            return false;
-        }
         let mut n = self.writable_root(e);
         let mut level = 0;
         let mut depth = d;
@@ -123,11 +129,7 @@ impl<K: Key> Trie<K> {
             self.fresh_children(n);
             let node = self.node(n);
             let slot = key.bits(depth, 6);
-            let bit = 1u64 << slot;
-            if node.children & bit == 0 {
-                return false;
-            }
-            let child = node.child_base + self.ones(node.children & (bit - 1));
+            let child = node.child_base + self.ones(node.children & ((1u64 << slot) - 1));
             level += 1;
             note(
                 levels,
@@ -141,16 +143,11 @@ impl<K: Key> Trie<K> {
             n = child;
             depth += 6;
         }
-        let art = super::art_index(key, depth, len);
-        let held = self.aux[n as usize]
-            .prefixes
-            .binary_search_by_key(&art, |e| e.art)
-            .is_ok();
-        if held {
-            note(levels, level, n, Noted::default()).arts.push(art);
-            self.count_by_len[usize::from(prefix.len())] -= 1;
-        }
-        held
+        note(levels, level, n, Noted::default())
+            .arts
+            .push(super::art_index(key, depth, len));
+        self.count_by_len[usize::from(prefix.len())] -= 1;
+        true
     }
 
     /// Takes out of node `n` (fresh) the prefixes and children `noted` names.

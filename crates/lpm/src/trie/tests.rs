@@ -384,6 +384,119 @@ fn a_dense_root_widens_and_narrows_again() {
     probe(&t, &reference);
 }
 
+/// A dense root loses children in batches while a snapshot holds it: seven of its ten
+/// /16s (and a /20 under each) in one batch narrow it, the rest and the /8 above them in
+/// another delete it; the structure is sound after each (what the snapshot reaches
+/// waiting for it), the table answers as the reference, the snapshot as it was.
+#[test]
+fn a_dense_root_empties_in_batches_under_a_snapshot() {
+    let mut t: Trie<u32> = Trie::new();
+    let mut r = ReferenceLpm::new();
+    let mut all = vec![p4("10.0.0.0/8")];
+    for i in 0..10u32 {
+        all.push(Prefix::new_clamped(0x0A00_0000 | (i * 4) << 16, 16));
+        all.push(Prefix::new_clamped(
+            0x0A00_0000 | (i * 4) << 16 | 0x30 << 8,
+            20,
+        ));
+    }
+    for (v, &p) in all.iter().enumerate() {
+        t.insert(p, v as u32);
+        r.insert(p, v as u32);
+    }
+    assert_ne!(t.entry(10) & WIDE_FLAG, 0, "wide");
+    let probes: Vec<u32> = (0..64u32)
+        .flat_map(|x| {
+            [
+                0x0A00_0000 | x << 18 | 0x1234,
+                0x0A00_0000 | x << 18 | 0x3456,
+            ]
+        })
+        .collect();
+    let mut waiting = Vec::new();
+    for (batch, narrow) in [(&all[1..15], true), (&all[..], false)] {
+        let (snapshot, released) = t.publish();
+        waiting.push(released);
+        let frozen = r.clone();
+        let held = batch.iter().filter(|p| r.remove(p).is_some()).count();
+        assert_eq!(t.remove_many(batch), held);
+        let retired = waiting
+            .iter()
+            .map(|w| t.slots_of(w))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        t.check_invariants_with(retired);
+        check_against_reference(&t, &r, &probes);
+        check_against_reference(&snapshot, &frozen, &probes);
+        let entry = t.entry(10);
+        if narrow {
+            assert_eq!(
+                entry & (NODE_FLAG | WIDE_FLAG),
+                NODE_FLAG,
+                "narrow, still a node"
+            );
+        } else {
+            assert_eq!(entry & NODE_FLAG, 0, "the root is gone");
+            assert!(t.is_empty());
+        }
+    }
+}
+
+/// Batches of removals on a published trie copy around its snapshot: after each, the
+/// structure is sound (every block reachable, free, or waiting for the snapshots), the
+/// table answers as the reference and each snapshot as it was. Small and large tables
+/// (the last batch taking a large one below the threshold of the small direct array),
+/// prefixes spread wide or crowded around two addresses.
+#[test]
+fn batches_of_removals_copy_around_published_snapshots() {
+    for seed in 0..16u64 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let spread = if seed % 2 == 0 { 64 } else { 2 };
+        let bases: Vec<u128> = (0..spread).map(|_| rng.gen()).collect();
+        let mut t = Trie::<u32>::new();
+        let mut r = ReferenceLpm::<u32>::new();
+        let mut live = Vec::new();
+        let size = if seed % 4 == 3 { GROW_AT + 2000 } else { 1500 };
+        while r.len() < size {
+            random_op(&mut t, &mut r, &mut live, &mut rng, &bases, 1.0);
+        }
+        let mut held: Vec<(TrieSnapshot<u32>, ReferenceLpm<u32>)> = Vec::new();
+        let mut waiting = Vec::new();
+        for round in 0..5 {
+            let bits = t.direct_bits();
+            let (snapshot, released) = t.publish();
+            waiting.push(released);
+            held.push((snapshot, r.clone()));
+            if round < 4 {
+                random_removals(&mut t, &mut r, &mut live, &mut rng, &bases, 300);
+            } else {
+                // All but a hundred: a large table goes below the small array's threshold.
+                live.sort_unstable();
+                live.dedup();
+                let gone: Vec<Prefix<u32>> = live.drain(100.min(live.len())..).collect();
+                let count = gone.iter().filter(|p| r.remove(p).is_some()).count();
+                assert_eq!(t.remove_many(&gone), count);
+                assert_eq!(t.direct_bits(), SMALL_DIRECT_BITS, "seed {seed}");
+            }
+            // Rebuilt with the other direct array, the trie holds new buffers alone.
+            if t.direct_bits() == bits {
+                let retired = waiting
+                    .iter()
+                    .map(|w| t.slots_of(w))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+                t.check_invariants_with(retired);
+            } else {
+                t.check_invariants();
+            }
+            check_against_reference(&t, &r, &probes_for(&r.to_sorted_vec(), &mut rng));
+            for (snapshot, frozen) in &held {
+                let probes = probes_for(&frozen.to_sorted_vec()[..200.min(frozen.len())], &mut rng);
+                check_against_reference(snapshot, frozen, &probes);
+            }
+        }
+        assert_eq!(t.to_vec(), r.to_sorted_vec(), "seed {seed}");
+    }
+}
+
 /// A copy of a trie that was published and changed since (so that blocks wait for its
 /// readers) is the same table holding every element once, reachable or free (what waited
 /// is free in the copy); copy and original, changed apart at random (past the threshold
