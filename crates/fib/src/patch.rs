@@ -304,13 +304,7 @@ impl CompiledTable {
 
     /// Takes prefixes `dsts` out of the map of nodes, in one batch.
     fn unmap_all(&mut self, dsts: &[Net]) {
-        let (v4, v6) = crate::net::by_family(dsts);
-        if let (Some(t), false) = (&mut self.v4, v4.is_empty()) {
-            t.remove_many(&v4);
-        }
-        if let (Some(t), false) = (&mut self.v6, v6.is_empty()) {
-            t.remove_many(&v6);
-        }
+        crate::snapshot::remove_all(&mut self.v4, &mut self.v6, dsts);
     }
 
     /// Maps prefix `dst` to node `node`.

@@ -302,6 +302,17 @@ pub(crate) struct PlainTable {
     lists: HashMap<Vec<(u32, u16)>, u32, foldhash::fast::RandomState>,
 }
 
+/// Takes prefixes `dsts` out of a family's pair of LPM structures, in one batch each.
+pub(crate) fn remove_all(v4: &mut Option<Ipv4Table>, v6: &mut Option<Ipv6Table>, dsts: &[Net]) {
+    let (v4_dsts, v6_dsts) = crate::net::by_family(dsts);
+    if let (Some(t), false) = (v4, v4_dsts.is_empty()) {
+        t.remove_many(&v4_dsts);
+    }
+    if let (Some(t), false) = (v6, v6_dsts.is_empty()) {
+        t.remove_many(&v6_dsts);
+    }
+}
+
 /// A hop's entry in [`PlainTable::backs`]: its output link if it is of a unicast route,
 /// else 0.
 fn back_of(hop: &Hop) -> u32 {
@@ -491,13 +502,7 @@ impl PlainTable {
     /// Takes the answers of prefixes `dsts` out, as [`PlainTable::set`] to `None` does
     /// for each, in one batch (each node of the search they share changed once).
     pub(crate) fn unset_all(&mut self, dsts: &[Net]) {
-        let (v4, v6) = crate::net::by_family(dsts);
-        if let (Some(t), false) = (&mut self.v4, v4.is_empty()) {
-            t.remove_many(&v4);
-        }
-        if let (Some(t), false) = (&mut self.v6, v6.is_empty()) {
-            t.remove_many(&v6);
-        }
+        remove_all(&mut self.v4, &mut self.v6, dsts);
     }
 
     /// Whether the table has numbered so many hops or paths that patches should give way
