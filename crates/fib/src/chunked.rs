@@ -30,21 +30,6 @@ impl<T> Default for Chunked<T> {
 }
 
 impl<T: Clone> Chunked<T> {
-    /// The elements of `items`, in order.
-    pub(crate) fn from_vec(items: Vec<T>) -> Chunked<T> {
-        let len = items.len();
-        let mut chunks = Vec::with_capacity(len.div_ceil(CHUNK));
-        let mut items = items.into_iter();
-        loop {
-            let chunk: Vec<T> = items.by_ref().take(CHUNK).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            chunks.push(Arc::new(chunk));
-        }
-        Chunked { chunks, len }
-    }
-
     /// How many elements there are.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -105,6 +90,17 @@ impl<T> Chunked<T> {
     }
 }
 
+impl<T: Clone> FromIterator<T> for Chunked<T> {
+    /// The elements of `items`, in order, each written once into its chunk.
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Chunked<T> {
+        let mut chunked = Chunked::default();
+        for item in items {
+            chunked.push(item);
+        }
+        chunked
+    }
+}
+
 impl<T> std::ops::Index<usize> for Chunked<T> {
     type Output = T;
 
@@ -146,7 +142,7 @@ mod tests {
             edits in proptest::collection::vec((0usize..6000, 0u32..4, any::<bool>()), 0..200),
         ) {
             let mut plain: Vec<u32> = (0..start as u32).collect();
-            let mut chunked = Chunked::from_vec(plain.clone());
+            let mut chunked: Chunked<u32> = plain.iter().copied().collect();
             let original = chunked.clone();
             for (at, value, push) in edits {
                 if push || plain.is_empty() {

@@ -187,7 +187,9 @@ impl CompiledTable {
         routes: impl Iterator<Item = (Net, std::borrow::Cow<'a, crate::state::RouteList>)>,
     ) -> CompiledTable {
         // Nodes by destination: source groups longest first, then the kernel's order.
-        let mut nodes: Vec<Node> = Vec::new();
+        // (Made in their chunks: a vector copied into them wrote a full table's nodes
+        // twice, each time to fresh pages.)
+        let mut nodes: Chunked<Node> = Chunked::default();
         // Each node's parent, the longest shorter prefix present that covers it: the
         // destinations come in prefix order (by address, a shorter prefix first), so the
         // prefixes covering this one are the ones on a stack of those covering the last.
@@ -214,7 +216,6 @@ impl CompiledTable {
                 parent: covering.iter().rev().nth(1).copied(),
             });
         }
-        nodes.shrink_to_fit();
         let (mut v4, mut v6) = (None, None);
         match family {
             Family::V4 => {
@@ -238,7 +239,7 @@ impl CompiledTable {
             id,
             v4,
             v6,
-            nodes: Chunked::from_vec(nodes),
+            nodes,
             plain: PlainTable::default(),
             answers: Chunked::default(),
             inheriting: BTreeSet::new(),
@@ -1260,6 +1261,7 @@ impl State {
             for (t, a) in answered.into_iter().enumerate() {
                 snapshot.fib_mut(f).tables[t].take_answers(a);
             }
+            snapshot.hold_local(self, f);
             snapshot.fib_mut(f).walk_again(f, Vec::new());
         }
         snapshot
@@ -1421,7 +1423,7 @@ impl Snapshot {
     pub(crate) fn answered(&self, f: Family, t: usize) -> Answered {
         let table = &self.fib(f).tables[t];
         let mut plain = PlainTable::default();
-        let mut answers: Vec<Plain> = Vec::with_capacity(table.nodes.len());
+        let mut answers: Chunked<Plain> = Chunked::default();
         let mut inheriting = BTreeSet::new();
         for node in table.nodes.iter() {
             let u = self.unnumbered_answer(table.id, node);
@@ -1452,7 +1454,7 @@ impl Snapshot {
 /// A table's answers, made by [`Snapshot::answered`].
 pub(crate) struct Answered {
     plain: PlainTable,
-    answers: Vec<Plain>,
+    answers: Chunked<Plain>,
     inheriting: BTreeSet<Net>,
 }
 
@@ -1461,7 +1463,7 @@ impl CompiledTable {
     fn take_answers(&mut self, answered: Answered) {
         self.plain = answered.plain;
         self.plain_holds = None;
-        self.answers = Chunked::from_vec(answered.answers);
+        self.answers = answered.answers;
         self.inheriting = answered.inheriting;
     }
 }

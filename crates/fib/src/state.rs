@@ -212,9 +212,12 @@ pub struct State {
     /// The routes counted as they change.
     tally: Tally,
     /// A family whose routes are lent out while a dump is read
-    /// ([`crate::Dumping::take_v4`]): its destinations in the indexes of users are kept
-    /// by a sweep, which cannot see their routes.
+    /// ([`crate::Dumping::take_v4`]).
     lent: Option<Family>,
+    /// A dump is being built ([`crate::Dumping`]): its routes are noted in the indexes
+    /// of users as they are staged, before the tables hold them, and nothing is
+    /// removed, so a sweep keeps every destination.
+    dumping: bool,
 }
 
 /// The destinations (by family and table) of the routes that use one thing, a nexthop
@@ -365,8 +368,9 @@ fn note(journal: &mut Option<Vec<(Family, u32, Net)>>, family: Family, table: u3
 /// reads).
 struct UsersOf<'a> {
     tables: &'a BTreeMap<(Family, u32), TableRoutes>,
-    /// A family whose routes are not in `tables` for now ([`State::lent`]).
-    lent: Option<Family>,
+    /// Destinations whose routes `tables` may not hold yet ([`State::dumping`]), all
+    /// kept by a sweep.
+    dumping: bool,
     object: &'a mut BTreeMap<NexthopId, Users>,
     link: &'a mut BTreeMap<LinkIndex, Users>,
     prefsrc: &'a mut BTreeMap<IpAddr, Users>,
@@ -377,11 +381,10 @@ impl UsersOf<'_> {
     /// links of its own paths, and its preferred source.
     fn note(&mut self, at: (Family, u32, Net), route: &RouteBody) {
         let tables = self.tables;
-        let lent = self.lent;
-        // The routes of `at`, or `None` if they are lent out (kept, unseen).
-        let routes = move |f: Family, t: u32, dst: Net| {
-            (lent != Some(f)).then(|| routes_at(tables, f, t, dst))
-        };
+        let dumping = self.dumping;
+        // The routes of `at`, or `None` while a dump is built (kept, unseen).
+        let routes =
+            move |f: Family, t: u32, dst: Net| (!dumping).then(|| routes_at(tables, f, t, dst));
         if let Some(src) = route.prefsrc {
             self.prefsrc
                 .entry(src)
@@ -482,6 +485,7 @@ impl State {
             prefsrc_users: BTreeMap::new(),
             tally: Tally::default(),
             lent: None,
+            dumping: false,
         }
     }
 
@@ -1460,7 +1464,7 @@ impl State {
     fn users(&mut self) -> UsersOf<'_> {
         UsersOf {
             tables: &self.tables,
-            lent: self.lent,
+            dumping: self.dumping,
             object: &mut self.object_users,
             link: &mut self.link_users,
             prefsrc: &mut self.prefsrc_users,

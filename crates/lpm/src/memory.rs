@@ -387,15 +387,24 @@ impl<C: Cell> Blocks<C> {
         if self.live.len() * 64 < end {
             self.live.resize(end.div_ceil(64), 0);
         }
-        for i in base as usize..end {
-            let (word, bit) = (i / 64, 1u64 << (i % 64));
-            assert_eq!(
-                self.live[word] & bit != 0,
-                !live,
-                "element {i} is {} already",
-                if live { "allocated" } else { "released" }
-            );
-            self.live[word] ^= bit;
+        // A word at a time: the bits of `base..end` in it, all flipped at once.
+        let mut i = base as usize;
+        while i < end {
+            let (word, from) = (i / 64, i % 64);
+            let to = (end - word * 64).min(64);
+            let bits = (u64::MAX >> (64 - (to - from))) << from;
+            let held = self.live[word] & bits;
+            if held != if live { 0 } else { bits } {
+                // The first element already so.
+                let wrong = if live { held } else { !held & bits };
+                panic!(
+                    "element {} is {} already",
+                    word * 64 + wrong.trailing_zeros() as usize,
+                    if live { "allocated" } else { "released" }
+                );
+            }
+            self.live[word] ^= bits;
+            i = word * 64 + to;
         }
     }
 
@@ -619,6 +628,50 @@ mod tests {
         b.reclaim(second);
         assert_eq!(b.free_slots(), 4);
         assert_eq!(b.alloc(4), x);
+    }
+
+    /// Blocks of every size across word boundaries, allocated, released and reused at
+    /// random: each element's mark is what a per-element reference says, and releasing
+    /// a block again, or one element past it, is refused and changes nothing.
+    #[test]
+    fn blocks_across_words_are_marked_element_by_element() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut b: Blocks<AtomicU32> = Blocks::default();
+        let mut held: Vec<(u32, u32)> = Vec::new();
+        let mut live = std::collections::HashSet::new();
+        for step in 0..3000 {
+            if held.is_empty() || rng.gen_bool(0.55) {
+                let size = rng.gen_range(1..140);
+                let x = b.alloc(size);
+                for i in x..x + size {
+                    assert!(live.insert(i), "element {i} handed out twice");
+                }
+                held.push((x, size));
+            } else {
+                let (x, size) = held.swap_remove(rng.gen_range(0..held.len()));
+                b.release(x, size);
+                for i in x..x + size {
+                    live.remove(&i);
+                }
+                if step % 50 == 0 {
+                    let before = b.live.clone();
+                    for (base, len) in [(x, size), (x, size + 1)] {
+                        let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            b.mark_live(base, len, false)
+                        }));
+                        assert!(again.is_err(), "released twice: {base} {len}");
+                        assert_eq!(b.live, before);
+                    }
+                }
+            }
+            if step % 100 == 0 {
+                for i in 0..b.len() as u32 {
+                    let marked = b.live[i as usize / 64] & (1 << (i % 64)) != 0;
+                    assert_eq!(marked, live.contains(&i), "element {i} at step {step}");
+                }
+            }
+        }
     }
 
     #[test]

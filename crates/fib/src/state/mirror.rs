@@ -368,7 +368,7 @@ type StagedRun = Vec<((Net, Net), RouteList)>;
 /// the end) and the table built from it at once, its B-tree's nodes full, where
 /// inserting each would search a growing B-tree; a new key's one-route list is shared
 /// with an equal one made before without being made again; the indexes of what routes
-/// use are filled as the tables are built.
+/// use are filled as the routes are staged.
 pub struct Dumping {
     state: State,
     /// The routes of tables that held none when the dump began, by key, sorted.
@@ -379,7 +379,8 @@ pub struct Dumping {
 
 impl Dumping {
     /// Builds on `state` (a fresh mirror's).
-    pub fn new(state: State) -> Dumping {
+    pub fn new(mut state: State) -> Dumping {
+        state.dumping = true;
         Dumping {
             state,
             staged: BTreeMap::new(),
@@ -416,6 +417,9 @@ impl Dumping {
             return self.state.mirror_route(route, RouteOp::Append);
         }
         self.state.note_kind(&route);
+        // Noted as it comes (while the kernel is still reporting the rest), rather than
+        // in a sweep of the table once built.
+        self.state.note_users(&route);
         let run = self.staged.entry(table).or_default();
         let key = (route.dst, route.src);
         let found = match run.last() {
@@ -539,16 +543,16 @@ impl Dumping {
     /// The state, the dump's routes in place.
     pub fn finish(mut self) -> State {
         self.build_staged();
+        self.state.dumping = false;
         self.state
     }
 
-    /// Builds the staged tables and notes what their routes use.
+    /// Builds the staged tables.
     fn build_staged(&mut self) {
         self.build_staged_of(None);
     }
 
-    /// Builds the staged tables of `family` (all if `None`) and notes what their routes
-    /// use.
+    /// Builds the staged tables of `family` (all if `None`).
     fn build_staged_of(&mut self, family: Option<Family>) {
         let (built, kept) = std::mem::take(&mut self.staged)
             .into_iter()
@@ -559,15 +563,9 @@ impl Dumping {
             let table = self.state.tables.entry((family, id)).or_default();
             // (Staged only while the table held nothing.)
             debug_assert!(table.is_empty());
-            // Sorted and of distinct keys: built at once.
+            // Sorted and of distinct keys: built at once. (What the routes use was
+            // noted as they were staged.)
             *table = run.into_iter().collect();
-            let mut users = self.state.users();
-            let table = &users.tables[&(family, id)];
-            for ((dst, _), list) in table {
-                for route in list.iter() {
-                    users.note((family, id, *dst), route);
-                }
-            }
         }
     }
 }
@@ -861,10 +859,11 @@ nexthop add id 2 dev a1
         assert!(answered.iter().all(|&n| n > 1000), "{answered:?}");
     }
 
-    /// While IPv4's routes are lent, the indexes of users swept as IPv6's are noted keep
-    /// IPv4's destinations (their routes are out of sight, not gone): a link and a
-    /// nexthop object used by thousands of routes of both families still index every
-    /// one of them once the routes are back, and the tables are moved back whole.
+    /// While a dump is built, the indexes of users, noted as routes are staged and swept
+    /// as they grow, keep every destination (routes staged, or IPv4's lent, are out of
+    /// sight, not gone): a link and a nexthop object used by thousands of routes of both
+    /// families still index every one of them once the routes are in place, and the
+    /// tables are moved back whole.
     #[test]
     fn indexes_swept_while_ipv4_is_lent_keep_its_destinations() {
         let mut base = State::mirrored();
