@@ -579,12 +579,7 @@ impl Snapshot {
         else {
             return;
         };
-        let prefixes: Vec<Net> = fib.tables[local]
-            .nodes
-            .iter()
-            .filter(|n| !n.routes.is_empty())
-            .map(|n| n.dst)
-            .collect();
+        let prefixes: Vec<Net> = fib.tables[local].prefixes().collect();
         let seq = [local, main];
         let at = merged_prefixes(state, family, &fib.tables, &seq, local, &prefixes, false);
         let answers = answers_at(&fib.tables, &seq, at);
@@ -632,12 +627,7 @@ impl Snapshot {
                 fib.tables[t].plain_holds = None;
                 continue;
             };
-            let prefixes: Vec<Net> = fib.tables[other]
-                .nodes
-                .iter()
-                .filter(|n| !n.routes.is_empty())
-                .map(|n| n.dst)
-                .collect();
+            let prefixes: Vec<Net> = fib.tables[other].prefixes().collect();
             let at = merged_prefixes(
                 state,
                 family,

@@ -248,6 +248,15 @@ impl CompiledTable {
         }
     }
 
+    /// The prefixes that have routes (not the slots of nodes a patch emptied), in the
+    /// order of their nodes.
+    pub(crate) fn prefixes(&self) -> impl Iterator<Item = Net> + '_ {
+        self.nodes
+            .iter()
+            .filter(|n| !n.routes.is_empty())
+            .map(|n| n.dst)
+    }
+
     /// The node of the longest prefix holding `dst`.
     pub(crate) fn longest(&self, dst: IpAddr) -> Option<u32> {
         match dst {
@@ -723,17 +732,7 @@ fn merge_tables(
         merged.push(made);
         return DirectFrom::Merged(merged.len() - 1);
     }
-    let mut prefixes: Vec<Net> = seq
-        .iter()
-        // (Not the slots a patch emptied: their prefixes are gone.)
-        .flat_map(|&t| {
-            tables[t]
-                .nodes
-                .iter()
-                .filter(|n| !n.routes.is_empty())
-                .map(|n| n.dst)
-        })
-        .collect();
+    let mut prefixes: Vec<Net> = seq.iter().flat_map(|&t| tables[t].prefixes()).collect();
     prefixes.sort_unstable();
     prefixes.dedup();
     let mut plain = PlainTable::default();
