@@ -49,14 +49,19 @@ const SENTINELS: [&str; 3] = ["198.51.100.0/32", "198.51.100.1/32", "198.51.100.
 /// The routes a nexthop object carries in the phase of single changes of each kind.
 const OBJECT_ROUTES: usize = 100_000;
 
-/// The single changes of each kind, after the setup they need: a name, and `ip -batch`
-/// lines. A link of its own (`fx`) with routes through it is taken down and up; a nexthop
-/// object carrying [`OBJECT_ROUTES`] routes is replaced.
-fn change_kinds() -> (String, Vec<(&'static str, String)>) {
-    let gw = gateway(<u32 as Key>::FAMILY, 0);
+/// The setup of the single changes (a link carrying 1,000 routes, a nexthop object
+/// carrying [`OBJECT_ROUTES`]), the kinds of change, and the steps that make them: each
+/// a kind and the `ip -batch` line of one change of it. The kinds that can be made again
+/// are made [`REPEATS`] times each, so that each has a median and a p99; the first route
+/// after the setup and IPv4's first rule happen once. The first rule splits the steps:
+/// routes, addresses, the object, tables and the link change before it (IPv4's `local`
+/// and `main` merged, as on a router without rules), rules after it.
+fn change_kinds() -> (String, Vec<&'static str>, Vec<(usize, String)>) {
+    let gw = |i| gateway(<u32 as Key>::FAMILY, i);
+    let gw0 = gw(0);
     let mut setup = format!(
         "link add fx type veth peer name fy\nlink set fx up\nlink set fy up\n\
-         addr add 10.201.0.1/24 dev fx\nnexthop add id 100 via {gw} dev {OUTPUT_DEV}\n"
+         addr add 10.201.0.1/24 dev fx\nnexthop add id 100 via {gw0} dev {OUTPUT_DEV}\n"
     );
     for i in 0..1000 {
         setup += &format!(
@@ -73,62 +78,75 @@ fn change_kinds() -> (String, Vec<(&'static str, String)>) {
             i % 256
         );
     }
-    let route = |dst: &str| format!("route replace {dst} via {gw} dev {OUTPUT_DEV}\n");
+    let route = |dst: &str| format!("route replace {dst} via {gw0} dev {OUTPUT_DEV}\n");
     let kinds = vec![
-        (
-            "a route, the first after the setup (its publication brings the spare snapshot \
-             up to the setup's 101,000 routes too)",
-            route("198.18.255.2/32"),
-        ),
-        ("a route", route("198.18.255.1/32")),
-        ("an address", "addr add 10.202.0.1/24 dev fx\n".to_string()),
-        (
-            "an address deleted",
-            "addr del 10.202.0.1/24 dev fx\n".to_string(),
-        ),
-        (
-            "a nexthop object carrying 100,000 routes",
-            format!(
-                "nexthop replace id 100 via {} dev {OUTPUT_DEV}\n",
-                gateway(<u32 as Key>::FAMILY, 1)
-            ),
-        ),
-        (
-            FIRST_RULE,
-            "rule add from 10.204.0.0/24 lookup 301 pref 900\n".to_string(),
-        ),
-        (
-            "a route, right after the first rule",
-            route("198.18.255.3/32"),
-        ),
-        (
-            "a rule added",
-            "rule add from 10.203.0.0/24 lookup 300 pref 1000\n".to_string(),
-        ),
-        ("a rule deleted", "rule del pref 1000\n".to_string()),
-        (
-            "a new table",
-            format!("route add 198.18.254.0/24 via {gw} dev {OUTPUT_DEV} table 400\n"),
-        ),
-        (
-            "a table gone",
-            format!("route del 198.18.254.0/24 via {gw} dev {OUTPUT_DEV} table 400\n"),
-        ),
-        (
-            "a link down (1,000 routes through it)",
-            "link set fx down\n".to_string(),
-        ),
-        ("the link up again", "link set fx up\n".to_string()),
+        "a route, the first after the setup (its publication brings the spare snapshot \
+         up to the setup's 101,000 routes too)",
+        "a route",
+        "an address",
+        "an address deleted",
+        "a nexthop object carrying 100,000 routes",
+        FIRST_RULE,
+        "a route, right after the first rule",
+        "a rule added",
+        "a rule deleted",
+        "a new table",
+        "a table gone",
+        "a link down (1,000 routes through it)",
+        "the link up again",
     ];
-    (setup, kinds)
+    let mut steps = vec![(0, route("198.18.255.2/32"))];
+    for i in 0..REPEATS {
+        steps.extend([
+            (1, route(&format!("198.18.253.{}/32", i + 1))),
+            (2, "addr add 10.202.0.1/24 dev fx\n".to_string()),
+            (3, "addr del 10.202.0.1/24 dev fx\n".to_string()),
+            // Another path each time: the first gateway and the second in turn.
+            (
+                4,
+                format!(
+                    "nexthop replace id 100 via {} dev {OUTPUT_DEV}\n",
+                    gw(1 - i % 2)
+                ),
+            ),
+            (
+                9,
+                format!("route add 198.18.254.0/24 via {gw0} dev {OUTPUT_DEV} table 400\n"),
+            ),
+            (
+                10,
+                format!("route del 198.18.254.0/24 via {gw0} dev {OUTPUT_DEV} table 400\n"),
+            ),
+            (11, "link set fx down\n".to_string()),
+            (12, "link set fx up\n".to_string()),
+        ]);
+    }
+    steps.push((
+        5,
+        "rule add from 10.204.0.0/24 lookup 301 pref 900\n".to_string(),
+    ));
+    steps.push((6, route("198.18.255.3/32")));
+    for _ in 0..REPEATS {
+        steps.extend([
+            (
+                7,
+                "rule add from 10.203.0.0/24 lookup 300 pref 1000\n".to_string(),
+            ),
+            (8, "rule del pref 1000\n".to_string()),
+        ]);
+    }
+    (setup, kinds, steps)
 }
+
+/// How many times each kind of single change that can be made again is made.
+const REPEATS: usize = 20;
 
 /// IPv4's first rule other than the defaults: it parts `local` from `main`, which the
 /// kernel does with a walk of its whole table (`fib_unmerge`), and fibre by a patch at
 /// `local`'s prefixes and a copy of the merged table's search.
 pub const FIRST_RULE: &str = "the first IPv4 rule (parts local from main, as the kernel does)";
 
-/// The sentinel route ending the `k`-th phase of single changes (after the setup's, 0).
+/// The sentinel route ending the `k`-th step of single changes (after the setup's, 0).
 fn kind_sentinel(k: usize) -> String {
     format!("198.51.100.{}/32", 10 + k)
 }
@@ -171,15 +189,40 @@ fn thread_cpu() -> Duration {
         .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
-/// What the mirror's thread measured.
-struct Followed {
+/// One round of the sync's measure: the kernel's dump, then a mirror's sync.
+#[derive(Clone, Copy)]
+struct SyncRound {
+    /// The kernel's dump of everything the mirror follows, read as the mirror reads it.
     dump: Duration,
+    /// The mirror's sync, until published.
     sync: Duration,
+    /// Its dump, read on a thread of its own while the state is built.
     sync_dump: Duration,
+    /// Building the state, then compiling it.
     sync_build: Duration,
     /// Packing the state's tables, on the mirror's thread once the sync is published
     /// (not in `sync`).
     sync_pack: Duration,
+}
+
+/// Rounds of the kernel's dump and the mirror's sync, alternating: this machine's speed
+/// drifts from second to second, so each is the median of as many runs taken side by
+/// side, not one run against the best of others.
+const SYNC_ROUNDS: usize = 5;
+
+/// The median of `rounds`' `field`, and its least and greatest.
+fn spread(
+    rounds: &[SyncRound],
+    field: fn(&SyncRound) -> Duration,
+) -> (Duration, Duration, Duration) {
+    let mut v: Vec<Duration> = rounds.iter().map(field).collect();
+    v.sort_unstable();
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// What the mirror's thread measured.
+struct Followed {
+    rounds: Vec<SyncRound>,
     idle_cpu: Duration,
     busy_cpu: Duration,
     caught_up: Instant,
@@ -242,8 +285,8 @@ pub fn mirror_study(
     let (burst_done, burst_followed) = mpsc::channel::<()>();
     let (paced_done, paced_followed) = mpsc::channel::<()>();
     let (kind_ready, kind_wanted) = mpsc::channel::<()>();
-    let (kind_setup, kinds) = change_kinds();
-    let kind_count = kinds.len();
+    let (kind_setup, kinds, steps) = change_kinds();
+    let step_count = steps.len();
     k.namespace()
         .batch(&format!(
             "route add unreachable {} table {SENTINEL_TABLE}\n",
@@ -254,19 +297,28 @@ pub fn mirror_study(
     let mirror = std::thread::spawn(move || -> Result<Followed, String> {
         let e = |e: std::io::Error| e.to_string();
         nl::enter_netns(&name).map_err(e)?;
-        // The kernel's own dump of everything the mirror follows, the best of three.
-        let mut dump = Duration::MAX;
-        for _ in 0..3 {
+        // The kernel's own dump of everything the mirror follows, then the mirror's sync:
+        // this first round's mirror is the one followed below (its memory measured before
+        // any other is made), the other rounds' are dropped.
+        let dump = || -> Result<Duration, String> {
             let t = Instant::now();
             nl::dump(drop).map_err(e)?;
-            dump = dump.min(t.elapsed());
-        }
+            Ok(t.elapsed())
+        };
+        let round = |dump: Duration, sync: Duration, m: &Mirror| SyncRound {
+            dump,
+            // Until the kernel's state is published; the state's tables are packed after.
+            sync: sync.saturating_sub(m.stats().pack_time),
+            sync_dump: m.stats().dump_time,
+            sync_build: m.stats().build_time,
+            sync_pack: m.stats().pack_time,
+        };
+        let first_dump = dump()?;
         let mut events = Events::subscribe(nl::RECEIVE_BUFFER).map_err(e)?;
         let resident_before = resident();
         let t = Instant::now();
         let (mut mirror, reader) = Mirror::sync().map_err(e)?;
-        // Until the kernel's state is published; the state's tables are packed after.
-        let sync = t.elapsed().saturating_sub(mirror.stats().pack_time);
+        let mut rounds = vec![round(first_dump, t.elapsed(), &mirror)];
         let routes = mirror.state().routes(fibre_fib::Family::V4, None).count()
             + mirror.state().routes(fibre_fib::Family::V6, None).count();
         // Idle: nothing changes; the mirror waits in `recv`.
@@ -284,6 +336,12 @@ pub fn mirror_study(
             snapshot_lookup: parts.lookup,
         };
         drop(reader);
+        while rounds.len() < SYNC_ROUNDS {
+            let dumped = dump()?;
+            let t = Instant::now();
+            let (other, _) = Mirror::sync().map_err(e)?;
+            rounds.push(round(dumped, t.elapsed(), &other));
+        }
         let _ = ready.send(Instant::now());
         let _ = burst_start.recv();
         let cpu = thread_cpu();
@@ -311,7 +369,7 @@ pub fn mirror_study(
         let _ = paced_done.send(());
         follow_until(&mut mirror, &mut events, &kind_sentinel(0))?;
         let mut kinds = Vec::new();
-        for k in 1..=kind_count {
+        for k in 1..=step_count {
             mirror.stats_mut().clear_lags();
             let made = mirror.publications();
             let _ = kind_ready.send(());
@@ -324,11 +382,7 @@ pub fn mirror_study(
             });
         }
         Ok(Followed {
-            dump,
-            sync,
-            sync_dump: s.dump_time,
-            sync_build: s.build_time,
-            sync_pack: s.pack_time,
+            rounds,
             idle_cpu,
             busy_cpu,
             caught_up,
@@ -398,7 +452,7 @@ pub fn mirror_study(
         ))
         .map_err(io)?;
     let mut kernel_took = Vec::new();
-    for (i, (_, change)) in kinds.iter().enumerate() {
+    for (i, (_, change)) in steps.iter().enumerate() {
         if kind_wanted.recv().is_err() {
             return Err(joined(mirror));
         }
@@ -425,29 +479,50 @@ pub fn mirror_study(
     let per_route = |b: f64| b / f.routes.max(1) as f64;
     let single_changes: Vec<Value> = kinds
         .iter()
-        .zip(&f.kinds)
-        .zip(&kernel_took)
-        .map(|(((name, _), k), &kernel)| {
+        .enumerate()
+        .map(|(kind, name)| {
+            // The steps of this kind: each one change's lag, and the kernel's command.
+            let made: Vec<(&KindFollowed, Duration)> = steps
+                .iter()
+                .zip(&f.kinds)
+                .zip(&kernel_took)
+                .filter(|(((k, _), _), _)| *k == kind)
+                .map(|((_, followed), &kernel)| (followed, kernel))
+                .collect();
+            let in_order: Vec<Duration> = made.iter().filter_map(|(k, _)| k.lag).collect();
+            let mut lags = in_order.clone();
+            lags.sort_unstable();
+            let mut kernel: Vec<Duration> = made.iter().map(|(_, d)| *d).collect();
+            kernel.sort_unstable();
+            let at = |v: &[Duration], q: f64| {
+                (!v.is_empty())
+                    .then(|| secs(v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]))
+            };
             json!({
                 "kind": name,
-                "lag_s": k.lag.map(secs),
-                "kernel_command_s": secs(kernel),
-                "patched": k.patched,
-                "compiled": k.compiled,
+                "changes": made.len(),
+                "lag_p50_s": at(&lags, 0.5),
+                "lag_p99_s": at(&lags, 0.99),
+                // Each change's, in the order they were made.
+                "lags_s": in_order.iter().map(|&d| secs(d)).collect::<Vec<f64>>(),
+                "kernel_command_s": at(&kernel, 0.5),
+                "patched": made.iter().map(|(k, _)| k.patched).sum::<u64>(),
+                "compiled": made.iter().map(|(k, _)| k.compiled).sum::<u64>(),
             })
         })
         .collect();
+    let (dump, sync) = (spread(&f.rounds, |r| r.dump), spread(&f.rounds, |r| r.sync));
     let mut figures = json!({
         "study": "mirror",
         "routes_v4": v4.len(),
         "routes_v6": v6.len(),
         "routes_mirrored": f.routes,
         "kernel_load_s": load4.seconds + load6.seconds,
-        "kernel_dump_s": secs(f.dump),
-        "sync_s": secs(f.sync),
-        "sync_dump_s": secs(f.sync_dump),
-        "sync_build_s": secs(f.sync_build),
-        "sync_over_dump": secs(f.sync) / secs(f.dump),
+        "kernel_dump_s": secs(dump.0),
+        "sync_s": secs(sync.0),
+        "sync_dump_s": secs(spread(&f.rounds, |r| r.sync_dump).0),
+        "sync_build_s": secs(spread(&f.rounds, |r| r.sync_build).0),
+        "sync_over_dump": secs(sync.0) / secs(dump.0),
         "updates": changes,
         "kernel_updates_s": secs(kernel_done),
         "kernel_updates_per_s": changes as f64 / secs(kernel_done),
@@ -484,7 +559,10 @@ pub fn mirror_study(
         "single_changes": single_changes,
     });
     // Beside the macro's object: one more key there passes its recursion limit.
-    figures["sync_pack_s"] = json!(secs(f.sync_pack));
+    figures["sync_pack_s"] = json!(secs(spread(&f.rounds, |r| r.sync_pack).0));
+    figures["sync_rounds"] = json!(f.rounds.len());
+    figures["kernel_dump_range_s"] = json!([secs(dump.1), secs(dump.2)]);
+    figures["sync_range_s"] = json!([secs(sync.1), secs(sync.2)]);
     Ok(vec![figures])
 }
 
@@ -495,6 +573,12 @@ fn joined(h: std::thread::JoinHandle<Result<Followed, String>>) -> String {
         Ok(Ok(_)) => "the mirror ended early".into(),
         Err(_) => "the mirror's thread panicked".into(),
     }
+}
+
+/// A range of seconds, `[least, greatest]`, as `least-greatest`.
+fn range(v: &Value) -> String {
+    let at = |i: usize| v[i].as_f64().unwrap_or(f64::NAN);
+    format!("{:.3}-{:.3}", at(0), at(1))
 }
 
 /// Seconds as milliseconds, or `-`.
@@ -511,13 +595,15 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
         s += &format!(
             "Routes: {} IPv4 and {} IPv6, loaded into a namespace with `ip -batch` in {:.1} s; \
              the mirror holds {} (with the kernel's own).\n\n\
-             | | seconds |\n|---|---:|\n\
-             | the kernel's dump of links, addresses, rules, nexthops, routes, neighbours | {:.3} |\n\
-             | the mirror's sync (subscribe, dump, build, compile, publish) | {:.3} |\n\
-             | its dump, read on a thread of its own while the state is built | {:.3} |\n\
-             | building the state, then compiling it | {:.3} |\n\
-             | then, once published, packing the state's tables (not in the sync) | {:.3} |\n\n\
-             The sync takes {:.1} times the kernel's dump.\n\n\
+             {} rounds, each the kernel's dump then the mirror's sync; the median of each, \
+             in seconds, and the range:\n\n\
+             | | median | range |\n|---|---:|---:|\n\
+             | the kernel's dump of links, addresses, rules, nexthops, routes, neighbours | {:.3} | {} |\n\
+             | the mirror's sync (subscribe, dump, build, compile, publish) | {:.3} | {} |\n\
+             | its dump, read on a thread of its own while the state is built | {:.3} | |\n\
+             | building the state, then compiling it | {:.3} | |\n\
+             | then, once published, packing the state's tables (not in the sync) | {:.3} | |\n\n\
+             The sync takes {:.2} times the kernel's dump.\n\n\
              A burst of {} changes ({} routes added, then removed, then a sentinel): the kernel \
              made them in {:.3} s ({:.0} a second); the mirror held them all {:.3} s after the \
              burst began ({:.0} a second), in {} publications ({} patched, {} compiled; {} \
@@ -530,8 +616,11 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             f["routes_v6"],
             g("kernel_load_s"),
             f["routes_mirrored"],
+            f["sync_rounds"],
             g("kernel_dump_s"),
+            range(&f["kernel_dump_range_s"]),
             g("sync_s"),
+            range(&f["sync_range_s"]),
             g("sync_dump_s"),
             g("sync_build_s"),
             g("sync_pack_s"),
@@ -582,22 +671,27 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             per("snapshot_lookup_bytes_per_route"),
             f["mirror_over_kernel"].as_f64().map_or("-".into(), |r| format!("{r:.2}")),
         );
-        s += "\nSingle changes of each kind, each with the full tables loaded (a sentinel route \
-              after each ends it): the longest lag from a batch's arrival to its \
-              publication, and how it was published; beside it, the wall time of the \
-              kernel's own `ip -batch` of the change and its sentinel (a process started \
-              included, about a millisecond).\n\n\
-              | change | lag | published by | the kernel's `ip` command |\n|---|---:|---|---:|\n";
+        s += "\nSingle changes of each kind, with the full tables loaded, each made as many \
+              times as said (a sentinel route after each ends it): of each change, the \
+              longest lag from a batch's arrival to its publication, their median and p99 \
+              (of 20, the largest), and how they were published; beside it, the median \
+              wall time of the kernel's own `ip -batch` of the change and its sentinel (a \
+              process started included, about a millisecond).\n\n\
+              | change | times | lag p50 | lag p99 | published by | the kernel's `ip` command |\n\
+              |---|---:|---:|---:|---|---:|\n";
         for k in f["single_changes"].as_array().into_iter().flatten() {
-            let how = if k["compiled"].as_u64().unwrap_or(0) > 0 {
-                "compiling anew"
+            let compiled = k["compiled"].as_u64().unwrap_or(0);
+            let how = if compiled > 0 {
+                format!("{compiled} compiling anew")
             } else {
-                "a patch"
+                "patches".to_string()
             };
             s += &format!(
-                "| {} | {} | {how} | {} |\n",
+                "| {} | {} | {} | {} | {how} | {} |\n",
                 k["kind"].as_str().unwrap_or("?"),
-                ms(&k["lag_s"]),
+                k["changes"],
+                ms(&k["lag_p50_s"]),
+                ms(&k["lag_p99_s"]),
                 ms(&k["kernel_command_s"])
             );
         }
