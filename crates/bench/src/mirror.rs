@@ -51,11 +51,13 @@ const OBJECT_ROUTES: usize = 100_000;
 
 /// The setup of the single changes (a link carrying 1,000 routes, a nexthop object
 /// carrying [`OBJECT_ROUTES`]), the kinds of change, and the steps that make them: each
-/// a kind and the `ip -batch` line of one change of it. The kinds that can be made again
+/// a kind and the `ip -batch` lines of one change of it. The kinds that can be made again
 /// are made [`REPEATS`] times each, so that each has a median and a p99; the first route
 /// after the setup and IPv4's first rule happen once. The first rule splits the steps:
 /// routes, addresses, the object, tables and the link change before it (IPv4's `local`
-/// and `main` merged, as on a router without rules), rules after it.
+/// and `main` merged, as on a router without rules), rules after it. The kernel deletes
+/// the IPv4 routes through a link that goes down: after each time the link is up again,
+/// a step of no kind ([`RESTORE`], not reported) adds its 1,000 routes back.
 fn change_kinds() -> (String, Vec<&'static str>, Vec<(usize, String)>) {
     let gw = |i| gateway(<u32 as Key>::FAMILY, i);
     let gw0 = gw(0);
@@ -63,13 +65,16 @@ fn change_kinds() -> (String, Vec<&'static str>, Vec<(usize, String)>) {
         "link add fx type veth peer name fy\nlink set fx up\nlink set fy up\n\
          addr add 10.201.0.1/24 dev fx\nnexthop add id 100 via {gw0} dev {OUTPUT_DEV}\n"
     );
-    for i in 0..1000 {
-        setup += &format!(
-            "route add 10.210.{}.{}/32 via 10.201.0.2 dev fx\n",
-            i / 250,
-            i % 250
-        );
-    }
+    let through_fx: String = (0..1000)
+        .map(|i| {
+            format!(
+                "route add 10.210.{}.{}/32 via 10.201.0.2 dev fx\n",
+                i / 250,
+                i % 250
+            )
+        })
+        .collect();
+    setup += &through_fx;
     for i in 0..OBJECT_ROUTES {
         setup += &format!(
             "route add 100.{}.{}.{}/32 nhid 100 table 300\n",
@@ -119,6 +124,7 @@ fn change_kinds() -> (String, Vec<&'static str>, Vec<(usize, String)>) {
             ),
             (11, "link set fx down\n".to_string()),
             (12, "link set fx up\n".to_string()),
+            (RESTORE, through_fx.clone()),
         ]);
     }
     steps.push((
@@ -141,6 +147,9 @@ fn change_kinds() -> (String, Vec<&'static str>, Vec<(usize, String)>) {
 /// How many times each kind of single change that can be made again is made.
 const REPEATS: usize = 20;
 
+/// The kind of the steps that only set up the next (not reported).
+const RESTORE: usize = usize::MAX;
+
 /// IPv4's first rule other than the defaults: it parts `local` from `main`, which the
 /// kernel does with a walk of its whole table (`fib_unmerge`), and fibre by a patch at
 /// `local`'s prefixes and a copy of the merged table's search.
@@ -148,7 +157,7 @@ pub const FIRST_RULE: &str = "the first IPv4 rule (parts local from main, as the
 
 /// The sentinel route ending the `k`-th step of single changes (after the setup's, 0).
 fn kind_sentinel(k: usize) -> String {
-    format!("198.51.100.{}/32", 10 + k)
+    format!("198.51.{}.{}/32", 100 + k / 200, 10 + k % 200)
 }
 
 /// What the mirror made of one single change.

@@ -1114,16 +1114,6 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
     assert!(f["sync_s"].as_f64() >= f["sync_dump_s"].as_f64(), "{f}");
     // Each the median of the rounds, within their range.
     assert_eq!(f["sync_rounds"], 5, "{f}");
-    for (median, range) in [
-        ("kernel_dump_s", "kernel_dump_range_s"),
-        ("sync_s", "sync_range_s"),
-    ] {
-        let (m, r) = (f[median].as_f64().unwrap(), &f[range]);
-        assert!(
-            r[0].as_f64().unwrap() <= m && m <= r[1].as_f64().unwrap(),
-            "{median}: {f}"
-        );
-    }
     // Route changes are published by patches, never by compiling the state anew.
     assert!(f["patched"].as_u64().unwrap() >= 1, "{f}");
     assert_eq!(f["compiled"], 0, "{f}");
@@ -1150,11 +1140,18 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
         assert_eq!(k["changes"], times, "{k}");
         let published = k["patched"].as_u64().unwrap() + k["compiled"].as_u64().unwrap();
         assert!(published >= times, "{k}");
-        let (p50, p99) = (
-            k["lag_p50_s"].as_f64().unwrap(),
-            k["lag_p99_s"].as_f64().unwrap(),
-        );
-        assert!(p50 > 0.0 && p99 >= p50, "{k}");
+        // Each change's lag, its median and largest among them.
+        let lags: Vec<f64> = k["lags_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_f64().unwrap())
+            .collect();
+        assert_eq!(lags.len() as u64, times, "{k}");
+        assert!(lags.iter().all(|&l| l > 0.0), "{k}");
+        let largest = lags.iter().copied().fold(0.0, f64::max);
+        assert_eq!(k["lag_p99_s"].as_f64(), Some(largest), "{k}");
+        assert!(lags.contains(&k["lag_p50_s"].as_f64().unwrap()), "{k}");
         // Every kind is patched: routes, addresses, a nexthop object, rules (IPv4's
         // first, which parts `local` from `main`, among them), tables, a link.
         assert_eq!(k["compiled"], 0, "{k}");

@@ -30,6 +30,14 @@ impl<T> Default for Chunked<T> {
 }
 
 impl<T: Clone> Chunked<T> {
+    /// Fits the last chunk to what it holds, once built: a chunk is made with room for
+    /// [`CHUNK`] elements, which a small table would otherwise keep empty.
+    pub(crate) fn fit(&mut self) {
+        if let Some(last) = self.chunks.last_mut() {
+            Arc::make_mut(last).shrink_to_fit();
+        }
+    }
+
     /// How many elements there are.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -97,6 +105,7 @@ impl<T: Clone> FromIterator<T> for Chunked<T> {
         for item in items {
             chunked.push(item);
         }
+        chunked.fit();
         chunked
     }
 }

@@ -1030,7 +1030,7 @@ fn plain_hop(t: &PlainTable, plain: Plain, c: &Checked, q: &Query, mp: &Multipat
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config;
     use crate::state::State;
@@ -1205,7 +1205,7 @@ route add 10.3.0.0/16 nexthop via 10.0.0.2 nexthop via 10.0.1.2
 
     /// Every flow gets the same hop from `lookup`, `lookup_batch` and the full walk of
     /// `route`.
-    fn agree_on(snap: &Snapshot, flows: &[Query]) {
+    pub(crate) fn agree_on(snap: &Snapshot, flows: &[Query]) {
         let mut batched = vec![Err(NoRoute::NetworkUnreachable); flows.len()];
         snap.lookup_batch(flows, &mut batched);
         // Flows alike batched together, as the packet path batches them (one family, one

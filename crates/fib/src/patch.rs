@@ -588,7 +588,7 @@ impl Snapshot {
         table.plain_holds = Some(TABLE_LOCAL);
     }
 
-    /// The IPv4 tables whose structure holds another's answers
+    /// The tables of family `family` whose structure holds another's answers
     /// ([`CompiledTable::plain_holds`]) where that no longer holds: the other is no longer
     /// compiled, or a walk may reach them without looking it up first (`local`'s rule
     /// deleted or moved, as VRF setups do). Each gives a copy of its structure as the
@@ -1821,7 +1821,10 @@ route add 2001:db8:61::/48 via fd00::2 table 100
                 fib.merged.len(),
             )
         };
+        // Every lookup of the structures as the full walk through the tables answers.
+        let flows: Vec<Query> = dsts.iter().map(|&d| Query::to(d)).collect();
         let compiled = state.snapshot();
+        crate::forward::tests::agree_on(&compiled, &flows);
         assert_eq!(held(&compiled, Family::V6), (Some(TABLE_LOCAL), 0));
         // IPv4 parted by its first rule: a walk through `local`, `main` and `default`
         // (empty) is `main`'s structure too; table 100's rule has its own.
@@ -1845,6 +1848,7 @@ route add 2001:db8:61::/48 via fd00::2 table 100
             let snapshot = reader.snapshot();
             let fresh = fib.state().snapshot();
             same_answers(&snapshot, &fresh, &dsts, change);
+            crate::forward::tests::agree_on(&snapshot, &flows);
             assert_eq!(fib.publications().patched, before.patched + 1, "{change}");
             assert_eq!(
                 held(&snapshot, Family::V6).0,

@@ -80,11 +80,12 @@ pub(crate) struct CompiledTable {
     /// Slots of `nodes` that a patch emptied, to fill again.
     pub(crate) free: Vec<u32>,
     /// `plain` answers as a walk through table `plain_holds` and then this one, not as
-    /// this table alone (its nodes and `answers` are its own): IPv4's `main` keeps
-    /// `local`'s answers when the first rule parts the two, for as long as every walk
-    /// looks up `local` first ([`Rules::looks_up_first`]). A walk reaches `main` only
-    /// where `local` had no answer, and there the two answer alike; the copy of the
-    /// full table's structure that parting it would take is saved.
+    /// this table alone (its nodes and `answers` are its own): `main` holds `local`'s
+    /// answers for as long as every walk of its family looks up `local` first
+    /// ([`Rules::looks_up_first`]): IPv4's from the first rule that parts the two, IPv6's
+    /// from the compile. A walk reaches `main` only where `local` had no answer, and
+    /// there the two answer alike; a search merging the two, a second structure of the
+    /// full table (or, for IPv4 parted, its copy), is saved.
     pub(crate) plain_holds: Option<u32>,
 }
 
@@ -216,6 +217,7 @@ impl CompiledTable {
                 parent: covering.iter().rev().nth(1).copied(),
             });
         }
+        nodes.fit();
         let (mut v4, mut v6) = (None, None);
         match family {
             Family::V4 => {
@@ -1260,7 +1262,11 @@ impl State {
             for (t, a) in answered.into_iter().enumerate() {
                 snapshot.fib_mut(f).tables[t].take_answers(a);
             }
-            snapshot.hold_local(self, f);
+            // (Not in a check's snapshot of one address's routes, whose merged search
+            // is small, where holding would look at all of `main`'s under `local`'s.)
+            if only.is_none() {
+                snapshot.hold_local(self, f);
+            }
             snapshot.fib_mut(f).walk_again(f, Vec::new());
         }
         snapshot
@@ -1434,6 +1440,7 @@ impl Snapshot {
             let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
             answers.push(plain.numbered(u, up));
         }
+        answers.fit();
         plain.fill(
             f,
             table

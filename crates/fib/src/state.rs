@@ -215,8 +215,8 @@ pub struct State {
     /// ([`crate::Dumping::take_v4`]).
     lent: Option<Family>,
     /// A dump is being built ([`crate::Dumping`]): its routes are noted in the indexes
-    /// of users as they are staged, before the tables hold them, and nothing is
-    /// removed, so a sweep keeps every destination.
+    /// of users as they are staged, before the tables hold them, so a sweep keeps every
+    /// destination (what a message midway removed is swept after the dump).
     dumping: bool,
 }
 
