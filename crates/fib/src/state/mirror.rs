@@ -98,9 +98,19 @@ impl State {
     /// `NLM_F_REPLACE`, `Append` for `NLM_F_APPEND` and for a dump, else `Prepend`). An
     /// IPv6 route is reported whole (all its paths), so it replaces the route of its key.
     pub fn mirror_route(&mut self, route: Route, op: RouteOp) {
-        self.note_users(&route);
         self.note_kind(&route);
         let family = route.family();
+        let held = || {
+            let routes = self.tables.get(&(family, route.table))?;
+            routes.get(&(route.dst, route.src))
+        };
+        if family == Family::V4 && held().is_some_and(|list| list.contains(&route.body)) {
+            // Reported twice (a dump and a queued notification), or again as it is (the
+            // kernel reports every route using a nexthop object that was replaced: a
+            // hundred thousand, say); what it uses was noted when it came.
+            return;
+        }
+        self.note_users(&route);
         let (table, dst) = (route.table, route.dst);
         let list = self
             .tables
@@ -110,11 +120,6 @@ impl State {
             .or_insert_with(no_route);
         let at_key = ((family, route.table), route.dst);
         let route = route.body;
-        if family == Family::V4 && list.contains(&route) {
-            // Reported twice (a dump and a queued notification), or again as it is (the
-            // kernel reports every route using a nexthop object that was replaced).
-            return;
-        }
         // A list the same as before is the same interned list: the destination is noted
         // only if its routes changed (an IPv6 route reported again as it is).
         let before = Arc::clone(list);
