@@ -113,6 +113,13 @@ impl Net {
         }
     }
 
+    /// The keys `(dst, source)` of a table keyed by destination then source prefix
+    /// that have destination `dst`, as a range of them.
+    pub(crate) fn sources_of(dst: Net) -> std::ops::RangeInclusive<(Net, Net)> {
+        let family = dst.family;
+        (dst, Net::default_of(family))..=(dst, Net::bound(family, u128::MAX, u8::MAX))
+    }
+
     /// A bound for ranges of prefixes in their order (family, bits, length): `bits` as
     /// given, host bits and all. Not a prefix to keep.
     pub(crate) fn bound(family: Family, bits: u128, len: u8) -> Net {
