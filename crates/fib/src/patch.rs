@@ -190,8 +190,8 @@ fn merged_prefixes(
             }
         }
     }
-    // Runs in order (`changed`, then what is inside each prefix): a stable sort
-    // merges them in linear time.
+    // `changed` in order, then what is inside each prefix: a stable sort takes the runs
+    // as they are.
     at.sort();
     at.dedup();
     at
@@ -1133,6 +1133,120 @@ rule add from fd01::/64 lookup 100 pref 100
             !state.holds_empty(),
             "{what}: an empty list of routes is held"
         );
+    }
+
+    /// A link going down leaves exactly what the kernel leaves: of a multipath route, the
+    /// path through it dead; the routes wholly through it gone, each of several under one
+    /// destination and source, and of several sources under one destination; the routes
+    /// of other links, of a nexthop object and of no path kept; its local routes kept
+    /// (all gone with the link deleted). The same whether the link's routes are found by
+    /// its index of users or, the index given up, by a walk of every route; and published
+    /// by a patch that answers as the state compiled anew.
+    #[test]
+    fn a_link_down_takes_out_exactly_its_routes() {
+        let routes = "\
+route add 10.8.0.0/16 nexthop via 10.0.0.2 dev a0 nexthop via 10.1.0.2 dev b0
+route add 10.9.0.0/16 via 10.1.0.2
+route add 10.9.0.0/16 via 10.1.0.3 metric 100
+route add 10.10.0.0/16 via 10.1.0.2
+route add 10.10.0.0/16 via 10.0.0.2 metric 100
+route add 10.11.0.0/16 via 10.1.0.2
+route add 10.11.0.0/16 nhid 1 metric 100
+route add blackhole 10.11.0.0/16 metric 200
+route add 2001:db8:5::/48 from 2001:db8:1::/64 via fd01::2
+route add 2001:db8:5::/48 from 2001:db8:2::/64 via fd00::2
+route add 2001:db8:5::/48 via fd01::2
+route add 2001:db8:6::/48 nexthop via fd00::2 dev a0 nexthop via fd01::2 dev b0
+route add 2001:db8:7::/48 via fd01::2 metric 10
+route add 2001:db8:7::/48 via fd01::3 metric 20
+";
+        // Each route of main and local not derived from an address elsewhere: its
+        // destination, source, metric and paths (link, dead or not).
+        let described = |state: &State| -> Vec<String> {
+            let name = |dev| state.link(dev).map_or("?".to_string(), |l| l.name.clone());
+            let mut out = Vec::new();
+            for family in [Family::V4, Family::V6] {
+                for table in [TABLE_MAIN, TABLE_LOCAL] {
+                    for r in state.routes(family, Some(table)) {
+                        let paths: Vec<String> = match &r.body.paths {
+                            crate::Paths::Own(p) => p
+                                .iter()
+                                .map(|p| {
+                                    format!("{}{}", name(p.dev), if p.dead { " dead" } else { "" })
+                                })
+                                .collect(),
+                            crate::Paths::Object(id) => vec![format!("nhid {id}")],
+                            crate::Paths::None => vec!["none".to_string()],
+                        };
+                        let d = format!(
+                            "{} {:?} {} from {} metric {} [{}]",
+                            table,
+                            r.body.kind,
+                            r.dst,
+                            r.body.src,
+                            r.body.metric,
+                            paths.join(", ")
+                        );
+                        if d.contains("b0")
+                            || r.dst.to_string().starts_with("10.")
+                            || r.dst.to_string().starts_with("2001:db8:")
+                        {
+                            out.push(d);
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let mut after = Vec::new();
+        for walked in [false, true] {
+            let mut state = State::new();
+            config::apply_text(&mut state, "links", LINKS).unwrap();
+            config::apply_text(&mut state, "routes", routes).unwrap();
+            let b0 = state.link_by_name("b0").unwrap().index;
+            if walked {
+                state.give_up_link_index(b0);
+            }
+            let (mut fib, reader) = Fib::new(state);
+            fib.update(|s, t| {
+                config::apply_line(s, "link set b0 down").unwrap();
+                t.others();
+            });
+            let what = format!("b0 down, walked {walked}");
+            counted_as_walked(fib.state(), &what);
+            assert_eq!(fib.publications().patched, 1, "{what}");
+            let dsts = (0..=255u8)
+                .map(|i| IpAddr::from([10, i % 16, i, 1]))
+                .chain((0..=255u16).map(|i| IpAddr::from([0x2001, 0xdb8, i % 9, 0, 0, 0, 0, 1])))
+                .collect::<Vec<_>>();
+            same_answers(&reader.snapshot(), &fib.state().snapshot(), &dsts, &what);
+            after.push(described(fib.state()));
+            // The link deleted: its local routes go too.
+            fib.update(|s, t| {
+                config::apply_line(s, "link del b0").unwrap();
+                t.others();
+            });
+            counted_as_walked(fib.state(), &format!("b0 deleted, walked {walked}"));
+            assert!(
+                described(fib.state()).iter().all(|d| !d.contains("b0")),
+                "{:?}",
+                described(fib.state())
+            );
+        }
+        assert_eq!(after[0], after[1], "indexed and walked");
+        let expected = [
+            "254 Unicast 10.0.0.0/24 from 0.0.0.0/0 metric 0 [a0]",
+            "254 Unicast 10.8.0.0/16 from 0.0.0.0/0 metric 0 [a0, b0 dead]",
+            "254 Unicast 10.10.0.0/16 from 0.0.0.0/0 metric 100 [a0]",
+            "254 Unicast 10.11.0.0/16 from 0.0.0.0/0 metric 100 [nhid 1]",
+            "254 Blackhole 10.11.0.0/16 from 0.0.0.0/0 metric 200 [none]",
+            "255 Local 10.0.0.1/32 from 0.0.0.0/0 metric 0 [a0]",
+            "255 Broadcast 10.0.0.255/32 from 0.0.0.0/0 metric 0 [a0]",
+            "255 Local 10.1.0.1/32 from 0.0.0.0/0 metric 0 [b0]",
+            "254 Unicast 2001:db8:5::/48 from 2001:db8:2::/64 metric 1024 [a0]",
+            "254 Unicast 2001:db8:6::/48 from ::/0 metric 1024 [a0, b0 dead]",
+        ];
+        assert_eq!(after[0], expected, "{:#?}", after[0]);
     }
 
     /// Random batches of route changes (every type, nested and repeated prefixes, both

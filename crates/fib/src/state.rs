@@ -1477,6 +1477,13 @@ impl State {
             .any(|t| t.is_empty() || t.values().any(|l| l.is_empty()))
     }
 
+    /// Gives up link `index`'s index of users, as past [`LINK_USERS_HELD`] routes: its
+    /// routes are then found by a walk of every route.
+    #[cfg(test)]
+    pub(crate) fn give_up_link_index(&mut self, index: LinkIndex) {
+        self.link_users.entry(index).or_default().dsts = None;
+    }
+
     /// The state's indexes of users, beside its tables.
     fn users(&mut self) -> UsersOf<'_> {
         UsersOf {
