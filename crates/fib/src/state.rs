@@ -18,6 +18,7 @@ use crate::rule::{Rule, RuleAction, RuleLink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 /// A change the kernel would refuse, in the kernel's words (`Error: ...` for messages the
@@ -223,43 +224,65 @@ pub struct State {
 /// The destinations (by family and table) of the routes that use one thing, a nexthop
 /// object or a link: what a change of it changes, found without a walk of every route.
 /// It may hold destinations whose routes no longer use it (a route gone leaves its entry):
-/// those are swept once there are twice as many as after the last sweep. A link's index
-/// stops past [`LINK_USERS_HELD`] destinations (unless a sweep then leaves it half
-/// empty): a link carrying more (an upstream with the full table) has its routes found
-/// by a walk, as the kernel's `fib_flush` finds them.
+/// each destination noted checks [`SWEPT_A_NOTE`] others in turn and drops those no longer
+/// using it, so that an index holds at most about twice its live destinations and no note
+/// sweeps it whole (a sweep of a full table's index through one nexthop object, at once,
+/// held the mirror for tens of milliseconds). A link's index stops past
+/// [`LINK_USERS_HELD`] destinations (unless a sweep then leaves it half empty): a link
+/// carrying more (an upstream with the full table) has its routes found by a walk, as the
+/// kernel's `fib_flush` finds them.
 #[derive(Clone, Debug)]
 struct Users {
     /// `None`: too many to hold; a walk finds them.
     dsts: Option<BTreeSet<(Family, u32, Net)>>,
-    /// How many there were after the last sweep.
-    swept: usize,
+    /// The destination the sweep checked last: it goes on after it.
+    swept_to: Option<(Family, u32, Net)>,
 }
 
 /// The most destinations a link's or a preferred source's [`Users`] holds.
 const LINK_USERS_HELD: usize = 1 << 16;
 
+/// How many other destinations of an index each one noted checks: two, so that the
+/// sweep goes round faster than the index grows.
+const SWEPT_A_NOTE: usize = 2;
+
 impl Users {
     /// Notes destination `at`; `uses` says whether a destination's routes still use the
-    /// thing (for a sweep); past `held` after a sweep, the index gives up.
+    /// thing (`None` while a dump is built: every destination is kept, none checked);
+    /// past `held` after a sweep, the index gives up.
     fn note(
         &mut self,
         at: (Family, u32, Net),
         held: usize,
-        uses: impl Fn(&(Family, u32, Net)) -> bool,
+        uses: Option<impl Fn(&(Family, u32, Net)) -> bool>,
     ) {
         let Some(dsts) = &mut self.dsts else { return };
-        dsts.insert(at);
-        // Swept at twice the size after the last sweep, and as it passes `held`, so
-        // that an index about to give up is not filled to twice `held` first.
-        let at_cap = dsts.len() > held;
-        if dsts.len() >= 2 * self.swept.max(1024) || at_cap {
+        if !dsts.insert(at) {
+            return;
+        }
+        if dsts.len() > held {
             // The route being noted is not held yet: its destination stays.
-            dsts.retain(|d| *d == at || uses(d));
-            self.swept = dsts.len();
+            if let Some(uses) = &uses {
+                dsts.retain(|d| *d == at || uses(d));
+            }
             // Swept at the cap and still more than half full, the index gives up: kept,
             // it would be swept whole again every few notes.
-            if at_cap && dsts.len() > held / 2 {
+            if dsts.len() > held / 2 {
                 self.dsts = None;
+            }
+            return;
+        }
+        let Some(uses) = uses else { return };
+        for _ in 0..SWEPT_A_NOTE {
+            let after = self
+                .swept_to
+                .and_then(|from| dsts.range((Excluded(from), Unbounded)).next());
+            let Some(&d) = after.or_else(|| dsts.first()) else {
+                break;
+            };
+            self.swept_to = Some(d);
+            if d != at && !uses(&d) {
+                dsts.remove(&d);
             }
         }
     }
@@ -270,7 +293,7 @@ impl Default for Users {
     fn default() -> Users {
         Users {
             dsts: Some(BTreeSet::new()),
-            swept: 0,
+            swept_to: None,
         }
     }
 }
@@ -381,28 +404,29 @@ impl UsersOf<'_> {
     /// links of its own paths, and its preferred source.
     fn note(&mut self, at: (Family, u32, Net), route: &RouteBody) {
         let tables = self.tables;
-        let dumping = self.dumping;
-        // The routes of `at`, or `None` while a dump is built (kept, unseen).
-        let routes =
-            move |f: Family, t: u32, dst: Net| (!dumping).then(|| routes_at(tables, f, t, dst));
+        // The routes of a destination, for a sweep; none while a dump is built (its
+        // routes are staged, not yet held: every destination is kept, unchecked).
+        let swept = !self.dumping;
+        let routes = move |f: Family, t: u32, dst: Net| routes_at(tables, f, t, dst);
         if let Some(src) = route.prefsrc {
-            self.prefsrc
-                .entry(src)
-                .or_default()
-                .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
-                    routes(f, t, dst).is_none_or(|mut r| r.any(|r| r.prefsrc == Some(src)))
-                });
+            self.prefsrc.entry(src).or_default().note(
+                at,
+                LINK_USERS_HELD,
+                swept.then_some(|&(f, t, dst): &(Family, u32, Net)| {
+                    routes(f, t, dst).any(|r| r.prefsrc == Some(src))
+                }),
+            );
         }
         match &route.paths {
             Paths::Object(id) => {
                 let id = *id;
-                self.object
-                    .entry(id)
-                    .or_default()
-                    .note(at, usize::MAX, |&(f, t, dst)| {
-                        routes(f, t, dst)
-                            .is_none_or(|mut r| r.any(|r| r.paths == Paths::Object(id)))
-                    })
+                self.object.entry(id).or_default().note(
+                    at,
+                    usize::MAX,
+                    swept.then_some(|&(f, t, dst): &(Family, u32, Net)| {
+                        routes(f, t, dst).any(|r| r.paths == Paths::Object(id))
+                    }),
+                )
             }
             Paths::Own(paths) => {
                 for (i, p) in paths.iter().enumerate() {
@@ -410,14 +434,13 @@ impl UsersOf<'_> {
                         continue;
                     }
                     let dev = p.dev;
-                    self.link
-                        .entry(dev)
-                        .or_default()
-                        .note(at, LINK_USERS_HELD, |&(f, t, dst)| {
-                            routes(f, t, dst).is_none_or(|mut r| {
-                                r.any(|r| r.own_paths().iter().any(|p| p.dev == dev))
-                            })
-                        })
+                    self.link.entry(dev).or_default().note(
+                        at,
+                        LINK_USERS_HELD,
+                        swept.then_some(|&(f, t, dst): &(Family, u32, Net)| {
+                            routes(f, t, dst).any(|r| r.own_paths().iter().any(|p| p.dev == dev))
+                        }),
+                    )
                 }
             }
             Paths::None => {}

@@ -726,8 +726,8 @@ mod tests {
             };
             assert_eq!(debug(&one_by_one), debug(&at_once), "seed {seed}");
             // Each index of users holds every destination whose routes use the thing,
-            // and none that route by route did not note (which may hold some whose
-            // routes used it only before being replaced).
+            // built at once as route by route; and none that route by route did not
+            // note but one no longer used (route by route, each note sweeps a few).
             type Index<K> = BTreeMap<K, Users>;
             fn holds<K: Ord + std::fmt::Debug>(
                 at_once: &Index<K>,
@@ -737,10 +737,18 @@ mod tests {
                 for (k, dsts) in &users {
                     let held = at_once[k].dsts.as_ref().expect("indexed");
                     assert!(held.is_superset(dsts), "{k:?}: {held:?} {dsts:?}");
+                    let noted = one_by_one[k].dsts.as_ref().expect("indexed");
+                    assert!(noted.is_superset(dsts), "{k:?}: {noted:?} {dsts:?}");
                 }
                 for (k, u) in at_once {
                     let (held, noted) = (u.dsts.as_ref(), one_by_one[k].dsts.as_ref());
-                    assert!(held.unwrap().is_subset(noted.unwrap()), "{k:?}");
+                    let live = users.get(k);
+                    assert!(
+                        held.unwrap()
+                            .difference(noted.unwrap())
+                            .all(|d| live.is_none_or(|l| !l.contains(d))),
+                        "{k:?}"
+                    );
                 }
             }
             let (mut objects, mut links, mut prefsrcs) =
@@ -955,32 +963,67 @@ nexthop add id 2 dev a1
         assert_eq!(state.tables[&(Family::V4, 254)].len(), 6000);
     }
 
+    /// The `i`-th destination an index of users notes in the tests below: host `i` of
+    /// IPv4's `main`.
+    fn dst(i: u32) -> (Family, u32, Net) {
+        let host = Net::new(IpAddr::V4(std::net::Ipv4Addr::from(i)), 32);
+        (Family::V4, 254, host.expect("a host"))
+    }
+
+    /// The `i` of destination `d` made by [`dst`].
+    fn number(d: Net) -> u32 {
+        match d.addr() {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(_) => unreachable!("IPv4 hosts only"),
+        }
+    }
+
+    /// An index of users with no bound (a nexthop object's), its destinations coming and
+    /// going: no note checks more than two others (none sweeps the index whole), and the
+    /// index holds at most about twice the destinations still in use.
+    #[test]
+    fn an_index_of_users_is_swept_a_few_destinations_a_note() {
+        let live = 100u32;
+        let mut users = Users::default();
+        let mut most = 0;
+        for i in 0..10_000u32 {
+            let checks = std::cell::Cell::new(0u32);
+            // The last `live` noted are still used.
+            users.note(
+                dst(i),
+                usize::MAX,
+                Some(|&(_, _, d): &(Family, u32, Net)| {
+                    checks.set(checks.get() + 1);
+                    number(d) + live > i
+                }),
+            );
+            assert!(checks.get() <= SWEPT_A_NOTE as u32, "note {i}");
+            most = most.max(users.dsts.as_ref().expect("indexed").len());
+        }
+        assert!(most <= 2 * live as usize + 2, "{most} held");
+        let held = users.dsts.as_ref().expect("indexed");
+        assert!((0..live).all(|k| held.contains(&dst(9_999 - k))));
+    }
+
     /// An index of users near its bound, its destinations coming and going: one whose
     /// sweep at the bound leaves it more than half full gives up (rather than be swept
     /// whole every few notes); one left half empty goes on, swept a few times a note at
     /// most.
     #[test]
     fn an_index_of_users_at_its_bound_gives_up_or_is_swept_seldom() {
-        let dst = |i: u32| {
-            (
-                Family::V4,
-                254,
-                Net::new(IpAddr::V4(std::net::Ipv4Addr::from(i)), 32).unwrap(),
-            )
-        };
         for (live, gives_up) in [(99u32, true), (40, false)] {
             let mut users = Users::default();
             let checks = std::cell::Cell::new(0u32);
             for i in 0..1000u32 {
                 // The last `live` noted are still used.
-                users.note(dst(i), 100, |&(_, _, d)| {
-                    checks.set(checks.get() + 1);
-                    let n = u32::from(match d.addr() {
-                        IpAddr::V4(a) => a,
-                        IpAddr::V6(_) => unreachable!(),
-                    });
-                    n + live > i
-                });
+                users.note(
+                    dst(i),
+                    100,
+                    Some(|&(_, _, d): &(Family, u32, Net)| {
+                        checks.set(checks.get() + 1);
+                        number(d) + live > i
+                    }),
+                );
             }
             assert_eq!(users.dsts.is_none(), gives_up, "{live} live");
             assert!(
