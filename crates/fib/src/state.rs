@@ -216,17 +216,18 @@ pub struct State {
     /// ([`crate::Dumping::take_v4`]).
     lent: Option<Family>,
     /// A dump is being built ([`crate::Dumping`]): its routes are noted in the indexes
-    /// of users as they are staged, before the tables hold them, so a sweep keeps every
-    /// destination (what a message midway removed is swept after the dump).
+    /// of users as they are staged, before the tables hold them, so nothing is swept
+    /// (what a message midway removed is swept as later destinations are noted).
     dumping: bool,
 }
 
 /// The destinations (by family and table) of the routes that use one thing, a nexthop
 /// object or a link: what a change of it changes, found without a walk of every route.
 /// It may hold destinations whose routes no longer use it (a route gone leaves its entry):
-/// each destination noted checks [`SWEPT_A_NOTE`] others in turn and drops those no longer
-/// using it, so that an index holds at most about twice its live destinations and no note
-/// sweeps it whole (a sweep of a full table's index through one nexthop object, at once,
+/// each new destination noted checks [`SWEPT_A_NOTE`] others in turn and drops those no
+/// longer using it, so that an index holds about twice its live destinations at most
+/// while they come and go (routes removed leave theirs until later ones are noted), and
+/// no note sweeps it whole (a sweep of a full table's index through one nexthop object, at once,
 /// held the mirror for tens of milliseconds). A link's index stops past
 /// [`LINK_USERS_HELD`] destinations (unless a sweep then leaves it half empty): a link
 /// carrying more (an upstream with the full table) has its routes found by a walk, as the
@@ -273,7 +274,14 @@ impl Users {
             return;
         }
         let Some(uses) = uses else { return };
-        for _ in 0..SWEPT_A_NOTE {
+        // Two others checked: `at` itself, if the sweep comes to it, is passed over and
+        // not counted (counted, a destination noted right after the sweep's each time
+        // would leave one check a note, and the index would grow without bound).
+        let mut checked = 0;
+        for _ in 0..=SWEPT_A_NOTE {
+            if checked == SWEPT_A_NOTE {
+                break;
+            }
             let after = self
                 .swept_to
                 .and_then(|from| dsts.range((Excluded(from), Unbounded)).next());
@@ -281,7 +289,11 @@ impl Users {
                 break;
             };
             self.swept_to = Some(d);
-            if d != at && !uses(&d) {
+            if d == at {
+                continue;
+            }
+            checked += 1;
+            if !uses(&d) {
                 dsts.remove(&d);
             }
         }
@@ -391,8 +403,8 @@ fn note(journal: &mut Option<Vec<(Family, u32, Net)>>, family: Family, table: u3
 /// reads).
 struct UsersOf<'a> {
     tables: &'a BTreeMap<(Family, u32), TableRoutes>,
-    /// Destinations whose routes `tables` may not hold yet ([`State::dumping`]), all
-    /// kept by a sweep.
+    /// Destinations whose routes `tables` may not hold yet ([`State::dumping`]): none
+    /// is swept.
     dumping: bool,
     object: &'a mut BTreeMap<NexthopId, Users>,
     link: &'a mut BTreeMap<LinkIndex, Users>,
