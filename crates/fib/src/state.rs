@@ -227,8 +227,8 @@ pub struct State {
 /// each new destination noted checks [`SWEPT_A_NOTE`] others in turn and drops those no
 /// longer using it, so that an index holds about twice its live destinations at most
 /// while they come and go (routes removed leave theirs until later ones are noted), and
-/// no note sweeps it whole (a sweep of a full table's index through one nexthop object, at once,
-/// held the mirror for tens of milliseconds). A link's index stops past
+/// no note sweeps it whole (a sweep at once of the index of a nexthop object carrying a
+/// full table held the mirror for tens of milliseconds). A link's index stops past
 /// [`LINK_USERS_HELD`] destinations (unless a sweep then leaves it half empty): a link
 /// carrying more (an upstream with the full table) has its routes found by a walk, as the
 /// kernel's `fib_flush` finds them.
