@@ -165,6 +165,8 @@ fn kind_sentinel(k: usize) -> String {
 struct KindFollowed {
     /// The longest lag from a batch's arrival to its publication in the phase.
     lag: Option<Duration>,
+    /// The longest a batch that published nothing took in the phase.
+    unpublished: Duration,
     patched: u64,
     compiled: u64,
 }
@@ -175,7 +177,9 @@ fn follow_until(mirror: &mut Mirror, events: &mut Events, dst: &str) -> Result<(
     let dst = fibre_fib::Net::parse(dst, None)?;
     loop {
         match events.receive().map_err(e)? {
-            Batch::Messages(b, bad) => mirror.apply(b, bad, Instant::now()),
+            Batch::Messages(b, bad) => {
+                mirror.apply(b, bad, Instant::now());
+            }
             Batch::Overflow => {
                 mirror.overflowed();
                 mirror.resync().map_err(e)?;
@@ -387,6 +391,7 @@ pub fn mirror_study(
             let now = mirror.publications();
             kinds.push(KindFollowed {
                 lag: mirror.stats().lag(1.0),
+                unpublished: mirror.stats().unpublished_longest(),
                 patched: now.patched - made.patched,
                 compiled: now.compiled - made.compiled,
             });
@@ -517,6 +522,9 @@ pub fn mirror_study(
                 // Each change's, in the order they were made.
                 "lags_s": in_order.iter().map(|&d| secs(d)).collect::<Vec<f64>>(),
                 "kernel_command_s": at(&kernel, 0.5),
+                // Batches that published nothing (the kernel's reports of routes again)
+                // have no lag: the longest of them in any of the kind's steps.
+                "unpublished_max_s": made.iter().map(|(k, _)| secs(k.unpublished)).fold(0.0, f64::max),
                 "patched": made.iter().map(|(k, _)| k.patched).sum::<u64>(),
                 "compiled": made.iter().map(|(k, _)| k.compiled).sum::<u64>(),
             })
@@ -687,9 +695,11 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
               longest lag from a batch's arrival to its publication, their median, p99 (of \
               100, the 99th) and largest, and how they were published; beside it, the \
               median wall time of the kernel's own `ip -batch` of the change and its \
-              sentinel (a process started included, about a millisecond).\n\n\
-              | change | times | lag p50 | lag p99 | lag max | published by | the kernel's `ip` command |\n\
-              |---|---:|---:|---:|---:|---|---:|\n";
+              sentinel (a process started included, about a millisecond). A batch that \
+              publishes nothing (routes the kernel reports again, which the mirror \
+              drops) has no lag; the longest such batch is given apart.\n\n\
+              | change | times | lag p50 | lag p99 | lag max | published by | the kernel's `ip` command | longest batch publishing nothing |\n\
+              |---|---:|---:|---:|---:|---|---:|---:|\n";
         for k in f["single_changes"].as_array().into_iter().flatten() {
             let compiled = k["compiled"].as_u64().unwrap_or(0);
             let how = if compiled > 0 {
@@ -698,13 +708,17 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
                 "patches".to_string()
             };
             s += &format!(
-                "| {} | {} | {} | {} | {} | {how} | {} |\n",
+                "| {} | {} | {} | {} | {} | {how} | {} | {} |\n",
                 k["kind"].as_str().unwrap_or("?"),
                 k["changes"],
                 ms(&k["lag_p50_s"]),
                 ms(&k["lag_p99_s"]),
                 ms(&k["lag_max_s"]),
-                ms(&k["kernel_command_s"])
+                ms(&k["kernel_command_s"]),
+                match k["unpublished_max_s"].as_f64() {
+                    Some(0.0) => "none".to_string(),
+                    _ => ms(&k["unpublished_max_s"]),
+                }
             );
         }
     }

@@ -473,7 +473,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     // Events taken out of the channel while gathering notifications, answered next.
     let mut waiting = std::collections::VecDeque::new();
-    // The lag of every batch applied, for the metrics.
+    // The lag of every batch published, for the metrics.
     let lags = crate::metrics::seconds_histogram();
     let mut names = link_names(&mirror);
     let code = loop {
@@ -497,8 +497,9 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     }
                 }
                 let applied = batch.len();
-                mirror.apply(batch, bad, at);
-                lags.observe(at.elapsed().as_secs_f64());
+                if let Some(lag) = mirror.apply(batch, bad, at) {
+                    lags.observe(lag.as_secs_f64());
+                }
                 backlog.applied(applied);
                 mirror.stats_mut().backlog_waits = backlog.waits();
                 if let Some(f) = &mut forwarding {

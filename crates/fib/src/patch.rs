@@ -2033,10 +2033,12 @@ route add 2001:db8:61::/48 via fd00::2 table 100
         {
             match change.strip_prefix("compile: ") {
                 Some(line) => fib.apply("change", line).unwrap(),
-                None => fib.update(|s, t| {
-                    config::apply_text(s, "change", change).unwrap();
-                    t.others();
-                }),
+                None => {
+                    fib.update(|s, t| {
+                        config::apply_text(s, "change", change).unwrap();
+                        t.others();
+                    });
+                }
             }
             let fresh = fib.state().snapshot();
             let what = format!("{i}: {}", change.lines().next().unwrap_or(""));

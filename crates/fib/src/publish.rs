@@ -160,8 +160,9 @@ impl Fib {
     /// them in one swap. The state notes which routes changed; `f` says whether anything
     /// else did ([`Touched::others`]) or the state was replaced ([`Touched::all`]). A
     /// patch publishes the changes in time proportional to them; what it cannot follow is
-    /// compiled anew.
-    pub fn update(&mut self, f: impl FnOnce(&mut State, &mut Touched)) {
+    /// compiled anew. True if a new version was published: false if nothing a snapshot
+    /// holds changed.
+    pub fn update(&mut self, f: impl FnOnce(&mut State, &mut Touched)) -> bool {
         let up = self.links_up();
         let mut touched = Touched::nothing();
         self.state.keep_journal();
@@ -169,7 +170,9 @@ impl Fib {
         for (_, table, dst) in self.state.take_journal() {
             touched.route(table, dst);
         }
+        let published = !touched.is_empty();
         self.publish(touched, &up);
+        published
     }
 
     /// How the publications so far were made.

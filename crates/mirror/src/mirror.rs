@@ -22,7 +22,8 @@ pub struct Stats {
     pub synced: bool,
     /// Messages applied (from dumps and notifications).
     pub updates: u64,
-    /// Batches of notifications published.
+    /// Batches of notifications applied (each published as one version, unless it
+    /// changed nothing readers see).
     pub batches: u64,
     /// Whole dumps after the first (each after an overflow).
     pub resyncs: u64,
@@ -47,10 +48,15 @@ pub struct Stats {
     /// Messages of what the mirror does not hold (other families, multicast routing,
     /// encapsulations, neighbours): skipped.
     pub skipped: u64,
-    /// The latest lags from a batch's arrival to its publication, oldest first.
+    /// The latest lags from a batch's arrival to its publication, oldest first: of the
+    /// batches that published a new version.
     lags: Vec<Duration>,
     /// Where the next lag goes once `lags` is full.
     next_lag: usize,
+    /// The longest a batch that published nothing took to apply, since the lags were
+    /// last cleared: the kernel reports an object's routes again when it changes, and
+    /// such a batch only drops them.
+    unpublished_longest: Duration,
 }
 
 impl Stats {
@@ -58,6 +64,13 @@ impl Stats {
     pub fn clear_lags(&mut self) {
         self.lags.clear();
         self.next_lag = 0;
+        self.unpublished_longest = Duration::ZERO;
+    }
+
+    /// The longest a batch that published nothing took to apply since the lags were last
+    /// cleared (zero if none came).
+    pub fn unpublished_longest(&self) -> Duration {
+        self.unpublished_longest
     }
 
     /// How many lags are recorded (at most the latest 4,096).
@@ -172,17 +185,30 @@ impl Mirror {
     }
 
     /// Applies a batch of notifications (`malformed` more could not be parsed) that
-    /// arrived at `arrived`, and publishes the result as one version.
-    pub fn apply(&mut self, batch: Vec<Received>, malformed: u64, arrived: Instant) {
+    /// arrived at `arrived`, and publishes the result as one version. Its lag, from
+    /// `arrived` to the publication, if it published one: a batch that changed nothing
+    /// readers see (a neighbour, routes reported again) publishes nothing.
+    pub fn apply(
+        &mut self,
+        batch: Vec<Received>,
+        malformed: u64,
+        arrived: Instant,
+    ) -> Option<Duration> {
         let (stats, neighbours) = (&mut self.stats, &mut self.neighbours);
         stats.malformed += malformed;
-        self.fib.update(|s, touched| {
+        let published = self.fib.update(|s, touched| {
             for (msg, flags) in batch {
                 apply_one(s, neighbours, stats, touched, Converted::of(msg, flags));
             }
         });
+        let took = arrived.elapsed();
         self.stats.batches += 1;
-        self.stats.record_lag(arrived.elapsed());
+        if published {
+            self.stats.record_lag(took);
+        } else {
+            self.stats.unpublished_longest = self.stats.unpublished_longest.max(took);
+        }
+        published.then_some(took)
     }
 
     /// The mirrored state.
