@@ -56,7 +56,7 @@ impl<K: Key> Trie<K> {
             }
         }
         // Per level below the direct array (0: the roots), the nodes noted there.
-        let mut levels: Vec<HashMap<u32, Noted, Fold>> = Vec::new();
+        let mut levels: Vec<Level> = Vec::new();
         for p in &deep {
             removed += usize::from(self.note_removal(p, &mut levels));
         }
@@ -65,8 +65,7 @@ impl<K: Key> Trie<K> {
         }
         for level in (0..levels.len()).rev() {
             // In the nodes' order: the same blocks reused from run to run.
-            let mut noted: Vec<(u32, Noted)> =
-                std::mem::take(&mut levels[level]).into_iter().collect();
+            let mut noted = std::mem::take(&mut levels[level].noted);
             noted.sort_unstable_by_key(|(n, _)| *n);
             for (n, noted) in noted {
                 let changed = !noted.arts.is_empty() || noted.drop != 0;
@@ -78,7 +77,7 @@ impl<K: Key> Trie<K> {
                         // A wide root keeps its children (it may narrow below).
                         if self.holds_nothing(n) && !self.is_wide(parent) {
                             levels[level - 1]
-                                .get_mut(&parent)
+                                .get_mut(parent)
                                 .expect("a node's parent is noted on the walk to it")
                                 .drop |= 1 << slot;
                         } else {
@@ -101,11 +100,7 @@ impl<K: Key> Trie<K> {
     /// Walks to the node where `prefix` (longer than the direct bits) ends, making the
     /// path fresh, and notes the prefix there and each node on the way; false, with
     /// nothing copied or noted, if the trie does not hold it.
-    fn note_removal(
-        &mut self,
-        prefix: &Prefix<K>,
-        levels: &mut Vec<HashMap<u32, Noted, Fold>>,
-    ) -> bool {
+    fn note_removal(&mut self, prefix: &Prefix<K>, levels: &mut Vec<Level>) -> bool {
         if self.get(prefix).is_none() {
             return false;
         }
@@ -222,15 +217,36 @@ impl<K: Key> Trie<K> {
     }
 }
 
-/// Node `n` of `level` as noted in `levels` (noted as `noted` if not yet).
-fn note(
-    levels: &mut Vec<HashMap<u32, Noted, Fold>>,
-    level: usize,
-    n: u32,
-    noted: Noted,
-) -> &mut Noted {
-    if levels.len() <= level {
-        levels.resize_with(level + 1, HashMap::default);
+/// The nodes noted at one level, in the order first noted.
+#[derive(Default)]
+struct Level {
+    noted: Vec<(u32, Noted)>,
+    /// Where each node is in `noted`.
+    at: HashMap<u32, usize, Fold>,
+}
+
+impl Level {
+    /// Node `n` as noted, if it is.
+    fn get_mut(&mut self, n: u32) -> Option<&mut Noted> {
+        let i = *self.at.get(&n)?;
+        Some(&mut self.noted[i].1)
     }
-    levels[level].entry(n).or_insert(noted)
+}
+
+/// Node `n` of `level` as noted in `levels` (noted as `noted` if not yet). The batch's
+/// prefixes come sorted, so most walks pass the nodes the last one passed: the node
+/// noted last at a level is checked before the index.
+fn note(levels: &mut Vec<Level>, level: usize, n: u32, noted: Noted) -> &mut Noted {
+    if levels.len() <= level {
+        levels.resize_with(level + 1, Level::default);
+    }
+    let l = &mut levels[level];
+    let i = match l.noted.last() {
+        Some((last, _)) if *last == n => l.noted.len() - 1,
+        _ => *l.at.entry(n).or_insert_with(|| {
+            l.noted.push((n, noted));
+            l.noted.len() - 1
+        }),
+    };
+    &mut l.noted[i].1
 }
