@@ -2,7 +2,7 @@
 //! matched addresses, and a comparison with the trie in one run.
 
 use fibre_bench::addresses;
-use fibre_bench::source::{final_prefixes, read_route_file};
+use fibre_routefile::{final_prefixes, read_route_file};
 use fibre_lpm::{Key, Prefix, Structure, Table};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -21,7 +21,7 @@ pub fn shipped_ipv4() -> (Vec<Prefix<u32>>, Table<u32>, Vec<u32>) {
 }
 
 fn shipped<K: Key>(
-    family: impl Fn(&fibre_bench::source::RouteFile) -> Vec<Prefix<K>>,
+    family: impl Fn(&fibre_routefile::RouteFile) -> Vec<Prefix<K>>,
     file: &str,
 ) -> (Vec<Prefix<K>>, Table<K>, Vec<K>) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

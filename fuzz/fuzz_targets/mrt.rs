@@ -2,7 +2,7 @@
 //! panic; the routes reported equal the routes passed on.
 #![no_main]
 
-use fibre_bench::source::read_mrt;
+use fibre_routefile::read_mrt;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! and every route read prints back to text that reads as the same route.
 #![no_main]
 
-use fibre_bench::source::{parse_line, read_routes, AnyPrefix, RouteOp};
+use fibre_routefile::{parse_line, read_routes, AnyPrefix, RouteOp};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 

@@ -9,8 +9,8 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fibre_bench::addresses::matched;
-use fibre_bench::source::{final_prefixes, read_route_file};
 use fibre_lpm::{Key, Prefix, Structure, Table};
+use fibre_routefile::{final_prefixes, read_route_file};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;

@@ -17,9 +17,9 @@
 //! memory: a cache miss costs one instruction here.
 
 use fibre_bench::rules::{RulesConfig, Workload};
-use fibre_bench::source::{final_prefixes, read_route_file};
 use fibre_fib::{FlowVector, HopRef, NoRoute, Query, Snapshot, VectorAnswers, BATCH};
 use fibre_lpm::Table;
+use fibre_routefile::{final_prefixes, read_route_file};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;

@@ -19,7 +19,7 @@
 //! ```
 
 use fibre_bench::pipeline::{pipeline_study, Flows, PipelineConfig, Router};
-use fibre_bench::source::{final_prefixes, read_route_file};
+use fibre_routefile::{final_prefixes, read_route_file};
 use std::path::Path;
 
 fn main() -> Result<(), String> {

@@ -1,7 +1,7 @@
-//! # fibre-bench: what fibre measures with, and what it reads routes from
+//! # fibre-bench: the studies of `fibre bench`
 //!
-//! - [`source`]: route files (prefix lists, `ip -batch` files, MRT dumps, update streams;
-//!   gzip and bzip2) with precise errors.
+//! The route files they read are `fibre-routefile`'s.
+//!
 //! - [`addresses`]: matched and uniform address generators.
 //! - [`method`]: the measurement method (repetitions, trimmed mean, dry run, threads).
 //! - [`lookups`]: the `fibre bench lookup` measurements of fibre's tables.
@@ -28,6 +28,5 @@ pub mod peers;
 pub mod pipeline;
 pub mod report;
 pub mod rules;
-pub mod source;
 pub mod studies;
 pub mod veth;

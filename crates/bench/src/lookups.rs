@@ -12,10 +12,10 @@
 
 use crate::addresses;
 use crate::method::{interleaved, measure, Method, Stat, Timing};
-use crate::source::RouteOp;
 use fibre_lpm::{
     shared, Form, Key, LpmReader, LpmReaderFactory, Prefix, Structure, Table, UnsupportedForm,
 };
+use fibre_routefile::RouteOp;
 use serde_json::{json, Value};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};

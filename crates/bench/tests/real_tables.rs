@@ -4,8 +4,8 @@
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::apply_updates;
-use fibre_bench::source::{final_prefixes, read_route_file, RouteOp};
 use fibre_lpm::{shared, Form, Key, Prefix, ReferenceLpm, Structure, Table};
+use fibre_routefile::{final_prefixes, read_route_file, RouteOp};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 

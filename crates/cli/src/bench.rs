@@ -5,8 +5,8 @@
 
 use fibre_bench::addresses;
 use fibre_bench::lookups::{bench_family, AddressSet, Choice, Figure, LookupConfig};
-use fibre_bench::source::{final_prefixes, RouteOp};
 use fibre_lpm::{Form, Key, Prefix, Structure};
+use fibre_routefile::{final_prefixes, RouteOp};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -1019,7 +1019,7 @@ fn file_name(p: &Path) -> String {
 /// Reads one address per line (blank lines and `#` comments allowed), split by family.
 fn read_addresses(path: &Path) -> Result<(Vec<u32>, Vec<u128>), Box<dyn std::error::Error>> {
     use std::io::BufRead;
-    let reader = fibre_bench::source::open_maybe_gz(path)?;
+    let reader = fibre_routefile::open_maybe_gz(path)?;
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
     for (n, line) in reader.lines().enumerate() {
         let line =

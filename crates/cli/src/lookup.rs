@@ -1,7 +1,7 @@
 //! `fibre lookup`: longest-prefix match of addresses against a route file.
 
-use fibre_bench::source::final_prefixes;
 use fibre_lpm::{Key, Prefix, Table};
+use fibre_routefile::final_prefixes;
 use std::io::{BufRead, BufWriter, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -3,6 +3,9 @@
 
 #![forbid(unsafe_code)]
 
+// `fibre bench` and what only it needs (plots, the peers, the studies) are left out of a
+// build without the `bench` feature (on by default).
+#[cfg(feature = "bench")]
 mod bench;
 mod forward;
 mod lookup;
@@ -29,6 +32,7 @@ enum Command {
     /// Measure fibre against the Linux kernel and a peer library (lookup cost against
     /// table size, threads, address kinds), or, with `lookup`, fibre's tables alone on a
     /// route file.
+    #[cfg(feature = "bench")]
     Bench(Box<bench::BenchArgs>),
     /// Routing as Linux defines it, on a file of `ip` command lines: `route get` answers as
     /// `ip route get` does, `route show` lists as `ip route show` does.
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Lookup(args) => lookup::run(args),
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(*args),
         Command::Route(args) => route::run(args),
         Command::Rule(args) => route::rules(args),
@@ -87,8 +92,8 @@ fn main() -> ExitCode {
 fn load_routes(
     path: &std::path::Path,
     skip_bad: bool,
-) -> Result<fibre_bench::source::RouteFile, Box<dyn std::error::Error>> {
-    let file = fibre_bench::source::read_route_file(path, skip_bad)?;
+) -> Result<fibre_routefile::RouteFile, Box<dyn std::error::Error>> {
+    let file = fibre_routefile::read_route_file(path, skip_bad)?;
     if file.skipped > 0 {
         eprintln!(
             "fibre: skipped {} bad line(s) or record(s) of {}",
@@ -109,8 +114,8 @@ fn load_routes(
 fn load_all_routes(
     paths: &[std::path::PathBuf],
     skip_bad: bool,
-) -> Result<fibre_bench::source::RouteFile, Box<dyn std::error::Error>> {
-    let mut all = fibre_bench::source::RouteFile::default();
+) -> Result<fibre_routefile::RouteFile, Box<dyn std::error::Error>> {
+    let mut all = fibre_routefile::RouteFile::default();
     for p in paths {
         let f = load_routes(p, skip_bad)?;
         all.v4.extend(f.v4);

@@ -1,7 +1,7 @@
 //! MRT reading checked against `bgpdump`'s decodings of the same files (shipped beside
 //! them in data/mrt), including a dump cut in the middle of a record.
 
-use fibre_bench::source::{open_maybe_gz, read_mrt, read_route_file, AnyPrefix, MrtRoute, RouteOp};
+use fibre_routefile::{open_maybe_gz, read_mrt, read_route_file, AnyPrefix, MrtRoute, RouteOp};
 use std::io::BufRead;
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -1,15 +1,16 @@
-//! Route sources: prefix lists, update streams, `ip -batch` files and MRT dumps, plain or
-//! compressed.
+//! Route files read into prefixes: prefix lists, update streams, `ip -batch` files and MRT
+//! dumps, plain or compressed. `fibre lookup` and the benchmarks read their routes here.
 //!
 //! Text: one prefix per line, IPv4 and IPv6 mixed freely. An optional first column says
 //! what the line does: `A` announces (adds or replaces) the prefix, `W` withdraws it; a
 //! line without it announces. `#` starts a comment; blank lines are ignored. Lines of an
 //! `ip -batch` file (`route add PREFIX via ...`, `route del PREFIX`) are read too.
 //!
-//! MRT (RFC 6396, decoded by `bgpkit-parser`): a TABLE_DUMP / TABLE_DUMP_V2 RIB gives
-//! one announcement per RIB entry; BGP4MP update files give announcements and
-//! withdrawals in order. A file that breaks off (truncated, or a malformed record) keeps
-//! everything read before the break, and says where it broke.
+//! MRT (RFC 6396, decoded by `bgpkit-parser`, with the `mrt` feature, on by default): a
+//! TABLE_DUMP / TABLE_DUMP_V2 RIB gives one announcement per RIB entry; BGP4MP update
+//! files give announcements and withdrawals in order. A file that breaks off (truncated,
+//! or a malformed record) keeps everything read before the break, and says where it
+//! broke. Built without the feature, an MRT file is refused with that reason.
 //!
 //! gzip and bzip2 are recognised by their magic bytes, whatever the file's name; MRT is
 //! told from text by its record header.
@@ -105,6 +106,11 @@ pub struct RouteFile {
 
 /// How many skipped lines are kept as examples.
 const EXAMPLES: usize = 5;
+
+#[cfg(feature = "mrt")]
+mod mrt;
+#[cfg(feature = "mrt")]
+pub use mrt::{read_mrt, MrtRoute, MrtSummary};
 
 /// A reader that decompresses gzip or bzip2 if the stream starts with their magic bytes.
 pub fn open_maybe_gz(path: &Path) -> Result<Box<dyn BufRead + Send>, SourceError> {
@@ -233,132 +239,35 @@ pub fn read_route_file(path: &Path, skip_bad: bool) -> Result<RouteFile, SourceE
         reason: format!("cannot read: {e}"),
     })?;
     if looks_like_mrt(head) {
-        let mut out = RouteFile::default();
-        let summary = read_mrt(reader, path, |e| match e.prefix {
-            AnyPrefix::V4(p) => out.v4.push((e.op, p)),
-            AnyPrefix::V6(p) => out.v6.push((e.op, p)),
-        })?;
-        out.broken = summary.broken;
-        out.skipped = summary.skipped;
-        out.skipped_examples = summary.skipped_examples;
-        return Ok(out);
+        return read_mrt_file(reader, path);
     }
     read_routes(reader, path, skip_bad)
 }
 
-/// One route of an MRT file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MrtRoute {
-    /// Announcement (RIB entry or update) or withdrawal.
-    pub op: RouteOp,
-    /// The prefix.
-    pub prefix: AnyPrefix,
-    /// The peer that sent or held it.
-    pub peer: std::net::IpAddr,
-    /// Its next hop, when it has one.
-    pub next_hop: Option<std::net::IpAddr>,
+/// An MRT file's routes.
+#[cfg(feature = "mrt")]
+fn read_mrt_file(reader: impl BufRead, path: &Path) -> Result<RouteFile, SourceError> {
+    let mut out = RouteFile::default();
+    let summary = read_mrt(reader, path, |e| match e.prefix {
+        AnyPrefix::V4(p) => out.v4.push((e.op, p)),
+        AnyPrefix::V6(p) => out.v6.push((e.op, p)),
+    })?;
+    out.broken = summary.broken;
+    out.skipped = summary.skipped;
+    out.skipped_examples = summary.skipped_examples;
+    Ok(out)
 }
 
-/// What reading an MRT file gave.
-#[derive(Clone, Debug, Default)]
-pub struct MrtSummary {
-    /// Routes read.
-    pub routes: usize,
-    /// Records skipped (unsupported or malformed, the stream intact around them).
-    pub skipped: usize,
-    /// The first few of them.
-    pub skipped_examples: Vec<SourceError>,
-    /// Where the file broke off, if it did.
-    pub broken: Option<SourceError>,
-}
-
-/// Counts the bytes read through it.
-struct Counting<R> {
-    inner: R,
-    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl<R: std::io::Read> std::io::Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
-/// Reads MRT records from `reader` (already decompressed), passing every route to
-/// `each`. A record that cannot be decoded while the stream around it is intact
-/// (unsupported type, malformed attributes) is skipped and counted; a break of the stream
-/// itself (truncation, read error) ends the read without losing what came before, and is
-/// returned in the summary with the byte offset where reading stopped.
-pub fn read_mrt(
-    reader: impl std::io::Read,
-    path: &Path,
-    mut each: impl FnMut(MrtRoute),
-) -> Result<MrtSummary, SourceError> {
-    use bgpkit_parser::models::ElemType;
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counting = Counting {
-        inner: reader,
-        count: count.clone(),
-    };
-    let parser = bgpkit_parser::BgpkitParser::from_reader(counting);
-    let mut summary = MrtSummary::default();
-    for item in parser.into_fallible_elem_iter() {
-        match item {
-            Ok(elem) => {
-                let (addr, len) = (elem.prefix.prefix.addr(), elem.prefix.prefix.prefix_len());
-                let prefix = match addr {
-                    std::net::IpAddr::V4(a) => AnyPrefix::V4(Prefix::new_clamped(a.into(), len)),
-                    std::net::IpAddr::V6(a) => AnyPrefix::V6(Prefix::new_clamped(a.into(), len)),
-                };
-                let op = match elem.elem_type {
-                    ElemType::ANNOUNCE => RouteOp::Announce,
-                    ElemType::WITHDRAW => RouteOp::Withdraw,
-                };
-                each(MrtRoute {
-                    op,
-                    prefix,
-                    peer: elem.peer_ip,
-                    next_hop: elem.next_hop,
-                });
-                summary.routes += 1;
-            }
-            Err(e) => {
-                use bgpkit_parser::ParserError as P;
-                let at = count.load(std::sync::atomic::Ordering::Relaxed);
-                let stream_broken = matches!(
-                    e.error,
-                    P::IoError(_)
-                        | P::EofError(_)
-                        | P::EofExpected
-                        | P::TruncatedMsg(_)
-                        | P::OversizedRecord { .. }
-                );
-                if stream_broken {
-                    summary.broken = Some(SourceError {
-                        path: path.to_path_buf(),
-                        line: None,
-                        reason: format!(
-                            "MRT data breaks off near byte {at} after {} routes ({}); the routes before it are kept",
-                            summary.routes, e.error
-                        ),
-                    });
-                    break;
-                }
-                summary.skipped += 1;
-                if summary.skipped_examples.len() < EXAMPLES {
-                    summary.skipped_examples.push(SourceError {
-                        path: path.to_path_buf(),
-                        line: None,
-                        reason: format!("MRT record near byte {at} skipped: {}", e.error),
-                    });
-                }
-            }
-        }
-    }
-    Ok(summary)
+/// An MRT file, refused: this build does not read MRT.
+#[cfg(not(feature = "mrt"))]
+fn read_mrt_file(_reader: impl BufRead, path: &Path) -> Result<RouteFile, SourceError> {
+    Err(SourceError {
+        path: path.to_path_buf(),
+        line: None,
+        reason: "an MRT dump, which this build does not read (built without the `mrt` \
+                 feature)"
+            .to_string(),
+    })
 }
 
 /// Reads route lines from any reader; `path` names it in errors.
