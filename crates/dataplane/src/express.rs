@@ -40,6 +40,10 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 
+/// Destinations the express path holds at most (a hash of 40-byte entries, the least
+/// recently used making room): some 4 MiB.
+pub const EXPRESS_DESTINATIONS: u32 = 65_536;
+
 pub use fibre_kernel::bpf::TCX_NEXT;
 /// `TC_ACT_REDIRECT`, what `bpf_redirect` returns.
 pub const TC_ACT_REDIRECT: u32 = 7;

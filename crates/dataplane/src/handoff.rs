@@ -13,8 +13,8 @@
 //! packets of one flow, from one link, go in one worker's batches in order, so they stay
 //! in order.
 
+use crate::input::Arrival;
 use crate::offload::Offload;
-use crate::pipeline::Arrival;
 use crate::pool::{BufferId, Pool};
 use fibre_conntrack::Forward;
 use std::io;

@@ -14,7 +14,17 @@
 //! Source addresses the route stage refuses (martians, this host's own) are its to judge,
 //! as they are the kernel's route lookup's: the rules and tables decide.
 
+use fibre_fib::LinkIndex;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The link a vector of packets arrived on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Its index.
+    pub link: LinkIndex,
+    /// Its MAC address: frames sent to another are not this host's.
+    pub mac: [u8; 6],
+}
 
 /// EtherType of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;

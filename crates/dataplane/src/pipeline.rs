@@ -39,6 +39,7 @@
 use crate::claims::Claims;
 use crate::fragment;
 use crate::icmp::{self, RateLimit};
+pub use crate::input::Arrival;
 use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
 use crate::offload::{self, Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
@@ -238,15 +239,6 @@ impl<F: Fn(LinkIndex, IpAddr) -> Option<[u8; 6]>> Neighbours for F {
     fn mac(&self, link: LinkIndex, addr: IpAddr) -> Option<[u8; 6]> {
         self(link, addr)
     }
-}
-
-/// The link a vector of packets arrived on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Arrival {
-    /// Its index.
-    pub link: LinkIndex,
-    /// Its MAC address: frames sent to another are not this host's.
-    pub mac: [u8; 6],
 }
 
 /// Why a packet went to the kernel.

@@ -32,6 +32,7 @@
 //! second, so that no packet takes a lock.
 
 use crate::claims::Claims;
+use crate::express::EXPRESS_DESTINATIONS;
 use crate::express::{Entry, Express, Generation};
 use crate::handoff::{Batch as Handing, Mailbox, HOPS};
 use crate::icmp::{self, RateLimit};
@@ -44,7 +45,6 @@ use crate::pool::{BufferId, Pool};
 use crate::ring::ReceiveRing;
 use crate::runtime::StageCounters;
 use crate::segment;
-use crate::workers::EXPRESS_DESTINATIONS;
 use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
 use fibre_conntrack::{Conntrack, Owners};

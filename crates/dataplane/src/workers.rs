@@ -76,10 +76,6 @@ pub struct Options {
 /// (`sched_rt_runtime_us`).
 pub const REALTIME: i32 = 1;
 
-/// Destinations the express path holds at most (a hash of 40-byte entries, the least
-/// recently used making room): some 4 MiB.
-pub const EXPRESS_DESTINATIONS: u32 = 65_536;
-
 /// Makes each worker's way to ask the kernel for neighbours.
 pub type Resolver = Box<dyn FnMut() -> io::Result<Resolve> + Send>;
 
@@ -289,7 +285,7 @@ impl Workers {
                 let local = local.ok_or_else(|| {
                     io::Error::other("the express path needs the map of local destinations")
                 })?;
-                let mut express = Express::new(local, EXPRESS_DESTINATIONS)?;
+                let mut express = Express::new(local, crate::express::EXPRESS_DESTINATIONS)?;
                 for &link in &workers.links {
                     express.attach(link)?;
                 }

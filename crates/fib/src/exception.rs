@@ -19,7 +19,7 @@
 //! - Time is the caller's (milliseconds on any monotonic clock, [`Exceptions::now`] by
 //!   default), so tests and offline runs decide it.
 
-use crate::forward::Hop;
+use crate::hop::Hop;
 use crate::link::LinkIndex;
 use arc_swap::ArcSwap;
 use std::hash::BuildHasher;

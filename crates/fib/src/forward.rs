@@ -31,109 +31,19 @@
 
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
+use crate::hop::{Hop, HopRef};
 use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
-use crate::query::{Answer, NoRoute, Query};
+use crate::plain::{Plain, PlainTable};
+use crate::query::BATCH;
+use crate::query::{NoRoute, Query};
 use crate::quick;
-use crate::route::Path;
 use crate::route::{RouteBody, RouteType};
-use crate::snapshot::{sent_via, Concluded, Plain, PlainTable};
+use crate::snapshot::Concluded;
 use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
 use std::borrow::Borrow;
 use std::net::IpAddr;
-use std::ops::Deref;
-
-/// Flows a batch keeps together through rules and tables.
-pub const BATCH: usize = 64;
-
-/// Where a flow goes: what a packet needs from its route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Hop {
-    /// The route's type (`local` for this host's addresses).
-    pub kind: RouteType,
-    /// The table that answered (`None` for an IPv4 flow sent out of its `oif` with no
-    /// route).
-    pub table: Option<u32>,
-    /// The output link (the loopback for local delivery).
-    pub dev: LinkIndex,
-    /// The gateway to send through; `None`: the destination is on the link.
-    pub gateway: Option<IpAddr>,
-    /// The route's MTU, if it sets one.
-    pub mtu: Option<u32>,
-}
-
-impl Hop {
-    /// This hop (its route's type, table and MTU) through `path`, the loopback link being
-    /// `lo`: local delivery by the loopback (and a broadcast arriving on a link too), the
-    /// gateway only where the path sends through it.
-    pub(crate) fn through(self, path: &Path, lo: LinkIndex, input: bool) -> Hop {
-        let local = matches!(self.kind, RouteType::Local | RouteType::Anycast);
-        let brd = self.kind == RouteType::Broadcast;
-        Hop {
-            dev: if local || (brd && input) {
-                lo
-            } else {
-                path.dev
-            },
-            gateway: if local { None } else { sent_via(path) },
-            ..self
-        }
-    }
-
-    /// The hop of a route query's answer.
-    pub(crate) fn of_answer(a: &Answer) -> Hop {
-        Hop {
-            kind: a.kind,
-            table: a.table,
-            dev: a.dev,
-            gateway: a.gateway,
-            mtu: a.mtu,
-        }
-    }
-}
-
-/// A flow's hop as a lookup answers it: one the snapshot holds (most answers, which then
-/// cost no copy), or one made for the flow by the full walk. Either reads as a [`Hop`].
-#[derive(Clone, Copy, Debug)]
-pub enum HopRef<'s> {
-    /// A hop of the snapshot's tables.
-    Shared(&'s Hop),
-    /// A hop made for this flow.
-    Made(Hop),
-}
-
-impl Deref for HopRef<'_> {
-    type Target = Hop;
-
-    #[inline]
-    fn deref(&self) -> &Hop {
-        match self {
-            HopRef::Shared(h) => h,
-            HopRef::Made(h) => h,
-        }
-    }
-}
-
-impl PartialEq for HopRef<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        **self == **other
-    }
-}
-
-impl Eq for HopRef<'_> {}
-
-impl PartialEq<Hop> for HopRef<'_> {
-    fn eq(&self, other: &Hop) -> bool {
-        **self == *other
-    }
-}
-
-impl From<HopRef<'_>> for Hop {
-    fn from(h: HopRef<'_>) -> Hop {
-        *h
-    }
-}
 
 /// How flows alike are answered: their family's tables, its one merged search, and what
 /// the checks of their input link concluded ([`Snapshot::alike_way`]).
@@ -736,25 +646,13 @@ impl Snapshot {
             .choose_path(route, oif, &p.q, p.input.is_some())
             .ok_or(NoRoute::NetworkUnreachable)?;
         self.validate_source(&p.q, p.input, route, path.dev)?;
-        Ok(HopRef::Made(self.hop_of(
+        Ok(HopRef::Made(Hop::of_route(
             route,
             table,
             path,
+            self.lo,
             p.input.is_some(),
         )))
-    }
-
-    /// The hop of `route` in `table` through `path`: local delivery by the loopback (and
-    /// a forwarded broadcast too), the gateway only where the path sends through it.
-    pub(crate) fn hop_of(&self, route: &RouteBody, table: u32, path: &Path, input: bool) -> Hop {
-        Hop {
-            kind: route.kind,
-            table: Some(table),
-            dev: 0,
-            gateway: None,
-            mtu: route.mtu,
-        }
-        .through(path, self.lo, input)
     }
 
     /// Up to [`BATCH`] flows: as flows alike where most are, else round by round.

@@ -16,10 +16,10 @@
 //!   structure, rules resolved; [`Snapshot::route`] answers a [`Query`] with an [`Answer`]
 //!   or the kernel's error ([`NoRoute`]). [`source`] picks the source address.
 //! - [`Snapshot::lookup`] and [`Snapshot::lookup_batch`] (`forward`) answer what a packet
-//!   needs, a [`Hop`] (by reference, a [`HopRef`]), with the same semantics and no
-//!   allocation: every destination's
-//!   answer to a flow with no output link is decided when the snapshot is compiled and
-//!   stored as the value of an LPM structure, so the common lookup is one search; rules
+//!   needs, a [`Hop`] (`hop`; by reference, a [`HopRef`]), with the same semantics and
+//!   no allocation: every destination's answer to a flow with no output link is decided
+//!   when the snapshot is compiled and stored as the value of an LPM structure (`plain`),
+//!   so the common lookup is one search; rules
 //!   compile to integer selectors with a bit-set index (`classify`), and batches of
 //!   [`BATCH`] flows stay batched through rules and tables. The passes around the one
 //!   search of flows alike are vector code where the CPU has AVX2 (`quick`, the crate's
@@ -60,12 +60,14 @@ mod classify;
 pub mod config;
 pub mod exception;
 pub mod forward;
+pub mod hop;
 pub mod link;
 pub mod multipath;
 pub mod names;
 pub mod net;
 pub mod nexthop;
 mod patch;
+mod plain;
 pub mod publish;
 pub mod query;
 #[allow(unsafe_code)]
@@ -80,13 +82,14 @@ pub mod state;
 pub mod vector;
 
 pub use exception::{Exception, Exceptions};
-pub use forward::{Hop, HopRef, BATCH};
+pub use hop::{Hop, HopRef};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};
 pub use nexthop::{Nexthop, NexthopId, NexthopKind};
 pub use patch::Touched;
 pub use publish::{Fib, FibReader, Publications};
+pub use query::BATCH;
 pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteBody, RouteType};
 pub use rule::{Rule, RuleAction};

@@ -24,10 +24,9 @@
 use crate::names::{TABLE_LOCAL, TABLE_MAIN};
 use crate::net::{Family, Net};
 use crate::nexthop::NexthopId;
+use crate::plain::{Plain, PlainTable};
 use crate::route::{Path, RouteType};
-use crate::snapshot::{
-    merged_answer, prefers_input, CompiledTable, Merged, Node, Plain, PlainTable, Snapshot,
-};
+use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Merged, Node, Snapshot};
 use crate::state::{RouteList, State, TableRoutes};
 use std::collections::BTreeSet;
 
@@ -203,7 +202,7 @@ fn answers_at(
     tables: &[CompiledTable],
     seq: &[usize],
     at: Vec<Net>,
-) -> Vec<(Net, Option<crate::snapshot::Unnumbered>)> {
+) -> Vec<(Net, Option<crate::plain::Unnumbered>)> {
     at.into_iter()
         .map(|net| {
             let present = seq.iter().any(|&s| tables[s].node_at(net).is_some());
@@ -214,7 +213,7 @@ fn answers_at(
 
 /// Writes `answers` (of distinct prefixes) into search `plain`, the prefixes without one
 /// taken out in one batch.
-fn set_answers(plain: &mut PlainTable, answers: Vec<(Net, Option<crate::snapshot::Unnumbered>)>) {
+fn set_answers(plain: &mut PlainTable, answers: Vec<(Net, Option<crate::plain::Unnumbered>)>) {
     let mut gone = Vec::new();
     for (net, answer) in answers {
         match answer {
@@ -307,7 +306,7 @@ impl CompiledTable {
 
     /// Takes prefixes `dsts` out of the map of nodes, in one batch.
     fn unmap_all(&mut self, dsts: &[Net]) {
-        crate::snapshot::remove_all(&mut self.v4, &mut self.v6, dsts);
+        crate::plain::remove_all(&mut self.v4, &mut self.v6, dsts);
     }
 
     /// Maps prefix `dst` to node `node`.
@@ -501,7 +500,7 @@ impl Snapshot {
     /// Nexthop object `id` stood for one live path and stands for `path` now: the hops
     /// of the routes through it, in every search, are made again through `path`, in
     /// place. No answer changes but by its hop (see
-    /// [`crate::snapshot::PlainTable::follow_object`]).
+    /// [`crate::plain::PlainTable::follow_object`]).
     fn follow_object(&mut self, id: NexthopId, path: &Path) {
         let lo = self.lo;
         for fib in [&mut self.v4, &mut self.v6] {
@@ -833,7 +832,7 @@ impl Snapshot {
         let node = &table.nodes[i as usize];
         let u = self.unnumbered_answer(table.id, node);
         let dst = node.dst;
-        if u == crate::snapshot::Unnumbered::Up {
+        if u == crate::plain::Unnumbered::Up {
             table.inheriting.insert(dst);
         } else {
             table.inheriting.remove(&dst);
@@ -916,9 +915,10 @@ mod tests {
     use super::*;
     use crate::chunked::Chunked;
     use crate::config;
+    use crate::plain::Plain;
     use crate::publish::Fib;
     use crate::query::Query;
-    use crate::snapshot::{Node, Plain};
+    use crate::snapshot::Node;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::net::IpAddr;
@@ -1105,7 +1105,7 @@ rule add from fd01::/64 lookup 100 pref 100
         }
     }
 
-    use crate::forward::Hop;
+    use crate::hop::Hop;
 
     /// What the state counts as routes change equals what a walk of them finds: the
     /// routes of each table, the destinations that deliver to this host.

@@ -21,7 +21,7 @@
 
 use crate::config::{self, ConfigError};
 use crate::exception::Exceptions;
-use crate::forward::Hop;
+use crate::hop::Hop;
 use crate::link::LinkIndex;
 use crate::patch::Touched;
 use crate::query::{NoRoute, Query};

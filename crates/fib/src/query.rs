@@ -225,3 +225,6 @@ pub fn parse_query(
     }
     Ok(q)
 }
+
+/// Flows a batch keeps together through rules and tables.
+pub const BATCH: usize = 64;

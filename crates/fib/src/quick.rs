@@ -19,8 +19,8 @@
 //! stores and gathers are in bounds by construction, as each block says, and the tests
 //! run it under Miri in a build that enables AVX2.
 
-use crate::forward::BATCH;
-use crate::snapshot::{AddrFilter, Plain, PlainTable};
+use crate::plain::{AddrFilter, Plain, PlainTable};
+use crate::query::BATCH;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// This CPU's AVX2, detected: the proof that the AVX2 forms may run.
@@ -148,9 +148,9 @@ pub(crate) fn keys_v6(cpu: Option<Avx2>, addrs: &[Ipv6Addr], keys: &mut [u128; B
 const NOTHING: u32 = u32::MAX;
 
 /// A code whose bits from here up are 0 answers with one hop, held in its low
-/// `HOP_BITS` ([`crate::snapshot::Plain::one_hop`]).
+/// `HOP_BITS` ([`crate::plain::Plain::one_hop`]).
 const ONE_KIND_SHIFT: u32 = 27;
-const HOP_BITS: u32 = (1 << crate::snapshot::PLAIN_PAYLOAD) - 1;
+const HOP_BITS: u32 = (1 << crate::plain::PLAIN_PAYLOAD) - 1;
 
 /// The forms as plain Rust: the reference.
 mod portable {

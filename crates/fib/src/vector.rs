@@ -15,9 +15,11 @@
 //! `Result<HopRef, NoRoute>` had cost a quarter of the search again, in writes and in the
 //! consumer's reads, as the `flow_instructions` example counted.
 
-use crate::forward::{Alike, AlikeWay, Hop, HopRef, BATCH};
+use crate::forward::{Alike, AlikeWay};
+use crate::hop::{Hop, HopRef};
 use crate::link::LinkIndex;
 use crate::net::Family;
+use crate::query::BATCH;
 use crate::query::{NoRoute, Query};
 use crate::quick;
 use crate::snapshot::Snapshot;

@@ -341,7 +341,7 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
             let v6 = (early.is_some()
                 && deferred.is_empty()
                 && dumped.as_ref().is_ok_and(|d| !d.interrupted))
-            .then(|| state.compile_v6());
+            .then(|| Half::of_v6(&mut state));
             let early = early.map(|h| h.join().expect("a compile does not panic"));
             applying += halves.elapsed();
             (dumped, read_in, early.map(|(v4, half)| (v4, half, v6)))

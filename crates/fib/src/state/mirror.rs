@@ -519,11 +519,12 @@ impl Dumping {
         part
     }
 
-    /// IPv6's half of the snapshot, compiled from the routes staged (IPv4's lent by
+    /// IPv6's routes staged built into the state, which IPv6's half of a snapshot is then
+    /// compiled from ([`crate::snapshot::Half::of_v6`]; IPv4's lent by
     /// [`Dumping::take_v4`]).
-    pub fn compile_v6(&mut self) -> crate::snapshot::Half {
+    pub(crate) fn build_v6(&mut self) -> &State {
         self.build_staged_of(Some(Family::V6));
-        self.state.compile_half(Family::V6)
+        &self.state
     }
 
     /// IPv4's routes lent by [`Dumping::take_v4`] back in place.
@@ -578,6 +579,7 @@ impl Dumping {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::Half;
     use rand::Rng;
 
     /// The default rules reported one at a time, as a dump reports them, leave IPv4
@@ -855,7 +857,7 @@ nexthop add id 2 dev a1
                 dumping.route(r.clone());
             }
             let halves = early.map(|(v4, compiled)| {
-                let v6 = dumping.compile_v6();
+                let v6 = Half::of_v6(&mut dumping);
                 dumping.put_v4_back(v4);
                 (compiled, v6)
             });
@@ -865,7 +867,7 @@ nexthop add id 2 dev a1
             let Some((v4, v6)) = halves else {
                 continue;
             };
-            let halves = crate::snapshot::Half::join(v4, v6);
+            let halves = Half::join(v4, v6);
             let at_once = state.snapshot();
             for r in &routes {
                 for addr in [r.dst.addr(), r.dst.last()] {
@@ -879,10 +881,10 @@ nexthop add id 2 dev a1
                             ..Query::to(addr)
                         };
                         assert_eq!(halves.route(&q), at_once.route(&q), "seed {seed}: {q:?}");
-                        let hop = at_once.lookup(&q).map(crate::forward::Hop::from);
+                        let hop = at_once.lookup(&q).map(crate::hop::Hop::from);
                         answered[(q.dst.is_ipv6()) as usize] += hop.is_ok() as usize;
                         assert_eq!(
-                            halves.lookup(&q).map(crate::forward::Hop::from),
+                            halves.lookup(&q).map(crate::hop::Hop::from),
                             hop,
                             "seed {seed}: {q:?}"
                         );
@@ -971,7 +973,7 @@ nexthop add id 2 dev a1
             };
             dumping.route(route(dst, paths));
         }
-        let _v6_half = dumping.compile_v6();
+        let _v6_half = Half::of_v6(&mut dumping);
         dumping.put_v4_back(v4_part);
         let state = dumping.finish();
         let links = state.link_users[&a0].dsts.as_ref().expect("indexed");
