@@ -6,8 +6,10 @@
 //! sysctls. The router's rules read a packet's state (`ct state`, `ct status`, ...)
 //! from it, as the kernel's read its conntrack.
 //!
+//! - [`connection`]: a tracked connection and a packet's outcome.
 //! - [`table`]: the connection table and a packet's way through it.
-//! - [`nat`]: address translation, bound to connections.
+//! - [`nat`]: address translation: bindings chosen, packets rewritten.
+//! - [`translation`]: address translation applied through the table.
 //! - [`owners`]: which worker's table holds a connection.
 //! - [`registry`]: what NAT asks of every worker's connections.
 //! - [`kept`]: the chains' verdicts kept on connections for their later packets.
@@ -15,6 +17,7 @@
 //! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
 //! - [`settings`]: the namespace's conntrack sysctls.
 
+pub mod connection;
 pub mod kept;
 pub mod nat;
 pub mod owners;
@@ -22,12 +25,12 @@ pub mod registry;
 pub mod settings;
 pub mod table;
 pub mod tcp;
+pub mod translation;
 pub mod tuple;
 
+pub use connection::{Connection, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable};
 pub use kept::{Epoch, Kept};
 pub use owners::Owners;
 pub use settings::Settings;
-pub use table::{
-    Connection, Conntrack, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable,
-};
+pub use table::Conntrack;
 pub use tuple::Tuple;

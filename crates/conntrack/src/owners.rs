@@ -16,7 +16,7 @@
 //! ([`crate::registry`]).
 //!
 //! When the number of workers changes, the tables' connections move to their new
-//! owners ([`redistribute`]), every table held meanwhile.
+//! owners (`Conntrack::redistribute`), every table held meanwhile.
 //!
 //! The hash is one the links' steering can compute too: each address folded to 32 bits
 //! (an IPv6 address's four words by exclusive or), the two taken in order, the ports in
@@ -29,7 +29,7 @@
 //! IPv6 behind extension headers; a fragment, which the tracker gives the kernel, is
 //! spread by its addresses).
 
-use crate::table::{Connection, Conntrack, Forward};
+use crate::connection::Connection;
 use crate::tuple::{Tuple, ICMP, ICMPV6};
 
 /// How the workers share the connections: which worker a table is, of how many.
@@ -301,48 +301,6 @@ fn steering_program(seed: u32, workers: u16, slots: &[u16]) -> Vec<(u16, u8, u8,
         p[c].1 = rel(c, if k < PORTED.len() { ported } else { identified });
     }
     p
-}
-
-/// Moves the connections of `tables` (table `k` worker `k`'s) to their owners under
-/// `owners` (each table's own `me` set from its place), and has each table follow it.
-/// Connections in their owner's table stay where they are.
-pub fn redistribute(tables: &mut [&mut Conntrack], owners: Owners) {
-    let workers = tables.len() as u16;
-    let mut moving: Vec<(u16, Connection)> = Vec::new();
-    for (k, table) in tables.iter_mut().enumerate() {
-        let mine = Owners {
-            workers,
-            me: k as u16,
-            ..owners
-        };
-        table.set_owners(mine);
-        moving.extend(
-            table
-                .hand_over(|c| mine.of_connection(c) != k as u16)
-                .into_iter()
-                .map(|c| (mine.of_connection(&c), c)),
-        );
-    }
-    for (to, c) in moving {
-        tables[usize::from(to)].adopt(c);
-    }
-    // What each table forwards, made anew from where the connections now lie.
-    let mut told = Vec::new();
-    for (k, table) in tables.iter_mut().enumerate() {
-        table.clear_forwards();
-        let mine = *table.owners();
-        for c in table.connections(0).map(|(c, _)| c) {
-            for t in &c.tuples {
-                let to = mine.of_tuple(t);
-                if to != k as u16 {
-                    told.push((to, Forward::Add(*t, k as u16)));
-                }
-            }
-        }
-    }
-    for (to, f) in told {
-        tables[usize::from(to)].forward(f);
-    }
 }
 
 #[cfg(test)]

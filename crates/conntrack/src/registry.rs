@@ -17,7 +17,7 @@
 //! inverse's alike, no other's; some 9 bytes of the table at a million); a translated
 //! one under each tuple's own, and 40 bytes more if its source is translated.
 
-use crate::table::Connection;
+use crate::connection::Connection;
 use crate::tuple::{Tuple, TupleHash};
 use hashbrown::HashTable;
 

@@ -29,7 +29,12 @@
 //! 4. the packet's state for the rules: NEW (the original direction before any reply),
 //!    ESTABLISHED, RELATED, INVALID (no connection would have it), UNTRACKED.
 
-use crate::kept::{Epochs, Kept};
+use crate::connection::At;
+use crate::connection::{
+    Connection, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable, ASSURED, CONFIRMED,
+    SEEN_REPLY,
+};
+use crate::kept::{Epoch, Epochs, Kept};
 use crate::nat;
 use crate::owners::{family_bit, Owners};
 use crate::registry::Registry;
@@ -40,224 +45,6 @@ use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// A packet's state, as `ct state` matches it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Part of no connection the kernel would track.
-    Invalid,
-    /// A connection's packet once a reply was seen, or a reply.
-    Established,
-    /// An ICMP error about a connection.
-    Related,
-    /// The original direction of a connection not yet answered.
-    New,
-    /// Not tracked (ICMPv6 neighbour discovery and MLD).
-    Untracked,
-}
-
-impl State {
-    /// The state's bit as `ct state` compares it (`NF_CT_STATE_BIT`).
-    pub fn bit(self) -> u32 {
-        match self {
-            State::Invalid => 1,
-            State::Established => 2,
-            State::Related => 4,
-            State::New => 8,
-            State::Untracked => 64,
-        }
-    }
-
-    /// The name `nft` gives it.
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Invalid => "invalid",
-            State::Established => "established",
-            State::Related => "related",
-            State::New => "new",
-            State::Untracked => "untracked",
-        }
-    }
-}
-
-/// Why a packet is not fibre's to track.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Untrackable {
-    /// A fragment, which the kernel reassembles before tracking.
-    Fragment,
-    /// A protocol tracked by a tracker of the kernel's that fibre does not have (DCCP,
-    /// GRE, SCTP, UDP-Lite).
-    Protocol(u8),
-}
-
-/// What becomes of a tracked packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Fate {
-    /// It goes on, with its state.
-    Pass,
-    /// Dropped: the table is full and no connection could be dropped early to make
-    /// room (the kernel's "table full, dropping packet").
-    TableFull,
-    /// The kernel's to forward.
-    Kernel(Untrackable),
-    /// Another worker's: its connection lies in that worker's table
-    /// ([`crate::owners`]).
-    Elsewhere(u16),
-}
-
-/// Where a tracked packet's connection is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum At {
-    None,
-    Entry(u32),
-    Pending(u64),
-    /// Removed as the packet passed (an RST before any reply): held, by its ticket,
-    /// until the vector is settled.
-    Gone(u64),
-}
-
-/// A packet's outcome: its fate, its state, its direction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tracked {
-    fate: Fate,
-    state: State,
-    reply: bool,
-    at: At,
-}
-
-impl Tracked {
-    fn of(state: State) -> Tracked {
-        Tracked {
-            fate: Fate::Pass,
-            state,
-            reply: false,
-            at: At::None,
-        }
-    }
-
-    fn fate(fate: Fate) -> Tracked {
-        Tracked {
-            fate,
-            ..Tracked::of(State::Invalid)
-        }
-    }
-
-    /// The packet's state.
-    pub fn state(&self) -> State {
-        self.state
-    }
-
-    /// Whether the packet goes in its connection's reply direction.
-    pub fn reply(&self) -> bool {
-        self.reply
-    }
-
-    /// What becomes of it.
-    pub fn outcome(&self) -> Fate {
-        self.fate
-    }
-
-    /// What a packet the host sends in answer to this one carries (the TCP reset of a
-    /// `reject`): its connection, the other way, RELATED (`nf_conntrack_attach`).
-    pub fn answer(&self) -> Tracked {
-        Tracked {
-            state: State::Related,
-            reply: !self.reply,
-            ..*self
-        }
-    }
-}
-
-/// A time (or a span) in nanoseconds, held in 32-bit halves: a connection holding its
-/// times so is aligned to 4 bytes, not 8, and its slot is 4 bytes smaller.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C, packed(4))]
-pub struct Nanos(u64);
-
-impl Nanos {
-    /// The nanoseconds.
-    #[inline]
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl From<u64> for Nanos {
-    #[inline]
-    fn from(ns: u64) -> Nanos {
-        Nanos(ns)
-    }
-}
-
-impl std::fmt::Debug for Nanos {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}ns", self.get())
-    }
-}
-
-/// A connection's protocol state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// TCP, with its state machine and windows.
-    Tcp(Tcp),
-    /// UDP: when, if answered and still alive, it becomes a stream.
-    Udp {
-        /// Two seconds after the connection began (nanoseconds).
-        stream_after: Nanos,
-    },
-    /// ICMP or ICMPv6 queries and answers.
-    Icmp,
-    /// Any other protocol.
-    Generic,
-}
-
-/// `IPS_SEEN_REPLY`.
-pub const SEEN_REPLY: u32 = 1 << 1;
-/// `IPS_ASSURED`.
-pub const ASSURED: u32 = 1 << 2;
-/// `IPS_CONFIRMED`.
-pub const CONFIRMED: u32 = 1 << 3;
-
-/// A tracked connection.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Connection {
-    /// Its tuples: the original direction's, the reply's.
-    pub tuples: [Tuple; 2],
-    /// The kernel's status bits (`IPS_*`: [`SEEN_REPLY`], [`ASSURED`], [`CONFIRMED`]).
-    pub status: u32,
-    /// Its mark (`ct mark`).
-    pub mark: u32,
-    /// When it expires (nanoseconds); until confirmed, how long it will live.
-    pub expires: Nanos,
-    /// Its protocol's state.
-    pub protocol: Protocol,
-    /// The link it was masqueraded out of (0: not masqueraded): a packet of it leaving
-    /// by another link ends it (`nf_nat_oif_changed`).
-    pub masquerade: u32,
-    /// The verdict of the chains kept for its directions' packets ([`crate::kept`]).
-    pub kept: Kept,
-}
-
-impl Connection {
-    /// Whether the kernel may drop it early to make room (`early_drop`): unassured, or
-    /// a TCP connection closing.
-    fn droppable(&self) -> bool {
-        self.status & ASSURED == 0 || matches!(self.protocol, Protocol::Tcp(ref t) if t.closing())
-    }
-
-    /// Whether its reply is its original inverted: no NAT changed it.
-    pub fn untranslated(&self) -> bool {
-        self.tuples[0].inverted() == Some(self.tuples[1])
-    }
-
-    /// Its TCP state, if TCP.
-    pub fn tcp_state(&self) -> Option<TcpState> {
-        match self.protocol {
-            Protocol::Tcp(ref t) => Some(t.state),
-            _ => None,
-        }
-    }
-}
 
 /// What the table counted, as the kernel's `conntrack -S` counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -387,16 +174,6 @@ pub struct Conntrack {
     census: Arc<AtomicUsize>,
 }
 
-/// What one worker's table tells another's of a connection whose tuple hashes there
-/// ([`crate::owners`]): the tuple, and the worker whose table holds the connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Forward {
-    /// Held from now on.
-    Add(Tuple, u16),
-    /// No longer held.
-    Remove(Tuple, u16),
-}
-
 /// A handle: slot and direction.
 fn handle(slot: u32, dir: usize) -> u32 {
     slot << 1 | dir as u32
@@ -436,7 +213,7 @@ impl Conntrack {
         &self.owners
     }
 
-    /// Makes it worker `owners.me`'s table ([`crate::owners::redistribute`] moves the
+    /// Makes it worker `owners.me`'s table ([`Conntrack::redistribute`] moves the
     /// connections with it).
     pub fn set_owners(&mut self, owners: Owners) {
         self.owners = owners;
@@ -598,7 +375,7 @@ impl Conntrack {
         }
     }
 
-    /// Forgets what it forwards and what it was to tell ([`crate::owners::redistribute`]
+    /// Forgets what it forwards and what it was to tell ([`Conntrack::redistribute`]
     /// makes both anew).
     pub(crate) fn clear_forwards(&mut self) {
         self.forwards.clear();
@@ -1266,6 +1043,127 @@ impl Conntrack {
     }
 }
 
+/// Connections moved between workers' tables ([`crate::owners`]).
+impl Conntrack {
+    /// Moves the connections of `tables` (table `k` worker `k`'s) to their owners under
+    /// `owners` (each table's own `me` set from its place), and has each table follow it.
+    /// Connections in their owner's table stay where they are.
+    pub fn redistribute(tables: &mut [&mut Conntrack], owners: Owners) {
+        let workers = tables.len() as u16;
+        let mut moving: Vec<(u16, Connection)> = Vec::new();
+        for (k, table) in tables.iter_mut().enumerate() {
+            let mine = Owners {
+                workers,
+                me: k as u16,
+                ..owners
+            };
+            table.set_owners(mine);
+            moving.extend(
+                table
+                    .hand_over(|c| mine.of_connection(c) != k as u16)
+                    .into_iter()
+                    .map(|c| (mine.of_connection(&c), c)),
+            );
+        }
+        for (to, c) in moving {
+            tables[usize::from(to)].adopt(c);
+        }
+        // What each table forwards, made anew from where the connections now lie.
+        let mut told = Vec::new();
+        for (k, table) in tables.iter_mut().enumerate() {
+            table.clear_forwards();
+            let mine = *table.owners();
+            for c in table.connections(0).map(|(c, _)| c) {
+                for t in &c.tuples {
+                    let to = mine.of_tuple(t);
+                    if to != k as u16 {
+                        told.push((to, Forward::Add(*t, k as u16)));
+                    }
+                }
+            }
+        }
+        for (to, f) in told {
+            tables[usize::from(to)].forward(f);
+        }
+    }
+}
+
+/// Verdicts kept on connections ([`crate::kept`]).
+impl Conntrack {
+    /// The epoch of the rules numbered `rules` and the routes and links numbered
+    /// `routes`: the current one while they stay, a new one when either changes (every
+    /// verdict kept before then no longer holds). Shared by whoever shares the table.
+    pub fn epoch(&mut self, rules: u64, routes: u64) -> Epoch {
+        let (epoch, wrapped) = self.epochs.of(rules, routes);
+        if wrapped {
+            // Numbers come round again: what was kept under the old ones goes.
+            for c in self.slots.iter_mut().flatten() {
+                c.kept = Kept::default();
+            }
+        }
+        epoch
+    }
+
+    /// The links (in, out) the packets of `t`'s direction were kept as coming in and
+    /// leaving by, if kept under `epoch` in `t`'s state.
+    #[inline]
+    pub fn kept(&self, t: &Tracked, epoch: Epoch) -> Option<(u32, u32)> {
+        self.keeping(t, epoch, false).1
+    }
+
+    /// Whether a verdict may be kept for `t`'s direction at all, and the links it was
+    /// kept as coming in and leaving by under `epoch` ([`Conntrack::kept`]), from one
+    /// look at its connection. Not where its tuples may still change: a NEW connection
+    /// not yet bound by NAT where its family `translates` (its first packet is decided on
+    /// the tuples before the binding).
+    #[inline]
+    pub fn keeping(
+        &self,
+        t: &Tracked,
+        epoch: Epoch,
+        translates: bool,
+    ) -> (bool, Option<(u32, u32)>) {
+        let Some(c) = self.connection(t) else {
+            return (false, None);
+        };
+        let both = nat::SRC_NAT_DONE | nat::DST_NAT_DONE;
+        if translates && t.state() == State::New && c.status & both != both {
+            return (false, None);
+        }
+        let Some(new) = kept_as_new(t.state()) else {
+            return (true, None);
+        };
+        (true, c.kept.links(new, usize::from(t.reply()), epoch))
+    }
+
+    /// Keeps that the packets of `t`'s direction, in its state, pass every chain under
+    /// `epoch`, coming in by `iif` and leaving by `oif` (unless either's index takes
+    /// more than 16 bits: then nothing is kept).
+    pub fn keep(&mut self, t: &Tracked, epoch: Epoch, iif: u32, oif: u32) {
+        let Some(new) = kept_as_new(t.state()) else {
+            return;
+        };
+        let (Ok(iif), Ok(oif)) = (u16::try_from(iif), u16::try_from(oif)) else {
+            return;
+        };
+        let dir = usize::from(t.reply());
+        if let Some(c) = self.connection_mut(t) {
+            c.kept.keep(new, dir, epoch, iif, oif);
+        }
+    }
+}
+
+/// Whether a verdict in `state` is kept as NEW (true) or ESTABLISHED (false); `None`:
+/// not kept (a RELATED packet's headers are an error's, INVALID and UNTRACKED ones have
+/// no connection).
+fn kept_as_new(state: State) -> Option<bool> {
+    match state {
+        State::Established => Some(false),
+        State::New => Some(true),
+        _ => None,
+    }
+}
+
 /// The protocol's tracker, following `s`, on a packet of connection `c` in direction
 /// `dir`.
 fn track_packet(
@@ -1584,5 +1482,164 @@ mod tests {
         // Confirmed, the request is now its reply direction.
         let again = t.track(&udp(7, false), 3, true);
         assert_eq!((again.state(), again.reply()), (State::Established, true));
+    }
+}
+
+#[cfg(test)]
+mod verdicts_kept {
+    use super::*;
+    use crate::kept::FLAGS;
+    use crate::Settings;
+
+    fn udp(sport: u16, reply: bool) -> Vec<u8> {
+        let (a, b) = ([10, 0, 0, 2], [10, 2, 0, 2]);
+        let (src, dst, sp, dp) = if reply {
+            (b, a, 53, sport)
+        } else {
+            (a, b, sport, 53)
+        };
+        let mut ip = vec![0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0];
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(&sp.to_be_bytes());
+        ip.extend_from_slice(&dp.to_be_bytes());
+        ip.extend_from_slice(&[0, 8, 0, 0]);
+        ip
+    }
+
+    #[test]
+    fn a_kept_verdict_holds_for_its_epoch_state_direction_and_link_only() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let e = table.epoch(1, 1);
+        assert_eq!(
+            table.epoch(1, 1),
+            e,
+            "the same rules and routes: the same epoch"
+        );
+        let first = table.track(&udp(1000, false), 0, false);
+        assert_eq!(first.state(), State::New);
+        assert!(table.confirm(&first));
+        let again = table.track(&udp(1000, false), 1, false);
+        assert_eq!(table.kept(&again, e), None);
+        table.keep(&again, e, 2, 7);
+        assert_eq!(table.kept(&again, e), Some((2, 7)));
+        // A link whose index takes more than 16 bits: not kept (the verdict is decided
+        // again), and what was kept goes on holding.
+        table.keep(&again, e, 70_000, 7);
+        table.keep(&again, e, 2, 1 << 20);
+        assert_eq!(table.kept(&again, e), Some((2, 7)));
+        // The other direction is not kept; its reply makes the connection ESTABLISHED,
+        // a state not kept either way.
+        let reply = table.track(&udp(1000, true), 2, false);
+        assert_eq!(reply.state(), State::Established);
+        assert_eq!(table.kept(&reply, e), None);
+        let on = table.track(&udp(1000, false), 3, false);
+        assert_eq!(on.state(), State::Established);
+        assert_eq!(table.kept(&on, e), None, "kept when NEW, not now");
+        table.keep(&on, e, 2, 7);
+        assert_eq!(table.kept(&on, e), Some((2, 7)));
+        // Other rules, or other routes: a new epoch, nothing kept under it.
+        let other = table.epoch(2, 1);
+        assert_ne!(other, e);
+        assert_eq!(table.kept(&on, other), None);
+        let routes = table.epoch(2, 2);
+        assert_ne!(routes, other);
+        assert_eq!(table.kept(&on, routes), None);
+        // Both directions under one epoch; one kept under the next ends the other's.
+        let back = table.track(&udp(1000, true), 5, false);
+        table.keep(&on, routes, 2, 7);
+        table.keep(&back, routes, 7, 2);
+        assert_eq!(table.kept(&on, routes), Some((2, 7)));
+        assert_eq!(table.kept(&back, routes), Some((7, 2)));
+        let next = table.epoch(3, 3);
+        table.keep(&back, next, 7, 2);
+        assert_eq!(table.kept(&back, next), Some((7, 2)));
+        assert_eq!(table.kept(&on, next), None);
+        // Another connection knows nothing of this one's.
+        let second = table.track(&udp(1001, false), 4, false);
+        assert_eq!(table.kept(&second, routes), None);
+    }
+
+    /// A connection ended in a vector leaves its slot empty until the vector ends: a
+    /// later packet of the vector that had found it there meets no other connection
+    /// (its stamp, its bindings) in it.
+    #[test]
+    fn a_slot_given_back_in_a_vector_is_taken_in_the_next_only() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let a = table.track(&udp(1000, false), 0, false);
+        assert!(table.confirm(&a));
+        table.settle();
+        let a = table.track_in_vector(&udp(1000, false), 1, false);
+        let again = table.track_in_vector(&udp(1000, false), 1, false);
+        table.end(&a);
+        let b = table.track_in_vector(&udp(1001, false), 1, false);
+        assert!(table.confirm(&b));
+        assert_eq!(
+            table.connection(&again),
+            None,
+            "the slot holds no one this vector"
+        );
+        assert_eq!(table.len(), 1);
+        table.settle();
+        let c = table.track_in_vector(&udp(1002, false), 2, false);
+        assert!(table.confirm(&c));
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.slots.len(), 2, "the slot taken again");
+    }
+
+    /// One look at the connection says what the two questions say: whether a verdict
+    /// may be kept (not for a NEW connection NAT has not bound where the family
+    /// translates) and what is kept.
+    #[test]
+    fn keeping_is_whether_it_may_be_kept_and_what_is() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let e = table.epoch(1, 1);
+        // One connection NAT bound both ways (to nothing), one it never bound.
+        let first = table.track(&udp(1000, false), 0, false);
+        for m in [crate::nat::Manip::Destination, crate::nat::Manip::Source] {
+            table.bind(&first, m, None, 0);
+        }
+        assert!(table.confirm(&first));
+        let unbound = table.track(&udp(1001, false), 0, false);
+        assert!(table.confirm(&unbound));
+        let again = table.track(&udp(1000, false), 1, false);
+        assert_eq!(again.state(), State::New);
+        assert_eq!(table.keeping(&again, e, true), (true, None));
+        table.keep(&again, e, 2, 7);
+        assert_eq!(table.keeping(&again, e, true), (true, Some((2, 7))));
+        assert_eq!(table.keeping(&again, e, true).1, table.kept(&again, e));
+        let other = table.epoch(2, 1);
+        assert_eq!(table.keeping(&again, other, true), (true, None));
+        let stranger = table.track(&udp(1001, false), 2, false);
+        assert_eq!(table.keeping(&stranger, other, false), (true, None));
+        table.keep(&stranger, other, 3, 4);
+        assert_eq!(table.keeping(&stranger, other, false), (true, Some((3, 4))));
+        assert_eq!(
+            table.keeping(&stranger, other, true),
+            (false, None),
+            "NEW and not bound where the family translates"
+        );
+        // An ESTABLISHED packet's tuples are settled, bound or not.
+        let reply = table.track(&udp(1001, true), 3, false);
+        assert_eq!(reply.state(), State::Established);
+        assert_eq!(table.keeping(&reply, other, true), (true, None));
+        let lone = table.track(&udp(1002, false), 4, false);
+        table.settle();
+        assert_eq!(table.keeping(&lone, other, false), (false, None), "gone");
+    }
+
+    #[test]
+    fn numbers_come_round_without_an_old_verdict_holding() {
+        let mut table = Conntrack::new(Settings::kernel_defaults());
+        let e = table.epoch(1, 1);
+        let t = table.track(&udp(1000, false), 0, false);
+        assert!(table.confirm(&t));
+        let t = table.track(&udp(1000, false), 1, false);
+        table.keep(&t, e, 2, 3);
+        // The count made to wrap: the epoch after it must not find the old stamp.
+        table.epochs.current = u32::MAX >> FLAGS << FLAGS;
+        let wrapped = table.epoch(9, 9);
+        assert_eq!(wrapped, Epoch(1 << FLAGS));
+        assert_eq!(table.kept(&t, wrapped), None);
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::commands::{Done, Out};
 use crate::metrics::{label, Exposition, Kind};
-use fibre_conntrack::table::{ASSURED, SEEN_REPLY};
+use fibre_conntrack::connection::{ASSURED, SEEN_REPLY};
 use fibre_conntrack::{Connection, Conntrack, Tuple};
 use serde_json::{json, Value};
 use std::fmt::Write as _;

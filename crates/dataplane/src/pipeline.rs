@@ -2675,7 +2675,7 @@ route add 10.7.0.0/16 via 10.0.1.2
                 .map(|p| p.conntrack.as_ref().unwrap().lock().unwrap())
                 .collect();
             let mut all: Vec<&mut Conntrack> = tables.iter_mut().map(|g| &mut **g).collect();
-            fibre_conntrack::owners::redistribute(
+            fibre_conntrack::Conntrack::redistribute(
                 &mut all,
                 Owners {
                     seed: 999,

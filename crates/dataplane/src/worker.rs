@@ -539,7 +539,7 @@ impl Shared {
                     all[0].adopt(c);
                 }
             }
-            fibre_conntrack::owners::redistribute(
+            fibre_conntrack::Conntrack::redistribute(
                 &mut all,
                 Owners {
                     workers: workers as u16,

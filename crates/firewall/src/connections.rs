@@ -16,8 +16,8 @@
 //! dying.
 
 use crate::message::Attributes;
+use fibre_conntrack::connection::{ASSURED, CONFIRMED, SEEN_REPLY};
 use fibre_conntrack::nat::{DST_NAT, DST_NAT_DONE, SRC_NAT, SRC_NAT_DONE};
-use fibre_conntrack::table::{ASSURED, CONFIRMED, SEEN_REPLY};
 use fibre_conntrack::tcp::{Tcp, TcpState};
 use fibre_conntrack::tuple::UNTRACKED_HERE;
 use fibre_conntrack::{Connection, Protocol, Tuple};
