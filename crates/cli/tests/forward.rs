@@ -291,8 +291,39 @@ fn fibre_forward_with(
     (report, by_link)
 }
 
+/// The payload of the frame sent after the others ([`sentinel`]).
+const SENTINEL: &[u8] = b"fibre forward test: the frames before me are all out";
+
+/// A UDP frame from the host behind `iif_peer` that the router forwards out of its other
+/// link whatever the rulesets of these tests say (a source, a destination and a port,
+/// 4545, that none of them drops or translates but by masquerading), sent after the
+/// frames compared: the kernel handles one link's frames in order, so once it comes out,
+/// what they made has come out before it.
+fn sentinel(iif_peer: &str) -> Vec<u8> {
+    let (from, to, src, dst) = if iif_peer == "a1" {
+        (HOST_A, A0, [192, 0, 2, 60], [10, 1, 255, 254])
+    } else {
+        (HOST_B, B0, [10, 0, 1, 50], [192, 0, 2, 61])
+    };
+    let b = PacketBuilder::ethernet2(from, to)
+        .ipv4(src, dst, 64)
+        .udp(4999, 4545);
+    let mut out = Vec::new();
+    b.write(&mut out, SENTINEL).unwrap();
+    out
+}
+
+/// Whether `f` is the sentinel, forwarded (its addresses maybe translated).
+fn is_sentinel(f: &[u8]) -> bool {
+    f.len() >= 14 + 20 + 8 + SENTINEL.len()
+        && f[12..14] == [0x08, 0x00]
+        && f[23] == 17
+        && f.ends_with(SENTINEL)
+}
+
 /// The kernel's side: the router namespace with `ROUTER`, the hosts' ends of its links
-/// in another namespace, the frames sent in there; what each host end receives.
+/// in another namespace, the frames sent in there; what each host end receives, up to
+/// the sentinel sent after them.
 fn kernel_forward(
     router: &Namespace,
     hosts: &Namespace,
@@ -305,33 +336,65 @@ fn kernel_forward(
             let a1 = PacketSocket::open_named("a1").unwrap();
             let b1 = PacketSocket::open_named("b1").unwrap();
             let into = if iif_peer == "a1" { &a1 } else { &b1 };
-            // What the links said before (neighbour discovery on coming up) is not ours.
-            std::thread::sleep(Duration::from_millis(200));
+            // What the links said before (neighbour discovery on coming up) is not ours;
+            // what they say later, `kernels_own` tells apart.
             while a1.receive_frame().unwrap().is_some() {}
             while b1.receive_frame().unwrap().is_some() {}
             let mut got: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+            // Reads what came; true if the sentinel did.
             let read = |got: &mut BTreeMap<String, Vec<Vec<u8>>>| {
+                let mut sentinel_seen = false;
                 for (name, sock) in [("a0", &a1), ("b0", &b1)] {
                     while let Some(f) = sock.receive_frame().unwrap() {
-                        if !kernels_own(&f) {
+                        if is_sentinel(&f) {
+                            sentinel_seen = true;
+                        } else if !kernels_own(&f) {
                             got.entry(name.to_string()).or_default().push(f);
                         }
                     }
                 }
+                sentinel_seen
             };
             for f in frames {
                 into.send_frame(f).unwrap();
+                // Paced as the capture fibre reads is (its frames 1 ms apart), so that
+                // the kernel's limits on errors see them spread alike.
                 std::thread::sleep(Duration::from_millis(2));
-                read(&mut got);
+                assert!(!read(&mut got), "a sentinel before it was sent");
             }
-            std::thread::sleep(Duration::from_millis(300));
-            read(&mut got);
+            into.send_frame(&sentinel(iif_peer)).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !read(&mut got) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the kernel did not forward the sentinel within 10 s"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let _ = router;
             got
         })
         .join()
         .unwrap()
     })
+}
+
+/// Waits until every link of `ns` named in `links` has its carrier (`LOWER_UP`).
+fn wait_for_carrier(ns: &Namespace, links: &[&str]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for link in links {
+        loop {
+            let shown = ns.ip(&["-j", "link", "show", link]).unwrap();
+            if shown.contains("\"LOWER_UP\"") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{link} has no carrier after 10 s: {shown}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 /// The router's namespace with `ROUTER` (and `ruleset`, loaded with `nft -f`), its
@@ -361,7 +424,8 @@ fn router_and_hosts(ruleset: Option<&str>) -> (Namespace, Namespace) {
         hosts.ip(&["link", "set", peer, "up"]).unwrap();
     }
     // The links' carriers come up with their peers'.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_carrier(&router, &["a0", "b0"]);
+    wait_for_carrier(&hosts, &["a1", "b1"]);
     (router, hosts)
 }
 
