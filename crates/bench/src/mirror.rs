@@ -11,7 +11,7 @@
 use crate::kernel::KernelFib;
 use fibre_kernel::netns::{gateway, OUTPUT_DEV};
 use fibre_lpm::{Key, Prefix};
-use fibre_mirror::kernel::{self as nl, Batch, Events};
+use fibre_mirror::netlink::{self as nl, Batch, Events};
 use fibre_mirror::Mirror;
 use serde_json::{json, Value};
 use std::sync::mpsc;
@@ -310,7 +310,7 @@ pub fn mirror_study(
     let idle = cfg.idle;
     let mirror = std::thread::spawn(move || -> Result<Followed, String> {
         let e = |e: std::io::Error| e.to_string();
-        nl::enter_netns(&name).map_err(e)?;
+        fibre_kernel::netns::enter(&name).map_err(e)?;
         // The kernel's own dump of everything the mirror follows, then the mirror's sync:
         // this first round's mirror is the one followed below (its memory measured before
         // any other is made), the other rounds' are dropped.

@@ -102,7 +102,7 @@ pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<(Filter, 
     let dump = std::thread::scope(|s| {
         s.spawn(|| {
             ns.enter()?;
-            fibre_firewall::kernel::dump()
+            fibre_firewall::nfnetlink::dump()
         })
         .join()
         .map_err(|_| std::io::Error::other("the namespace's thread failed"))?

@@ -10,7 +10,7 @@
 //!
 //! NAT changes a connection's reply tuple, which then hashes elsewhere. The worker it
 //! hashes to learns from the owner's table that the tuple is the owner's
-//! ([`Forward`]), before the owner sends the connection's first packet, so before any
+//! ([`crate::Forward`]), before the owner sends the connection's first packet, so before any
 //! reply can come; a packet that finds no connection there but such a tuple goes on to
 //! the owner. NAT's choices ask every worker's connections through the registry
 //! ([`crate::registry`]).

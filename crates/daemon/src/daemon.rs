@@ -28,8 +28,8 @@ use crate::metrics::{Exposition, Kind};
 use clap::Args;
 use fibre_fib::{Family, State};
 use fibre_kernel::privileges;
-use fibre_mirror::kernel::{self, Backlog, Batch, Events};
 use fibre_mirror::neigh::{lladdr_text, NeighState};
+use fibre_mirror::netlink::{self, Backlog, Batch, Events};
 use fibre_mirror::Mirror;
 use prometheus_client::metrics::histogram::Histogram;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -56,12 +56,12 @@ pub struct DaemonArgs {
     socket_group: Option<String>,
     /// The receive buffer of the subscribed netlink socket, in bytes: large, so that
     /// bursts queue; past it changes are lost and the daemon dumps again (counted).
-    #[arg(long, default_value_t = kernel::RECEIVE_BUFFER)]
+    #[arg(long, default_value_t = netlink::RECEIVE_BUFFER)]
     receive_buffer: usize,
     /// The most notifications received and not yet applied: past it the daemon stops
     /// reading them, so that a mirror falling behind overflows the socket above and dumps
     /// again rather than queueing without end.
-    #[arg(long, default_value_t = kernel::BACKLOG_MESSAGES)]
+    #[arg(long, default_value_t = netlink::BACKLOG_MESSAGES)]
     backlog: usize,
     /// Serve Prometheus metrics over HTTP at this address (in the namespace the daemon
     /// was started in): routes per table and family, updates, batches, overflows,
@@ -306,7 +306,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Before any thread starts: they are all of the namespace.
     let entered = match &a.netns {
         Some(ns) => {
-            kernel::enter_netns(ns)?;
+            fibre_kernel::netns::enter(ns)?;
             Some((ns.clone(), namespace_identity("/proc/thread-self/ns/net")?))
         }
         None => None,
@@ -356,7 +356,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // The router's firewall, subscribed before its dump as the routes are. Forwarding
     // needs it: fibre does not forward around a ruleset it cannot see.
     let (firewall, ruleset_events) =
-        match fibre_firewall::kernel::Events::subscribe().and_then(|events| {
+        match fibre_firewall::nfnetlink::Events::subscribe().and_then(|events| {
             Firewall::sync(&a.forward).map(|f| (Some(Arc::new(Mutex::new(f))), Some(events)))
         }) {
             Ok(pair) => pair,
@@ -619,7 +619,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 /// iptables-legacy tables, each second. Each change is told to the daemon's loop.
 fn watch_firewall(
     fw: &SharedFirewall,
-    mut events: fibre_firewall::kernel::Events,
+    mut events: fibre_firewall::nfnetlink::Events,
     tx: &mpsc::Sender<Event>,
 ) {
     {

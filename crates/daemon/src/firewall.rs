@@ -14,8 +14,8 @@ use crate::metrics::{label, Exposition, Kind};
 use fibre_dataplane::worker::Shared;
 use fibre_firewall::eval::Filter;
 use fibre_firewall::gate::{self, Families, Legacy, Refusal};
-use fibre_firewall::kernel::{self, Batch, Dump};
 use fibre_firewall::message::Message;
+use fibre_firewall::nfnetlink::{self, Batch, Dump};
 use fibre_firewall::{render, Ruleset};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -81,7 +81,7 @@ impl Firewall {
         let mut f = Firewall {
             ruleset: Ruleset::new(),
             links: links.to_vec(),
-            legacy: kernel::legacy(),
+            legacy: nfnetlink::legacy(),
             refusals: Vec::new(),
             filter: Arc::default(),
             closed: 0,
@@ -94,7 +94,7 @@ impl Firewall {
             resyncs: 0,
             commits: 0,
         };
-        f.take(kernel::dump()?);
+        f.take(nfnetlink::dump()?);
         Ok(f)
     }
 
@@ -120,7 +120,7 @@ impl Firewall {
     pub fn resync(&mut self, why: &str) -> bool {
         self.resyncs += 1;
         let before = self.closed;
-        match kernel::dump() {
+        match nfnetlink::dump() {
             Ok(d) => self.take(d),
             Err(e) => self.blind(format!("the ruleset's dump after {why} failed: {e}")),
         }
@@ -166,7 +166,7 @@ impl Firewall {
 
     /// Reads the iptables-legacy tables again; whether what is closed changed.
     pub fn watch_legacy(&mut self) -> bool {
-        let now = kernel::legacy();
+        let now = nfnetlink::legacy();
         if now == self.legacy {
             return false;
         }

@@ -18,7 +18,7 @@ use fibre_dataplane::workers::IoMode;
 use fibre_dataplane::workers::{Failure, Notify, Options, Workers};
 use fibre_dataplane::xdp::LocalDestinations;
 use fibre_fib::FibReader;
-use fibre_mirror::kernel::Resolver;
+use fibre_mirror::netlink::Resolver;
 use fibre_mirror::Mirror;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

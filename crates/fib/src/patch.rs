@@ -353,7 +353,8 @@ impl Snapshot {
             return false;
         }
         let worn = |f: &crate::snapshot::FamilyFib| {
-            f.tables.iter().any(|t| t.plain.is_worn()) || f.merged.iter().any(|m| m.plain.is_worn())
+            f.tables.iter().any(|t| t.plain.numbers_run_short())
+                || f.merged.iter().any(|m| m.plain.numbers_run_short())
         };
         if worn(&self.v4) || worn(&self.v6) {
             return false;
@@ -361,7 +362,7 @@ impl Snapshot {
         // The destinations of the routes whose nexthop object now stands for other paths.
         let mut routes: Vec<(Family, u32, Net)> = Vec::new();
         if touched.others {
-            let Some((followed, objects_changed)) = self.take_others(state) else {
+            let Some((followed, objects_changed)) = self.adopt_links_and_objects(state) else {
                 return false;
             };
             for (id, path) in followed {
@@ -454,7 +455,7 @@ impl Snapshot {
             self.patch_broadcasts(state, &v4_hosts);
         }
         if touched.others || !v4_hosts.is_empty() {
-            self.own_again();
+            self.refilter_own_addresses();
         }
         true
     }
@@ -466,7 +467,10 @@ impl Snapshot {
     /// loopback link changed, which every local answer depends on: the state is then
     /// compiled anew.
     #[allow(clippy::type_complexity)]
-    fn take_others(&mut self, state: &State) -> Option<(Vec<(NexthopId, Path)>, Vec<NexthopId>)> {
+    fn adopt_links_and_objects(
+        &mut self,
+        state: &State,
+    ) -> Option<(Vec<(NexthopId, Path)>, Vec<NexthopId>)> {
         let (nexthops, object_paths) = crate::snapshot::objects(state);
         let only_live = |paths: &[Path]| -> Option<Path> {
             let mut live = paths.iter().filter(|p| !p.dead);

@@ -317,7 +317,7 @@ impl PlainTable {
 
     /// Whether the table has numbered so many hops or paths that patches should give way
     /// to a fresh compile, which numbers only those in use.
-    pub(crate) fn is_worn(&self) -> bool {
+    pub(crate) fn numbers_run_short(&self) -> bool {
         self.hops.len() >= 1 << (PLAIN_PAYLOAD - 1) || self.multi.len() >= 1 << (PLAIN_PAYLOAD - 1)
     }
 

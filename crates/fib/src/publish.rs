@@ -37,7 +37,7 @@ pub struct Fib {
     published: Arc<ArcSwap<Snapshot>>,
     exceptions: Arc<Exceptions>,
     /// The snapshot to patch into the next one, and what it lacks of the state.
-    spare: Option<(Spare, Touched)>,
+    spare: Option<(NextToPatch, Touched)>,
     counts: Publications,
 }
 
@@ -53,23 +53,23 @@ pub struct Publications {
 }
 
 /// The snapshot a [`Fib`] patches next.
-enum Spare {
+enum NextToPatch {
     /// The snapshot published before the current one (readers may still hold it).
     Retired(Arc<Snapshot>),
     /// A copy of the current one, being made.
     Copying(std::thread::JoinHandle<Snapshot>),
 }
 
-impl Spare {
+impl NextToPatch {
     /// A copy of `snapshot`, made on a thread of its own (here, if none can start).
-    fn copy_of(snapshot: &Arc<Snapshot>) -> Spare {
+    fn copy_of(snapshot: &Arc<Snapshot>) -> NextToPatch {
         let from = Arc::clone(snapshot);
         match std::thread::Builder::new()
             .name("fibre-spare".into())
             .spawn(move || Snapshot::clone(&from))
         {
-            Ok(handle) => Spare::Copying(handle),
-            Err(_) => Spare::Retired(Arc::new(Snapshot::clone(snapshot))),
+            Ok(handle) => NextToPatch::Copying(handle),
+            Err(_) => NextToPatch::Retired(Arc::new(Snapshot::clone(snapshot))),
         }
     }
 
@@ -77,8 +77,8 @@ impl Spare {
     /// failed).
     fn take(self) -> Option<Arc<Snapshot>> {
         match self {
-            Spare::Retired(mut s) => alone(&mut s).then_some(s),
-            Spare::Copying(handle) => handle.join().ok().map(Arc::new),
+            NextToPatch::Retired(mut s) => alone(&mut s).then_some(s),
+            NextToPatch::Copying(handle) => handle.join().ok().map(Arc::new),
         }
     }
 }
@@ -136,7 +136,7 @@ impl Fib {
     /// Publishes `snapshot`, compiled from `state`.
     fn with_snapshot(state: State, snapshot: Snapshot) -> (Fib, FibReader) {
         let snapshot = Arc::new(snapshot);
-        let spare = Spare::copy_of(&snapshot);
+        let spare = NextToPatch::copy_of(&snapshot);
         let published = Arc::new(ArcSwap::new(snapshot));
         let exceptions = Arc::new(Exceptions::new(EXCEPTIONS));
         let reader = FibReader {
@@ -218,11 +218,11 @@ impl Fib {
         };
         let compiled = patched.is_none();
         let next = patched.unwrap_or_else(|| Arc::new(self.state.snapshot()));
-        let copy = compiled.then(|| Spare::copy_of(&next));
+        let copy = compiled.then(|| NextToPatch::copy_of(&next));
         let old = self.published.swap(next);
         self.spare = Some(match copy {
             Some(copy) => (copy, Touched::nothing()),
-            None => (Spare::Retired(old), touched),
+            None => (NextToPatch::Retired(old), touched),
         });
         if compiled {
             self.counts.compiled += 1;

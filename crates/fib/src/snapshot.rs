@@ -848,7 +848,7 @@ impl State {
                 })
                 .map(|n| n.dst.addr())
         }));
-        snapshot.own_again();
+        snapshot.refilter_own_addresses();
         let answers_of = |f: Family| -> Vec<Answered> {
             (0..snapshot.fib(f).tables.len())
                 .map(|t| snapshot.answered(f, t))
@@ -1125,7 +1125,7 @@ impl Snapshot {
     }
 
     /// Makes the filter of this host's and the broadcast addresses again.
-    pub(crate) fn own_again(&mut self) {
+    pub(crate) fn refilter_own_addresses(&mut self) {
         self.v4_own = AddrFilter::default();
         for &a in self.v4_locals.iter().chain(&self.v4_broadcasts) {
             self.v4_own.insert(a);

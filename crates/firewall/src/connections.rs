@@ -97,7 +97,7 @@ pub struct Dump {
 /// time on the clock the connections' expiry is counted on (nanoseconds).
 pub fn dump(now: u64) -> io::Result<Dump> {
     let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    fibre_kernel::sockopt::set_receive_buffer(&socket, crate::kernel::RECEIVE_BUFFER)?;
+    fibre_kernel::sockopt::set_receive_buffer(&socket, crate::nfnetlink::RECEIVE_BUFFER)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
     socket.send(&request(), 0)?;

@@ -14,7 +14,7 @@
 //! - [`eval`]: the stateless filter rules, compiled and evaluated as the kernel does.
 //! - [`gate`]: what of the ruleset fibre may not bypass, and for which family.
 //! - [`lookup`]: a set's elements as the kernel's set backends match them.
-//! - [`kernel`]: the nfnetlink sockets: the dump, the subscription, and the legacy
+//! - [`nfnetlink`]: the nfnetlink sockets: the dump, the subscription, and the legacy
 //!   tables.
 //! - [`connections`]: the connections the kernel tracks, read over ctnetlink when
 //!   fibre takes over.
@@ -23,9 +23,9 @@ pub mod build;
 pub mod connections;
 pub mod eval;
 pub mod gate;
-pub mod kernel;
 pub mod lookup;
 pub mod message;
+pub mod nfnetlink;
 pub mod render;
 pub mod ruleset;
 

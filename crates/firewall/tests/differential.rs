@@ -47,7 +47,7 @@
 //! seed is printed; `FIBRE_SEED=N` replays a run.
 
 use fibre_firewall::eval::{Filter, Link, Packet, Program};
-use fibre_firewall::kernel::dump;
+use fibre_firewall::nfnetlink::dump;
 use fibre_firewall::Ruleset;
 use fibre_kernel::netns::Namespace;
 use fibre_kernel::wire::{self, in_namespace, ETHERNET_HEADER};

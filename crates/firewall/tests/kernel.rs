@@ -5,8 +5,8 @@
 //! ruleset.
 
 use fibre_firewall::gate::{closed, quiet, refusals, Families, Legacy};
-use fibre_firewall::kernel::{dump, Batch, Events};
 use fibre_firewall::message::Message;
+use fibre_firewall::nfnetlink::{dump, Batch, Events};
 use fibre_firewall::Ruleset;
 use fibre_kernel::netns::Namespace;
 use serde_json::Value;

@@ -186,13 +186,7 @@ impl Namespace {
 
     /// Moves the calling thread into the namespace (other threads are unaffected).
     pub fn enter(&self) -> io::Result<()> {
-        let file = std::fs::File::open(format!("/run/netns/{}", self.name))?;
-        // SAFETY: setns takes a valid open descriptor of a namespace file and a namespace
-        // type; it changes only the calling thread's namespace.
-        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        enter(&self.name)
     }
 
     /// The interface index of `dev` in the namespace.
@@ -311,6 +305,31 @@ fn run(cmd: &mut Command) -> io::Result<String> {
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Moves the calling thread into the network namespace `name` (as `ip netns exec`
+/// does: `/run/netns/NAME`); sockets opened and threads started afterwards are of that
+/// namespace, other threads are unaffected. The one way fibre enters a namespace: the
+/// daemon's `--netns`, and [`Namespace::enter`].
+pub fn enter(name: &str) -> io::Result<()> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a namespace name: {name:?}"),
+        ));
+    }
+    let path = format!("/run/netns/{name}");
+    let file =
+        std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    // SAFETY: `setns` takes a descriptor this function holds open for the call and a
+    // namespace type; it touches no memory of this process and changes only the calling
+    // thread's namespace.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{path}: {e}")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! readers.
 //!
 //! A forwarding plane beside Linux must know what the kernel knows, at once and exactly,
-//! without polling. The mirror subscribes first ([`kernel::Events`]: links, addresses,
-//! routes and rules of both families), then dumps each kind ([`kernel::dump`]), applying
+//! without polling. The mirror subscribes first ([`netlink::Events`]: links, addresses,
+//! routes and rules of both families), then dumps each kind ([`netlink::dump`]), applying
 //! each message to a [`fibre_fib::State`] in mirror mode as it is read (a dump the kernel
 //! marks interrupted is made again, from a fresh state), and applies what queued
 //! meanwhile. From then on each batch
@@ -11,16 +11,18 @@
 //! ([`Mirror::apply`]); an overflow of the subscribed socket (`ENOBUFS`) is answered by
 //! dumping again ([`Mirror::resync`]), counted, so that no update is lost silently.
 //!
-//! - `kernel`: the sockets and the wire format (`netlink-packet-route`'s).
+//! - `netlink`: the sockets and the wire format (`netlink-packet-route`'s).
 //! - `convert`: messages as fibre's links, addresses, routes and rules.
-//! - `mirror`: the state kept and published, with its counters.
+//! - `mirrored`: the state kept and published, with its counters.
 //! - `neigh`: neighbour entries, kept beside the routing state.
 //! - `nexthop`: nexthop objects' messages, which the netlink crates do not decode yet.
 
+#![forbid(unsafe_code)]
+
 pub mod convert;
-pub mod kernel;
-pub mod mirror;
+pub mod mirrored;
 pub mod neigh;
+pub mod netlink;
 pub mod nexthop;
 
-pub use mirror::{Mirror, Stats};
+pub use mirrored::{Mirror, Stats};

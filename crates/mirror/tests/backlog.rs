@@ -5,7 +5,7 @@
 
 use fibre_fib::{show, Family};
 use fibre_kernel::netns::Namespace;
-use fibre_mirror::kernel::{self, Backlog, Batch, Events};
+use fibre_mirror::netlink::{Backlog, Batch, Events};
 use fibre_mirror::Mirror;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ fn a_stalled_mirror_overflows_the_socket_not_a_queue_and_converges() {
     let (to_test, from_mirror) = mpsc::channel();
     let (to_mirror, from_test) = mpsc::channel::<()>();
     let mirror_side = std::thread::spawn(move || {
-        kernel::enter_netns(&name).unwrap();
+        fibre_kernel::netns::enter(&name).unwrap();
         // A small socket buffer: a burst cannot wait in it.
         let mut events = Events::subscribe(4096).unwrap();
         let (mut mirror, _reader) = Mirror::sync().unwrap();

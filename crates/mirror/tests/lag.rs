@@ -4,7 +4,7 @@
 //! after the object changed) publishes nothing and has none, its time kept apart.
 
 use fibre_kernel::netns::Namespace;
-use fibre_mirror::kernel::{self, Batch, Events};
+use fibre_mirror::netlink::{self, Batch, Events};
 use fibre_mirror::Mirror;
 use std::time::Instant;
 
@@ -28,8 +28,8 @@ fn only_a_batch_that_publishes_has_a_lag() {
     let (to_test, from_mirror) = std::sync::mpsc::channel();
     let (to_mirror, from_test) = std::sync::mpsc::channel::<()>();
     let mirror_side = std::thread::spawn(move || {
-        kernel::enter_netns(&name).unwrap();
-        let mut events = Events::subscribe(kernel::RECEIVE_BUFFER).unwrap();
+        fibre_kernel::netns::enter(&name).unwrap();
+        let mut events = Events::subscribe(netlink::RECEIVE_BUFFER).unwrap();
         let (mut mirror, reader) = Mirror::sync().unwrap();
         let hop_of = |addr: &str| {
             let q = fibre_fib::Query::to(addr.parse().unwrap());

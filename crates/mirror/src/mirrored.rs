@@ -2,8 +2,8 @@
 //! published to readers as one version, with the counters `fibre ctl stats` reports.
 
 use crate::convert::{change, route_op, Change, Skip};
-use crate::kernel::{self, Message, Received};
 use crate::neigh::Neighbours;
+use crate::netlink::{self, Message, Received};
 use crate::nexthop::NexthopMessage;
 use fibre_fib::nexthop::NexthopKind;
 use fibre_fib::snapshot::Half;
@@ -32,7 +32,7 @@ pub struct Stats {
     /// Resyncs that backed off first (an overflow soon after the last resync).
     pub backoffs: u64,
     /// Times the receiver of notifications waited for the mirror to apply what it had
-    /// received ([`crate::kernel::Backlog`]), as its owner last set it.
+    /// received ([`crate::netlink::Backlog`]), as its owner last set it.
     pub backlog_waits: u64,
     /// Dumps the kernel marked interrupted, each started again.
     pub dump_restarts: u64,
@@ -278,7 +278,7 @@ fn dumped(stats: &mut Stats) -> io::Result<(State, Neighbours, Option<Halves>)> 
             let reader = scope.spawn(move || {
                 let mut batch = Vec::with_capacity(DUMP_BATCH);
                 let mut last_paths = None;
-                let dumped = kernel::dump(|(msg, _)| {
+                let dumped = netlink::dump(|(msg, _)| {
                     // A dump lists each key's routes in the kernel's order: each goes
                     // after those before it.
                     let mut converted = Converted::of(msg, netlink_packet_core::NLM_F_APPEND);

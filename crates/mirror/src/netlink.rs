@@ -454,30 +454,6 @@ fn dump_one(
     }
 }
 
-/// Moves the calling thread into the network namespace `name` (as `ip netns exec`
-/// does: `/run/netns/NAME`); sockets opened and threads started afterwards are of that
-/// namespace.
-pub fn enter_netns(name: &str) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("not a namespace name: {name:?}"),
-        ));
-    }
-    let path = format!("/run/netns/{name}");
-    let file =
-        std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-    // SAFETY: `setns` takes a descriptor this function holds open for the call and a
-    // namespace type; it touches no memory of this process.
-    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("{path}: {e}")));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
