@@ -7,7 +7,7 @@
 // build without the `bench` feature (on by default).
 #[cfg(feature = "bench")]
 mod bench;
-mod forward;
+mod forward_capture;
 mod lookup;
 mod route;
 
@@ -51,7 +51,7 @@ enum Command {
     Daemon(fibre_daemon::DaemonArgs),
     /// Forward one link's capture offline (pcap or pcapng in, pcapng out, a block per
     /// output link) through the packet path, printing each stage's cost and each fate.
-    Forward(forward::ForwardArgs),
+    Forward(forward_capture::ForwardArgs),
     /// Ask a running `fibre daemon`: `route get ...`, `route show ...`, `rule show`,
     /// `nexthop show`, `link show`, `addr show`, `stats`.
     Ctl(fibre_daemon::CtlArgs),
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         Command::Addr(args) => route::addrs(args),
         Command::Daemon(args) => fibre_daemon::run(args),
         Command::Ctl(args) => fibre_daemon::ctl(args),
-        Command::Forward(args) => forward::run(args),
+        Command::Forward(args) => forward_capture::run(args),
     };
     match result {
         Ok(code) => code,

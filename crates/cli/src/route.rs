@@ -91,7 +91,7 @@ enum ListCommand {
 /// `neigh add` lines (a router's configuration for `fibre forward` has them) are checked
 /// and take no part in routing.
 fn load(path: &std::path::Path) -> Option<State> {
-    crate::forward::load_router(path).map(|(state, _)| state)
+    crate::forward_capture::load_router(path).map(|(state, _)| state)
 }
 
 /// Runs `fibre route`.

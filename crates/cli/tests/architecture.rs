@@ -209,7 +209,7 @@ fn a_circle_is_found_where_there_is_one() {
     one_way.get_mut("c").unwrap().clear();
     assert_eq!(a_circle(&one_way), None);
     assert_eq!(
-        crate_paths("use crate::plain::Plain;\nfibre_crate::x; let y = crate::hop::Hop;"),
-        ["hop", "plain"].into_iter().map(String::from).collect()
+        crate_paths("use crate::answers::DestAnswer;\nfibre_crate::x; let y = crate::hop::Hop;"),
+        ["answers", "hop"].into_iter().map(String::from).collect()
     );
 }

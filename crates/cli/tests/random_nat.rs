@@ -30,7 +30,7 @@
 //! (the prerouting chains after NAT are the kernel's to run on it). Never `random` or
 //! `fully-random`, with which the kernel draws ports at random; and each connection's
 //! client port (or echo identifier) is its own in a round, so that no NAT mapping
-//! clashes and every mapping is the kernel's to reproduce (clashes are `forward.rs`'s).
+//! clashes and every mapping is the kernel's to reproduce (clashes are `forward_capture.rs`'s).
 //!
 //! What the kernel does of its own accord is kept out of the comparison: an input chain
 //! drops what is for the router (which would answer it), redirects are not sent (fibre

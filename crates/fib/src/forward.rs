@@ -29,13 +29,13 @@
 //! binary searches, the kernel's reverse lookup, where it is needed, by a second plain
 //! walk.
 
+use crate::answers::{AnswerTable, DestAnswer};
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
 use crate::hop::{Hop, HopRef};
 use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
-use crate::plain::{Plain, PlainTable};
 use crate::query::BATCH;
 use crate::query::{NoRoute, Query};
 use crate::quick;
@@ -47,16 +47,16 @@ use std::net::IpAddr;
 
 /// How flows alike are answered: their family's tables, its one merged search, and what
 /// the checks of their input link concluded ([`Snapshot::alike_way`]).
-pub(crate) struct AlikeWay<'s> {
+pub(crate) struct AlikePlan<'s> {
     fib: &'s FamilyFib,
     direct: &'s Direct,
     pub(crate) c: Checked,
 }
 
-impl<'s> AlikeWay<'s> {
+impl<'s> AlikePlan<'s> {
     /// The structure the one search looks in.
     #[inline]
-    pub(crate) fn plain(&self) -> &'s PlainTable {
+    pub(crate) fn plain(&self) -> &'s AnswerTable {
         self.direct.plain(self.fib)
     }
 }
@@ -64,7 +64,7 @@ impl<'s> AlikeWay<'s> {
 /// What the passes around the one search found of a batch of flows alike
 /// ([`Snapshot::alike_v4`], [`Snapshot::alike_v6`]), kept by the caller from batch to
 /// batch: 768 bytes, which a return by value had copied three times.
-pub(crate) struct Alike {
+pub(crate) struct AlikeBatch {
     /// Each flow's search answer.
     found: [Option<u32>; BATCH],
     /// Each quick flow's hop, an index in the searched table's hops.
@@ -77,10 +77,10 @@ pub(crate) struct Alike {
     pub(crate) n: usize,
 }
 
-impl Alike {
+impl AlikeBatch {
     /// Room for a batch.
-    pub(crate) fn new() -> Alike {
-        Alike {
+    pub(crate) fn new() -> AlikeBatch {
+        AlikeBatch {
             found: [None; BATCH],
             hops: [0; BATCH],
             quick: 0,
@@ -90,7 +90,7 @@ impl Alike {
     }
 
     /// Ready for a batch of `n` flows, `odd` those known not to be alike.
-    pub(crate) fn start(&mut self, n: usize, odd: u64) -> &mut Alike {
+    pub(crate) fn start(&mut self, n: usize, odd: u64) -> &mut AlikeBatch {
         debug_assert!(n <= BATCH);
         self.n = n;
         self.odd = odd;
@@ -182,7 +182,7 @@ impl Snapshot {
         self.hop(p, walk)
     }
 
-    /// The rule walk of a flow with no output link on the tables' [`Plain`] answers;
+    /// The rule walk of a flow with no output link on the tables' [`DestAnswer`] answers;
     /// `None` when one of them depends on the flow.
     fn plain_walk<'s>(&'s self, c: &Checked, q: &Query) -> Option<Result<HopRef<'s>, NoRoute>> {
         let fib = self.fib(c.family);
@@ -227,9 +227,9 @@ impl Snapshot {
     ) -> Option<Result<HopRef<'s>, NoRoute>> {
         let t = direct.plain(fib);
         match t.plain(q.dst) {
-            Plain::Miss | Plain::Thrown => Some(Err(direct.miss)),
-            Plain::Reject(e) => Some(Err(e)),
-            Plain::Flow => None,
+            DestAnswer::Miss | DestAnswer::Thrown => Some(Err(direct.miss)),
+            DestAnswer::Reject(e) => Some(Err(e)),
+            DestAnswer::Flow => None,
             plain => Some(Ok(HopRef::Shared(
                 &t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize],
             ))),
@@ -239,16 +239,16 @@ impl Snapshot {
     /// The answer of a flow whose walk is the one search, from what the search found.
     fn direct_code_answer<'s>(
         &'s self,
-        t: &'s PlainTable,
+        t: &'s AnswerTable,
         miss: NoRoute,
         c: &Checked,
         q: &Query,
-        plain: Plain,
+        plain: DestAnswer,
     ) -> Result<HopRef<'s>, NoRoute> {
         let answer = match plain {
-            Plain::Miss | Plain::Thrown => Some(Err(miss)),
-            Plain::Reject(e) => Some(Err(e)),
-            Plain::Flow => None,
+            DestAnswer::Miss | DestAnswer::Thrown => Some(Err(miss)),
+            DestAnswer::Reject(e) => Some(Err(e)),
+            DestAnswer::Flow => None,
             plain => plain_hop(t, plain, c, q, &self.multipath)
                 .and_then(|h| self.source_checked(c, q, Ok(HopRef::Shared(&t.hops[h as usize])))),
         };
@@ -301,7 +301,11 @@ impl Snapshot {
     /// answered as flows alike: by the family's one merged search, arriving on a link that
     /// is not the loopback, and (IPv6) on one whose routes the input link does not choose
     /// between. `None`: the general way answers them.
-    pub(crate) fn alike_way(&self, family: Family, iif: Option<LinkIndex>) -> Option<AlikeWay<'_>> {
+    pub(crate) fn alike_way(
+        &self,
+        family: Family,
+        iif: Option<LinkIndex>,
+    ) -> Option<AlikePlan<'_>> {
         let fib = self.fib(family);
         let direct = fib.direct.as_ref()?;
         let input = match iif {
@@ -318,7 +322,7 @@ impl Snapshot {
             iif: input.unwrap_or(1),
             input,
         };
-        Some(AlikeWay { fib, direct, c })
+        Some(AlikePlan { fib, direct, c })
     }
 
     /// Whether flows arriving on link `i` can be flows alike: it exists and is not the
@@ -459,7 +463,7 @@ impl Snapshot {
         let n = flows.len();
         // Bit i: flow i is not alike.
         let mut odd = 0u64;
-        let mut a = Alike::new();
+        let mut a = AlikeBatch::new();
         let alike = match family {
             Family::V4 => {
                 let mut keys = [0u32; BATCH];
@@ -504,7 +508,7 @@ impl Snapshot {
 
     /// The first `a.n` of up to [`BATCH`] IPv4 flows alike (checked `c`), by destination
     /// `keys` and source `srcs` (host order; unused for flows sent by this host), `a.odd`
-    /// those already known not to be alike ([`Alike::start`]); `flow(i)` is flow `i`'s
+    /// those already known not to be alike ([`AlikeBatch::start`]); `flow(i)` is flow `i`'s
     /// whole query. First
     /// pass: the martian checks ([`quick::martians_v4`]) and the rule selectors' test.
     /// Then one batched search. Second pass: which flows the search answered with one hop
@@ -512,13 +516,13 @@ impl Snapshot {
     /// one by one; `false`, with nothing written, when more than a quarter are.
     pub(crate) fn alike_v4<Q: Borrow<Query>>(
         &self,
-        way: &AlikeWay<'_>,
+        way: &AlikePlan<'_>,
         keys: &[u32; BATCH],
         srcs: &[u32; BATCH],
         flow: impl Fn(usize) -> Q,
-        a: &mut Alike,
+        a: &mut AlikeBatch,
     ) -> bool {
-        let AlikeWay { fib, direct, c } = way;
+        let AlikePlan { fib, direct, c } = way;
         let (n, mut odd) = (a.n, a.odd);
         odd |= quick::martians_v4(self.cpu, keys, srcs, n, c.input.is_some());
         if !self.few_selected(fib, c, n, &mut odd, flow) {
@@ -544,12 +548,12 @@ impl Snapshot {
     /// loopback's) is not alike.
     pub(crate) fn alike_v6<Q: Borrow<Query>>(
         &self,
-        way: &AlikeWay<'_>,
+        way: &AlikePlan<'_>,
         keys: &[u128; BATCH],
         flow: impl Fn(usize) -> Q,
-        a: &mut Alike,
+        a: &mut AlikeBatch,
     ) -> bool {
-        let AlikeWay { fib, direct, c } = way;
+        let AlikePlan { fib, direct, c } = way;
         let (n, mut odd) = (a.n, a.odd);
         if c.input.is_some() {
             for (i, &d) in keys[..n].iter().enumerate() {
@@ -572,8 +576,8 @@ impl Snapshot {
     #[inline]
     fn answer_alike<'s, Q: Borrow<Query>>(
         &'s self,
-        way: &AlikeWay<'s>,
-        a: &Alike,
+        way: &AlikePlan<'s>,
+        a: &AlikeBatch,
         flow: impl Fn(usize) -> Q,
         out: &mut [Result<HopRef<'s>, NoRoute>],
     ) {
@@ -598,15 +602,15 @@ impl Snapshot {
     /// up alone if it is not alike, else from what the search found, checked in full.
     pub(crate) fn answer_slow<'s>(
         &'s self,
-        way: &AlikeWay<'s>,
-        a: &Alike,
+        way: &AlikePlan<'s>,
+        a: &AlikeBatch,
         i: usize,
         q: &Query,
     ) -> Result<HopRef<'s>, NoRoute> {
         if a.odd >> i & 1 == 1 {
             self.lookup(q)
         } else {
-            let plain = a.found[i].map_or(Plain::Miss, Plain::decode);
+            let plain = a.found[i].map_or(DestAnswer::Miss, DestAnswer::decode);
             self.direct_code_answer(way.plain(), way.direct.miss, &way.c, q, plain)
         }
     }
@@ -761,9 +765,9 @@ impl Snapshot {
             for (&j, code) in alone[family as usize][..count].iter().zip(&found[..count]) {
                 let j = j as usize;
                 let (c, q) = (checked[j].expect("checked"), &flows[j]);
-                let plain = code.map_or(Plain::Miss, Plain::decode);
+                let plain = code.map_or(DestAnswer::Miss, DestAnswer::decode);
                 // The common answer first: one hop, and no source to look up.
-                if let Plain::One { hop, .. } = plain {
+                if let DestAnswer::One { hop, .. } = plain {
                     let h = &t.hops[hop as usize];
                     if c.input.is_none() || !self.input_source_to_check(&c, q, h) {
                         out[j] = Ok(HopRef::Shared(h));
@@ -842,7 +846,7 @@ impl Snapshot {
                         unreachable!("a member is at a lookup")
                     };
                     let (c, q) = (checked[j].expect("walking"), &flows[j]);
-                    let plain = found[k].map_or(Plain::Miss, Plain::decode);
+                    let plain = found[k].map_or(DestAnswer::Miss, DestAnswer::decode);
                     let step = plain_step(&fib.rules.list[rule], t, plain, &c, q, &self.multipath);
                     at[j] = match step {
                         PlainStep::Next => At::From(after),
@@ -880,17 +884,17 @@ enum PlainStep<'s> {
 #[inline]
 fn plain_step<'s>(
     rule: &CompiledRule,
-    t: &'s PlainTable,
-    plain: Plain,
+    t: &'s AnswerTable,
+    plain: DestAnswer,
     c: &Checked,
     q: &Query,
     mp: &Multipath,
 ) -> PlainStep<'s> {
     let len = match plain {
-        Plain::Miss | Plain::Thrown => return PlainStep::Next,
-        Plain::Reject(e) => return PlainStep::Done(Err(e)),
-        Plain::Flow => return PlainStep::Full,
-        Plain::One { len, .. } | Plain::Multi { len, .. } => len,
+        DestAnswer::Miss | DestAnswer::Thrown => return PlainStep::Next,
+        DestAnswer::Reject(e) => return PlainStep::Done(Err(e)),
+        DestAnswer::Flow => return PlainStep::Full,
+        DestAnswer::One { len, .. } | DestAnswer::Multi { len, .. } => len,
     };
     if rule.suppress_prefixlength.is_some_and(|s| len <= s) {
         return PlainStep::Next;
@@ -908,10 +912,16 @@ fn plain_step<'s>(
 /// chosen as [`Snapshot::choose_path`] chooses among paths; `None` when that choice
 /// needs the paths' source addresses (an IPv4 flow this host sends from a given source).
 #[inline]
-fn plain_hop(t: &PlainTable, plain: Plain, c: &Checked, q: &Query, mp: &Multipath) -> Option<u32> {
+fn plain_hop(
+    t: &AnswerTable,
+    plain: DestAnswer,
+    c: &Checked,
+    q: &Query,
+    mp: &Multipath,
+) -> Option<u32> {
     match plain {
-        Plain::One { hop, .. } => Some(hop),
-        Plain::Multi { start, .. } => {
+        DestAnswer::One { hop, .. } => Some(hop),
+        DestAnswer::Multi { start, .. } => {
             if c.prefers_source(q.src) {
                 return None;
             }

@@ -18,7 +18,7 @@
 //! - [`Snapshot::lookup`] and [`Snapshot::lookup_batch`] (`forward`) answer what a packet
 //!   needs, a [`Hop`] (`hop`; by reference, a [`HopRef`]), with the same semantics and
 //!   no allocation: every destination's answer to a flow with no output link is decided
-//!   when the snapshot is compiled and stored as the value of an LPM structure (`plain`),
+//!   when the snapshot is compiled and stored as the value of an LPM structure (`answers`),
 //!   so the common lookup is one search; rules
 //!   compile to integer selectors with a bit-set index (`classify`), and batches of
 //!   [`BATCH`] flows stay batched through rules and tables. The passes around the one
@@ -55,6 +55,7 @@
 // The one module with `unsafe`, each block with why it is sound: `quick`'s AVX2 form.
 #![deny(unsafe_code)]
 
+mod answers;
 mod chunked;
 mod classify;
 pub mod config;
@@ -67,7 +68,6 @@ pub mod names;
 pub mod net;
 pub mod nexthop;
 mod patch;
-mod plain;
 pub mod publish;
 pub mod query;
 #[allow(unsafe_code)]

@@ -21,10 +21,10 @@
 //! A patched snapshot answers every lookup as one compiled from the same state; the tests
 //! hold the two to that over random batches of changes.
 
+use crate::answers::{AnswerTable, DestAnswer};
 use crate::names::{TABLE_LOCAL, TABLE_MAIN};
 use crate::net::{Family, Net};
 use crate::nexthop::NexthopId;
-use crate::plain::{Plain, PlainTable};
 use crate::route::{Path, RouteType};
 use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Merged, Node, Snapshot};
 use crate::state::{RouteList, State, TableRoutes};
@@ -202,7 +202,7 @@ fn answers_at(
     tables: &[CompiledTable],
     seq: &[usize],
     at: Vec<Net>,
-) -> Vec<(Net, Option<crate::plain::Unnumbered>)> {
+) -> Vec<(Net, Option<crate::answers::Unnumbered>)> {
     at.into_iter()
         .map(|net| {
             let present = seq.iter().any(|&s| tables[s].node_at(net).is_some());
@@ -213,12 +213,12 @@ fn answers_at(
 
 /// Writes `answers` (of distinct prefixes) into search `plain`, the prefixes without one
 /// taken out in one batch.
-fn set_answers(plain: &mut PlainTable, answers: Vec<(Net, Option<crate::plain::Unnumbered>)>) {
+fn set_answers(plain: &mut AnswerTable, answers: Vec<(Net, Option<crate::answers::Unnumbered>)>) {
     let mut gone = Vec::new();
     for (net, answer) in answers {
         match answer {
             Some(u) => {
-                let answer = plain.numbered(u, Plain::Miss);
+                let answer = plain.numbered(u, DestAnswer::Miss);
                 plain.set(net, Some(answer));
             }
             None => gone.push(net),
@@ -306,7 +306,7 @@ impl CompiledTable {
 
     /// Takes prefixes `dsts` out of the map of nodes, in one batch.
     fn unmap_all(&mut self, dsts: &[Net]) {
-        crate::plain::remove_all(&mut self.v4, &mut self.v6, dsts);
+        crate::answers::remove_all(&mut self.v4, &mut self.v6, dsts);
     }
 
     /// Maps prefix `dst` to node `node`.
@@ -504,7 +504,7 @@ impl Snapshot {
     /// Nexthop object `id` stood for one live path and stands for `path` now: the hops
     /// of the routes through it, in every search, are made again through `path`, in
     /// place. No answer changes but by its hop (see
-    /// [`crate::plain::PlainTable::follow_object`]).
+    /// [`crate::answers::AnswerTable::follow_object`]).
     fn follow_object(&mut self, id: NexthopId, path: &Path) {
         let lo = self.lo;
         for fib in [&mut self.v4, &mut self.v6] {
@@ -762,7 +762,7 @@ impl Snapshot {
                     gone.push(dst);
                     table.inheriting.remove(&dst);
                     table.nodes[i as usize] = node;
-                    table.answers[i as usize] = Plain::Miss;
+                    table.answers[i as usize] = DestAnswer::Miss;
                     table.free.push(i);
                 }
                 (Some(i), false) => {
@@ -777,7 +777,7 @@ impl Snapshot {
                         }
                         None => {
                             table.nodes.push(node);
-                            table.answers.push(Plain::Miss);
+                            table.answers.push(DestAnswer::Miss);
                             table.nodes.len() as u32 - 1
                         }
                     };
@@ -836,14 +836,14 @@ impl Snapshot {
         let node = &table.nodes[i as usize];
         let u = self.unnumbered_answer(table.id, node);
         let dst = node.dst;
-        if u == crate::plain::Unnumbered::Up {
+        if u == crate::answers::Unnumbered::Up {
             table.inheriting.insert(dst);
         } else {
             table.inheriting.remove(&dst);
         }
         let up = node
             .parent
-            .map_or(Plain::Miss, |p| table.answers[p as usize]);
+            .map_or(DestAnswer::Miss, |p| table.answers[p as usize]);
         let answer = table.plain.numbered(u, up);
         table.answers[i as usize] = answer;
         // A structure holding another table's answers is patched as a merged search.
@@ -917,9 +917,9 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answers::DestAnswer;
     use crate::chunked::Chunked;
     use crate::config;
-    use crate::plain::Plain;
     use crate::publish::Fib;
     use crate::query::Query;
     use crate::snapshot::Node;
@@ -1457,7 +1457,7 @@ route add 2001:db8:1:2::/64 via fd00::4
         config::apply_text(&mut state, "routes", &routes_via_a0(5000)).unwrap();
         let published = state.snapshot();
         let mut spare = published.clone();
-        let main = |s: &Snapshot| -> (Chunked<Node>, Chunked<Plain>) {
+        let main = |s: &Snapshot| -> (Chunked<Node>, Chunked<DestAnswer>) {
             let t = s.v4.tables.iter().find(|t| t.id == TABLE_MAIN).unwrap();
             (t.nodes.clone(), t.answers.clone())
         };
@@ -1533,7 +1533,7 @@ route add 2001:db8:1:2::/64 via fd00::4
             }
             config::apply_text(&mut state, "routes", &routes).unwrap();
             let mut snapshot = state.snapshot();
-            let answers = |s: &Snapshot| -> Vec<(u32, Vec<Plain>, usize)> {
+            let answers = |s: &Snapshot| -> Vec<(u32, Vec<DestAnswer>, usize)> {
                 let fibs = [&s.v4, &s.v6];
                 let tables = fibs.iter().flat_map(|f| &f.tables);
                 let mut out: Vec<_> = tables

@@ -12,14 +12,14 @@
 //! - [`quick_hops`]: which flows the search answered with one hop that needs no further
 //!   check, and that hop. A flow arriving on a link needs its source checked when its
 //!   source may be this host's (a gather of the [`AddrFilter`]'s words) or its hop sends
-//!   it back out of that link (a gather of the table's [`PlainTable::backs`]).
+//!   it back out of that link (a gather of the table's [`AnswerTable::backs`]).
 //!
 //! Each has a portable form, the reference the AVX2 form is tested against (and what runs
 //! on a CPU without AVX2). The AVX2 form is the only `unsafe` of this crate: its loads,
 //! stores and gathers are in bounds by construction, as each block says, and the tests
 //! run it under Miri in a build that enables AVX2.
 
-use crate::plain::{AddrFilter, Plain, PlainTable};
+use crate::answers::{AddrFilter, AnswerTable, DestAnswer};
 use crate::query::BATCH;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -117,7 +117,7 @@ pub(crate) fn martian_v4(d: u32, s: u32, arriving: bool) -> bool {
 #[inline]
 pub(crate) fn quick_hops(
     cpu: Option<Avx2>,
-    t: &PlainTable,
+    t: &AnswerTable,
     found: &[Option<u32>; BATCH],
     src: &[u32; BATCH],
     n: usize,
@@ -148,9 +148,9 @@ pub(crate) fn keys_v6(cpu: Option<Avx2>, addrs: &[Ipv6Addr], keys: &mut [u128; B
 const NOTHING: u32 = u32::MAX;
 
 /// A code whose bits from here up are 0 answers with one hop, held in its low
-/// `HOP_BITS` ([`crate::plain::Plain::one_hop`]).
+/// `HOP_BITS` ([`crate::answers::DestAnswer::one_hop`]).
 const ONE_KIND_SHIFT: u32 = 27;
-const HOP_BITS: u32 = (1 << crate::plain::PLAIN_PAYLOAD) - 1;
+const HOP_BITS: u32 = (1 << crate::answers::ANSWER_PAYLOAD) - 1;
 
 /// The forms as plain Rust: the reference.
 mod portable {
@@ -189,7 +189,7 @@ mod portable {
         for (i, (f, &s)) in found.iter().zip(src).enumerate() {
             // One hop, and one the table has.
             let Some(hop) = f
-                .and_then(Plain::one_hop)
+                .and_then(DestAnswer::one_hop)
                 .filter(|&h| (h as usize) < backs.len())
             else {
                 continue;
@@ -404,8 +404,8 @@ mod tests {
     }
 
     /// A table with `count` hops whose `backs` are random links (0: not unicast).
-    fn table(rng: &mut impl Rng, count: usize) -> PlainTable {
-        let mut t = PlainTable::default();
+    fn table(rng: &mut impl Rng, count: usize) -> AnswerTable {
+        let mut t = AnswerTable::default();
         t.backs = (0..count).map(|_| rng.gen_range(0..4)).collect();
         t
     }
@@ -450,7 +450,7 @@ mod tests {
                 let mut hops = [0; BATCH];
                 let bits = portable::quick_hops(&t.backs, &f, &src, arriving, &mut hops);
                 for i in 0..BATCH {
-                    let one = f[i].and_then(Plain::one_hop);
+                    let one = f[i].and_then(DestAnswer::one_hop);
                     let want = one.filter(|&h| {
                         (h as usize) < t.backs.len()
                             && arriving.is_none_or(|a| {

@@ -14,6 +14,7 @@
 //! answering with their error, `lookup` answering unless the table has no route (or a
 //! `throw` route), or the rule suppresses the answer.
 
+use crate::answers::{AddrFilter, AnswerTable, DestAnswer, ObjectHop, Unnumbered};
 use crate::chunked::Chunked;
 use crate::classify::{Action, Candidates, CompiledRule, FlowKey, Rules};
 use crate::hop::{sent_via, Hop};
@@ -22,7 +23,6 @@ use crate::multipath::{self, Multipath};
 use crate::names::*;
 use crate::net::{Family, Net};
 use crate::nexthop::{Nexthop, NexthopId, NexthopKind};
-use crate::plain::{AddrFilter, ObjectHop, Plain, PlainTable, Unnumbered};
 use crate::query::{Answer, NoRoute, Query};
 use crate::route::{Path, Paths, RouteBody, RouteType};
 use crate::source;
@@ -69,12 +69,12 @@ pub(crate) struct CompiledTable {
     pub(crate) v6: Option<Ipv6Table>,
     /// The nodes, by the index the LPM structure gives (slots in `free` hold none).
     pub(crate) nodes: Chunked<Node>,
-    /// The forwarding lookup's structure (see [`PlainTable`]). Filled in once the
+    /// The forwarding lookup's structure (see [`AnswerTable`]). Filled in once the
     /// snapshot's links and nexthops are known.
-    pub(crate) plain: PlainTable,
+    pub(crate) plain: AnswerTable,
     /// Each node's answer as `plain` holds it encoded, kept for patching `plain` and the
     /// merged searches made from it.
-    pub(crate) answers: Chunked<Plain>,
+    pub(crate) answers: Chunked<DestAnswer>,
     /// The nodes whose answer is their parent's (no route of theirs answers a flow with
     /// no output link): a change above one changes its answer too.
     pub(crate) inheriting: BTreeSet<Net>,
@@ -170,7 +170,7 @@ impl CompiledTable {
             v4,
             v6,
             nodes,
-            plain: PlainTable::default(),
+            plain: AnswerTable::default(),
             answers: Chunked::default(),
             inheriting: BTreeSet::new(),
             free: Vec::new(),
@@ -248,13 +248,13 @@ pub(crate) struct Merged {
     /// The tables (positions in the family's), in the walk's order.
     pub(crate) seq: Vec<usize>,
     /// Each prefix of any of them, with the answer of the first table that answers.
-    pub(crate) plain: PlainTable,
+    pub(crate) plain: AnswerTable,
 }
 
 impl Direct {
     /// The structure to search among the family's.
     #[inline]
-    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a PlainTable {
+    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a AnswerTable {
         self.from.plain(fib)
     }
 }
@@ -262,7 +262,7 @@ impl Direct {
 impl DirectFrom {
     /// The structure to search among the family's.
     #[inline]
-    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a PlainTable {
+    pub(crate) fn plain<'a>(&'a self, fib: &'a FamilyFib) -> &'a AnswerTable {
         match self {
             DirectFrom::Table(t) => &fib.tables[*t].plain,
             DirectFrom::Merged(m) => &fib.merged[*m].plain,
@@ -316,7 +316,7 @@ fn covering(table: &CompiledTable, net: Net) -> Option<u32> {
 }
 
 /// The answer at prefix `net` of a walk through the tables `seq` (positions in
-/// `tables`) in order: the first table's that answers; [`Plain::Miss`] where none does
+/// `tables`) in order: the first table's that answers; [`DestAnswer::Miss`] where none does
 /// (the caller knows what follows).
 pub(crate) fn merged_answer(tables: &[CompiledTable], seq: &[usize], net: Net) -> Unnumbered {
     for &t in seq {
@@ -325,11 +325,11 @@ pub(crate) fn merged_answer(tables: &[CompiledTable], seq: &[usize], net: Net) -
             continue;
         };
         match table.answers[node as usize] {
-            Plain::Miss | Plain::Thrown => continue,
+            DestAnswer::Miss | DestAnswer::Thrown => continue,
             other => return table.plain.unnumbered(other),
         }
     }
-    Unnumbered::Fixed(Plain::Miss)
+    Unnumbered::Fixed(DestAnswer::Miss)
 }
 
 /// The search that answers as a walk through the tables `seq` (positions in `tables`,
@@ -342,7 +342,7 @@ fn merge_tables(
     pool: &mut Vec<(Vec<u32>, Merged)>,
 ) -> DirectFrom {
     // Tables with no route add nothing; one table alone is searched as it is. Where no
-    // table answers, the search says [`Plain::Miss`], and its caller knows what follows.
+    // table answers, the search says [`DestAnswer::Miss`], and its caller knows what follows.
     let seq: Vec<usize> = seq
         .iter()
         .copied()
@@ -373,12 +373,12 @@ fn merge_tables(
     let mut prefixes: Vec<Net> = seq.iter().flat_map(|&t| tables[t].prefixes()).collect();
     prefixes.sort_unstable();
     prefixes.dedup();
-    let mut plain = PlainTable::default();
-    let answers: Vec<(Net, Plain)> = prefixes
+    let mut plain = AnswerTable::default();
+    let answers: Vec<(Net, DestAnswer)> = prefixes
         .into_iter()
         .map(|net| {
             let u = merged_answer(tables, &seq, net);
-            (net, plain.numbered(u, Plain::Miss))
+            (net, plain.numbered(u, DestAnswer::Miss))
         })
         .collect();
     plain.fill(family, answers.into_iter());
@@ -487,7 +487,7 @@ impl FamilyFib {
 
     /// The structure a search key of [`FamilyFib::target`] names.
     #[inline]
-    pub(crate) fn searched(&self, key: usize) -> &PlainTable {
+    pub(crate) fn searched(&self, key: usize) -> &AnswerTable {
         match self.tables.get(key) {
             Some(t) => &t.plain,
             None => self.runs[key - self.tables.len()].from.plain(self),
@@ -1024,8 +1024,8 @@ impl Snapshot {
     /// it (so that tables are answered side by side).
     pub(crate) fn answered(&self, f: Family, t: usize) -> Answered {
         let table = &self.fib(f).tables[t];
-        let mut plain = PlainTable::default();
-        let mut answers: Chunked<Plain> = Chunked::default();
+        let mut plain = AnswerTable::default();
+        let mut answers: Chunked<DestAnswer> = Chunked::default();
         let mut inheriting = BTreeSet::new();
         for node in table.nodes.iter() {
             let u = self.unnumbered_answer(table.id, node);
@@ -1034,7 +1034,9 @@ impl Snapshot {
             }
             // A node's parent comes before it (a shorter prefix of the same bits sorts
             // first), so its answer is known.
-            let up = node.parent.map_or(Plain::Miss, |p| answers[p as usize]);
+            let up = node
+                .parent
+                .map_or(DestAnswer::Miss, |p| answers[p as usize]);
             answers.push(plain.numbered(u, up));
         }
         answers.fit();
@@ -1056,8 +1058,8 @@ impl Snapshot {
 
 /// A table's answers, made by [`Snapshot::answered`].
 pub(crate) struct Answered {
-    plain: PlainTable,
-    answers: Chunked<Plain>,
+    plain: AnswerTable,
+    answers: Chunked<DestAnswer>,
     inheriting: BTreeSet<Net>,
 }
 
@@ -1160,13 +1162,13 @@ impl Snapshot {
         let len = node.dst.len();
         let v6 = node.dst.family() == Family::V6;
         if node.routes.iter().any(|r| r.tos != 0 || r.src.len() > 0) {
-            return Unnumbered::Fixed(Plain::Flow);
+            return Unnumbered::Fixed(DestAnswer::Flow);
         }
         match self.select(node.routes.iter(), len, None, true) {
-            None if v6 && len == 0 => Unnumbered::Fixed(Plain::Miss),
+            None if v6 && len == 0 => Unnumbered::Fixed(DestAnswer::Miss),
             None | Some(TableResult::Miss) => Unnumbered::Up,
-            Some(TableResult::Thrown) => Unnumbered::Fixed(Plain::Thrown),
-            Some(TableResult::Reject(e)) => Unnumbered::Fixed(Plain::Reject(e)),
+            Some(TableResult::Thrown) => Unnumbered::Fixed(DestAnswer::Thrown),
+            Some(TableResult::Reject(e)) => Unnumbered::Fixed(DestAnswer::Reject(e)),
             Some(TableResult::Hit(route, len)) => {
                 let object = match route.paths {
                     Paths::Object(id) => Some(id),
@@ -1178,7 +1180,7 @@ impl Snapshot {
                 };
                 let paths: Vec<&Path> = self.usable(route, None).collect();
                 if route.kind == RouteType::Broadcast || paths.is_empty() {
-                    Unnumbered::Fixed(Plain::Flow)
+                    Unnumbered::Fixed(DestAnswer::Flow)
                 } else if paths.len() == 1 {
                     Unnumbered::One(hop(paths[0]), len)
                 } else {

@@ -15,7 +15,7 @@
 //! `Result<HopRef, NoRoute>` had cost a quarter of the search again, in writes and in the
 //! consumer's reads, as the `flow_instructions` example counted.
 
-use crate::forward::{Alike, AlikeWay};
+use crate::forward::{AlikeBatch, AlikePlan};
 use crate::hop::{Hop, HopRef};
 use crate::link::LinkIndex;
 use crate::net::Family;
@@ -81,7 +81,7 @@ struct Scratch {
     /// The whole queries of a batch that takes the general way.
     flows: Vec<Query>,
     keys: Keys,
-    alike: Alike,
+    alike: AlikeBatch,
 }
 
 /// A batch's addresses as the search takes them.
@@ -184,7 +184,7 @@ impl<'s> VectorAnswers<'s> {
                     src4: [0; BATCH],
                     dst6: [0; BATCH],
                 },
-                alike: Alike::new(),
+                alike: AlikeBatch::new(),
             })
         });
         (&mut self.ids, &mut self.others, scratch)
@@ -254,10 +254,16 @@ impl Snapshot {
     fn lookup_vector<'s>(
         &'s self,
         n: usize,
-        quick: Option<AlikeWay<'s>>,
+        quick: Option<AlikePlan<'s>>,
         flow: impl Fn(usize) -> Query,
         out: &mut VectorAnswers<'s>,
-        passes: impl Fn(&AlikeWay<'s>, usize, &mut Keys, &mut Alike, &dyn Fn(usize) -> Query) -> bool,
+        passes: impl Fn(
+            &AlikePlan<'s>,
+            usize,
+            &mut Keys,
+            &mut AlikeBatch,
+            &dyn Fn(usize) -> Query,
+        ) -> bool,
     ) {
         let (ids, others, room) = out.reset(quick.as_ref().map_or(&[], |w| &w.plain().hops), n);
         let Scratch { flows, keys, alike } = room;
@@ -280,8 +286,8 @@ impl Snapshot {
     #[inline]
     fn ids_alike<'s>(
         &'s self,
-        way: &AlikeWay<'s>,
-        a: &Alike,
+        way: &AlikePlan<'s>,
+        a: &AlikeBatch,
         flow: impl Fn(usize) -> Query,
         ids: &mut [u32],
         others: &mut Vec<Result<Hop, NoRoute>>,

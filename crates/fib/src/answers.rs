@@ -1,8 +1,8 @@
 //! The forwarding lookup's structure: each destination prefix's answer to a flow with no
-//! output link ([`Plain`]) encoded as the value of an LPM structure ([`PlainTable`]), with
-//! the hops and path sets the answers name, so that the common lookup is one search; and
-//! a filter of addresses that says with one load that an address is surely not among a
-//! set ([`AddrFilter`]).
+//! output link ([`DestAnswer`]) encoded as the value of an LPM structure
+//! ([`AnswerTable`]), with the hops and path sets the answers name, so that the common
+//! lookup is one search; and a filter of addresses that says with one load that an
+//! address is surely not among a set ([`AddrFilter`]).
 
 use crate::hop::Hop;
 use crate::net::{Family, Net};
@@ -15,10 +15,10 @@ use std::net::IpAddr;
 
 /// What a node answers a flow with no output link, decided when the snapshot is compiled:
 /// every such flow whose longest match is the node gets the same answer, whatever else it
-/// carries, unless the answer depends on the flow ([`Plain::Flow`]). This is what lets a
+/// carries, unless the answer depends on the flow ([`DestAnswer::Flow`]). This is what lets a
 /// forwarding lookup go from the LPM search straight to its hop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Plain {
+pub(crate) enum DestAnswer {
     /// No route here or above: the walk goes on with the next rule.
     Miss,
     /// A `throw` route: the walk goes on.
@@ -34,63 +34,63 @@ pub(crate) enum Plain {
     Flow,
 }
 
-/// Bits of a [`Plain`] code's payload (a hop or the start of multipath paths).
-pub(crate) const PLAIN_PAYLOAD: u32 = 19;
+/// Bits of a [`DestAnswer`] code's payload (a hop or the start of multipath paths).
+pub(crate) const ANSWER_PAYLOAD: u32 = 19;
 
-impl Plain {
+impl DestAnswer {
     /// The answer as an LPM value (at most [`fibre_lpm::MAX_VALUE`]): a 3-bit kind, the
     /// prefix length (8 bits) and a 19-bit payload. Multipath answers keep their paths' count in the table's `multi` (the
     /// entry at `start` holds it); answers too large to encode depend on the flow.
     fn encode(self) -> u32 {
         let code = |kind: u32, len: u8, payload: u32| {
-            if payload >= 1 << PLAIN_PAYLOAD {
+            if payload >= 1 << ANSWER_PAYLOAD {
                 5 << 27
             } else {
-                kind << 27 | (len as u32) << PLAIN_PAYLOAD | payload
+                kind << 27 | (len as u32) << ANSWER_PAYLOAD | payload
             }
         };
         match self {
-            Plain::One { hop, len } => code(0, len, hop),
-            Plain::Multi { start, len, .. } => code(1, len, start),
-            Plain::Miss => code(2, 0, 0),
-            Plain::Thrown => code(3, 0, 0),
-            Plain::Reject(e) => code(4, 0, e as u32),
-            Plain::Flow => code(5, 0, 0),
+            DestAnswer::One { hop, len } => code(0, len, hop),
+            DestAnswer::Multi { start, len, .. } => code(1, len, start),
+            DestAnswer::Miss => code(2, 0, 0),
+            DestAnswer::Thrown => code(3, 0, 0),
+            DestAnswer::Reject(e) => code(4, 0, e as u32),
+            DestAnswer::Flow => code(5, 0, 0),
         }
     }
 
-    /// The hop of a code whose answer is [`Plain::One`], without decoding the rest.
+    /// The hop of a code whose answer is [`DestAnswer::One`], without decoding the rest.
     #[inline]
     pub(crate) fn one_hop(code: u32) -> Option<u32> {
-        (code >> 27 == 0).then_some(code & ((1 << PLAIN_PAYLOAD) - 1))
+        (code >> 27 == 0).then_some(code & ((1 << ANSWER_PAYLOAD) - 1))
     }
 
-    /// The answer of a code made by [`Plain::encode`] (a multipath answer's count is 0:
+    /// The answer of a code made by [`DestAnswer::encode`] (a multipath answer's count is 0:
     /// the table's `multi` holds it).
     #[inline]
-    pub(crate) fn decode(code: u32) -> Plain {
-        let payload = code & ((1 << PLAIN_PAYLOAD) - 1);
-        let len = (code >> PLAIN_PAYLOAD & 0xff) as u8;
+    pub(crate) fn decode(code: u32) -> DestAnswer {
+        let payload = code & ((1 << ANSWER_PAYLOAD) - 1);
+        let len = (code >> ANSWER_PAYLOAD & 0xff) as u8;
         match code >> 27 {
-            0 => Plain::One { hop: payload, len },
-            1 => Plain::Multi {
+            0 => DestAnswer::One { hop: payload, len },
+            1 => DestAnswer::Multi {
                 start: payload,
                 count: 0,
                 len,
             },
-            2 => Plain::Miss,
-            3 => Plain::Thrown,
-            4 => Plain::Reject(NoRoute::from_code(payload)),
-            _ => Plain::Flow,
+            2 => DestAnswer::Miss,
+            3 => DestAnswer::Thrown,
+            4 => DestAnswer::Reject(NoRoute::from_code(payload)),
+            _ => DestAnswer::Flow,
         }
     }
 }
 
 /// The LPM structure of the forwarding lookup: each destination prefix's answer to a flow
-/// with no output link (see [`Plain`]), encoded in the value, so that the search gives the
+/// with no output link (see [`DestAnswer`]), encoded in the value, so that the search gives the
 /// answer with no further memory access but to the hop it names.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct PlainTable {
+pub(crate) struct AnswerTable {
     v4: Option<Ipv4Table>,
     v6: Option<Ipv6Table>,
     /// The distinct hops the answers point at (a table's routes share a few).
@@ -123,7 +123,7 @@ pub(crate) fn remove_all(v4: &mut Option<Ipv4Table>, v6: &mut Option<Ipv6Table>,
     }
 }
 
-/// A hop's entry in [`PlainTable::backs`]: its output link if it is of a unicast route,
+/// A hop's entry in [`AnswerTable::backs`]: its output link if it is of a unicast route,
 /// else 0.
 fn back_of(hop: &Hop) -> u32 {
     if hop.kind == RouteType::Unicast {
@@ -133,10 +133,10 @@ fn back_of(hop: &Hop) -> u32 {
     }
 }
 
-/// A hop as a [`PlainTable`] numbers it: with the nexthop object its route goes through,
+/// A hop as a [`AnswerTable`] numbers it: with the nexthop object its route goes through,
 /// if any. The hops of an object's routes are theirs alone, so that when the object comes
 /// to stand for another single path, its hops are rewritten in place
-/// ([`PlainTable::follow_object`]) rather than the answers of every route that uses it.
+/// ([`AnswerTable::follow_object`]) rather than the answers of every route that uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ObjectHop {
     /// The hop.
@@ -146,20 +146,20 @@ pub(crate) struct ObjectHop {
 }
 
 /// A prefix's answer with its hops themselves rather than their numbers in a
-/// [`PlainTable`]: what is decided before the table numbers them.
+/// [`AnswerTable`]: what is decided before the table numbers them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Unnumbered {
     /// The answer of the next shorter prefix (a node none of whose routes answers).
     Up,
     /// An answer with no hop.
-    Fixed(Plain),
+    Fixed(DestAnswer),
     /// One path, from a prefix this long.
     One(ObjectHop, u8),
     /// Several paths (hop and weight), from a prefix this long.
     Multi(Vec<(ObjectHop, u16)>, u8),
 }
 
-impl PlainTable {
+impl AnswerTable {
     /// The number of `hop` among the table's hops (a new one is added).
     fn number(&mut self, hop: ObjectHop) -> u32 {
         if let Some(&n) = self.numbers.get(&hop) {
@@ -207,11 +207,11 @@ impl PlainTable {
 
     /// The answer `u` with its hops numbered in this table; `up` is the answer of the
     /// next shorter prefix.
-    pub(crate) fn numbered(&mut self, u: Unnumbered, up: Plain) -> Plain {
+    pub(crate) fn numbered(&mut self, u: Unnumbered, up: DestAnswer) -> DestAnswer {
         match u {
             Unnumbered::Up => up,
             Unnumbered::Fixed(p) => p,
-            Unnumbered::One(hop, len) => Plain::One {
+            Unnumbered::One(hop, len) => DestAnswer::One {
                 hop: self.number(hop),
                 len,
             },
@@ -232,7 +232,7 @@ impl PlainTable {
                         start
                     }
                 };
-                Plain::Multi {
+                DestAnswer::Multi {
                     start,
                     count: count as u16,
                     len,
@@ -243,10 +243,10 @@ impl PlainTable {
 
     /// The hops of answer `p` of this table, as [`Unnumbered`] (`Miss` and `Thrown` are
     /// kept as they are).
-    pub(crate) fn unnumbered(&self, p: Plain) -> Unnumbered {
+    pub(crate) fn unnumbered(&self, p: DestAnswer) -> Unnumbered {
         match p {
-            Plain::One { hop, len } => Unnumbered::One(self.object_hop(hop), len),
-            Plain::Multi { start, len, .. } => {
+            DestAnswer::One { hop, len } => Unnumbered::One(self.object_hop(hop), len),
+            DestAnswer::Multi { start, len, .. } => {
                 let start = start as usize;
                 let count = self.multi[start].0 as usize;
                 Unnumbered::Multi(
@@ -271,7 +271,11 @@ impl PlainTable {
 
     /// Makes the LPM structure of `answers`, each a destination prefix's, all of one
     /// family (the hops they name numbered already).
-    pub(crate) fn fill(&mut self, family: Family, answers: impl Iterator<Item = (Net, Plain)>) {
+    pub(crate) fn fill(
+        &mut self,
+        family: Family,
+        answers: impl Iterator<Item = (Net, DestAnswer)>,
+    ) {
         let codes = answers.map(|(d, p)| (d, p.encode()));
         match family {
             Family::V4 => {
@@ -289,7 +293,7 @@ impl PlainTable {
 
     /// Sets the answer of prefix `dst` (`None`: it has none, the search takes a shorter
     /// prefix's).
-    pub(crate) fn set(&mut self, dst: Net, answer: Option<Plain>) {
+    pub(crate) fn set(&mut self, dst: Net, answer: Option<DestAnswer>) {
         match (dst.v4(), dst.v6()) {
             (Some(p), _) => {
                 let t = self.v4.get_or_insert_with(Ipv4Table::new);
@@ -309,7 +313,7 @@ impl PlainTable {
         }
     }
 
-    /// Takes the answers of prefixes `dsts` out, as [`PlainTable::set`] to `None` does
+    /// Takes the answers of prefixes `dsts` out, as [`AnswerTable::set`] to `None` does
     /// for each, in one batch (each node of the search they share changed once).
     pub(crate) fn unset_all(&mut self, dsts: &[Net]) {
         remove_all(&mut self.v4, &mut self.v6, dsts);
@@ -318,31 +322,32 @@ impl PlainTable {
     /// Whether the table has numbered so many hops or paths that patches should give way
     /// to a fresh compile, which numbers only those in use.
     pub(crate) fn numbers_run_short(&self) -> bool {
-        self.hops.len() >= 1 << (PLAIN_PAYLOAD - 1) || self.multi.len() >= 1 << (PLAIN_PAYLOAD - 1)
+        self.hops.len() >= 1 << (ANSWER_PAYLOAD - 1)
+            || self.multi.len() >= 1 << (ANSWER_PAYLOAD - 1)
     }
 
     /// The answer for `dst`.
     #[inline]
-    pub(crate) fn plain(&self, dst: IpAddr) -> Plain {
+    pub(crate) fn plain(&self, dst: IpAddr) -> DestAnswer {
         let code = match dst {
             IpAddr::V4(a) => self.v4.as_ref().and_then(|t| t.lookup(u32::from(a))),
             IpAddr::V6(a) => self.v6.as_ref().and_then(|t| t.lookup(u128::from(a))),
         };
-        code.map_or(Plain::Miss, Plain::decode)
+        code.map_or(DestAnswer::Miss, DestAnswer::decode)
     }
 
     /// The hop of an IPv4 destination whose answer is one hop, without decoding the rest.
     #[inline]
     pub(crate) fn one_hop_v4(&self, dst: u32) -> Option<u32> {
         let code = self.v4.as_ref()?.lookup(dst)?;
-        Plain::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
+        DestAnswer::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
     }
 
-    /// [`PlainTable::one_hop_v4`] for an IPv6 destination.
+    /// [`AnswerTable::one_hop_v4`] for an IPv6 destination.
     #[inline]
     pub(crate) fn one_hop_v6(&self, dst: u128) -> Option<u32> {
         let code = self.v6.as_ref()?.lookup(dst)?;
-        Plain::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
+        DestAnswer::one_hop(code).filter(|&h| (h as usize) < self.hops.len())
     }
 
     /// The answers' codes for many destinations of one family, as bits (IPv4 in the low 32).
@@ -423,31 +428,31 @@ mod tests {
 
     #[test]
     fn plain_answers_survive_their_encoding_as_lpm_values() {
-        let max = (1 << PLAIN_PAYLOAD) - 1;
+        let max = (1 << ANSWER_PAYLOAD) - 1;
         let cases = [
-            Plain::One { hop: 0, len: 0 },
-            Plain::One { hop: max, len: 128 },
-            Plain::Multi {
+            DestAnswer::One { hop: 0, len: 0 },
+            DestAnswer::One { hop: max, len: 128 },
+            DestAnswer::Multi {
                 start: 7,
                 count: 0,
                 len: 24,
             },
-            Plain::Miss,
-            Plain::Thrown,
-            Plain::Reject(NoRoute::Prohibited),
-            Plain::Reject(NoRoute::NoDevice),
-            Plain::Flow,
+            DestAnswer::Miss,
+            DestAnswer::Thrown,
+            DestAnswer::Reject(NoRoute::Prohibited),
+            DestAnswer::Reject(NoRoute::NoDevice),
+            DestAnswer::Flow,
         ];
         for p in cases {
             let code = p.encode();
             assert!(code <= fibre_lpm::MAX_VALUE, "{p:?}");
-            assert_eq!(Plain::decode(code), p);
+            assert_eq!(DestAnswer::decode(code), p);
         }
         // A hop past the payload's reach leaves the answer to the full lookup.
-        let far = Plain::One {
+        let far = DestAnswer::One {
             hop: max + 1,
             len: 8,
         };
-        assert_eq!(Plain::decode(far.encode()), Plain::Flow);
+        assert_eq!(DestAnswer::decode(far.encode()), DestAnswer::Flow);
     }
 }
