@@ -1,6 +1,7 @@
-//! The workspace's shape as its design says: within each crate, the modules import one
-//! another one way only. A module's imports are the `crate::NAME` paths in its files
-//! (comments and test modules aside); a circle among them fails the test, named.
+//! The workspace's shape as its design says: the crates' arrows as docs/design.md
+//! pictures them, and within each crate, the modules import one another one way only. A
+//! module's imports are the `crate::NAME` paths in its files (comments and test modules
+//! aside); a circle among them fails the test, named.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -212,4 +213,63 @@ fn a_circle_is_found_where_there_is_one() {
         crate_paths("use crate::answers::DestAnswer;\nfibre_crate::x; let y = crate::hop::Hop;"),
         ["answers", "hop"].into_iter().map(String::from).collect()
     );
+}
+
+/// The workspace crates each crate's manifest names under `[dependencies]`, by their
+/// directory names (`fibre-lpm` is `lpm`).
+fn manifest_arrows(crate_dir: &Path) -> BTreeSet<String> {
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    let mut out = BTreeSet::new();
+    let mut in_dependencies = false;
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_dependencies = t == "[dependencies]";
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("fibre-").filter(|_| in_dependencies) {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            out.insert(name);
+        }
+    }
+    out
+}
+
+/// The picture of the crates' arrows in docs/design.md: each line `CRATE -> A, B (...)`.
+fn pictured_arrows() -> BTreeMap<String, BTreeSet<String>> {
+    let design = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/design.md");
+    let text = std::fs::read_to_string(design).unwrap();
+    let start = text
+        .find("The crates and their arrows")
+        .expect("the picture of the crates");
+    let block = &text[start..];
+    let block = &block[block.find("```text\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    block
+        .lines()
+        .map(|l| {
+            let (from, to) = l.split_once("->").unwrap();
+            let to = to
+                .split(',')
+                .map(|t| t.split('(').next().unwrap().trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect();
+            (from.trim().to_string(), to)
+        })
+        .collect()
+}
+
+#[test]
+fn the_design_pictures_the_crates_arrows_as_the_manifests_make_them() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut made = BTreeMap::new();
+    for src in crate_sources() {
+        let dir = src.parent().unwrap();
+        let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        made.insert(name, manifest_arrows(&crates.join(dir)));
+    }
+    assert_eq!(pictured_arrows(), made);
 }
