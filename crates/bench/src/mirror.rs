@@ -359,7 +359,6 @@ pub fn mirror_study(
         let _ = ready.send(Instant::now());
         let _ = burst_start.recv();
         let cpu = thread_cpu();
-        let before = mirror.stats().batches;
         let made = mirror.publications();
         follow_until(&mut mirror, &mut events, SENTINELS[1])?;
         let busy_cpu = thread_cpu() - cpu;
@@ -372,7 +371,7 @@ pub fn mirror_study(
         follow_until(&mut mirror, &mut events, SENTINELS[2])?;
         let p = mirror.stats();
         let paced = Paced {
-            publications: p.batches - s.batches,
+            publications: mirror.publications().made() - after.made(),
             patched: mirror.publications().patched - after.patched,
             lags: p.lags(),
             lag_p50: p.lag(0.5),
@@ -401,7 +400,7 @@ pub fn mirror_study(
             idle_cpu,
             busy_cpu,
             caught_up,
-            publications: s.batches - before,
+            publications: after.made() - made.made(),
             overflows: s.overflows,
             lag_p50: s.lag(0.5),
             lag_p99: s.lag(0.99),

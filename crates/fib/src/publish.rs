@@ -52,6 +52,13 @@ pub struct Publications {
     pub held_up: u64,
 }
 
+impl Publications {
+    /// Batches published, either way.
+    pub fn made(&self) -> u64 {
+        self.patched + self.compiled
+    }
+}
+
 /// The snapshot a [`Fib`] patches next.
 enum NextToPatch {
     /// The snapshot published before the current one (readers may still hold it).
