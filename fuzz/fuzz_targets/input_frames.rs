@@ -3,7 +3,7 @@
 //! the header it was read from, and taking its TTL or hop limit down keeps it whole.
 #![no_main]
 
-use fibre_dataplane::checksum;
+use fibre_headers::checksum;
 use fibre_dataplane::input::{classify, Input, ETHERNET_LEN};
 use fibre_dataplane::rewrite::{decrement_hop_limit, decrement_ttl};
 use libfuzzer_sys::fuzz_target;

@@ -21,7 +21,7 @@
 //! adjacencies).
 #![no_main]
 
-use fibre_dataplane::checksum;
+use fibre_headers::checksum;
 use fibre_dataplane::input::{classify, Input, ETHERNET_LEN};
 use fibre_dataplane::pipeline::{Arrival, Fate, Pipeline};
 use fibre_dataplane::pool::Pool;

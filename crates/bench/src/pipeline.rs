@@ -32,7 +32,7 @@ use crate::addresses;
 use crate::kernel::GATEWAYS;
 use crate::method::{measure, Method, Stat};
 use crate::studies::to_ip;
-use fibre_dataplane::checksum;
+use fibre_headers::checksum;
 use fibre_dataplane::handoff::{Batch as HandedBatch, Group, Mailbox};
 use fibre_dataplane::pipeline::{Arrival, Fate, Output, Pipeline};
 use fibre_dataplane::pool::{BufferId, Pool};

@@ -429,7 +429,7 @@ mod tests {
     }
 
     fn v4_sum_ok(h: &[u8]) -> bool {
-        crate::checksum::sum(h) == 0xffff
+        fibre_headers::checksum::sum(h) == 0xffff
     }
 
     /// What the program must do with `f`, said simply: the frame it sends, or `None` to
@@ -518,7 +518,7 @@ mod tests {
             h[9] = 17;
             h[12..16].copy_from_slice(&src.octets());
             h[16..20].copy_from_slice(&dst.octets());
-            let sum = !crate::checksum::sum(&h);
+            let sum = !fibre_headers::checksum::sum(&h);
             h[10..12].copy_from_slice(&sum.to_be_bytes());
             f.extend_from_slice(&h);
         } else {

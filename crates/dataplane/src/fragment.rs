@@ -16,17 +16,9 @@
 //!   so every header is the plain 20 bytes, and no option needs dropping from the later
 //!   fragments.
 
-use crate::checksum;
 use crate::input::ETHERNET_LEN;
-
-/// The IPv4 header fibre forwards: 20 bytes, no options.
-const HEADER: usize = 20;
-
-/// The more-fragments flag, in the flags and offset field.
-const MORE_FRAGMENTS: u16 = 0x2000;
-
-/// The offset, in 8-byte units, in the flags and offset field.
-const OFFSET: u16 = 0x1fff;
+use fibre_headers::ipv4::{HEADER_LEN as HEADER, MORE_FRAGMENTS, OFFSET_MASK as OFFSET};
+use fibre_headers::Ipv4Packet;
 
 /// One fragment's share of the packet's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,26 +81,22 @@ pub fn pieces(ip_len: usize, mtu: usize) -> Option<Pieces> {
 /// Returns the fragment's frame length; `None`, with `out` as it may be, if `frame` is
 /// not so long as its header says or `out` cannot hold the fragment.
 pub fn write(frame: &[u8], piece: Piece, out: &mut [u8]) -> Option<usize> {
-    let ip = frame.get(ETHERNET_LEN..)?;
-    if ip.len() < HEADER {
-        return None;
-    }
-    let payload = ip.get(HEADER + piece.offset..HEADER + piece.offset + piece.len)?;
+    let ip = Ipv4Packet::new_checked(frame.get(ETHERNET_LEN..)?).ok()?;
+    let payload = ip
+        .as_bytes()
+        .get(HEADER + piece.offset..HEADER + piece.offset + piece.len)?;
     let len = ETHERNET_LEN + HEADER + piece.len;
     let out = out.get_mut(..len)?;
     out[..ETHERNET_LEN + HEADER].copy_from_slice(&frame[..ETHERNET_LEN + HEADER]);
     out[ETHERNET_LEN + HEADER..].copy_from_slice(payload);
-    let h = &mut out[ETHERNET_LEN..ETHERNET_LEN + HEADER];
-    let field = u16::from_be_bytes([ip[6], ip[7]]);
+    let word = ip.flags_and_offset();
     // At most 8,191 + 8,189 units: no overflow, but it may reach the flags' bits.
-    let offset = (field & OFFSET) + (piece.offset / 8) as u16;
-    let more = !piece.last || field & MORE_FRAGMENTS != 0;
-    let field = offset | if more { MORE_FRAGMENTS } else { 0 };
-    h[2..4].copy_from_slice(&((HEADER + piece.len) as u16).to_be_bytes());
-    h[6..8].copy_from_slice(&field.to_be_bytes());
-    h[10..12].fill(0);
-    let sum = checksum::checksum(h);
-    h[10..12].copy_from_slice(&sum.to_be_bytes());
+    let offset = (word & OFFSET) + (piece.offset / 8) as u16;
+    let more = !piece.last || word & MORE_FRAGMENTS != 0;
+    let mut h = Ipv4Packet::new_checked(&mut out[ETHERNET_LEN..ETHERNET_LEN + HEADER]).ok()?;
+    h.set_total_len((HEADER + piece.len) as u16);
+    h.set_flags_and_offset(offset | if more { MORE_FRAGMENTS } else { 0 });
+    h.fill_checksum();
     Some(len)
 }
 
@@ -116,6 +104,7 @@ pub fn write(frame: &[u8], piece: Piece, out: &mut [u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use etherparse::{Ipv4HeaderSlice, PacketBuilder};
+    use fibre_headers::checksum;
     use rand::{Rng, SeedableRng};
 
     /// A UDP frame of `payload` bytes, with `id`, DF clear, and the flags and offset

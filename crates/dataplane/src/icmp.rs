@@ -38,8 +38,11 @@
 //! slot starts afresh, and one whose packets reach two workers has a bucket in each: the
 //! overall limit still holds.
 
-use crate::checksum;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use fibre_headers::icmp::HEADER_LEN as ICMP_HEADER_LEN;
+use fibre_headers::transport::{TCP, UDP};
+use fibre_headers::{checksum, ipv4, ipv6, EthernetFrame, IcmpMessage, Ipv4Packet};
+use fibre_headers::{Ipv6Extension, Ipv6Fragment, Ipv6Packet, UdpDatagram};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -198,16 +201,17 @@ impl Error {
 /// Whether the kernel answers the IPv4 packet `ip` (its header first) with an error: not
 /// a fragment other than the first, not an ICMP error (nor ICMP too short to say).
 pub fn answers_v4(ip: &[u8]) -> bool {
-    let Some(h) = ip.get(..20) else { return false };
-    let header_len = (h[0] & 0xf) as usize * 4;
-    if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
+    let Ok(h) = Ipv4Packet::new_checked(ip) else {
+        return false;
+    };
+    if h.fragment_offset() != 0 {
         return false;
     }
-    if h[9] != 1 {
+    if h.protocol() != ICMP {
         return true;
     }
     // ICMP: only informational messages are answered.
-    match ip.get(header_len) {
+    match ip.get(h.header_len()) {
         Some(&t) => !matches!(t, 3 | 4 | 5 | 11 | 12) && t <= 18,
         None => false,
     }
@@ -217,33 +221,36 @@ pub fn answers_v4(ip: &[u8]) -> bool {
 /// (`is_ineligible`): not an ICMPv6 error, found past the extension headers (nor ICMPv6
 /// too short to say, unless it is a later fragment, which cannot say).
 pub fn answers_v6(ip: &[u8]) -> bool {
-    let Some(h) = ip.get(..40) else { return false };
-    let (mut next, mut at) = (h[6], 40usize);
+    let Ok(h) = Ipv6Packet::new_checked(ip) else {
+        return false;
+    };
+    let (mut next, mut at) = (h.next_header(), ipv6::HEADER_LEN);
     // Hop-by-hop, routing, destination options, fragment: each says what follows.
     for _ in 0..8 {
         match next {
-            0 | 43 | 60 => {
-                let Some(e) = ip.get(at..at + 2) else {
+            ipv6::next::HOP_BY_HOP | ipv6::next::ROUTING | ipv6::next::DESTINATION_OPTIONS => {
+                let Some(Ok(e)) = ip.get(at..).map(Ipv6Extension::new_checked) else {
                     return true;
                 };
-                next = e[0];
-                at += (e[1] as usize + 1) * 8;
+                let len = e.len(next);
+                next = e.next_header();
+                at += len;
             }
-            44 => {
-                let Some(e) = ip.get(at..at + 8) else {
+            ipv6::next::FRAGMENT => {
+                let Some(Ok(f)) = ip.get(at..).map(Ipv6Fragment::new_checked) else {
                     return true;
                 };
-                if u16::from_be_bytes([e[2], e[3]]) & 0xfff8 != 0 {
+                if f.offset() != 0 {
                     // A later fragment: what it carries cannot be told.
                     return true;
                 }
-                next = e[0];
+                next = f.next_header();
                 at += 8;
             }
             _ => break,
         }
     }
-    if next != 58 {
+    if next != ipv6::next::ICMPV6 {
         return true;
     }
     // ICMPv6: informational messages (type 128 and over) are answered.
@@ -261,7 +268,7 @@ pub fn answers_v6(ip: &[u8]) -> bool {
 pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
     // IPv6 asks nothing more of a packet whose checksum is left to finish
     // (`reject6_csum_ok`); IPv4 refuses a later fragment first (`nf_send_unreach`).
-    if v6 && partial && ip.len() >= 40 {
+    if v6 && partial && ip.len() >= ipv6::HEADER_LEN {
         return true;
     }
     let Some((protocol, at, end)) = transport(ip, v6) else {
@@ -273,23 +280,28 @@ pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
     let l4 = &ip[at..end];
     match protocol {
         // UDP with no checksum, and the protocols whose checksum is another's.
-        17 if l4.len() >= 8 && l4[6..8] == [0, 0] => return true,
+        UDP if UdpDatagram::new_checked(l4).is_ok_and(|u| u.checksum() == 0) => return true,
         47 | 51 | 50 | 132 | 136 | 33 => return true,
         _ => {}
     }
     let mut sum = checksum::sum(l4);
-    if v6 || matches!(protocol, 6 | 17) {
-        let (src, dst) = if v6 {
-            (&ip[8..24], &ip[24..40])
-        } else {
-            (&ip[12..16], &ip[16..20])
+    if v6 || matches!(protocol, TCP | UDP) {
+        let pseudo = match (Ipv6Packet::new_checked(ip), Ipv4Packet::new_checked(ip)) {
+            (Ok(h), _) if v6 => checksum::pseudo_header_sum(
+                &h.source().octets(),
+                &h.destination().octets(),
+                protocol,
+                l4.len() as u32,
+            ),
+            (_, Ok(h)) => checksum::pseudo_header_sum(
+                &h.source().octets(),
+                &h.destination().octets(),
+                protocol,
+                l4.len() as u32,
+            ),
+            _ => return false,
         };
-        sum = checksum::add(sum, checksum::sum(src));
-        sum = checksum::add(sum, checksum::sum(dst));
-        let len = l4.len() as u32;
-        sum = checksum::add(sum, (len >> 16) as u16);
-        sum = checksum::add(sum, len as u16);
-        sum = checksum::add(sum, u16::from(protocol));
+        sum = checksum::add(sum, pseudo);
     }
     sum == 0xffff
 }
@@ -307,45 +319,44 @@ pub(crate) fn transport(ip: &[u8], v6: bool) -> Option<(u8, usize, usize)> {
 /// An IPv4 packet's transport: its protocol, where it starts and where the packet ends;
 /// `None` for a later fragment or a header that does not fit.
 fn transport_v4(ip: &[u8]) -> Option<(u8, usize, usize)> {
-    let h = ip.get(..20)?;
-    if u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0 {
+    let h = Ipv4Packet::new_checked(ip).ok()?;
+    if h.fragment_offset() != 0 {
         return None;
     }
-    let at = usize::from(h[0] & 0xf) * 4;
-    let end = usize::from(u16::from_be_bytes([h[2], h[3]])).min(ip.len());
-    (at >= 20 && at <= end).then_some((h[9], at, end))
+    let at = h.header_len();
+    let end = usize::from(h.total_len()).min(ip.len());
+    (at >= ipv4::HEADER_LEN && at <= end).then_some((h.protocol(), at, end))
 }
 
 /// An IPv6 packet's transport past its extension headers, as `ipv6_skip_exthdr` finds
 /// it: its protocol, where it starts and where the packet ends; `None` for a later
 /// fragment, or where the headers do not fit or leave nothing.
 fn transport_v6(ip: &[u8]) -> Option<(u8, usize, usize)> {
-    let h = ip.get(..40)?;
-    let end = (40 + usize::from(u16::from_be_bytes([h[4], h[5]]))).min(ip.len());
-    let (mut next, mut at) = (h[6], 40usize);
+    let h = Ipv6Packet::new_checked(ip).ok()?;
+    let end = h.end();
+    let (mut next, mut at) = (h.next_header(), ipv6::HEADER_LEN);
     loop {
         match next {
-            0 | 43 | 60 => {
-                let e = ip.get(at..at + 2)?;
-                next = e[0];
-                at += (usize::from(e[1]) + 1) * 8;
-            }
             // The authentication header counts its length in 4-byte words.
-            51 => {
-                let e = ip.get(at..at + 2)?;
-                next = e[0];
-                at += (usize::from(e[1]) + 2) * 4;
+            ipv6::next::HOP_BY_HOP
+            | ipv6::next::ROUTING
+            | ipv6::next::DESTINATION_OPTIONS
+            | ipv6::next::AUTHENTICATION => {
+                let e = Ipv6Extension::new_checked(ip.get(at..)?).ok()?;
+                let len = e.len(next);
+                next = e.next_header();
+                at += len;
             }
-            44 => {
-                let e = ip.get(at..at + 8)?;
-                if u16::from_be_bytes([e[2], e[3]]) & 0xfff8 != 0 {
+            ipv6::next::FRAGMENT => {
+                let f = Ipv6Fragment::new_checked(ip.get(at..)?).ok()?;
+                if f.offset() != 0 {
                     return None;
                 }
-                next = e[0];
+                next = f.next_header();
                 at += 8;
             }
             // "No next header": nothing to answer about.
-            59 => return None,
+            ipv6::next::NONE => return None,
             _ => break,
         }
     }
@@ -366,40 +377,44 @@ pub fn answer_v4(
     id: u16,
     ttl: u8,
 ) -> Option<usize> {
-    const AT: usize = ETHERNET_LEN + 20 + 8;
+    const HEADERS: usize = ipv4::HEADER_LEN + ICMP_HEADER_LEN;
+    const AT: usize = ETHERNET_LEN + HEADERS;
     if buffer.len() < AT {
         return None;
     }
-    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(20))?;
-    let dst = [orig[12], orig[13], orig[14], orig[15]];
-    let tos = (orig[1] & 0x1e) | 0xc0;
+    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(ipv4::HEADER_LEN))?;
+    let orig = Ipv4Packet::new_checked(orig).ok()?;
+    let (dst, tos) = (orig.source(), (orig.tos() & 0x1e) | 0xc0);
     let quoted = ip_len
-        .min(IPV4_ERROR_MAX - 28)
+        .min(IPV4_ERROR_MAX - HEADERS)
         .min(buffer.len().saturating_sub(AT));
     buffer.copy_within(ETHERNET_LEN..ETHERNET_LEN + quoted, AT);
-    buffer[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-    let total = 20 + 8 + quoted;
-    let ip = &mut buffer[ETHERNET_LEN..ETHERNET_LEN + 20];
-    ip[0] = 0x45;
-    ip[1] = tos;
-    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    ip[4..6].copy_from_slice(&id.to_be_bytes());
-    ip[6..8].fill(0);
-    ip[8] = ttl;
-    ip[9] = 1;
-    ip[10..12].fill(0);
-    ip[12..16].copy_from_slice(&src.octets());
-    ip[16..20].copy_from_slice(&dst);
-    let sum = checksum::checksum(ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let total = HEADERS + quoted;
+    let mut frame = EthernetFrame::new_checked(&mut buffer[..ETHERNET_LEN + total]).ok()?;
+    frame.set_ethertype(ETHERTYPE_IPV4);
+    let (ip, message) = frame.payload_mut().split_at_mut(ipv4::HEADER_LEN);
+    let mut ip = Ipv4Packet::new_checked(ip).ok()?;
+    ip.set_version_and_header_len(ipv4::HEADER_LEN);
+    ip.set_tos(tos);
+    ip.set_total_len(total as u16);
+    ip.set_ident(id);
+    ip.set_flags_and_offset(0);
+    ip.set_ttl(ttl);
+    ip.set_protocol(ICMP);
+    ip.set_source(src);
+    ip.set_destination(dst);
+    ip.fill_checksum();
     let (kind, code) = error.icmp();
-    let icmp = &mut buffer[ETHERNET_LEN + 20..AT + quoted];
-    icmp[..8].copy_from_slice(&[kind, code, 0, 0, 0, 0, 0, 0]);
-    if error == Error::TooBig {
-        icmp[6..8].copy_from_slice(&(mtu.min(u16::MAX as u32) as u16).to_be_bytes());
-    }
-    let sum = checksum::checksum(icmp);
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    let mut icmp = IcmpMessage::new_checked(message).ok()?;
+    icmp.set_kind_and_code(kind, code);
+    icmp.set_checksum(0);
+    icmp.set_rest(if error == Error::TooBig {
+        mtu.min(u16::MAX as u32)
+    } else {
+        0
+    });
+    let sum = checksum::checksum(icmp.as_bytes());
+    icmp.set_checksum(sum);
     Some(ETHERNET_LEN + total)
 }
 
@@ -415,48 +430,47 @@ pub fn answer_v6(
     src: Ipv6Addr,
     hop_limit: u8,
 ) -> Option<usize> {
-    const AT: usize = ETHERNET_LEN + 40 + 8;
+    const HEADERS: usize = ipv6::HEADER_LEN + ICMP_HEADER_LEN;
+    const AT: usize = ETHERNET_LEN + HEADERS;
     if buffer.len() < AT {
         return None;
     }
-    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(40))?;
-    let mut dst = [0; 16];
-    dst.copy_from_slice(&orig[8..24]);
+    let orig = buffer.get(ETHERNET_LEN..ETHERNET_LEN + ip_len.max(ipv6::HEADER_LEN))?;
+    let dst = Ipv6Packet::new_checked(orig).ok()?.source();
     let quoted = ip_len
-        .min(IPV6_ERROR_MAX - 48)
+        .min(IPV6_ERROR_MAX - HEADERS)
         .min(buffer.len().saturating_sub(AT));
     buffer.copy_within(ETHERNET_LEN..ETHERNET_LEN + quoted, AT);
-    buffer[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-    let payload = 8 + quoted;
-    let ip = &mut buffer[ETHERNET_LEN..ETHERNET_LEN + 40];
-    ip[..4].copy_from_slice(&[0x60, 0, 0, 0]);
-    ip[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
-    ip[6] = 58;
-    ip[7] = hop_limit;
-    ip[8..24].copy_from_slice(&src.octets());
-    ip[24..40].copy_from_slice(&dst);
+    let payload = ICMP_HEADER_LEN + quoted;
+    let end = ETHERNET_LEN + ipv6::HEADER_LEN + payload;
+    let mut frame = EthernetFrame::new_checked(&mut buffer[..end]).ok()?;
+    frame.set_ethertype(ETHERTYPE_IPV6);
+    let (ip, message) = frame.payload_mut().split_at_mut(ipv6::HEADER_LEN);
+    let mut ip = Ipv6Packet::new_checked(ip).ok()?;
+    ip.set_version_class_flow(0, 0);
+    ip.set_payload_len(payload as u16);
+    ip.set_next_header(ipv6::next::ICMPV6);
+    ip.set_hop_limit(hop_limit);
+    ip.set_source(src);
+    ip.set_destination(dst);
     let (kind, code) = error.icmpv6();
-    let param = if error == Error::TooBig { mtu } else { 0 };
-    let icmp = &mut buffer[ETHERNET_LEN + 40..AT + quoted];
-    icmp[..4].copy_from_slice(&[kind, code, 0, 0]);
-    icmp[4..8].copy_from_slice(&param.to_be_bytes());
-    let sum = !checksum::add(
-        pseudo_header_sum(src, dst.into(), payload),
-        checksum::sum(icmp),
+    let mut icmp = IcmpMessage::new_checked(message).ok()?;
+    icmp.set_kind_and_code(kind, code);
+    icmp.set_checksum(0);
+    icmp.set_rest(if error == Error::TooBig { mtu } else { 0 });
+    let pseudo = checksum::pseudo_header_sum(
+        &src.octets(),
+        &dst.octets(),
+        ipv6::next::ICMPV6,
+        payload as u32,
     );
-    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
-    Some(ETHERNET_LEN + 40 + payload)
+    let sum = !checksum::add(pseudo, checksum::sum(icmp.as_bytes()));
+    icmp.set_checksum(sum);
+    Some(end)
 }
 
-/// The sum of the IPv6 pseudo-header of an ICMPv6 message of `len` bytes (RFC 8200, 8.1).
-fn pseudo_header_sum(src: Ipv6Addr, dst: Ipv6Addr, len: usize) -> u16 {
-    let mut p = [0u8; 40];
-    p[..16].copy_from_slice(&src.octets());
-    p[16..32].copy_from_slice(&dst.octets());
-    p[32..36].copy_from_slice(&(len as u32).to_be_bytes());
-    p[39] = 58;
-    checksum::sum(&p)
-}
+/// ICMP's protocol number.
+const ICMP: u8 = 1;
 
 /// A token bucket: `tokens` nanoseconds of credit, earned one a nanosecond since `last`.
 #[derive(Clone, Copy, Debug, Default)]

@@ -11,10 +11,14 @@
 //! it; so is one that fails a check of the kernel's, each reason counted apart, as the
 //! kernel counts them (`InHdrErrors`, `InCsumErrors`, `InTruncatedPkts`).
 //!
+//! Every header is read through the views of `fibre-headers`, checked once for the bytes
+//! they read; the lengths they hold are checked here, in the kernel's order.
+//!
 //! Source addresses the route stage refuses (martians, this host's own) are its to judge,
 //! as they are the kernel's route lookup's: the rules and tables decide.
 
 use fibre_fib::LinkIndex;
+use fibre_headers::{ipv4, ipv6, transport, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The link a vector of packets arrived on.
@@ -26,16 +30,11 @@ pub struct Arrival {
     pub mac: [u8; 6],
 }
 
-/// EtherType of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-/// EtherType of IPv6.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-/// EtherType of ARP.
-pub const ETHERTYPE_ARP: u16 = 0x0806;
-/// EtherTypes of VLAN tags (802.1Q, 802.1ad).
-pub const ETHERTYPE_VLAN: [u16; 2] = [0x8100, 0x88a8];
+pub use fibre_headers::ethernet::ethertype::{
+    ARP as ETHERTYPE_ARP, IPV4 as ETHERTYPE_IPV4, IPV6 as ETHERTYPE_IPV6, VLAN as ETHERTYPE_VLAN,
+};
 /// Bytes of an Ethernet header.
-pub const ETHERNET_LEN: usize = 14;
+pub const ETHERNET_LEN: usize = fibre_headers::ethernet::HEADER_LEN;
 
 /// Why a frame was dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -192,31 +191,17 @@ pub enum Input {
     Drop(Drop),
 }
 
-/// Protocols whose first four bytes are the source and destination ports.
-fn has_ports(protocol: u8) -> bool {
-    matches!(protocol, 6 | 17 | 33 | 132)
-}
-
-fn ports_at(data: &[u8], at: usize) -> Option<(u16, u16)> {
-    let p = data.get(at..at + 4)?;
-    Some((
-        u16::from_be_bytes([p[0], p[1]]),
-        u16::from_be_bytes([p[2], p[3]]),
-    ))
-}
-
 /// The destination and source addresses of the IPv4 (`v6` false) or IPv6 packet the
 /// Ethernet frame `frame` carries, if its network header is whole.
 pub fn addresses(frame: &[u8], v6: bool) -> Option<(IpAddr, IpAddr)> {
-    let ip = frame.get(ETHERNET_LEN..)?;
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let ip = eth.payload();
     if v6 {
-        let h: &[u8; 40] = ip.get(..40)?.try_into().ok()?;
-        let at = |k: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[k..k + 16]).unwrap_or([0; 16]));
-        Some((IpAddr::V6(at(24)), IpAddr::V6(at(8))))
+        let p = Ipv6Packet::new_checked(ip).ok()?;
+        Some((IpAddr::V6(p.destination()), IpAddr::V6(p.source())))
     } else {
-        let h = ip.get(..20)?;
-        let at = |k: usize| Ipv4Addr::new(h[k], h[k + 1], h[k + 2], h[k + 3]);
-        Some((IpAddr::V4(at(16)), IpAddr::V4(at(12))))
+        let p = Ipv4Packet::new_checked(ip).ok()?;
+        Some((IpAddr::V4(p.destination()), IpAddr::V4(p.source())))
     }
 }
 
@@ -235,94 +220,73 @@ pub fn classify_into(frame: &[u8], mac: [u8; 6], out: &mut Input) {
 
 #[inline(always)]
 fn sort(frame: &[u8], mac: [u8; 6]) -> Input {
-    let Some(eth) = frame.get(..ETHERNET_LEN) else {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return Input::Drop(Drop::ShortFrame);
     };
-    let dst_mac = &eth[0..6];
-    let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
+    let ethertype = eth.ethertype();
     if ETHERTYPE_VLAN.contains(&ethertype) {
         return Input::Kernel(Kernel::Vlan);
     }
     if ethertype != ETHERTYPE_IPV4 && ethertype != ETHERTYPE_IPV6 {
         return Input::Kernel(Kernel::NotIp);
     }
-    if dst_mac != mac {
+    if eth.destination() != mac {
         // The group bit: broadcast and multicast frames are the kernel's.
-        return if dst_mac[0] & 1 == 1 {
+        return if eth.to_group() {
             Input::Kernel(Kernel::Group)
         } else {
             Input::Drop(Drop::OtherHost)
         };
     }
-    let ip = &frame[ETHERNET_LEN..];
     if ethertype == ETHERTYPE_IPV4 {
-        ipv4(ip)
+        ipv4(eth.payload())
     } else {
-        ipv6(ip)
+        ipv6(eth.payload())
     }
 }
 
 /// `ip_rcv_core`'s checks, in its order.
 #[inline(always)]
 fn ipv4(ip: &[u8]) -> Input {
-    let Some(h) = ip.get(..20) else {
+    let Ok(p) = Ipv4Packet::new_checked(ip) else {
         return Input::Drop(Drop::ShortHeader);
     };
-    if h[0] >> 4 != 4 {
+    if p.version() != 4 {
         return Input::Drop(Drop::BadVersion);
     }
-    let header_len = (h[0] & 0xf) as usize * 4;
-    if header_len < 20 {
+    let header_len = p.header_len();
+    if header_len < ipv4::HEADER_LEN || header_len > ip.len() {
         return Input::Drop(Drop::BadHeaderLength);
     }
-    let Some(header) = ip.get(..header_len) else {
-        return Input::Drop(Drop::BadHeaderLength);
-    };
-    // The usual header, without options, summed as five words of a fixed array: no
-    // loop, no bounds to check.
-    let intact = match <&[u8; 20]>::try_from(header) {
-        Ok(h) => {
-            let word = |k: usize| u32::from_be_bytes([h[k], h[k + 1], h[k + 2], h[k + 3]]) as u64;
-            let mut s = word(0) + word(4) + word(8) + word(12) + word(16);
-            s = (s & 0xffff_ffff) + (s >> 32);
-            s = (s & 0xffff) + (s >> 16);
-            s = (s & 0xffff) + (s >> 16);
-            s = (s & 0xffff) + (s >> 16);
-            s == 0xffff
-        }
-        Err(_) => crate::checksum::holds(header),
-    };
-    if !intact {
+    if !p.checksum_holds() {
         return Input::Drop(Drop::BadChecksum);
     }
-    let len = u16::from_be_bytes([h[2], h[3]]);
+    let len = p.total_len();
     if (len as usize) > ip.len() || (len as usize) < header_len {
         return Input::Drop(Drop::BadLength);
     }
-    let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+    let dst = p.destination();
     if dst.is_multicast() || dst.is_broadcast() {
         return Input::Kernel(Kernel::Multicast);
     }
-    if header_len > 20 {
+    if header_len > ipv4::HEADER_LEN {
         return Input::Kernel(Kernel::Options);
     }
-    let flags = u16::from_be_bytes([h[6], h[7]]);
-    let (more, offset) = (flags & 0x2000 != 0, flags & 0x1fff);
-    let protocol = h[9];
-    let ports = if offset == 0 && has_ports(protocol) {
-        ports_at(&ip[..len as usize], header_len)
+    let protocol = p.protocol();
+    let ports = if p.fragment_offset() == 0 && transport::has_ports(protocol) {
+        transport::ports(p.payload())
     } else {
         None
     };
     Input::V4(Packet4 {
-        src: Ipv4Addr::new(h[12], h[13], h[14], h[15]),
+        src: p.source(),
         dst,
-        ttl: h[8],
-        tos: h[1],
+        ttl: p.ttl(),
+        tos: p.tos(),
         protocol,
         len,
-        df: flags & 0x4000 != 0,
-        fragment: more || offset != 0,
+        df: p.dont_fragment(),
+        fragment: p.is_fragment(),
         ports,
     })
 }
@@ -330,31 +294,26 @@ fn ipv4(ip: &[u8]) -> Input {
 /// `ip6_rcv_core`'s checks, in its order.
 #[inline(always)]
 fn ipv6(ip: &[u8]) -> Input {
-    let Some(h) = ip.get(..40) else {
+    let Ok(p) = Ipv6Packet::new_checked(ip) else {
         return Input::Drop(Drop::ShortHeader);
     };
-    if h[0] >> 4 != 6 {
+    if p.version() != 6 {
         return Input::Drop(Drop::BadVersion);
     }
-    let addr = |at: usize| {
-        let mut b = [0u8; 16];
-        b.copy_from_slice(&h[at..at + 16]);
-        Ipv6Addr::from(b)
-    };
-    let (src, dst) = (addr(8), addr(24));
+    let (src, dst) = (p.source(), p.destination());
     if src.is_multicast() {
         return Input::Drop(Drop::MulticastSource);
     }
     if src.is_loopback() || dst.is_loopback() {
         return Input::Drop(Drop::Loopback);
     }
-    let next_header = h[6];
-    let len = u16::from_be_bytes([h[4], h[5]]);
-    if next_header == 0 {
+    let next_header = p.next_header();
+    let len = p.payload_len();
+    if next_header == ipv6::next::HOP_BY_HOP {
         // Hop-by-hop options, a jumbogram's length among them: the kernel's.
         return Input::Kernel(Kernel::HopByHop);
     }
-    if 40 + len as usize > ip.len() {
+    if ipv6::HEADER_LEN + len as usize > ip.len() {
         return Input::Drop(Drop::BadLength);
     }
     if dst.is_multicast() {
@@ -363,17 +322,17 @@ fn ipv6(ip: &[u8]) -> Input {
     if dst.segments()[0] & 0xffc0 == 0xfe80 {
         return Input::Kernel(Kernel::LinkLocal);
     }
-    let ports = if has_ports(next_header) {
-        ports_at(&ip[..40 + len as usize], 40)
+    let ports = if transport::has_ports(next_header) {
+        transport::ports(p.payload())
     } else {
         None
     };
     Input::V6(Packet6 {
         src,
         dst,
-        hop_limit: h[7],
-        traffic_class: (h[0] & 0xf) << 4 | h[1] >> 4,
-        flow_label: u32::from_be_bytes([0, h[1] & 0xf, h[2], h[3]]),
+        hop_limit: p.hop_limit(),
+        traffic_class: p.traffic_class(),
+        flow_label: p.flow_label(),
         next_header,
         len,
         ports,
@@ -459,7 +418,7 @@ mod tests {
         let h = &mut frame[ETHERNET_LEN..ETHERNET_LEN + len];
         h[10] = 0;
         h[11] = 0;
-        let c = crate::checksum::checksum(h);
+        let c = fibre_headers::checksum::checksum(h);
         h[10..12].copy_from_slice(&c.to_be_bytes());
     }
 

@@ -17,7 +17,6 @@
 //! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
 //!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
 //! - [`reset`]: the TCP resets a firewall's `reject with tcp reset` answers with.
-//! - [`checksum`]: the Internet checksum, whole and incremental.
 //! - [`pool`]: packet buffers made once, taken and given back in bulk.
 //! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
 //!   neighbour, rewrite), each packet's fate counted.
@@ -56,7 +55,6 @@
 //! use.
 
 pub mod capture;
-pub mod checksum;
 pub mod claims;
 pub mod express;
 pub mod fragment;

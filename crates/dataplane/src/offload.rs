@@ -19,7 +19,7 @@
 //! ECN bit), the headers' length, the segment size, where the checksummed bytes start and
 //! where the checksum goes in them.
 
-use crate::checksum;
+use fibre_headers::checksum;
 
 /// Bytes of a virtio-net header (`struct virtio_net_hdr`, without the buffer count).
 pub const VNET_HEADER_LEN: usize = 10;

@@ -50,6 +50,7 @@ use fibre_conntrack::nat::Manip;
 use fibre_conntrack::{Conntrack, Epoch, State, Tracked, Tuple, Untrackable};
 use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
 use fibre_firewall::eval::{Filter, Hook, Part, Verdict};
+use fibre_headers::{ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet, TcpSegment};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -844,7 +845,12 @@ impl Pipeline {
         for &(i, id) in forward {
             let (hops_left, len, df, v6) = match &self.inputs[i] {
                 Input::V4(p) => (p.ttl, p.len as u32, p.df, false),
-                Input::V6(p) => (p.hop_limit, 40 + p.len as u32, true, true),
+                Input::V6(p) => (
+                    p.hop_limit,
+                    ipv6::HEADER_LEN as u32 + p.len as u32,
+                    true,
+                    true,
+                ),
                 _ => continue,
             };
             let made;
@@ -1095,7 +1101,7 @@ impl Pipeline {
     ) -> Option<Rejection> {
         let (v6, ip_len) = match self.inputs[i] {
             Input::V4(p) => (false, p.len as usize),
-            Input::V6(p) => (true, 40 + p.len as usize),
+            Input::V6(p) => (true, ipv6::HEADER_LEN + p.len as usize),
             _ => return None,
         };
         let ip = frame.get(ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len()))?;
@@ -1231,7 +1237,7 @@ impl Pipeline {
             let id = packets[i];
             let (back, tos, ipproto, ip_len) = match self.inputs[i] {
                 Input::V4(p) => (IpAddr::V4(p.src), p.tos & 0x1e, 1, p.len as usize),
-                Input::V6(p) => (IpAddr::V6(p.src), 0, 58, 40 + p.len as usize),
+                Input::V6(p) => (IpAddr::V6(p.src), 0, 58, ipv6::HEADER_LEN + p.len as usize),
                 _ => continue,
             };
             // The packet as its header says, without the frame's padding (the kernel
@@ -1348,7 +1354,7 @@ fn way_back(
     let hop = route.gateway.unwrap_or(back);
     match neighbours.mac(route.dev, hop) {
         Some(m) => Some(m),
-        None if route.dev == iif => Some(frame[6..12].try_into().unwrap_or([0; 6])),
+        None if route.dev == iif => EthernetFrame::new_checked(frame).ok().map(|e| e.source()),
         None => {
             unanswered.unresolved += 1;
             if !unresolved.contains(&(route.dev, hop)) && unresolved.len() < 64 {
@@ -1535,14 +1541,23 @@ fn route_fate(
 /// partial checksum (a sender that leaves segments to cut leaves the checksum too), or
 /// from the IP header.
 fn segment_len(frame: &[u8], offload: &Offload, gso: Gso) -> u32 {
+    let eth = EthernetFrame::new_checked(frame).ok();
+    let ip = eth.map_or(&[][..], |e| e.into_payload());
     let l4 = match offload.checksum {
         Some(c) => c.start as usize,
-        None if frame.get(12..14) == Some(&[0x86, 0xdd]) => ETHERNET_LEN + 40,
-        None => ETHERNET_LEN + 4 * (frame.get(ETHERNET_LEN).map_or(5, |b| b & 0x0f) as usize),
+        None if eth.is_some_and(|e| e.ethertype() == input::ETHERTYPE_IPV6) => {
+            ETHERNET_LEN + ipv6::HEADER_LEN
+        }
+        None => {
+            ETHERNET_LEN + Ipv4Packet::new_checked(ip).map_or(ipv4::HEADER_LEN, |h| h.header_len())
+        }
     };
     let transport = match gso.kind {
-        GsoKind::Udp => 8,
-        GsoKind::Tcp4 | GsoKind::Tcp6 => 4 * (frame.get(l4 + 12).map_or(5, |b| b >> 4) as usize),
+        GsoKind::Udp => udp::HEADER_LEN,
+        GsoKind::Tcp4 | GsoKind::Tcp6 => frame
+            .get(l4..)
+            .and_then(|t| TcpSegment::new_checked(t).ok())
+            .map_or(tcp::HEADER_LEN, |t| t.header_len()),
     };
     (l4.saturating_sub(ETHERNET_LEN) + transport) as u32 + u32::from(gso.size)
 }
@@ -1667,7 +1682,7 @@ route add 10.7.0.0/16 via 10.0.1.2
         let h = &mut frame[ETHERNET_LEN..ETHERNET_LEN + 20];
         h[6] &= !0x40;
         h[10..12].fill(0);
-        let sum = crate::checksum::checksum(h);
+        let sum = fibre_headers::checksum::checksum(h);
         h[10..12].copy_from_slice(&sum.to_be_bytes());
         frame
     }
@@ -2186,7 +2201,7 @@ route add 10.7.0.0/16 via 10.0.1.2
         again[ETHERNET_LEN + 8] = 1;
         again[ETHERNET_LEN + 12..ETHERNET_LEN + 16].copy_from_slice(&[192, 0, 2, 8]);
         again[ETHERNET_LEN + 10..ETHERNET_LEN + 12].fill(0);
-        let sum = crate::checksum::checksum(&again[ETHERNET_LEN..ETHERNET_LEN + 20]);
+        let sum = fibre_headers::checksum::checksum(&again[ETHERNET_LEN..ETHERNET_LEN + 20]);
         again[ETHERNET_LEN + 10..ETHERNET_LEN + 12].copy_from_slice(&sum.to_be_bytes());
         pool.fill(ids[0], &again);
         fates.clear();
@@ -2404,7 +2419,7 @@ route add 10.7.0.0/16 via 10.0.1.2
             frame[udp + 6..udp + 8].fill(0);
             let ip = &frame[ETHERNET_LEN..];
             let pseudo = [&ip[12..20], &[0, 17], &28u16.to_be_bytes()[..], &ip[20..48]].concat();
-            let sum = match crate::checksum::checksum(&pseudo) {
+            let sum = match fibre_headers::checksum::checksum(&pseudo) {
                 0 => 0xffff,
                 c => c,
             } ^ u16::from(wrong);

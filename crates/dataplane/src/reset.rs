@@ -8,14 +8,11 @@
 //! route's `hoplimit`, else [`crate::icmp::Hops`] (IPv4's default TTL, IPv6's the hop
 //! limit of the link the reset leaves by).
 
-use crate::checksum;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-
-/// The TCP flags of a reset's and a segment's header.
-const FIN: u8 = 0x01;
-const SYN: u8 = 0x02;
-const RST: u8 = 0x04;
-const ACK: u8 = 0x10;
+use fibre_headers::tcp::flags::{ACK, FIN, RST, SYN};
+use fibre_headers::transport::TCP;
+use fibre_headers::TcpSegment;
+use fibre_headers::{checksum, ipv4, ipv6, tcp, EthernetFrame, Ipv4Packet, Ipv6Packet};
 
 /// Where the TCP header of the IP packet `ip` starts, if the kernel answers it with a
 /// reset (`nf_reject_ip_tcphdr_get`, `nf_reject_ip6_tcphdr_get`): TCP in the first or
@@ -24,15 +21,13 @@ const ACK: u8 = 0x10;
 /// kernel's `skb_csum_unnecessary`); IPv6 from and to unicast addresses.
 pub fn answers(ip: &[u8], v6: bool, partial: bool) -> Option<usize> {
     if v6 {
-        let h = ip.get(..40)?;
+        let h = Ipv6Packet::new_checked(ip).ok()?;
         // As `ipv6_addr_type` has it: neither multicast, nor unspecified, nor
         // IPv4-mapped.
-        let unicast = |a: &[u8]| {
-            a[0] != 0xff
-                && a.iter().any(|&b| b != 0)
-                && !(a[..10] == [0; 10] && a[10..12] == [0xff, 0xff])
+        let unicast = |a: std::net::Ipv6Addr| {
+            !a.is_multicast() && !a.is_unspecified() && a.to_ipv4_mapped().is_none()
         };
-        if !unicast(&h[8..24]) || !unicast(&h[24..40]) {
+        if !unicast(h.source()) || !unicast(h.destination()) {
             return None;
         }
     }
@@ -40,18 +35,18 @@ pub fn answers(ip: &[u8], v6: bool, partial: bool) -> Option<usize> {
         return None;
     }
     let (protocol, at, end) = crate::icmp::transport(ip, v6)?;
-    let tcp = ip.get(at..end).filter(|_| protocol == 6)?.get(..20)?;
-    (tcp[13] & RST == 0).then_some(at)
+    let segment = TcpSegment::new_checked(ip.get(at..end).filter(|_| protocol == TCP)?).ok()?;
+    (segment.flags() & RST == 0).then_some(at)
 }
 
-/// The packet's length as its header says, within `ip`.
-fn packet_len(ip: &[u8], v6: bool) -> usize {
+/// The packet's length as its header says, within `ip` (a whole fixed header).
+fn packet_len(ip: &[u8], v6: bool) -> Option<usize> {
     let said = if v6 {
-        40 + usize::from(u16::from_be_bytes([ip[4], ip[5]]))
+        ipv6::HEADER_LEN + usize::from(Ipv6Packet::new_checked(ip).ok()?.payload_len())
     } else {
-        usize::from(u16::from_be_bytes([ip[2], ip[3]]))
+        usize::from(Ipv4Packet::new_checked(ip).ok()?.total_len())
     };
-    said.min(ip.len())
+    Some(said.min(ip.len()))
 }
 
 /// Makes, in place of the IP packet in `buffer` (its Ethernet header, then the packet,
@@ -60,87 +55,91 @@ fn packet_len(ip: &[u8], v6: bool) -> usize {
 /// the reset's frame length.
 pub fn make(buffer: &mut [u8], tcp_at: usize, v6: bool, hops: u8) -> Option<usize> {
     let ip = buffer.get(ETHERNET_LEN..)?;
-    ip.get(..if v6 { 40 } else { 20 })?;
-    let len = packet_len(ip, v6);
-    let t = ip.get(tcp_at..tcp_at + 20)?;
-    let (sport, dport) = ([t[0], t[1]], [t[2], t[3]]);
-    let seq = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
-    let ack_seq = [t[8], t[9], t[10], t[11]];
-    let flags = t[13];
+    let len = packet_len(ip, v6)?;
+    let t = TcpSegment::new_checked(ip.get(tcp_at..)?).ok()?;
+    let flags = t.flags();
     // In 32 bits, wrapping as the kernel's sum does where a data offset overruns.
     let data = (len as u32)
         .wrapping_sub(tcp_at as u32)
-        .wrapping_sub(u32::from(t[12] >> 4) * 4);
-    let (src, dst): (Vec<u8>, Vec<u8>) = if v6 {
-        (ip[24..40].to_vec(), ip[8..24].to_vec())
+        .wrapping_sub(t.header_len() as u32);
+    // The reset goes back: from the packet's destination to its source.
+    let (src, dst): (std::net::IpAddr, std::net::IpAddr) = if v6 {
+        let h = Ipv6Packet::new_checked(ip).ok()?;
+        (h.destination().into(), h.source().into())
     } else {
-        (ip[16..20].to_vec(), ip[12..16].to_vec())
+        let h = Ipv4Packet::new_checked(ip).ok()?;
+        (h.destination().into(), h.source().into())
     };
-    let mut tcp = [0u8; 20];
-    tcp[0..2].copy_from_slice(&dport);
-    tcp[2..4].copy_from_slice(&sport);
+    let mut bytes = [0u8; tcp::HEADER_LEN];
+    let mut reset = TcpSegment::new_checked(&mut bytes[..]).ok()?;
+    reset.set_source_port(t.destination_port());
+    reset.set_destination_port(t.source_port());
     if flags & ACK != 0 {
-        tcp[4..8].copy_from_slice(&ack_seq);
-        tcp[13] = RST;
+        reset.set_sequence(t.acknowledgment());
+        reset.set_flags(RST);
     } else {
         let counted = u32::from(flags & SYN != 0) + u32::from(flags & FIN != 0);
-        let acked = seq.wrapping_add(counted).wrapping_add(data);
-        tcp[8..12].copy_from_slice(&acked.to_be_bytes());
-        tcp[13] = RST | ACK;
+        reset.set_acknowledgment(t.sequence().wrapping_add(counted).wrapping_add(data));
+        reset.set_flags(RST | ACK);
     }
-    tcp[12] = 5 << 4;
-    let mut sum = checksum::sum(&tcp);
-    for part in [&src[..], &dst[..]] {
-        sum = checksum::add(sum, checksum::sum(part));
-    }
-    sum = checksum::add(sum, 6);
-    sum = checksum::add(sum, 20);
-    tcp[16..18].copy_from_slice(&(!sum).to_be_bytes());
-    let header = if v6 { 40 } else { 20 };
-    let total = ETHERNET_LEN + header + 20;
-    if buffer.len() < total {
-        return None;
-    }
-    let out = &mut buffer[ETHERNET_LEN..total];
-    if v6 {
-        out[..40].fill(0);
-        out[0] = 0x60;
-        out[4..6].copy_from_slice(&20u16.to_be_bytes());
-        out[6] = 6;
-        out[7] = hops;
-        out[8..24].copy_from_slice(&src);
-        out[24..40].copy_from_slice(&dst);
+    reset.set_header_len(tcp::HEADER_LEN);
+    let octets = |a: std::net::IpAddr| match a {
+        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let pseudo = checksum::pseudo_header_sum(&octets(src), &octets(dst), TCP, 20);
+    reset.set_checksum(!checksum::add(pseudo, checksum::sum(reset.as_bytes())));
+    let header = if v6 {
+        ipv6::HEADER_LEN
     } else {
-        out[..20].fill(0);
-        out[0] = 0x45;
-        out[2..4].copy_from_slice(&40u16.to_be_bytes());
-        out[6] = 0x40;
-        out[8] = hops;
-        out[9] = 6;
-        out[12..16].copy_from_slice(&src);
-        out[16..20].copy_from_slice(&dst);
-        let c = checksum::checksum(&out[..20]);
-        out[10..12].copy_from_slice(&c.to_be_bytes());
+        ipv4::HEADER_LEN
+    };
+    let total = ETHERNET_LEN + header + tcp::HEADER_LEN;
+    let mut frame = EthernetFrame::new_checked(buffer.get_mut(..total)?).ok()?;
+    frame.set_ethertype(if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 });
+    let out = frame.payload_mut();
+    out[..header].fill(0);
+    match (src, dst) {
+        (std::net::IpAddr::V6(src), std::net::IpAddr::V6(dst)) => {
+            let mut h = Ipv6Packet::new_checked(&mut out[..]).ok()?;
+            h.set_version_class_flow(0, 0);
+            h.set_payload_len(tcp::HEADER_LEN as u16);
+            h.set_next_header(TCP);
+            h.set_hop_limit(hops);
+            h.set_source(src);
+            h.set_destination(dst);
+        }
+        (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) => {
+            let mut h = Ipv4Packet::new_checked(&mut out[..]).ok()?;
+            h.set_version_and_header_len(ipv4::HEADER_LEN);
+            h.set_total_len((ipv4::HEADER_LEN + tcp::HEADER_LEN) as u16);
+            h.set_flags_and_offset(ipv4::DONT_FRAGMENT);
+            h.set_ttl(hops);
+            h.set_protocol(TCP);
+            h.set_source(src);
+            h.set_destination(dst);
+            h.fill_checksum();
+        }
+        _ => return None,
     }
-    out[header..].copy_from_slice(&tcp);
-    let ethertype = if v6 { ETHERTYPE_IPV6 } else { ETHERTYPE_IPV4 };
-    buffer[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    out[header..].copy_from_slice(&bytes);
     Some(total)
 }
 
 /// Sets the time to live (IPv4, its header's checksum made again) or the hop limit
 /// (IPv6) of the reset `frame` (as [`make`] made it), once its route is known.
 pub fn set_hops(frame: &mut [u8], v6: bool, hops: u8) {
+    let Some(ip) = frame.get_mut(ETHERNET_LEN..) else {
+        return;
+    };
     if v6 {
-        if let Some(h) = frame.get_mut(ETHERNET_LEN + 7) {
-            *h = hops;
+        if let Ok(mut h) = Ipv6Packet::new_checked(ip) {
+            h.set_hop_limit(hops);
         }
-    } else if let Some(h) = frame.get_mut(ETHERNET_LEN..ETHERNET_LEN + 20) {
-        if h[8] != hops {
-            h[8] = hops;
-            h[10..12].fill(0);
-            let c = checksum::checksum(h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+    } else if let Ok(mut h) = Ipv4Packet::new_checked(ip) {
+        if h.ttl() != hops {
+            h.set_ttl(hops);
+            h.fill_checksum();
         }
     }
 }

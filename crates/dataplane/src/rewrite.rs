@@ -6,48 +6,40 @@
 //! `V6`): the IP header at [`ETHERNET_LEN`], whole. Given less, they change nothing and
 //! say so.
 
-use crate::checksum;
 use crate::input::ETHERNET_LEN;
+use fibre_headers::{EthernetFrame, Ipv4Packet, Ipv6Packet};
 
 /// Takes an IPv4 packet's TTL down by one and updates its header checksum. False (and
 /// nothing changed) if the frame holds no IPv4 header or the TTL is already 0.
+#[inline]
 pub fn decrement_ttl(frame: &mut [u8]) -> bool {
-    let Some(h) = frame.get_mut(ETHERNET_LEN..ETHERNET_LEN + 20) else {
-        return false;
-    };
-    let ttl = h[8];
-    if ttl == 0 {
-        return false;
+    match frame.get_mut(ETHERNET_LEN..).map(Ipv4Packet::new_checked) {
+        Some(Ok(mut p)) => p.decrement_ttl(),
+        _ => false,
     }
-    // The TTL shares its 16-bit word with the protocol.
-    let from = u16::from_be_bytes([ttl, h[9]]);
-    let to = u16::from_be_bytes([ttl - 1, h[9]]);
-    let old = u16::from_be_bytes([h[10], h[11]]);
-    h[8] = ttl - 1;
-    h[10..12].copy_from_slice(&checksum::update(old, from, to).to_be_bytes());
-    true
 }
 
 /// Takes an IPv6 packet's hop limit down by one. False (and nothing changed) if the frame
 /// holds no IPv6 header or the hop limit is already 0.
+#[inline]
 pub fn decrement_hop_limit(frame: &mut [u8]) -> bool {
-    if frame.len() < ETHERNET_LEN + 40 || frame[ETHERNET_LEN + 7] == 0 {
-        return false;
+    match frame.get_mut(ETHERNET_LEN..).map(Ipv6Packet::new_checked) {
+        Some(Ok(mut p)) => p.decrement_hop_limit(),
+        _ => false,
     }
-    frame[ETHERNET_LEN + 7] -= 1;
-    true
 }
 
 /// Sets the frame's destination and source MAC addresses. False if it is shorter than an
 /// Ethernet header.
+#[inline]
 pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> bool {
-    match frame.get_mut(..12) {
-        Some(macs) => {
-            macs[..6].copy_from_slice(&dst);
-            macs[6..].copy_from_slice(&src);
+    match EthernetFrame::new_checked(frame) {
+        Ok(mut eth) => {
+            eth.set_destination(dst);
+            eth.set_source(src);
             true
         }
-        None => false,
+        Err(_) => false,
     }
 }
 
@@ -55,6 +47,7 @@ pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> bool {
 mod tests {
     use super::*;
     use etherparse::{Ipv4HeaderSlice, PacketBuilder};
+    use fibre_headers::checksum;
     use rand::{Rng, SeedableRng};
 
     /// A TTL taken down leaves a checksum equal to one computed whole, on random headers

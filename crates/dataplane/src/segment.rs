@@ -72,15 +72,13 @@
 //! into its buffer: those bytes are copied twice. A 64 KiB super-packet in 1,448-byte
 //! segments is 45 buffers, 44 taken from the pool.
 
-use crate::checksum;
 use crate::input::{ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::offload::{GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
-
-/// IP protocol numbers of the transports cut here.
-const TCP: u8 = 6;
-/// UDP's protocol number.
-const UDP: u8 = 17;
+use fibre_headers::tcp::flags::{FIN, PSH};
+use fibre_headers::transport::{TCP, UDP};
+use fibre_headers::{checksum, tcp, udp, EthernetFrame, Ipv4Packet, Ipv6Extension, Ipv6Packet};
+use fibre_headers::{TcpSegment, UdpDatagram};
 
 /// IPv6 extension headers the kernel steps over before the transport header
 /// (`ipv6_gso_pull_exthdrs`): hop-by-hop options, routing, destination options.
@@ -90,11 +88,7 @@ const STEPPED_OVER: [u8; 3] = [0, 43, 60];
 /// two for experiments (RFC 7045's list).
 const NOT_STEPPED_OVER: [u8; 8] = [44, 50, 51, 135, 139, 140, 253, 254];
 
-/// TCP's FIN flag, in the flags byte.
-const FIN: u8 = 0x01;
-/// TCP's PSH flag.
-const PSH: u8 = 0x08;
-/// TCP's CWR flag.
+/// TCP's CWR flag, in the flags byte.
 const CWR: u8 = 0x80;
 
 /// Bytes of an IPv6 header.
@@ -203,18 +197,34 @@ impl Plan {
 
     /// Where the transport checksum is.
     fn field(&self) -> usize {
-        self.l4 + if self.tcp { 16 } else { 6 }
+        self.l4
+            + if self.tcp {
+                tcp::field::CHECKSUM.start
+            } else {
+                udp::field::CHECKSUM.start
+            }
     }
 }
 
-/// The big-endian 16-bit word at `at`.
-fn word(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+/// The checksum of the TCP (`tcp`) or UDP header at the start of `transport`, which
+/// holds it.
+fn transport_checksum(transport: &[u8], tcp: bool) -> u16 {
+    if tcp {
+        TcpSegment::new_checked(transport).map_or(0, |t| t.checksum())
+    } else {
+        UdpDatagram::new_checked(transport).map_or(0, |u| u.checksum())
+    }
 }
 
-/// Writes `value` big-endian at `at`.
-fn put(b: &mut [u8], at: usize, value: u16) {
-    b[at..at + 2].copy_from_slice(&value.to_be_bytes());
+/// Sets the checksum of the TCP (`tcp`) or UDP header at the start of `transport`.
+fn set_transport_checksum(transport: &mut [u8], tcp: bool, sum: u16) {
+    if tcp {
+        if let Ok(mut t) = TcpSegment::new_checked(transport) {
+            t.set_checksum(sum);
+        }
+    } else if let Ok(mut u) = UdpDatagram::new_checked(transport) {
+        u.set_checksum(sum);
+    }
 }
 
 /// Reads the headers of `frame` and what `offload` asks, and plans the cut.
@@ -225,37 +235,34 @@ fn plan(frame: &[u8], offload: Offload) -> Result<Plan, SegmentError> {
         return Err(Malformed);
     }
     let ip = ETHERNET_LEN;
-    let ethertype = frame
-        .get(12..ip)
-        .map(|_| word(frame, 12))
-        .ok_or(Malformed)?;
-    let (v6, proto, l4, end) = match ethertype {
+    let eth = EthernetFrame::new_checked(frame).map_err(|_| Malformed)?;
+    let (v6, proto, l4, end) = match eth.ethertype() {
         ETHERTYPE_IPV4 => {
-            let h = frame.get(ip..ip + 20).ok_or(Malformed)?;
-            let ihl = (h[0] & 0x0f) as usize * 4;
-            let total = word(h, 2) as usize;
-            if h[0] >> 4 != 4 || ihl < 20 || total < ihl || ip + total > frame.len() {
+            let h = Ipv4Packet::new_checked(eth.payload()).map_err(|_| Malformed)?;
+            let (ihl, total) = (h.header_len(), usize::from(h.total_len()));
+            if h.version() != 4 || ihl < 20 || total < ihl || ip + total > frame.len() {
                 return Err(Malformed);
             }
-            if word(h, 6) & 0x3fff != 0 {
+            if h.is_fragment() {
                 return Err(Fragment);
             }
-            (false, h[9], ip + ihl, ip + total)
+            (false, h.protocol(), ip + ihl, ip + total)
         }
         ETHERTYPE_IPV6 => {
-            let h = frame.get(ip..ip + IPV6_HEADER).ok_or(Malformed)?;
-            let end = ip + IPV6_HEADER + word(h, 4) as usize;
+            let h = Ipv6Packet::new_checked(eth.payload()).map_err(|_| Malformed)?;
+            let end = ip + IPV6_HEADER + usize::from(h.payload_len());
             // A payload length of zero is a jumbogram's, which no frame here can be.
-            if h[0] >> 4 != 6 || end == ip + IPV6_HEADER || end > frame.len() {
+            if h.version() != 6 || end == ip + IPV6_HEADER || end > frame.len() {
                 return Err(Malformed);
             }
-            let (mut next, mut at) = (h[6], ip + IPV6_HEADER);
+            let (mut next, mut at) = (h.next_header(), ip + IPV6_HEADER);
             while STEPPED_OVER.contains(&next) {
                 if at + 8 > end {
                     return Err(Malformed);
                 }
-                next = frame[at];
-                at += (frame[at + 1] as usize + 1) * 8;
+                let e = Ipv6Extension::new_checked(&frame[at..end]).map_err(|_| Malformed)?;
+                at += e.len(next);
+                next = e.next_header();
             }
             if at > end {
                 return Err(Malformed);
@@ -275,20 +282,21 @@ fn plan(frame: &[u8], offload: Offload) -> Result<Plan, SegmentError> {
     };
     // The transport header: where the payload starts, and the shortest it can be (what
     // the virtio-net header's reader counts the payload from).
+    let transport = &frame[l4..end];
     let (payload, least) = if tcp {
-        if l4 + 20 > end {
+        let doff = TcpSegment::new_checked(transport)
+            .map_err(|_| Malformed)?
+            .header_len();
+        if doff < tcp::HEADER_LEN || l4 + doff > end {
             return Err(Malformed);
         }
-        let doff = (frame[l4 + 12] >> 4) as usize * 4;
-        if doff < 20 || l4 + doff > end {
-            return Err(Malformed);
-        }
-        (l4 + doff, 20)
+        (l4 + doff, tcp::HEADER_LEN)
     } else {
-        if l4 + 8 > end || word(frame, l4 + 4) as usize != end - l4 {
+        let udp = UdpDatagram::new_checked(transport).map_err(|_| Malformed)?;
+        if usize::from(udp.len()) != end - l4 {
             return Err(Malformed);
         }
-        (l4 + 8, 8)
+        (l4 + udp::HEADER_LEN, udp::HEADER_LEN)
     };
     let size = gso.size as usize;
     let whole = end - l4 - least <= size;
@@ -316,16 +324,27 @@ fn plan(frame: &[u8], offload: Offload) -> Result<Plan, SegmentError> {
             if c.start as usize != l4 || c.start as usize + c.offset as usize != plan.field() {
                 return Err(ChecksumPlace);
             }
-            word(frame, plan.field())
+            transport_checksum(&frame[l4..], tcp)
         }
         None => {
-            let addresses = if v6 {
-                &frame[ip + 8..ip + IPV6_HEADER]
-            } else {
-                &frame[ip + 12..ip + 20]
-            };
-            let sum = checksum::add(checksum::sum(addresses), proto as u16);
-            checksum::add(sum, (end - l4) as u16)
+            let len = (end - l4) as u32;
+            match (Ipv6Packet::new_checked(eth.payload()), v6) {
+                (Ok(h), true) => checksum::pseudo_header_sum(
+                    &h.source().octets(),
+                    &h.destination().octets(),
+                    proto,
+                    len,
+                ),
+                _ => {
+                    let h = Ipv4Packet::new_checked(eth.payload()).map_err(|_| Malformed)?;
+                    checksum::pseudo_header_sum(
+                        &h.source().octets(),
+                        &h.destination().octets(),
+                        proto,
+                        len,
+                    )
+                }
+            }
         }
     };
     Ok(plan)
@@ -335,8 +354,7 @@ fn plan(frame: &[u8], offload: Offload) -> Result<Plan, SegmentError> {
 /// the pseudo-header's sum for its length and the sum of its transport bytes. A zero
 /// result is written as all ones if `mangle_zero`.
 fn put_checksum(seg: &mut [u8], plan: &Plan, mangle_zero: bool) {
-    let field = plan.field();
-    seg[field..field + 2].fill(0);
+    set_transport_checksum(&mut seg[plan.l4..], plan.tcp, 0);
     // Ones' complement: the whole length's share taken out, this length's put in.
     let pseudo = checksum::add(
         checksum::add(plan.pseudo, !((plan.end - plan.l4) as u16)),
@@ -346,7 +364,7 @@ fn put_checksum(seg: &mut [u8], plan: &Plan, mangle_zero: bool) {
     if sum == 0 && mangle_zero {
         sum = 0xffff;
     }
-    put(seg, field, sum);
+    set_transport_checksum(&mut seg[plan.l4..], plan.tcp, sum);
 }
 
 /// Makes the headers of segment `k` of the packet `plan` was made from its own: `seg`
@@ -361,27 +379,28 @@ fn finish(seg: &mut [u8], plan: &Plan, k: usize) {
     }
     let (ip, l4, len) = (ETHERNET_LEN, plan.l4, seg.len());
     if plan.v6 {
-        put(seg, ip + 4, (len - ip - IPV6_HEADER) as u16);
-    } else {
-        put(seg, ip + 2, (len - ip) as u16);
-        let id = word(seg, ip + 4).wrapping_add(k as u16);
-        put(seg, ip + 4, id);
-        seg[ip + 10..ip + 12].fill(0);
-        let sum = checksum::checksum(&seg[ip..l4]);
-        put(seg, ip + 10, sum);
+        if let Ok(mut h) = Ipv6Packet::new_checked(&mut seg[ip..]) {
+            h.set_payload_len((len - ip - IPV6_HEADER) as u16);
+        }
+    } else if let Ok(mut h) = Ipv4Packet::new_checked(&mut seg[ip..l4]) {
+        h.set_total_len((len - ip) as u16);
+        h.set_ident(h.ident().wrapping_add(k as u16));
+        h.fill_checksum();
     }
     if plan.tcp {
-        let seq = u32::from_be_bytes([seg[l4 + 4], seg[l4 + 5], seg[l4 + 6], seg[l4 + 7]]);
-        let seq = seq.wrapping_add((k * plan.size) as u32);
-        seg[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
-        if k + 1 < plan.count {
-            seg[l4 + 13] &= !(FIN | PSH);
+        if let Ok(mut t) = TcpSegment::new_checked(&mut seg[l4..]) {
+            t.set_sequence(t.sequence().wrapping_add((k * plan.size) as u32));
+            let mut flags = t.flags();
+            if k + 1 < plan.count {
+                flags &= !(FIN | PSH);
+            }
+            if k > 0 {
+                flags &= !CWR;
+            }
+            t.set_flags(flags);
         }
-        if k > 0 {
-            seg[l4 + 13] &= !CWR;
-        }
-    } else {
-        put(seg, l4 + 4, (len - l4) as u16);
+    } else if let Ok(mut u) = UdpDatagram::new_checked(&mut seg[l4..]) {
+        u.set_len((len - l4) as u16);
     }
     put_checksum(seg, plan, !plan.tcp);
 }
@@ -486,6 +505,16 @@ pub fn segment_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The big-endian 16-bit word at `at`.
+    fn word(b: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    /// Writes `value` big-endian at `at`.
+    fn put(b: &mut [u8], at: usize, value: u16) {
+        b[at..at + 2].copy_from_slice(&value.to_be_bytes());
+    }
     use crate::offload::{Gso, PartialChecksum};
     use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
     use rand::{Rng, SeedableRng};

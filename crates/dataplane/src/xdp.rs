@@ -30,7 +30,9 @@
 //! drops and counts them as the kernel would. The program is assembled here, as the
 //! kernel probe is, so that cargo alone builds fibre.
 
-use crate::checksum;
+use crate::input::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use fibre_headers::transport::{TCP, UDP};
+use fibre_headers::{checksum, ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use fibre_kernel::bpf::{
     self, assemble, Insn, Item, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6, R7, R8,
     R9,
@@ -320,33 +322,63 @@ fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u16) -> u16 {
 /// packet of a protocol that carries another (IP in IP, IPv6 in IP, GRE, SCTP); an IPv6
 /// packet behind a routing, destination options, mobility, HIP or shim6 header.
 pub fn may_hide_a_partial_checksum(frame: &[u8]) -> bool {
-    let field = |at: usize| {
-        frame
-            .get(at..at + 2)
-            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return false;
     };
-    match frame.get(12..14) {
-        Some([0x08, 0x00]) if frame.len() >= 34 && frame[14] == 0x45 => {
-            let (protocol, fragment) = (frame[23], frame[20] & 0x3f != 0 || frame[21] != 0);
-            if fragment {
+    // The checksum field of a TCP or UDP header starting at `l4` of the packet `ip`,
+    // if the packet reaches it (as the program reads it: the field, not the whole
+    // header).
+    let field = |ip: &[u8], l4: usize, protocol: u8| {
+        let at = l4
+            + match protocol {
+                TCP => tcp::field::CHECKSUM.start,
+                _ => udp::field::CHECKSUM.start,
+            };
+        ip.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let ip = eth.into_payload();
+    match eth.ethertype() {
+        ETHERTYPE_IPV4 => {
+            let Ok(h) = Ipv4Packet::new_checked(ip) else {
+                return false;
+            };
+            if h.version() != 4 || h.header_len() != ipv4::HEADER_LEN || h.is_fragment() {
                 return false;
             }
+            let protocol = h.protocol();
             // Less the header, in ones' complement as the program takes it off.
-            let len = checksum::add(u16::from_be_bytes([frame[16], frame[17]]), !20);
-            let pseudo = || pseudo_header_sum(&frame[26..30], &frame[30..34], protocol, len);
+            let len = checksum::add(h.total_len(), !(ipv4::HEADER_LEN as u16));
+            let pseudo = || {
+                pseudo_header_sum(
+                    &h.source().octets(),
+                    &h.destination().octets(),
+                    protocol,
+                    len,
+                )
+            };
             match protocol {
-                6 => field(50) == Some(pseudo()),
-                17 => field(40) == Some(pseudo()),
+                TCP | UDP => field(ip, ipv4::HEADER_LEN, protocol) == Some(pseudo()),
                 p => CARRIERS.contains(&p),
             }
         }
-        Some([0x86, 0xdd]) if frame.len() >= 54 && frame[14] >> 4 == 6 => {
-            let next = frame[20];
-            let len = u16::from_be_bytes([frame[18], frame[19]]);
-            let pseudo = || pseudo_header_sum(&frame[22..38], &frame[38..54], next, len);
+        ETHERTYPE_IPV6 => {
+            let Ok(h) = Ipv6Packet::new_checked(ip) else {
+                return false;
+            };
+            if h.version() != 6 {
+                return false;
+            }
+            let next = h.next_header();
+            let pseudo = || {
+                pseudo_header_sum(
+                    &h.source().octets(),
+                    &h.destination().octets(),
+                    next,
+                    h.payload_len(),
+                )
+            };
             match next {
-                6 => field(70) == Some(pseudo()),
-                17 => field(60) == Some(pseudo()),
+                TCP | UDP => field(ip, ipv6::HEADER_LEN, next) == Some(pseudo()),
                 n => CARRIERS.contains(&n) || EXTENSIONS.contains(&n),
             }
         }
@@ -544,7 +576,7 @@ mod tests {
             if rng.gen_bool(0.1) {
                 h[2..4].copy_from_slice(&rng.gen::<u16>().to_be_bytes());
             }
-            let sum = !crate::checksum::sum(&h[..header_len.min(60)]);
+            let sum = !fibre_headers::checksum::sum(&h[..header_len.min(60)]);
             h[10..12].copy_from_slice(&sum.to_be_bytes());
             if rng.gen_bool(0.1) {
                 h[10] ^= 0x40;

@@ -29,6 +29,7 @@
 use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
 use crate::pool::{BufferId, Pool};
+use fibre_headers::{EthernetFrame, Ipv6Packet};
 
 use fibre_conntrack::nat::{self, Manip, Range};
 use fibre_conntrack::{Conntrack, State, Tracked};
@@ -61,7 +62,10 @@ pub(super) fn view(snap: &Snapshot, index: LinkIndex) -> Link<'_> {
 fn plain(frame: &[u8], v6: bool) -> bool {
     // TCP, UDP, ICMPv6, SCTP, DCCP, UDP-Lite straight after the fixed header.
     !v6 || matches!(
-        frame.get(ETHERNET_LEN + 6),
+        EthernetFrame::new_checked(frame)
+            .ok()
+            .and_then(|eth| Ipv6Packet::new_checked(eth.into_payload()).ok())
+            .map(|h| h.next_header()),
         Some(6 | 17 | 58 | 132 | 33 | 136)
     )
 }

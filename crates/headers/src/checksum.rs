@@ -3,7 +3,7 @@
 
 /// `a + b` in ones' complement.
 #[inline]
-pub(crate) fn add(a: u16, b: u16) -> u16 {
+pub fn add(a: u16, b: u16) -> u16 {
     let s = a as u32 + b as u32;
     ((s & 0xffff) + (s >> 16)) as u16
 }
@@ -49,6 +49,17 @@ pub fn holds(data: &[u8]) -> bool {
 #[inline]
 pub fn update(old: u16, from: u16, to: u16) -> u16 {
     !add(add(!old, !from), to)
+}
+
+/// The sum of the pseudo-header TCP, UDP and ICMPv6 checksums cover (RFC 768, RFC 793,
+/// RFC 8200 section 8.1): the source and destination addresses (4 or 16 bytes each),
+/// the protocol and the transport's length.
+#[inline]
+pub fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u32) -> u16 {
+    let mut s = add(sum(src), sum(dst));
+    s = add(s, (len >> 16) as u16);
+    s = add(s, len as u16);
+    add(s, u16::from(protocol))
 }
 
 #[cfg(test)]
