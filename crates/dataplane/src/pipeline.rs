@@ -5,24 +5,30 @@
 //! do, so that a stage's code and data stay in cache across the vector and the route
 //! stage can search the FIB for all of the vector's flows together
 //! ([`Snapshot::lookup_vector_v4`]). Each stage is timed once per vector
-//! ([`crate::runtime`]); each packet's fate is counted.
+//! ([`crate::runtime`]); each packet's fate is counted. Every header is read and
+//! written through the typed views of `fibre-headers`.
 //!
-//! - input: the frame checked and sorted ([`crate::input`]);
-//! - route: the FIB's answer for the flow as it arrived on the link, rules and all;
+//! Each stage is a module of its own, a method of [`Pipeline`] over the vector, and
+//! [`Pipeline::run`] calls them in order:
+//!
+//! - input (`classify`): the frame checked and sorted ([`crate::input`]);
+//! - conntrack (`connections`): where the ruleset tracks connections, each packet's
+//!   connection found or made, the prerouting chains and destination NAT;
+//! - route (`route`): the FIB's answer for the flow as it arrived on the link, rules and all;
 //!   this host's own destinations go to the kernel;
-//! - neighbour: the TTL or hop limit and the MTU checked, the next hop's MAC address found
+//! - neighbour (`neighbour`): the TTL or hop limit and the MTU checked, the next hop's MAC address found
 //!   (without one, the packet goes to the kernel, which resolves it). What a hop of the
 //!   searched table comes to (its link, MTU and MAC addresses: VPP's adjacency) is made
 //!   once and kept from vector to vector while the snapshot and the neighbour table stay
 //!   the same, so that most packets find theirs by the route stage's answer id alone;
-//! - filter: the router's stateless filter rules ([`fibre_firewall::eval`]) at the
+//! - filter (`filter`): the router's stateless filter rules ([`fibre_firewall::eval`]) at the
 //!   prerouting, forward and postrouting hooks, for the packets to send, and at
 //!   prerouting for those to answer with an error; what they drop is neither sent nor
 //!   answered. The stage runs only while the rules hold something;
-//! - rewrite: TTL or hop limit down by one, MAC addresses set, the output link named;
+//! - rewrite (`rewrite`): TTL or hop limit down by one, MAC addresses set, the output link named;
 //!   an IPv4 packet over the MTU without DF cut into fragments ([`crate::fragment`]),
 //!   the later ones in buffers of their own;
-//! - icmp: the packets the route and neighbour stages refused for a reason the kernel
+//! - icmp (`answer`): the packets the route and neighbour stages refused for a reason the kernel
 //!   answers (no route, an unreachable or prohibit route, the TTL run out, over the MTU)
 //!   made, in their own buffers, into the ICMP or ICMPv6 error the kernel would send back
 //!   ([`crate::icmp`]), within its limits. The stage runs only on vectors that have such
@@ -37,26 +43,28 @@
 //! (the kernel sends them, and forwards the packet as fibre does).
 
 use crate::claims::Claims;
-use crate::fragment;
 use crate::icmp::{self, RateLimit};
 pub use crate::input::Arrival;
-use crate::input::{self, Input, Packet4, Packet6, ETHERNET_LEN};
-use crate::offload::{self, Gso, GsoKind, Offload};
+use crate::input::{self, Input};
 use crate::pool::{BufferId, Pool};
-use crate::reset;
-use crate::rewrite;
 use crate::runtime::StageCounters;
-use fibre_conntrack::nat::Manip;
-use fibre_conntrack::{Conntrack, Epoch, State, Tracked, Tuple, Untrackable};
-use fibre_fib::{FlowVector, Hop, LinkIndex, NoRoute, Query, RouteType, Snapshot, VectorAnswers};
-use fibre_firewall::eval::{Filter, Hook, Part, Verdict};
-use fibre_headers::{ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet, TcpSegment};
+use fibre_conntrack::{Conntrack, Epoch, Tracked, Tuple, Untrackable};
+use fibre_fib::{LinkIndex, NoRoute, Snapshot, VectorAnswers};
+use fibre_firewall::eval::Filter;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod answer;
+mod classify;
 mod connections;
+mod filter;
+mod neighbour;
+mod rewrite;
+mod route;
+
+use neighbour::{Adjacencies, NeighbourCache};
 
 /// The neighbour table the neighbour stage reads: the MAC address of `addr` on `link`.
 pub trait Neighbours {
@@ -88,151 +96,6 @@ pub fn address_of_bits(bits: u128) -> IpAddr {
     match v6.to_ipv4_mapped() {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(v6),
-    }
-}
-
-/// Slots of the neighbour stage's cache.
-const NEIGHBOUR_SLOTS: usize = 256;
-
-/// The neighbour stage's cache of MAC addresses: a slot per (link, next hop), chosen by
-/// a multiplicative hash, each holding the last next hop that fell in it. A router sends
-/// through few next hops, so nearly every packet finds its own in a few instructions,
-/// where the neighbour table costs a full hash lookup. Kept while the table's
-/// [`Neighbours::version`] stays the same.
-#[derive(Default)]
-struct NeighbourCache {
-    version: Option<u64>,
-    slots: Vec<Option<(LinkIndex, u128, [u8; 6])>>,
-}
-
-impl NeighbourCache {
-    /// Starts a vector with `neighbours`: what the cache holds goes if the table changed
-    /// (or cannot say whether it did).
-    fn start(&mut self, neighbours: &impl Neighbours) {
-        let version = neighbours.version();
-        if self.slots.is_empty() {
-            self.slots = vec![None; NEIGHBOUR_SLOTS];
-        } else if version.is_none() || version != self.version {
-            self.slots.iter_mut().for_each(|s| *s = None);
-        }
-        self.version = version;
-    }
-
-    /// The MAC address of the address whose [`address_bits`] are `bits` on `link`, from
-    /// the cache or else from `neighbours`. (The address travels as its bits: an
-    /// `IpAddr` made afresh for every packet and read back whole stalls the CPU, its
-    /// parts stored separately.)
-    #[inline]
-    fn mac(
-        &mut self,
-        neighbours: &impl Neighbours,
-        link: LinkIndex,
-        bits: u128,
-    ) -> Option<[u8; 6]> {
-        let h =
-            (bits as u64 ^ (bits >> 64) as u64 ^ link as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let slot = (h >> 56) as usize % NEIGHBOUR_SLOTS;
-        if let Some((l, b, mac)) = self.slots[slot] {
-            if l == link && b == bits {
-                return Some(mac);
-            }
-        }
-        let mac = neighbours.mac(link, address_of_bits(bits))?;
-        self.slots[slot] = Some((link, bits, mac));
-        Some(mac)
-    }
-}
-
-/// Hops an adjacency table holds at most (a router's tables name a few hundred).
-const ADJACENCY_SLOTS: usize = 1 << 16;
-
-/// What the neighbour stage makes of a hop of the searched table, once for all the
-/// packets through it (VPP's adjacency): the link it leaves by, the MTU, the MAC
-/// addresses.
-#[derive(Clone, Copy, Debug, Default)]
-struct Adjacency {
-    /// The epoch of [`Adjacencies`] it was made in.
-    epoch: u64,
-    /// The output link.
-    dev: LinkIndex,
-    /// The route's MTU, or the link's if lower or the route sets none.
-    mtu: u32,
-    /// The output link's MAC address.
-    src_mac: [u8; 6],
-    /// The gateway's [`address_bits`]; `None`: the destination is on the link (its
-    /// MAC address is each packet's own).
-    gateway: Option<u128>,
-    /// The gateway's MAC address, if it has one.
-    gateway_mac: Option<[u8; 6]>,
-}
-
-impl Adjacency {
-    /// The adjacency of `hop` in `snap`, through `cache` to `neighbours`; `None` if its
-    /// link is not in the snapshot.
-    fn new(
-        snap: &Snapshot,
-        hop: &Hop,
-        neighbours: &impl Neighbours,
-        cache: &mut NeighbourCache,
-    ) -> Option<Adjacency> {
-        let link = snap.link(hop.dev)?;
-        let gateway = hop.gateway.map(address_bits);
-        Some(Adjacency {
-            epoch: 0,
-            dev: hop.dev,
-            mtu: hop.mtu.unwrap_or(link.mtu).min(link.mtu),
-            src_mac: link.mac,
-            gateway,
-            gateway_mac: gateway.and_then(|g| cache.mac(neighbours, hop.dev, g)),
-        })
-    }
-}
-
-/// A family's adjacencies, by the id of the hop of the searched table they were made
-/// for ([`VectorAnswers::ids`]). They are kept while what they were made of stays: the
-/// snapshot's content ([`Snapshot::serial`]), the table searched, and the neighbour
-/// table's [`Neighbours::version`] (with none, for one vector only). A slot is current
-/// if it was made in the current epoch, so that starting afresh clears nothing.
-#[derive(Default)]
-struct Adjacencies {
-    made_of: Option<(u64, usize, usize, u64)>,
-    epoch: u64,
-    slots: Vec<Adjacency>,
-}
-
-impl Adjacencies {
-    /// Starts a vector whose answers name `hops` of the snapshot numbered `serial`,
-    /// with the neighbour table at `version`.
-    fn start(&mut self, serial: u64, hops: &[Hop], version: Option<u64>) {
-        let made_of = version.map(|v| (serial, hops.as_ptr() as usize, hops.len(), v));
-        if made_of.is_none() || made_of != self.made_of {
-            self.epoch += 1;
-            self.made_of = made_of;
-        }
-        let want = hops.len().min(ADJACENCY_SLOTS);
-        if self.slots.len() < want {
-            self.slots.resize(want, Adjacency::default());
-        }
-    }
-
-    /// The current adjacency of hop `id`, if made. (A reference: the pipeline reads a
-    /// few of its fields, and a copy of the whole had cost a nanosecond a packet.)
-    #[inline]
-    fn get(&self, id: u32) -> Option<&Adjacency> {
-        self.slots
-            .get(id as usize)
-            .filter(|a| a.epoch == self.epoch)
-    }
-
-    /// Keeps `a` as hop `id`'s adjacency (ids past the slots, answers made for one flow
-    /// among them, are not kept).
-    fn keep(&mut self, id: u32, a: Adjacency) {
-        if let Some(slot) = self.slots.get_mut(id as usize) {
-            *slot = Adjacency {
-                epoch: self.epoch,
-                ..a
-            };
-        }
     }
 }
 
@@ -595,48 +458,7 @@ impl Pipeline {
         fates.resize(start + n, Fate::Drop(Dropped::NoLink));
         let fates = &mut fates[start..];
 
-        // Input. Each frame's findings are written in place and read back by reference
-        // (a copy of a record just stored in parts stalls the CPU).
-        let t = Instant::now();
-        // Records past the vector's are left as they are: each of the first `n` is
-        // written before it is read.
-        if self.inputs.len() < n {
-            self.inputs.resize(n, Input::Drop(input::Drop::ShortFrame));
-        }
-        self.v4.clear();
-        self.v6.clear();
-        self.dst4.clear();
-        self.src4.clear();
-        self.dst6.clear();
-        self.src6.clear();
-        self.segment_lens.clear();
-        self.segment_lens.resize(n, 0);
-        for (i, &id) in packets.iter().enumerate() {
-            input::classify_into(pool.frame(id), mac, &mut self.inputs[i]);
-            if let Some(gso) = pool.offload(id).gso {
-                self.segment_lens[i] = segment_len(pool.frame(id), &pool.offload(id), gso);
-            }
-        }
-        // Sorted once all are classified: a packet's addresses read back at once would
-        // wait for the stores that classifying it just made (narrower than the reads)
-        // to drain.
-        for (i, input) in self.inputs[..n].iter().enumerate() {
-            match input {
-                Input::V4(p) => {
-                    self.v4.push(i);
-                    self.dst4.push(p.dst);
-                    self.src4.push(p.src);
-                }
-                Input::V6(p) => {
-                    self.v6.push(i);
-                    self.dst6.push(p.dst);
-                    self.src6.push(p.src);
-                }
-                Input::Kernel(k) => fates[i] = Fate::Kernel(Handed::Input(*k)),
-                Input::Drop(d) => fates[i] = Fate::Drop(Dropped::Input(*d)),
-            }
-        }
-        self.input.add(n, t);
+        self.input_stage(mac, pool, packets, fates);
 
         // Conntrack: where the ruleset has connections tracked. The table is taken for
         // the whole vector: what its packets made stays the vector's until it ends.
@@ -654,90 +476,15 @@ impl Pipeline {
             self.conntrack_stage.add(tracked, t);
         }
 
-        // Route.
-        let t = Instant::now();
-        self.errors.clear();
-        self.forward4.clear();
-        self.forward6.clear();
-        let mut answers4 = self.answers4.take().unwrap_or_default().recycle();
-        let mut answers6 = self.answers6.take().unwrap_or_default().recycle();
-        let inputs = &self.inputs;
-        if !self.v4.is_empty() {
-            let v4 = &self.v4;
-            let flow = FlowVector {
-                iif: Some(iif),
-                dst: &self.dst4,
-                src: &self.src4,
-            };
-            snap.lookup_vector_v4(
-                &flow,
-                |k| match &inputs[v4[k]] {
-                    Input::V4(p) => query4(iif, p),
-                    _ => Query::to(IpAddr::V4(self.dst4[k])),
-                },
-                &mut answers4,
-            );
-            for (k, &i) in self.v4.iter().enumerate() {
-                route_fate(&answers4, k, i, &mut self.forward4, fates, &mut self.errors);
-            }
-        }
-        if !self.v6.is_empty() {
-            let v6 = &self.v6;
-            let flow = FlowVector {
-                iif: Some(iif),
-                dst: &self.dst6,
-                src: &self.src6,
-            };
-            snap.lookup_vector_v6(
-                &flow,
-                |k| match &inputs[v6[k]] {
-                    Input::V6(p) => query6(iif, p),
-                    _ => Query::to(IpAddr::V6(self.dst6[k])),
-                },
-                &mut answers6,
-            );
-            let before = self.errors.len();
-            for (k, &i) in self.v6.iter().enumerate() {
-                route_fate(&answers6, k, i, &mut self.forward6, fates, &mut self.errors);
-            }
-            if self.kernel_answers_ipv6_rejects {
-                self.errors.truncate(before);
-            }
-        }
-        let routed = self.v4.len() + self.v6.len();
-        self.route.add(routed, t);
-
-        // Neighbour: hop count, MTU, the next hop's MAC address.
-        let t = Instant::now();
+        let (answers4, answers6) = self.route_stage(snap, iif, fates);
         let mut next = std::mem::take(&mut self.next);
-        next.clear();
-        self.unresolved.clear();
-        self.cut.clear();
-        self.spare.clear();
-        self.fragments.clear();
-        self.neighbour_cache.start(neighbours);
-        let version = neighbours.version();
-        let mut forward = std::mem::take(&mut self.forward4);
-        self.adjacencies[0].start(snap.serial(), answers4.hops(), version);
-        self.neighbour_family(
-            snap, neighbours, iif, &answers4, &forward, pool, fates, &mut next, 0,
+        self.neighbour_stage(
+            snap, neighbours, iif, answers4, answers6, pool, fates, &mut next,
         );
-        self.forward4 = forward;
-        forward = std::mem::take(&mut self.forward6);
-        self.adjacencies[1].start(snap.serial(), answers6.hops(), version);
-        self.neighbour_family(
-            snap, neighbours, iif, &answers6, &forward, pool, fates, &mut next, 1,
-        );
-        self.forward6 = forward;
-        self.answers4 = Some(answers4.recycle());
-        self.answers6 = Some(answers6.recycle());
-        self.neighbour.add(routed, t);
-
         // Filter: only where the router's rules hold something for a family, or its
         // connections are tracked.
         if self.rules.holds(false) || self.rules.holds(true) || self.tracked != 0 {
-            let t = Instant::now();
-            let checked = self.filter_vector(
+            self.filter_stage(
                 table.as_deref_mut(),
                 snap,
                 iif,
@@ -746,37 +493,14 @@ impl Pipeline {
                 fates,
                 &mut next,
             );
-            if let Some(table) = table.as_deref() {
-                if self.rules.translates(false) || self.rules.translates(true) {
-                    self.untranslate(table, pool, packets, fates);
-                }
-            }
-            self.filter.add(checked, t);
         }
         // What the prerouting chains rejected, answered with the rest (after the
         // filter stage, which must not put them through those chains again).
         self.errors.extend_from_slice(&self.rejected);
-
-        // Rewrite.
-        let t = Instant::now();
-        for &(i, dst_mac, src_mac) in &next {
-            let frame = pool.frame_mut(packets[i]);
-            match self.inputs[i] {
-                Input::V4(_) => rewrite::decrement_ttl(frame),
-                _ => rewrite::decrement_hop_limit(frame),
-            };
-            rewrite::set_macs(frame, dst_mac, src_mac);
-        }
-        if !self.cut.is_empty() {
-            self.fragment(pool, packets, fates);
-        }
-        self.rewrite.add(next.len(), t);
+        self.rewrite_stage(pool, packets, fates, &next);
         self.next = next;
-
         if !self.errors.is_empty() || !self.resets.is_empty() {
-            let t = Instant::now();
-            self.answer(snap, neighbours, iif, pool, packets, fates);
-            self.send_resets(
+            self.icmp_stage(
                 table.as_deref_mut(),
                 snap,
                 neighbours,
@@ -785,26 +509,17 @@ impl Pipeline {
                 packets,
                 fates,
             );
-            self.icmp.add(self.errors.len() + self.resets.len(), t);
         }
-        // What the other workers' tables are to learn of the connections the vector
-        // entered or ended: told before the caller sends its packets, so before any
-        // reply to them can come.
-        if let (Some(table), Some(mailboxes)) = (table.as_deref_mut(), &self.mailboxes) {
-            if table.has_outbox() {
-                self.told.clear();
-                table.drain_outbox(&mut self.told);
-                for &(to, f) in &self.told {
-                    if let Some(m) = mailboxes.get(usize::from(to)) {
-                        m.tell(f);
-                    }
-                }
-            }
+        if let Some(table) = table.as_deref_mut() {
+            self.tell_other_workers(table);
         }
         drop(table);
+        self.count_fates(fates);
+    }
 
-        // Counted by runs of one fate (a vector's packets mostly share theirs), so that
-        // the table is touched once a run, not once a packet.
+    /// Counts the vector's fates, by runs of one fate (a vector's packets mostly share
+    /// theirs), so that the table is touched once a run, not once a packet.
+    fn count_fates(&mut self, fates: &[Fate]) {
         let mut run: Option<(Fate, u64)> = None;
         for &f in fates.iter() {
             match &mut run {
@@ -822,813 +537,15 @@ impl Pipeline {
     }
 }
 
-impl Pipeline {
-    /// The neighbour stage over one family's packets to forward (`forward`: each one's
-    /// index and its answer's id in `answers`), through the family's adjacencies
-    /// (`self.adjacencies[family]`, made here for hops that have none yet); those that
-    /// may leave go to `next` with their MAC addresses. An IPv4 packet to cut into
-    /// fragments gets its later fragments' buffers from `pool` here, before anything in
-    /// it changes: one the pool cannot serve is dropped as it came.
-    #[allow(clippy::too_many_arguments)]
-    fn neighbour_family(
-        &mut self,
-        snap: &Snapshot,
-        neighbours: &impl Neighbours,
-        iif: LinkIndex,
-        answers: &VectorAnswers<'_>,
-        forward: &[(usize, u32)],
-        pool: &mut Pool,
-        fates: &mut [Fate],
-        next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
-        family: usize,
-    ) {
-        for &(i, id) in forward {
-            let (hops_left, len, df, v6) = match &self.inputs[i] {
-                Input::V4(p) => (p.ttl, p.len as u32, p.df, false),
-                Input::V6(p) => (
-                    p.hop_limit,
-                    ipv6::HEADER_LEN as u32 + p.len as u32,
-                    true,
-                    true,
-                ),
-                _ => continue,
-            };
-            let made;
-            let adjacency = if let Some(a) = self.adjacencies[family].get(id) {
-                a
-            } else {
-                let a = match answers.answer(id) {
-                    Ok(hop) => Adjacency::new(snap, hop, neighbours, &mut self.neighbour_cache),
-                    Err(_) => None,
-                };
-                let Some(a) = a else {
-                    fates[i] = Fate::Drop(Dropped::NoLink);
-                    continue;
-                };
-                self.adjacencies[family].keep(id, a);
-                made = a;
-                &made
-            };
-            let mtu = if v6 {
-                // IPv6 links carry 1280 bytes at least (`ip6_forward`).
-                adjacency.mtu.max(1280)
-            } else {
-                adjacency.mtu
-            };
-            // A packet left whole by its sender fits if its segments do.
-            let over = match self.segment_lens[i] {
-                0 => len > mtu,
-                segment => segment > mtu,
-            };
-            fates[i] = if hops_left <= 1 {
-                self.errors.push((i, icmp::Error::TimeExceeded, 0));
-                Fate::Drop(Dropped::TtlExpired)
-            } else if let Some(refused) = source_scope(&self.inputs[i], iif, adjacency.dev) {
-                if refused {
-                    self.errors.push((i, icmp::Error::BeyondScope, 0));
-                }
-                Fate::Drop(Dropped::SourceScope)
-            } else if over && df {
-                self.errors.push((i, icmp::Error::TooBig, mtu));
-                Fate::Drop(Dropped::TooBig)
-            } else if over && self.segment_lens[i] != 0 {
-                Fate::Drop(Dropped::SegmentsOverMtu)
-            } else {
-                let (via, mac) = match adjacency.gateway {
-                    Some(g) => (g, adjacency.gateway_mac),
-                    None => {
-                        let dst = match &self.inputs[i] {
-                            Input::V4(p) => p.dst.to_ipv6_mapped().to_bits(),
-                            Input::V6(p) => p.dst.to_bits(),
-                            _ => continue,
-                        };
-                        (
-                            dst,
-                            self.neighbour_cache.mac(neighbours, adjacency.dev, dst),
-                        )
-                    }
-                };
-                match mac {
-                    Some(m) if over => {
-                        let (dev, src_mac) = (adjacency.dev, adjacency.src_mac);
-                        if self.reserve(pool, i, len, mtu) {
-                            next.push((i, m, src_mac));
-                            Fate::Fragmented(dev)
-                        } else {
-                            Fate::Drop(Dropped::NoBufferToFragment)
-                        }
-                    }
-                    Some(m) => {
-                        next.push((i, m, adjacency.src_mac));
-                        Fate::Out(adjacency.dev)
-                    }
-                    None => {
-                        let via = address_of_bits(via);
-                        let wanted = (adjacency.dev, via);
-                        if !self.unresolved.contains(&wanted) && self.unresolved.len() < 64 {
-                            self.unresolved.push(wanted);
-                        }
-                        Fate::Kernel(Handed::Unresolved)
-                    }
-                }
-            };
-        }
-    }
-
-    /// The filter stage: each packet to send (`next`) and each to answer with an error
-    /// (`self.errors`), in the order they came, tracked (if its family's connections
-    /// are) as the kernel's conntrack tracks it at prerouting, then put through the
-    /// router's rules at prerouting, as received; each to send through them at forward
-    /// and postrouting too, as those hooks see it, and its new connection confirmed if
-    /// it passed. A packet they drop is neither sent nor answered, and gives back the
-    /// buffers taken for its fragments. How many packets it put through the rules.
-    #[allow(clippy::too_many_arguments)]
-    fn filter_vector(
-        &mut self,
-        mut table: Option<&mut Conntrack>,
-        snap: &Snapshot,
-        iif: LinkIndex,
-        pool: &mut Pool,
-        packets: &[BufferId],
-        fates: &mut [Fate],
-        next: &mut Vec<(usize, [u8; 6], [u8; 6])>,
-    ) -> usize {
-        let input = connections::view(snap, iif);
-        let clock = self.limit.overall().now();
-        // In the order they came: a connection's packets change it in turn.
-        let mut order = std::mem::take(&mut self.filter_order);
-        order.clear();
-        order.extend(next.iter().map(|n| (n.0, true)));
-        order.extend(self.errors.iter().map(|e| (e.0, false)));
-        // The kernel's prerouting chains see every packet before it is routed: those
-        // routed to the host, or dropped by their route without an answer, too. (Where
-        // their connections are tracked they met them in the conntrack stage.) One they
-        // stop counts as filtered, one they reject is answered, unless the kernel has
-        // its own copy (live, a packet for the host reaches the kernel as it came:
-        // this answers it where no kernel is, offline).
-        for (v6, list) in [(false, &self.v4), (true, &self.v6)] {
-            if (table.is_some() && self.tracked & (1 << u8::from(v6)) != 0)
-                || !self.rules.filters_at(Hook::Prerouting, v6)
-            {
-                continue;
-            }
-            order.extend(list.iter().filter_map(|&i| {
-                matches!(
-                    fates[i],
-                    Fate::Kernel(Handed::Local) | Fate::Drop(Dropped::NoRoute(_))
-                )
-                .then_some((i, false))
-            }));
-        }
-        order.sort_unstable_by_key(|o| o.0);
-        // (A packet dropped by its route may be in both.)
-        order.dedup_by_key(|o| o.0);
-        let mut failed = std::mem::take(&mut self.failed);
-        failed.clear();
-        let mut rejects = std::mem::take(&mut self.rejects);
-        rejects.clear();
-        for &(i, to_send) in &order {
-            let out = fates[i].output().filter(|_| to_send);
-            let tracked = self.tracks.get(i).copied().flatten();
-            // What the hooks decided, and whether at forward (where the packet's time
-            // to live was taken down before the chains).
-            let (verdict, forwarded) = match (tracked, table.as_deref_mut()) {
-                // Tracked: the prerouting hook is behind it (the conntrack stage).
-                (Some(t), Some(table)) => match out {
-                    None => (Verdict::Accept, false),
-                    Some(out) => {
-                        let now = self.times.get(i).copied().unwrap_or(clock);
-                        let new = table.unconfirmed(&t);
-                        let verdict =
-                            self.leave(snap, table, &t, i, input, out, pool, packets[i], now);
-                        if verdict == Verdict::Accept && new {
-                            self.claim(table, snap, &t);
-                        }
-                        (verdict, true)
-                    }
-                },
-                _ => {
-                    let frame = pool.frame(packets[i]);
-                    match self
-                        .rules
-                        .prerouting_verdict(frame, input, None, Part::Whole)
-                    {
-                        Verdict::Accept => match out {
-                            Some(out) => {
-                                let p = fibre_firewall::eval::Packet {
-                                    frame,
-                                    iif: input,
-                                    oif: connections::view(snap, out),
-                                };
-                                (self.rules.forwarding_verdict(&p, None, Part::Whole), true)
-                            }
-                            None => (Verdict::Accept, false),
-                        },
-                        verdict => {
-                            if !self.kernel_rejects_at_prerouting {
-                                (verdict, false)
-                            } else {
-                                (Verdict::Drop, false)
-                            }
-                        }
-                    }
-                }
-            };
-            if verdict != Verdict::Accept {
-                failed.push(i);
-            }
-            if let Verdict::Reject(r) = verdict {
-                let id = packets[i];
-                let offload = pool.offload(id);
-                let vouched = offload.checksum.is_some() || offload.checksum_valid;
-                if forwarded {
-                    // The kernel's forward hook sees the time to live taken down.
-                    let frame = pool.frame_mut(id);
-                    match self.inputs[i] {
-                        Input::V4(_) => rewrite::decrement_ttl(frame),
-                        _ => rewrite::decrement_hop_limit(frame),
-                    };
-                }
-                match self.rejection(i, r, pool.frame(id), vouched) {
-                    Some(Rejection::Error(error)) => rejects.push((i, error, 0)),
-                    Some(Rejection::Reset(at)) => {
-                        self.resets.push((i, at, tracked, !forwarded));
-                        // The reset closes the connection it answers.
-                        if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
-                            let now = self.times.get(i).copied().unwrap_or(clock);
-                            table.set_closing(&t, now);
-                        }
-                    }
-                    None => {}
-                }
-            }
-        }
-        if let Some(t) = table {
-            self.release(t);
-        }
-        let checked = order.len();
-        if !failed.is_empty() {
-            next.retain(|n| !failed.contains(&n.0));
-            self.errors.retain(|e| !failed.contains(&e.0));
-        }
-        self.errors.extend_from_slice(&rejects);
-        for &i in &failed {
-            if let Fate::Fragmented(_) = fates[i] {
-                if let Some(k) = self.cut.iter().position(|c| c.0 == i) {
-                    let (_, _, later) = self.cut.remove(k);
-                    pool.free(&self.spare[later]);
-                }
-            }
-            fates[i] = Fate::Drop(Dropped::Filtered);
-        }
-        self.filter_order = order;
-        self.failed = failed;
-        self.rejects = rejects;
-        checked
-    }
-
-    /// The error that answers packet `i` (`frame`, as the hook that rejected it sees
-    /// it; its checksum not to be checked if `vouched`: left to finish by its sender, or
-    /// checked by its link), rejected by `r`: the
-    /// unreachable of the code `r` gives its family, if the kernel would send one
-    /// ([`icmp::reject_answers`]).
-    pub(crate) fn rejection(
-        &self,
-        i: usize,
-        r: fibre_firewall::eval::Reject,
-        frame: &[u8],
-        vouched: bool,
-    ) -> Option<Rejection> {
-        let (v6, ip_len) = match self.inputs[i] {
-            Input::V4(p) => (false, p.len as usize),
-            Input::V6(p) => (true, ipv6::HEADER_LEN + p.len as usize),
-            _ => return None,
-        };
-        let ip = frame.get(ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len()))?;
-        if r.resets() {
-            return reset::answers(ip, v6, vouched).map(Rejection::Reset);
-        }
-        let code = r.unreachable_code(v6)?;
-        icmp::reject_answers(ip, v6, vouched)
-            .then_some(Rejection::Error(icmp::Error::Rejected(code)))
-    }
-
-    /// A packet the prerouting chains stopped with `verdict`: if rejected, its answer
-    /// kept to make after the filter stage, unless the kernel, which sees its own copy,
-    /// answers it itself. Whether it is answered with a TCP reset (which closes its
-    /// connection, whoever sends it).
-    pub(crate) fn reject_at_prerouting(
-        &mut self,
-        i: usize,
-        verdict: Verdict,
-        frame: &[u8],
-        vouched: bool,
-        tracked: Tracked,
-    ) -> bool {
-        let Verdict::Reject(r) = verdict else {
-            return false;
-        };
-        match self.rejection(i, r, frame, vouched) {
-            Some(Rejection::Error(error)) if !self.kernel_rejects_at_prerouting => {
-                self.rejected.push((i, error, 0));
-                false
-            }
-            Some(Rejection::Reset(at)) => {
-                if !self.kernel_rejects_at_prerouting {
-                    self.resets.push((i, at, Some(tracked), true));
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Takes from `pool` the buffers packet `i` (`len` bytes, to an MTU of `mtu`) needs
-    /// for its later fragments and records it to be cut; false, with nothing taken, if
-    /// the pool has too few or the MTU leaves no room for a fragment.
-    fn reserve(&mut self, pool: &mut Pool, i: usize, len: u32, mtu: u32) -> bool {
-        let Some(pieces) = fragment::pieces(len as usize, mtu as usize) else {
-            return false;
-        };
-        let later = pieces.count() - 1;
-        let first = self.spare.len();
-        if pool.alloc(later, &mut self.spare) < later {
-            pool.free(&self.spare[first..]);
-            self.spare.truncate(first);
-            return false;
-        }
-        self.cut.push((i, mtu, first..self.spare.len()));
-        true
-    }
-
-    /// Cuts each packet of `self.cut`, rewritten, into fragments: the first in the
-    /// packet's own buffer, the others in the buffers taken for them (into
-    /// `self.fragments`).
-    fn fragment(&mut self, pool: &mut Pool, packets: &[BufferId], fates: &mut [Fate]) {
-        for (i, mtu, later) in &self.cut {
-            let (i, later) = (*i, &self.spare[later.clone()]);
-            let ip_len = match self.inputs[i] {
-                Input::V4(p) => p.len as usize,
-                _ => 0,
-            };
-            let (id, pieces) = (packets[i], fragment::pieces(ip_len, *mtu as usize));
-            let Some(pieces) = pieces else {
-                // Not reached: only IPv4 packets that can be cut get here.
-                pool.free(later);
-                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
-                continue;
-            };
-            // A checksum left partial is finished first, as `ip_do_fragment` has
-            // `skb_checksum_help` finish it: a fragment's device cannot.
-            if let Some(c) = pool.offload(id).checksum {
-                offload::finish_checksum(pool.frame_mut(id), c);
-                pool.set_offload(id, Offload::NONE);
-            }
-            // The packet without the frame's padding, out of the buffer its first
-            // fragment is written to.
-            self.whole.clear();
-            let frame = pool.frame(id);
-            self.whole
-                .extend_from_slice(&frame[..(ETHERNET_LEN + ip_len).min(frame.len())]);
-            let size = pool.buffer_size();
-            let mut whole = true;
-            for (k, piece) in pieces.enumerate() {
-                let Some(&buffer) = (if k == 0 { Some(&id) } else { later.get(k - 1) }) else {
-                    whole = false;
-                    break;
-                };
-                match fragment::write(&self.whole, piece, pool.resize(buffer, size)) {
-                    Some(len) => {
-                        pool.resize(buffer, len);
-                    }
-                    None => whole = false,
-                }
-            }
-            if whole {
-                self.fragments.extend(later.iter().map(|&b| (i, b)));
-                self.fragments_made += 1 + later.len() as u64;
-            } else {
-                // Not reached: the input stage refuses a frame shorter than its header
-                // says, every fragment is shorter than the packet its buffer held, and
-                // the buffers were taken for these very pieces.
-                pool.free(later);
-                fates[i] = Fate::Drop(Dropped::NoBufferToFragment);
-            }
-        }
-    }
-
-    /// The ICMP stage: each packet of `self.errors` made into its error, sent back by the
-    /// route to its source, if the kernel would answer it and the limits allow.
-    fn answer(
-        &mut self,
-        snap: &Snapshot,
-        neighbours: &impl Neighbours,
-        iif: LinkIndex,
-        pool: &mut Pool,
-        packets: &[BufferId],
-        fates: &mut [Fate],
-    ) {
-        let clock = self.limit.overall().now();
-        // In the packets' order, as they came (the route stage found some, the
-        // neighbour stage others), so that the limits count them as they came.
-        self.errors.sort_unstable_by_key(|e| e.0);
-        for &(i, error, mtu) in &self.errors {
-            let now = self.times.get(i).copied().unwrap_or(clock);
-            let id = packets[i];
-            let (back, tos, ipproto, ip_len) = match self.inputs[i] {
-                Input::V4(p) => (IpAddr::V4(p.src), p.tos & 0x1e, 1, p.len as usize),
-                Input::V6(p) => (IpAddr::V6(p.src), 0, 58, ipv6::HEADER_LEN + p.len as usize),
-                _ => continue,
-            };
-            // The packet as its header says, without the frame's padding (the kernel
-            // trims to the total length before it looks).
-            let frame = pool.frame(id);
-            let ip = &frame[ETHERNET_LEN..(ETHERNET_LEN + ip_len).min(frame.len())];
-            if !(if back.is_ipv4() {
-                icmp::answers_v4(ip)
-            } else {
-                icmp::answers_v6(ip)
-            }) {
-                self.unanswered.not_answered += 1;
-                continue;
-            }
-            let limited = self.limit.applies(error, back.is_ipv6());
-            // An IPv4 packet without a route pays its source's toll first (`ip_error`).
-            let no_route = matches!(
-                error,
-                icmp::Error::NetUnreachable
-                    | icmp::Error::HostUnreachable
-                    | icmp::Error::Prohibited
-            );
-            if limited && back.is_ipv4() && no_route && !self.limit.route_error(back, now) {
-                self.unanswered.rate_limited += 1;
-                continue;
-            }
-            if limited && !self.limit.overall().allows(now) {
-                self.unanswered.rate_limited += 1;
-                continue;
-            }
-            // A link-local source is answered on the link the packet came in on.
-            let scoped = matches!(back, IpAddr::V6(a) if a.is_unicast_link_local());
-            // An IPv6 error about a packet to the host comes from the address the
-            // packet came to, routed from it (`icmp6_send`: a rule `from` it applies).
-            let own = match self.inputs[i] {
-                Input::V6(p) if snap.answers_from_v6(iif, p.dst) => Some(IpAddr::V6(p.dst)),
-                _ => None,
-            };
-            let query = Query {
-                tos,
-                ipproto,
-                src: own,
-                oif: scoped.then_some(iif),
-                ..Query::to(back)
-            };
-            let route = match snap.route(&query) {
-                Ok(a) if a.kind == RouteType::Unicast => a,
-                _ => {
-                    self.unanswered.no_route_back += 1;
-                    continue;
-                }
-            };
-            let (Some(src), Some(link)) = (own.or(route.prefsrc), snap.link(route.dev)) else {
-                self.unanswered.no_route_back += 1;
-                continue;
-            };
-            // An error of a translated connection comes from the address its packet
-            // came to, as the kernel's NAT rewrites its error's source (the route
-            // stays the one found for the host's own).
-            let src = match self.error_sources.iter().find(|e| e.0 == i) {
-                Some(&(_, to)) if to.is_ipv4() == src.is_ipv4() => to,
-                _ => src,
-            };
-            if limited {
-                if !self.limit.to(back, now) {
-                    self.unanswered.rate_limited += 1;
-                    continue;
-                }
-                self.limit.overall().spend();
-            }
-            let Some(dst_mac) = way_back(
-                &mut self.unanswered,
-                &mut self.unresolved,
-                neighbours,
-                &route,
-                (iif, pool.frame(id), back),
-            ) else {
-                continue;
-            };
-            let size = pool.buffer_size();
-            let buffer = pool.resize(id, size);
-            let made = match src {
-                IpAddr::V4(src) => {
-                    self.ip_id = self.ip_id.wrapping_add(1);
-                    let ttl = route.hoplimit.unwrap_or(self.hops.ipv4);
-                    icmp::answer_v4(buffer, ip_len, error, mtu, src, self.ip_id, ttl)
-                }
-                IpAddr::V6(src) => {
-                    let hop_limit = route.hoplimit.unwrap_or_else(|| self.hops.ipv6(&link.name));
-                    icmp::answer_v6(buffer, ip_len, error, mtu, src, hop_limit)
-                }
-            };
-            let Some(len) = made else { continue };
-            rewrite::set_macs(pool.resize(id, len), dst_mac, link.mac);
-            // The error is whole: nothing of the packet's offload applies to it.
-            pool.set_offload(id, Offload::NONE);
-            fates[i] = Fate::Icmp(error, route.dev);
-        }
-    }
-}
-
-/// The MAC address an answer to `back` (the packet `frame`'s source) goes to by
-/// `route`: its next hop's; the packet's own sender's where the way back is the way it
-/// came. `None` where the next hop is unresolved: counted in `unanswered`, and put in
-/// `unresolved` for the kernel to be asked to resolve, so that the next answers go (the
-/// kernel would queue this one).
-fn way_back(
-    unanswered: &mut Unanswered,
-    unresolved: &mut Vec<(LinkIndex, IpAddr)>,
-    neighbours: &impl Neighbours,
-    route: &fibre_fib::Answer,
-    (iif, frame, back): (LinkIndex, &[u8], IpAddr),
-) -> Option<[u8; 6]> {
-    let hop = route.gateway.unwrap_or(back);
-    match neighbours.mac(route.dev, hop) {
-        Some(m) => Some(m),
-        None if route.dev == iif => EthernetFrame::new_checked(frame).ok().map(|e| e.source()),
-        None => {
-            unanswered.unresolved += 1;
-            if !unresolved.contains(&(route.dev, hop)) && unresolved.len() < 64 {
-                unresolved.push((route.dev, hop));
-            }
-            None
-        }
-    }
-}
-
-/// How a rejected packet is answered.
-pub(crate) enum Rejection {
-    /// With this ICMP or ICMPv6 error.
-    Error(icmp::Error),
-    /// With a TCP reset; its TCP header starts here in the IP packet.
-    Reset(usize),
-}
-
-impl Pipeline {
-    /// The hop limit metric of the route an IPv4 segment rejected with a reset held
-    /// (`skb_dst` of the segment, whose `ip4_dst_hoplimit` the reset takes): at
-    /// prerouting the route to its source the kernel gives it to reject it
-    /// (`nf_reject_fill_skb_dst`; none, and there is no reset), at forward the route it
-    /// came to leave by. IPv6 (whose reset takes its own route's): none.
-    fn segment_hoplimit(
-        &self,
-        snap: &Snapshot,
-        iif: LinkIndex,
-        i: usize,
-        at_prerouting: bool,
-    ) -> Result<Option<u8>, NoRoute> {
-        let Input::V4(p) = &self.inputs[i] else {
-            return Ok(None);
-        };
-        if at_prerouting {
-            snap.route(&Query::to(IpAddr::V4(p.src)))
-                .map(|a| a.hoplimit)
-        } else {
-            Ok(snap.route(&query4(iif, p)).ok().and_then(|a| a.hoplimit))
-        }
-    }
-
-    /// The segments rejected with a TCP reset, each made into its reset and sent back by
-    /// the route from its destination to its source, as the kernel's `nf_send_reset`
-    /// routes it (`ip_route_me_harder`: a route this host takes, the segment's
-    /// destination as the source).
-    #[allow(clippy::too_many_arguments)]
-    fn send_resets(
-        &mut self,
-        mut table: Option<&mut Conntrack>,
-        snap: &Snapshot,
-        neighbours: &impl Neighbours,
-        iif: LinkIndex,
-        pool: &mut Pool,
-        packets: &[BufferId],
-        fates: &mut [Fate],
-    ) {
-        let resets = std::mem::take(&mut self.resets);
-        let clock = self.limit.overall().now();
-        for &(i, at, tracked, at_prerouting) in &resets {
-            let id = packets[i];
-            let v6 = match self.inputs[i] {
-                Input::V4(_) => false,
-                Input::V6(_) => true,
-                _ => continue,
-            };
-            // (An IPv4 segment rejected at prerouting with no route to its source is
-            // not answered: `nf_reject_fill_skb_dst` fails.)
-            let Ok(segment_hoplimit) = self.segment_hoplimit(snap, iif, i, at_prerouting) else {
-                self.unanswered.no_route_back += 1;
-                continue;
-            };
-            let size = pool.buffer_size();
-            // The hop count is set once the route back is found.
-            let Some(len) = reset::make(pool.resize(id, size), at, v6, self.hops.ipv4) else {
-                continue;
-            };
-            // A reset answering a packet tracking found invalid carries no connection:
-            // once the host has a route for it, the kernel's conntrack tracks it as the
-            // host's own packet (`LOCAL_OUT`), and NAT translates it as a packet of the
-            // connection it belongs to, if one. Being that connection's first packet in
-            // its reply direction, it ends the connection.
-            let answers_invalid = tracked.is_none_or(|t| t.state() == State::Invalid);
-            if let Some(table) = table.as_deref_mut().filter(|_| answers_invalid) {
-                if reset_route(snap, pool.frame(id), v6).is_none() {
-                    self.unanswered.no_route_back += 1;
-                    continue;
-                }
-                if self.tracked & (1 << u8::from(v6)) != 0 {
-                    let now = self.times.get(i).copied().unwrap_or(clock);
-                    let ip = &mut pool.frame_mut(id)[ETHERNET_LEN..len];
-                    let own = table.track_in_vector(ip, now, true);
-                    let translated = !self.rules.translates(v6)
-                        || [Manip::Destination, Manip::Source]
-                            .into_iter()
-                            .all(|m| table.translate(&own, ip, m, false));
-                    if !translated {
-                        self.unanswered.dropped_by_nat += 1;
-                        continue;
-                    }
-                }
-            }
-            // Translated by the connection it carries, as the kernel's NAT translates
-            // it: from and to where it then goes.
-            let tracked = tracked.filter(|_| self.rules.translates(v6));
-            if let (Some(t), Some(table)) = (tracked, table.as_deref()) {
-                table.translate_answer(&t, &mut pool.frame_mut(id)[ETHERNET_LEN..]);
-            }
-            let Some(route) = reset_route(snap, pool.frame(id), v6) else {
-                self.unanswered.no_route_back += 1;
-                continue;
-            };
-            let Some(link) = snap.link(route.dev) else {
-                self.unanswered.no_route_back += 1;
-                continue;
-            };
-            if let (Some(t), Some(table)) = (tracked, table.as_deref_mut()) {
-                if !self.reset_leaves(snap, table, &t, pool.frame(id), &route) {
-                    self.unanswered.dropped_by_nat += 1;
-                    continue;
-                }
-            }
-            let Some(dst_mac) = way_back(
-                &mut self.unanswered,
-                &mut self.unresolved,
-                neighbours,
-                &route,
-                (iif, pool.frame(id), route.dst),
-            ) else {
-                continue;
-            };
-            let frame = pool.resize(id, len);
-            // A route's hop limit, else the namespace's (IPv4) or the link's (IPv6):
-            // `ip4_dst_hoplimit`, `ip6_dst_hoplimit`. IPv6 takes the reset's own route;
-            // IPv4 (`nf_send_reset`) the rejected segment's: at forward, the route it
-            // was to leave by, at prerouting the route to its source.
-            let hoplimit = if v6 { route.hoplimit } else { segment_hoplimit };
-            let hops = match hoplimit {
-                Some(h) => h,
-                None if v6 => self.hops.ipv6(&link.name),
-                None => self.hops.ipv4,
-            };
-            reset::set_hops(frame, v6, hops);
-            rewrite::set_macs(frame, dst_mac, link.mac);
-            pool.set_offload(id, Offload::NONE);
-            fates[i] = Fate::Reset(route.dev);
-        }
-        self.resets = resets;
-    }
-}
-
-/// The FIB's answer for flow `k` of a family's `answers`, packet `i`: a hop to forward
-/// through (the packet and the answer's id go to `forward`), or its fate (and the error
-/// that answers it, if the kernel answers it).
-#[inline]
-fn route_fate(
-    answers: &VectorAnswers<'_>,
-    k: usize,
-    i: usize,
-    forward: &mut Vec<(usize, u32)>,
-    fates: &mut [Fate],
-    errors: &mut Vec<(usize, icmp::Error, u32)>,
-) {
-    let id = answers.ids()[k];
-    match answers.answer(id) {
-        Ok(hop) if hop.kind == RouteType::Unicast => forward.push((i, id)),
-        Ok(_) => fates[i] = Fate::Kernel(Handed::Local),
-        Err(e) => {
-            fates[i] = Fate::Drop(Dropped::NoRoute(e));
-            let error = match e {
-                NoRoute::NetworkUnreachable => icmp::Error::NetUnreachable,
-                NoRoute::HostUnreachable => icmp::Error::HostUnreachable,
-                NoRoute::Prohibited => icmp::Error::Prohibited,
-                _ => return,
-            };
-            errors.push((i, error, 0));
-        }
-    }
-}
-
-/// The length of the IP packets a packet left whole by its sender is cut into: its
-/// network and transport headers and a segment's payload, as the kernel's
-/// `skb_gso_network_seglen` counts it. Where the transport header starts comes from the
-/// partial checksum (a sender that leaves segments to cut leaves the checksum too), or
-/// from the IP header.
-fn segment_len(frame: &[u8], offload: &Offload, gso: Gso) -> u32 {
-    let eth = EthernetFrame::new_checked(frame).ok();
-    let ip = eth.map_or(&[][..], |e| e.into_payload());
-    let l4 = match offload.checksum {
-        Some(c) => c.start as usize,
-        None if eth.is_some_and(|e| e.ethertype() == input::ETHERTYPE_IPV6) => {
-            ETHERNET_LEN + ipv6::HEADER_LEN
-        }
-        None => {
-            ETHERNET_LEN + Ipv4Packet::new_checked(ip).map_or(ipv4::HEADER_LEN, |h| h.header_len())
-        }
-    };
-    let transport = match gso.kind {
-        GsoKind::Udp => udp::HEADER_LEN,
-        GsoKind::Tcp4 | GsoKind::Tcp6 => frame
-            .get(l4..)
-            .and_then(|t| TcpSegment::new_checked(t).ok())
-            .map_or(tcp::HEADER_LEN, |t| t.header_len()),
-    };
-    (l4.saturating_sub(ETHERNET_LEN) + transport) as u32 + u32::from(gso.size)
-}
-
-/// IPv6's check of a forwarded packet's source (`ip6_forward`), for one that leaves by
-/// another link than it came in on: `None` if it may leave; `Some(true)` if it may not
-/// and is answered (a link-local source), `Some(false)` if it is dropped unanswered (the
-/// unspecified address).
-fn source_scope(input: &Input, iif: LinkIndex, oif: LinkIndex) -> Option<bool> {
-    let Input::V6(p) = input else { return None };
-    if iif == oif {
-        return None;
-    }
-    if p.src.is_unspecified() {
-        Some(false)
-    } else if p.src.is_unicast_link_local() {
-        Some(true)
-    } else {
-        None
-    }
-}
-
-/// The whole query of an IPv4 packet arriving on `iif` (rules on TOS, protocol and ports,
-/// and the multipath hash, read them).
-fn query4(iif: LinkIndex, p: &Packet4) -> Query {
-    let (sport, dport) = p.ports.unwrap_or((0, 0));
-    Query {
-        src: Some(IpAddr::V4(p.src)),
-        iif: Some(iif),
-        tos: p.tos,
-        ipproto: p.protocol,
-        sport,
-        dport,
-        ..Query::to(IpAddr::V4(p.dst))
-    }
-}
-
-/// The whole query of an IPv6 packet arriving on `iif`.
-fn query6(iif: LinkIndex, p: &Packet6) -> Query {
-    let (sport, dport) = p.ports.unwrap_or((0, 0));
-    Query {
-        src: Some(IpAddr::V6(p.src)),
-        iif: Some(iif),
-        tos: p.traffic_class,
-        ipproto: p.next_header,
-        sport,
-        dport,
-        ..Query::to(IpAddr::V6(p.dst))
-    }
-}
-
-/// The route a reset made in `frame` (IPv6 if `v6`) leaves by: from the rejected
-/// segment's destination, whosever address it is, as the kernel's `ip_route_me_harder`
-/// routes it (`FLOWI_FLAG_ANYSRC`: a rule `from` it applies); none unless unicast.
-fn reset_route(snap: &Snapshot, frame: &[u8], v6: bool) -> Option<fibre_fib::Answer> {
-    let (back, from) = input::addresses(frame, v6)?;
-    let route = snap.route(&Query {
-        src: Some(from),
-        ipproto: 6,
-        any_source: true,
-        ..Query::to(back)
-    });
-    route.ok().filter(|a| a.kind == RouteType::Unicast)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::input::ETHERNET_LEN;
+    use crate::offload::Offload;
+    use crate::{fragment, rewrite};
     use etherparse::{Ipv4HeaderSlice, PacketBuilder};
     use fibre_fib::{config, State};
+    use fibre_fib::{Query, RouteType};
     use rand::{Rng, SeedableRng};
 
     const CONFIG: &str = "\

@@ -481,7 +481,7 @@ impl Pipeline {
                 if p.src.is_unspecified() {
                     return Some(None);
                 }
-                let hop = snap.route(&super::query4(input.index, p)).ok();
+                let hop = snap.route(&super::route::query4(input.index, p)).ok();
                 hop.and_then(|a| a.gateway).unwrap_or(IpAddr::V4(p.dst))
             }
             Input::V6(p) => IpAddr::V6(p.dst),
@@ -609,6 +609,25 @@ impl Pipeline {
                 table.untranslate(t, ip, partial);
                 if let Some(to) = table.error_source(t).filter(|_| answered) {
                     self.error_sources.push((i, to));
+                }
+            }
+        }
+    }
+}
+impl Pipeline {
+    /// Tells the other workers' tables what they are to learn of the connections the
+    /// vector entered or ended: before the caller sends its packets, so before any
+    /// reply to them can come.
+    pub(super) fn tell_other_workers(&mut self, table: &mut Conntrack) {
+        let Some(mailboxes) = &self.mailboxes else {
+            return;
+        };
+        if table.has_outbox() {
+            self.told.clear();
+            table.drain_outbox(&mut self.told);
+            for &(to, f) in &self.told {
+                if let Some(m) = mailboxes.get(usize::from(to)) {
+                    m.tell(f);
                 }
             }
         }
