@@ -46,6 +46,7 @@ pub const EXPRESS_DESTINATIONS: u32 = 65_536;
 
 pub use fibre_kernel::bpf::TCX_NEXT;
 /// `TC_ACT_REDIRECT`, what `bpf_redirect` returns.
+#[cfg(test)]
 pub const TC_ACT_REDIRECT: u32 = 7;
 
 /// Helper `bpf_check_mtu`.

@@ -10,13 +10,13 @@
 //!   with the reason counted.
 //! - [`rewrite`]: a forwarded packet's TTL or hop limit taken down by one, the IPv4
 //!   checksum updated incrementally, its MAC addresses set.
-//! - [`fragment`]: an IPv4 packet over the MTU without DF cut into fragments, as the
+//! - `fragment`: an IPv4 packet over the MTU without DF cut into fragments, as the
 //!   kernel cuts it.
-//! - [`segment`]: a TCP or UDP packet its sender left whole for a device to cut (GSO)
+//! - `segment`: a TCP or UDP packet its sender left whole for a device to cut (GSO)
 //!   cut into its segments as the kernel cuts it, for a way out that cannot carry it.
 //! - [`icmp`]: the ICMP and ICMPv6 errors a router answers what it cannot forward with
 //!   (time exceeded, unreachable, packet too big), and the kernel's limits on them.
-//! - [`reset`]: the TCP resets a firewall's `reject with tcp reset` answers with.
+//! - `reset`: the TCP resets a firewall's `reject with tcp reset` answers with.
 //! - [`pool`]: packet buffers made once, taken and given back in bulk.
 //! - [`pipeline`]: the stages over a vector of packets from one link (input, route,
 //!   neighbour, rewrite), each packet's fate counted.
@@ -29,14 +29,14 @@
 //! - [`offload`]: what a sender left for a device to finish (a partial checksum,
 //!   segments to cut), read from and written to the virtio-net header `AF_PACKET`
 //!   carries, or finished by fibre where the way out cannot carry it.
-//! - [`ring`]: frames in from a Linux link through an `AF_PACKET` socket's
+//! - `ring`: frames in from a Linux link through an `AF_PACKET` socket's
 //!   `TPACKET_V3` receive ring, without a system call while frames flow.
-//! - [`xdp`]: the XDP program each forwarded link runs, assembled here: what is the
+//! - `xdp`: the XDP program each forwarded link runs, assembled here: what is the
 //!   kernel's passes on to it, the rest goes to fibre's AF_XDP sockets.
-//! - [`xsk`]: AF_XDP sockets over a worker's pool, frames received and sent in place.
-//! - [`claims`]: the traffic-control program that keeps from the kernel's stack the
+//! - `xsk`: AF_XDP sockets over a worker's pool, frames received and sent in place.
+//! - `claims`: the traffic-control program that keeps from the kernel's stack the
 //!   replies of connections fibre translated to an address of this host.
-//! - [`express`]: the traffic-control program that redirects, inside the kernel, frames
+//! - `express`: the traffic-control program that redirects, inside the kernel, frames
 //!   to destinations whose forwarding a worker has already decided, and its maps.
 //! - [`worker`]: forwarding threads, pinned, reading the forwarded links through AF_XDP
 //!   sockets (or, where a link takes no XDP program, `AF_PACKET` receive rings in a
@@ -49,15 +49,19 @@
 //! - [`offline`]: a capture through the pipeline, what is sent written out: `fibre
 //!   forward`.
 //!
-//! The wire formats are read by hand, in the manner of smoltcp's views, because the input
-//! stage is the hot path and must say exactly which of the kernel's checks a frame
-//! failed; the tests hold them to `etherparse`, which builds and reads the packets they
-//! use.
+//! The wire formats are read and written through the typed views of `fibre-headers`
+//! (checked once, fields named), in the manner of smoltcp's; the tests hold them to
+//! `etherparse`, which builds and reads the packets they use.
+//!
+//! The modules a user of the crate drives (the daemon, the `fibre` commands, the
+//! benchmarks) are public; those that work inside a worker (the programs loaded in the
+//! kernel, the AF_XDP and ring sockets, fragmentation, segmentation, resets) are
+//! private, with the two types the daemon names re-exported here.
 
 pub mod capture;
-pub mod claims;
-pub mod express;
-pub mod fragment;
+mod claims;
+mod express;
+mod fragment;
 pub mod handoff;
 pub mod icmp;
 pub mod input;
@@ -67,12 +71,15 @@ pub mod offload;
 pub mod packet;
 pub mod pipeline;
 pub mod pool;
-pub mod reset;
+mod reset;
 pub mod rewrite;
-pub mod ring;
+mod ring;
 pub mod runtime;
-pub mod segment;
+mod segment;
 pub mod worker;
 pub mod workers;
-pub mod xdp;
-pub mod xsk;
+mod xdp;
+mod xsk;
+
+pub use express::Generation;
+pub use xdp::LocalDestinations;

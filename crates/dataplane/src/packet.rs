@@ -1,7 +1,7 @@
 //! Frames out of a Linux link through an `AF_PACKET` socket, a vector at a time
 //! (`sendmmsg`), straight out of the pool's buffers; and one frame at a time in and
 //! out, for tests and tools. Workers receive through the socket's ring
-//! ([`crate::ring`]).
+//! (`crate::ring`).
 //!
 //! An `AF_PACKET` socket sees every frame the link receives, beside the kernel, which
 //! gets them all as well: with the kernel's forwarding off, the kernel answers what is
@@ -10,12 +10,12 @@
 //! so that nothing sent is read back as received.
 //!
 //! A socket opened to send hands each frame's unfinished work on to the kernel in a
-//! virtio-net header (`PACKET_VNET_HDR`, [`crate::offload`]): a checksum left partial
+//! virtio-net header (`PACKET_VNET_HDR`, `crate::offload`): a checksum left partial
 //! leaves partial, to be finished by the device or the next host as the kernel's own
 //! forwarding leaves it, and a large TCP or UDP packet leaves whole, for the kernel to
 //! cut where the way out needs it cut.
 //!
-//! This is the I/O that works on any link, where AF_XDP ([`crate::xsk`]) does not.
+//! This is the I/O that works on any link, where AF_XDP (`crate::xsk`) does not.
 
 use crate::offload::{VnetHeader, VNET_HEADER_LEN};
 use crate::pool::{BufferId, Pool};

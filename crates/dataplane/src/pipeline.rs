@@ -26,7 +26,7 @@
 //!   prerouting for those to answer with an error; what they drop is neither sent nor
 //!   answered. The stage runs only while the rules hold something;
 //! - rewrite (`rewrite`): TTL or hop limit down by one, MAC addresses set, the output link named;
-//!   an IPv4 packet over the MTU without DF cut into fragments ([`crate::fragment`]),
+//!   an IPv4 packet over the MTU without DF cut into fragments (`crate::fragment`),
 //!   the later ones in buffers of their own;
 //! - icmp (`answer`): the packets the route and neighbour stages refused for a reason the kernel
 //!   answers (no route, an unreachable or prohibit route, the TTL run out, over the MTU)
@@ -311,7 +311,7 @@ pub struct Pipeline {
     /// For each packet of the vector tracked, what the conntrack stage found of its
     /// kept verdict.
     keeping: Vec<connections::Keeping>,
-    /// The map of frames claimed from the kernel's stack ([`crate::claims`]), if the
+    /// The map of frames claimed from the kernel's stack (`crate::claims`), if the
     /// links have its program: the tuples of new translated connections that arrive at
     /// an address of this host (the replies of a source translated to one, the
     /// original direction of a destination translated from one) go in as the

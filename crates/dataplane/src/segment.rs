@@ -419,6 +419,7 @@ fn write(frame: &[u8], plan: &Plan, k: usize, out: &mut [u8]) -> usize {
 /// The segments of `frame` (an Ethernet frame carrying a TCP or UDP packet) that
 /// `offload` asks for, each a frame of its own with a complete checksum, in order: one,
 /// the packet itself with its checksum finished, if its payload fits one segment.
+#[cfg(test)]
 pub fn segments(frame: &[u8], offload: Offload) -> Result<Vec<Vec<u8>>, SegmentError> {
     let plan = plan(frame, offload)?;
     Ok((0..plan.count)

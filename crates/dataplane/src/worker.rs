@@ -4,18 +4,18 @@
 //!
 //! Every worker reads every forwarded link, in one of two ways:
 //!
-//! - **AF_XDP** ([`crate::xsk`]), where the links take an XDP program: each link's
-//!   program ([`crate::xdp`]) passes the kernel's frames to the kernel and redirects the
+//! - **AF_XDP** (`crate::xsk`), where the links take an XDP program: each link's
+//!   program (`crate::xdp`) passes the kernel's frames to the kernel and redirects the
 //!   rest to the socket of the worker that owns the frame's receive queue (worker `n`,
 //!   queue `n`; a link with fewer queues than workers leaves the extra workers out). The
 //!   frames lie in the worker's pool from the moment they arrive until they are sent.
 //!   Packets whose checksum may have been left partial are passed to the kernel too,
-//!   and each worker reads them from a receive ring on each link ([`crate::ring`]),
+//!   and each worker reads them from a receive ring on each link (`crate::ring`),
 //!   which says what the XDP program cannot know: fibre finishes a partial checksum
-//!   (and cuts a packet left whole into its segments, [`crate::segment`]) before the
+//!   (and cuts a packet left whole into its segments, `crate::segment`) before the
 //!   frame leaves by AF_XDP, which carries neither.
 //! - **AF_PACKET** otherwise: each worker reads each link through a socket's
-//!   `TPACKET_V3` receive ring ([`crate::ring`]) and sends with `sendmmsg`
+//!   `TPACKET_V3` receive ring (`crate::ring`) and sends with `sendmmsg`
 //!   ([`crate::packet`]). Each link's sockets are joined in one `PACKET_FANOUT` group
 //!   hashed by flow, so that the kernel spreads the link's flows over the workers and a
 //!   flow's packets stay in order on one. The kernel sees every frame too, and drops
@@ -361,7 +361,7 @@ pub struct Shared {
     /// The express path the workers feed with what they decide, if one runs.
     express: Mutex<Option<Arc<Express>>>,
     /// The replies the workers claim from the kernel's stack, on the links that have
-    /// the program on ([`crate::claims`]); set before the workers start.
+    /// the program on (`crate::claims`); set before the workers start.
     pub claims: Mutex<Option<Arc<Claims>>>,
     /// What the router's firewall closes to fibre: bit 0 IPv4, bit 1 IPv6 (packets of
     /// those it would send, it drops and counts instead, `firewall_refused`, and the

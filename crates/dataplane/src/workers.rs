@@ -58,7 +58,7 @@ pub struct Options {
     /// kernel threads that feed their sockets ([`REALTIME`]).
     pub realtime: bool,
     /// Whether destinations the workers decided are forwarded inside the kernel from
-    /// then on ([`crate::express`]; over `AF_PACKET` only).
+    /// then on (`crate::express`; over `AF_PACKET` only).
     pub express: bool,
 }
 
@@ -132,7 +132,7 @@ pub struct Workers {
     /// Why AF_XDP was not used, when it was asked for as `Auto` and could not be.
     pub fallback: Option<String>,
     /// Why the replies of connections translated to this host's addresses cannot be
-    /// kept from the kernel's stack ([`crate::claims`]), if they cannot.
+    /// kept from the kernel's stack (`crate::claims`), if they cannot.
     pub claims_unavailable: Option<String>,
     /// What the operator should know of how they read and send: over AF_XDP on veth
     /// links, that every frame is copied in the kernel, which costs more than the

@@ -30,8 +30,11 @@
 //! drops and counts them as the kernel would. The program is assembled here, as the
 //! kernel probe is, so that cargo alone builds fibre.
 
+#[cfg(test)]
 use crate::input::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+#[cfg(test)]
 use fibre_headers::transport::{TCP, UDP};
+#[cfg(test)]
 use fibre_headers::{checksum, ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet, Ipv6Packet};
 use fibre_kernel::bpf::{
     self, assemble, Insn, Item, Map, MapType, Program, XdpMode, R0, R1, R2, R3, R4, R5, R6, R7, R8,
@@ -45,6 +48,7 @@ use std::os::fd::{OwnedFd, RawFd};
 /// `XDP_PASS`: to the kernel.
 pub const XDP_PASS: u32 = 2;
 /// `XDP_TX`: back out of the link it came in on.
+#[cfg(test)]
 pub const XDP_TX: u32 = 3;
 
 /// AF_XDP sockets one link's map holds at most: one per receive queue.
@@ -167,6 +171,7 @@ impl LinkProgram {
 
     /// What the program answers for `frame` arriving on queue 0 (in the calling thread's
     /// network namespace).
+    #[cfg(test)]
     pub fn verdict(&self, frame: &[u8]) -> io::Result<u32> {
         Ok(self.program.test_run(frame, &[], 1)?.retval)
     }
@@ -309,6 +314,7 @@ const EXTENSIONS: [u8; 5] = [43, 60, 135, 139, 140];
 /// The pseudo-header's sum of a TCP or UDP packet, folded, as a sender with checksum
 /// offload leaves it in the checksum field: the addresses, the protocol, the length of
 /// the segment.
+#[cfg(test)]
 fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u16) -> u16 {
     let mut s = checksum::sum(src);
     s = checksum::add(s, checksum::sum(dst));
@@ -321,6 +327,7 @@ fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u16) -> u16 {
 /// UDP packet, not a fragment, whose checksum field holds its pseudo-header's sum; a
 /// packet of a protocol that carries another (IP in IP, IPv6 in IP, GRE, SCTP); an IPv6
 /// packet behind a routing, destination options, mobility, HIP or shim6 header.
+#[cfg(test)]
 pub fn may_hide_a_partial_checksum(frame: &[u8]) -> bool {
     let Ok(eth) = EthernetFrame::new_checked(frame) else {
         return false;

@@ -67,6 +67,8 @@ pub struct XskPorts {
     /// Dropped first (fields drop in order): the sockets close, and the kernel stops
     /// writing the UMEM, before the UMEM's registration goes.
     ports: Vec<Port>,
+    /// Held, never read: its registration must outlive the sockets.
+    #[allow(dead_code)]
     umem: Umem,
     frame_size: u64,
     /// Descriptors the kernel gave back that named no buffer lent to it.
@@ -189,11 +191,6 @@ impl XskPorts {
     /// The sockets, in order.
     pub fn len(&self) -> usize {
         self.ports.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.ports.is_empty()
     }
 
     /// Socket `k`'s interface index.
@@ -360,14 +357,11 @@ impl XskPorts {
     }
 
     /// Frames lent to the kernel to receive into, on all links.
+    #[cfg(test)]
     pub fn lent(&self) -> u32 {
         self.ports.iter().map(|p| p.lent).sum()
     }
 
-    /// The UMEM's frames in all.
-    pub fn frames(&self) -> u32 {
-        self.umem.len_frames()
-    }
 }
 
 /// `ETHTOOL_GCHANNELS`: a link's queue counts.
