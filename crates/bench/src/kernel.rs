@@ -9,9 +9,9 @@
 //! counter's noise).
 
 use crate::method::{measure_self_timed, Method, Timing};
-use fibre_kernel::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
-use fibre_kernel::probe::{ret, FibProbe};
 use fibre_lpm::{Key, Prefix};
+use fibre_testbed::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
+use fibre_testbed::probe::{ret, FibProbe};
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

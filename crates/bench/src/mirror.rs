@@ -9,10 +9,10 @@
 //! is asked with `ip -batch`, as an administrator or a routing daemon would change it.
 
 use crate::kernel::KernelFib;
-use fibre_kernel::netns::{gateway, OUTPUT_DEV};
 use fibre_lpm::{Key, Prefix};
 use fibre_mirror::netlink::{self as nl, Batch, Events};
 use fibre_mirror::Mirror;
+use fibre_testbed::netns::{gateway, OUTPUT_DEV};
 use serde_json::{json, Value};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -605,8 +605,8 @@ fn kernel_update_batch<K: Key>(
                 present.insert(p);
                 batch.push_str(&format!(
                     "route replace {p} via {} dev {}\n",
-                    fibre_kernel::netns::gateway(K::FAMILY, i % crate::kernel::GATEWAYS),
-                    fibre_kernel::netns::OUTPUT_DEV
+                    fibre_testbed::netns::gateway(K::FAMILY, i % crate::kernel::GATEWAYS),
+                    fibre_testbed::netns::OUTPUT_DEV
                 ));
             }
             RouteOp::Withdraw if present.remove(&p) => {

@@ -6,10 +6,10 @@
 //! Needs root and iproute2: ignored otherwise (`cargo test -- --include-ignored` as root).
 
 use fibre_bench::addresses;
-use fibre_kernel::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
-use fibre_kernel::probe::{ret, FibProbe};
 use fibre_lpm::{Form, Key, Prefix, Structure, Table};
 use fibre_routefile::{final_prefixes, read_route_file};
+use fibre_testbed::netns::{gateway, unavailable_reason, Namespace, INPUT_DEV, OUTPUT_DEV};
+use fibre_testbed::probe::{ret, FibProbe};
 use std::net::IpAddr;
 use std::path::PathBuf;
 

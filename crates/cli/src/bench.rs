@@ -486,7 +486,7 @@ fn pipeline(args: PipelineArgs) -> Result<ExitCode, Box<dyn std::error::Error>> 
     let veth_missing = if args.no_veth {
         Some("left out (--no-veth)".to_string())
     } else {
-        fibre_kernel::netns::unavailable_reason()
+        fibre_testbed::netns::unavailable_reason()
     };
     if veth_missing.is_none() {
         let (mut v4s, mut v6s) = (v4.clone(), v6.clone());

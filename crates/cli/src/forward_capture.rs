@@ -7,9 +7,12 @@
 //!
 //! The ruleset is read by `nft` itself, into a private network namespace holding links
 //! of the configuration's names and indexes, and mirrored from there as the daemon
-//! mirrors a router's: fibre has no second parser of nft's grammar. Offline there is no
-//! kernel to hand anything to, so a ruleset holding what fibre does not enforce is
-//! refused, naming each such part.
+//! mirrors a router's: fibre has no second parser of nft's grammar. The namespace is
+//! scratch, made for the reading and deleted after it, so that neither the ruleset nor
+//! the links made for its names touch the machine's own; it is the test and bench
+//! harness's [`Namespace`] (`fibre-testbed`), the one use of the harness outside tests
+//! and `fibre bench`. Offline there is no kernel to hand anything to, so a ruleset
+//! holding what fibre does not enforce is refused, naming each such part.
 
 use fibre_dataplane::capture::{fate_name, read_capture, SentCapture};
 use fibre_dataplane::icmp::{Hops, Limits, RateLimit};
@@ -19,7 +22,7 @@ use fibre_dataplane::pipeline::{Arrival, Pipeline};
 use fibre_dataplane::runtime;
 use fibre_fib::{config, State};
 use fibre_firewall::eval::Filter;
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,7 +69,7 @@ pub struct ForwardArgs {
 pub fn load_ruleset(path: &Path, snap: &fibre_fib::Snapshot) -> Result<(Filter, u8), String> {
     use fibre_firewall::gate::{self, Legacy};
     let file = path.display().to_string();
-    if let Some(why) = fibre_kernel::netns::unavailable_reason() {
+    if let Some(why) = fibre_testbed::netns::unavailable_reason() {
         return Err(format!("--ruleset {file}: {why}"));
     }
     let ns = Namespace::create("ruleset").map_err(|e| format!("--ruleset {file}: {e}"))?;

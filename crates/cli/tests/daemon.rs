@@ -3,7 +3,7 @@
 //! lists and answers compared with what `ip` lists and answers, after the first dump and
 //! after each round of changes made while the daemon runs.
 
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

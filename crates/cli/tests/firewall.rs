@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 
 /// Loads `rules` into the router's kernel with `nft -f`.
 fn nft(ns: &Namespace, rules: &str) {

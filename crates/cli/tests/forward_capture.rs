@@ -11,7 +11,7 @@ use common::frames::{kernels_own, normal};
 use etherparse::PacketBuilder;
 use fibre_dataplane::capture::{read_capture, Frame};
 use fibre_dataplane::packet::PacketSocket;
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
 use serde_json::Value;

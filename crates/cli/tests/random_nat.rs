@@ -32,6 +32,15 @@
 //! client port (or echo identifier) is its own in a round, so that no NAT mapping
 //! clashes and every mapping is the kernel's to reproduce (clashes are `forward_capture.rs`'s).
 //!
+//! A round's kernel side ends on an event, not on a quiet spell: after the round's frames,
+//! a sentinel UDP frame is sent into each link ([`sentinel`]), which every ruleset
+//! forwards out of the other (its own accept rule comes first in every filter chain, and
+//! no NAT rule reads its addresses or port). The frames are sent from one core, so they
+//! queue on one CPU's backlog and the kernel handles them in order: once both sentinels
+//! came out, everything the round's frames made has come out before them. A sentinel
+//! that never comes fails the round. `fibre forward` reads a capture, which ends by
+//! itself, and never sees the sentinels.
+//!
 //! What the kernel does of its own accord is kept out of the comparison: an input chain
 //! drops what is for the router (which would answer it), redirects are not sent (fibre
 //! sends none yet), and the limits on ICMP errors are lifted in the router's namespace,
@@ -60,6 +69,14 @@ const PACKETS_PER_ROUND: usize = 5_000;
 /// The first client port (and echo identifier) of a round; each connection takes the
 /// next.
 const FIRST_CLIENT_PORT: u16 = 20_000;
+/// The payload of the frames that end a round ([`sentinel`]).
+const SENTINEL: &[u8] = b"random NAT test: the frames before me are all out";
+/// The sentinel's source port and destination port: none of a connection's, before NAT
+/// or after it (servers' ports are below 10,000, clients' from [`FIRST_CLIENT_PORT`]).
+const SENTINEL_PORTS: (u16, u16) = (4999, 4545);
+/// How long the kernel may take to forward a round's sentinels before the round fails:
+/// far past what it takes (milliseconds), never the normal end.
+const SENTINEL_WITHIN: Duration = Duration::from_secs(30);
 
 const A0: [u8; 6] = [2, 0, 0, 0, 0x0a, 0];
 const B0: [u8; 6] = [2, 0, 0, 0, 0x0b, 0];
@@ -360,6 +377,35 @@ fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     h
 }
 
+/// The UDP frame sent from `side`'s host after a round's frames, which the router
+/// forwards out of its other link: addresses no connection of the round has (the
+/// inside's hosts are .2 to .30, the outside's in 10.1.0.0/23), a route to the
+/// destination without a hop limit, ports no NAT rule reads, and its own accept rule
+/// ([`sentinel_accept`]).
+fn sentinel(side: Side) -> Vec<u8> {
+    let (src, dst) = match side {
+        Side::A => (v4([192, 0, 2, 60]), v4([10, 1, 255, 254])),
+        Side::B => (v4([10, 1, 255, 253]), v4([192, 0, 2, 61])),
+    };
+    let (sport, dport) = SENTINEL_PORTS;
+    frame(side, src, dst, 64, 17, &udp(sport, dport, SENTINEL))
+}
+
+/// The rule that lets the sentinel through, first in every filter chain a packet starts
+/// in (the regular chains are reached from those only); no frame of a round matches it.
+fn sentinel_accept() -> String {
+    let (sport, dport) = SENTINEL_PORTS;
+    format!("udp sport {sport} udp dport {dport} accept")
+}
+
+/// Whether `f` is a sentinel, forwarded (its source maybe translated).
+fn is_sentinel(f: &[u8]) -> bool {
+    f.len() >= 14 + 20 + 8 + SENTINEL.len()
+        && f[12..14] == [0x08, 0x00]
+        && f[23] == 17
+        && f.ends_with(SENTINEL)
+}
+
 fn echo(v6: bool, reply: bool, id: u16, seq: u16) -> Vec<u8> {
     let kind = match (v6, reply) {
         (false, false) => 8,
@@ -621,6 +667,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool, resets: bool) -> String {
                 out,
                 "  chain pre {{ type filter hook prerouting priority {priority}; policy accept;"
             );
+            let _ = writeln!(out, "    {}", sentinel_accept());
             for _ in 0..rng.gen_range(1..3) {
                 let _ = writeln!(out, "    {}", random_rule(rng, family, false, 0, 0));
             }
@@ -631,6 +678,7 @@ fn random_ruleset(rng: &mut StdRng, nat: bool, resets: bool) -> String {
             out,
             "  chain forwarding {{ type filter hook forward priority filter; policy {policy};"
         );
+        let _ = writeln!(out, "    {}", sentinel_accept());
         if resets {
             let _ = writeln!(out, "    tcp dport 2222 reject with tcp reset");
         }
@@ -954,16 +1002,21 @@ struct Played {
 /// Takes what the kernel sent out of its links, each on the hosts' sockets (`a`,
 /// `b`): kept, and each client packet that reached the far side noted in its
 /// connection (found by its client port in `by_port`), so that the server may answer
-/// it as it came.
+/// it as it came. The sides out of which a sentinel came, which is not kept.
 fn receive(
     a: &PacketSocket,
     b: &PacketSocket,
     played: &mut Played,
     flows: &mut [Flow],
     by_port: &HashMap<u16, usize>,
-) {
+) -> Vec<Side> {
+    let mut sentinels = Vec::new();
     for (side, sock) in [(Side::A, a), (Side::B, b)] {
         while let Some(f) = sock.receive_frame().unwrap() {
+            if is_sentinel(&f) {
+                sentinels.push(side);
+                continue;
+            }
             if kernels_own(&f) {
                 continue;
             }
@@ -992,6 +1045,7 @@ fn receive(
             played.kernel.entry(side.link()).or_default().push(f);
         }
     }
+    sentinels
 }
 
 /// Whether an IP packet could open a connection in the kernel's conntrack: any but a
@@ -1013,6 +1067,12 @@ fn play(hosts: &Namespace, rng: &mut StdRng) -> Played {
     std::thread::scope(|s| {
         s.spawn(|| {
             hosts.enter().unwrap();
+            // One core: the frames sent into both links, and what the router makes of
+            // them, queue on one CPU's backlog, in order, ahead of the sentinels.
+            let core = core_affinity::get_core_ids()
+                .and_then(|cores| cores.into_iter().next())
+                .expect("a core to send from");
+            assert!(core_affinity::set_for_current(core), "pinned to {core:?}");
             let mut rng = StdRng::seed_from_u64(seed);
             let a = PacketSocket::open_named("a1").unwrap();
             let b = PacketSocket::open_named("b1").unwrap();
@@ -1040,18 +1100,30 @@ fn play(hosts: &Namespace, rng: &mut StdRng) -> Played {
                 let sock = if side == Side::A { &a } else { &b };
                 sock.send_frame(&f).unwrap();
                 played.into.push((side, start.elapsed(), f));
-                receive(&a, &b, &mut played, &mut flows, &by_port);
+                let early = receive(&a, &b, &mut played, &mut flows, &by_port);
+                assert!(early.is_empty(), "a sentinel before it was sent");
             }
-            // The last frames' way through the router.
-            let mut quiet = Instant::now();
-            while quiet.elapsed() < Duration::from_millis(300) {
-                let before: usize = played.kernel.values().map(Vec::len).sum();
-                std::thread::sleep(Duration::from_millis(20));
-                receive(&a, &b, &mut played, &mut flows, &by_port);
-                if played.kernel.values().map(Vec::len).sum::<usize>() != before {
-                    quiet = Instant::now();
+            // The round's end: a sentinel into each link, after every frame of the
+            // round; each comes out of the other link once everything before it has.
+            a.send_frame(&sentinel(Side::A)).unwrap();
+            b.send_frame(&sentinel(Side::B)).unwrap();
+            let deadline = Instant::now() + SENTINEL_WITHIN;
+            let mut came_out_of = Vec::new();
+            for want in [Side::B, Side::A] {
+                while !came_out_of.contains(&want) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the sentinel sent into {} never came out of {} (in {SENTINEL_WITHIN:?}): \
+                         the kernel did not forward it, so the round's frames cannot be known \
+                         to be all out",
+                        if want == Side::B { "a0" } else { "b0" },
+                        want.link(),
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                    came_out_of.extend(receive(&a, &b, &mut played, &mut flows, &by_port));
                 }
             }
+            assert_eq!(came_out_of.len(), 2, "one sentinel out of each link");
             played
         })
         .join()

@@ -59,8 +59,8 @@
 //! its own; only the interleaving may differ, where a pause ends by the clock).
 
 use fibre_conntrack::{Conntrack, Fate, Settings, State, Tracked};
-use fibre_kernel::netns::Namespace;
-use fibre_kernel::wire::{self, in_namespace};
+use fibre_testbed::netns::Namespace;
+use fibre_testbed::wire::{self, in_namespace};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashSet};

@@ -10,12 +10,12 @@
 use crate::metrics::{label, Exposition, Kind, Labels};
 use fibre_conntrack::{Conntrack, Settings};
 use fibre_dataplane::capture::fate_name;
-use fibre_dataplane::Generation;
 use fibre_dataplane::icmp::{Hops, Limits};
 use fibre_dataplane::runtime;
 use fibre_dataplane::worker::{Counters, NeighbourMacs, Resolve, Shared};
 use fibre_dataplane::workers::IoMode;
 use fibre_dataplane::workers::{Failure, Notify, Options, Workers};
+use fibre_dataplane::Generation;
 use fibre_dataplane::LocalDestinations;
 use fibre_fib::FibReader;
 use fibre_mirror::netlink::Resolver;

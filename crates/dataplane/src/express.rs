@@ -400,7 +400,7 @@ fn program(local: &Map, entries: &Map, generation: &Map) -> Vec<Insn> {
 mod tests {
     use super::*;
     use crate::rewrite;
-    use fibre_kernel::netns::Namespace;
+    use fibre_testbed::netns::Namespace;
     use rand::{Rng, SeedableRng};
     use std::net::{Ipv4Addr, Ipv6Addr};
 

@@ -451,7 +451,7 @@ pub fn wait_any(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<usize>> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use fibre_kernel::netns::Namespace;
+    use fibre_testbed::netns::Namespace;
 
     /// A frame of `len` bytes of the local experimental EtherType, numbered `i`: nothing
     /// else on the link (the kernel's own neighbour discovery) looks like it.

@@ -451,7 +451,7 @@ mod tests {
     use super::*;
     use crate::packet::tests::frame as numbered;
     use crate::packet::Batch;
-    use fibre_kernel::netns::Namespace;
+    use fibre_testbed::netns::Namespace;
     use std::time::{Duration, Instant};
 
     /// A namespace `name` holding a veth pair x0 - x1, both up.

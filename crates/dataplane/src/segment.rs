@@ -1269,7 +1269,7 @@ mod tests {
     }
 
     /// Runs `ip netns exec NS ethtool -K DEV ARGS...`.
-    fn ethtool(ns: &fibre_kernel::netns::Namespace, dev: &str, args: &[&str]) {
+    fn ethtool(ns: &fibre_testbed::netns::Namespace, dev: &str, args: &[&str]) {
         let out = std::process::Command::new("ip")
             .args(["netns", "exec", ns.name(), "ethtool", "-K", dev])
             .args(args)
@@ -1308,7 +1308,7 @@ mod tests {
         use crate::packet::PacketSocket;
         use std::time::Duration;
 
-        let ns = fibre_kernel::netns::Namespace::create("segment").expect("a namespace");
+        let ns = fibre_testbed::netns::Namespace::create("segment").expect("a namespace");
         ns.batch(
             "link add s0 type veth peer name s1\n\
              link set s0 mtu 9000\nlink set s1 mtu 9000\n\

@@ -361,7 +361,6 @@ impl XskPorts {
     pub fn lent(&self) -> u32 {
         self.ports.iter().map(|p| p.lent).sum()
     }
-
 }
 
 /// `ETHTOOL_GCHANNELS`: a link's queue counts.
@@ -428,7 +427,7 @@ mod tests {
     use crate::packet::PacketSocket;
     use crate::xdp::{LinkProgram, LocalDestinations, XDP_PASS};
     use etherparse::PacketBuilder;
-    use fibre_kernel::netns::Namespace;
+    use fibre_testbed::netns::Namespace;
     use std::time::{Duration, Instant};
 
     const MAC0: [u8; 6] = [0x02, 0, 0, 0, 0, 0x10];

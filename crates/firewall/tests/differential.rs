@@ -49,8 +49,8 @@
 use fibre_firewall::eval::{Filter, Link, Packet, Program};
 use fibre_firewall::nfnetlink::dump;
 use fibre_firewall::Ruleset;
-use fibre_kernel::netns::Namespace;
-use fibre_kernel::wire::{self, in_namespace, ETHERNET_HEADER};
+use fibre_testbed::netns::Namespace;
+use fibre_testbed::wire::{self, in_namespace, ETHERNET_HEADER};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;

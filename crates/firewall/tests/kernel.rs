@@ -8,7 +8,7 @@ use fibre_firewall::gate::{closed, quiet, refusals, Families, Legacy};
 use fibre_firewall::message::Message;
 use fibre_firewall::nfnetlink::{dump, Batch, Events};
 use fibre_firewall::Ruleset;
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 use serde_json::Value;
 
 /// Runs `nft` in `ns` with `args`, `stdin` fed to it; what it printed.

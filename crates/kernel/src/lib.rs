@@ -1,23 +1,21 @@
-//! # fibre-kernel: the Linux kernel's FIB, seen from fibre
+//! # fibre-kernel: what fibre's own code asks of the Linux kernel
 //!
-//! - [`netns`]: a private network namespace set up as a router (veth pair, gateways,
-//!   forwarding), filled with routes through `ip -batch`.
-//! - [`bpf`]: eBPF instruction encoding, maps, program loading and `BPF_PROG_TEST_RUN`.
-//! - [`probe`]: the kernel's route lookup (`bpf_fib_lookup`) run from an XDP program on
-//!   addresses from a map, timed by the kernel, dry run beside it, answers readable.
+//! The system calls and kernel interfaces the daemon and the packet path use, each
+//! wrapped once, with its `unsafe` said sound where it is:
+//!
+//! - [`bpf`]: eBPF instruction encoding, maps, program loading and attaching, and
+//!   `BPF_PROG_TEST_RUN`, so that fibre's XDP and traffic-control programs are assembled
+//!   in Rust and cargo alone builds them.
 //! - [`privileges`]: capabilities cut to those named, after setup.
 //! - [`memory`]: this process's resident memory.
 //! - [`sockopt`]: the netlink sockets' receive buffers; a Unix socket's peer.
-//! - [`wire`]: raw frames into and out of a link with packet sockets, for tests and
-//!   benchmarks that ask the kernel.
+//! - [`netns`]: a network namespace entered by name, the one way fibre enters one.
 //!
-//! Everything here needs root; [`netns::unavailable_reason`] says plainly why the kernel
-//! side cannot run when it cannot.
+//! Nothing here builds namespaces, runs `ip` or `nft`, or sends test frames: that is the
+//! test and bench harness, `fibre-testbed`, which production code does not link.
 
 pub mod bpf;
 pub mod memory;
 pub mod netns;
 pub mod privileges;
-pub mod probe;
 pub mod sockopt;
-pub mod wire;

@@ -4,9 +4,9 @@
 //! after the overflow the mirror dumps again and holds what the kernel holds.
 
 use fibre_fib::{show, Family};
-use fibre_kernel::netns::Namespace;
 use fibre_mirror::netlink::{Backlog, Batch, Events};
 use fibre_mirror::Mirror;
+use fibre_testbed::netns::Namespace;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 

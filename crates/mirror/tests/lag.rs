@@ -3,9 +3,9 @@
 //! that changes nothing they see (the kernel reporting a nexthop object's routes again
 //! after the object changed) publishes nothing and has none, its time kept apart.
 
-use fibre_kernel::netns::Namespace;
 use fibre_mirror::netlink::{self, Batch, Events};
 use fibre_mirror::Mirror;
+use fibre_testbed::netns::Namespace;
 use std::time::Instant;
 
 /// Routes through the nexthop object: enough for the kernel's reports of them again to

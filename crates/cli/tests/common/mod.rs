@@ -7,7 +7,7 @@
 pub mod frames;
 
 use fibre_dataplane::packet::PacketSocket;
-pub use fibre_kernel::netns::Namespace;
+pub use fibre_testbed::netns::Namespace;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, UdpSocket};

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use fibre_fib::{config, show, State};
-use fibre_kernel::netns::Namespace;
+use fibre_testbed::netns::Namespace;
 use serde_json::Value;
 use std::io::Write;
 use std::process::Command;

@@ -20,7 +20,7 @@
 //!   return XDP_PASS
 //! ```
 
-use crate::bpf::*;
+use fibre_kernel::bpf::*;
 use std::io;
 use std::net::IpAddr;
 
