@@ -12,9 +12,12 @@
 //!   [`Nexthop`] objects (`nexthop`).
 //! - [`config`] reads a file of `ip` command lines into a state: all of it or, with
 //!   `FILE:LINE: reason`, none.
-//! - [`Snapshot`] is a state compiled for lookups (`snapshot`): every table one LPM
-//!   structure, rules resolved; [`Snapshot::route`] answers a [`Query`] with an [`Answer`]
-//!   or the kernel's error ([`NoRoute`]). [`source`] picks the source address.
+//! - [`Snapshot`] is a state compiled for lookups: every table one LPM structure, rules
+//!   resolved (`layout`; compiled by `compile`, patched in place by `patch`). Its methods
+//!   are listed in one place (`snapshot`), each a call into the module that does the
+//!   work. [`Snapshot::route`] answers a [`Query`] with an [`Answer`] or the kernel's error
+//!   ([`NoRoute`]) by the kernel's full walk (`walk`; `special` for IPv4's multicast and
+//!   broadcast destinations). [`source`] picks the source address.
 //! - [`Snapshot::lookup`] and [`Snapshot::lookup_batch`] (`forward`) answer what a packet
 //!   needs, a [`Hop`] (`hop`; by reference, a [`HopRef`]), with the same semantics and
 //!   no allocation: every destination's answer to a flow with no output link is decided
@@ -58,10 +61,12 @@
 mod answers;
 mod chunked;
 mod classify;
+mod compile;
 pub mod config;
 pub mod exception;
 pub mod forward;
 pub mod hop;
+mod layout;
 pub mod link;
 pub mod multipath;
 pub mod names;
@@ -80,9 +85,11 @@ pub mod source;
 mod special;
 pub mod state;
 pub mod vector;
+mod walk;
 
 pub use exception::{Exception, Exceptions};
 pub use hop::{Hop, HopRef};
+pub use layout::{Snapshot, SnapshotMemory};
 pub use link::{Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};
@@ -93,6 +100,5 @@ pub use query::BATCH;
 pub use query::{Answer, NoRoute, Query};
 pub use route::{Path, Paths, Route, RouteBody, RouteType};
 pub use rule::{Rule, RuleAction};
-pub use snapshot::{Snapshot, SnapshotMemory};
 pub use state::{Dumping, Refused, RouteOp, State};
 pub use vector::{FlowVector, VectorAnswers};
