@@ -39,9 +39,6 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-// Where it was before the compile had a module of its own.
-pub use crate::compile::Half;
-
 /// What users of a snapshot can do.
 impl Snapshot {
     /// Routes a query as the kernel's `ip route get` would.
