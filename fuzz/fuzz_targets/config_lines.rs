@@ -7,8 +7,7 @@
 //! `crates/fib/tests/config_fuzz.rs` checks the same on generated lines.
 #![no_main]
 
-use fibre_fib::query::parse_query;
-use fibre_fib::{config, Query, Snapshot, State};
+use fibre_fib::{config, parse_query, Query, Snapshot, State};
 use libfuzzer_sys::fuzz_target;
 use std::net::IpAddr;
 use std::sync::OnceLock;

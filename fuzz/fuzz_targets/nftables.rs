@@ -13,9 +13,8 @@
 //! the fuzzer then varies.
 #![no_main]
 
-use fibre_firewall::eval::{Ct, Filter, Hook, Link, Packet, Part};
 use fibre_firewall::gate::{self, Legacy};
-use fibre_firewall::{connections, message, render, Ruleset};
+use fibre_firewall::{connections, message, render, Ct, Filter, Hook, Link, Packet, Part, Ruleset};
 use libfuzzer_sys::fuzz_target;
 
 fn link(index: u32, name: &str) -> Link<'_> {

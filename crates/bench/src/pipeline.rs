@@ -38,7 +38,7 @@ use fibre_dataplane::pool::{BufferId, Pool};
 use fibre_dataplane::runtime::StageCounters;
 use fibre_dataplane::worker::NeighbourMacs;
 use fibre_fib::{config, LinkIndex, Snapshot, State};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::Filter;
 use fibre_headers::checksum;
 use fibre_lpm::{Key, Prefix};
 use fibre_testbed::netns::gateway;
@@ -417,7 +417,7 @@ struct Handing {
 struct HandOver {
     mailboxes: Arc<Vec<Mailbox>>,
     census: Arc<std::sync::atomic::AtomicUsize>,
-    registry: Arc<Mutex<fibre_conntrack::registry::Registry>>,
+    registry: Arc<Mutex<fibre_conntrack::Registry>>,
     lanes: usize,
 }
 

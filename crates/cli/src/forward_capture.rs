@@ -21,7 +21,7 @@ use fibre_dataplane::offline::{self, VECTOR};
 use fibre_dataplane::pipeline::{Arrival, Pipeline};
 use fibre_dataplane::runtime;
 use fibre_fib::{config, State};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::Filter;
 use fibre_testbed::netns::Namespace;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -204,9 +204,7 @@ pub fn run(a: ForwardArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // The workers' tables, as the daemon's: one count of their connections, one
     // registry, one mailbox each.
     let census = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let registry = std::sync::Arc::new(std::sync::Mutex::new(
-        fibre_conntrack::registry::Registry::default(),
-    ));
+    let registry = std::sync::Arc::new(std::sync::Mutex::new(fibre_conntrack::Registry::default()));
     let mailboxes = std::sync::Arc::new(
         (0..a.workers)
             .map(|_| fibre_dataplane::handoff::Mailbox::new())

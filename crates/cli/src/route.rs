@@ -2,7 +2,7 @@
 //! file of `ip` command lines.
 
 use clap::{Args, Subcommand};
-use fibre_daemon::commands::{
+use fibre_daemon::{
     addr_show, families, link_show, nexthop_show, query_of, route_get, route_show, rule_show, Done,
     Out,
 };

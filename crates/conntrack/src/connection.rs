@@ -67,7 +67,7 @@ pub enum Fate {
     /// The kernel's to forward.
     Kernel(Untrackable),
     /// Another worker's: its connection lies in that worker's table
-    /// ([`crate::owners`]).
+    /// ([`Owners`](crate::Owners)).
     Elsewhere(u16),
 }
 
@@ -200,7 +200,7 @@ pub struct Connection {
     /// The link it was masqueraded out of (0: not masqueraded): a packet of it leaving
     /// by another link ends it (`nf_nat_oif_changed`).
     pub masquerade: u32,
-    /// The verdict of the chains kept for its directions' packets ([`crate::kept`]).
+    /// The verdict of the chains kept for its directions' packets ([`Kept`](crate::Kept)).
     pub kept: Kept,
 }
 
@@ -226,7 +226,7 @@ impl Connection {
 }
 
 /// What one worker's table tells another's of a connection whose tuple hashes there
-/// ([`crate::owners`]): the tuple, and the worker whose table holds the connection.
+/// ([`Owners`](crate::Owners)): the tuple, and the worker whose table holds the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forward {
     /// Held from now on.

@@ -6,31 +6,41 @@
 //! sysctls. The router's rules read a packet's state (`ct state`, `ct status`, ...)
 //! from it, as the kernel's read its conntrack.
 //!
-//! - [`connection`]: a tracked connection and a packet's outcome.
-//! - [`table`]: the connection table and a packet's way through it.
+//! - [`Connection`] (`connection`): a tracked connection, and a packet's outcome
+//!   ([`Tracked`]).
+//! - [`Conntrack`] (`table`): the connection table and a packet's way through it.
 //! - [`nat`]: address translation: bindings chosen, packets rewritten.
-//! - [`translation`]: address translation applied through the table.
-//! - [`owners`]: which worker's table holds a connection.
-//! - [`registry`]: what NAT asks of every worker's connections.
-//! - [`kept`]: the chains' verdicts kept on connections for their later packets.
-//! - [`tcp`]: the TCP state machine and windows.
-//! - [`mod@tuple`]: a packet's tuple, as the kernel reads it.
-//! - [`settings`]: the namespace's conntrack sysctls.
+//! - `translation`: address translation applied through the table.
+//! - [`Owners`] (`owners`): which worker's table holds a connection.
+//! - [`Registry`] (`registry`): what NAT asks of every worker's connections.
+//! - [`Kept`] (`kept`): the chains' verdicts kept on connections for their later packets.
+//! - [`Tcp`] (`tcp`): the TCP state machine and windows.
+//! - [`Tuple`] ([`mod@tuple`]): a packet's tuple, as the kernel reads it.
+//! - [`Settings`] (`settings`): the namespace's conntrack sysctls.
 
-pub mod connection;
-pub mod kept;
+mod connection;
+mod kept;
+// Public as a namespace: the kernel's NAT range flags and NAT status bits, named as the
+// kernel names them (`nat::PERSISTENT`, `nat::SRC_NAT`), and a NAT's `nat::Range`.
 pub mod nat;
-pub mod owners;
-pub mod registry;
-pub mod settings;
-pub mod table;
-pub mod tcp;
-pub mod translation;
+mod owners;
+mod registry;
+mod settings;
+mod table;
+mod tcp;
+mod translation;
+// Public as a namespace of constants: the protocol numbers a tuple holds (`tuple::TCP`,
+// `tuple::ICMPV6`), and those tracked by the kernel alone (`tuple::UNTRACKED_HERE`).
 pub mod tuple;
 
-pub use connection::{Connection, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable};
+pub use connection::{
+    Connection, Fate, Forward, Nanos, Protocol, State, Tracked, Untrackable, ASSURED, CONFIRMED,
+    SEEN_REPLY,
+};
 pub use kept::{Epoch, Kept};
 pub use owners::Owners;
-pub use settings::Settings;
-pub use table::Conntrack;
+pub use registry::Registry;
+pub use settings::{Settings, TcpTimeouts};
+pub use table::{Conntrack, Stats, RELEASED_MAX};
+pub use tcp::{Tcp, TcpSide, TcpState};
 pub use tuple::Tuple;

@@ -167,7 +167,7 @@ pub struct Conntrack {
     pub(crate) epochs: Epochs,
     /// What it counted.
     pub stats: Stats,
-    /// Which worker's table it is, among how many ([`crate::owners`]).
+    /// Which worker's table it is, among how many ([`Owners`](crate::Owners)).
     owners: Owners,
     /// The connections of every worker's table together, which `nf_conntrack_max`
     /// bounds as the kernel's count of its one table.
@@ -1043,7 +1043,7 @@ impl Conntrack {
     }
 }
 
-/// Connections moved between workers' tables ([`crate::owners`]).
+/// Connections moved between workers' tables ([`Owners`](crate::Owners)).
 impl Conntrack {
     /// Moves the connections of `tables` (table `k` worker `k`'s) to their owners under
     /// `owners` (each table's own `me` set from its place), and has each table follow it.
@@ -1088,7 +1088,7 @@ impl Conntrack {
     }
 }
 
-/// Verdicts kept on connections ([`crate::kept`]).
+/// Verdicts kept on connections ([`Kept`](crate::Kept)).
 impl Conntrack {
     /// The epoch of the rules numbered `rules` and the routes and links numbered
     /// `routes`: the current one while they stay, a new one when either changes (every

@@ -220,7 +220,7 @@ const MAXACKWINCONST: u32 = 66000;
 /// that its 18 bytes take 18 (not 20): a connection's slot stays under 180 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C, packed(2))]
-pub struct Side {
+pub struct TcpSide {
     /// The highest sequence number sent, plus the segment's length.
     pub end: u32,
     /// The highest sequence number the other side allows (its ack plus window).
@@ -239,7 +239,7 @@ pub struct Side {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tcp {
     /// Each side: the original direction's sender first.
-    pub seen: [Side; 2],
+    pub seen: [TcpSide; 2],
     /// The connection's state.
     pub state: TcpState,
     last_dir: u8,
@@ -259,10 +259,10 @@ impl Tcp {
     /// (`td_maxwin` 0), so that the first segment each way sets its side's window, as
     /// on a connection picked up mid-stream.
     pub fn imported(state: TcpState, scale: [u8; 2], flags: [u8; 2]) -> Tcp {
-        let side = |d: usize| Side {
+        let side = |d: usize| TcpSide {
             scale: scale[d].min(MAX_WSCALE),
             flags: flags[d],
-            ..Side::default()
+            ..TcpSide::default()
         };
         Tcp {
             seen: [side(0), side(1)],
@@ -345,7 +345,7 @@ impl<'a> Segment<'a> {
     }
 
     /// `tcp_options`: the window scale and SACK permission a SYN offers.
-    fn options_into(&self, side: &mut Side) {
+    fn options_into(&self, side: &mut TcpSide) {
         if self.options.is_empty() {
             return;
         }
@@ -635,7 +635,7 @@ impl Tcp {
         self.last_end = s.end();
         self.last_win = s.window;
         if index == Kind::Syn && dir == 0 {
-            let mut seen = Side::default();
+            let mut seen = TcpSide::default();
             self.last_flags = 0;
             self.last_wscale = 0;
             s.options_into(&mut seen);

@@ -37,7 +37,7 @@ pub fn families(v4: bool, v6: bool) -> Vec<Family> {
 
 /// The query `words` (the words after `ip route get`) name, links named as `snap` has them.
 pub fn query_of(snap: &Snapshot, words: &[&str]) -> Result<Query, String> {
-    fibre_fib::query::parse_query(words, |name| {
+    fibre_fib::parse_query(words, |name| {
         snap.links().find(|l| l.name == name).map(|l| l.index)
     })
 }

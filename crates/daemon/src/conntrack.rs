@@ -5,8 +5,8 @@
 
 use crate::commands::{Done, Out};
 use crate::metrics::{label, Exposition, Kind};
-use fibre_conntrack::connection::{ASSURED, SEEN_REPLY};
 use fibre_conntrack::{Connection, Conntrack, Tuple};
+use fibre_conntrack::{ASSURED, SEEN_REPLY};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
@@ -115,8 +115,8 @@ pub fn show(tables: &[&Conntrack], now: u64, json: bool, o: &mut Out) -> Done {
 }
 
 /// What every worker's table counted, together.
-fn total(tables: &[&Conntrack]) -> fibre_conntrack::table::Stats {
-    let mut sum = fibre_conntrack::table::Stats::default();
+fn total(tables: &[&Conntrack]) -> fibre_conntrack::Stats {
+    let mut sum = fibre_conntrack::Stats::default();
     for t in tables {
         sum.add(&t.stats);
     }

@@ -12,11 +12,10 @@
 use crate::commands::{Done, Out};
 use crate::metrics::{label, Exposition, Kind};
 use fibre_dataplane::worker::Shared;
-use fibre_firewall::eval::Filter;
 use fibre_firewall::gate::{self, Families, Legacy, Refusal};
 use fibre_firewall::message::Message;
 use fibre_firewall::nfnetlink::{self, Batch, Dump};
-use fibre_firewall::{render, Ruleset};
+use fibre_firewall::{render, Filter, Ruleset};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -4,11 +4,12 @@
 //! workers started and supervised (`forwarding`), the firewall mirrored beside them
 //! (`firewall`), the connection table shown (`conntrack`), and the control socket made
 //! safely (`control_socket`). The `fibre` command is a thin layer over it: it parses the
-//! arguments and calls [`run`] or [`ctl`].
+//! arguments and calls [`run`] or [`ctl`], and answers the commands on a configuration
+//! file as the daemon answers them ([`route_get`], [`route_show`], [`rule_show`], ...).
 
 #![forbid(unsafe_code)]
 
-pub mod commands;
+mod commands;
 mod conntrack;
 mod control_socket;
 mod daemon;
@@ -16,4 +17,8 @@ mod firewall;
 mod forwarding;
 mod metrics;
 
-pub use daemon::{ctl, run, CtlArgs, DaemonArgs};
+pub use commands::{
+    addr_show, families, link_show, nexthop_show, query_of, route_get, route_show, rule_show, Done,
+    Out,
+};
+pub use daemon::{ctl, run, CtlArgs, DaemonArgs, Io};

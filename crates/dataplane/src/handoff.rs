@@ -1,5 +1,5 @@
 //! Packets one worker hands another: those of a connection another worker's table
-//! holds ([`fibre_conntrack::owners`]), so that both directions of a connection meet
+//! holds ([`fibre_conntrack::Owners`]), so that both directions of a connection meet
 //! its state in one table, which only its worker touches, without a lock.
 //!
 //! Each worker has a mailbox: a bounded queue of batches (one a vector for each worker

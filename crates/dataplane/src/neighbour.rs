@@ -3,7 +3,7 @@
 //! pipeline reads the kernel's table, which `fibre-mirror` keeps.)
 
 use crate::pipeline::Neighbours;
-use fibre_fib::link::parse_mac;
+use fibre_fib::parse_mac;
 use fibre_fib::LinkIndex;
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -21,7 +21,7 @@
 //!   searched table comes to (its link, MTU and MAC addresses: VPP's adjacency) is made
 //!   once and kept from vector to vector while the snapshot and the neighbour table stay
 //!   the same, so that most packets find theirs by the route stage's answer id alone;
-//! - filter (`filter`): the router's stateless filter rules ([`fibre_firewall::eval`]) at the
+//! - filter (`filter`): the router's stateless filter rules ([`fibre_firewall::Filter`]) at the
 //!   prerouting, forward and postrouting hooks, for the packets to send, and at
 //!   prerouting for those to answer with an error; what they drop is neither sent nor
 //!   answered. The stage runs only while the rules hold something;
@@ -50,7 +50,7 @@ use crate::pool::{BufferId, Pool};
 use crate::runtime::StageCounters;
 use fibre_conntrack::{Conntrack, Epoch, Tracked, Tuple, Untrackable};
 use fibre_fib::{LinkIndex, NoRoute, Snapshot, VectorAnswers};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::Filter;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -171,7 +171,7 @@ pub enum Fate {
     /// Dropped.
     Drop(Dropped),
     /// Another worker's, untouched: the worker that owns the packet's connection
-    /// ([`fibre_conntrack::owners`]), which tracks it.
+    /// ([`fibre_conntrack::Owners`]), which tracks it.
     Handoff(u16),
 }
 
@@ -306,7 +306,7 @@ pub struct Pipeline {
     pub hops: icmp::Hops,
     /// What tracking made of each packet of the vector (none: not tracked).
     tracks: Vec<Option<Tracked>>,
-    /// The epoch the vector's verdicts are kept under ([`fibre_conntrack::kept`]).
+    /// The epoch the vector's verdicts are kept under ([`fibre_conntrack::Kept`]).
     epoch: Epoch,
     /// For each packet of the vector tracked, what the conntrack stage found of its
     /// kept verdict.
@@ -1906,9 +1906,7 @@ route add 10.7.0.0/16 via 10.0.1.2
                     .collect::<Vec<_>>(),
             );
             let census = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let registry = Arc::new(std::sync::Mutex::new(
-                fibre_conntrack::registry::Registry::default(),
-            ));
+            let registry = Arc::new(std::sync::Mutex::new(fibre_conntrack::Registry::default()));
             let mut pipelines: Vec<Pipeline> = (0..workers)
                 .map(|me| {
                     let mut pipeline = Pipeline::new();

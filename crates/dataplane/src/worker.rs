@@ -49,7 +49,7 @@ use crate::xsk::{XskPorts, XskStatistics};
 use arc_swap::ArcSwap;
 use fibre_conntrack::{Conntrack, Owners};
 use fibre_fib::{FibReader, LinkIndex};
-use fibre_firewall::eval::Filter;
+use fibre_firewall::Filter;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::IpAddr;
@@ -382,7 +382,7 @@ pub struct Shared {
     kernel_forwards: ArcSwap<Vec<(LinkIndex, u8)>>,
     /// The connections of the forwarded packets of the families tracked: a table for
     /// each worker (worker `n` the `n`-th), holding the connections it owns
-    /// ([`fibre_conntrack::owners`]). Only its worker takes a table while packets flow
+    /// ([`fibre_conntrack::Owners`]). Only its worker takes a table while packets flow
     /// (once a vector); the daemon takes them all, in order, to read them or move
     /// connections between them.
     tables: ArcSwap<Vec<Arc<Mutex<Conntrack>>>>,
@@ -391,7 +391,7 @@ pub struct Shared {
     /// The connections of every table together, which `nf_conntrack_max` bounds.
     census: Arc<AtomicUsize>,
     /// What NAT asks of every table's connections.
-    registry: Arc<Mutex<fibre_conntrack::registry::Registry>>,
+    registry: Arc<Mutex<fibre_conntrack::Registry>>,
     /// The owners' hash's seed.
     owners_seed: u64,
     /// The workers' mailboxes, worker `n`'s the `n`-th ([`crate::handoff`]).
@@ -574,7 +574,7 @@ impl Shared {
     }
 
     /// Has every connection of `families` (bit 0 IPv4, bit 1 IPv6) enter the registry
-    /// NAT asks (`fibre_conntrack::registry`), in every worker's table, from now on: the
+    /// NAT asks ([`fibre_conntrack::Registry`]), in every worker's table, from now on: the
     /// families NAT translates. A family stays so while the daemon runs.
     pub fn register(&self, families: u8) {
         let _changing = lock(&self.tables_changing);

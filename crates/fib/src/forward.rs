@@ -33,6 +33,7 @@ use crate::answers::{AnswerTable, DestAnswer};
 use crate::classify::CompiledRule;
 use crate::classify::FlowKey;
 use crate::hop::{Hop, HopRef};
+use crate::layout::{Direct, FamilyFib, Snapshot};
 use crate::link::{LinkIndex, LinkKind};
 use crate::multipath::{self, Multipath};
 use crate::net::{addr_bits, Family};
@@ -40,8 +41,7 @@ use crate::query::BATCH;
 use crate::query::{NoRoute, Query};
 use crate::quick;
 use crate::route::{RouteBody, RouteType};
-use crate::snapshot::Concluded;
-use crate::snapshot::{Checked, Direct, FamilyFib, Prepared, Snapshot, Step, WalkFor};
+use crate::walk::{self, Checked, Concluded, Prepared, Step, WalkFor};
 use std::borrow::Borrow;
 use std::net::IpAddr;
 
@@ -105,768 +105,748 @@ fn strict_v6(d: u128) -> bool {
     d >> 120 == 0xff || d >> 118 == 0xfe80 >> 6 || d == 1
 }
 
-impl Snapshot {
-    /// Where a flow goes: the same answer as [`Snapshot::route`] (its type, table, link
-    /// and gateway), without building the rest of it.
-    pub fn lookup<'s>(&'s self, q: &Query) -> Result<HopRef<'s>, NoRoute> {
-        if let Some(hop) = self.lookup_alike(q) {
-            return Ok(hop);
-        }
-        if let Some(answer) = self.special_v4(q) {
-            return answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
-        }
-        let c = self.check(q)?;
-        if c.oif.is_none() && self.plain_answers_hold(&c, q.dst) {
-            if let Some(answer) = self.plain_walk(&c, q) {
-                if let Some(answer) = self.source_checked(&c, q, answer) {
-                    return answer;
-                }
-            }
-        }
-        self.full_lookup(&c.with(q))
+/// The body of [`Snapshot::lookup`].
+pub(crate) fn lookup<'s>(snap: &'s Snapshot, q: &Query) -> Result<HopRef<'s>, NoRoute> {
+    if let Some(hop) = lookup_alike(snap, q) {
+        return Ok(hop);
     }
-
-    /// A plain walk's answer once the source of a flow arriving on a link is checked as
-    /// the kernel checks it ([`Snapshot::validate_source`]), the flow back to the source
-    /// looked up on the plain answers too; `None` when the full lookup must decide.
-    #[inline]
-    fn source_checked<'s>(
-        &'s self,
-        c: &Checked,
-        q: &Query,
-        answer: Result<HopRef<'s>, NoRoute>,
-    ) -> Option<Result<HopRef<'s>, NoRoute>> {
-        let Ok(h) = &answer else {
-            return Some(answer);
-        };
-        if c.input.is_none() || !self.input_source_to_check(c, q, h) {
-            // The quick check passes: the source is not this host's.
-            return Some(answer);
-        }
-        let src = Some(q.src.unwrap_or(c.family.any()));
-        let back = |flow: &Query, iif: LinkIndex| {
-            // Arriving on `iif`: a multipath answer's paths are all of the route's type.
-            let bc = Checked {
-                family: Family::V4,
-                oif: None,
-                iif,
-                input: Some(iif),
-            };
-            Some(self.plain_walk(&bc, flow)?.ok().map(|h| h.kind))
-        };
-        match self.check_source(q, c.input, src, h.kind, h.dev, back)? {
-            Ok(()) => Some(answer),
-            Err(e) => Some(Err(e)),
-        }
+    if let Some(answer) = snap.special_v4(q) {
+        return answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
     }
-
-    /// Whether the source of a flow arriving on a link needs more than the quick check
-    /// (is it this host's) for the answer `h`: the kernel looks it up.
-    #[inline]
-    fn input_source_to_check(&self, c: &Checked, q: &Query, h: &Hop) -> bool {
-        self.input_needs_source_check(c, q.src) || self.sends_back(c, h)
-    }
-
-    /// Whether `hop` forwards an arriving IPv4 flow back out of its input link.
-    #[inline]
-    fn sends_back(&self, c: &Checked, h: &Hop) -> bool {
-        c.family == Family::V4
-            && h.kind == RouteType::Unicast
-            && Some(h.dev) == c.input
-            && c.input != Some(self.lo)
-    }
-
-    /// The lookup through the full walk, for what plain answers cannot decide.
-    fn full_lookup(&self, p: &Prepared) -> Result<HopRef<'_>, NoRoute> {
-        let walk = self.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
-        self.hop(p, walk)
-    }
-
-    /// The rule walk of a flow with no output link on the tables' [`DestAnswer`] answers;
-    /// `None` when one of them depends on the flow.
-    fn plain_walk<'s>(&'s self, c: &Checked, q: &Query) -> Option<Result<HopRef<'s>, NoRoute>> {
-        let fib = self.fib(c.family);
-        if let Some(direct) = &fib.direct {
-            if !fib.rules.has_selective() {
-                return self.direct_answer(fib, direct, c, q);
-            }
-        }
-        let key = FlowKey::new(q, None, c.iif);
-        let sets = fib.rules.sets(&key);
-        if let Some(direct) = &fib.direct {
-            if !fib.rules.any_selective_match(&key, sets) {
-                return self.direct_answer(fib, direct, c, q);
-            }
-        }
-        let candidates = fib.rules.candidates_with(&key, sets);
-        let mut from = 0;
-        loop {
-            let (rule, table) = match self.next_lookup(fib, &candidates, from) {
-                Step::Lookup { rule, table } => (rule, table),
-                Step::Done(e) => return Some(Err(e)),
-            };
-            let (search, after) = fib.target(rule, table);
-            let t = fib.searched(search);
-            let plain = t.plain(q.dst);
-            match plain_step(&fib.rules.list[rule], t, plain, c, q, &self.multipath) {
-                PlainStep::Next => from = after,
-                PlainStep::Done(answer) => return Some(answer),
-                PlainStep::Full => return None,
+    let c = snap.check(q)?;
+    if c.oif.is_none() && snap.plain_answers_hold(&c, q.dst) {
+        if let Some(answer) = plain_walk(snap, &c, q) {
+            if let Some(answer) = source_checked(snap, &c, q, answer) {
+                return answer;
             }
         }
     }
+    full_lookup(snap, &c.with(q))
+}
 
-    /// The answer of a walk that no rule's selectors decide: one search.
-    #[inline]
-    fn direct_answer<'s>(
-        &'s self,
-        fib: &'s FamilyFib,
-        direct: &'s Direct,
-        c: &Checked,
-        q: &Query,
-    ) -> Option<Result<HopRef<'s>, NoRoute>> {
-        let t = direct.plain(fib);
-        match t.plain(q.dst) {
-            DestAnswer::Miss | DestAnswer::Thrown => Some(Err(direct.miss)),
-            DestAnswer::Reject(e) => Some(Err(e)),
-            DestAnswer::Flow => None,
-            plain => Some(Ok(HopRef::Shared(
-                &t.hops[plain_hop(t, plain, c, q, &self.multipath)? as usize],
-            ))),
-        }
+/// A plain walk's answer once the source of a flow arriving on a link is checked as
+/// the kernel checks it ([`Snapshot::validate_source`]), the flow back to the source
+/// looked up on the plain answers too; `None` when the full lookup must decide.
+#[inline]
+fn source_checked<'s>(
+    snap: &'s Snapshot,
+    c: &Checked,
+    q: &Query,
+    answer: Result<HopRef<'s>, NoRoute>,
+) -> Option<Result<HopRef<'s>, NoRoute>> {
+    let Ok(h) = &answer else {
+        return Some(answer);
+    };
+    if c.input.is_none() || !input_source_to_check(snap, c, q, h) {
+        // The quick check passes: the source is not this host's.
+        return Some(answer);
     }
-
-    /// The answer of a flow whose walk is the one search, from what the search found.
-    fn direct_code_answer<'s>(
-        &'s self,
-        t: &'s AnswerTable,
-        miss: NoRoute,
-        c: &Checked,
-        q: &Query,
-        plain: DestAnswer,
-    ) -> Result<HopRef<'s>, NoRoute> {
-        let answer = match plain {
-            DestAnswer::Miss | DestAnswer::Thrown => Some(Err(miss)),
-            DestAnswer::Reject(e) => Some(Err(e)),
-            DestAnswer::Flow => None,
-            plain => plain_hop(t, plain, c, q, &self.multipath)
-                .and_then(|h| self.source_checked(c, q, Ok(HopRef::Shared(&t.hops[h as usize])))),
-        };
-        match answer {
-            Some(answer) => answer,
-            None => self.full_lookup(&c.with(q)),
-        }
-    }
-
-    /// Whether some rule's selectors match a flow of `fib`'s family (checked `c`), so
-    /// that its walk is more than the one search.
-    #[inline]
-    fn selected(&self, fib: &FamilyFib, q: &Query, c: &Checked) -> bool {
-        fib.rules.has_selective() && {
-            let key = FlowKey::new(q, None, c.iif);
-            fib.rules.any_selective_match(&key, fib.rules.sets(&key))
-        }
-    }
-
-    /// Whether at most a quarter of the first `n` flows of a batch are not alike: those in
-    /// `odd`, and those some rule's selectors match (added to `odd`). Stops looking at the
-    /// first flow past a quarter: where rules match most flows, the batch takes the
-    /// general way at once.
-    fn few_selected<Q: Borrow<Query>>(
-        &self,
-        fib: &FamilyFib,
-        c: &Checked,
-        n: usize,
-        odd: &mut u64,
-        flow: impl Fn(usize) -> Q,
-    ) -> bool {
-        let most = n / 4;
-        if odd.count_ones() as usize > most {
-            return false;
-        }
-        if fib.rules.has_selective() {
-            for i in 0..n {
-                if *odd & 1 << i == 0 && self.selected(fib, flow(i).borrow(), c) {
-                    *odd |= 1 << i;
-                    if odd.count_ones() as usize > most {
-                        return false;
-                    }
-                }
-            }
-        }
-        true
-    }
-
-    /// Where flows of `family` arriving on `iif` (or sent by this host: `None`) can be
-    /// answered as flows alike: by the family's one merged search, arriving on a link that
-    /// is not the loopback, and (IPv6) on one whose routes the input link does not choose
-    /// between. `None`: the general way answers them.
-    pub(crate) fn alike_way(
-        &self,
-        family: Family,
-        iif: Option<LinkIndex>,
-    ) -> Option<AlikePlan<'_>> {
-        let fib = self.fib(family);
-        let direct = fib.direct.as_ref()?;
-        let input = match iif {
-            None => None,
-            Some(i) if self.alike_input(i) => Some(i),
-            Some(_) => return None,
-        };
-        if family == Family::V6 && input.is_some() && self.v6_input_prefers {
-            return None;
-        }
-        let c = Checked {
-            family,
+    let src = Some(q.src.unwrap_or(c.family.any()));
+    let back = |flow: &Query, iif: LinkIndex| {
+        // Arriving on `iif`: a multipath answer's paths are all of the route's type.
+        let bc = Checked {
+            family: Family::V4,
             oif: None,
-            iif: input.unwrap_or(1),
-            input,
+            iif,
+            input: Some(iif),
         };
-        Some(AlikePlan { fib, direct, c })
+        Some(plain_walk(snap, &bc, flow)?.ok().map(|h| h.kind))
+    };
+    match snap.check_source(q, c.input, src, h.kind, h.dev, back)? {
+        Ok(()) => Some(answer),
+        Err(e) => Some(Err(e)),
     }
+}
 
-    /// Whether flows arriving on link `i` can be flows alike: it exists and is not the
-    /// loopback (nor index 0, which no link has).
-    #[inline]
-    fn alike_input(&self, i: LinkIndex) -> bool {
-        match self.alike_inputs.get(i as usize) {
-            Some(&alike) => alike,
-            None => {
-                i as usize >= 1 << 20
-                    && self
-                        .links
-                        .get(&i)
-                        .is_some_and(|l| l.kind != LinkKind::Loopback)
-            }
+/// Whether the source of a flow arriving on a link needs more than the quick check
+/// (is it this host's) for the answer `h`: the kernel looks it up.
+#[inline]
+fn input_source_to_check(snap: &Snapshot, c: &Checked, q: &Query, h: &Hop) -> bool {
+    snap.input_needs_source_check(c, q.src) || sends_back(snap, c, h)
+}
+
+/// Whether `hop` forwards an arriving IPv4 flow back out of its input link.
+#[inline]
+fn sends_back(snap: &Snapshot, c: &Checked, h: &Hop) -> bool {
+    c.family == Family::V4
+        && h.kind == RouteType::Unicast
+        && Some(h.dev) == c.input
+        && c.input != Some(snap.lo)
+}
+
+/// The lookup through the full walk, for what plain answers cannot decide.
+fn full_lookup<'s>(snap: &'s Snapshot, p: &Prepared) -> Result<HopRef<'s>, NoRoute> {
+    let walk = snap.walk(&p.q, p.family, p.oif, p.iif, 0, WalkFor::Flow);
+    hop(snap, p, walk)
+}
+
+/// The rule walk of a flow with no output link on the tables' [`DestAnswer`] answers;
+/// `None` when one of them depends on the flow.
+fn plain_walk<'s>(
+    snap: &'s Snapshot,
+    c: &Checked,
+    q: &Query,
+) -> Option<Result<HopRef<'s>, NoRoute>> {
+    let fib = snap.fib(c.family);
+    if let Some(direct) = &fib.direct {
+        if !fib.rules.has_selective() {
+            return direct_answer(snap, fib, direct, c, q);
         }
     }
-
-    /// [`Snapshot::lookup`] of one flow alike (as `lookup_uniform` takes them) that its one
-    /// search answers with one hop needing no further check: the two passes of
-    /// [`Snapshot::alike_v4`] for one flow. `None`: the flow is not such a flow, and the
-    /// general way answers it.
-    #[inline]
-    fn lookup_alike(&self, q: &Query) -> Option<HopRef<'_>> {
-        if q.oif.is_some() {
-            return None;
+    let key = FlowKey::new(q, None, c.iif);
+    let sets = fib.rules.sets(&key);
+    if let Some(direct) = &fib.direct {
+        if !fib.rules.any_selective_match(&key, sets) {
+            return direct_answer(snap, fib, direct, c, q);
         }
-        let input = match q.iif {
-            None => None,
-            Some(i) if self.alike_input(i) => Some(i),
-            Some(_) => return None,
+    }
+    let candidates = fib.rules.candidates_with(&key, sets);
+    let mut from = 0;
+    loop {
+        let (rule, table) = match walk::next_lookup(fib, &candidates, from) {
+            Step::Lookup { rule, table } => (rule, table),
+            Step::Done(e) => return Some(Err(e)),
         };
-        match q.dst {
-            IpAddr::V4(d) => {
-                let fib = &self.v4;
-                let direct = fib.direct.as_ref()?;
-                let s = match (input, q.src) {
-                    (Some(_), Some(IpAddr::V4(s))) => u32::from(s),
-                    (None, None) => 0,
-                    _ => return None,
-                };
-                let d = u32::from(d);
-                if fib.rules.has_selective() || quick::martian_v4(d, s, input.is_some()) {
-                    return None;
-                }
-                let t = direct.plain(fib);
-                let hop = t.one_hop_v4(d)? as usize;
-                if let Some(i) = input {
-                    // The quick source check (see `alike_v4`).
-                    if self.v4_full_source_check || self.v4_own.may_hold(s) || t.backs[hop] == i {
-                        return None;
-                    }
-                }
-                Some(HopRef::Shared(&t.hops[hop]))
-            }
-            IpAddr::V6(d) => {
-                let fib = &self.v6;
-                let direct = fib.direct.as_ref()?;
-                let d = u128::from(d);
-                if fib.rules.has_selective()
-                    || q.src.is_some_and(|s| s.is_ipv4())
-                    || (input.is_some() && (self.v6_input_prefers || strict_v6(d)))
-                {
-                    return None;
-                }
-                let t = direct.plain(fib);
-                Some(HopRef::Shared(&t.hops[t.one_hop_v6(d)? as usize]))
-            }
+        let (search, after) = fib.target(rule, table);
+        let t = fib.searched(search);
+        let plain = t.plain(q.dst);
+        match plain_step(&fib.rules.list[rule], t, plain, c, q, &snap.multipath) {
+            PlainStep::Next => from = after,
+            PlainStep::Done(answer) => return Some(answer),
+            PlainStep::Full => return None,
         }
     }
+}
 
-    /// The hop of every flow arriving on link `iif` to `dst` whose source is neither a
-    /// martian (IPv4: 0/8, 127/8, multicast, limited broadcast; IPv6: unspecified,
-    /// loopback, multicast, link-local) nor inside a prefix of one of this host's local,
-    /// broadcast, anycast or multicast routes, whatever else the flow carries: where the
-    /// one search decides it, with one path, a unicast route that sets no MTU of its own,
-    /// leaving by another link. Such a decision can be kept for the destination and the
-    /// input link (the express path). `None` where a flow's source, marks, ports or
-    /// anything but its destination may change the answer.
-    pub fn hop_by_destination(&self, iif: LinkIndex, dst: IpAddr) -> Option<&Hop> {
-        if !self.alike_input(iif) {
-            return None;
-        }
-        let hop = match dst {
-            IpAddr::V4(d) => {
-                let fib = &self.v4;
-                let direct = fib.direct.as_ref()?;
-                let d = u32::from(d);
-                // The source check of `lookup_alike` without its source: martians and
-                // this host's addresses are the program's to refuse.
-                if fib.rules.has_selective()
-                    || self.v4_full_source_check
-                    || quick::martian_v4(d, 0x0a00_0000, false)
-                {
-                    return None;
-                }
-                let t = direct.plain(fib);
-                let hop = t.one_hop_v4(d)? as usize;
-                if t.backs[hop] == iif {
-                    return None;
-                }
-                &t.hops[hop]
-            }
-            IpAddr::V6(d) => {
-                let fib = &self.v6;
-                let direct = fib.direct.as_ref()?;
-                let d = u128::from(d);
-                if fib.rules.has_selective() || self.v6_input_prefers || strict_v6(d) {
-                    return None;
-                }
-                let t = direct.plain(fib);
-                &t.hops[t.one_hop_v6(d)? as usize]
-            }
-        };
-        (hop.kind == RouteType::Unicast && hop.mtu.is_none() && hop.dev != iif).then_some(hop)
+/// The answer of a walk that no rule's selectors decide: one search.
+#[inline]
+fn direct_answer<'s>(
+    snap: &'s Snapshot,
+    fib: &'s FamilyFib,
+    direct: &'s Direct,
+    c: &Checked,
+    q: &Query,
+) -> Option<Result<HopRef<'s>, NoRoute>> {
+    let t = direct.plain(fib);
+    match t.plain(q.dst) {
+        DestAnswer::Miss | DestAnswer::Thrown => Some(Err(direct.miss)),
+        DestAnswer::Reject(e) => Some(Err(e)),
+        DestAnswer::Flow => None,
+        plain => Some(Ok(HopRef::Shared(
+            &t.hops[plain_hop(t, plain, c, q, &snap.multipath)? as usize],
+        ))),
     }
+}
 
-    /// A chunk of flows mostly alike: of one family, arriving on one link (not the
-    /// loopback) or sent by this host from no given source, with no output link, and
-    /// matched by no rule's selectors, so that every such flow's walk is the one
-    /// search. Two tight passes answer them ([`Snapshot::alike_v4`],
-    /// [`Snapshot::alike_v6`]). `false`, with nothing written, when the chunk is not
-    /// mostly alike (the general way answers it).
-    fn lookup_uniform<'s>(
-        &'s self,
-        flows: &[Query],
-        out: &mut [Result<HopRef<'s>, NoRoute>],
-    ) -> bool {
-        let Some(first) = flows.first() else {
-            return true;
-        };
-        let family = Family::of(first.dst);
-        let iif = first.iif;
-        let Some(way) = self.alike_way(family, iif) else {
-            return false;
-        };
-        let c = &way.c;
-        let n = flows.len();
-        // Bit i: flow i is not alike.
-        let mut odd = 0u64;
-        let mut a = AlikeBatch::new();
-        let alike = match family {
-            Family::V4 => {
-                let mut keys = [0u32; BATCH];
-                let mut srcs = [0u32; BATCH];
-                for (i, q) in flows.iter().enumerate() {
-                    let d = match q.dst {
-                        IpAddr::V4(d) => u32::from(d),
-                        IpAddr::V6(_) => u32::MAX,
-                    };
-                    let (s, alike) = match (c.input, q.src) {
-                        (Some(_), Some(IpAddr::V4(s))) => (u32::from(s), true),
-                        (None, None) => (0, true),
-                        _ => (0, false),
-                    };
-                    let other = !alike || !q.dst.is_ipv4() || q.iif != iif || q.oif.is_some();
-                    odd |= (other as u64) << i;
-                    keys[i] = d;
-                    srcs[i] = s;
-                }
-                self.alike_v4(&way, &keys, &srcs, |i| &flows[i], a.start(n, odd))
-            }
-            Family::V6 => {
-                let mut keys = [0u128; BATCH];
-                for (i, q) in flows.iter().enumerate() {
-                    let other = match q.dst {
-                        IpAddr::V6(d) => {
-                            keys[i] = u128::from(d);
-                            q.iif != iif || q.oif.is_some() || q.src.is_some_and(|s| s.is_ipv4())
-                        }
-                        IpAddr::V4(_) => true,
-                    };
-                    odd |= (other as u64) << i;
-                }
-                self.alike_v6(&way, &keys, |i| &flows[i], a.start(n, odd))
-            }
-        };
-        if alike {
-            self.answer_alike(&way, &a, |i| &flows[i], out);
-        }
-        alike
+/// The answer of a flow whose walk is the one search, from what the search found.
+fn direct_code_answer<'s>(
+    snap: &'s Snapshot,
+    t: &'s AnswerTable,
+    miss: NoRoute,
+    c: &Checked,
+    q: &Query,
+    plain: DestAnswer,
+) -> Result<HopRef<'s>, NoRoute> {
+    let answer = match plain {
+        DestAnswer::Miss | DestAnswer::Thrown => Some(Err(miss)),
+        DestAnswer::Reject(e) => Some(Err(e)),
+        DestAnswer::Flow => None,
+        plain => plain_hop(t, plain, c, q, &snap.multipath)
+            .and_then(|h| source_checked(snap, c, q, Ok(HopRef::Shared(&t.hops[h as usize])))),
+    };
+    match answer {
+        Some(answer) => answer,
+        None => full_lookup(snap, &c.with(q)),
     }
+}
 
-    /// The first `a.n` of up to [`BATCH`] IPv4 flows alike (checked `c`), by destination
-    /// `keys` and source `srcs` (host order; unused for flows sent by this host), `a.odd`
-    /// those already known not to be alike ([`AlikeBatch::start`]); `flow(i)` is flow `i`'s
-    /// whole query. First
-    /// pass: the martian checks ([`quick::martians_v4`]) and the rule selectors' test.
-    /// Then one batched search. Second pass: which flows the search answered with one hop
-    /// needing no source check ([`quick::quick_hops`]). The flows not alike are looked up
-    /// one by one; `false`, with nothing written, when more than a quarter are.
-    pub(crate) fn alike_v4<Q: Borrow<Query>>(
-        &self,
-        way: &AlikePlan<'_>,
-        keys: &[u32; BATCH],
-        srcs: &[u32; BATCH],
-        flow: impl Fn(usize) -> Q,
-        a: &mut AlikeBatch,
-    ) -> bool {
-        let AlikePlan { fib, direct, c } = way;
-        let (n, mut odd) = (a.n, a.odd);
-        odd |= quick::martians_v4(self.cpu, keys, srcs, n, c.input.is_some());
-        if !self.few_selected(fib, c, n, &mut odd, flow) {
-            return false;
-        }
-        let t = direct.plain(fib);
-        t.lookup_batch(Family::V4, &keys[..n], &[], &mut a.found[..n]);
-        // The quick source check, as `source_checked` makes it: the source may be this
-        // host's, or the flow is sent back out of its link.
-        let arriving = c.input.map(|input| quick::Arriving {
-            input,
-            own: &self.v4_own,
-            full: self.v4_full_source_check,
-        });
-        let quick = quick::quick_hops(self.cpu, t, &a.found, srcs, n, arriving, &mut a.hops);
-        a.quick = quick & !odd;
-        a.odd = odd;
-        true
+/// Whether some rule's selectors match a flow of `fib`'s family (checked `c`), so
+/// that its walk is more than the one search.
+#[inline]
+fn selected(fib: &FamilyFib, q: &Query, c: &Checked) -> bool {
+    fib.rules.has_selective() && {
+        let key = FlowKey::new(q, None, c.iif);
+        fib.rules.any_selective_match(&key, fib.rules.sets(&key))
     }
+}
 
-    /// [`Snapshot::alike_v4`] for IPv6 flows: neither the source nor the way back is
-    /// checked, but a destination the input link must reach (link-local, multicast, the
-    /// loopback's) is not alike.
-    pub(crate) fn alike_v6<Q: Borrow<Query>>(
-        &self,
-        way: &AlikePlan<'_>,
-        keys: &[u128; BATCH],
-        flow: impl Fn(usize) -> Q,
-        a: &mut AlikeBatch,
-    ) -> bool {
-        let AlikePlan { fib, direct, c } = way;
-        let (n, mut odd) = (a.n, a.odd);
-        if c.input.is_some() {
-            for (i, &d) in keys[..n].iter().enumerate() {
-                odd |= (strict_v6(d) as u64) << i;
-            }
-        }
-        if !self.few_selected(fib, c, n, &mut odd, flow) {
-            return false;
-        }
-        let t = direct.plain(fib);
-        t.lookup_batch(Family::V6, &[], &keys[..n], &mut a.found[..n]);
-        let quick = quick::quick_hops(self.cpu, t, &a.found, &[0; BATCH], n, None, &mut a.hops);
-        a.quick = quick & !odd;
-        a.odd = odd;
-        true
+/// Whether at most a quarter of the first `n` flows of a batch are not alike: those in
+/// `odd`, and those some rule's selectors match (added to `odd`). Stops looking at the
+/// first flow past a quarter: where rules match most flows, the batch takes the
+/// general way at once.
+fn few_selected<Q: Borrow<Query>>(
+    fib: &FamilyFib,
+    c: &Checked,
+    n: usize,
+    odd: &mut u64,
+    flow: impl Fn(usize) -> Q,
+) -> bool {
+    let most = n / 4;
+    if odd.count_ones() as usize > most {
+        return false;
     }
-
-    /// The answers of a batch of flows alike, as [`Snapshot::alike_v4`] or
-    /// [`Snapshot::alike_v6`] found them (`a`).
-    #[inline]
-    fn answer_alike<'s, Q: Borrow<Query>>(
-        &'s self,
-        way: &AlikePlan<'s>,
-        a: &AlikeBatch,
-        flow: impl Fn(usize) -> Q,
-        out: &mut [Result<HopRef<'s>, NoRoute>],
-    ) {
-        let t = way.plain();
-        let out = &mut out[..a.n];
-        if a.quick.count_ones() as usize == a.n {
-            // Every flow (the common case): one tight loop.
-            for (o, &h) in out.iter_mut().zip(&a.hops) {
-                *o = Ok(HopRef::Shared(&t.hops[h as usize]));
-            }
-            return;
-        }
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = match a.quick >> i & 1 {
-                1 => Ok(HopRef::Shared(&t.hops[a.hops[i] as usize])),
-                _ => self.answer_slow(way, a, i, flow(i).borrow()),
-            };
-        }
-    }
-
-    /// The answer of flow `i` (`q`) of a batch of flows alike that is not quick: looked
-    /// up alone if it is not alike, else from what the search found, checked in full.
-    pub(crate) fn answer_slow<'s>(
-        &'s self,
-        way: &AlikePlan<'s>,
-        a: &AlikeBatch,
-        i: usize,
-        q: &Query,
-    ) -> Result<HopRef<'s>, NoRoute> {
-        if a.odd >> i & 1 == 1 {
-            self.lookup(q)
-        } else {
-            let plain = a.found[i].map_or(DestAnswer::Miss, DestAnswer::decode);
-            self.direct_code_answer(way.plain(), way.direct.miss, &way.c, q, plain)
-        }
-    }
-
-    /// [`Snapshot::lookup`] for many flows: `out[i]` is `flows[i]`'s answer. Flows of both
-    /// families may be mixed.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `flows`.
-    pub fn lookup_batch<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
-        assert!(out.len() >= flows.len(), "one answer for each flow");
-        for (flows, out) in flows.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            self.lookup_chunk(flows, out);
-        }
-    }
-
-    /// The hop a concluded walk gives.
-    fn hop(
-        &self,
-        p: &Prepared,
-        walk: Result<(&RouteBody, u8, u32), NoRoute>,
-    ) -> Result<HopRef<'_>, NoRoute> {
-        let (route, table) = match self.conclude(p, walk)? {
-            Concluded::Route(route, table) => (route, table),
-            Concluded::Bare(oif) => {
-                return Ok(HopRef::Made(Hop {
-                    kind: RouteType::Unicast,
-                    table: None,
-                    dev: oif,
-                    gateway: None,
-                    mtu: None,
-                }))
-            }
-        };
-        let oif = self.path_oif(&p.q, p.family, route);
-        let path = self
-            .choose_path(route, oif, &p.q, p.input.is_some())
-            .ok_or(NoRoute::NetworkUnreachable)?;
-        self.validate_source(&p.q, p.input, route, path.dev)?;
-        Ok(HopRef::Made(Hop::of_route(
-            route,
-            table,
-            path,
-            self.lo,
-            p.input.is_some(),
-        )))
-    }
-
-    /// Up to [`BATCH`] flows: as flows alike where most are, else round by round.
-    fn lookup_chunk<'s>(&'s self, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
-        if !self.lookup_uniform(flows, out) {
-            self.lookup_rounds(flows, out);
-        }
-    }
-
-    /// Up to [`BATCH`] flows, round by round through the rules.
-    pub(crate) fn lookup_rounds<'s>(
-        &'s self,
-        flows: &[Query],
-        out: &mut [Result<HopRef<'s>, NoRoute>],
-    ) {
-        let n = flows.len();
-        debug_assert!(n <= BATCH);
-        /// Where one flow stands.
-        #[derive(Clone, Copy)]
-        enum At {
-            /// Done (or refused before the walk).
-            Done,
-            /// Walking, from this rule on.
-            From(usize),
-            /// Rule `rule` searches `search` of the flow's family
-            /// ([`FamilyFib::target`]); without an answer the walk goes on from `after`.
-            Lookup {
-                rule: usize,
-                search: usize,
-                after: usize,
-            },
-        }
-        let mut at = [At::Done; BATCH];
-        // The flows' checks: small, so a batch copies little.
-        let mut checked: [Option<Checked>; BATCH] = [None; BATCH];
-        // The flows' keys and bit sets in the rule index, found once for all rounds.
-        let mut keys: [Option<FlowKey>; BATCH] = [None; BATCH];
-        let mut sets: [Option<crate::classify::Sets>; BATCH] = [None; BATCH];
-        // The flows no rule's selectors match, of a family where such a walk is one
-        // search: their places and destinations, by family.
-        let mut alone = [[0u8; BATCH]; 2];
-        let mut alone_count = [0usize; 2];
-        let mut keys4 = [0u32; BATCH];
-        let mut keys6 = [0u128; BATCH];
-        let mut seen = None;
+    if fib.rules.has_selective() {
         for i in 0..n {
-            let q = &flows[i];
-            if let Some(answer) = self.special_v4(q) {
-                out[i] = answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
-                continue;
-            }
-            let c = match self.check_seen(q, &mut seen) {
-                Ok(c) => c,
-                Err(e) => {
-                    out[i] = Err(e);
-                    continue;
-                }
-            };
-            // A flow with an output link takes the full lookup, and so does one the
-            // plain answers do not hold for.
-            if c.oif.is_some() || !self.plain_answers_hold(&c, q.dst) {
-                out[i] = self.full_lookup(&c.with(q));
-                continue;
-            }
-            checked[i] = Some(c);
-            let fib = self.fib(c.family);
-            if fib.direct.is_some() {
-                let selected = fib.rules.has_selective() && {
-                    let key = FlowKey::new(q, None, c.iif);
-                    let s = fib.rules.sets(&key);
-                    keys[i] = Some(key);
-                    sets[i] = s;
-                    fib.rules.any_selective_match(&key, s)
-                };
-                if !selected {
-                    let f = c.family as usize;
-                    let k = alone_count[f];
-                    alone[f][k] = i as u8;
-                    match q.dst {
-                        IpAddr::V4(a) => keys4[k] = u32::from(a),
-                        IpAddr::V6(a) => keys6[k] = u128::from(a),
-                    }
-                    alone_count[f] += 1;
-                    continue;
+            if *odd & 1 << i == 0 && selected(fib, flow(i).borrow(), c) {
+                *odd |= 1 << i;
+                if odd.count_ones() as usize > most {
+                    return false;
                 }
             }
-            at[i] = At::From(0);
         }
-        let mut found = [None; BATCH];
-        for family in [Family::V4, Family::V6] {
-            let count = alone_count[family as usize];
-            if count == 0 {
-                continue;
+    }
+    true
+}
+
+/// The body of [`Snapshot::alike_way`].
+pub(crate) fn alike_way(
+    snap: &Snapshot,
+    family: Family,
+    iif: Option<LinkIndex>,
+) -> Option<AlikePlan<'_>> {
+    let fib = snap.fib(family);
+    let direct = fib.direct.as_ref()?;
+    let input = match iif {
+        None => None,
+        Some(i) if alike_input(snap, i) => Some(i),
+        Some(_) => return None,
+    };
+    if family == Family::V6 && input.is_some() && snap.v6_input_prefers {
+        return None;
+    }
+    let c = Checked {
+        family,
+        oif: None,
+        iif: input.unwrap_or(1),
+        input,
+    };
+    Some(AlikePlan { fib, direct, c })
+}
+
+/// Whether flows arriving on link `i` can be flows alike: it exists and is not the
+/// loopback (nor index 0, which no link has).
+#[inline]
+fn alike_input(snap: &Snapshot, i: LinkIndex) -> bool {
+    match snap.alike_inputs.get(i as usize) {
+        Some(&alike) => alike,
+        None => {
+            i as usize >= 1 << 20
+                && snap
+                    .links
+                    .get(&i)
+                    .is_some_and(|l| l.kind != LinkKind::Loopback)
+        }
+    }
+}
+
+/// [`Snapshot::lookup`] of one flow alike (as `lookup_uniform` takes them) that its one
+/// search answers with one hop needing no further check: the two passes of
+/// [`Snapshot::alike_v4`] for one flow. `None`: the flow is not such a flow, and the
+/// general way answers it.
+#[inline]
+fn lookup_alike<'s>(snap: &'s Snapshot, q: &Query) -> Option<HopRef<'s>> {
+    if q.oif.is_some() {
+        return None;
+    }
+    let input = match q.iif {
+        None => None,
+        Some(i) if alike_input(snap, i) => Some(i),
+        Some(_) => return None,
+    };
+    match q.dst {
+        IpAddr::V4(d) => {
+            let fib = &snap.v4;
+            let direct = fib.direct.as_ref()?;
+            let s = match (input, q.src) {
+                (Some(_), Some(IpAddr::V4(s))) => u32::from(s),
+                (None, None) => 0,
+                _ => return None,
+            };
+            let d = u32::from(d);
+            if fib.rules.has_selective() || quick::martian_v4(d, s, input.is_some()) {
+                return None;
             }
-            let fib = self.fib(family);
-            let direct = fib
-                .direct
-                .as_ref()
-                .expect("flows alone have a direct search");
             let t = direct.plain(fib);
-            let (k4, k6) = match family {
-                Family::V4 => (&keys4[..count], &[][..]),
-                Family::V6 => (&[][..], &keys6[..count]),
+            let hop = t.one_hop_v4(d)? as usize;
+            if let Some(i) = input {
+                // The quick source check (see `alike_v4`).
+                if snap.v4_full_source_check || snap.v4_own.may_hold(s) || t.backs[hop] == i {
+                    return None;
+                }
+            }
+            Some(HopRef::Shared(&t.hops[hop]))
+        }
+        IpAddr::V6(d) => {
+            let fib = &snap.v6;
+            let direct = fib.direct.as_ref()?;
+            let d = u128::from(d);
+            if fib.rules.has_selective()
+                || q.src.is_some_and(|s| s.is_ipv4())
+                || (input.is_some() && (snap.v6_input_prefers || strict_v6(d)))
+            {
+                return None;
+            }
+            let t = direct.plain(fib);
+            Some(HopRef::Shared(&t.hops[t.one_hop_v6(d)? as usize]))
+        }
+    }
+}
+
+/// The body of [`Snapshot::hop_by_destination`].
+pub(crate) fn hop_by_destination(snap: &Snapshot, iif: LinkIndex, dst: IpAddr) -> Option<&Hop> {
+    if !alike_input(snap, iif) {
+        return None;
+    }
+    let hop = match dst {
+        IpAddr::V4(d) => {
+            let fib = &snap.v4;
+            let direct = fib.direct.as_ref()?;
+            let d = u32::from(d);
+            // The source check of `lookup_alike` without its source: martians and
+            // this host's addresses are the program's to refuse.
+            if fib.rules.has_selective()
+                || snap.v4_full_source_check
+                || quick::martian_v4(d, 0x0a00_0000, false)
+            {
+                return None;
+            }
+            let t = direct.plain(fib);
+            let hop = t.one_hop_v4(d)? as usize;
+            if t.backs[hop] == iif {
+                return None;
+            }
+            &t.hops[hop]
+        }
+        IpAddr::V6(d) => {
+            let fib = &snap.v6;
+            let direct = fib.direct.as_ref()?;
+            let d = u128::from(d);
+            if fib.rules.has_selective() || snap.v6_input_prefers || strict_v6(d) {
+                return None;
+            }
+            let t = direct.plain(fib);
+            &t.hops[t.one_hop_v6(d)? as usize]
+        }
+    };
+    (hop.kind == RouteType::Unicast && hop.mtu.is_none() && hop.dev != iif).then_some(hop)
+}
+
+/// A chunk of flows mostly alike: of one family, arriving on one link (not the
+/// loopback) or sent by this host from no given source, with no output link, and
+/// matched by no rule's selectors, so that every such flow's walk is the one
+/// search. Two tight passes answer them ([`Snapshot::alike_v4`],
+/// [`Snapshot::alike_v6`]). `false`, with nothing written, when the chunk is not
+/// mostly alike (the general way answers it).
+fn lookup_uniform<'s>(
+    snap: &'s Snapshot,
+    flows: &[Query],
+    out: &mut [Result<HopRef<'s>, NoRoute>],
+) -> bool {
+    let Some(first) = flows.first() else {
+        return true;
+    };
+    let family = Family::of(first.dst);
+    let iif = first.iif;
+    let Some(way) = alike_way(snap, family, iif) else {
+        return false;
+    };
+    let c = &way.c;
+    let n = flows.len();
+    // Bit i: flow i is not alike.
+    let mut odd = 0u64;
+    let mut a = AlikeBatch::new();
+    let alike = match family {
+        Family::V4 => {
+            let mut keys = [0u32; BATCH];
+            let mut srcs = [0u32; BATCH];
+            for (i, q) in flows.iter().enumerate() {
+                let d = match q.dst {
+                    IpAddr::V4(d) => u32::from(d),
+                    IpAddr::V6(_) => u32::MAX,
+                };
+                let (s, alike) = match (c.input, q.src) {
+                    (Some(_), Some(IpAddr::V4(s))) => (u32::from(s), true),
+                    (None, None) => (0, true),
+                    _ => (0, false),
+                };
+                let other = !alike || !q.dst.is_ipv4() || q.iif != iif || q.oif.is_some();
+                odd |= (other as u64) << i;
+                keys[i] = d;
+                srcs[i] = s;
+            }
+            alike_v4(snap, &way, &keys, &srcs, |i| &flows[i], a.start(n, odd))
+        }
+        Family::V6 => {
+            let mut keys = [0u128; BATCH];
+            for (i, q) in flows.iter().enumerate() {
+                let other = match q.dst {
+                    IpAddr::V6(d) => {
+                        keys[i] = u128::from(d);
+                        q.iif != iif || q.oif.is_some() || q.src.is_some_and(|s| s.is_ipv4())
+                    }
+                    IpAddr::V4(_) => true,
+                };
+                odd |= (other as u64) << i;
+            }
+            alike_v6(snap, &way, &keys, |i| &flows[i], a.start(n, odd))
+        }
+    };
+    if alike {
+        answer_alike(snap, &way, &a, |i| &flows[i], out);
+    }
+    alike
+}
+
+/// The body of [`Snapshot::alike_v4`].
+pub(crate) fn alike_v4<Q: Borrow<Query>>(
+    snap: &Snapshot,
+    way: &AlikePlan<'_>,
+    keys: &[u32; BATCH],
+    srcs: &[u32; BATCH],
+    flow: impl Fn(usize) -> Q,
+    a: &mut AlikeBatch,
+) -> bool {
+    let AlikePlan { fib, direct, c } = way;
+    let (n, mut odd) = (a.n, a.odd);
+    odd |= quick::martians_v4(snap.cpu, keys, srcs, n, c.input.is_some());
+    if !few_selected(fib, c, n, &mut odd, flow) {
+        return false;
+    }
+    let t = direct.plain(fib);
+    t.lookup_batch(Family::V4, &keys[..n], &[], &mut a.found[..n]);
+    // The quick source check, as `source_checked` makes it: the source may be this
+    // host's, or the flow is sent back out of its link.
+    let arriving = c.input.map(|input| quick::Arriving {
+        input,
+        own: &snap.v4_own,
+        full: snap.v4_full_source_check,
+    });
+    let quick = quick::quick_hops(snap.cpu, t, &a.found, srcs, n, arriving, &mut a.hops);
+    a.quick = quick & !odd;
+    a.odd = odd;
+    true
+}
+
+/// The body of [`Snapshot::alike_v6`].
+pub(crate) fn alike_v6<Q: Borrow<Query>>(
+    snap: &Snapshot,
+    way: &AlikePlan<'_>,
+    keys: &[u128; BATCH],
+    flow: impl Fn(usize) -> Q,
+    a: &mut AlikeBatch,
+) -> bool {
+    let AlikePlan { fib, direct, c } = way;
+    let (n, mut odd) = (a.n, a.odd);
+    if c.input.is_some() {
+        for (i, &d) in keys[..n].iter().enumerate() {
+            odd |= (strict_v6(d) as u64) << i;
+        }
+    }
+    if !few_selected(fib, c, n, &mut odd, flow) {
+        return false;
+    }
+    let t = direct.plain(fib);
+    t.lookup_batch(Family::V6, &[], &keys[..n], &mut a.found[..n]);
+    let quick = quick::quick_hops(snap.cpu, t, &a.found, &[0; BATCH], n, None, &mut a.hops);
+    a.quick = quick & !odd;
+    a.odd = odd;
+    true
+}
+
+/// The answers of a batch of flows alike, as [`Snapshot::alike_v4`] or
+/// [`Snapshot::alike_v6`] found them (`a`).
+#[inline]
+fn answer_alike<'s, Q: Borrow<Query>>(
+    snap: &'s Snapshot,
+    way: &AlikePlan<'s>,
+    a: &AlikeBatch,
+    flow: impl Fn(usize) -> Q,
+    out: &mut [Result<HopRef<'s>, NoRoute>],
+) {
+    let t = way.plain();
+    let out = &mut out[..a.n];
+    if a.quick.count_ones() as usize == a.n {
+        // Every flow (the common case): one tight loop.
+        for (o, &h) in out.iter_mut().zip(&a.hops) {
+            *o = Ok(HopRef::Shared(&t.hops[h as usize]));
+        }
+        return;
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = match a.quick >> i & 1 {
+            1 => Ok(HopRef::Shared(&t.hops[a.hops[i] as usize])),
+            _ => answer_slow(snap, way, a, i, flow(i).borrow()),
+        };
+    }
+}
+
+/// The body of [`Snapshot::answer_slow`].
+pub(crate) fn answer_slow<'s>(
+    snap: &'s Snapshot,
+    way: &AlikePlan<'s>,
+    a: &AlikeBatch,
+    i: usize,
+    q: &Query,
+) -> Result<HopRef<'s>, NoRoute> {
+    if a.odd >> i & 1 == 1 {
+        lookup(snap, q)
+    } else {
+        let plain = a.found[i].map_or(DestAnswer::Miss, DestAnswer::decode);
+        direct_code_answer(snap, way.plain(), way.direct.miss, &way.c, q, plain)
+    }
+}
+
+/// The body of [`Snapshot::lookup_batch`].
+pub(crate) fn lookup_batch<'s>(
+    snap: &'s Snapshot,
+    flows: &[Query],
+    out: &mut [Result<HopRef<'s>, NoRoute>],
+) {
+    assert!(out.len() >= flows.len(), "one answer for each flow");
+    for (flows, out) in flows.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+        lookup_chunk(snap, flows, out);
+    }
+}
+
+/// The hop a concluded walk gives.
+fn hop<'s>(
+    snap: &'s Snapshot,
+    p: &Prepared,
+    walk: Result<(&RouteBody, u8, u32), NoRoute>,
+) -> Result<HopRef<'s>, NoRoute> {
+    let (route, table) = match snap.conclude(p, walk)? {
+        Concluded::Route(route, table) => (route, table),
+        Concluded::Bare(oif) => {
+            return Ok(HopRef::Made(Hop {
+                kind: RouteType::Unicast,
+                table: None,
+                dev: oif,
+                gateway: None,
+                mtu: None,
+            }))
+        }
+    };
+    let oif = snap.path_oif(&p.q, p.family, route);
+    let path = snap
+        .choose_path(route, oif, &p.q, p.input.is_some())
+        .ok_or(NoRoute::NetworkUnreachable)?;
+    snap.validate_source(&p.q, p.input, route, path.dev)?;
+    Ok(HopRef::Made(Hop::of_route(
+        route,
+        table,
+        path,
+        snap.lo,
+        p.input.is_some(),
+    )))
+}
+
+/// Up to [`BATCH`] flows: as flows alike where most are, else round by round.
+fn lookup_chunk<'s>(snap: &'s Snapshot, flows: &[Query], out: &mut [Result<HopRef<'s>, NoRoute>]) {
+    if !lookup_uniform(snap, flows, out) {
+        lookup_rounds(snap, flows, out);
+    }
+}
+
+/// The body of [`Snapshot::lookup_rounds`].
+pub(crate) fn lookup_rounds<'s>(
+    snap: &'s Snapshot,
+    flows: &[Query],
+    out: &mut [Result<HopRef<'s>, NoRoute>],
+) {
+    let n = flows.len();
+    debug_assert!(n <= BATCH);
+    /// Where one flow stands.
+    #[derive(Clone, Copy)]
+    enum At {
+        /// Done (or refused before the walk).
+        Done,
+        /// Walking, from this rule on.
+        From(usize),
+        /// Rule `rule` searches `search` of the flow's family
+        /// ([`FamilyFib::target`]); without an answer the walk goes on from `after`.
+        Lookup {
+            rule: usize,
+            search: usize,
+            after: usize,
+        },
+    }
+    let mut at = [At::Done; BATCH];
+    // The flows' checks: small, so a batch copies little.
+    let mut checked: [Option<Checked>; BATCH] = [None; BATCH];
+    // The flows' keys and bit sets in the rule index, found once for all rounds.
+    let mut keys: [Option<FlowKey>; BATCH] = [None; BATCH];
+    let mut sets: [Option<crate::classify::Sets>; BATCH] = [None; BATCH];
+    // The flows no rule's selectors match, of a family where such a walk is one
+    // search: their places and destinations, by family.
+    let mut alone = [[0u8; BATCH]; 2];
+    let mut alone_count = [0usize; 2];
+    let mut keys4 = [0u32; BATCH];
+    let mut keys6 = [0u128; BATCH];
+    let mut seen = None;
+    for i in 0..n {
+        let q = &flows[i];
+        if let Some(answer) = snap.special_v4(q) {
+            out[i] = answer.map(|a| HopRef::Made(Hop::of_answer(&a)));
+            continue;
+        }
+        let c = match snap.check_seen(q, &mut seen) {
+            Ok(c) => c,
+            Err(e) => {
+                out[i] = Err(e);
+                continue;
+            }
+        };
+        // A flow with an output link takes the full lookup, and so does one the
+        // plain answers do not hold for.
+        if c.oif.is_some() || !snap.plain_answers_hold(&c, q.dst) {
+            out[i] = full_lookup(snap, &c.with(q));
+            continue;
+        }
+        checked[i] = Some(c);
+        let fib = snap.fib(c.family);
+        if fib.direct.is_some() {
+            let selected = fib.rules.has_selective() && {
+                let key = FlowKey::new(q, None, c.iif);
+                let s = fib.rules.sets(&key);
+                keys[i] = Some(key);
+                sets[i] = s;
+                fib.rules.any_selective_match(&key, s)
             };
-            t.lookup_batch(family, k4, k6, &mut found[..count]);
-            for (&j, code) in alone[family as usize][..count].iter().zip(&found[..count]) {
-                let j = j as usize;
-                let (c, q) = (checked[j].expect("checked"), &flows[j]);
-                let plain = code.map_or(DestAnswer::Miss, DestAnswer::decode);
-                // The common answer first: one hop, and no source to look up.
-                if let DestAnswer::One { hop, .. } = plain {
-                    let h = &t.hops[hop as usize];
-                    if c.input.is_none() || !self.input_source_to_check(&c, q, h) {
-                        out[j] = Ok(HopRef::Shared(h));
-                        continue;
+            if !selected {
+                let f = c.family as usize;
+                let k = alone_count[f];
+                alone[f][k] = i as u8;
+                match q.dst {
+                    IpAddr::V4(a) => keys4[k] = u32::from(a),
+                    IpAddr::V6(a) => keys6[k] = u128::from(a),
+                }
+                alone_count[f] += 1;
+                continue;
+            }
+        }
+        at[i] = At::From(0);
+    }
+    let mut found = [None; BATCH];
+    for family in [Family::V4, Family::V6] {
+        let count = alone_count[family as usize];
+        if count == 0 {
+            continue;
+        }
+        let fib = snap.fib(family);
+        let direct = fib
+            .direct
+            .as_ref()
+            .expect("flows alone have a direct search");
+        let t = direct.plain(fib);
+        let (k4, k6) = match family {
+            Family::V4 => (&keys4[..count], &[][..]),
+            Family::V6 => (&[][..], &keys6[..count]),
+        };
+        t.lookup_batch(family, k4, k6, &mut found[..count]);
+        for (&j, code) in alone[family as usize][..count].iter().zip(&found[..count]) {
+            let j = j as usize;
+            let (c, q) = (checked[j].expect("checked"), &flows[j]);
+            let plain = code.map_or(DestAnswer::Miss, DestAnswer::decode);
+            // The common answer first: one hop, and no source to look up.
+            if let DestAnswer::One { hop, .. } = plain {
+                let h = &t.hops[hop as usize];
+                if c.input.is_none() || !input_source_to_check(snap, &c, q, h) {
+                    out[j] = Ok(HopRef::Shared(h));
+                    continue;
+                }
+            }
+            out[j] = direct_code_answer(snap, t, direct.miss, &c, q, plain);
+        }
+    }
+    if !at[..n].iter().any(|a| matches!(a, At::From(_))) {
+        return;
+    }
+    let mut members = [0usize; BATCH];
+    // The rest walk the rules.
+    for i in 0..n {
+        if let (At::From(_), Some(c), None) = (at[i], checked[i], keys[i]) {
+            let key = FlowKey::new(&flows[i], None, c.iif);
+            sets[i] = snap.fib(c.family).rules.sets(&key);
+            keys[i] = Some(key);
+        }
+    }
+    loop {
+        // Every walking flow to its next table (or to its end).
+        for i in 0..n {
+            let At::From(from) = at[i] else { continue };
+            let c = checked[i].expect("walking");
+            let fib = snap.fib(c.family);
+            let key = keys[i].as_ref().expect("walking");
+            let candidates = fib.rules.candidates_with(key, sets[i]);
+            at[i] = match walk::next_lookup(fib, &candidates, from) {
+                Step::Lookup { rule, table } => {
+                    let (search, after) = fib.target(rule, table);
+                    At::Lookup {
+                        rule,
+                        search,
+                        after,
                     }
                 }
-                out[j] = self.direct_code_answer(t, direct.miss, &c, q, plain);
+                Step::Done(e) => {
+                    out[i] = hop(snap, &c.with(&flows[i]), Err(e));
+                    At::Done
+                }
+            };
+        }
+        // Each table once, for all the flows at it.
+        let mut any = false;
+        for first in 0..n {
+            let At::Lookup { search, .. } = at[first] else {
+                continue;
+            };
+            any = true;
+            let family = checked[first].expect("walking").family;
+            let mut count = 0;
+            for (j, a) in at.iter().enumerate().take(n).skip(first) {
+                let same = matches!(*a, At::Lookup { search: s, .. } if s == search)
+                    && checked[j].expect("walking").family == family;
+                if same {
+                    members[count] = j;
+                    let dst = addr_bits(flows[j].dst);
+                    keys4[count] = dst as u32;
+                    keys6[count] = dst;
+                    count += 1;
+                }
             }
-        }
-        if !at[..n].iter().any(|a| matches!(a, At::From(_))) {
-            return;
-        }
-        let mut members = [0usize; BATCH];
-        // The rest walk the rules.
-        for i in 0..n {
-            if let (At::From(_), Some(c), None) = (at[i], checked[i], keys[i]) {
-                let key = FlowKey::new(&flows[i], None, c.iif);
-                sets[i] = self.fib(c.family).rules.sets(&key);
-                keys[i] = Some(key);
-            }
-        }
-        loop {
-            // Every walking flow to its next table (or to its end).
-            for i in 0..n {
-                let At::From(from) = at[i] else { continue };
-                let c = checked[i].expect("walking");
-                let fib = self.fib(c.family);
-                let key = keys[i].as_ref().expect("walking");
-                let candidates = fib.rules.candidates_with(key, sets[i]);
-                at[i] = match self.next_lookup(fib, &candidates, from) {
-                    Step::Lookup { rule, table } => {
-                        let (search, after) = fib.target(rule, table);
-                        At::Lookup {
-                            rule,
-                            search,
-                            after,
-                        }
+            let fib = snap.fib(family);
+            let t = fib.searched(search);
+            t.lookup_batch(
+                family,
+                &keys4[..count],
+                &keys6[..count],
+                &mut found[..count],
+            );
+            for k in 0..count {
+                let j = members[k];
+                let At::Lookup { rule, after, .. } = at[j] else {
+                    unreachable!("a member is at a lookup")
+                };
+                let (c, q) = (checked[j].expect("walking"), &flows[j]);
+                let plain = found[k].map_or(DestAnswer::Miss, DestAnswer::decode);
+                let step = plain_step(&fib.rules.list[rule], t, plain, &c, q, &snap.multipath);
+                at[j] = match step {
+                    PlainStep::Next => At::From(after),
+                    PlainStep::Done(answer) => {
+                        out[j] = match source_checked(snap, &c, q, answer) {
+                            Some(answer) => answer,
+                            None => full_lookup(snap, &c.with(q)),
+                        };
+                        At::Done
                     }
-                    Step::Done(e) => {
-                        out[i] = self.hop(&c.with(&flows[i]), Err(e));
+                    PlainStep::Full => {
+                        out[j] = full_lookup(snap, &c.with(q));
                         At::Done
                     }
                 };
             }
-            // Each table once, for all the flows at it.
-            let mut any = false;
-            for first in 0..n {
-                let At::Lookup { search, .. } = at[first] else {
-                    continue;
-                };
-                any = true;
-                let family = checked[first].expect("walking").family;
-                let mut count = 0;
-                for (j, a) in at.iter().enumerate().take(n).skip(first) {
-                    let same = matches!(*a, At::Lookup { search: s, .. } if s == search)
-                        && checked[j].expect("walking").family == family;
-                    if same {
-                        members[count] = j;
-                        let dst = addr_bits(flows[j].dst);
-                        keys4[count] = dst as u32;
-                        keys6[count] = dst;
-                        count += 1;
-                    }
-                }
-                let fib = self.fib(family);
-                let t = fib.searched(search);
-                t.lookup_batch(
-                    family,
-                    &keys4[..count],
-                    &keys6[..count],
-                    &mut found[..count],
-                );
-                for k in 0..count {
-                    let j = members[k];
-                    let At::Lookup { rule, after, .. } = at[j] else {
-                        unreachable!("a member is at a lookup")
-                    };
-                    let (c, q) = (checked[j].expect("walking"), &flows[j]);
-                    let plain = found[k].map_or(DestAnswer::Miss, DestAnswer::decode);
-                    let step = plain_step(&fib.rules.list[rule], t, plain, &c, q, &self.multipath);
-                    at[j] = match step {
-                        PlainStep::Next => At::From(after),
-                        PlainStep::Done(answer) => {
-                            out[j] = match self.source_checked(&c, q, answer) {
-                                Some(answer) => answer,
-                                None => self.full_lookup(&c.with(q)),
-                            };
-                            At::Done
-                        }
-                        PlainStep::Full => {
-                            out[j] = self.full_lookup(&c.with(q));
-                            At::Done
-                        }
-                    };
-                }
-            }
-            if !any {
-                return;
-            }
+        }
+        if !any {
+            return;
         }
     }
 }
@@ -1528,11 +1508,7 @@ route add multicast 10.10.0.0/16 dev a1
         }
         for a in addrs {
             let addr = IpAddr::V6(Ipv6Addr::from(a));
-            assert_eq!(
-                strict_v6(a),
-                crate::snapshot::needs_strict_oif(addr),
-                "{addr}"
-            );
+            assert_eq!(strict_v6(a), crate::walk::needs_strict_oif(addr), "{addr}");
         }
     }
 

@@ -12,9 +12,15 @@
 //!   [`Nexthop`] objects (`nexthop`).
 //! - [`config`] reads a file of `ip` command lines into a state: all of it or, with
 //!   `FILE:LINE: reason`, none.
-//! - [`Snapshot`] is a state compiled for lookups (`snapshot`): every table one LPM
-//!   structure, rules resolved; [`Snapshot::route`] answers a [`Query`] with an [`Answer`]
-//!   or the kernel's error ([`NoRoute`]). [`source`] picks the source address.
+//! - [`parse_query`] reads a query in the words of `ip route get`; [`names`] holds
+//!   iproute2's names of tables, protocols and scopes.
+//! - [`Snapshot`] is a state compiled for lookups: every table one LPM structure, rules
+//!   resolved (`layout`; compiled by `compile`, patched in place by `patch`). Its methods
+//!   are listed in one place (`snapshot`), each a call into the module that does the
+//!   work. [`Snapshot::route`] answers a [`Query`] with an [`Answer`] or the kernel's error
+//!   ([`NoRoute`]) by the kernel's full walk (`walk`; `special` for IPv4's multicast and
+//!   broadcast destinations); `source` picks the source address. A dump's two families
+//!   are compiled apart and joined ([`Half`]).
 //! - [`Snapshot::lookup`] and [`Snapshot::lookup_batch`] (`forward`) answer what a packet
 //!   needs, a [`Hop`] (`hop`; by reference, a [`HopRef`]), with the same semantics and
 //!   no allocation: every destination's answer to a flow with no output link is decided
@@ -58,41 +64,50 @@
 mod answers;
 mod chunked;
 mod classify;
+mod compile;
+// Public as a namespace: the configuration file's functions read with its name
+// (`config::load`, `config::apply_text`, `config::apply_line`).
 pub mod config;
-pub mod exception;
-pub mod forward;
-pub mod hop;
-pub mod link;
-pub mod multipath;
+mod exception;
+mod forward;
+mod hop;
+mod layout;
+mod link;
+mod multipath;
+// Public as a namespace of constants: iproute2's names of numbers and their parsers
+// (`names::TABLE_MAIN`, `names::SCOPE_LINK`, `names::parse_table`).
 pub mod names;
-pub mod net;
-pub mod nexthop;
+mod net;
+mod nexthop;
 mod patch;
-pub mod publish;
-pub mod query;
+mod publish;
+mod query;
 #[allow(unsafe_code)]
 mod quick;
-pub mod route;
-pub mod rule;
+mod route;
+mod rule;
+// Public as a namespace: its printers read with its name, as `ip ... show` prints
+// (`show::route_text`, `show::answer_json`).
 pub mod show;
-pub mod snapshot;
-pub mod source;
+mod snapshot;
+mod source;
 mod special;
-pub mod state;
-pub mod vector;
+mod state;
+mod vector;
+mod walk;
 
-pub use exception::{Exception, Exceptions};
+pub use compile::Half;
+pub use exception::{Exception, Exceptions, Learned};
 pub use hop::{Hop, HopRef};
-pub use link::{Address, Link, LinkIndex, LinkKind};
+pub use layout::{Snapshot, SnapshotMemory};
+pub use link::{parse_mac, AddrGenMode, Address, Link, LinkIndex, LinkKind};
 pub use multipath::Multipath;
 pub use net::{Family, Net};
 pub use nexthop::{Nexthop, NexthopId, NexthopKind};
 pub use patch::Touched;
 pub use publish::{Fib, FibReader, Publications};
-pub use query::BATCH;
-pub use query::{Answer, NoRoute, Query};
+pub use query::{parse_query, Answer, NoRoute, Query, BATCH};
 pub use route::{Path, Paths, Route, RouteBody, RouteType};
-pub use rule::{Rule, RuleAction};
-pub use snapshot::{Snapshot, SnapshotMemory};
-pub use state::{Dumping, Refused, RouteOp, State};
+pub use rule::{Range, Rule, RuleAction, RuleLink};
+pub use state::{Dumping, Refused, RouteFilter, RouteOp, State};
 pub use vector::{FlowVector, VectorAnswers};

@@ -22,9 +22,8 @@ use siphasher::sip::SipHasher24;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
-/// Hash policy 0: addresses (and, for IPv6, protocol and flow label).
-pub const POLICY_L3: u8 = 0;
-/// Hash policy 1: the five-tuple.
+/// Hash policy 1: the five-tuple. (Policy 0, the default, hashes the addresses and, for
+/// IPv6, the protocol and flow label.)
 pub const POLICY_L4: u8 = 1;
 
 /// The multipath hash settings (the kernel's sysctls of those names).

@@ -22,11 +22,12 @@
 //! hold the two to that over random batches of changes.
 
 use crate::answers::{AnswerTable, DestAnswer};
+use crate::compile::{joined, merged_answer, objects, prefers_input, walk_again};
+use crate::layout::{by_source, new_serial, CompiledTable, FamilyFib, Merged, Node, Snapshot};
 use crate::names::{TABLE_LOCAL, TABLE_MAIN};
 use crate::net::{Family, Net};
 use crate::nexthop::NexthopId;
 use crate::route::{Path, RouteType};
-use crate::snapshot::{merged_answer, prefers_input, CompiledTable, Merged, Node, Snapshot};
 use crate::state::{RouteList, State, TableRoutes};
 use std::collections::BTreeSet;
 
@@ -149,7 +150,7 @@ pub(crate) fn routes_at(sources: &[&TableRoutes], dst: Net) -> RouteList {
     // Stable: the tables' order kept within a source prefix.
     by_src.sort_by_key(|(src, _)| *src);
     let lists: Vec<&RouteList> = by_src.into_iter().map(|(_, l)| l).collect();
-    crate::snapshot::by_source(&lists)
+    by_source(&lists)
 }
 
 /// Where a search merging the tables `seq` (positions in `tables`) changes when table
@@ -323,594 +324,580 @@ impl CompiledTable {
     }
 }
 
-impl Snapshot {
-    /// Shares with `other` (the snapshot published beside this one) the chunks of nodes
-    /// and answers whose contents are the same in both: after a patch, all but those
-    /// the last batch changed. The two snapshots of a published state so hold their
-    /// nodes once.
-    pub(crate) fn share_with(&mut self, other: &Snapshot) {
-        for (mine, theirs) in [(&mut self.v4, &other.v4), (&mut self.v6, &other.v6)] {
-            for table in &mut mine.tables {
-                if let Some(same) = theirs.tables.iter().find(|t| t.id == table.id) {
-                    table.nodes.share_equal(&same.nodes);
-                    table.answers.share_equal(&same.answers);
-                }
+/// The body of [`Snapshot::share_with`].
+pub(crate) fn share_with(snap: &mut Snapshot, other: &Snapshot) {
+    for (mine, theirs) in [(&mut snap.v4, &other.v4), (&mut snap.v6, &other.v6)] {
+        for table in &mut mine.tables {
+            if let Some(same) = theirs.tables.iter().find(|t| t.id == table.id) {
+                table.nodes.share_equal(&same.nodes);
+                table.answers.share_equal(&same.answers);
             }
         }
     }
+}
 
-    /// Brings this snapshot, compiled from `state` but for what `touched` names, up to
-    /// `state` in place. False if it cannot be patched (more than routes changed, or too
-    /// much): compile the state anew.
-    pub(crate) fn patch(&mut self, state: &State, touched: &Touched) -> bool {
-        // Whatever follows changes the content (or the snapshot is compiled anew).
-        self.serial = crate::snapshot::new_serial();
-        // IPv4's `local` and `main` merge again only with a new state.
-        if touched.everything
-            || touched.routes.len() > MAX_PATCHED
-            || !self.v4_merged && !state.v4_unmerged()
-        {
+/// The body of [`Snapshot::patch`].
+pub(crate) fn patch(snap: &mut Snapshot, state: &State, touched: &Touched) -> bool {
+    // Whatever follows changes the content (or the snapshot is compiled anew).
+    snap.serial = new_serial();
+    // IPv4's `local` and `main` merge again only with a new state.
+    if touched.everything
+        || touched.routes.len() > MAX_PATCHED
+        || !snap.v4_merged && !state.v4_unmerged()
+    {
+        return false;
+    }
+    let worn = |f: &FamilyFib| {
+        f.tables.iter().any(|t| t.plain.numbers_run_short())
+            || f.merged.iter().any(|m| m.plain.numbers_run_short())
+    };
+    if worn(&snap.v4) || worn(&snap.v6) {
+        return false;
+    }
+    // The destinations of the routes whose nexthop object now stands for other paths.
+    let mut routes: Vec<(Family, u32, Net)> = Vec::new();
+    if touched.others {
+        let Some((followed, objects_changed)) = adopt_links_and_objects(snap, state) else {
             return false;
-        }
-        let worn = |f: &crate::snapshot::FamilyFib| {
-            f.tables.iter().any(|t| t.plain.numbers_run_short())
-                || f.merged.iter().any(|m| m.plain.numbers_run_short())
         };
-        if worn(&self.v4) || worn(&self.v6) {
-            return false;
+        for (id, path) in followed {
+            follow_object(snap, id, &path);
         }
-        // The destinations of the routes whose nexthop object now stands for other paths.
-        let mut routes: Vec<(Family, u32, Net)> = Vec::new();
-        if touched.others {
-            let Some((followed, objects_changed)) = self.adopt_links_and_objects(state) else {
+        for id in objects_changed {
+            routes.extend(state.object_users(id));
+            if routes.len() > MAX_PATCHED {
                 return false;
-            };
-            for (id, path) in followed {
-                self.follow_object(id, &path);
-            }
-            for id in objects_changed {
-                routes.extend(state.object_users(id));
-                if routes.len() > MAX_PATCHED {
-                    return false;
-                }
             }
         }
-        // IPv4's first rule parts `local` from `main`.
-        let parted = self.v4_merged && state.v4_unmerged();
-        // `local`'s destinations, and those whose local routes went since this snapshot
-        // was made (the merged table still holds them).
-        let mut local_dsts = Vec::new();
-        let mut seeds = Vec::new();
-        if parted {
-            local_dsts = local_destinations(state);
-            local_dsts.extend(
-                touched
-                    .routes
-                    .iter()
-                    .filter(|(f, t, _)| *f == Family::V4 && *t == TABLE_LOCAL)
-                    .map(|(_, _, dst)| *dst),
-            );
-            local_dsts.sort_unstable();
-            local_dsts.dedup();
-            seeds = self.part_v4(state, &local_dsts);
-        }
-        // Rules changed, or a table appeared or went: the walk is made again.
-        let custom = self.v4_custom_rules != state.v4_custom_rules();
-        self.v4_custom_rules = state.v4_custom_rules();
-        for family in [Family::V4, Family::V6] {
-            if state.rules(family) != &self.rule_source[family as usize][..]
-                || self.table_ids(family) != compiled_ids(state, family, self.v4_merged)
-                || family == Family::V4 && custom
-            {
-                let seeds = if family == Family::V4 {
-                    std::mem::take(&mut seeds)
-                } else {
-                    Vec::new()
-                };
-                self.rewalk(state, family, seeds);
-            }
-        }
-        // The searches that were made as if `local` and `main` were one answer as the
-        // walk through them in turn but at `local`'s prefixes and under them.
-        if parted {
-            if let Some(local) = self.v4.position(TABLE_LOCAL) {
-                self.patch_merged(state, Family::V4, local, &local_dsts);
-            }
-        }
-        // The touched prefixes of each compiled table.
-        let mut work: Vec<(Family, usize, Vec<Net>)> = Vec::new();
-        for &(family, id, dst) in touched.routes.iter().chain(&routes) {
-            let merged = family == Family::V4 && self.v4_merged && id == TABLE_LOCAL;
-            let id = if merged { TABLE_MAIN } else { id };
-            // A table gone took its nodes with it.
-            let Some(t) = self.fib(family).position(id) else {
-                continue;
-            };
-            match work.iter_mut().find(|(f, p, _)| *f == family && *p == t) {
-                Some((_, _, dsts)) => dsts.push(dst),
-                None => work.push((family, t, vec![dst])),
-            }
-        }
-        // In the order of the tables' ids, each family's in turn.
-        work.sort_by_key(|(family, t, _)| (*family, self.fib(*family).tables[*t].id));
-        let mut v4_hosts: Vec<Net> = Vec::new();
-        for (family, t, mut dsts) in work {
-            // The journals of the batches behind the patch, each in order: a stable sort
-            // merges them in linear time, where an unstable one sorts anew (an eighth of
-            // the publication of a link's 1,000 routes going down).
-            dsts.sort();
-            dsts.dedup();
-            let id = self.fib(family).tables[t].id;
-            let have = sources(state, family, id, self.v4_merged);
-            // Out while it changes, for the answers' checks to read the snapshot.
-            let mut table = std::mem::take(&mut self.fib_mut(family).tables[t]);
-            let changed = self.patch_table(&mut table, &have, &dsts);
-            self.fib_mut(family).tables[t] = table;
-            self.patch_merged(state, family, t, &changed);
-            v4_hosts.extend(dsts.iter().filter(|d| family == Family::V4 && d.is_host()));
-        }
-        self.v6_input_prefers = self.v6_prefers > 0;
-        self.v4_full_source_check = state.v4_custom_rules() || state.v4_custom_local_routes();
-        if !v4_hosts.is_empty() {
-            self.patch_broadcasts(state, &v4_hosts);
-        }
-        if touched.others || !v4_hosts.is_empty() {
-            self.refilter_own_addresses();
-        }
-        true
     }
-
-    /// Takes the state's links, addresses, nexthop objects and multipath settings as they
-    /// are, and returns the nexthop objects that now stand for other paths: those whose
-    /// routes' hops follow them in place (one live path before and after, given), and
-    /// the others (the answers of the routes using them are made again). `None` if the
-    /// loopback link changed, which every local answer depends on: the state is then
-    /// compiled anew.
-    #[allow(clippy::type_complexity)]
-    fn adopt_links_and_objects(
-        &mut self,
-        state: &State,
-    ) -> Option<(Vec<(NexthopId, Path)>, Vec<NexthopId>)> {
-        let (nexthops, object_paths) = crate::snapshot::objects(state);
-        let only_live = |paths: &[Path]| -> Option<Path> {
-            let mut live = paths.iter().filter(|p| !p.dead);
-            let one = live.next()?;
-            live.next().is_none().then(|| one.clone())
-        };
-        let mut followed = Vec::new();
-        let mut changed = Vec::new();
-        for (&id, paths) in &object_paths {
-            let before = self.object_paths.get(&id);
-            if before == Some(paths) {
-                continue;
-            }
-            match (before.and_then(|b| only_live(b)), only_live(paths)) {
-                (Some(_), Some(now)) => followed.push((id, now)),
-                _ => changed.push(id),
-            }
-        }
-        // One gone took the routes that used it with it (noted), unless a route still
-        // names it (then it has no paths).
-        changed.extend(
-            self.object_paths
-                .keys()
-                .filter(|id| !object_paths.contains_key(id)),
+    // IPv4's first rule parts `local` from `main`.
+    let parted = snap.v4_merged && state.v4_unmerged();
+    // `local`'s destinations, and those whose local routes went since this snapshot
+    // was made (the merged table still holds them).
+    let mut local_dsts = Vec::new();
+    let mut seeds = Vec::new();
+    if parted {
+        local_dsts = local_destinations(state);
+        local_dsts.extend(
+            touched
+                .routes
+                .iter()
+                .filter(|(f, t, _)| *f == Family::V4 && *t == TABLE_LOCAL)
+                .map(|(_, _, dst)| *dst),
         );
-        let lo = self.lo;
-        self.take_links(state, nexthops, object_paths);
-        (self.lo == lo).then_some((followed, changed))
+        local_dsts.sort_unstable();
+        local_dsts.dedup();
+        seeds = part_v4(snap, state, &local_dsts);
     }
-
-    /// Nexthop object `id` stood for one live path and stands for `path` now: the hops
-    /// of the routes through it, in every search, are made again through `path`, in
-    /// place. No answer changes but by its hop (see
-    /// [`crate::answers::AnswerTable::follow_object`]).
-    fn follow_object(&mut self, id: NexthopId, path: &Path) {
-        let lo = self.lo;
-        for fib in [&mut self.v4, &mut self.v6] {
-            let plains = fib
-                .tables
-                .iter_mut()
-                .map(|t| &mut t.plain)
-                .chain(fib.merged.iter_mut().map(|m| &mut m.plain));
-            for plain in plains {
-                plain.follow_object(id, path, |hop, path| hop.through(path, lo, false));
-            }
+    // Rules changed, or a table appeared or went: the walk is made again.
+    let custom = snap.v4_custom_rules != state.v4_custom_rules();
+    snap.v4_custom_rules = state.v4_custom_rules();
+    for family in [Family::V4, Family::V6] {
+        if state.rules(family) != &snap.rule_source[family as usize][..]
+            || table_ids(snap, family) != compiled_ids(state, family, snap.v4_merged)
+            || family == Family::V4 && custom
+        {
+            let seeds = if family == Family::V4 {
+                std::mem::take(&mut seeds)
+            } else {
+                Vec::new()
+            };
+            rewalk(snap, state, family, seeds);
         }
     }
-
-    /// Parts IPv4's `local` from `main` (the first IPv4 rule), in time proportional to
-    /// `local`'s routes, where the kernel's `fib_unmerge` walks the whole table: the
-    /// merged table becomes `main` by making the nodes of `local_dsts` again from `main`'s
-    /// routes alone: `local`'s prefixes, and those whose local routes went since this
-    /// snapshot was made, which the merged table still holds (`local` itself is compiled
-    /// on its own by the walk made again).
-    /// While every walk looks up `local` first (the kernel's rule at priority 0), `main`'s
-    /// structure keeps answering as the merged table did, to be patched as a search
-    /// merging `local` and `main` ([`CompiledTable::plain_holds`]): it serves both the
-    /// walks through `local` then `main` and `main` after `local` had no answer, and
-    /// nothing is copied. Otherwise the searches a walk through `local` then `main` (and
-    /// the tables after) will need answer as the merged table did but at `local`'s
-    /// prefixes and under them: they are returned as seeds for the walk, each under its
-    /// tables' ids, from a copy of the merged table's search and the merged searches
-    /// holding it, to be patched there.
-    fn part_v4(&mut self, state: &State, local_dsts: &[Net]) -> Vec<(Vec<u32>, Merged)> {
-        let mut seeds: Vec<(Vec<u32>, Merged)> = self
-            .v4
-            .take_merged()
-            .into_iter()
-            .map(|(ids, m)| {
-                let ids = ids
-                    .iter()
-                    .flat_map(|&id| match id {
-                        TABLE_MAIN => vec![TABLE_LOCAL, TABLE_MAIN],
-                        other => vec![other],
-                    })
-                    .collect();
-                (ids, m)
-            })
-            .collect();
-        self.v4_merged = false;
-        let Some(t) = self.v4.position(TABLE_MAIN) else {
-            return seeds;
+    // The searches that were made as if `local` and `main` were one answer as the
+    // walk through them in turn but at `local`'s prefixes and under them.
+    if parted {
+        if let Some(local) = snap.v4.position(TABLE_LOCAL) {
+            patch_merged(snap, state, Family::V4, local, &local_dsts);
+        }
+    }
+    // The touched prefixes of each compiled table.
+    let mut work: Vec<(Family, usize, Vec<Net>)> = Vec::new();
+    for &(family, id, dst) in touched.routes.iter().chain(&routes) {
+        let merged = family == Family::V4 && snap.v4_merged && id == TABLE_LOCAL;
+        let id = if merged { TABLE_MAIN } else { id };
+        // A table gone took its nodes with it.
+        let Some(t) = snap.fib(family).position(id) else {
+            continue;
         };
-        if local_first(state, Family::V4) {
-            self.v4.tables[t].plain_holds = Some(TABLE_LOCAL);
-        } else {
+        match work.iter_mut().find(|(f, p, _)| *f == family && *p == t) {
+            Some((_, _, dsts)) => dsts.push(dst),
+            None => work.push((family, t, vec![dst])),
+        }
+    }
+    // In the order of the tables' ids, each family's in turn.
+    work.sort_by_key(|(family, t, _)| (*family, snap.fib(*family).tables[*t].id));
+    let mut v4_hosts: Vec<Net> = Vec::new();
+    for (family, t, mut dsts) in work {
+        // The journals of the batches behind the patch, each in order: a stable sort
+        // merges them in linear time, where an unstable one sorts anew (an eighth of
+        // the publication of a link's 1,000 routes going down).
+        dsts.sort();
+        dsts.dedup();
+        let id = snap.fib(family).tables[t].id;
+        let have = sources(state, family, id, snap.v4_merged);
+        // Out while it changes, for the answers' checks to read the snapshot.
+        let mut table = std::mem::take(&mut snap.fib_mut(family).tables[t]);
+        let changed = patch_table(snap, &mut table, &have, &dsts);
+        snap.fib_mut(family).tables[t] = table;
+        patch_merged(snap, state, family, t, &changed);
+        v4_hosts.extend(dsts.iter().filter(|d| family == Family::V4 && d.is_host()));
+    }
+    snap.v6_input_prefers = snap.v6_prefers > 0;
+    snap.v4_full_source_check = state.v4_custom_rules() || state.v4_custom_local_routes();
+    if !v4_hosts.is_empty() {
+        patch_broadcasts(snap, state, &v4_hosts);
+    }
+    if touched.others || !v4_hosts.is_empty() {
+        snap.refilter_own_addresses();
+    }
+    true
+}
+
+/// Takes the state's links, addresses, nexthop objects and multipath settings as they
+/// are, and returns the nexthop objects that now stand for other paths: those whose
+/// routes' hops follow them in place (one live path before and after, given), and
+/// the others (the answers of the routes using them are made again). `None` if the
+/// loopback link changed, which every local answer depends on: the state is then
+/// compiled anew.
+#[allow(clippy::type_complexity)]
+fn adopt_links_and_objects(
+    snap: &mut Snapshot,
+    state: &State,
+) -> Option<(Vec<(NexthopId, Path)>, Vec<NexthopId>)> {
+    let (nexthops, object_paths) = objects(state);
+    let only_live = |paths: &[Path]| -> Option<Path> {
+        let mut live = paths.iter().filter(|p| !p.dead);
+        let one = live.next()?;
+        live.next().is_none().then(|| one.clone())
+    };
+    let mut followed = Vec::new();
+    let mut changed = Vec::new();
+    for (&id, paths) in &object_paths {
+        let before = snap.object_paths.get(&id);
+        if before == Some(paths) {
+            continue;
+        }
+        match (before.and_then(|b| only_live(b)), only_live(paths)) {
+            (Some(_), Some(now)) => followed.push((id, now)),
+            _ => changed.push(id),
+        }
+    }
+    // One gone took the routes that used it with it (noted), unless a route still
+    // names it (then it has no paths).
+    changed.extend(
+        snap.object_paths
+            .keys()
+            .filter(|id| !object_paths.contains_key(id)),
+    );
+    let lo = snap.lo;
+    snap.take_links(state, nexthops, object_paths);
+    (snap.lo == lo).then_some((followed, changed))
+}
+
+/// Nexthop object `id` stood for one live path and stands for `path` now: the hops
+/// of the routes through it, in every search, are made again through `path`, in
+/// place. No answer changes but by its hop (see
+/// [`crate::answers::AnswerTable::follow_object`]).
+fn follow_object(snap: &mut Snapshot, id: NexthopId, path: &Path) {
+    let lo = snap.lo;
+    for fib in [&mut snap.v4, &mut snap.v6] {
+        let plains = fib
+            .tables
+            .iter_mut()
+            .map(|t| &mut t.plain)
+            .chain(fib.merged.iter_mut().map(|m| &mut m.plain));
+        for plain in plains {
+            plain.follow_object(id, path, |hop, path| hop.through(path, lo, false));
+        }
+    }
+}
+
+/// Parts IPv4's `local` from `main` (the first IPv4 rule), in time proportional to
+/// `local`'s routes, where the kernel's `fib_unmerge` walks the whole table: the
+/// merged table becomes `main` by making the nodes of `local_dsts` again from `main`'s
+/// routes alone: `local`'s prefixes, and those whose local routes went since this
+/// snapshot was made, which the merged table still holds (`local` itself is compiled
+/// on its own by the walk made again).
+/// While every walk looks up `local` first (the kernel's rule at priority 0), `main`'s
+/// structure keeps answering as the merged table did, to be patched as a search
+/// merging `local` and `main` ([`CompiledTable::plain_holds`]): it serves both the
+/// walks through `local` then `main` and `main` after `local` had no answer, and
+/// nothing is copied. Otherwise the searches a walk through `local` then `main` (and
+/// the tables after) will need answer as the merged table did but at `local`'s
+/// prefixes and under them: they are returned as seeds for the walk, each under its
+/// tables' ids, from a copy of the merged table's search and the merged searches
+/// holding it, to be patched there.
+fn part_v4(snap: &mut Snapshot, state: &State, local_dsts: &[Net]) -> Vec<(Vec<u32>, Merged)> {
+    let mut seeds: Vec<(Vec<u32>, Merged)> = snap
+        .v4
+        .take_merged()
+        .into_iter()
+        .map(|(ids, m)| {
+            let ids = ids
+                .iter()
+                .flat_map(|&id| match id {
+                    TABLE_MAIN => vec![TABLE_LOCAL, TABLE_MAIN],
+                    other => vec![other],
+                })
+                .collect();
+            (ids, m)
+        })
+        .collect();
+    snap.v4_merged = false;
+    let Some(t) = snap.v4.position(TABLE_MAIN) else {
+        return seeds;
+    };
+    if local_first(state, Family::V4) {
+        snap.v4.tables[t].plain_holds = Some(TABLE_LOCAL);
+    } else {
+        seeds.push((
+            vec![TABLE_LOCAL, TABLE_MAIN],
+            Merged {
+                seq: Vec::new(),
+                plain: snap.v4.tables[t].plain.clone(),
+            },
+        ));
+    }
+    let have = sources(state, Family::V4, TABLE_MAIN, false);
+    let mut table = std::mem::take(&mut snap.v4.tables[t]);
+    patch_table(snap, &mut table, &have, local_dsts);
+    snap.v4.tables[t] = table;
+    seeds
+}
+
+/// The body of [`Snapshot::hold_local`].
+pub(crate) fn hold_local(snap: &mut Snapshot, state: &State, family: Family) {
+    if family == Family::V4 && snap.v4_merged || !local_first(state, family) {
+        return;
+    }
+    let fib = snap.fib_mut(family);
+    let (Some(local), Some(main)) = (fib.position(TABLE_LOCAL), fib.position(TABLE_MAIN)) else {
+        return;
+    };
+    let prefixes: Vec<Net> = fib.tables[local].prefixes().collect();
+    let seq = [local, main];
+    let at = merged_prefixes(state, family, &fib.tables, &seq, local, &prefixes, false);
+    let answers = answers_at(&fib.tables, &seq, at);
+    let table = &mut fib.tables[main];
+    set_answers(&mut table.plain, answers);
+    table.plain_holds = Some(TABLE_LOCAL);
+}
+
+/// The tables of family `family` whose structure holds another's answers
+/// ([`CompiledTable::plain_holds`]) where that no longer holds: the other is no longer
+/// compiled, or a walk may reach them without looking it up first (`local`'s rule
+/// deleted or moved, as VRF setups do). Each gives a copy of its structure as the
+/// search merging the two (a seed for the walk), if the other is still compiled, and
+/// has its own made again where the two differ: at the other's prefixes and under
+/// them, in time proportional to those (and a copy).
+fn release_held(
+    snap: &mut Snapshot,
+    state: &State,
+    family: Family,
+    ids: &[u32],
+) -> Vec<(Vec<u32>, Merged)> {
+    let first = local_first(state, family);
+    let fib = snap.fib_mut(family);
+    let mut seeds = Vec::new();
+    for t in 0..fib.tables.len() {
+        let Some(held) = fib.tables[t].plain_holds else {
+            continue;
+        };
+        if first && ids.contains(&held) {
+            continue;
+        }
+        let id = fib.tables[t].id;
+        if ids.contains(&held) {
             seeds.push((
-                vec![TABLE_LOCAL, TABLE_MAIN],
+                vec![held, id],
                 Merged {
                     seq: Vec::new(),
-                    plain: self.v4.tables[t].plain.clone(),
+                    plain: fib.tables[t].plain.clone(),
                 },
             ));
         }
-        let have = sources(state, Family::V4, TABLE_MAIN, false);
-        let mut table = std::mem::take(&mut self.v4.tables[t]);
-        self.patch_table(&mut table, &have, local_dsts);
-        self.v4.tables[t] = table;
-        seeds
-    }
-
-    /// Makes `main`'s structure of family `family`, just answered apart from `local`'s,
-    /// answer as the walk through `local` then `main` ([`CompiledTable::plain_holds`])
-    /// where every walk of the family looks up `local` first (IPv6's default rules, and
-    /// IPv4's once parted): its answers are set again at `local`'s prefixes and at
-    /// `main`'s under them, a few, where a search merging the two would be made whole
-    /// beside it (a full IPv6 table's: a fifth of its compile, and its memory again).
-    pub(crate) fn hold_local(&mut self, state: &State, family: Family) {
-        if family == Family::V4 && self.v4_merged || !local_first(state, family) {
-            return;
-        }
-        let fib = self.fib_mut(family);
-        let (Some(local), Some(main)) = (fib.position(TABLE_LOCAL), fib.position(TABLE_MAIN))
-        else {
-            return;
+        // Where the structure holds what the other's nodes answered when it was last
+        // patched (this batch's changes to them follow).
+        let Some(other) = fib.position(held) else {
+            fib.tables[t].plain_holds = None;
+            continue;
         };
-        let prefixes: Vec<Net> = fib.tables[local].prefixes().collect();
-        let seq = [local, main];
-        let at = merged_prefixes(state, family, &fib.tables, &seq, local, &prefixes, false);
-        let answers = answers_at(&fib.tables, &seq, at);
-        let table = &mut fib.tables[main];
-        set_answers(&mut table.plain, answers);
-        table.plain_holds = Some(TABLE_LOCAL);
+        let prefixes: Vec<Net> = fib.tables[other].prefixes().collect();
+        let at = merged_prefixes(
+            state,
+            family,
+            &fib.tables,
+            &[other, t],
+            other,
+            &prefixes,
+            false,
+        );
+        let table = &mut fib.tables[t];
+        table.plain_holds = None;
+        for net in at {
+            let answer = table.node_at(net).map(|i| table.answers[i as usize]);
+            table.plain.set(net, answer);
+        }
     }
+    seeds
+}
 
-    /// The tables of family `family` whose structure holds another's answers
-    /// ([`CompiledTable::plain_holds`]) where that no longer holds: the other is no longer
-    /// compiled, or a walk may reach them without looking it up first (`local`'s rule
-    /// deleted or moved, as VRF setups do). Each gives a copy of its structure as the
-    /// search merging the two (a seed for the walk), if the other is still compiled, and
-    /// has its own made again where the two differ: at the other's prefixes and under
-    /// them, in time proportional to those (and a copy).
-    fn release_held(
-        &mut self,
-        state: &State,
-        family: Family,
-        ids: &[u32],
-    ) -> Vec<(Vec<u32>, Merged)> {
-        let first = local_first(state, family);
-        let fib = self.fib_mut(family);
-        let mut seeds = Vec::new();
-        for t in 0..fib.tables.len() {
-            let Some(held) = fib.tables[t].plain_holds else {
-                continue;
-            };
-            if first && ids.contains(&held) {
-                continue;
-            }
-            let id = fib.tables[t].id;
-            if ids.contains(&held) {
-                seeds.push((
-                    vec![held, id],
-                    Merged {
-                        seq: Vec::new(),
-                        plain: fib.tables[t].plain.clone(),
-                    },
-                ));
-            }
-            // Where the structure holds what the other's nodes answered when it was last
-            // patched (this batch's changes to them follow).
-            let Some(other) = fib.position(held) else {
-                fib.tables[t].plain_holds = None;
-                continue;
-            };
-            let prefixes: Vec<Net> = fib.tables[other].prefixes().collect();
-            let at = merged_prefixes(
-                state,
-                family,
-                &fib.tables,
-                &[other, t],
-                other,
-                &prefixes,
-                false,
-            );
-            let table = &mut fib.tables[t];
-            table.plain_holds = None;
-            for net in at {
-                let answer = table.node_at(net).map(|i| table.answers[i as usize]);
-                table.plain.set(net, answer);
-            }
+/// The ids of family `family`'s compiled tables, in order.
+fn table_ids(snap: &Snapshot, family: Family) -> Vec<u32> {
+    let mut ids: Vec<u32> = snap.fib(family).tables.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Makes family `family`'s rules and walk again from the state (rules were added or
+/// deleted, a table appeared or went): the compiled tables the state still has are
+/// kept, a table that appeared is compiled (in time proportional to its routes), one
+/// gone is dropped, and the merged searches of the same tables in the same order are
+/// kept (or taken from `seeds`, by their tables' ids); only a search of tables not
+/// merged before is made.
+fn rewalk(snap: &mut Snapshot, state: &State, family: Family, mut seeds: Vec<(Vec<u32>, Merged)>) {
+    let want = compiled_ids(state, family, snap.v4_merged);
+    seeds.extend(release_held(snap, state, family, &want));
+    let v4_merged = snap.v4_merged;
+    let fib = snap.fib_mut(family);
+    let mut pool = fib.take_merged();
+    pool.extend(seeds);
+    let (kept, gone): (Vec<CompiledTable>, Vec<CompiledTable>) = std::mem::take(&mut fib.tables)
+        .into_iter()
+        .partition(|t| want.contains(&t.id));
+    fib.tables = kept;
+    let mut new = Vec::new();
+    for id in want {
+        if !fib.tables.iter().any(|t| t.id == id) {
+            let have = sources(state, family, id, v4_merged);
+            let table = CompiledTable::build(id, family, joined(&have));
+            fib.tables.push(table);
+            new.push(fib.tables.len() - 1);
         }
-        seeds
     }
-
-    /// The ids of family `family`'s compiled tables, in order.
-    fn table_ids(&self, family: Family) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.fib(family).tables.iter().map(|t| t.id).collect();
-        ids.sort_unstable();
-        ids
+    fib.index_tables();
+    for &t in &new {
+        snap.answer_table(family, t);
     }
-
-    /// Makes family `family`'s rules and walk again from the state (rules were added or
-    /// deleted, a table appeared or went): the compiled tables the state still has are
-    /// kept, a table that appeared is compiled (in time proportional to its routes), one
-    /// gone is dropped, and the merged searches of the same tables in the same order are
-    /// kept (or taken from `seeds`, by their tables' ids); only a search of tables not
-    /// merged before is made.
-    fn rewalk(&mut self, state: &State, family: Family, mut seeds: Vec<(Vec<u32>, Merged)>) {
-        let want = compiled_ids(state, family, self.v4_merged);
-        seeds.extend(self.release_held(state, family, &want));
-        let v4_merged = self.v4_merged;
-        let fib = self.fib_mut(family);
-        let mut pool = fib.take_merged();
-        pool.extend(seeds);
-        let (kept, gone): (Vec<CompiledTable>, Vec<CompiledTable>) =
-            std::mem::take(&mut fib.tables)
-                .into_iter()
-                .partition(|t| want.contains(&t.id));
-        fib.tables = kept;
-        let mut new = Vec::new();
-        for id in want {
-            if !fib.tables.iter().any(|t| t.id == id) {
-                let have = sources(state, family, id, v4_merged);
-                let table = CompiledTable::build(id, family, crate::snapshot::joined(&have));
-                fib.tables.push(table);
-                new.push(fib.tables.len() - 1);
-            }
-        }
-        fib.index_tables();
-        for &t in &new {
-            self.answer_table(family, t);
-        }
-        // What the snapshot derives from every node: the IPv6 nodes that prefer the
-        // input link, the IPv4 broadcast addresses.
-        let fib = self.fib(family);
-        let counted = |t: &CompiledTable| t.nodes.iter().filter(|n| prefers_input(n)).count();
-        let hosts = |t: &CompiledTable| -> Vec<Net> {
-            t.nodes
-                .iter()
-                .map(|n| n.dst)
-                .filter(|d| d.is_host())
-                .collect()
-        };
-        let mut v4_hosts: Vec<Net> = Vec::new();
-        if family == Family::V6 {
-            let added: usize = new.iter().map(|&t| counted(&fib.tables[t])).sum();
-            self.v6_prefers = self.v6_prefers + added - gone.iter().map(counted).sum::<usize>();
-        } else {
-            v4_hosts.extend(gone.iter().flat_map(hosts));
-            v4_hosts.extend(new.iter().flat_map(|&t| hosts(&fib.tables[t])));
-        }
-        drop(gone);
-        let fib = self.fib_mut(family);
-        let ids: std::collections::HashMap<u32, usize> = fib
-            .tables
+    // What the snapshot derives from every node: the IPv6 nodes that prefer the
+    // input link, the IPv4 broadcast addresses.
+    let fib = snap.fib(family);
+    let counted = |t: &CompiledTable| t.nodes.iter().filter(|n| prefers_input(n)).count();
+    let hosts = |t: &CompiledTable| -> Vec<Net> {
+        t.nodes
             .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id, i))
-            .collect();
-        fib.rules = state.compiled_rules(family, &ids);
-        fib.walk_again(family, pool);
-        self.rule_source[family as usize] = state.rules(family).to_vec();
-        if !v4_hosts.is_empty() {
-            self.patch_broadcasts(state, &v4_hosts);
+            .map(|n| n.dst)
+            .filter(|d| d.is_host())
+            .collect()
+    };
+    let mut v4_hosts: Vec<Net> = Vec::new();
+    if family == Family::V6 {
+        let added: usize = new.iter().map(|&t| counted(&fib.tables[t])).sum();
+        snap.v6_prefers = snap.v6_prefers + added - gone.iter().map(counted).sum::<usize>();
+    } else {
+        v4_hosts.extend(gone.iter().flat_map(hosts));
+        v4_hosts.extend(new.iter().flat_map(|&t| hosts(&fib.tables[t])));
+    }
+    drop(gone);
+    let fib = snap.fib_mut(family);
+    let ids: std::collections::HashMap<u32, usize> = fib
+        .tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id, i))
+        .collect();
+    fib.rules = state.compiled_rules(family, &ids);
+    walk_again(fib, family, pool);
+    snap.rule_source[family as usize] = state.rules(family).to_vec();
+    if !v4_hosts.is_empty() {
+        patch_broadcasts(snap, state, &v4_hosts);
+    }
+}
+
+/// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted, each
+/// once: a prefix's node is looked up before any removal is made) from its state's
+/// tables `have`; returns the prefixes whose answers may have changed.
+fn patch_table(
+    snap: &mut Snapshot,
+    table: &mut CompiledTable,
+    have: &[&TableRoutes],
+    dsts: &[Net],
+) -> Vec<Net> {
+    debug_assert!(dsts.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
+    // Each touched prefix's node made again, added or emptied; `here`, its node
+    // after (looked up once: each lookup of a prefix is a walk of the trie).
+    let mut here: Vec<Option<u32>> = Vec::with_capacity(dsts.len());
+    // The prefixes that lose their node, taken out of the searches in one batch.
+    let mut gone: Vec<Net> = Vec::new();
+    for &dst in dsts {
+        let routes = routes_at(have, dst);
+        let at = table.node_at(dst);
+        if let Some(i) = at {
+            let old = &table.nodes[i as usize];
+            snap.v6_prefers -= (dst.family() == Family::V6 && prefers_input(old)) as usize;
+        }
+        let node = Node {
+            dst,
+            routes,
+            parent: None,
+        };
+        snap.v6_prefers += (dst.family() == Family::V6 && prefers_input(&node)) as usize;
+        match (at, node.routes.is_empty()) {
+            (Some(i), true) => {
+                here.push(None);
+                gone.push(dst);
+                table.inheriting.remove(&dst);
+                table.nodes[i as usize] = node;
+                table.answers[i as usize] = DestAnswer::Miss;
+                table.free.push(i);
+            }
+            (Some(i), false) => {
+                here.push(Some(i));
+                table.nodes[i as usize].routes = node.routes;
+            }
+            (None, false) => {
+                let i = match table.free.pop() {
+                    Some(i) => {
+                        table.nodes[i as usize] = node;
+                        i
+                    }
+                    None => {
+                        table.nodes.push(node);
+                        table.answers.push(DestAnswer::Miss);
+                        table.nodes.len() as u32 - 1
+                    }
+                };
+                here.push(Some(i));
+                table.map(dst, i);
+            }
+            (None, true) => here.push(None),
         }
     }
-
-    /// Patches `table` (taken out of the snapshot) at prefixes `dsts` (sorted, each
-    /// once: a prefix's node is looked up before any removal is made) from its state's
-    /// tables `have`; returns the prefixes whose answers may have changed.
-    fn patch_table(
-        &mut self,
-        table: &mut CompiledTable,
-        have: &[&TableRoutes],
-        dsts: &[Net],
-    ) -> Vec<Net> {
-        debug_assert!(dsts.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
-        // Each touched prefix's node made again, added or emptied; `here`, its node
-        // after (looked up once: each lookup of a prefix is a walk of the trie).
-        let mut here: Vec<Option<u32>> = Vec::with_capacity(dsts.len());
-        // The prefixes that lose their node, taken out of the searches in one batch.
-        let mut gone: Vec<Net> = Vec::new();
-        for &dst in dsts {
-            let routes = routes_at(have, dst);
-            let at = table.node_at(dst);
-            if let Some(i) = at {
-                let old = &table.nodes[i as usize];
-                self.v6_prefers -= (dst.family() == Family::V6 && prefers_input(old)) as usize;
-            }
-            let node = Node {
-                dst,
-                routes,
-                parent: None,
-            };
-            self.v6_prefers += (dst.family() == Family::V6 && prefers_input(&node)) as usize;
-            match (at, node.routes.is_empty()) {
-                (Some(i), true) => {
-                    here.push(None);
-                    gone.push(dst);
-                    table.inheriting.remove(&dst);
-                    table.nodes[i as usize] = node;
-                    table.answers[i as usize] = DestAnswer::Miss;
-                    table.free.push(i);
-                }
-                (Some(i), false) => {
-                    here.push(Some(i));
-                    table.nodes[i as usize].routes = node.routes;
-                }
-                (None, false) => {
-                    let i = match table.free.pop() {
-                        Some(i) => {
-                            table.nodes[i as usize] = node;
-                            i
-                        }
-                        None => {
-                            table.nodes.push(node);
-                            table.answers.push(DestAnswer::Miss);
-                            table.nodes.len() as u32 - 1
-                        }
-                    };
-                    here.push(Some(i));
-                    table.map(dst, i);
-                }
-                (None, true) => here.push(None),
-            }
-        }
-        table.unmap_all(&gone);
-        if table.plain_holds.is_none() {
-            table.plain.unset_all(&gone);
-        }
-        // Parents: of each touched node, and of the nodes right below each touched
-        // prefix. Ancestors come first, so a deeper prefix's say is the last.
-        for (&dst, &here) in dsts.iter().zip(&here) {
-            let below = children(have, dst);
-            // A prefix gone with nothing under it has no parent to find (a link's routes
-            // going down: the longest prefix above is a lookup for each length).
-            if here.is_none() && below.is_empty() {
-                continue;
-            }
-            let above = table.node_above(dst);
-            if let Some(i) = here {
-                table.nodes[i as usize].parent = above;
-            }
-            for child in below {
-                if let Some(c) = table.node_at(child) {
-                    table.nodes[c as usize].parent = here.or(above);
-                }
-            }
-        }
-        // Answers: of each touched node, then of the nodes below that take their
-        // parent's (parents first, in the prefixes' order).
-        let mut changed: Vec<Net> = Vec::with_capacity(dsts.len());
-        for (&dst, &here) in dsts.iter().zip(&here) {
-            changed.push(dst);
-            if let Some(i) = here {
-                self.answer_again(table, i);
-            }
-            for below in inside(&table.inheriting, dst) {
-                if let Some(i) = table.node_at(below) {
-                    self.answer_again(table, i);
-                    changed.push(below);
-                }
-            }
-        }
-        // In order but for what is inside each prefix: runs a stable sort merges.
-        changed.sort();
-        changed.dedup();
-        changed
+    table.unmap_all(&gone);
+    if table.plain_holds.is_none() {
+        table.plain.unset_all(&gone);
     }
-
-    /// Computes node `i`'s answer again (its parent's is up to date).
-    fn answer_again(&self, table: &mut CompiledTable, i: u32) {
-        let node = &table.nodes[i as usize];
-        let u = self.unnumbered_answer(table.id, node);
-        let dst = node.dst;
-        if u == crate::answers::Unnumbered::Up {
-            table.inheriting.insert(dst);
-        } else {
-            table.inheriting.remove(&dst);
+    // Parents: of each touched node, and of the nodes right below each touched
+    // prefix. Ancestors come first, so a deeper prefix's say is the last.
+    for (&dst, &here) in dsts.iter().zip(&here) {
+        let below = children(have, dst);
+        // A prefix gone with nothing under it has no parent to find (a link's routes
+        // going down: the longest prefix above is a lookup for each length).
+        if here.is_none() && below.is_empty() {
+            continue;
         }
-        let up = node
-            .parent
-            .map_or(DestAnswer::Miss, |p| table.answers[p as usize]);
-        let answer = table.plain.numbered(u, up);
-        table.answers[i as usize] = answer;
-        // A structure holding another table's answers is patched as a merged search.
-        if table.plain_holds.is_none() {
-            table.plain.set(dst, Some(answer));
+        let above = table.node_above(dst);
+        if let Some(i) = here {
+            table.nodes[i as usize].parent = above;
+        }
+        for child in below {
+            if let Some(c) = table.node_at(child) {
+                table.nodes[c as usize].parent = here.or(above);
+            }
         }
     }
-
-    /// Patches the merged searches holding table `t` of `family` at prefixes `changed`
-    /// (sorted) of it, and at the other tables' prefixes inside them; and a table's own
-    /// structure where it answers as a walk through `t` then it, or through another
-    /// table then `t` ([`CompiledTable::plain_holds`]).
-    fn patch_merged(&mut self, state: &State, family: Family, t: usize, changed: &[Net]) {
-        let v4_merged = self.v4_merged;
-        let fib = self.fib_mut(family);
-        let holding = (0..fib.tables.len()).find_map(|h| {
-            let first = fib.tables[h].plain_holds?;
-            let first = fib.position(first)?;
-            (t == h || t == first).then_some((h, [first, h]))
-        });
-        for m in 0..fib.merged.len() {
-            if !fib.merged[m].seq.contains(&t) {
-                continue;
-            }
-            let seq = fib.merged[m].seq.clone();
-            let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
-            let answers = answers_at(&fib.tables, &seq, at);
-            set_answers(&mut fib.merged[m].plain, answers);
+    // Answers: of each touched node, then of the nodes below that take their
+    // parent's (parents first, in the prefixes' order).
+    let mut changed: Vec<Net> = Vec::with_capacity(dsts.len());
+    for (&dst, &here) in dsts.iter().zip(&here) {
+        changed.push(dst);
+        if let Some(i) = here {
+            answer_again(snap, table, i);
         }
-        if let Some((h, seq)) = holding {
-            let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
-            // Computed from the tables, then written into one of them.
-            let answers = answers_at(&fib.tables, &seq, at);
-            set_answers(&mut fib.tables[h].plain, answers);
+        for below in inside(&table.inheriting, dst) {
+            if let Some(i) = table.node_at(below) {
+                answer_again(snap, table, i);
+                changed.push(below);
+            }
         }
     }
+    // In order but for what is inside each prefix: runs a stable sort merges.
+    changed.sort();
+    changed.dedup();
+    changed
+}
 
-    /// The IPv4 host prefixes `hosts` changed: which are broadcast addresses again.
-    fn patch_broadcasts(&mut self, state: &State, hosts: &[Net]) {
-        for &h in hosts {
-            let a = match h.addr() {
-                std::net::IpAddr::V4(a) => u32::from(a),
-                std::net::IpAddr::V6(_) => continue,
-            };
-            // A destination with no route delivering to the host in any table (a link's
-            // host routes going) is no broadcast address, and the tables are not searched.
-            let broadcast = state.receives_at(h)
-                && self.v4.tables.iter().any(|t| {
-                    t.node_at(h).is_some_and(|i| {
-                        t.nodes[i as usize]
-                            .routes
-                            .iter()
-                            .any(|r| r.kind == RouteType::Broadcast)
-                    })
-                });
-            match (self.v4_broadcasts.binary_search(&a), broadcast) {
-                (Err(at), true) => self.v4_broadcasts.insert(at, a),
-                (Ok(at), false) => {
-                    self.v4_broadcasts.remove(at);
-                }
-                _ => {}
+/// Computes node `i`'s answer again (its parent's is up to date).
+fn answer_again(snap: &Snapshot, table: &mut CompiledTable, i: u32) {
+    let node = &table.nodes[i as usize];
+    let u = snap.unnumbered_answer(table.id, node);
+    let dst = node.dst;
+    if u == crate::answers::Unnumbered::Up {
+        table.inheriting.insert(dst);
+    } else {
+        table.inheriting.remove(&dst);
+    }
+    let up = node
+        .parent
+        .map_or(DestAnswer::Miss, |p| table.answers[p as usize]);
+    let answer = table.plain.numbered(u, up);
+    table.answers[i as usize] = answer;
+    // A structure holding another table's answers is patched as a merged search.
+    if table.plain_holds.is_none() {
+        table.plain.set(dst, Some(answer));
+    }
+}
+
+/// Patches the merged searches holding table `t` of `family` at prefixes `changed`
+/// (sorted) of it, and at the other tables' prefixes inside them; and a table's own
+/// structure where it answers as a walk through `t` then it, or through another
+/// table then `t` ([`CompiledTable::plain_holds`]).
+fn patch_merged(snap: &mut Snapshot, state: &State, family: Family, t: usize, changed: &[Net]) {
+    let v4_merged = snap.v4_merged;
+    let fib = snap.fib_mut(family);
+    let holding = (0..fib.tables.len()).find_map(|h| {
+        let first = fib.tables[h].plain_holds?;
+        let first = fib.position(first)?;
+        (t == h || t == first).then_some((h, [first, h]))
+    });
+    for m in 0..fib.merged.len() {
+        if !fib.merged[m].seq.contains(&t) {
+            continue;
+        }
+        let seq = fib.merged[m].seq.clone();
+        let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
+        let answers = answers_at(&fib.tables, &seq, at);
+        set_answers(&mut fib.merged[m].plain, answers);
+    }
+    if let Some((h, seq)) = holding {
+        let at = merged_prefixes(state, family, &fib.tables, &seq, t, changed, v4_merged);
+        // Computed from the tables, then written into one of them.
+        let answers = answers_at(&fib.tables, &seq, at);
+        set_answers(&mut fib.tables[h].plain, answers);
+    }
+}
+
+/// The IPv4 host prefixes `hosts` changed: which are broadcast addresses again.
+fn patch_broadcasts(snap: &mut Snapshot, state: &State, hosts: &[Net]) {
+    for &h in hosts {
+        let a = match h.addr() {
+            std::net::IpAddr::V4(a) => u32::from(a),
+            std::net::IpAddr::V6(_) => continue,
+        };
+        // A destination with no route delivering to the host in any table (a link's
+        // host routes going) is no broadcast address, and the tables are not searched.
+        let broadcast = state.receives_at(h)
+            && snap.v4.tables.iter().any(|t| {
+                t.node_at(h).is_some_and(|i| {
+                    t.nodes[i as usize]
+                        .routes
+                        .iter()
+                        .any(|r| r.kind == RouteType::Broadcast)
+                })
+            });
+        match (snap.v4_broadcasts.binary_search(&a), broadcast) {
+            (Err(at), true) => snap.v4_broadcasts.insert(at, a),
+            (Ok(at), false) => {
+                snap.v4_broadcasts.remove(at);
             }
+            _ => {}
         }
-        self.v4_own = Default::default();
-        for &a in self.v4_locals.iter().chain(&self.v4_broadcasts) {
-            self.v4_own.insert(a);
-        }
+    }
+    snap.v4_own = Default::default();
+    for &a in snap.v4_locals.iter().chain(&snap.v4_broadcasts) {
+        snap.v4_own.insert(a);
     }
 }
 
@@ -922,7 +909,6 @@ mod tests {
     use crate::config;
     use crate::publish::Fib;
     use crate::query::Query;
-    use crate::snapshot::Node;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::net::IpAddr;

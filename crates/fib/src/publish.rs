@@ -22,10 +22,10 @@
 use crate::config::{self, ConfigError};
 use crate::exception::Exceptions;
 use crate::hop::Hop;
+use crate::layout::Snapshot;
 use crate::link::LinkIndex;
 use crate::patch::Touched;
 use crate::query::{NoRoute, Query};
-use crate::snapshot::Snapshot;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -134,10 +134,10 @@ impl Fib {
     /// ([`State::compile_half`]) from `state`'s IPv4 routes and its IPv6 routes.
     pub fn new_from_halves(
         state: State,
-        v4: crate::snapshot::Half,
-        v6: crate::snapshot::Half,
+        v4: crate::compile::Half,
+        v6: crate::compile::Half,
     ) -> (Fib, FibReader) {
-        Fib::with_snapshot(state, crate::snapshot::Half::join(v4, v6))
+        Fib::with_snapshot(state, crate::compile::Half::join(v4, v6))
     }
 
     /// Publishes `snapshot`, compiled from `state`.

@@ -1,6 +1,7 @@
 //! Answers and listings printed as `ip` prints them: JSON with the keys of `ip -d -j`, and
 //! text in `ip`'s words.
 
+use crate::layout::Snapshot;
 use crate::link::{mac_string, Link, LinkIndex};
 use crate::names::*;
 use crate::net::{ip_text, Family, IpText};
@@ -8,7 +9,6 @@ use crate::nexthop::NexthopKind;
 use crate::query::Answer;
 use crate::route::{Path, Paths, Route, RouteType};
 use crate::rule::{Rule, RuleAction};
-use crate::snapshot::Snapshot;
 use crate::state::State;
 use serde_json::{json, Map, Value};
 

@@ -140,3 +140,22 @@ pub fn select_v6(
     }
     best.map(|(a, _)| a.local)
 }
+
+/// Whether an ICMPv6 error about a packet to `addr`, arrived on `iif`, comes from `addr`
+/// (`icmp6_send`), this host's addresses being `addrs`: `addr` is one of them, or the
+/// subnet-router anycast address of one of their prefixes (an address or prefix of link
+/// or host scope counts on `iif` only).
+pub(crate) fn answers_from_v6(addrs: &[Address], iif: LinkIndex, addr: Ipv6Addr) -> bool {
+    let scoped = addr.is_unicast_link_local() || addr.is_loopback();
+    let addr = IpAddr::V6(addr);
+    addrs.iter().any(|a| {
+        let here = a.link == iif;
+        let unicast = a.local == addr && (here || !matches!(a.scope, SCOPE_LINK | SCOPE_HOST));
+        let anycast = a.local.is_ipv6()
+            && a.len < 127
+            && a.scope != SCOPE_HOST
+            && a.subnet().addr() == addr
+            && (here || !scoped);
+        unicast || anycast
+    })
+}

@@ -6,7 +6,7 @@
 //! route add, replace, append, prepend, change or delete touches the route the kernel would
 //! touch; a refused change says why in the kernel's words and leaves the state as it was.
 //! Lookups do not read this structure: [`State::snapshot`] compiles it into the published
-//! form (`crate::snapshot`).
+//! form, a [`Snapshot`](crate::Snapshot) (`compile`).
 
 use crate::link::{eui64_link_local, AddrGenMode, Address, Link, LinkIndex, LinkKind};
 use crate::multipath::Multipath;

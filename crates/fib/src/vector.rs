@@ -17,12 +17,12 @@
 
 use crate::forward::{AlikeBatch, AlikePlan};
 use crate::hop::{Hop, HopRef};
+use crate::layout::Snapshot;
 use crate::link::LinkIndex;
 use crate::net::Family;
 use crate::query::BATCH;
 use crate::query::{NoRoute, Query};
 use crate::quick;
-use crate::snapshot::Snapshot;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// A vector of flows of one family as a packet path holds it: arriving on one link (or
@@ -197,131 +197,110 @@ fn other(others: &mut Vec<Result<Hop, NoRoute>>, answer: Result<HopRef<'_>, NoRo
     VectorAnswers::OTHER + (others.len() - 1) as u32
 }
 
-impl Snapshot {
-    /// [`Snapshot::lookup`] for a vector of IPv4 flows as a packet path holds it: flow
-    /// `i`'s answer is `out.get(i)`, named by `out.ids()[i]`. The flows arrive on `v.iif`
-    /// from `v.src[i]` to `v.dst[i]` (or, with `v.iif` `None` and `v.src` empty, this host
-    /// sends them from no given source). Most flows are answered from their addresses
-    /// alone, in two tight passes around one batched search; `flow(i)` gives flow `i`'s
-    /// whole query (its mark, TOS, protocol and ports too) for the few that need more:
-    /// where rules with selectors exist, where an address is martian or this host's, or
-    /// the general way. It must agree with `v` on the addresses and the input link.
-    ///
-    /// # Panics
-    /// If `v.src` is neither as long as `v.dst` nor empty.
-    pub fn lookup_vector_v4<'s>(
-        &'s self,
-        v: &FlowVector<'_, Ipv4Addr>,
-        flow: impl Fn(usize) -> Query,
-        out: &mut VectorAnswers<'s>,
-    ) {
-        let n = v.check();
-        let quick = self
-            .alike_way(Family::V4, v.iif)
-            .filter(|way| way.c.input.is_some() == (v.src.len() == n));
-        self.lookup_vector(n, quick, flow, out, |way, at, keys, alike, flow| {
-            let m = alike.n;
-            quick::keys_v4(self.cpu, &v.dst[at..at + m], &mut keys.dst4);
-            if way.c.input.is_some() {
-                quick::keys_v4(self.cpu, &v.src[at..at + m], &mut keys.src4);
+/// The body of [`Snapshot::lookup_vector_v4`].
+pub(crate) fn lookup_vector_v4<'s>(
+    snap: &'s Snapshot,
+    v: &FlowVector<'_, Ipv4Addr>,
+    flow: impl Fn(usize) -> Query,
+    out: &mut VectorAnswers<'s>,
+) {
+    let n = v.check();
+    let quick = snap
+        .alike_way(Family::V4, v.iif)
+        .filter(|way| way.c.input.is_some() == (v.src.len() == n));
+    lookup_vector(snap, n, quick, flow, out, |way, at, keys, alike, flow| {
+        let m = alike.n;
+        quick::keys_v4(snap.cpu, &v.dst[at..at + m], &mut keys.dst4);
+        if way.c.input.is_some() {
+            quick::keys_v4(snap.cpu, &v.src[at..at + m], &mut keys.src4);
+        }
+        snap.alike_v4(way, &keys.dst4, &keys.src4, flow, alike)
+    });
+}
+
+/// The body of [`Snapshot::lookup_vector_v6`].
+pub(crate) fn lookup_vector_v6<'s>(
+    snap: &'s Snapshot,
+    v: &FlowVector<'_, Ipv6Addr>,
+    flow: impl Fn(usize) -> Query,
+    out: &mut VectorAnswers<'s>,
+) {
+    let n = v.check();
+    let quick = snap.alike_way(Family::V6, v.iif);
+    lookup_vector(snap, n, quick, flow, out, |way, at, keys, alike, flow| {
+        quick::keys_v6(snap.cpu, &v.dst[at..at + alike.n], &mut keys.dst6);
+        snap.alike_v6(way, &keys.dst6, flow, alike)
+    });
+}
+
+/// The `n` flows of a vector, batch by batch: through the passes of flows alike where
+/// `quick` allows (`passes(way, at, keys, alike, flow)` converts the addresses of the
+/// batch from flow `at` on, `alike.n` of them, and runs them: `false` where the batch
+/// is not mostly alike), else the general way.
+fn lookup_vector<'s>(
+    snap: &'s Snapshot,
+    n: usize,
+    quick: Option<AlikePlan<'s>>,
+    flow: impl Fn(usize) -> Query,
+    out: &mut VectorAnswers<'s>,
+    passes: impl Fn(&AlikePlan<'s>, usize, &mut Keys, &mut AlikeBatch, &dyn Fn(usize) -> Query) -> bool,
+) {
+    let (ids, others, room) = out.reset(quick.as_ref().map_or(&[], |w| &w.plain().hops), n);
+    let Scratch { flows, keys, alike } = room;
+    for at in (0..n).step_by(BATCH) {
+        let m = (n - at).min(BATCH);
+        let flow = |i: usize| flow(at + i);
+        let ids = &mut ids[at..at + m];
+        if let Some(way) = &quick {
+            if passes(way, at, keys, alike.start(m, 0), &flow) {
+                ids_alike(snap, way, alike, flow, ids, others);
+                continue;
             }
-            self.alike_v4(way, &keys.dst4, &keys.src4, flow, alike)
-        });
-    }
-
-    /// [`Snapshot::lookup_vector_v4`] for IPv6 flows.
-    ///
-    /// # Panics
-    /// If `v.src` is neither as long as `v.dst` nor empty.
-    pub fn lookup_vector_v6<'s>(
-        &'s self,
-        v: &FlowVector<'_, Ipv6Addr>,
-        flow: impl Fn(usize) -> Query,
-        out: &mut VectorAnswers<'s>,
-    ) {
-        let n = v.check();
-        let quick = self.alike_way(Family::V6, v.iif);
-        self.lookup_vector(n, quick, flow, out, |way, at, keys, alike, flow| {
-            quick::keys_v6(self.cpu, &v.dst[at..at + alike.n], &mut keys.dst6);
-            self.alike_v6(way, &keys.dst6, flow, alike)
-        });
-    }
-
-    /// The `n` flows of a vector, batch by batch: through the passes of flows alike where
-    /// `quick` allows (`passes(way, at, keys, alike, flow)` converts the addresses of the
-    /// batch from flow `at` on, `alike.n` of them, and runs them: `false` where the batch
-    /// is not mostly alike), else the general way.
-    fn lookup_vector<'s>(
-        &'s self,
-        n: usize,
-        quick: Option<AlikePlan<'s>>,
-        flow: impl Fn(usize) -> Query,
-        out: &mut VectorAnswers<'s>,
-        passes: impl Fn(
-            &AlikePlan<'s>,
-            usize,
-            &mut Keys,
-            &mut AlikeBatch,
-            &dyn Fn(usize) -> Query,
-        ) -> bool,
-    ) {
-        let (ids, others, room) = out.reset(quick.as_ref().map_or(&[], |w| &w.plain().hops), n);
-        let Scratch { flows, keys, alike } = room;
-        for at in (0..n).step_by(BATCH) {
-            let m = (n - at).min(BATCH);
-            let flow = |i: usize| flow(at + i);
-            let ids = &mut ids[at..at + m];
-            if let Some(way) = &quick {
-                if passes(way, at, keys, alike.start(m, 0), &flow) {
-                    self.ids_alike(way, alike, flow, ids, others);
-                    continue;
-                }
-            }
-            self.ids_general(flow, flows, ids, others);
         }
+        ids_general(snap, flow, flows, ids, others);
     }
+}
 
-    /// The ids of a batch of flows alike, as the passes around the one search found
-    /// them (`a`): the search's hop where it decided, else an answer made.
-    #[inline]
-    fn ids_alike<'s>(
-        &'s self,
-        way: &AlikePlan<'s>,
-        a: &AlikeBatch,
-        flow: impl Fn(usize) -> Query,
-        ids: &mut [u32],
-        others: &mut Vec<Result<Hop, NoRoute>>,
-    ) {
-        let n = a.n;
-        if a.quick.count_ones() as usize == n {
-            // Every flow (the common case): the search's hops are the answers.
-            ids.copy_from_slice(&a.hops[..n]);
-            return;
-        }
-        for (i, id) in ids.iter_mut().enumerate() {
-            *id = match a.quick >> i & 1 {
-                1 => a.hops[i],
-                _ => other(others, self.answer_slow(way, a, i, &flow(i))),
-            };
-        }
+/// The ids of a batch of flows alike, as the passes around the one search found
+/// them (`a`): the search's hop where it decided, else an answer made.
+#[inline]
+fn ids_alike<'s>(
+    snap: &'s Snapshot,
+    way: &AlikePlan<'s>,
+    a: &AlikeBatch,
+    flow: impl Fn(usize) -> Query,
+    ids: &mut [u32],
+    others: &mut Vec<Result<Hop, NoRoute>>,
+) {
+    let n = a.n;
+    if a.quick.count_ones() as usize == n {
+        // Every flow (the common case): the search's hops are the answers.
+        ids.copy_from_slice(&a.hops[..n]);
+        return;
     }
+    for (i, id) in ids.iter_mut().enumerate() {
+        *id = match a.quick >> i & 1 {
+            1 => a.hops[i],
+            _ => other(others, snap.answer_slow(way, a, i, &flow(i))),
+        };
+    }
+}
 
-    /// The ids of a batch of flows looked up the general way, round by round (the passes
-    /// of flows alike were tried, or have no way), their queries made in `flows`.
-    fn ids_general(
-        &self,
-        flow: impl Fn(usize) -> Query,
-        flows: &mut Vec<Query>,
-        ids: &mut [u32],
-        others: &mut Vec<Result<Hop, NoRoute>>,
-    ) {
-        flows.clear();
-        flows.extend((0..ids.len()).map(flow));
-        let mut answers = [Err(NoRoute::NetworkUnreachable); BATCH];
-        self.lookup_rounds(flows, &mut answers[..ids.len()]);
-        for (id, &answer) in ids.iter_mut().zip(&answers) {
-            *id = other(others, answer);
-        }
+/// The ids of a batch of flows looked up the general way, round by round (the passes
+/// of flows alike were tried, or have no way), their queries made in `flows`.
+fn ids_general(
+    snap: &Snapshot,
+    flow: impl Fn(usize) -> Query,
+    flows: &mut Vec<Query>,
+    ids: &mut [u32],
+    others: &mut Vec<Result<Hop, NoRoute>>,
+) {
+    flows.clear();
+    flows.extend((0..ids.len()).map(flow));
+    let mut answers = [Err(NoRoute::NetworkUnreachable); BATCH];
+    snap.lookup_rounds(flows, &mut answers[..ids.len()]);
+    for (id, &answer) in ids.iter_mut().zip(&answers) {
+        *id = other(others, answer);
     }
 }
 

@@ -12,8 +12,7 @@
 //! `config_lines` (`fuzz/`) runs the same checks on libFuzzer's input.
 
 use fibre_fib::config::{self, ConfigError};
-use fibre_fib::query::parse_query;
-use fibre_fib::{show, Family, LinkIndex, Query, State};
+use fibre_fib::{parse_query, show, Family, LinkIndex, Query, State};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

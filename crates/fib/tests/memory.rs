@@ -66,7 +66,7 @@ fn link(index: u32, name: &str, kind: LinkKind) -> Link {
         mtu: 1500,
         mac: [2, 0, 0, 0, 0, index as u8],
         group: 0,
-        addrgenmode: fibre_fib::link::AddrGenMode::Eui64,
+        addrgenmode: fibre_fib::AddrGenMode::Eui64,
     }
 }
 

@@ -9,18 +9,16 @@
 //! for TCP the state and each side's window scale and flags, not the windows. A
 //! connection entered from it is tracked as the kernel tracks one that ctnetlink
 //! creates: the first segment each way sets that side's window
-//! ([`fibre_conntrack::tcp::Tcp::imported`]).
+//! ([`fibre_conntrack::Tcp::imported`]).
 //!
 //! What fibre cannot carry on exactly is left out and counted: a connection in a zone
 //! other than 0, one a helper follows, one of a protocol fibre does not track, one
 //! dying.
 
 use crate::message::Attributes;
-use fibre_conntrack::connection::{ASSURED, CONFIRMED, SEEN_REPLY};
 use fibre_conntrack::nat::{DST_NAT, DST_NAT_DONE, SRC_NAT, SRC_NAT_DONE};
-use fibre_conntrack::tcp::{Tcp, TcpState};
 use fibre_conntrack::tuple::UNTRACKED_HERE;
-use fibre_conntrack::{Connection, Protocol, Tuple};
+use fibre_conntrack::{Connection, Protocol, Tcp, TcpState, Tuple, ASSURED, CONFIRMED, SEEN_REPLY};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use std::io;
 

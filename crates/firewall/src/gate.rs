@@ -1,7 +1,7 @@
 //! What of the router's firewall fibre may not bypass. fibre evaluates the filter and
-//! `nat` chains of the forwarding path ([`crate::eval`]), tracks connections where the
-//! ruleset has the kernel track them, and translates them as their `nat` chains bind
-//! them; forwarding around anything else would let pass what the kernel drops and send
+//! `nat` chains of the forwarding path ([`Filter`](crate::Filter)), tracks connections
+//! where the ruleset has the kernel track them, and translates them as their `nat` chains
+//! bind them; forwarding around anything else would let pass what the kernel drops and send
 //! what the kernel changes. So every part of the ruleset that forwarded packets meet and
 //! fibre does not evaluate, or that changes how the kernel handles them, closes the IP
 //! families it applies to, and the daemon refuses to forward those families, naming

@@ -1,4 +1,4 @@
-//! fibre's stateless filter evaluator ([`fibre_firewall::eval`]) against the Linux
+//! fibre's stateless filter evaluator ([`fibre_firewall::Filter`]) against the Linux
 //! kernel itself, as root.
 //!
 //! The evaluator claims to decide a forwarded packet as the kernel's `nft_do_chain`
@@ -46,9 +46,9 @@
 //! the firewall dropped, so the test counts those losses and fails on any. The random
 //! seed is printed; `FIBRE_SEED=N` replays a run.
 
-use fibre_firewall::eval::{Filter, Link, Packet, Program};
 use fibre_firewall::nfnetlink::dump;
 use fibre_firewall::Ruleset;
+use fibre_firewall::{Filter, Link, Packet, Program};
 use fibre_testbed::netns::Namespace;
 use fibre_testbed::wire::{self, in_namespace, ETHERNET_HEADER};
 use rand::rngs::StdRng;

@@ -12,7 +12,7 @@
 //! x86-64 CPU. A table takes, when it is made, the fastest form this CPU runs and the
 //! structure measured faster for its family with it; both can be forced.
 //!
-//! - [`mod@shared`]: lock-free readers and one writer, versions published atomically.
+//! - [`shared`]: lock-free readers and one writer, versions published atomically.
 //! - [`ReferenceLpm`]: the simple oracle the structures are tested against.
 //!
 //! No I/O happens here; route files and measurement live in `fibre-bench`.
@@ -41,7 +41,7 @@ mod memory;
 mod prefix;
 mod ranges;
 mod reference;
-pub mod shared;
+mod shared;
 mod table;
 #[cfg(test)]
 mod testing;

@@ -1,57 +1,6 @@
-//! Lock-free readers: any number of threads look up while one writer updates.
-//!
-//! Read-copy-update on one copy of a [`Table`], of either structure. The writer applies
-//! each operation to its table at once, and the table copies, rather than writes,
-//! whatever the published snapshot ([`TableSnapshot`]) can reach (each structure's
-//! documentation says how: the path from the root to the change, each block at most once
-//! per publish). [`LpmWriter::publish`] makes the current state a new snapshot and swaps
-//! it in with one atomic pointer store. So:
-//!
-//! - a reader never waits, never takes a lock and never sees a half-applied change: a
-//!   read guard holds one published snapshot, whole, for as long as it lives;
-//! - operations applied between two publishes become visible together;
-//! - readers and the writer share every part of the table that did not change, so the
-//!   readers' caches stay warm while routes change, and the table exists once in memory;
-//! - memory is reused only when no reader can reach it: the blocks an update replaced
-//!   are kept, with the snapshot they belong to, until no guard holds that snapshot or
-//!   any older one; the writer checks at each publish and never waits for readers.
-//!
-//! A guard costs a few atomic operations (the snapshot pointer is read through
-//! `arc-swap`), so a thread that looks up many keys should take one guard for a batch of
-//! them, the way a kernel takes `rcu_read_lock` once around a burst of packets.
-//!
-//! # Why readers cannot be broken from outside
-//!
-//! The range tree's readers load whole lines with vector loads, which are sound only
-//! because nothing writes a line while a snapshot can reach it (`memory.rs` says how). Two
-//! things keep that true, and neither is reachable from safe code outside this crate:
-//! publishing a table and reusing what a publish released are done here alone (they are
-//! not part of [`Table`]'s public interface), and memory is reused only once the
-//! snapshot it was released under is held by nobody, nor any older one. Tests try the
-//! attack from outside; neither compiles:
-//!
-//! ```compile_fail
-//! use fibre_lpm::Table;
-//! let mut table = Table::<u128>::new();
-//! let (snapshot, released) = table.publish(); // not public
-//! ```
-//!
-//! ```compile_fail
-//! use fibre_lpm::{shared, Table};
-//! let (mut writer, reader) = shared(Table::<u128>::new());
-//! let held = reader.read().unwrap();
-//! writer.publish();
-//! writer.reclaim(); // no such thing: reclaiming is the writer's own, at each publish
-//! ```
-//!
-//! while the same lines through the public interface do:
-//!
-//! ```
-//! use fibre_lpm::{shared, Table};
-//! let table = Table::<u128>::new();
-//! let (mut writer, reader) = shared(table);
-//! writer.publish();
-//! ```
+//! Lock-free readers: any number of threads look up while one writer updates, by
+//! read-copy-update on one copy of a [`Table`]. How, what a reader is promised, and why
+//! nothing outside this crate can break that, is documented on [`shared`], the way in.
 
 use crate::form::{Form, UnsupportedForm};
 use crate::key::Key;
@@ -115,6 +64,60 @@ impl<K: Key> std::ops::Deref for ReadGuard<K> {
 }
 
 /// A shared table starting with `table` (published at once): its writer and a first reader.
+/// Any number of threads look up while the one writer updates.
+///
+/// Read-copy-update on one copy of a [`Table`], of either structure. The writer applies
+/// each operation to its table at once, and the table copies, rather than writes,
+/// whatever the published snapshot ([`TableSnapshot`]) can reach (each structure's
+/// documentation says how: the path from the root to the change, each block at most once
+/// per publish). [`LpmWriter::publish`] makes the current state a new snapshot and swaps
+/// it in with one atomic pointer store. So:
+///
+/// - a reader never waits, never takes a lock and never sees a half-applied change: a
+///   read guard holds one published snapshot, whole, for as long as it lives;
+/// - operations applied between two publishes become visible together;
+/// - readers and the writer share every part of the table that did not change, so the
+///   readers' caches stay warm while routes change, and the table exists once in memory;
+/// - memory is reused only when no reader can reach it: the blocks an update replaced
+///   are kept, with the snapshot they belong to, until no guard holds that snapshot or
+///   any older one; the writer checks at each publish and never waits for readers.
+///
+/// A guard costs a few atomic operations (the snapshot pointer is read through
+/// `arc-swap`), so a thread that looks up many keys should take one guard for a batch of
+/// them, the way a kernel takes `rcu_read_lock` once around a burst of packets.
+///
+/// # Why readers cannot be broken from outside
+///
+/// The range tree's readers load whole lines with vector loads, which are sound only
+/// because nothing writes a line while a snapshot can reach it (`memory.rs` says how). Two
+/// things keep that true, and neither is reachable from safe code outside this crate:
+/// publishing a table and reusing what a publish released are done here alone (they are
+/// not part of [`Table`]'s public interface), and memory is reused only once the
+/// snapshot it was released under is held by nobody, nor any older one. Tests try the
+/// attack from outside; neither compiles:
+///
+/// ```compile_fail
+/// use fibre_lpm::Table;
+/// let mut table = Table::<u128>::new();
+/// let (snapshot, released) = table.publish(); // not public
+/// ```
+///
+/// ```compile_fail
+/// use fibre_lpm::{shared, Table};
+/// let (mut writer, reader) = shared(Table::<u128>::new());
+/// let held = reader.read().unwrap();
+/// writer.publish();
+/// writer.reclaim(); // no such thing: reclaiming is the writer's own, at each publish
+/// ```
+///
+/// while the same lines through the public interface do:
+///
+/// ```
+/// use fibre_lpm::{shared, Table};
+/// let table = Table::<u128>::new();
+/// let (mut writer, reader) = shared(table);
+/// writer.publish();
+/// ```
 pub fn shared<K: Key>(mut table: Table<K>) -> (LpmWriter<K>, LpmReader<K>) {
     let (snapshot, released) = table.publish();
     // Nothing was published before: nobody can hold what this releases.

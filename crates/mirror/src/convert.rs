@@ -8,10 +8,9 @@
 
 use crate::neigh::{NeighState, Neighbour};
 use fibre_fib::names::{SCOPE_HOST, SCOPE_LINK, SCOPE_NOWHERE};
-use fibre_fib::rule::{Range, RuleLink};
 use fibre_fib::{
-    Address, Family, Link, LinkIndex, LinkKind, Net, Path, Paths, Route, RouteBody, RouteType,
-    Rule, RuleAction,
+    Address, Family, Link, LinkIndex, LinkKind, Net, Path, Paths, Range, Route, RouteBody,
+    RouteType, Rule, RuleAction, RuleLink,
 };
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_REPLACE};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags};
@@ -144,7 +143,7 @@ fn link(m: &netlink_packet_route::link::LinkMessage) -> Result<(Link, bool), Ski
         mtu,
         mac,
         group,
-        addrgenmode: fibre_fib::link::AddrGenMode::Eui64,
+        addrgenmode: fibre_fib::AddrGenMode::Eui64,
     };
     Ok((link, flags.contains(LinkFlags::LowerUp)))
 }

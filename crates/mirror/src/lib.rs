@@ -11,18 +11,26 @@
 //! ([`Mirror::apply`]); an overflow of the subscribed socket (`ENOBUFS`) is answered by
 //! dumping again ([`Mirror::resync`]), counted, so that no update is lost silently.
 //!
-//! - `netlink`: the sockets and the wire format (`netlink-packet-route`'s).
+//! - [`netlink`]: the sockets and the wire format (`netlink-packet-route`'s).
 //! - `convert`: messages as fibre's links, addresses, routes and rules.
-//! - `mirrored`: the state kept and published, with its counters.
-//! - `neigh`: neighbour entries, kept beside the routing state.
-//! - `nexthop`: nexthop objects' messages, which the netlink crates do not decode yet.
+//! - [`Mirror`] (`mirrored`): the state kept and published, with its counters
+//!   ([`Stats`]).
+//! - [`Neighbours`] (`neigh`): neighbour entries, kept beside the routing state.
+//! - [`NexthopMessage`] (`nexthop`): nexthop objects' messages, which the netlink crates
+//!   do not decode yet.
 
 #![forbid(unsafe_code)]
 
-pub mod convert;
-pub mod mirrored;
-pub mod neigh;
+mod convert;
+mod mirrored;
+mod neigh;
+// Public as a namespace: the rtnetlink sockets' constants and functions read with its
+// name (`netlink::dump`, `netlink::RECEIVE_BUFFER`), and its `Batch` and `Events` share
+// their names with the firewall's (`fibre_firewall::nfnetlink`), used beside them.
 pub mod netlink;
-pub mod nexthop;
+mod nexthop;
 
+pub use convert::Skip;
 pub use mirrored::{Mirror, Stats};
+pub use neigh::{lladdr_text, NeighState, Neighbour, Neighbours};
+pub use nexthop::NexthopMessage;

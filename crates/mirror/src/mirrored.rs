@@ -5,10 +5,9 @@ use crate::convert::{change, route_op, Change, Skip};
 use crate::neigh::Neighbours;
 use crate::netlink::{self, Message, Received};
 use crate::nexthop::NexthopMessage;
-use fibre_fib::nexthop::NexthopKind;
-use fibre_fib::snapshot::Half;
 use fibre_fib::{Dumping, Fib, FibReader, State, Touched};
 use fibre_fib::{Family, Nexthop};
+use fibre_fib::{Half, NexthopKind};
 use std::io;
 use std::time::{Duration, Instant};
 

@@ -127,7 +127,7 @@ pub enum Message {
     Nexthop(NexthopMessage),
     /// A nexthop object removed: its id.
     DelNexthop(u32),
-    /// A route, read from the message's bytes ([`convert::route_from_bytes`]): removed
+    /// A route, read from the message's bytes (`convert::route_from_bytes`): removed
     /// or not, and the route or why it is none.
     Route(bool, Result<Route, Skip>),
 }

@@ -3,8 +3,8 @@
 //! (`NlasIterator`); this module reads the `nhmsg` header and the few attributes fibre
 //! holds, and makes the dump request.
 
-use fibre_fib::nexthop::{NexthopId, NexthopKind};
 use fibre_fib::Family;
+use fibre_fib::{NexthopId, NexthopKind};
 use netlink_packet_core::NlasIterator;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -21,7 +21,7 @@
 //! connection it carries.
 //!
 //! Where a packet's connection keeps the chains' verdict for its direction
-//! ([`fibre_conntrack::kept`]), under the vector's epoch, in its state, by its links,
+//! ([`fibre_conntrack::Kept`]), under the vector's epoch, in its state, by its links,
 //! neither stage asks the chains: they would accept it. Where they accept a packet
 //! having read only what its direction's packets hold alike, the filter stage keeps
 //! that once the connection is confirmed ([`Conntrack::keeping`] says where it may).
@@ -34,7 +34,7 @@ use fibre_headers::{EthernetFrame, Ipv6Packet};
 use fibre_conntrack::nat::{self, Manip, Range};
 use fibre_conntrack::{Conntrack, State, Tracked};
 use fibre_fib::{LinkIndex, Snapshot};
-use fibre_firewall::eval::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Steady, Verdict};
+use fibre_firewall::{Ct, Hook, Link, NatKind, NatVerdict, Packet, Part, Steady, Verdict};
 use std::net::IpAddr;
 
 /// The connections from which a table outgrows a core's second-level cache (a slot

@@ -14,8 +14,8 @@ use crate::rewrite;
 use fibre_conntrack::Conntrack;
 use fibre_conntrack::Tracked;
 use fibre_fib::{LinkIndex, Snapshot};
-use fibre_firewall::eval::Verdict;
-use fibre_firewall::eval::{Hook, Part};
+use fibre_firewall::Verdict;
+use fibre_firewall::{Hook, Part};
 use fibre_headers::ipv6;
 use std::time::Instant;
 
@@ -124,7 +124,7 @@ impl Pipeline {
                     {
                         Verdict::Accept => match out {
                             Some(out) => {
-                                let p = fibre_firewall::eval::Packet {
+                                let p = fibre_firewall::Packet {
                                     frame,
                                     iif: input,
                                     oif: connections::view(snap, out),
@@ -204,7 +204,7 @@ impl Pipeline {
     pub(crate) fn rejection(
         &self,
         i: usize,
-        r: fibre_firewall::eval::Reject,
+        r: fibre_firewall::Reject,
         frame: &[u8],
         vouched: bool,
     ) -> Option<Rejection> {

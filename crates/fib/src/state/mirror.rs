@@ -520,7 +520,7 @@ impl Dumping {
     }
 
     /// IPv6's routes staged built into the state, which IPv6's half of a snapshot is then
-    /// compiled from ([`crate::snapshot::Half::of_v6`]; IPv4's lent by
+    /// compiled from ([`crate::compile::Half::of_v6`]; IPv4's lent by
     /// [`Dumping::take_v4`]).
     pub(crate) fn build_v6(&mut self) -> &State {
         self.build_staged_of(Some(Family::V6));
@@ -579,7 +579,7 @@ impl Dumping {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::Half;
+    use crate::compile::Half;
     use rand::Rng;
 
     /// The default rules reported one at a time, as a dump reports them, leave IPv4

@@ -340,7 +340,7 @@ pub fn fibre_answers(state: &State, queries: &[String]) -> Vec<FibreAnswer> {
         .iter()
         .map(|q| {
             let words: Vec<&str> = q.split_whitespace().collect();
-            fibre_fib::query::parse_query(&words, |n| {
+            fibre_fib::parse_query(&words, |n| {
                 snap.links().find(|l| l.name == n).map(|l| l.index)
             })
             .map_err(|e| format!("bad query: {e}"))
