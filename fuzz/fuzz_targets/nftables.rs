@@ -73,6 +73,7 @@ fuzz_target!(|data: &[u8]| {
                 state,
                 reply: state == 1 << 1,
                 connection: None,
+                steady: None,
             });
             let p = Packet {
                 frame: &frame,

@@ -280,6 +280,7 @@ fuzz_target!(|data: &[u8]| {
             }
             Fate::Icmp(_, _) => check_error(left, &input),
             Fate::Reset(_) => panic!("a reset with no rule that resets"),
+            Fate::Handoff(_) => panic!("handed to another worker where there is none"),
             Fate::Kernel(_) | Fate::Drop(_) => {
                 assert_eq!(left, &came[..], "a packet not sent is left as it came");
             }
