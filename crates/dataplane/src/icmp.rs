@@ -286,20 +286,19 @@ pub fn reject_answers(ip: &[u8], v6: bool, partial: bool) -> bool {
     }
     let mut sum = checksum::sum(l4);
     if v6 || matches!(protocol, TCP | UDP) {
-        let pseudo = match (Ipv6Packet::new_checked(ip), Ipv4Packet::new_checked(ip)) {
-            (Ok(h), _) if v6 => checksum::pseudo_header_sum(
-                &h.source().octets(),
-                &h.destination().octets(),
-                protocol,
-                l4.len() as u32,
-            ),
-            (_, Ok(h)) => checksum::pseudo_header_sum(
-                &h.source().octets(),
-                &h.destination().octets(),
-                protocol,
-                l4.len() as u32,
-            ),
-            _ => return false,
+        let len = l4.len() as u32;
+        let pseudo = if v6 {
+            let Ok(h) = Ipv6Packet::new_checked(ip) else {
+                return false;
+            };
+            let (src, dst) = (h.source().octets(), h.destination().octets());
+            checksum::pseudo_header_sum(&src, &dst, protocol, len)
+        } else {
+            let Ok(h) = Ipv4Packet::new_checked(ip) else {
+                return false;
+            };
+            let (src, dst) = (h.source().octets(), h.destination().octets());
+            checksum::pseudo_header_sum(&src, &dst, protocol, len)
         };
         sum = checksum::add(sum, pseudo);
     }
