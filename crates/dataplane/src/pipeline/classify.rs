@@ -6,7 +6,7 @@ use super::{Dropped, Fate, Handed, Pipeline};
 use crate::input::{self, Input, ETHERNET_LEN};
 use crate::offload::{Gso, GsoKind, Offload};
 use crate::pool::{BufferId, Pool};
-use fibre_headers::{ipv4, ipv6, tcp, udp, EthernetFrame, Ipv4Packet, TcpSegment};
+use fibre_headers::{ipv4, ipv6, tcp, udp, EthernetFrame};
 use std::time::Instant;
 
 impl Pipeline {
@@ -70,23 +70,28 @@ impl Pipeline {
 /// partial checksum (a sender that leaves segments to cut leaves the checksum too), or
 /// from the IP header.
 fn segment_len(frame: &[u8], offload: &Offload, gso: Gso) -> u32 {
-    let eth = EthernetFrame::new_checked(frame).ok();
-    let ip = eth.map_or(&[][..], |e| e.into_payload());
+    // Each field read where the frame holds its byte, as the kernel's
+    // `skb_gso_network_seglen` reads the offsets its sender's headers set, whatever
+    // else of those headers is there.
+    let byte = |at: usize| frame.get(at).copied();
     let l4 = match offload.checksum {
         Some(c) => c.start as usize,
-        None if eth.is_some_and(|e| e.ethertype() == input::ETHERTYPE_IPV6) => {
+        None if EthernetFrame::new_checked(frame)
+            .is_ok_and(|e| e.ethertype() == input::ETHERTYPE_IPV6) =>
+        {
             ETHERNET_LEN + ipv6::HEADER_LEN
         }
         None => {
-            ETHERNET_LEN + Ipv4Packet::new_checked(ip).map_or(ipv4::HEADER_LEN, |h| h.header_len())
+            ETHERNET_LEN
+                + byte(ETHERNET_LEN + ipv4::field::VERSION_AND_LENGTH)
+                    .map_or(ipv4::HEADER_LEN, |b| usize::from(b & 0x0f) * 4)
         }
     };
     let transport = match gso.kind {
         GsoKind::Udp => udp::HEADER_LEN,
-        GsoKind::Tcp4 | GsoKind::Tcp6 => frame
-            .get(l4..)
-            .and_then(|t| TcpSegment::new_checked(t).ok())
-            .map_or(tcp::HEADER_LEN, |t| t.header_len()),
+        GsoKind::Tcp4 | GsoKind::Tcp6 => {
+            byte(l4 + tcp::field::DATA_OFFSET).map_or(tcp::HEADER_LEN, |b| usize::from(b >> 4) * 4)
+        }
     };
     (l4.saturating_sub(ETHERNET_LEN) + transport) as u32 + u32::from(gso.size)
 }
