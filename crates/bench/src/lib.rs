@@ -3,10 +3,10 @@
 //! The route files they read are `fibre-routefile`'s.
 //!
 //! - [`addresses`]: matched and uniform address generators.
-//! - [`method`]: the measurement method (repetitions, trimmed mean, dry run, threads).
+//! - `method`: the measurement method (repetitions, trimmed mean, dry run, threads).
 //! - [`lookups`]: the `fibre bench lookup` measurements of fibre's tables.
-//! - [`kernel`]: the same routes and lookups in the Linux kernel of a private namespace.
-//! - [`peers`]: other longest-prefix-match libraries measured beside fibre.
+//! - `kernel`: the same routes and lookups in the Linux kernel of a private namespace.
+//! - `peers`: other longest-prefix-match libraries measured beside fibre.
 //! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
 //! - [`pipeline`]: `fibre bench pipeline`, what the packet path costs a packet, stage by
 //!   stage, in memory on the full tables; [`veth`]: the kernel's forwarding and fibre's
@@ -17,14 +17,18 @@
 
 #![forbid(unsafe_code)]
 
+// Public: the modules `fibre bench`'s subcommands and the bench's tests drive. Private:
+// the measurement method, the kernel's side, the peers and the attribution of costs,
+// which the studies use.
+
 pub mod addresses;
-pub mod attribution;
+mod attribution;
 pub mod floor;
-pub mod kernel;
+mod kernel;
 pub mod lookups;
-pub mod method;
+mod method;
 pub mod mirror;
-pub mod peers;
+mod peers;
 pub mod pipeline;
 pub mod report;
 pub mod rules;

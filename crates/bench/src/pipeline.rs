@@ -2,7 +2,7 @@
 //! stage by stage, in memory, on the full real tables.
 //!
 //! The router has an input link and an output link; every route of the table leaves by
-//! the output link through one of [`GATEWAYS`] gateways, each with a neighbour entry, as
+//! the output link through one of `GATEWAYS` gateways, each with a neighbour entry, as
 //! a router with full tables and a few peers has. A built-in generator makes the
 //! shortest UDP frames to matched addresses of the table, from hosts on the input link's
 //! subnet: 60 bytes for IPv4 (64 on the wire with the frame check sequence), 62 for IPv6
@@ -25,7 +25,7 @@
 //! Every stage times itself once per vector (a monotonic clock read, shared by the
 //! vector's packets); the wall time of the whole loop, clock reads included, over its
 //! packets is the figure a packet costs. Cycles are nanoseconds at the CPU's nominal
-//! frequency. The method is [`crate::method`]'s: repetitions, the highest and lowest
+//! frequency. The method is `crate::method`'s: repetitions, the highest and lowest
 //! dropped, threads pinned one per core and started together.
 
 use crate::addresses;
