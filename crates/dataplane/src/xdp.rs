@@ -311,17 +311,6 @@ const CARRIERS: [u8; 4] = [4, 41, 47, 132];
 /// routing, destination options, mobility, HIP, shim6.
 const EXTENSIONS: [u8; 5] = [43, 60, 135, 139, 140];
 
-/// The pseudo-header's sum of a TCP or UDP packet, folded, as a sender with checksum
-/// offload leaves it in the checksum field: the addresses, the protocol, the length of
-/// the segment.
-#[cfg(test)]
-fn pseudo_header_sum(src: &[u8], dst: &[u8], protocol: u8, len: u16) -> u16 {
-    let mut s = checksum::sum(src);
-    s = checksum::add(s, checksum::sum(dst));
-    s = checksum::add(s, u16::from(protocol));
-    checksum::add(s, len)
-}
-
 /// Whether the program passes `frame` (an IPv4 packet without options or an IPv6
 /// packet, to a destination not of this host) for what its checksum may be: a TCP or
 /// UDP packet, not a fragment, whose checksum field holds its pseudo-header's sum; a
@@ -356,11 +345,11 @@ pub fn may_hide_a_partial_checksum(frame: &[u8]) -> bool {
             // Less the header, in ones' complement as the program takes it off.
             let len = checksum::add(h.total_len(), !(ipv4::HEADER_LEN as u16));
             let pseudo = || {
-                pseudo_header_sum(
+                checksum::pseudo_header_sum(
                     &h.source().octets(),
                     &h.destination().octets(),
                     protocol,
-                    len,
+                    u32::from(len),
                 )
             };
             match protocol {
@@ -377,11 +366,11 @@ pub fn may_hide_a_partial_checksum(frame: &[u8]) -> bool {
             }
             let next = h.next_header();
             let pseudo = || {
-                pseudo_header_sum(
+                checksum::pseudo_header_sum(
                     &h.source().octets(),
                     &h.destination().octets(),
                     next,
-                    h.payload_len(),
+                    u32::from(h.payload_len()),
                 )
             };
             match next {
@@ -655,7 +644,7 @@ mod tests {
         let mut l4: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
         if let Some(at) = field {
             let sum = if rng.gen_bool(0.5) {
-                super::pseudo_header_sum(src, dst, protocol, len as u16)
+                checksum::pseudo_header_sum(src, dst, protocol, len as u32)
             } else {
                 rng.gen()
             };
