@@ -27,6 +27,9 @@ pub struct MirrorConfig {
     pub paced: usize,
     /// How long the idle mirror's CPU time is watched.
     pub idle: Duration,
+    /// Whether the mirror's thread runs at the lowest real-time priority, as the
+    /// daemon's does unless told `--no-realtime`.
+    pub realtime: bool,
 }
 
 impl Default for MirrorConfig {
@@ -35,6 +38,7 @@ impl Default for MirrorConfig {
             updates: 10_000,
             paced: 200,
             idle: Duration::from_secs(2),
+            realtime: true,
         }
     }
 }
@@ -182,7 +186,7 @@ fn follow_until(mirror: &mut Mirror, events: &mut Events, dst: &str) -> Result<(
             }
             Batch::Overflow => {
                 mirror.overflowed();
-                mirror.resync().map_err(e)?;
+                fibre_kernel::priority::normal_while(|| mirror.resync()).map_err(e)?;
             }
         }
         let held = mirror
@@ -236,6 +240,8 @@ fn spread(
 
 /// What the mirror's thread measured.
 struct Followed {
+    /// The mirror thread's priority, as the report says it.
+    priority: String,
     rounds: Vec<SyncRound>,
     idle_cpu: Duration,
     busy_cpu: Duration,
@@ -307,7 +313,7 @@ pub fn mirror_study(
             SENTINELS[0]
         ))
         .map_err(io)?;
-    let idle = cfg.idle;
+    let (idle, realtime) = (cfg.idle, cfg.realtime);
     let mirror = std::thread::spawn(move || -> Result<Followed, String> {
         let e = |e: std::io::Error| e.to_string();
         fibre_kernel::netns::enter(&name).map_err(e)?;
@@ -356,6 +362,18 @@ pub fn mirror_study(
             let (other, _) = Mirror::sync().map_err(e)?;
             rounds.push(round(dumped, t.elapsed(), &other));
         }
+        // As the daemon's mirror runs once synced (its main thread).
+        use fibre_kernel::priority;
+        let priority = match realtime {
+            false => "normal (`--no-realtime`)".to_string(),
+            true => match priority::make_this_thread_realtime() {
+                Ok(()) => format!(
+                    "the lowest real-time (`SCHED_FIFO` {}), as the daemon's",
+                    priority::LOWEST_REALTIME
+                ),
+                Err(e) => format!("normal: a real-time one was refused ({e})"),
+            },
+        };
         let _ = ready.send(Instant::now());
         let _ = burst_start.recv();
         let cpu = thread_cpu();
@@ -396,6 +414,7 @@ pub fn mirror_study(
             });
         }
         Ok(Followed {
+            priority,
             rounds,
             idle_cpu,
             busy_cpu,
@@ -581,6 +600,7 @@ pub fn mirror_study(
     figures["sync_rounds"] = json!(f.rounds.len());
     figures["kernel_dump_range_s"] = json!([secs(dump.1), secs(dump.2)]);
     figures["sync_range_s"] = json!([secs(sync.1), secs(sync.2)]);
+    figures["mirror_priority"] = json!(f.priority);
     Ok(vec![figures])
 }
 
@@ -612,7 +632,8 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
         let g = |k: &str| f[k].as_f64().unwrap_or(f64::NAN);
         s += &format!(
             "Routes: {} IPv4 and {} IPv6, loaded into a namespace with `ip -batch` in {:.1} s; \
-             the mirror holds {} (with the kernel's own).\n\n\
+             the mirror holds {} (with the kernel's own). The mirror's thread runs at {} \
+             priority.\n\n\
              {} rounds, each the kernel's dump then the mirror's sync; the median of each, \
              in seconds, and the range:\n\n\
              | | median | range |\n|---|---:|---:|\n\
@@ -634,6 +655,7 @@ pub fn markdown(figures: &[Value], header: &str) -> String {
             f["routes_v6"],
             g("kernel_load_s"),
             f["routes_mirrored"],
+            f["mirror_priority"].as_str().unwrap_or("an unrecorded"),
             f["sync_rounds"],
             g("kernel_dump_s"),
             range(&f["kernel_dump_range_s"]),

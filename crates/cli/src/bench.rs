@@ -189,6 +189,10 @@ pub struct MirrorArgs {
     /// Count and skip malformed route lines.
     #[arg(long)]
     skip_bad: bool,
+    /// Run the mirror's thread at the normal priority, not the lowest real-time one the
+    /// daemon gives its mirror (as `fibre daemon --no-realtime`).
+    #[arg(long)]
+    no_realtime: bool,
 }
 
 /// Arguments of `fibre bench rules`.
@@ -319,6 +323,7 @@ fn mirror(args: MirrorArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let cfg = MirrorConfig {
         updates: args.updates.max(2),
         paced: args.paced,
+        realtime: !args.no_realtime,
         ..MirrorConfig::default()
     };
     let figures = mirror_study(&v4, &v6, &cfg)?;

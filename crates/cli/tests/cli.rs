@@ -1167,8 +1167,17 @@ fn bench_mirror_syncs_and_follows_a_burst_on_a_sample_of_the_tables() {
             assert!(unpublished >= 0.0, "{k}");
         }
     }
+    // As the daemon's mirror, as root.
+    assert_eq!(
+        f["mirror_priority"], "the lowest real-time (`SCHED_FIFO` 1), as the daemon's",
+        "{f}"
+    );
     let report = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(report.contains("The sync takes"), "{report}");
+    assert!(
+        report.contains("runs at the lowest real-time (`SCHED_FIFO` 1)"),
+        "{report}"
+    );
     assert!(
         report.contains("| a nexthop object carrying 100,000 routes |"),
         "{report}"

@@ -980,16 +980,18 @@ fn the_control_socket_replaces_nothing_and_says_who_asks() {
         .expect("fibre ctl runs");
     let client = asking.id();
     assert!(asking.wait_with_output().unwrap().status.success());
-    // Answering, it is set up: every thread keeps CAP_NET_ADMIN alone (no forwarding),
-    // in no other set; no new privileges.
-    let net_admin = fibre_kernel::privileges::mask(&[fibre_kernel::privileges::NET_ADMIN]);
+    // Answering, it is set up: every thread keeps CAP_NET_ADMIN and CAP_SYS_NICE (the
+    // receivers' real-time priority) alone (no forwarding), in no other set; no new
+    // privileges.
+    use fibre_kernel::privileges::{mask, NET_ADMIN, SYS_NICE};
+    let kept = mask(&[NET_ADMIN, SYS_NICE]);
     for t in fibre_kernel::privileges::of_threads(d.child.id()).unwrap() {
         assert!(t.no_new_privs, "{t:?}");
         for (set, m) in t.sets {
             let want = if matches!(set.as_str(), "Inh" | "Amb") {
                 0
             } else {
-                net_admin
+                kept
             };
             assert_eq!(m, want, "Cap{set}");
         }
@@ -1002,6 +1004,68 @@ fn the_control_socket_replaces_nothing_and_says_who_asks() {
     assert!(end.log.lines().any(|l| l.ends_with(&logged)), "{}", end.log);
     assert!(!end.log.contains(&format!("pid {daemon} ")), "{}", end.log);
     assert!(!end.socket_left, "the socket removed on exit");
+}
+
+/// Each thread of process `pid`: its id, name, scheduling policy (`SCHED_OTHER` 0,
+/// `SCHED_FIFO` 1) and real-time priority, as its `stat` file gives them.
+fn thread_policies(pid: u32) -> Vec<(u32, String, u32, u32)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = entry.unwrap().path();
+        let tid: u32 = dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // After the name in parentheses, fields 3 onwards: rt_priority is the 40th, the
+        // policy the 41st.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let field = |n: usize| fields[n - 3].parse::<u32>().unwrap();
+        out.push((tid, name.trim().to_string(), field(41), field(40)));
+    }
+    out.sort();
+    out
+}
+
+/// The mirror (the main thread) and its receivers of rtnetlink and nftables run at the
+/// lowest real-time priority, every other thread (the control socket's, the watchers')
+/// at the normal one; with `--no-realtime`, all at the normal one.
+#[test]
+#[ignore = "needs root: runs the daemon as root in a network namespace"]
+fn the_mirror_and_its_receivers_alone_are_realtime() {
+    const FIFO: u32 = 1;
+    let ns = namespace("priority");
+    let d = Daemon::start(&ns, &[]);
+    assert_eq!(d.json(&["stats", "--json"])["synced"], true);
+    let pid = d.child.id();
+    let threads = thread_policies(pid);
+    let realtime: Vec<&str> = threads
+        .iter()
+        .filter(|t| t.2 == FIFO)
+        .map(|t| if t.0 == pid { "main" } else { t.1.as_str() })
+        .collect();
+    assert!(
+        realtime == ["main", "rtnetlink"] || realtime == ["main", "rtnetlink", "nftables"],
+        "{threads:?}"
+    );
+    assert!(
+        threads
+            .iter()
+            .all(|t| t.2 == 0 || (t.2 == FIFO && t.3 == 1)),
+        "the others normal, the real-time ones at 1: {threads:?}"
+    );
+    assert!(threads.len() > realtime.len(), "{threads:?}");
+    let end = d.stop_with_log();
+    assert!(
+        end.log
+            .contains("the mirror and its receivers run at the lowest real-time priority"),
+        "{}",
+        end.log
+    );
+
+    let d = Daemon::start(&ns, &["--no-realtime"]);
+    assert_eq!(d.json(&["stats", "--json"])["synced"], true);
+    let threads = thread_policies(d.child.id());
+    assert!(threads.iter().all(|t| t.2 == 0), "{threads:?}");
+    assert!(d.stop().success());
 }
 
 /// A namespace deleted under the daemon (`ip netns del`) ends it: it says so and exits

@@ -27,7 +27,7 @@ use crate::forwarding::Forwarding;
 use crate::metrics::{Exposition, Kind};
 use clap::Args;
 use fibre_fib::{Family, State};
-use fibre_kernel::privileges;
+use fibre_kernel::{priority, privileges};
 use fibre_mirror::netlink::{self, Backlog, Batch, Events};
 use fibre_mirror::Mirror;
 use fibre_mirror::{lladdr_text, NeighState};
@@ -79,9 +79,11 @@ pub struct DaemonArgs {
     /// default worker `n` runs on CPU `n`.
     #[arg(long, value_delimiter = ',', requires = "forward")]
     cpus: Vec<usize>,
-    /// Run the workers at the normal priority, not the lowest real-time one (which
-    /// keeps them ahead of the kernel threads that feed their sockets on a shared CPU).
-    #[arg(long, requires = "forward")]
+    /// Run the mirror, its netlink receivers and the workers at the normal priority, not
+    /// the lowest real-time one (`SCHED_FIFO` 1), which publishes each change as soon as
+    /// it arrives, however busy the CPUs, and keeps the workers ahead of the kernel
+    /// threads that feed their sockets on a shared CPU.
+    #[arg(long)]
     no_realtime: bool,
     /// How the workers read and send: `xdp` (AF_XDP sockets, an XDP program on each
     /// link passing the kernel's frames to it), `packet` (AF_PACKET sockets), or `auto`
@@ -319,9 +321,25 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     ])?;
     let control = ControlSocket::bind(&a.socket, a.socket_group.as_deref())?;
     let listener = control.listener()?;
-    // Set up as root needs (the namespace entered, the socket made): from here on, and
-    // in every thread started from here on, only what the work needs.
-    let kept = privileges::keep_only(&needed_capabilities(!a.forward.is_empty())?)?;
+    // While privileged: the mirror (this thread) real-time; `CAP_SYS_NICE` is kept for
+    // the receivers started after the cut.
+    let realtime = !a.no_realtime
+        && match priority::make_this_thread_realtime() {
+            Ok(()) => {
+                tracing::info!(
+                    "the mirror and its receivers run at the lowest real-time priority (SCHED_FIFO {})",
+                    priority::LOWEST_REALTIME
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "the mirror runs at the normal priority: a real-time one was refused ({e})"
+                );
+                false
+            }
+        };
+    let kept = privileges::keep_only(&needed_capabilities(!a.forward.is_empty(), realtime)?)?;
     tracing::info!(
         "capabilities kept: {}",
         match privileges::names(kept).join(", ") {
@@ -343,7 +361,8 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Subscribed before the dump: what changes meanwhile queues, and is applied after.
     let mut events = Events::subscribe(a.receive_buffer)?;
     let started = Instant::now();
-    let (mut mirror, reader) = Mirror::sync()?;
+    // At the normal priority, beside its reader and compile threads.
+    let (mut mirror, reader) = priority::normal_while(Mirror::sync)?;
     tracing::info!(
         "synced in {:.3} s (the kernel's dump {:.3} s): {} links, {} IPv4 and {} IPv6 routes; control socket {}",
         started.elapsed().as_secs_f64(),
@@ -419,24 +438,31 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let backlog = Arc::new(Backlog::new(a.backlog));
     {
         let (tx, backlog) = (tx.clone(), backlog.clone());
-        std::thread::spawn(move || loop {
-            backlog.wait_for_room();
-            match events.receive() {
-                Ok(b) => {
-                    backlog.received(&b);
-                    if tx.send(Event::Netlink(b, Instant::now())).is_err() {
+        let receiver = std::thread::Builder::new().name("rtnetlink".into());
+        receiver.spawn(move || {
+            if realtime {
+                // As the mirror is (a refusal was said for it).
+                let _ = priority::make_this_thread_realtime();
+            }
+            loop {
+                backlog.wait_for_room();
+                match events.receive() {
+                    Ok(b) => {
+                        backlog.received(&b);
+                        if tx.send(Event::Netlink(b, Instant::now())).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Event::Failed(e));
                         return;
                     }
                 }
-                Err(e) => {
-                    let _ = tx.send(Event::Failed(e));
-                    return;
-                }
             }
-        });
+        })?;
     }
     if let (Some(fw), Some(events)) = (&firewall, ruleset_events) {
-        watch_firewall(fw, events, &tx);
+        watch_firewall(fw, events, &tx, realtime);
     }
     if forwarding.is_some() {
         watch_kernel_forwarding(a.forward.clone(), &tx);
@@ -524,7 +550,7 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 mirror.overflowed();
                 mirror.stats_mut().backlog_waits = backlog.waits();
                 tracing::warn!("the netlink socket overflowed; dumping again");
-                if let Err(e) = mirror.resync() {
+                if let Err(e) = priority::normal_while(|| mirror.resync()) {
                     tracing::error!("the dump failed: {e}");
                     break ExitCode::FAILURE;
                 }
@@ -616,28 +642,40 @@ pub fn run(a: DaemonArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
 
 /// Starts the firewall's threads: the receiver of the nf_tables group, which applies
 /// each batch and closes at once what a commit closes; and the watcher of the
-/// iptables-legacy tables, each second. Each change is told to the daemon's loop.
+/// iptables-legacy tables, each second. Each change is told to the daemon's loop. The
+/// receiver is real-time if `realtime`, as the mirror.
 fn watch_firewall(
     fw: &SharedFirewall,
     mut events: fibre_firewall::nfnetlink::Events,
     tx: &mpsc::Sender<Event>,
+    realtime: bool,
 ) {
     {
-        let (fw, tx) = (fw.clone(), tx.clone());
-        std::thread::spawn(move || loop {
-            match events.receive() {
-                Ok(batch) => {
-                    let changed = firewall::lock(&fw).receive(batch);
-                    if changed && tx.send(Event::FirewallChanged).is_err() {
+        let (fw, tx, blinded) = (fw.clone(), tx.clone(), fw.clone());
+        let receiver = std::thread::Builder::new().name("nftables".into());
+        let started = receiver.spawn(move || {
+            if realtime {
+                // A commit closes what it closes as soon as it arrives, as a route does.
+                let _ = priority::make_this_thread_realtime();
+            }
+            loop {
+                match events.receive() {
+                    Ok(batch) => {
+                        let changed = firewall::lock(&fw).receive(batch);
+                        if changed && tx.send(Event::FirewallChanged).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        firewall::lock(&fw).blind(format!("the nftables subscription failed: {e}"));
                         return;
                     }
                 }
-                Err(e) => {
-                    firewall::lock(&fw).blind(format!("the nftables subscription failed: {e}"));
-                    return;
-                }
             }
         });
+        if let Err(e) = started {
+            firewall::lock(&blinded).blind(format!("the nftables receiver cannot start: {e}"));
+        }
     }
     let (fw, tx) = (fw.clone(), tx.clone());
     std::thread::spawn(move || loop {
@@ -684,20 +722,23 @@ fn link_names(mirror: &Mirror) -> Vec<(u32, String)> {
 /// again and to size a netlink socket past the system's bound (a resync); forwarding,
 /// for a worker started again, `CAP_NET_RAW` (its sockets), `CAP_BPF` (its programs; on
 /// a kernel before it, `CAP_SYS_ADMIN`), `CAP_IPC_LOCK` (AF_XDP's frames pinned) and
-/// `CAP_SYS_NICE` (its real-time priority).
-fn needed_capabilities(forwarding: bool) -> std::io::Result<Vec<privileges::Capability>> {
+/// `CAP_SYS_NICE` (its real-time priority); `CAP_SYS_NICE` too if `realtime`, for the
+/// mirror's receivers' real-time priority.
+fn needed_capabilities(
+    forwarding: bool,
+    realtime: bool,
+) -> std::io::Result<Vec<privileges::Capability>> {
     let mut keep = vec![privileges::NET_ADMIN];
     if forwarding {
-        keep.extend([
-            privileges::NET_RAW,
-            privileges::IPC_LOCK,
-            privileges::SYS_NICE,
-        ]);
+        keep.extend([privileges::NET_RAW, privileges::IPC_LOCK]);
         keep.push(if privileges::last()?.0 >= privileges::BPF.0 {
             privileges::BPF
         } else {
             privileges::SYS_ADMIN
         });
+    }
+    if forwarding || realtime {
+        keep.push(privileges::SYS_NICE);
     }
     Ok(keep)
 }

@@ -8,6 +8,7 @@
 //!   in Rust and cargo alone builds them.
 //! - [`privileges`]: capabilities cut to those named, after setup.
 //! - [`memory`]: this process's resident memory.
+//! - [`priority`]: the lowest real-time priority for the threads that follow the kernel.
 //! - [`sockopt`]: the netlink sockets' receive buffers; a Unix socket's peer.
 //! - [`netns`]: a network namespace entered by name, the one way fibre enters one.
 //!
@@ -17,5 +18,6 @@
 pub mod bpf;
 pub mod memory;
 pub mod netns;
+pub mod priority;
 pub mod privileges;
 pub mod sockopt;
