@@ -237,8 +237,10 @@ pub(crate) struct CompiledTable {
 pub(crate) fn by_source<L: std::borrow::Borrow<crate::state::RouteList>>(
     lists: &[L],
 ) -> crate::state::RouteList {
-    if let [one] = lists {
-        return Arc::clone(one.borrow());
+    match lists {
+        [] => return crate::state::no_route(),
+        [one] => return Arc::clone(one.borrow()),
+        _ => {}
     }
     let mut routes: Vec<RouteBody> = lists
         .iter()
