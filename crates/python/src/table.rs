@@ -1,0 +1,593 @@
+//! `fibre.Table`: pytricia's interface over one LPM table per family, values any Python
+//! objects.
+//!
+//! The LPM tables map prefixes to `u32`s, so a value lives in a slab of entries (its
+//! object and its prefix's length) and the tables hold its entry's id. A removed
+//! prefix's entry is reused by the next insert, except while a `lookup_many` runs with
+//! the interpreter released: its ids were read from a published snapshot, which may still
+//! name the entry, so entries removed meanwhile are retired and reused only once no batch
+//! runs. A batch's answers are thus the values of one consistent version of the table,
+//! even as another thread updates it.
+//!
+//! IPv4 and IPv6 live in separate tables, so an IPv4 address never matches an IPv6
+//! prefix with the same leading bits (pytricia's one tree lets `32.0.0.1` match
+//! `2000::/8`). Keys and iteration give IPv4 first, then IPv6, each in pytricia's order
+//! (address, then length).
+
+use crate::batch::{answer, gather};
+use crate::family::Family;
+use crate::keys::{parse_key, parse_key_with_len, Parsed};
+use fibre_lpm::{Key, Prefix, MAX_VALUE};
+use fibre_routefile::{final_prefixes, read_route_file};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// A value and the length of its prefix (the family and address come from the query).
+struct Entry {
+    value: Py<PyAny>,
+    len: u8,
+}
+
+/// A longest-prefix-match table of IPv4 and IPv6 prefixes to Python objects, with
+/// pytricia's interface.
+#[pyclass(module = "fibre", name = "Table")]
+pub struct Table {
+    v4: Family<u32>,
+    v6: Family<u128>,
+    entries: Vec<Option<Entry>>,
+    /// Entries free for reuse.
+    free: Vec<u32>,
+    /// Entries removed while a batch ran, freed when none runs.
+    retired: Vec<u32>,
+    /// `lookup_many` calls running with the interpreter released.
+    batches: usize,
+}
+
+/// The text of a prefix, as pytricia gives keys.
+fn text<K: Key>(p: &Prefix<K>) -> String {
+    p.to_string()
+}
+
+/// A `KeyError` naming the key that is not in the table.
+fn missing(p: &Parsed) -> PyErr {
+    let shown = match p {
+        Parsed::V4(p) => text(p),
+        Parsed::V6(p) => text(p),
+    };
+    PyKeyError::new_err(format!("prefix {shown} is not in the table"))
+}
+
+impl Table {
+    fn empty() -> Self {
+        Table {
+            v4: Family::default(),
+            v6: Family::default(),
+            entries: Vec::new(),
+            free: Vec::new(),
+            retired: Vec::new(),
+            batches: 0,
+        }
+    }
+
+    /// A table built in bulk from distinct prefixes and their values.
+    fn build(py: Python<'_>, routes: Vec<(Parsed, Py<PyAny>)>) -> PyResult<Self> {
+        if routes.len() > MAX_VALUE as usize {
+            return Err(PyMemoryError::new_err(format!(
+                "a table holds at most {MAX_VALUE} prefixes"
+            )));
+        }
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        let mut entries = Vec::with_capacity(routes.len());
+        for (id, (p, value)) in (0u32..).zip(routes) {
+            let len = match p {
+                Parsed::V4(p) => {
+                    v4.push((p, id));
+                    p.len()
+                }
+                Parsed::V6(p) => {
+                    v6.push((p, id));
+                    p.len()
+                }
+            };
+            entries.push(Some(Entry { value, len }));
+        }
+        let (v4, v6) = py.detach(|| (Family::build(v4), Family::build(v6)));
+        Ok(Table {
+            v4,
+            v6,
+            entries,
+            ..Table::empty()
+        })
+    }
+
+    /// The length of entry `id`'s prefix.
+    fn len_of(&self, id: u32) -> u8 {
+        self.entries[id as usize].as_ref().map_or(0, |e| e.len)
+    }
+
+    fn value(&self, py: Python<'_>, id: u32) -> Py<PyAny> {
+        let e = self.entries[id as usize].as_ref();
+        e.expect("a table's ids name live entries")
+            .value
+            .clone_ref(py)
+    }
+
+    /// The id of exactly `p`.
+    fn exact(&self, p: &Parsed) -> Option<u32> {
+        match p {
+            Parsed::V4(p) => self.v4.exact(p),
+            Parsed::V6(p) => self.v6.exact(p),
+        }
+    }
+
+    /// The id of the longest prefix holding all of `p` (an address, or a prefix as
+    /// pytricia answers one), and that prefix.
+    fn best(&self, p: &Parsed) -> Option<(u32, Parsed)> {
+        let len_of = |id| self.len_of(id);
+        match p {
+            Parsed::V4(p) => {
+                let id = if p.len() == 32 {
+                    self.v4.lookup(p.addr())?
+                } else {
+                    self.v4.best(p, len_of)?
+                };
+                Some((id, Parsed::V4(Prefix::new_clamped(p.addr(), len_of(id)))))
+            }
+            Parsed::V6(p) => {
+                let id = if p.len() == 128 {
+                    self.v6.lookup(p.addr())?
+                } else {
+                    self.v6.best(p, len_of)?
+                };
+                Some((id, Parsed::V6(Prefix::new_clamped(p.addr(), len_of(id)))))
+            }
+        }
+    }
+
+    /// Frees the entries retired while batches ran, if none runs now.
+    fn release_retired(&mut self) {
+        if self.batches == 0 {
+            for id in self.retired.drain(..) {
+                self.entries[id as usize] = None;
+                self.free.push(id);
+            }
+        }
+    }
+
+    /// Sets `p` to `value`.
+    fn set(&mut self, p: Parsed, value: Py<PyAny>) -> PyResult<()> {
+        if let Some(id) = self.exact(&p) {
+            // Replaced in place; the old value is dropped here.
+            if let Some(e) = self.entries[id as usize].as_mut() {
+                e.value = value;
+            }
+            return Ok(());
+        }
+        self.release_retired();
+        let len = match p {
+            Parsed::V4(p) => p.len(),
+            Parsed::V6(p) => p.len(),
+        };
+        let entry = Some(Entry { value, len });
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.entries[id as usize] = entry;
+                id
+            }
+            None => {
+                let id = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|id| *id <= MAX_VALUE)
+                    .ok_or_else(|| {
+                        PyMemoryError::new_err(format!(
+                            "a table holds at most {MAX_VALUE} prefixes"
+                        ))
+                    })?;
+                self.entries.push(entry);
+                id
+            }
+        };
+        match p {
+            Parsed::V4(p) => self.v4.insert(p, id),
+            Parsed::V6(p) => self.v6.insert(p, id),
+        };
+        Ok(())
+    }
+
+    /// Removes `p`, or a `KeyError`.
+    fn remove(&mut self, p: &Parsed) -> PyResult<()> {
+        let id = match p {
+            Parsed::V4(q) => self.v4.remove(q),
+            Parsed::V6(q) => self.v6.remove(q),
+        }
+        .ok_or_else(|| missing(p))?;
+        self.retired.push(id);
+        self.release_retired();
+        Ok(())
+    }
+
+    /// The prefix text of a key known to be in the table, else a `KeyError`.
+    fn present(&self, key: &Bound<'_, PyAny>) -> PyResult<Parsed> {
+        let p = parse_key(key)?;
+        self.exact(&p).map(|_| p).ok_or_else(|| missing(&p))
+    }
+
+    /// Every prefix's text with its id: IPv4 first, each family in order.
+    fn all(&self) -> impl Iterator<Item = (String, u32)> + '_ {
+        let v4 = self.v4.iter().map(|(p, &id)| (text(p), id));
+        let v6 = self.v6.iter().map(|(p, &id)| (text(p), id));
+        v4.chain(v6)
+    }
+}
+
+fn parsed_text(p: &Parsed) -> String {
+    match p {
+        Parsed::V4(p) => text(p),
+        Parsed::V6(p) => text(p),
+    }
+}
+
+#[pymethods]
+impl Table {
+    /// Table(maxbits=32, family=AF_INET, raw_output=False)
+    ///
+    /// An empty table for both families. pytricia's arguments are accepted so that
+    /// `PyTricia(128)` becomes `Table(128)`, and ignored: every table holds IPv4 and
+    /// IPv6, apart. `raw_output` (keys as `(bytes, length)`) is not supported.
+    #[new]
+    #[pyo3(signature = (*args))]
+    fn new(args: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        if args.len() > 3 {
+            return Err(PyValueError::new_err(
+                "Table takes at most 3 arguments (maxbits, family, raw_output), all ignored",
+            ));
+        }
+        if let Ok(maxbits) = args.get_item(0) {
+            let ok = maxbits.extract::<u8>().is_ok_and(|m| m <= 128);
+            if !ok {
+                return Err(PyValueError::new_err(format!(
+                    "maxbits must be from 0 to 128, not {}",
+                    maxbits.repr()?
+                )));
+            }
+        }
+        if let Ok(raw) = args.get_item(2) {
+            if raw.is_truthy()? {
+                return Err(PyValueError::new_err(
+                    "raw_output is not supported: keys are always text",
+                ));
+            }
+        }
+        Ok(Table::empty())
+    }
+
+    /// Table.from_items(items) -> Table
+    ///
+    /// A table of `items`, an iterable of `(key, value)` pairs (a dict's `.items()`, a
+    /// generator, ...), built in bulk: much faster than inserting one by one. A prefix
+    /// given twice keeps its last value.
+    #[classmethod]
+    fn from_items(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let mut routes: Vec<(Parsed, Py<PyAny>)> = Vec::new();
+        let mut seen: HashMap<Parsed, usize> = HashMap::new();
+        for item in items.try_iter()? {
+            let item = item?;
+            let (key, value): (Bound<'_, PyAny>, Py<PyAny>) = item.extract().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "from_items takes (key, value) pairs, not {}",
+                    item.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?;
+            let p = parse_key(&key)?;
+            match seen.get(&p) {
+                Some(&i) => routes[i].1 = value,
+                None => {
+                    seen.insert(p, routes.len());
+                    routes.push((p, value));
+                }
+            }
+        }
+        Table::build(py, routes)
+    }
+
+    /// Table.from_file(path, value=True, skip_bad=False) -> Table
+    ///
+    /// A table of the prefixes of a route file, each mapped to `value`: the files
+    /// `fibre lookup` reads (one prefix per line, optionally `A` or `W` first, IPv4 and
+    /// IPv6 mixed; `ip -batch` lines; MRT dumps; plain, gzip or bzip2), applied in order.
+    /// A bad line raises `ValueError` naming its file and line, or is skipped with
+    /// `skip_bad=True`. The file is read with the interpreter released.
+    #[classmethod]
+    #[pyo3(signature = (path, value = None, skip_bad = false))]
+    fn from_file(
+        _cls: &Bound<'_, PyType>,
+        py: Python<'_>,
+        path: PathBuf,
+        value: Option<Py<PyAny>>,
+        skip_bad: bool,
+    ) -> PyResult<Self> {
+        let value = value.unwrap_or_else(|| {
+            true.into_pyobject(py)
+                .unwrap()
+                .to_owned()
+                .into_any()
+                .unbind()
+        });
+        let read = py.detach(|| {
+            read_route_file(&path, skip_bad).map(|f| (final_prefixes(&f.v4), final_prefixes(&f.v6)))
+        });
+        let (v4, v6) = read.map_err(|e| {
+            if e.line.is_some() {
+                PyValueError::new_err(e.to_string())
+            } else {
+                PyOSError::new_err(e.to_string())
+            }
+        })?;
+        let routes = v4
+            .into_iter()
+            .map(Parsed::V4)
+            .chain(v6.into_iter().map(Parsed::V6))
+            .map(|p| (p, value.clone_ref(py)))
+            .collect();
+        Table::build(py, routes)
+    }
+
+    /// insert(prefix, value) or insert(address, length, value) -> None
+    ///
+    /// Maps a prefix to `value`, replacing its value if it is there.
+    #[pyo3(signature = (key, *args))]
+    fn insert(&mut self, key: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        match args.len() {
+            1 => self.set(parse_key(key)?, args.get_item(0)?.unbind()),
+            2 => {
+                let len = args.get_item(0)?;
+                let len: u64 = len.extract().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "insert(address, length, value): the length must be an int, not {}",
+                        len.repr().map(|r| r.to_string()).unwrap_or_default()
+                    ))
+                })?;
+                self.set(parse_key_with_len(key, len)?, args.get_item(1)?.unbind())
+            }
+            _ => Err(PyValueError::new_err(
+                "insert takes (prefix, value) or (address, length, value)",
+            )),
+        }
+    }
+
+    fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: Py<PyAny>) -> PyResult<()> {
+        self.set(parse_key(key)?, value)
+    }
+
+    /// The value of the longest prefix holding `key`; `KeyError` if none does.
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let p = parse_key(key)?;
+        match self.best(&p) {
+            Some((id, _)) => Ok(self.value(py, id)),
+            None => Err(PyKeyError::new_err(format!(
+                "no prefix holds {}",
+                parsed_text(&p)
+            ))),
+        }
+    }
+
+    fn __delitem__(&mut self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.remove(&parse_key(key)?)
+    }
+
+    /// delete(prefix) -> None
+    ///
+    /// Removes exactly `prefix`; `KeyError` if it is not in the table.
+    fn delete(&mut self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.remove(&parse_key(key)?)
+    }
+
+    /// get(key, default=None) -> object
+    ///
+    /// The value of the longest prefix holding `key` (an address, or all of a prefix),
+    /// or `default`.
+    #[pyo3(signature = (key, default = None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        default: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let p = parse_key(key)?;
+        Ok(match self.best(&p) {
+            Some((id, _)) => self.value(py, id),
+            None => default.unwrap_or_else(|| py.None()),
+        })
+    }
+
+    /// get_key(key) -> str or None
+    ///
+    /// The longest prefix holding `key`, as text, or None.
+    fn get_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let p = parse_key(key)?;
+        Ok(self.best(&p).map(|(_, found)| parsed_text(&found)))
+    }
+
+    /// has_key(prefix) -> bool
+    ///
+    /// True if exactly `prefix` is in the table (`in` asks whether one holds it).
+    fn has_key(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.exact(&parse_key(key)?).is_some())
+    }
+
+    /// True if a prefix of the table holds `key` (an address, or all of a prefix).
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.best(&parse_key(key)?).is_some())
+    }
+
+    fn __len__(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    /// keys() -> list of str
+    ///
+    /// Every prefix, as text: IPv4 then IPv6, each by address, then length.
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.all().map(|(k, _)| k))
+    }
+
+    /// items() -> list of (str, object)
+    ///
+    /// Every prefix with its value, in the order of `keys()`.
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(py, self.all().map(|(k, id)| (k, self.value(py, id))))
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.keys(py)?.try_iter()?.into_any())
+    }
+
+    /// parent(prefix) -> str or None
+    ///
+    /// The longest prefix of the table strictly holding `prefix`, which must be in the
+    /// table itself (`KeyError` if not), or None.
+    fn parent(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        Ok(match self.present(key)? {
+            Parsed::V4(p) => self.v4.parent(&p).map(|(q, _)| text(&q)),
+            Parsed::V6(p) => self.v6.parent(&p).map(|(q, _)| text(&q)),
+        })
+    }
+
+    /// children(prefix) -> list of str
+    ///
+    /// Every prefix of the table strictly inside `prefix`, at any depth, in the order of
+    /// `keys()`; `prefix` must be in the table (`KeyError` if not).
+    fn children<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        match self.present(key)? {
+            Parsed::V4(p) => PyList::new(py, self.v4.children(&p).map(|(q, _)| text(q))),
+            Parsed::V6(p) => PyList::new(py, self.v6.children(&p).map(|(q, _)| text(q))),
+        }
+    }
+
+    /// freeze() -> None
+    ///
+    /// Does nothing: pytricia's compaction, which fibre's tables need not (they stay
+    /// compact and updatable).
+    fn freeze(&self) {}
+
+    /// thaw() -> None
+    ///
+    /// Does nothing (see `freeze`).
+    fn thaw(&self) {}
+
+    /// lookup_many(addresses, default=None, *, ids=False) -> list or numpy.ndarray
+    ///
+    /// Looks up many addresses at once, in batches, with the interpreter released (other
+    /// threads run meanwhile, and may update the table: the answers are those of one
+    /// version of it). `addresses` is a list (or any iterable) of keys, or a NumPy array:
+    /// 1-D uint32 (IPv4, as integers), (n, 2) uint64 (IPv6, high and low halves), or
+    /// (n, 4) or (n, 16) uint8 (packed addresses).
+    ///
+    /// Answers a list of values (`default` where no prefix holds the address), or, with
+    /// `ids=True`, a NumPy int64 array of entry ids (-1 where none does), which
+    /// `values_by_id()` turns into values: `numpy.array(t.values_by_id(),
+    /// dtype=object)[ids]`, or `ids >= 0` for a mask of covered addresses.
+    #[pyo3(signature = (addresses, default = None, *, ids = false))]
+    fn lookup_many<'py>(
+        slf: &Bound<'py, Self>,
+        addresses: &Bound<'py, PyAny>,
+        default: Option<Py<PyAny>>,
+        ids: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if ids {
+            // The answer is a NumPy array: say so plainly if NumPy is missing.
+            py.import("numpy").map_err(|e| {
+                pyo3::exceptions::PyImportError::new_err(format!(
+                    "lookup_many(..., ids=True) answers a NumPy array: {e}"
+                ))
+            })?;
+        }
+        let queries = gather(addresses)?;
+        let mut out = vec![-1i64; queries.n];
+        let (v4, v6) = {
+            let mut t = slf.borrow_mut();
+            for (i, p) in &queries.prefixes {
+                out[*i] = t.best(p).map_or(-1, |(id, _)| i64::from(id));
+            }
+            t.batches += 1;
+            (t.v4.reader(), t.v6.reader())
+        };
+        let out = py.detach(move || {
+            answer(&queries, &v4, &v6, &mut out);
+            out
+        });
+        let mut t = slf.borrow_mut();
+        let answer = if ids {
+            PyArray1::from_vec(py, out).into_any()
+        } else {
+            let default = default.unwrap_or_else(|| py.None());
+            let values = out.iter().map(|&id| match u32::try_from(id) {
+                Ok(id) => t.value(py, id),
+                Err(_) => default.clone_ref(py),
+            });
+            PyList::new(py, values)?.into_any()
+        };
+        t.batches -= 1;
+        t.release_retired();
+        Ok(answer)
+    }
+
+    /// values_by_id() -> list
+    ///
+    /// Every entry's value at its id (None at a free id): what `lookup_many(...,
+    /// ids=True)`'s ids index.
+    fn values_by_id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(
+            py,
+            self.entries.iter().map(|e| match e {
+                Some(e) => e.value.clone_ref(py),
+                None => py.None(),
+            }),
+        )
+    }
+
+    /// memory() -> dict
+    ///
+    /// Bytes the table uses, by part: `lookup` (what lookups read, both families),
+    /// `update` (what only updates use), `index` (the ordered index behind `keys()`,
+    /// `children` and `parent`, estimated), `entries` (the slab of values' references),
+    /// and `total`. The Python values themselves are not counted.
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (m4, i4) = self.v4.memory();
+        let (m6, i6) = self.v6.memory();
+        let lookup = m4.lookup_bytes + m6.lookup_bytes;
+        let update = m4.update_bytes + m6.update_bytes;
+        let index = i4 + i6;
+        let entries = self.entries.capacity() * std::mem::size_of::<Option<Entry>>()
+            + (self.free.capacity() + self.retired.capacity()) * 4;
+        let d = PyDict::new(py);
+        d.set_item("lookup", lookup)?;
+        d.set_item("update", update)?;
+        d.set_item("index", index)?;
+        d.set_item("entries", entries)?;
+        d.set_item("total", lookup + update + index + entries)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<fibre.Table: {} IPv4 and {} IPv6 prefixes>",
+            self.v4.len(),
+            self.v6.len()
+        )
+    }
+}
