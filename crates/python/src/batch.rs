@@ -51,11 +51,9 @@ fn bad_array(what: String) -> PyErr {
 }
 
 /// IPv4 keys from a 1-D integer array of any type, each checked.
-fn ipv4_from_ints<T: numpy::Element + Copy + TryInto<u32>>(
-    a: &Bound<'_, PyArray1<T>>,
-) -> PyResult<Vec<u32>>
+fn ipv4_from_ints<T>(a: &Bound<'_, PyArray1<T>>) -> PyResult<Vec<u32>>
 where
-    T: std::fmt::Display,
+    T: numpy::Element + Copy + TryInto<u32> + std::fmt::Display,
 {
     let ro = a.readonly();
     ro.as_array()

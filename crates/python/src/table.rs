@@ -3,11 +3,12 @@
 //!
 //! The LPM tables map prefixes to `u32`s, so a value lives in a slab of entries (its
 //! object and its prefix's length) and the tables hold its entry's id. A removed
-//! prefix's entry is reused by the next insert, except while a `lookup_many` runs with
-//! the interpreter released: its ids were read from a published snapshot, which may still
-//! name the entry, so entries removed meanwhile are retired and reused only once no batch
-//! runs. A batch's answers are thus the values of one consistent version of the table,
-//! even as another thread updates it.
+//! prefix's entry is reused by a later insert, but not while a `lookup_many` that started
+//! before the removal still runs with the interpreter released: its ids come from a
+//! snapshot published at its start, which may still name the entry. Such entries are
+//! retired, in order, and freed when every batch older than their removal has ended (an
+//! epoch scheme, as read-copy-update reclaims memory). A batch's answers are thus the
+//! values of one consistent version of the table, even as another thread updates it.
 //!
 //! IPv4 and IPv6 live in separate tables, so an IPv4 address never matches an IPv6
 //! prefix with the same leading bits (pytricia's one tree lets `32.0.0.1` match
@@ -18,13 +19,15 @@ use crate::batch::{answer, gather};
 use crate::family::Family;
 use crate::keys::{parse_key, parse_key_with_len, Parsed};
 use fibre_lpm::{Key, Prefix, MAX_VALUE};
-use fibre_routefile::{final_prefixes, read_route_file};
+use fibre_routefile::{final_prefixes, read_route_file, SourceError};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
-use std::collections::HashMap;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple, PyType};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// A value and the length of its prefix (the family and address come from the query).
 struct Entry {
@@ -34,17 +37,36 @@ struct Entry {
 
 /// A longest-prefix-match table of IPv4 and IPv6 prefixes to Python objects, with
 /// pytricia's interface.
-#[pyclass(module = "fibre", name = "Table")]
+///
+/// The state is behind a mutex taken with the interpreter released while waiting
+/// (`lock_py_attached`): Python code may run while a method holds it (a key's
+/// `ipaddress` properties, a collection), which lets another thread call in, and that
+/// thread then waits rather than failing. Keys are read and Python objects made and
+/// dropped outside it, so that no Python code that might reach the same table runs
+/// while its state is held.
+#[pyclass(module = "fibre", name = "Table", frozen)]
 pub struct Table {
+    state: Mutex<State>,
+}
+
+/// A table's state.
+struct State {
     v4: Family<u32>,
     v6: Family<u128>,
     entries: Vec<Option<Entry>>,
     /// Entries free for reuse.
     free: Vec<u32>,
-    /// Entries removed while a batch ran, freed when none runs.
-    retired: Vec<u32>,
-    /// `lookup_many` calls running with the interpreter released.
-    batches: usize,
+    /// Entries removed while batches ran, each with the number of batches started
+    /// before its removal, oldest first: freed once none of those batches runs.
+    retired: VecDeque<(u64, u32)>,
+    /// `lookup_many` calls started so far.
+    started: u64,
+    /// The `lookup_many` calls running with the interpreter released, by their order of
+    /// starting.
+    running: BTreeSet<u64>,
+    /// Values let go of, dropped once the state is released (dropping one may run its
+    /// finalizer).
+    garbage: Vec<Py<PyAny>>,
 }
 
 /// The text of a prefix, as pytricia gives keys.
@@ -61,20 +83,22 @@ fn missing(p: &Parsed) -> PyErr {
     PyKeyError::new_err(format!("prefix {shown} is not in the table"))
 }
 
-impl Table {
+impl State {
     fn empty() -> Self {
-        Table {
+        State {
             v4: Family::default(),
             v6: Family::default(),
             entries: Vec::new(),
             free: Vec::new(),
-            retired: Vec::new(),
-            batches: 0,
+            retired: VecDeque::new(),
+            started: 0,
+            running: BTreeSet::new(),
+            garbage: Vec::new(),
         }
     }
 
     /// A table built in bulk from distinct prefixes and their values.
-    fn build(py: Python<'_>, routes: Vec<(Parsed, Py<PyAny>)>) -> PyResult<Self> {
+    fn build(py: Python<'_>, routes: Vec<(Parsed, Py<PyAny>)>) -> PyResult<Table> {
         if routes.len() > MAX_VALUE as usize {
             return Err(PyMemoryError::new_err(format!(
                 "a table holds at most {MAX_VALUE} prefixes"
@@ -97,12 +121,12 @@ impl Table {
             entries.push(Some(Entry { value, len }));
         }
         let (v4, v6) = py.detach(|| (Family::build(v4), Family::build(v6)));
-        Ok(Table {
+        Ok(Table::of(State {
             v4,
             v6,
             entries,
-            ..Table::empty()
-        })
+            ..State::empty()
+        }))
     }
 
     /// The length of entry `id`'s prefix.
@@ -149,22 +173,29 @@ impl Table {
         }
     }
 
-    /// Frees the entries retired while batches ran, if none runs now.
+    /// Frees the retired entries that no running batch can name: those removed before
+    /// the oldest running batch started.
     fn release_retired(&mut self) {
-        if self.batches == 0 {
-            for id in self.retired.drain(..) {
-                self.entries[id as usize] = None;
-                self.free.push(id);
+        let oldest = self.running.first().copied().unwrap_or(u64::MAX);
+        while let Some(&(removed_after, id)) = self.retired.front() {
+            if removed_after > oldest {
+                break;
             }
+            self.retired.pop_front();
+            if let Some(e) = self.entries[id as usize].take() {
+                self.garbage.push(e.value);
+            }
+            self.free.push(id);
         }
     }
 
     /// Sets `p` to `value`.
     fn set(&mut self, p: Parsed, value: Py<PyAny>) -> PyResult<()> {
         if let Some(id) = self.exact(&p) {
-            // Replaced in place; the old value is dropped here.
+            // Replaced in place; the old value dropped once the state is released.
             if let Some(e) = self.entries[id as usize].as_mut() {
-                e.value = value;
+                let old = std::mem::replace(&mut e.value, value);
+                self.garbage.push(old);
             }
             return Ok(());
         }
@@ -206,15 +237,14 @@ impl Table {
             Parsed::V6(q) => self.v6.remove(q),
         }
         .ok_or_else(|| missing(p))?;
-        self.retired.push(id);
+        self.retired.push_back((self.started, id));
         self.release_retired();
         Ok(())
     }
 
-    /// The prefix text of a key known to be in the table, else a `KeyError`.
-    fn present(&self, key: &Bound<'_, PyAny>) -> PyResult<Parsed> {
-        let p = parse_key(key)?;
-        self.exact(&p).map(|_| p).ok_or_else(|| missing(&p))
+    /// `Ok` if exactly `p` is in the table, else a `KeyError`.
+    fn present(&self, p: &Parsed) -> PyResult<()> {
+        self.exact(p).map(|_| ()).ok_or_else(|| missing(p))
     }
 
     /// Every prefix's text with its id: IPv4 first, each family in order.
@@ -222,6 +252,29 @@ impl Table {
         let v4 = self.v4.iter().map(|(p, &id)| (text(p), id));
         let v6 = self.v6.iter().map(|(p, &id)| (text(p), id));
         v4.chain(v6)
+    }
+}
+
+impl Table {
+    fn of(state: State) -> Self {
+        Table {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Runs `f` on the state, then drops the values it let go of, once the state is
+    /// released.
+    fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut State) -> R) -> R {
+        let (r, garbage) = {
+            let mut st = self
+                .state
+                .lock_py_attached(py)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let r = f(&mut st);
+            (r, std::mem::take(&mut st.garbage))
+        };
+        drop(garbage);
+        r
     }
 }
 
@@ -263,7 +316,7 @@ impl Table {
                 ));
             }
         }
-        Ok(Table::empty())
+        Ok(Table::of(State::empty()))
     }
 
     /// Table.from_items(items) -> Table
@@ -296,34 +349,47 @@ impl Table {
                 }
             }
         }
-        Table::build(py, routes)
+        State::build(py, routes)
     }
 
     /// Table.from_file(path, value=True, skip_bad=False) -> Table
     ///
-    /// A table of the prefixes of a route file, each mapped to `value`: the files
-    /// `fibre lookup` reads (one prefix per line, optionally `A` or `W` first, IPv4 and
-    /// IPv6 mixed; `ip -batch` lines; MRT dumps; plain, gzip or bzip2), applied in order.
-    /// A bad line raises `ValueError` naming its file and line, or is skipped with
-    /// `skip_bad=True`. The file is read with the interpreter released.
+    /// A table of the prefixes of a route file (or of a list of them, read in turn),
+    /// each mapped to `value`: the files `fibre lookup` reads (one prefix per line,
+    /// optionally `A` or `W` first, IPv4 and IPv6 mixed; `ip -batch` lines; MRT dumps;
+    /// plain, gzip or bzip2), applied in order. A bad line raises `ValueError` naming its
+    /// file and line, or is skipped with `skip_bad=True`; a file that cannot be read
+    /// raises `OSError`. The files are read with the interpreter released.
     #[classmethod]
     #[pyo3(signature = (path, value = None, skip_bad = false))]
     fn from_file(
         _cls: &Bound<'_, PyType>,
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         value: Option<Py<PyAny>>,
         skip_bad: bool,
     ) -> PyResult<Self> {
-        let value = value.unwrap_or_else(|| {
-            true.into_pyobject(py)
-                .unwrap()
-                .to_owned()
-                .into_any()
-                .unbind()
-        });
-        let read = py.detach(|| {
-            read_route_file(&path, skip_bad).map(|f| (final_prefixes(&f.v4), final_prefixes(&f.v6)))
+        let paths: Vec<PathBuf> = match path.extract::<PathBuf>() {
+            Ok(p) => vec![p],
+            Err(_) => path.extract().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "from_file takes a path or a list of paths, not {}",
+                    path.repr().map(|r| r.to_string()).unwrap_or_default()
+                ))
+            })?,
+        };
+        let value = match value {
+            Some(v) => v,
+            None => PyBool::new(py, true).to_owned().into_any().unbind(),
+        };
+        let read = py.detach(|| -> Result<_, SourceError> {
+            let (mut v4, mut v6) = (Vec::new(), Vec::new());
+            for path in &paths {
+                let f = read_route_file(path, skip_bad)?;
+                v4.extend(f.v4);
+                v6.extend(f.v6);
+            }
+            Ok((final_prefixes(&v4), final_prefixes(&v6)))
         });
         let (v4, v6) = read.map_err(|e| {
             if e.line.is_some() {
@@ -338,16 +404,21 @@ impl Table {
             .chain(v6.into_iter().map(Parsed::V6))
             .map(|p| (p, value.clone_ref(py)))
             .collect();
-        Table::build(py, routes)
+        State::build(py, routes)
     }
 
     /// insert(prefix, value) or insert(address, length, value) -> None
     ///
     /// Maps a prefix to `value`, replacing its value if it is there.
     #[pyo3(signature = (key, *args))]
-    fn insert(&mut self, key: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+    fn insert(&self, key: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let py = key.py();
         match args.len() {
-            1 => self.set(parse_key(key)?, args.get_item(0)?.unbind()),
+            1 => {
+                let p = parse_key(key)?;
+                let value = args.get_item(0)?.unbind();
+                self.with(py, |st| st.set(p, value))
+            }
             2 => {
                 let len = args.get_item(0)?;
                 let len: u64 = len.extract().map_err(|_| {
@@ -356,7 +427,9 @@ impl Table {
                         len.repr().map(|r| r.to_string()).unwrap_or_default()
                     ))
                 })?;
-                self.set(parse_key_with_len(key, len)?, args.get_item(1)?.unbind())
+                let p = parse_key_with_len(key, len)?;
+                let value = args.get_item(1)?.unbind();
+                self.with(py, |st| st.set(p, value))
             }
             _ => Err(PyValueError::new_err(
                 "insert takes (prefix, value) or (address, length, value)",
@@ -364,15 +437,16 @@ impl Table {
         }
     }
 
-    fn __setitem__(&mut self, key: &Bound<'_, PyAny>, value: Py<PyAny>) -> PyResult<()> {
-        self.set(parse_key(key)?, value)
+    fn __setitem__(&self, key: &Bound<'_, PyAny>, value: Py<PyAny>) -> PyResult<()> {
+        let p = parse_key(key)?;
+        self.with(key.py(), |st| st.set(p, value))
     }
 
     /// The value of the longest prefix holding `key`; `KeyError` if none does.
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let p = parse_key(key)?;
-        match self.best(&p) {
-            Some((id, _)) => Ok(self.value(py, id)),
+        match self.with(py, |st| st.best(&p).map(|(id, _)| st.value(py, id))) {
+            Some(v) => Ok(v),
             None => Err(PyKeyError::new_err(format!(
                 "no prefix holds {}",
                 parsed_text(&p)
@@ -380,15 +454,16 @@ impl Table {
         }
     }
 
-    fn __delitem__(&mut self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.remove(&parse_key(key)?)
+    fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.delete(key)
     }
 
     /// delete(prefix) -> None
     ///
     /// Removes exactly `prefix`; `KeyError` if it is not in the table.
-    fn delete(&mut self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.remove(&parse_key(key)?)
+    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        let p = parse_key(key)?;
+        self.with(key.py(), |st| st.remove(&p))
     }
 
     /// get(key, default=None) -> object
@@ -403,10 +478,8 @@ impl Table {
         default: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let p = parse_key(key)?;
-        Ok(match self.best(&p) {
-            Some((id, _)) => self.value(py, id),
-            None => default.unwrap_or_else(|| py.None()),
-        })
+        let found = self.with(py, |st| st.best(&p).map(|(id, _)| st.value(py, id)));
+        Ok(found.unwrap_or_else(|| default.unwrap_or_else(|| py.None())))
     }
 
     /// get_key(key) -> str or None
@@ -414,37 +487,44 @@ impl Table {
     /// The longest prefix holding `key`, as text, or None.
     fn get_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
         let p = parse_key(key)?;
-        Ok(self.best(&p).map(|(_, found)| parsed_text(&found)))
+        let found = self.with(key.py(), |st| st.best(&p).map(|(_, found)| found));
+        Ok(found.map(|f| parsed_text(&f)))
     }
 
     /// has_key(prefix) -> bool
     ///
     /// True if exactly `prefix` is in the table (`in` asks whether one holds it).
     fn has_key(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(self.exact(&parse_key(key)?).is_some())
+        let p = parse_key(key)?;
+        Ok(self.with(key.py(), |st| st.exact(&p).is_some()))
     }
 
     /// True if a prefix of the table holds `key` (an address, or all of a prefix).
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(self.best(&parse_key(key)?).is_some())
+        let p = parse_key(key)?;
+        Ok(self.with(key.py(), |st| st.best(&p).is_some()))
     }
 
-    fn __len__(&self) -> usize {
-        self.v4.len() + self.v6.len()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.with(py, |st| st.v4.len() + st.v6.len())
     }
 
     /// keys() -> list of str
     ///
     /// Every prefix, as text: IPv4 then IPv6, each by address, then length.
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.all().map(|(k, _)| k))
+        let keys: Vec<String> = self.with(py, |st| st.all().map(|(k, _)| k).collect());
+        PyList::new(py, keys)
     }
 
     /// items() -> list of (str, object)
     ///
     /// Every prefix with its value, in the order of `keys()`.
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, self.all().map(|(k, id)| (k, self.value(py, id))))
+        let items: Vec<(String, Py<PyAny>)> = self.with(py, |st| {
+            st.all().map(|(k, id)| (k, st.value(py, id))).collect()
+        });
+        PyList::new(py, items)
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -456,9 +536,13 @@ impl Table {
     /// The longest prefix of the table strictly holding `prefix`, which must be in the
     /// table itself (`KeyError` if not), or None.
     fn parent(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-        Ok(match self.present(key)? {
-            Parsed::V4(p) => self.v4.parent(&p).map(|(q, _)| text(&q)),
-            Parsed::V6(p) => self.v6.parent(&p).map(|(q, _)| text(&q)),
+        let p = parse_key(key)?;
+        self.with(key.py(), |st| {
+            st.present(&p)?;
+            Ok(match p {
+                Parsed::V4(p) => st.v4.parent(&p).map(|(q, _)| text(&q)),
+                Parsed::V6(p) => st.v6.parent(&p).map(|(q, _)| text(&q)),
+            })
         })
     }
 
@@ -471,10 +555,15 @@ impl Table {
         py: Python<'py>,
         key: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        match self.present(key)? {
-            Parsed::V4(p) => PyList::new(py, self.v4.children(&p).map(|(q, _)| text(q))),
-            Parsed::V6(p) => PyList::new(py, self.v6.children(&p).map(|(q, _)| text(q))),
-        }
+        let p = parse_key(key)?;
+        let children: Vec<String> = self.with(py, |st| {
+            st.present(&p)?;
+            PyResult::Ok(match p {
+                Parsed::V4(p) => st.v4.children(&p).map(|(q, _)| text(q)).collect(),
+                Parsed::V6(p) => st.v6.children(&p).map(|(q, _)| text(q)).collect(),
+            })
+        })?;
+        PyList::new(py, children)
     }
 
     /// freeze() -> None
@@ -518,32 +607,41 @@ impl Table {
         }
         let queries = gather(addresses)?;
         let mut out = vec![-1i64; queries.n];
-        let (v4, v6) = {
-            let mut t = slf.borrow_mut();
+        let this = slf.get();
+        let (batch, v4, v6) = this.with(py, |st| {
             for (i, p) in &queries.prefixes {
-                out[*i] = t.best(p).map_or(-1, |(id, _)| i64::from(id));
+                out[*i] = st.best(p).map_or(-1, |(id, _)| i64::from(id));
             }
-            t.batches += 1;
-            (t.v4.reader(), t.v6.reader())
-        };
+            let batch = st.started;
+            st.started += 1;
+            st.running.insert(batch);
+            (batch, st.v4.reader(), st.v6.reader())
+        });
         let out = py.detach(move || {
             answer(&queries, &v4, &v6, &mut out);
             out
         });
-        let mut t = slf.borrow_mut();
-        let answer = if ids {
-            PyArray1::from_vec(py, out).into_any()
-        } else {
-            let default = default.unwrap_or_else(|| py.None());
-            let values = out.iter().map(|&id| match u32::try_from(id) {
-                Ok(id) => t.value(py, id),
-                Err(_) => default.clone_ref(py),
+        // The batch ends here: the entries it could name are kept until now.
+        let values = this.with(py, |st| {
+            let values = (!ids).then(|| {
+                out.iter()
+                    .map(|&id| u32::try_from(id).ok().map(|id| st.value(py, id)))
+                    .collect::<Vec<_>>()
             });
-            PyList::new(py, values)?.into_any()
-        };
-        t.batches -= 1;
-        t.release_retired();
-        Ok(answer)
+            st.running.remove(&batch);
+            st.release_retired();
+            values
+        });
+        match values {
+            None => Ok(PyArray1::from_vec(py, out).into_any()),
+            Some(values) => {
+                let default = default.unwrap_or_else(|| py.None());
+                let values = values
+                    .into_iter()
+                    .map(|v| v.unwrap_or_else(|| default.clone_ref(py)));
+                Ok(PyList::new(py, values)?.into_any())
+            }
+        }
     }
 
     /// values_by_id() -> list
@@ -551,13 +649,16 @@ impl Table {
     /// Every entry's value at its id (None at a free id): what `lookup_many(...,
     /// ids=True)`'s ids index.
     fn values_by_id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(
-            py,
-            self.entries.iter().map(|e| match e {
-                Some(e) => e.value.clone_ref(py),
-                None => py.None(),
-            }),
-        )
+        let values: Vec<Py<PyAny>> = self.with(py, |st| {
+            st.entries
+                .iter()
+                .map(|e| match e {
+                    Some(e) => e.value.clone_ref(py),
+                    None => py.None(),
+                })
+                .collect()
+        });
+        PyList::new(py, values)
     }
 
     /// memory() -> dict
@@ -567,13 +668,19 @@ impl Table {
     /// `children` and `parent`, estimated), `entries` (the slab of values' references),
     /// and `total`. The Python values themselves are not counted.
     fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (m4, i4) = self.v4.memory();
-        let (m6, i6) = self.v6.memory();
-        let lookup = m4.lookup_bytes + m6.lookup_bytes;
-        let update = m4.update_bytes + m6.update_bytes;
-        let index = i4 + i6;
-        let entries = self.entries.capacity() * std::mem::size_of::<Option<Entry>>()
-            + (self.free.capacity() + self.retired.capacity()) * 4;
+        let (lookup, update, index, entries) = self.with(py, |st| {
+            let (m4, i4) = st.v4.memory();
+            let (m6, i6) = st.v6.memory();
+            let entries = st.entries.capacity() * std::mem::size_of::<Option<Entry>>()
+                + st.free.capacity() * 4
+                + st.retired.capacity() * 16;
+            (
+                m4.lookup_bytes + m6.lookup_bytes,
+                m4.update_bytes + m6.update_bytes,
+                i4 + i6,
+                entries,
+            )
+        });
         let d = PyDict::new(py);
         d.set_item("lookup", lookup)?;
         d.set_item("update", update)?;
@@ -583,11 +690,8 @@ impl Table {
         Ok(d)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "<fibre.Table: {} IPv4 and {} IPv6 prefixes>",
-            self.v4.len(),
-            self.v6.len()
-        )
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let (v4, v6) = self.with(py, |st| (st.v4.len(), st.v6.len()));
+        format!("<fibre.Table: {v4} IPv4 and {v6} IPv6 prefixes>")
     }
 }
