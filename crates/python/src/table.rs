@@ -22,9 +22,11 @@ use fibre_lpm::{Key, Prefix, MAX_VALUE};
 use fibre_routefile::{final_prefixes, read_route_file, SourceError};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple, PyType};
+use pyo3::PyTraverseError;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -688,6 +690,27 @@ impl Table {
         d.set_item("entries", entries)?;
         d.set_item("total", lookup + update + index + entries)?;
         Ok(d)
+    }
+
+    /// The values, for the cycle collector. A state held by another call (which can only
+    /// be waiting for the interpreter) is skipped: its values then count as referenced
+    /// from outside, which keeps them alive, the safe side.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Ok(st) = self.state.try_lock() {
+            for e in st.entries.iter().flatten() {
+                visit.call(&e.value)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties the table, for the cycle collector (a value that refers to its table).
+    fn __clear__(&self) {
+        let old = match self.state.try_lock() {
+            Ok(mut st) => std::mem::replace(&mut *st, State::empty()),
+            Err(_) => return,
+        };
+        drop(old);
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

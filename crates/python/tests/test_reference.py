@@ -209,3 +209,20 @@ def test_pytricia_constructor_arguments_and_no_ops():
     t.thaw()
     assert t["10.1.0.1"] == 2
     assert "2 IPv4" in repr(t)
+
+
+def test_a_cycle_through_a_table_is_collected():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    t = fibre.Table()
+    node = Node()
+    node.table = t
+    t["10.0.0.0/8"] = node
+    gone = weakref.ref(node)
+    del node, t
+    gc.collect()
+    assert gone() is None, "the cycle collector sees the table's values"
