@@ -180,6 +180,10 @@ pub fn gather(obj: &Bound<'_, PyAny>) -> PyResult<Queries> {
     Ok(q)
 }
 
+/// Keys looked up per pass: a reused buffer of answers this long stays in the cache,
+/// where one as long as the input would cost a page fault every 512 keys.
+const CHUNK: usize = 1024;
+
 /// Looks up `keys` in `reader`'s current version, batched, writing each answer's id
 /// (or -1) to `out` at the key's position.
 fn answer_family<K: Key>(reader: &LpmReader<K>, keys: &[K], at: Option<&[usize]>, out: &mut [i64]) {
@@ -189,12 +193,22 @@ fn answer_family<K: Key>(reader: &LpmReader<K>, keys: &[K], at: Option<&[usize]>
     let guard = reader
         .read()
         .expect("the table's writer lives as long as it");
-    let mut found = vec![None; keys.len()];
-    guard.lookup_batch(keys, &mut found);
-    let id = |f: Option<u32>| f.map_or(-1, i64::from);
-    match at {
-        None => out.iter_mut().zip(found).for_each(|(o, f)| *o = id(f)),
-        Some(at) => at.iter().zip(found).for_each(|(&i, f)| out[i] = id(f)),
+    let mut found = [None; CHUNK];
+    let id = |f: &Option<u32>| f.map_or(-1, i64::from);
+    for (n, chunk) in keys.chunks(CHUNK).enumerate() {
+        let found = &mut found[..chunk.len()];
+        guard.lookup_batch(chunk, found);
+        let start = n * CHUNK;
+        match at {
+            None => out[start..start + chunk.len()]
+                .iter_mut()
+                .zip(found.iter())
+                .for_each(|(o, f)| *o = id(f)),
+            Some(at) => at[start..start + chunk.len()]
+                .iter()
+                .zip(found.iter())
+                .for_each(|(&i, f)| out[i] = id(f)),
+        }
     }
 }
 
