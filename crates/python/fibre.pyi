@@ -85,7 +85,8 @@ class Table:
         each mapped to ``value``: the files ``fibre lookup`` reads (a prefix a line,
         ``A``/``W`` announcements and withdrawals, ``ip -batch`` lines, MRT dumps; plain,
         gzip or bzip2). A bad line raises ``ValueError`` naming its file and line unless
-        ``skip_bad``; an unreadable file raises ``OSError``."""
+        ``skip_bad``; an unreadable file raises ``OSError``; an MRT dump that breaks off
+        keeps what came before, with a ``RuntimeWarning`` saying where."""
 
     @overload
     def insert(self, prefix: Key, value: Any) -> None: ...
@@ -165,6 +166,9 @@ class Table:
     def values_by_id(self) -> List[Any]:
         """Every entry's value at its id (None at a free id): what ``lookup_many(...,
         ids=True)``'s ids index."""
+
+    def __reduce__(self) -> Tuple[Any, Tuple[List[Tuple[str, Any]]]]:
+        """Pickles as ``Table.from_items(self.items())``."""
 
     def memory(self) -> Dict[str, int]:
         """Bytes used: ``lookup`` (what lookups read), ``update`` (what only updates

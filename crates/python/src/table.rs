@@ -21,13 +21,14 @@ use crate::keys::{parse_key, parse_key_with_len, Parsed};
 use fibre_lpm::{Key, Prefix, MAX_VALUE};
 use fibre_routefile::{final_prefixes, read_route_file, SourceError};
 use numpy::PyArray1;
-use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyMemoryError, PyOSError, PyRuntimeWarning, PyValueError};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple, PyType};
 use pyo3::PyTraverseError;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -46,7 +47,7 @@ struct Entry {
 /// thread then waits rather than failing. Keys are read and Python objects made and
 /// dropped outside it, so that no Python code that might reach the same table runs
 /// while its state is held.
-#[pyclass(module = "fibre", name = "Table", frozen)]
+#[pyclass(module = "fibre", name = "Table", frozen, subclass)]
 pub struct Table {
     state: Mutex<State>,
 }
@@ -385,21 +386,29 @@ impl Table {
             None => PyBool::new(py, true).to_owned().into_any().unbind(),
         };
         let read = py.detach(|| -> Result<_, SourceError> {
-            let (mut v4, mut v6) = (Vec::new(), Vec::new());
+            let (mut v4, mut v6, mut broken) = (Vec::new(), Vec::new(), Vec::new());
             for path in &paths {
                 let f = read_route_file(path, skip_bad)?;
                 v4.extend(f.v4);
                 v6.extend(f.v6);
+                broken.extend(f.broken);
             }
-            Ok((final_prefixes(&v4), final_prefixes(&v6)))
+            Ok((final_prefixes(&v4), final_prefixes(&v6), broken))
         });
-        let (v4, v6) = read.map_err(|e| {
+        let (v4, v6, broken) = read.map_err(|e| {
             if e.line.is_some() {
                 PyValueError::new_err(e.to_string())
             } else {
                 PyOSError::new_err(e.to_string())
             }
         })?;
+        for e in broken {
+            // An MRT dump that breaks off keeps what came before, as `fibre lookup` does;
+            // the user is told where.
+            let message =
+                CString::new(format!("{e}; the routes before it are kept")).unwrap_or_default();
+            PyErr::warn(py, &py.get_type::<PyRuntimeWarning>(), &message, 1)?;
+        }
         let routes = v4
             .into_iter()
             .map(Parsed::V4)
@@ -690,6 +699,15 @@ impl Table {
         d.set_item("entries", entries)?;
         d.set_item("total", lookup + update + index + entries)?;
         Ok(d)
+    }
+
+    /// Pickles as `Table.from_items(items)`: the prefixes and values, not the structures.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyList>,))> {
+        let py = slf.py();
+        let build = py.get_type::<Table>().getattr("from_items")?;
+        Ok((build, (slf.get().items(py)?,)))
     }
 
     /// The values, for the cycle collector. A state held by another call (which can only

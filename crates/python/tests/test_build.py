@@ -71,3 +71,18 @@ def test_from_file_names_a_bad_line_or_skips_it(tmp_path):
         fibre.Table.from_file(tmp_path / "missing.txt")
     with pytest.raises(ValueError):
         fibre.Table.from_file(5)
+
+
+def test_from_file_warns_where_an_mrt_dump_breaks_off(tmp_path):
+    import struct
+    import warnings
+
+    # An MRT record header (TABLE_DUMP_V2, PEER_INDEX_TABLE) promising 100 bytes, and 10.
+    path = tmp_path / "cut.mrt"
+    path.write_bytes(struct.pack(">IHHI", 0, 13, 1, 100) + b"\0" * 10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = fibre.Table.from_file(path)
+    assert len(t) == 0
+    assert [w.category for w in caught] == [RuntimeWarning], caught
+    assert "cut.mrt" in str(caught[0].message)

@@ -226,3 +226,13 @@ def test_a_cycle_through_a_table_is_collected():
     del node, t
     gc.collect()
     assert gone() is None, "the cycle collector sees the table's values"
+
+
+def test_a_table_pickles_with_its_prefixes_and_values(rng):
+    import pickle
+
+    t, ref, _, _ = build(rng, 300)
+    copy = pickle.loads(pickle.dumps(t))
+    assert copy.items() == t.items() and len(copy) == len(ref)
+    copy["10.0.0.0/8"] = "only in the copy"
+    assert t.get_key("10.0.0.1") != "10.0.0.0/8" or t["10.0.0.1"] != "only in the copy"
