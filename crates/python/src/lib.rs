@@ -26,7 +26,13 @@ mod table;
 
 pub use table::Table;
 
-/// The `fibre` module: `Table`, and the largest number of prefixes a table holds.
+/// Full-table longest-prefix match for IPv4 and IPv6 with pytricia's interface.
+///
+/// `fibre.Table()` is a table of both families (apart) mapping prefixes to any Python
+/// objects: `t["10.0.0.0/8"] = v`, `t["10.1.2.3"]`, `get`, `get_key`, `has_key`, `in`,
+/// `delete`, `keys`, `parent`, `children`, as pytricia's; and `lookup_many` over lists
+/// and NumPy arrays with the interpreter released, `Table.from_items`,
+/// `Table.from_file` and `memory()` besides. `MAX_PREFIXES` is the most a table holds.
 #[pymodule]
 #[pyo3(name = "fibre")]
 fn fibre_module(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -362,7 +362,8 @@ impl Table {
     /// optionally `A` or `W` first, IPv4 and IPv6 mixed; `ip -batch` lines; MRT dumps;
     /// plain, gzip or bzip2), applied in order. A bad line raises `ValueError` naming its
     /// file and line, or is skipped with `skip_bad=True`; a file that cannot be read
-    /// raises `OSError`. The files are read with the interpreter released.
+    /// raises `OSError`; an MRT dump that breaks off keeps what came before, with a
+    /// `RuntimeWarning` saying where. The files are read with the interpreter released.
     #[classmethod]
     #[pyo3(signature = (path, value = None, skip_bad = false))]
     fn from_file(
