@@ -134,14 +134,24 @@ impl State {
 
     /// The length of entry `id`'s prefix.
     fn len_of(&self, id: u32) -> u8 {
-        self.entries[id as usize].as_ref().map_or(0, |e| e.len)
+        self.entries
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |e| e.len)
     }
 
+    /// The value of entry `id`. An id the LPM tables or a running batch hold always
+    /// names a live entry (entries are freed only once neither can hold them), so a
+    /// missing one would be a bug here: it answers None rather than crash the
+    /// interpreter.
     fn value(&self, py: Python<'_>, id: u32) -> Py<PyAny> {
-        let e = self.entries[id as usize].as_ref();
-        e.expect("a table's ids name live entries")
-            .value
-            .clone_ref(py)
+        match self.entries.get(id as usize) {
+            Some(Some(e)) => e.value.clone_ref(py),
+            _ => {
+                debug_assert!(false, "entry {id} is not live");
+                py.None()
+            }
+        }
     }
 
     /// The id of exactly `p`.
