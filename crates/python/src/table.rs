@@ -32,10 +32,70 @@ use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// A value and the length of its prefix (the family and address come from the query).
-struct Entry {
-    value: Py<PyAny>,
-    len: u8,
+/// The values by entry id, each with its prefix's length (the family and address come
+/// from the query): two arrays, 9 bytes an entry where a struct of both would take 16.
+#[derive(Default)]
+struct Entries {
+    values: Vec<Option<Py<PyAny>>>,
+    lens: Vec<u8>,
+}
+
+impl Entries {
+    /// Room for `n` entries.
+    fn with_capacity(n: usize) -> Self {
+        Entries {
+            values: Vec::with_capacity(n),
+            lens: Vec::with_capacity(n),
+        }
+    }
+
+    /// The value of entry `id`, if it is live.
+    fn get(&self, id: u32) -> Option<&Py<PyAny>> {
+        self.values.get(id as usize)?.as_ref()
+    }
+
+    /// The prefix length of entry `id`.
+    fn len_of(&self, id: u32) -> u8 {
+        self.lens.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Number of entries, live or free.
+    fn count(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Appends an entry.
+    fn push(&mut self, value: Py<PyAny>, len: u8) {
+        self.values.push(Some(value));
+        self.lens.push(len);
+    }
+
+    /// Sets entry `id` (an existing one).
+    fn put(&mut self, id: u32, value: Py<PyAny>, len: u8) {
+        self.values[id as usize] = Some(value);
+        self.lens[id as usize] = len;
+    }
+
+    /// Frees entry `id`; its value, if it was live.
+    fn take(&mut self, id: u32) -> Option<Py<PyAny>> {
+        self.values.get_mut(id as usize)?.take()
+    }
+
+    /// Sets the value of live entry `id`; the value it had.
+    fn replace(&mut self, id: u32, value: Py<PyAny>) -> Option<Py<PyAny>> {
+        let slot = self.values.get_mut(id as usize)?.as_mut()?;
+        Some(std::mem::replace(slot, value))
+    }
+
+    /// Every entry's value, `None` for free ones.
+    fn iter(&self) -> impl Iterator<Item = Option<&Py<PyAny>>> {
+        self.values.iter().map(Option::as_ref)
+    }
+
+    /// Bytes held.
+    fn bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<Option<Py<PyAny>>>() + self.lens.capacity()
+    }
 }
 
 /// A longest-prefix-match table of IPv4 and IPv6 prefixes to Python objects, with
@@ -56,7 +116,7 @@ pub struct Table {
 struct State {
     v4: Family<u32>,
     v6: Family<u128>,
-    entries: Vec<Option<Entry>>,
+    entries: Entries,
     /// Entries free for reuse.
     free: Vec<u32>,
     /// Entries removed while batches ran, each with the number of batches started
@@ -91,7 +151,7 @@ impl State {
         State {
             v4: Family::default(),
             v6: Family::default(),
-            entries: Vec::new(),
+            entries: Entries::default(),
             free: Vec::new(),
             retired: VecDeque::new(),
             started: 0,
@@ -109,7 +169,7 @@ impl State {
         }
         let mut v4 = Vec::new();
         let mut v6 = Vec::new();
-        let mut entries = Vec::with_capacity(routes.len());
+        let mut entries = Entries::with_capacity(routes.len());
         for (id, (p, value)) in (0u32..).zip(routes) {
             let len = match p {
                 Parsed::V4(p) => {
@@ -121,7 +181,7 @@ impl State {
                     p.len()
                 }
             };
-            entries.push(Some(Entry { value, len }));
+            entries.push(value, len);
         }
         let (v4, v6) = py.detach(|| (Family::build(v4), Family::build(v6)));
         Ok(Table::of(State {
@@ -134,10 +194,7 @@ impl State {
 
     /// The length of entry `id`'s prefix.
     fn len_of(&self, id: u32) -> u8 {
-        self.entries
-            .get(id as usize)
-            .and_then(Option::as_ref)
-            .map_or(0, |e| e.len)
+        self.entries.len_of(id)
     }
 
     /// The value of entry `id`. An id the LPM tables or a running batch hold always
@@ -145,8 +202,8 @@ impl State {
     /// missing one would be a bug here: it answers None rather than crash the
     /// interpreter.
     fn value(&self, py: Python<'_>, id: u32) -> Py<PyAny> {
-        match self.entries.get(id as usize) {
-            Some(Some(e)) => e.value.clone_ref(py),
+        match self.entries.get(id) {
+            Some(v) => v.clone_ref(py),
             _ => {
                 debug_assert!(false, "entry {id} is not live");
                 py.None()
@@ -195,8 +252,8 @@ impl State {
                 break;
             }
             self.retired.pop_front();
-            if let Some(e) = self.entries[id as usize].take() {
-                self.garbage.push(e.value);
+            if let Some(value) = self.entries.take(id) {
+                self.garbage.push(value);
             }
             self.free.push(id);
         }
@@ -206,8 +263,7 @@ impl State {
     fn set(&mut self, p: Parsed, value: Py<PyAny>) -> PyResult<()> {
         if let Some(id) = self.exact(&p) {
             // Replaced in place; the old value dropped once the state is released.
-            if let Some(e) = self.entries[id as usize].as_mut() {
-                let old = std::mem::replace(&mut e.value, value);
+            if let Some(old) = self.entries.replace(id, value) {
                 self.garbage.push(old);
             }
             return Ok(());
@@ -217,14 +273,13 @@ impl State {
             Parsed::V4(p) => p.len(),
             Parsed::V6(p) => p.len(),
         };
-        let entry = Some(Entry { value, len });
         let id = match self.free.pop() {
             Some(id) => {
-                self.entries[id as usize] = entry;
+                self.entries.put(id, value, len);
                 id
             }
             None => {
-                let id = u32::try_from(self.entries.len())
+                let id = u32::try_from(self.entries.count())
                     .ok()
                     .filter(|id| *id <= MAX_VALUE)
                     .ok_or_else(|| {
@@ -232,7 +287,7 @@ impl State {
                             "a table holds at most {MAX_VALUE} prefixes"
                         ))
                     })?;
-                self.entries.push(entry);
+                self.entries.push(value, len);
                 id
             }
         };
@@ -262,8 +317,8 @@ impl State {
 
     /// Every prefix's text with its id: IPv4 first, each family in order.
     fn all(&self) -> impl Iterator<Item = (String, u32)> + '_ {
-        let v4 = self.v4.iter().map(|(p, &id)| (text(p), id));
-        let v6 = self.v6.iter().map(|(p, &id)| (text(p), id));
+        let v4 = self.v4.iter().map(|(p, id)| (text(&p), id));
+        let v6 = self.v6.iter().map(|(p, id)| (text(&p), id));
         v4.chain(v6)
     }
 }
@@ -581,8 +636,8 @@ impl Table {
         let children: Vec<String> = self.with(py, |st| {
             st.present(&p)?;
             PyResult::Ok(match p {
-                Parsed::V4(p) => st.v4.children(&p).map(|(q, _)| text(q)).collect(),
-                Parsed::V6(p) => st.v6.children(&p).map(|(q, _)| text(q)).collect(),
+                Parsed::V4(p) => st.v4.children(&p).map(|q| text(&q)).collect(),
+                Parsed::V6(p) => st.v6.children(&p).map(|q| text(&q)).collect(),
             })
         })?;
         PyList::new(py, children)
@@ -674,10 +729,7 @@ impl Table {
         let values: Vec<Py<PyAny>> = self.with(py, |st| {
             st.entries
                 .iter()
-                .map(|e| match e {
-                    Some(e) => e.value.clone_ref(py),
-                    None => py.None(),
-                })
+                .map(|v| v.map_or_else(|| py.None(), |v| v.clone_ref(py)))
                 .collect()
         });
         PyList::new(py, values)
@@ -693,9 +745,7 @@ impl Table {
         let (lookup, update, index, entries) = self.with(py, |st| {
             let (m4, i4) = st.v4.memory();
             let (m6, i6) = st.v6.memory();
-            let entries = st.entries.capacity() * std::mem::size_of::<Option<Entry>>()
-                + st.free.capacity() * 4
-                + st.retired.capacity() * 16;
+            let entries = st.entries.bytes() + st.free.capacity() * 4 + st.retired.capacity() * 16;
             (
                 m4.lookup_bytes + m6.lookup_bytes,
                 m4.update_bytes + m6.update_bytes,
@@ -726,8 +776,8 @@ impl Table {
     /// from outside, which keeps them alive, the safe side.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Ok(st) = self.state.try_lock() {
-            for e in st.entries.iter().flatten() {
-                visit.call(&e.value)?;
+            for v in st.entries.iter().flatten() {
+                visit.call(v)?;
             }
         }
         Ok(())
