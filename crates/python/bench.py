@@ -7,7 +7,8 @@ from Python (a loop of ``get`` on text addresses, the way flow annotators call t
 for fibre ``lookup_many`` on a NumPy array of addresses (IPv4 as uint32, IPv6 as (n, 2)
 uint64), answering values and answering ids. pytricia and py-radix have no batched
 lookup: their rate is the loop's. Each library is measured in a process of its own, so
-that one's memory does not hide another's.
+that one's memory does not hide another's. Each lookup figure is the best of three
+rounds.
 
     python crates/python/bench.py                       # the full tables, 1M addresses
     python crates/python/bench.py --prefixes 10000 --addresses 50000   # a quick check
@@ -70,6 +71,12 @@ def timed(f):
     return result, time.perf_counter() - start
 
 
+def best_of(f, rounds=3):
+    """The result and the shortest time of a few rounds (the machine's load drifts)."""
+    runs = [timed(f) for _ in range(rounds)]
+    return runs[0][0], min(secs for _, secs in runs)
+
+
 def build(library, v4, v6):
     """The library's table of both families, values the prefixes' positions; and a
     single-address lookup function per family."""
@@ -122,7 +129,7 @@ def measure(library, args, queue):
     for fam in (4, 6):
         a = addrs[fam][: args.single]
         lookup = get[fam]
-        found, secs = timed(lambda: [lookup(x) for x in a])
+        found, secs = best_of(lambda: [lookup(x) for x in a])
         figures[f"single_v{fam}_ns"] = secs / len(a) * 1e9
         answers[fam] = found
     if library == "fibre":
@@ -132,9 +139,9 @@ def measure(library, args, queue):
         arr6 = np.array([[x >> 64, x & (2**64 - 1)] for x in sixes], dtype=np.uint64)
         for name, arr in (("v4", arr4), ("v6", arr6)):
             table.lookup_many(arr[:1000])  # warm
-            values, secs = timed(lambda: table.lookup_many(arr))
+            values, secs = best_of(lambda: table.lookup_many(arr))
             figures[f"many_{name}_ns"] = secs / len(arr) * 1e9
-            _, secs = timed(lambda: table.lookup_many(arr, ids=True))
+            _, secs = best_of(lambda: table.lookup_many(arr, ids=True))
             figures[f"many_ids_{name}_ns"] = secs / len(arr) * 1e9
             fam = 4 if name == "v4" else 6
             n = min(args.single, len(arr))

@@ -129,8 +129,12 @@ fn from_packed(bytes: &[u8], len: Option<u64>) -> Result<Parsed, String> {
 /// Reads any key (see the module documentation); a `ValueError` naming it if it is bad.
 pub fn parse_key(key: &Bound<'_, PyAny>) -> PyResult<Parsed> {
     if let Ok(s) = key.cast::<PyString>() {
-        let text = s.to_cow()?;
-        return parse_str(&text).map_err(PyValueError::new_err);
+        // The stable ABI of 3.9 has no borrowed view of a str's UTF-8: encode it, and
+        // read the bytes in place rather than copy them again into a `String`.
+        let bytes = s.encode_utf8()?;
+        let text = std::str::from_utf8(bytes.as_bytes())
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        return parse_str(text).map_err(PyValueError::new_err);
     }
     if let Ok(i) = key.cast::<PyInt>() {
         return match i.extract::<u32>() {
