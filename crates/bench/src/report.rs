@@ -252,6 +252,181 @@ fn columns(g: &Grid) -> Vec<u64> {
     c
 }
 
+/// The CPU's model name and the number of CPUs, as reports name the machine.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .map(|m| {
+            format!(
+                "{m}, {} CPUs",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            )
+        })
+        .unwrap_or_else(|| "an unknown CPU".into())
+}
+
+/// The figure of `study` with `engine`, `family` and `metric` (and `mode`, if given).
+fn find<'a>(
+    figures: &'a [Value],
+    study: &str,
+    engine: &str,
+    family: u64,
+    metric: &str,
+    mode: Option<&str>,
+) -> Option<&'a Value> {
+    figures.iter().find(|f| {
+        f["study"] == study
+            && f["engine"] == engine
+            && f["family"] == family
+            && f["metric"] == metric
+            && mode.is_none_or(|m| f["mode"] == m)
+    })
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / 1_048_576.0)
+}
+
+/// The DPDK study's section: DPDK's FIBs beside fibre on the whole tables, ns a lookup
+/// in the four columns of issue 38 and dependent lookups, DPDK / fibre, memory; or the
+/// line saying why DPDK was skipped.
+fn dpdk_section(out: &mut String, notes: &mut Notes, figures: &[Value]) {
+    let study = "dpdk";
+    if !figures.iter().any(|f| f["study"] == study) {
+        return;
+    }
+    let fams: Vec<u64> = [4u64, 6]
+        .into_iter()
+        .filter(|&fam| {
+            figures
+                .iter()
+                .any(|f| f["study"] == study && f["family"] == fam)
+        })
+        .collect();
+    let mem = |engine: &str, fam: u64| find(figures, study, engine, fam, "memory", None);
+    let version = fams
+        .iter()
+        .find_map(|&fam| mem("dpdk", fam)?["dpdk_version"].as_str())
+        .map_or("DPDK".to_string(), |v| format!("DPDK {v}"));
+    let cpu = fams
+        .iter()
+        .find_map(|&fam| find(figures, study, "dpdk", fam, "ratio", None)?["cpu"].as_str())
+        .map_or_else(cpu_model, str::to_string);
+    let _ = writeln!(out, "## fibre beside DPDK\n\nThe whole tables, the same matched addresses, one thread, on {cpu}; ns per lookup, dry run subtracted, the engines taking turns repetition by repetition. {version}: `rte_fib` (DIR-24-8) for IPv4, `rte_fib6` (trie) for IPv6, 4-byte next hops, no hugepages. One at a time: `rte_fib_lookup_bulk` with n = 1 (DPDK's `n=1`) and fibre's `lookup`; batched: calls of 64 addresses; dependent: each address changed by the previous answer, so that lookups cannot overlap (their latency). **DPDK / fibre** above 1: fibre is ahead.\n");
+    let mut skipped: Vec<&str> = figures
+        .iter()
+        .filter(|f| f["study"] == study && f["metric"] == "skipped")
+        .filter_map(|f| f["reason"].as_str())
+        .collect();
+    skipped.dedup();
+    for why in &skipped {
+        let _ = writeln!(out, "**{why}.**\n");
+    }
+    let lookups = |engine: &str, fam: u64, mode: &str| {
+        find(figures, study, engine, fam, "lookup", Some(mode))
+            .and_then(|f| cell(f, "ns_per_lookup", "mean_dev", "ns_per_lookup_note"))
+    };
+    let columns: Vec<(u64, &str, &str)> = fams
+        .iter()
+        .flat_map(|&fam| [(fam, "batch", "batched"), (fam, "scalar", "one at a time")])
+        .chain(fams.iter().map(|&fam| (fam, "dependent", "dependent")))
+        .collect();
+    let _ = write!(out, "| |");
+    for (fam, _, name) in &columns {
+        let _ = write!(out, " IPv{fam} {name} |");
+    }
+    let _ = writeln!(out, "\n|---|{}", "---:|".repeat(columns.len()));
+    for (engine, label) in [("dpdk", version.as_str()), ("fibre", "fibre")] {
+        let _ = write!(out, "| {label} |");
+        for &(fam, mode, _) in &columns {
+            let text = notes.show(lookups(engine, fam, mode).as_ref(), ns_dev);
+            let _ = write!(out, " {text} |");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = write!(out, "| **DPDK / fibre** |");
+    for &(fam, mode, _) in &columns {
+        match (lookups("dpdk", fam, mode), lookups("fibre", fam, mode)) {
+            (Some(Cell::Figure(d, _)), Some(Cell::Figure(f, _))) => {
+                let _ = write!(out, " **{:.2}×** |", d / f);
+            }
+            _ => out.push_str(" – |"),
+        }
+    }
+    let _ = writeln!(out, "\n");
+    let functions: Vec<String> = fams
+        .iter()
+        .filter_map(|&fam| {
+            let f = mem("dpdk", fam)?;
+            Some(format!(
+                "IPv{fam} {} lookups, {} tbl8 groups, built in {:.2} s",
+                f["lookup_fn"].as_str().unwrap_or("?"),
+                f["num_tbl8"],
+                f["build_seconds"].as_f64().unwrap_or(f64::NAN)
+            ))
+        })
+        .collect();
+    if !functions.is_empty() {
+        let _ = writeln!(out, "DPDK: {}.\n", functions.join("; "));
+    }
+    let _ = write!(out, "| memory |");
+    for fam in &fams {
+        let _ = write!(out, " IPv{fam} |");
+    }
+    let _ = writeln!(out, "\n|---|{}", "---:|".repeat(fams.len()));
+    type Bytes<'a> = &'a dyn Fn(u64) -> Option<f64>;
+    let bytes = |engine: &'static str, key: &'static str| {
+        move |fam: u64| mem(engine, fam).and_then(|f| f[key].as_f64())
+    };
+    let (d_tables, d_total) = (bytes("dpdk", "tables_bytes"), bytes("dpdk", "total_bytes"));
+    let (f_lookup, f_total) = (
+        bytes("fibre", "lookup_bytes"),
+        bytes("fibre", "total_bytes"),
+    );
+    let r_lookup = |fam: u64| Some(f_lookup(fam)? / d_tables(fam)?);
+    let r_total = |fam: u64| Some(f_total(fam)? / d_total(fam)?);
+    let rows: [(&str, Bytes<'_>, bool); 6] = [
+        (
+            "DPDK lookup tables (tbl24 and tbl8 groups, as configured)",
+            &d_tables,
+            false,
+        ),
+        (
+            "DPDK all (its heap's growth: the tables and the route tree)",
+            &d_total,
+            false,
+        ),
+        ("fibre lookup structure", &f_lookup, false),
+        (
+            "fibre all (lookup structure and update side)",
+            &f_total,
+            false,
+        ),
+        ("**fibre / DPDK, lookup structures**", &r_lookup, true),
+        ("**fibre / DPDK, all**", &r_total, true),
+    ];
+    for (label, value, is_ratio) in rows {
+        let _ = write!(out, "| {label} |");
+        for &fam in &fams {
+            let text = match value(fam) {
+                Some(v) if v.is_finite() && v > 0.0 && is_ratio => format!("**{v:.3}**"),
+                Some(v) if v.is_finite() && v > 0.0 => mib(v),
+                _ => "–".into(),
+            };
+            let _ = write!(out, " {text} |");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out);
+    notes.write(out);
+}
+
 /// The Markdown report of a run.
 pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -> String {
     let mut out = String::new();
@@ -301,6 +476,7 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
     }
     let _ = writeln!(out);
     notes.write(&mut out);
+    dpdk_section(&mut out, &mut notes, figures);
     let _ = writeln!(out, "## Loading the table\n\nfibre: bulk build and incremental inserts, bytes of lookup and update structures per route. Kernel: `ip -batch` of `route add` lines, and the growth of the kernel's slab memory (machine-wide, so shown only where the growth stands clearly above the counter's noise).\n");
     let _ = writeln!(out, "| engine | IPv | routes | routes/s (bulk or ip -batch) | inserts/s | removals/s | bytes/route |\n|---|---|---:|---:|---:|---:|---:|");
     for f in figures.iter().filter(|f| f["metric"] == "load") {
