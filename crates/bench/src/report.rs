@@ -365,9 +365,11 @@ fn dpdk_section(out: &mut String, notes: &mut Notes, figures: &[Value]) {
         .filter_map(|&fam| {
             let f = mem("dpdk", fam)?;
             Some(format!(
-                "IPv{fam} {} lookups, {} tbl8 groups, built in {:.2} s",
+                "IPv{fam} {} lookups, {} tbl8 groups configured (the fewest, within a \
+                 thirty-second, that take every route), {} filled, built in {:.2} s",
                 f["lookup_fn"].as_str().unwrap_or("?"),
                 f["num_tbl8"],
+                f["tbl8_needed"],
                 f["build_seconds"].as_f64().unwrap_or(f64::NAN)
             ))
         })
@@ -385,16 +387,23 @@ fn dpdk_section(out: &mut String, notes: &mut Notes, figures: &[Value]) {
         move |fam: u64| mem(engine, fam).and_then(|f| f[key].as_f64())
     };
     let (d_tables, d_total) = (bytes("dpdk", "tables_bytes"), bytes("dpdk", "total_bytes"));
+    let d_needed = bytes("dpdk", "tables_needed_bytes");
     let (f_lookup, f_total) = (
         bytes("fibre", "lookup_bytes"),
         bytes("fibre", "total_bytes"),
     );
     let r_lookup = |fam: u64| Some(f_lookup(fam)? / d_tables(fam)?);
     let r_total = |fam: u64| Some(f_total(fam)? / d_total(fam)?);
-    let rows: [(&str, Bytes<'_>, bool); 6] = [
+    let r_needed = |fam: u64| Some(f_lookup(fam)? / d_needed(fam)?);
+    let rows: [(&str, Bytes<'_>, bool); 8] = [
         (
             "DPDK lookup tables (tbl24 and tbl8 groups, as configured)",
             &d_tables,
+            false,
+        ),
+        (
+            "DPDK lookup tables with only the groups the routes fill",
+            &d_needed,
             false,
         ),
         (
@@ -409,6 +418,11 @@ fn dpdk_section(out: &mut String, notes: &mut Notes, figures: &[Value]) {
             false,
         ),
         ("**fibre / DPDK, lookup structures**", &r_lookup, true),
+        (
+            "**fibre / DPDK, lookup structures (groups filled)**",
+            &r_needed,
+            true,
+        ),
         ("**fibre / DPDK, all**", &r_total, true),
     ];
     for (label, value, is_ratio) in rows {
@@ -779,6 +793,93 @@ mod tests {
         );
         let missing = markdown(&sample(), Some("measuring the kernel needs root"), "x");
         assert!(missing.contains("The kernel's side is missing: measuring the kernel needs root."));
+    }
+
+    /// The DPDK study's figures of a run, as `studies` emits them.
+    fn dpdk_figures() -> Vec<Value> {
+        let mut v = Vec::new();
+        for (fam, scale) in [(4u64, 1.0), (6, 2.0)] {
+            for (engine, ns) in [("fibre", 10.0), ("dpdk", 15.0)] {
+                for (mode, k) in [("scalar", 1.0), ("batch", 0.5), ("dependent", 8.0)] {
+                    let mut f = fig(engine, mode, fam, 1000, 1, ns * k * scale, "dpdk");
+                    f["threads"] = json!(1);
+                    v.push(f);
+                }
+            }
+            v.push(json!({"study": "dpdk", "engine": "fibre", "family": fam, "metric": "memory",
+                          "lookup_bytes": 8u64 << 20, "update_bytes": 12u64 << 20, "total_bytes": 20u64 << 20}));
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "memory",
+                          "tables_bytes": 64u64 << 20, "total_bytes": 512u64 << 20, "num_tbl8": 900,
+                          "tbl8_needed": 800, "tables_needed_bytes": 32u64 << 20,
+                          "build_seconds": 1.5, "lookup_fn": "avx512", "dpdk_version": "22.11.11"}),
+            );
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "ratio",
+                          "cpu": "Test CPU, 2 CPUs"}),
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn the_dpdk_table_has_the_four_columns_dependent_ratios_and_memory() {
+        let md = markdown(&dpdk_figures(), None, "test run");
+        let section = md.split("## fibre beside DPDK").nth(1).expect(&md);
+        assert!(section.contains("on Test CPU, 2 CPUs;"), "{md}");
+        assert!(section.contains("| | IPv4 batched | IPv4 one at a time | IPv6 batched | IPv6 one at a time | IPv4 dependent | IPv6 dependent |"), "{md}");
+        assert!(
+            section.contains("| DPDK 22.11.11 | 7.5 ±0.5 | 15.0 ±0.5 | 15.0 ±0.5 | 30.0 ±0.5 | 120 ±0.5 | 240 ±0.5 |"),
+            "{md}"
+        );
+        assert!(
+            section.contains(
+                "| fibre | 5.0 ±0.5 | 10.0 ±0.5 | 10.0 ±0.5 | 20.0 ±0.5 | 80.0 ±0.5 | 160 ±0.5 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **DPDK / fibre** | **1.50×** | **1.50×** | **1.50×** | **1.50×** | **1.50×** | **1.50×** |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("IPv4 avx512 lookups, 900 tbl8 groups"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| DPDK lookup tables (tbl24 and tbl8 groups, as configured) | 64.0 MiB | 64.0 MiB |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **fibre / DPDK, lookup structures** | **0.125** | **0.125** |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **fibre / DPDK, all** | **0.039** | **0.039** |"),
+            "{md}"
+        );
+        assert!(!section.contains("skipped"), "{md}");
+    }
+
+    #[test]
+    fn a_skipped_dpdk_peer_is_one_line_and_fibre_alone() {
+        let why = "DPDK peer skipped: libdpdk not found by pkg-config (install dpdk-dev)";
+        let mut v: Vec<Value> = dpdk_figures()
+            .into_iter()
+            .filter(|f| f["engine"] == "fibre")
+            .collect();
+        for fam in [4u64, 6] {
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "skipped",
+                          "reason": why}),
+            );
+        }
+        let md = markdown(&v, None, "test run");
+        assert_eq!(md.matches(why).count(), 1, "{md}");
+        assert!(md.contains(&format!("**{why}.**")), "{md}");
+        assert!(md.contains("| fibre | 5.0 ±0.5 |"), "{md}");
+        assert!(md.contains("| **DPDK / fibre** | – | – |"), "{md}");
+        assert!(!has_negative_number(&md), "{md}");
     }
 
     #[test]

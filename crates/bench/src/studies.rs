@@ -573,7 +573,8 @@ fn dpdk_study<K: Key + DpdkKey>(
             (sink.emit)(merge(
                 base::<K>(study, "dpdk", routes.len(), "memory"),
                 json!({"tables_bytes": d.memory.tables_bytes, "total_bytes": d.memory.heap_bytes,
-                       "num_tbl8": d.memory.num_tbl8, "build_seconds": d.build_seconds,
+                       "num_tbl8": d.memory.num_tbl8, "tbl8_needed": d.memory.tbl8_needed,
+                       "tables_needed_bytes": d.memory.needed_bytes, "build_seconds": d.build_seconds,
                        "lookup_fn": if d.vector { "avx512" } else { "scalar" },
                        "structure": if K::FAMILY == 4 { "rte_fib DIR-24-8" } else { "rte_fib6 trie" },
                        "next_hop_bytes": 4, "dpdk_version": crate::dpdk::version()}),
@@ -593,6 +594,10 @@ fn dpdk_study<K: Key + DpdkKey>(
             r["memory_lookup"] = ratio(
                 Some(m.lookup_bytes as f64),
                 Some(d.memory.tables_bytes as f64),
+            );
+            r["memory_lookup_needed"] = ratio(
+                Some(m.lookup_bytes as f64),
+                Some(d.memory.needed_bytes as f64),
             );
             r["memory_total"] = ratio(
                 Some((m.lookup_bytes + m.update_bytes) as f64),
@@ -823,6 +828,8 @@ mod tests {
             kernel_count: 1024,
             kernel: false,
             many_sizes: vec![64],
+            // The DPDK study's step is announced whether DPDK runs or not.
+            dpdk: false,
             ..StudyConfig::default()
         };
         let full = StudyInput {

@@ -20,10 +20,14 @@
 //! Memory: the tables' size follows from what is configured (2^24 x 4 bytes plus
 //! `num_tbl8` groups of 256 x 4 bytes, plus one spare group); the growth of DPDK's heap
 //! while the FIB is made and filled is everything, the route tree included.
-//! `num_tbl8` is sized to the table: the groups the routes need (IPv4: the /24s holding
-//! longer routes; IPv6: the distinct prefixes of 24, 32, ... bits of longer routes) and an
-//! eighth more; DPDK reserves groups more cautiously than it uses them, so a table that
-//! runs out is made again with half as many more.
+//! `num_tbl8` is sized to the table: DPDK reserves groups more cautiously than it fills
+//! them (each route longer than /24 reserves the groups between its parent's length and
+//! its own, shared or not), and refuses a route once the reservations would pass
+//! `num_tbl8`; so the FIB is made with the groups the routes fill (IPv4: the /24s holding
+//! longer routes; IPv6: the distinct prefixes of 24, 32, ... bits of longer routes) and
+//! an eighth more, made again with half as many more until every route fits, and the
+//! count then narrowed down to within a thirty-second of the fewest that fit. Reports
+//! give the tables as configured and as the filled groups alone would make them.
 //!
 //! DPDK's environment (EAL) starts once a process, without hugepages (ordinary memory,
 //! `--no-huge`, so 4 KiB pages, as fibre's tables have), without devices (`--no-pci`),
@@ -70,10 +74,17 @@ pub fn version() -> Option<&'static str> {
 pub struct Memory {
     /// The lookup tables as configured: the first level and the tbl8 groups.
     pub tables_bytes: u64,
+    /// The lookup tables with only the groups the routes fill (counted from the routes,
+    /// one a distinct 24, 32, ... bit prefix of longer routes): less than DPDK must be
+    /// given, since it reserves groups more cautiously than it fills them.
+    pub needed_bytes: u64,
     /// The growth of DPDK's heap: the tables, the route tree and the rest.
     pub heap_bytes: u64,
-    /// The tbl8 groups configured.
+    /// The tbl8 groups configured: the fewest (within a thirty-second) with which DPDK
+    /// takes every route, in the order given.
     pub num_tbl8: u32,
+    /// The tbl8 groups the routes fill.
+    pub tbl8_needed: u32,
 }
 
 /// An address family DPDK has a FIB for, and its addresses as DPDK takes them.
@@ -88,6 +99,7 @@ pub trait DpdkKey: Key {
     /// 32 bits of `raw`, for the dry run.
     fn low(raw: Self::Raw) -> u32;
     /// The tbl8 groups the routes need, by this family's structure.
+    #[cfg_attr(not(fibre_dpdk), allow(dead_code))]
     fn tbl8_estimate(prefixes: &[Prefix<Self>]) -> u32;
     /// DPDK's bulk lookup.
     #[cfg(fibre_dpdk)]
@@ -145,6 +157,7 @@ impl DpdkKey for u128 {
 
 /// For each level `b` of `levels`, the distinct first `b` bits of the routes longer than
 /// `b`, summed: the second-level groups a byte-a-level structure needs below /24.
+#[cfg_attr(not(fibre_dpdk), allow(dead_code))]
 fn distinct_blocks<K: Key>(prefixes: &[Prefix<K>], levels: &[u8]) -> u32 {
     let mut total = 0usize;
     for &b in levels {
@@ -184,67 +197,88 @@ impl<K: DpdkKey> Dpdk<K> {
             return Err(why);
         }
         #[cfg(not(fibre_dpdk))]
-        unreachable!("unavailable() is Some without DPDK");
+        unreachable!("unavailable() is Some without DPDK: {} routes", prefixes.len());
         #[cfg(fibre_dpdk)]
         Self::build_dpdk(prefixes)
     }
 
     #[cfg(fibre_dpdk)]
     fn build_dpdk(prefixes: &[Prefix<K>]) -> Result<Dpdk<K>, String> {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NAMES: AtomicU32 = AtomicU32::new(0);
-        let est = K::tbl8_estimate(prefixes);
-        let mut num_tbl8 = est.saturating_add(est / 8).saturating_add(64);
-        let max_routes = u32::try_from(prefixes.len() + 1).map_err(|e| e.to_string())?;
-        for _ in 0..8 {
-            let name = format!(
-                "fibre{}-{}",
-                <K as Key>::FAMILY,
-                NAMES.fetch_add(1, Ordering::Relaxed)
-            );
-            let before = ffi::heap_bytes();
-            let start = std::time::Instant::now();
-            let mut fib = ffi::Fib::create(K::FIB, &name, max_routes, num_tbl8, MISS)?;
-            let mut full = false;
-            for (i, p) in prefixes.iter().enumerate() {
-                match fib.add(p.addr().to_u128(), p.len(), i as u32) {
-                    Ok(()) => {}
-                    Err(e) if out_of_groups(e) => {
-                        full = true;
+        let needed = K::tbl8_estimate(prefixes);
+        // Grow by half until the routes fit, then halve the gap between the largest
+        // count that did not fit and the smallest that did, down to a thirty-second.
+        // DPDK fills no fewer groups than the routes need, and counts within 64 groups
+        // (64 KiB) are not worth telling apart.
+        let (mut lo, mut num_tbl8) = (
+            needed.saturating_sub(1),
+            needed.saturating_add(needed / 8).saturating_add(64),
+        );
+        let mut best: Option<Dpdk<K>> = None;
+        for _ in 0..24 {
+            match Self::attempt(prefixes, num_tbl8, needed)? {
+                Some(d) => best = Some(d),
+                None => lo = num_tbl8,
+            }
+            num_tbl8 = match &best {
+                None if num_tbl8 == u32::MAX => break,
+                None => num_tbl8.saturating_add(num_tbl8 / 2),
+                Some(b) => {
+                    let hi = b.memory.num_tbl8;
+                    if hi - lo <= (hi / 32).max(64) {
                         break;
                     }
-                    Err(e) => {
-                        return Err(format!(
-                            "DPDK refused the route {p}: {}",
-                            std::io::Error::from_raw_os_error(-e)
-                        ))
-                    }
+                    lo + (hi - lo) / 2
+                }
+            };
+        }
+        best.ok_or_else(|| format!("DPDK ran out of tbl8 groups even with {num_tbl8} of them"))
+    }
+
+    /// The FIB with `num_tbl8` groups, or `None` if the routes do not fit in them.
+    #[cfg(fibre_dpdk)]
+    fn attempt(
+        prefixes: &[Prefix<K>],
+        num_tbl8: u32,
+        needed: u32,
+    ) -> Result<Option<Dpdk<K>>, String> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NAMES: AtomicU32 = AtomicU32::new(0);
+        let max_routes = u32::try_from(prefixes.len() + 1).map_err(|e| e.to_string())?;
+        let name = format!(
+            "fibre{}-{}",
+            <K as Key>::FAMILY,
+            NAMES.fetch_add(1, Ordering::Relaxed)
+        );
+        let before = ffi::heap_bytes();
+        let start = std::time::Instant::now();
+        let mut fib = ffi::Fib::create(K::FIB, &name, max_routes, num_tbl8, MISS)?;
+        for (i, p) in prefixes.iter().enumerate() {
+            match fib.add(p.addr().to_u128(), p.len(), i as u32) {
+                Ok(()) => {}
+                Err(e) if out_of_groups(e) => return Ok(None),
+                Err(e) => {
+                    return Err(format!(
+                        "DPDK refused the route {p}: {}",
+                        std::io::Error::from_raw_os_error(-e)
+                    ))
                 }
             }
-            if full {
-                drop(fib);
-                num_tbl8 = num_tbl8.saturating_add(num_tbl8 / 2);
-                continue;
-            }
-            let build_seconds = start.elapsed().as_secs_f64();
-            let heap_bytes = ffi::heap_bytes().saturating_sub(before);
-            let entry = 4u64;
-            let tables_bytes = (1u64 << 24) * entry + (u64::from(num_tbl8) + 1) * 256 * entry;
-            return Ok(Dpdk {
-                vector: fib.vector,
-                fib,
-                memory: Memory {
-                    tables_bytes,
-                    heap_bytes,
-                    num_tbl8,
-                },
-                build_seconds,
-                _key: PhantomData,
-            });
         }
-        Err(format!(
-            "DPDK ran out of tbl8 groups even with {num_tbl8} of them"
-        ))
+        let build_seconds = start.elapsed().as_secs_f64();
+        let heap_bytes = ffi::heap_bytes().saturating_sub(before);
+        Ok(Some(Dpdk {
+            vector: fib.vector,
+            fib,
+            memory: Memory {
+                tables_bytes: tables_bytes(num_tbl8),
+                needed_bytes: tables_bytes(needed),
+                heap_bytes,
+                num_tbl8,
+                tbl8_needed: needed,
+            },
+            build_seconds,
+            _key: PhantomData,
+        }))
     }
 
     /// DPDK's lookup of `raw` into `out` (one next hop a key).
@@ -253,7 +287,7 @@ impl<K: DpdkKey> Dpdk<K> {
         #[cfg(fibre_dpdk)]
         K::lookup(&self.fib, raw, out);
         #[cfg(not(fibre_dpdk))]
-        match self.never {}
+        match (self.never, raw, out) {}
     }
 
     /// The route index DPDK answers for `key`, or `None` where no route matches.
@@ -333,6 +367,13 @@ impl<K: DpdkKey> Dpdk<K> {
 /// `keys` as DPDK's lookups take them.
 pub fn raw_keys<K: DpdkKey>(keys: &[K]) -> Vec<K::Raw> {
     keys.iter().map(|&k| k.raw()).collect()
+}
+
+/// The lookup tables' bytes with `num_tbl8` groups: the first level (2^24 4-byte
+/// entries) and the groups (256 entries each, one more than configured).
+#[cfg(fibre_dpdk)]
+fn tables_bytes(num_tbl8: u32) -> u64 {
+    (1u64 << 24) * 4 + (u64::from(num_tbl8) + 1) * 256 * 4
 }
 
 /// Whether DPDK's error `e` (a negative errno) is `ENOSPC`: no tbl8 group left.
