@@ -197,7 +197,10 @@ impl<K: DpdkKey> Dpdk<K> {
             return Err(why);
         }
         #[cfg(not(fibre_dpdk))]
-        unreachable!("unavailable() is Some without DPDK: {} routes", prefixes.len());
+        unreachable!(
+            "unavailable() is Some without DPDK: {} routes",
+            prefixes.len()
+        );
         #[cfg(fibre_dpdk)]
         Self::build_dpdk(prefixes)
     }
