@@ -91,6 +91,8 @@ int fibre_dpdk_init(unsigned int mem_mb, char *why, size_t why_len)
 	int ret = rte_eal_init(argc, argv);
 	int err = rte_errno;
 	pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
+	/* Nothing is shared (--no-shconf): the runtime folder EAL made stays empty. */
+	rmdir(rte_eal_get_runtime_dir());
 	if (ret < 0) {
 		char line[200];
 		last_log_line(line, sizeof(line));
@@ -98,8 +100,6 @@ int fibre_dpdk_init(unsigned int mem_mb, char *why, size_t why_len)
 			 line[0] ? "; DPDK said: " : "", line);
 		return -1;
 	}
-	/* Nothing is shared (--no-shconf): the runtime folder EAL made stays empty. */
-	rmdir(rte_eal_get_runtime_dir());
 	return 0;
 }
 
