@@ -6,7 +6,8 @@
 //! - `method`: the measurement method (repetitions, trimmed mean, dry run, threads).
 //! - [`lookups`]: the `fibre bench lookup` measurements of fibre's tables.
 //! - `kernel`: the same routes and lookups in the Linux kernel of a private namespace.
-//! - `peers`: other longest-prefix-match libraries measured beside fibre.
+//! - `peers`: other longest-prefix-match libraries measured beside fibre; `dpdk`: DPDK's
+//!   FIBs, where the build found DPDK.
 //! - [`studies`]: the studies of `fibre bench`, and [`report`]: their report and plots.
 //! - [`pipeline`]: `fibre bench pipeline`, what the packet path costs a packet, stage by
 //!   stage, in memory on the full tables; [`veth`]: the kernel's forwarding and fibre's
@@ -15,7 +16,8 @@
 //! - [`rules`]: `fibre bench rules`, what policy rules and source-specific routes cost
 //!   fibre's full route lookup and the kernel's.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in the DPDK peer's calls into DPDK (`dpdk::ffi`, which allows it).
+#![deny(unsafe_code)]
 
 // Public: the modules `fibre bench`'s subcommands and the bench's tests drive. Private:
 // the measurement method, the kernel's side, the peers and the attribution of costs,
@@ -23,6 +25,7 @@
 
 pub mod addresses;
 mod attribution;
+mod dpdk;
 pub mod floor;
 mod kernel;
 pub mod lookups;

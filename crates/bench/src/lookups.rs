@@ -112,14 +112,18 @@ pub enum Mode {
     Scalar,
     /// Batched calls.
     Batch,
+    /// Single-key lookups, each key changed by the previous answer (xor'd with it masked
+    /// by an opaque zero), so that no two overlap: the latency of a lookup.
+    Dependent,
 }
 
 impl Mode {
-    /// `scalar` or `batch`.
+    /// `scalar`, `batch` or `dependent`.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Scalar => "scalar",
             Mode::Batch => "batch",
+            Mode::Dependent => "dependent",
         }
     }
 }
@@ -533,6 +537,8 @@ fn run<K: Key>(
     real: bool,
 ) -> u64 {
     let mut acc = 0u32;
+    // Dependent lookups: the previous answer, and the opaque zero it is masked with.
+    let (mut answer, zero) = (0u32, black_box(0u32));
     let (head, tail) = keys.split_at((first * GUARD_SPAN).min(keys.len()));
     for chunk in tail.chunks(GUARD_SPAN).chain(head.chunks(GUARD_SPAN)) {
         let guard = reader.read().expect("the writer outlives the benchmark");
@@ -546,6 +552,17 @@ fn run<K: Key>(
             (Mode::Scalar, false) => {
                 for &k in chunk {
                     acc = acc.wrapping_add(black_box(k).to_u128() as u32);
+                }
+            }
+            (Mode::Dependent, _) => {
+                for &k in chunk {
+                    let k = K::from_u128(k.to_u128() ^ u128::from(answer & zero));
+                    answer = if real {
+                        table.lookup(k).unwrap_or(0)
+                    } else {
+                        k.to_u128() as u32
+                    };
+                    acc = acc.wrapping_add(answer);
                 }
             }
             (Mode::Batch, _) => {

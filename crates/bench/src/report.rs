@@ -252,6 +252,195 @@ fn columns(g: &Grid) -> Vec<u64> {
     c
 }
 
+/// The CPU's model name and the number of CPUs, as reports name the machine.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .map(|m| {
+            format!(
+                "{m}, {} CPUs",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            )
+        })
+        .unwrap_or_else(|| "an unknown CPU".into())
+}
+
+/// The figure of `study` with `engine`, `family` and `metric` (and `mode`, if given).
+fn find<'a>(
+    figures: &'a [Value],
+    study: &str,
+    engine: &str,
+    family: u64,
+    metric: &str,
+    mode: Option<&str>,
+) -> Option<&'a Value> {
+    figures.iter().find(|f| {
+        f["study"] == study
+            && f["engine"] == engine
+            && f["family"] == family
+            && f["metric"] == metric
+            && mode.is_none_or(|m| f["mode"] == m)
+    })
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / 1_048_576.0)
+}
+
+/// The DPDK study's section: DPDK's FIBs beside fibre on the whole tables, ns a lookup
+/// in the four columns of issue 38 and dependent lookups, DPDK / fibre, memory; or the
+/// line saying why DPDK was skipped.
+fn dpdk_section(out: &mut String, notes: &mut Notes, figures: &[Value]) {
+    let study = "dpdk";
+    if !figures.iter().any(|f| f["study"] == study) {
+        return;
+    }
+    let fams: Vec<u64> = [4u64, 6]
+        .into_iter()
+        .filter(|&fam| {
+            figures
+                .iter()
+                .any(|f| f["study"] == study && f["family"] == fam)
+        })
+        .collect();
+    let mem = |engine: &str, fam: u64| find(figures, study, engine, fam, "memory", None);
+    let version = fams
+        .iter()
+        .find_map(|&fam| mem("dpdk", fam)?["dpdk_version"].as_str())
+        .map_or("DPDK".to_string(), |v| format!("DPDK {v}"));
+    let cpu = fams
+        .iter()
+        .find_map(|&fam| find(figures, study, "dpdk", fam, "ratio", None)?["cpu"].as_str())
+        .map_or_else(cpu_model, str::to_string);
+    let _ = writeln!(out, "## fibre beside DPDK\n\nThe whole tables, the same matched addresses, one thread, on {cpu}; ns per lookup, dry run subtracted, the engines taking turns repetition by repetition. {version}: `rte_fib` (DIR-24-8) for IPv4, `rte_fib6` (trie) for IPv6, 4-byte next hops, no hugepages. One at a time: `rte_fib_lookup_bulk` with n = 1 (DPDK's `n=1`) and fibre's `lookup`; batched: calls of 64 addresses; dependent: each address changed by the previous answer, so that lookups cannot overlap (their latency). **DPDK / fibre** above 1: fibre is ahead.\n");
+    let mut skipped: Vec<&str> = figures
+        .iter()
+        .filter(|f| f["study"] == study && f["metric"] == "skipped")
+        .filter_map(|f| f["reason"].as_str())
+        .collect();
+    skipped.dedup();
+    for why in &skipped {
+        let _ = writeln!(out, "**{why}.**\n");
+    }
+    let lookups = |engine: &str, fam: u64, mode: &str| {
+        find(figures, study, engine, fam, "lookup", Some(mode))
+            .and_then(|f| cell(f, "ns_per_lookup", "mean_dev", "ns_per_lookup_note"))
+    };
+    let columns: Vec<(u64, &str, &str)> = fams
+        .iter()
+        .flat_map(|&fam| [(fam, "batch", "batched"), (fam, "scalar", "one at a time")])
+        .chain(fams.iter().map(|&fam| (fam, "dependent", "dependent")))
+        .collect();
+    let _ = write!(out, "| |");
+    for (fam, _, name) in &columns {
+        let _ = write!(out, " IPv{fam} {name} |");
+    }
+    let _ = writeln!(out, "\n|---|{}", "---:|".repeat(columns.len()));
+    for (engine, label) in [("dpdk", version.as_str()), ("fibre", "fibre")] {
+        let _ = write!(out, "| {label} |");
+        for &(fam, mode, _) in &columns {
+            let text = notes.show(lookups(engine, fam, mode).as_ref(), ns_dev);
+            let _ = write!(out, " {text} |");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = write!(out, "| **DPDK / fibre** |");
+    for &(fam, mode, _) in &columns {
+        match (lookups("dpdk", fam, mode), lookups("fibre", fam, mode)) {
+            (Some(Cell::Figure(d, _)), Some(Cell::Figure(f, _))) => {
+                let _ = write!(out, " **{:.2}×** |", d / f);
+            }
+            _ => out.push_str(" – |"),
+        }
+    }
+    let _ = writeln!(out, "\n");
+    let functions: Vec<String> = fams
+        .iter()
+        .filter_map(|&fam| {
+            let f = mem("dpdk", fam)?;
+            Some(format!(
+                "IPv{fam} {} lookups, {} tbl8 groups configured (the fewest, within a \
+                 thirty-second, that take every route), {} filled, built in {:.2} s",
+                f["lookup_fn"].as_str().unwrap_or("?"),
+                f["num_tbl8"],
+                f["tbl8_needed"],
+                f["build_seconds"].as_f64().unwrap_or(f64::NAN)
+            ))
+        })
+        .collect();
+    if !functions.is_empty() {
+        let _ = writeln!(out, "DPDK: {}.\n", functions.join("; "));
+    }
+    let _ = write!(out, "| memory |");
+    for fam in &fams {
+        let _ = write!(out, " IPv{fam} |");
+    }
+    let _ = writeln!(out, "\n|---|{}", "---:|".repeat(fams.len()));
+    type Bytes<'a> = &'a dyn Fn(u64) -> Option<f64>;
+    let bytes = |engine: &'static str, key: &'static str| {
+        move |fam: u64| mem(engine, fam).and_then(|f| f[key].as_f64())
+    };
+    let (d_tables, d_total) = (bytes("dpdk", "tables_bytes"), bytes("dpdk", "total_bytes"));
+    let d_needed = bytes("dpdk", "tables_needed_bytes");
+    let (f_lookup, f_total) = (
+        bytes("fibre", "lookup_bytes"),
+        bytes("fibre", "total_bytes"),
+    );
+    let r_lookup = |fam: u64| Some(f_lookup(fam)? / d_tables(fam)?);
+    let r_total = |fam: u64| Some(f_total(fam)? / d_total(fam)?);
+    let r_needed = |fam: u64| Some(f_lookup(fam)? / d_needed(fam)?);
+    let rows: [(&str, Bytes<'_>, bool); 8] = [
+        (
+            "DPDK lookup tables (tbl24 and tbl8 groups, as configured)",
+            &d_tables,
+            false,
+        ),
+        (
+            "DPDK lookup tables with only the groups the routes fill",
+            &d_needed,
+            false,
+        ),
+        (
+            "DPDK all (its heap's growth: the tables and the route tree)",
+            &d_total,
+            false,
+        ),
+        ("fibre lookup structure", &f_lookup, false),
+        (
+            "fibre all (lookup structure and update side)",
+            &f_total,
+            false,
+        ),
+        ("**fibre / DPDK, lookup structures**", &r_lookup, true),
+        (
+            "**fibre / DPDK, lookup structures (groups filled)**",
+            &r_needed,
+            true,
+        ),
+        ("**fibre / DPDK, all**", &r_total, true),
+    ];
+    for (label, value, is_ratio) in rows {
+        let _ = write!(out, "| {label} |");
+        for &fam in &fams {
+            let text = match value(fam) {
+                Some(v) if v.is_finite() && v > 0.0 && is_ratio => format!("**{v:.3}**"),
+                Some(v) if v.is_finite() && v > 0.0 => mib(v),
+                _ => "–".into(),
+            };
+            let _ = write!(out, " {text} |");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out);
+    notes.write(out);
+}
+
 /// The Markdown report of a run.
 pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -> String {
     let mut out = String::new();
@@ -301,6 +490,7 @@ pub fn markdown(figures: &[Value], kernel_missing: Option<&str>, header: &str) -
     }
     let _ = writeln!(out);
     notes.write(&mut out);
+    dpdk_section(&mut out, &mut notes, figures);
     let _ = writeln!(out, "## Loading the table\n\nfibre: bulk build and incremental inserts, bytes of lookup and update structures per route. Kernel: `ip -batch` of `route add` lines, and the growth of the kernel's slab memory (machine-wide, so shown only where the growth stands clearly above the counter's noise).\n");
     let _ = writeln!(out, "| engine | IPv | routes | routes/s (bulk or ip -batch) | inserts/s | removals/s | bytes/route |\n|---|---|---:|---:|---:|---:|---:|");
     for f in figures.iter().filter(|f| f["metric"] == "load") {
@@ -603,6 +793,93 @@ mod tests {
         );
         let missing = markdown(&sample(), Some("measuring the kernel needs root"), "x");
         assert!(missing.contains("The kernel's side is missing: measuring the kernel needs root."));
+    }
+
+    /// The DPDK study's figures of a run, as `studies` emits them.
+    fn dpdk_figures() -> Vec<Value> {
+        let mut v = Vec::new();
+        for (fam, scale) in [(4u64, 1.0), (6, 2.0)] {
+            for (engine, ns) in [("fibre", 10.0), ("dpdk", 15.0)] {
+                for (mode, k) in [("scalar", 1.0), ("batch", 0.5), ("dependent", 8.0)] {
+                    let mut f = fig(engine, mode, fam, 1000, 1, ns * k * scale, "dpdk");
+                    f["threads"] = json!(1);
+                    v.push(f);
+                }
+            }
+            v.push(json!({"study": "dpdk", "engine": "fibre", "family": fam, "metric": "memory",
+                          "lookup_bytes": 8u64 << 20, "update_bytes": 12u64 << 20, "total_bytes": 20u64 << 20}));
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "memory",
+                          "tables_bytes": 64u64 << 20, "total_bytes": 512u64 << 20, "num_tbl8": 900,
+                          "tbl8_needed": 800, "tables_needed_bytes": 32u64 << 20,
+                          "build_seconds": 1.5, "lookup_fn": "avx512", "dpdk_version": "22.11.11"}),
+            );
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "ratio",
+                          "cpu": "Test CPU, 2 CPUs"}),
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn the_dpdk_table_has_the_four_columns_dependent_ratios_and_memory() {
+        let md = markdown(&dpdk_figures(), None, "test run");
+        let section = md.split("## fibre beside DPDK").nth(1).expect(&md);
+        assert!(section.contains("on Test CPU, 2 CPUs;"), "{md}");
+        assert!(section.contains("| | IPv4 batched | IPv4 one at a time | IPv6 batched | IPv6 one at a time | IPv4 dependent | IPv6 dependent |"), "{md}");
+        assert!(
+            section.contains("| DPDK 22.11.11 | 7.5 ±0.5 | 15.0 ±0.5 | 15.0 ±0.5 | 30.0 ±0.5 | 120 ±0.5 | 240 ±0.5 |"),
+            "{md}"
+        );
+        assert!(
+            section.contains(
+                "| fibre | 5.0 ±0.5 | 10.0 ±0.5 | 10.0 ±0.5 | 20.0 ±0.5 | 80.0 ±0.5 | 160 ±0.5 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **DPDK / fibre** | **1.50×** | **1.50×** | **1.50×** | **1.50×** | **1.50×** | **1.50×** |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("IPv4 avx512 lookups, 900 tbl8 groups"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| DPDK lookup tables (tbl24 and tbl8 groups, as configured) | 64.0 MiB | 64.0 MiB |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **fibre / DPDK, lookup structures** | **0.125** | **0.125** |"),
+            "{md}"
+        );
+        assert!(
+            section.contains("| **fibre / DPDK, all** | **0.039** | **0.039** |"),
+            "{md}"
+        );
+        assert!(!section.contains("skipped"), "{md}");
+    }
+
+    #[test]
+    fn a_skipped_dpdk_peer_is_one_line_and_fibre_alone() {
+        let why = "DPDK peer skipped: libdpdk not found by pkg-config (install dpdk-dev)";
+        let mut v: Vec<Value> = dpdk_figures()
+            .into_iter()
+            .filter(|f| f["engine"] == "fibre")
+            .collect();
+        for fam in [4u64, 6] {
+            v.push(
+                json!({"study": "dpdk", "engine": "dpdk", "family": fam, "metric": "skipped",
+                          "reason": why}),
+            );
+        }
+        let md = markdown(&v, None, "test run");
+        assert_eq!(md.matches(why).count(), 1, "{md}");
+        assert!(md.contains(&format!("**{why}.**")), "{md}");
+        assert!(md.contains("| fibre | 5.0 ±0.5 |"), "{md}");
+        assert!(md.contains("| **DPDK / fibre** | – | – |"), "{md}");
+        assert!(!has_negative_number(&md), "{md}");
     }
 
     #[test]

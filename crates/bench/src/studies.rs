@@ -11,12 +11,17 @@
 //! 4. **many-48 / many-128** (`--full`): random /48 and /128 prefixes, 10k to 1M.
 //! 5. **updates** (`--full`): lookups while the real day of updates is applied, for each
 //!    family that has a table and an update stream.
+//! 6. **dpdk**: the whole table, fibre beside DPDK's `rte_fib` / `rte_fib6` (where the
+//!    build found DPDK and its environment starts): one address at a time, batches,
+//!    dependent lookups, and the memory each takes; where DPDK cannot run, one figure
+//!    says why.
 //!
 //! Every engine gets the same routes (values are route indices; in the kernel, route `i`
 //! goes via gateway `i mod 64`), the same addresses and the same method. The kernel side
 //! needs root; without it the studies run fibre's side and say why the kernel is missing.
 
 use crate::addresses;
+use crate::dpdk::{raw_keys, Dpdk, DpdkKey};
 use crate::kernel::{KernelFib, KernelTiming};
 use crate::lookups::{lookup_figure, measure_fibre, measure_readers, Figure, Mode};
 use crate::method::{interleaved, Method, Timing};
@@ -53,6 +58,8 @@ pub struct StudyConfig {
     pub kernel: bool,
     /// Table sizes of the many-48 and many-128 studies (`--full`).
     pub many_sizes: Vec<usize>,
+    /// Measure DPDK's FIBs beside fibre (when possible).
+    pub dpdk: bool,
 }
 
 impl Default for StudyConfig {
@@ -69,6 +76,7 @@ impl Default for StudyConfig {
             seed: 1,
             kernel: true,
             many_sizes: vec![10_000, 100_000, 1_000_000],
+            dpdk: true,
         }
     }
 }
@@ -108,8 +116,9 @@ pub fn kernel_missing(cfg: &StudyConfig) -> Option<String> {
 /// side or without it (see [`kernel_missing`]).
 pub fn step_count(input: &StudyInput<'_>, cfg: &StudyConfig, with_kernel: bool) -> u64 {
     // Per family with a table: each sampled size below the table's, the whole table, the
-    // threads study, uniform addresses and, with --full and the kernel, the kernel's
-    // delete; and with --full the updates study when there is a stream for it.
+    // threads study, uniform addresses, DPDK beside fibre and, with --full and the
+    // kernel, the kernel's delete; and with --full the updates study when there is a
+    // stream for it.
     let family = |routes: usize, updates: usize| {
         if routes == 0 {
             return 0;
@@ -117,7 +126,7 @@ pub fn step_count(input: &StudyInput<'_>, cfg: &StudyConfig, with_kernel: bool) 
         let sizes = cfg.sizes.iter().filter(|&&s| s < routes).count();
         let delete = usize::from(cfg.full && with_kernel);
         let updates = usize::from(cfg.full && updates > 0);
-        sizes + 1 + 1 + 1 + delete + updates
+        sizes + 1 + 1 + 1 + 1 + delete + updates
     };
     let many = if cfg.full {
         2 * cfg.many_sizes.len()
@@ -422,7 +431,7 @@ fn load_and_measure<K: Key + PeerKey>(
     (kernel, keys)
 }
 
-fn family_studies<K: Key + PeerKey>(
+fn family_studies<K: Key + PeerKey + DpdkKey>(
     full: &[Prefix<K>],
     cfg: &StudyConfig,
     with_kernel: bool,
@@ -462,6 +471,7 @@ fn family_studies<K: Key + PeerKey>(
                 kernel.as_ref(),
                 sink,
             );
+            dpdk_study(&routes, &keys, cfg, sink);
             if cfg.full && with_kernel {
                 (sink.step)(&format!(
                     "IPv{}: deleting the whole table from the kernel",
@@ -483,6 +493,123 @@ fn family_studies<K: Key + PeerKey>(
                 }
             }
         }
+    }
+}
+
+/// Addresses whose answers the DPDK study checks against fibre's before measuring.
+const DPDK_CHECKED: usize = 1 << 16;
+
+/// The DPDK study: the whole table in fibre and in DPDK's FIB of the family, the same
+/// matched addresses, one thread; one address at a time, batches and dependent lookups,
+/// the engines and modes taking turns repetition by repetition so that the machine's
+/// drift hits them alike; and the memory of each. DPDK's answers are checked against
+/// fibre's first (for the first `DPDK_CHECKED` addresses): a peer that answers wrong is
+/// skipped, with the count, since its figures would mean nothing. Where DPDK cannot run
+/// (or `cfg.dpdk` is off), one `skipped` figure says why and fibre's side is measured
+/// alone.
+fn dpdk_study<K: Key + DpdkKey>(
+    routes: &[Prefix<K>],
+    keys: &[K],
+    cfg: &StudyConfig,
+    sink: &mut Sink<'_>,
+) {
+    (sink.step)(&format!("IPv{}: full table, fibre beside DPDK", K::FAMILY));
+    let study = "dpdk";
+    let table = Table::<K>::build(routes.iter().enumerate().map(|(i, p)| (*p, i as u32)));
+    let m = table.memory();
+    (sink.emit)(merge(
+        base::<K>(study, "fibre", routes.len(), "memory"),
+        json!({"lookup_bytes": m.lookup_bytes, "update_bytes": m.update_bytes,
+               "total_bytes": m.lookup_bytes + m.update_bytes}),
+    ));
+    let dpdk = if cfg.dpdk {
+        Dpdk::<K>::build(routes).and_then(|d| {
+            let wrong = keys
+                .iter()
+                .take(DPDK_CHECKED)
+                .filter(|&&k| d.lookup(k) != table.lookup(k))
+                .count();
+            if wrong == 0 {
+                Ok(d)
+            } else {
+                Err(format!(
+                    "DPDK peer skipped: its answers differ from fibre's for {wrong} of {} \
+                     addresses",
+                    keys.len().min(DPDK_CHECKED)
+                ))
+            }
+        })
+    } else {
+        Err("DPDK peer skipped: turned off (--no-dpdk)".to_string())
+    };
+    let modes = [Mode::Scalar, Mode::Batch, Mode::Dependent];
+    let (writer, reader) = fibre_lpm::shared(table);
+    let readers = reader.factory();
+    let one = Method {
+        repetitions: 1,
+        threads: 1,
+    };
+    let raw = dpdk.as_ref().map(|_| raw_keys(keys)).unwrap_or_default();
+    let variants = if dpdk.is_ok() { 6 } else { 3 };
+    let timings = interleaved(cfg.repetitions, variants, |v| match (&dpdk, v) {
+        (_, v) if v < 3 => measure_readers(&readers, keys, modes[v], one, cfg.batch),
+        (Ok(d), v) => d.measure(&raw, modes[v - 3], one, cfg.batch),
+        (Err(_), _) => unreachable!("three variants without DPDK"),
+    });
+    drop(writer);
+    // Each figure's ns per lookup as emitted: null where the run could not trust it.
+    let mut ns = Vec::new();
+    for (v, t) in timings.iter().enumerate() {
+        let engine = if v < 3 { "fibre" } else { "dpdk" };
+        let f = merge(
+            base::<K>(study, engine, routes.len(), "lookup"),
+            lookup_figure(modes[v % 3], 1, "matched", *t),
+        );
+        ns.push(f["ns_per_lookup"].as_f64());
+        (sink.emit)(f);
+    }
+    match &dpdk {
+        Ok(d) => {
+            (sink.emit)(merge(
+                base::<K>(study, "dpdk", routes.len(), "memory"),
+                json!({"tables_bytes": d.memory.tables_bytes, "total_bytes": d.memory.heap_bytes,
+                       "num_tbl8": d.memory.num_tbl8, "tbl8_needed": d.memory.tbl8_needed,
+                       "tables_needed_bytes": d.memory.needed_bytes, "build_seconds": d.build_seconds,
+                       "lookup_fn": if d.vector { "avx512" } else { "scalar" },
+                       "structure": if K::FAMILY == 4 { "rte_fib DIR-24-8" } else { "rte_fib6 trie" },
+                       "next_hop_bytes": 4, "dpdk_version": crate::dpdk::version()}),
+            ));
+            // DPDK's time over fibre's (above 1: fibre ahead), and fibre's memory over
+            // DPDK's; null where a figure is missing.
+            let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+                (Some(a), Some(b)) if a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite() => {
+                    json!(a / b)
+                }
+                _ => Value::Null,
+            };
+            let mut r = base::<K>(study, "dpdk", routes.len(), "ratio");
+            for (i, mode) in modes.iter().enumerate() {
+                r[mode.name()] = ratio(ns[i + 3], ns[i]);
+            }
+            r["memory_lookup"] = ratio(
+                Some(m.lookup_bytes as f64),
+                Some(d.memory.tables_bytes as f64),
+            );
+            r["memory_lookup_needed"] = ratio(
+                Some(m.lookup_bytes as f64),
+                Some(d.memory.needed_bytes as f64),
+            );
+            r["memory_total"] = ratio(
+                Some((m.lookup_bytes + m.update_bytes) as f64),
+                Some(d.memory.heap_bytes as f64),
+            );
+            r["cpu"] = json!(crate::report::cpu_model());
+            (sink.emit)(r);
+        }
+        Err(why) => (sink.emit)(merge(
+            base::<K>(study, "dpdk", routes.len(), "skipped"),
+            json!({"reason": why}),
+        )),
     }
 }
 
@@ -701,6 +828,8 @@ mod tests {
             kernel_count: 1024,
             kernel: false,
             many_sizes: vec![64],
+            // The DPDK study's step is announced whether DPDK runs or not.
+            dpdk: false,
             ..StudyConfig::default()
         };
         let full = StudyInput {

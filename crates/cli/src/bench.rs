@@ -63,6 +63,9 @@ pub struct StudyArgs {
     /// Leave the kernel out.
     #[arg(long)]
     no_kernel: bool,
+    /// Leave DPDK's FIBs out (the DPDK peer, measured where the build found DPDK).
+    #[arg(long)]
+    no_dpdk: bool,
     /// Seed of samples and addresses.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -719,6 +722,7 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
         kernel_count: args.kernel_count,
         seed: args.seed,
         kernel: !args.no_kernel,
+        dpdk: !args.no_dpdk,
         ..StudyConfig::default()
     };
     if let Some(t) = args.threads {
@@ -789,6 +793,15 @@ fn studies(args: StudyArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(why) = &missing {
         eprintln!("fibre bench: the kernel's side is missing: {why}");
     }
+    let mut dpdk_skipped: Vec<&str> = figures
+        .iter()
+        .filter(|f| f["study"] == "dpdk" && f["metric"] == "skipped")
+        .filter_map(|f| f["reason"].as_str())
+        .collect();
+    dpdk_skipped.dedup();
+    for why in dpdk_skipped {
+        eprintln!("fibre bench: {why}");
+    }
     let header = format!(
         "{}. fibre's lookups: the {form} form (the fastest this CPU runs), the IPv4 {} and \
          the IPv6 {}.",
@@ -820,7 +833,7 @@ fn run_of(routes: &[PathBuf]) -> String {
             .skip(2)
             .map(|a| format!(" {a}"))
             .collect::<String>(),
-        cpu_model(),
+        fibre_bench::report::cpu_model(),
         kernel_release(),
         Form::best().name(),
         utc_stamp(),
@@ -885,24 +898,6 @@ fn utc_stamp() -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .map(|m| {
-            format!(
-                "{m}, {} CPUs",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            )
-        })
-        .unwrap_or_else(|| "an unknown CPU".into())
 }
 
 fn kernel_release() -> String {

@@ -497,7 +497,10 @@ fn bench_without_the_kernel_writes_report_plots_and_figures() {
         );
     }
     let figs = figures(&out);
-    let lookups: Vec<_> = figs.iter().filter(|f| f["metric"] == "lookup").collect();
+    let lookups: Vec<_> = figs
+        .iter()
+        .filter(|f| f["metric"] == "lookup" && f["study"] != "dpdk")
+        .collect();
     // Per family: 3 sizes + 2 thread counts + uniform = 6 runs, each fibre x2 and the peer.
     assert_eq!(lookups.len(), 2 * 6 * 3);
     assert!(lookups
@@ -507,7 +510,74 @@ fn bench_without_the_kernel_writes_report_plots_and_figures() {
         assert_figure(f, "ns_per_lookup");
         assert_figure(f, "throughput_ns");
     }
+    assert_dpdk_study(&report, &figs);
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// The DPDK study of a `fibre bench` run: where the build has DPDK (`pkg-config` finds
+/// `libdpdk`, as the bench crate's build script asks, and `FIBRE_NO_DPDK` is unset),
+/// DPDK's figures beside fibre's in the report's table and in the figures, with the
+/// ratios; where it has not, the one line saying why, and fibre's side alone.
+fn assert_dpdk_study(report: &str, figs: &[serde_json::Value]) {
+    let section = report
+        .split("## fibre beside DPDK")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no DPDK section: {report}"));
+    assert!(
+        section.contains("| | IPv4 batched | IPv4 one at a time | IPv6 batched | IPv6 one at a time | IPv4 dependent | IPv6 dependent |"),
+        "{report}"
+    );
+    assert!(section.contains("| fibre |") && section.contains("| **DPDK / fibre** |"));
+    let dpdk = |metric: &str| -> Vec<&serde_json::Value> {
+        figs.iter()
+            .filter(|f| f["study"] == "dpdk" && f["engine"] == "dpdk" && f["metric"] == metric)
+            .collect()
+    };
+    let fibre = figs
+        .iter()
+        .filter(|f| f["study"] == "dpdk" && f["engine"] == "fibre" && f["metric"] == "lookup");
+    // One at a time, batched and dependent, each family.
+    assert_eq!(fibre.clone().count(), 2 * 3);
+    for f in fibre {
+        assert_figure(f, "ns_per_lookup");
+    }
+    let skipped = dpdk("skipped");
+    let built = Command::new("pkg-config")
+        .args(["--exists", "libdpdk"])
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::env::var_os("FIBRE_NO_DPDK").is_none();
+    assert_eq!(skipped.is_empty(), built, "{skipped:?}");
+    if skipped.is_empty() {
+        let lookups = dpdk("lookup");
+        assert_eq!(lookups.len(), 2 * 3, "{figs:?}");
+        for f in &lookups {
+            assert_figure(f, "ns_per_lookup");
+        }
+        for f in dpdk("memory") {
+            assert!(
+                f["tables_bytes"].as_u64().unwrap() >= 64 << 20
+                    && f["total_bytes"].as_u64() >= f["tables_bytes"].as_u64(),
+                "{f}"
+            );
+        }
+        let ratios = dpdk("ratio");
+        assert_eq!(ratios.len(), 2, "{figs:?}");
+        for r in ratios {
+            assert!(r["memory_lookup"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["cpu"].is_string(), "{r}");
+        }
+        assert!(
+            section.contains("| **fibre / DPDK, lookup structures** |"),
+            "{report}"
+        );
+        assert!(!section.contains("DPDK peer skipped"), "{report}");
+    } else {
+        let why = skipped[0]["reason"].as_str().unwrap();
+        assert!(why.starts_with("DPDK peer skipped: "), "{why}");
+        assert!(section.contains(&format!("**{why}.**")), "{report}");
+        assert!(dpdk("lookup").is_empty());
+    }
 }
 
 /// A figure that came out of a subtraction is a positive number, or null with the reason
